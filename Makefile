@@ -1,0 +1,47 @@
+# One-command entry points. CI calls `make test` unchanged (see .ci/run).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PORT   ?= 8001
+DATA   ?= .gpufleet
+
+.PHONY: up test lint venv postgres chromium clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# The orchestrator on SQLite under $(DATA), with a local persistent worker, ready for jobs.
+up: venv
+	PORT=$(PORT) DATA=$(DATA) BIN=$(BIN) scripts/up.sh
+
+# PostgreSQL on 127.0.0.1:5432 backs the storage tests; start it if it is down.
+postgres:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@for i in $$(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && exit 0; sleep 1; done; \
+	  echo "PostgreSQL did not come up on 127.0.0.1:5432"; exit 1
+
+# Debian's Chromium drives the browser tests; Playwright never downloads a browser.
+chromium:
+	@command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+
+test: venv postgres chromium
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: venv
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/mypy
+
+# Every scenario of docs/benchmarks.md at full size against a real server: tens of minutes.
+.PHONY: bench
+bench: venv postgres
+	$(BIN)/python -m bench --size full --json-out test-output/bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-output

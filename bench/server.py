@@ -1,0 +1,217 @@
+"""Start and stop a real `gpufleet server` process, and watch what it costs."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import httpx
+import psutil  # type: ignore[import-untyped]
+from sqlalchemy.engine import make_url
+
+GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
+
+
+def raise_fd_limit() -> int:
+    """Soft file-descriptor limit up to the hard one; children (the server) inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Usage:
+    """CPU seconds and resident memory of the server over a window."""
+
+    cpu_seconds: float
+    wall_seconds: float
+    rss_bytes: int
+
+    @property
+    def cpu_share(self) -> float:
+        """Fraction of the whole machine (all cores) the server used."""
+        cores = psutil.cpu_count() or 1
+        return self.cpu_seconds / self.wall_seconds / cores if self.wall_seconds else 0.0
+
+
+class BenchServer:
+    """One orchestrator process on a free port, with its own data folder."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        database_url: str | None = None,
+        profile: Path | None = None,
+        **flags: Any,
+    ) -> None:
+        self.data_dir = data_dir
+        self.profile = profile  # py-spy's collapsed stacks of the server go here
+        self._profiler: subprocess.Popen[bytes] | None = None
+        self.database_url = database_url
+        self.flags: dict[str, Any] = {
+            "auth-failure-limit": 0,
+            "log-level": "warning",
+            **flags,
+        }
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir / "server.log"
+        self._ps: psutil.Process | None = None
+        self._mark: tuple[float, float] = (0.0, 0.0)
+
+    def start(self) -> BenchServer:
+        raise_fd_limit()
+        cmd = [GPUFLEET, "server", "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--data-dir", str(self.data_dir)]
+        if self.database_url:
+            cmd += ["--database-url", self.database_url]
+        for name, value in self.flags.items():
+            cmd += [f"--{name}", str(value)]
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not self._ready():
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"server did not start; see {self.log_path}")
+            time.sleep(0.1)
+        self._ps = psutil.Process(self.proc.pid)
+        if self.profile is not None:
+            self._profiler = start_profiler(self.proc.pid, self.profile)
+        self.mark()
+        return self
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"server exited early:\n{tail}")
+        try:
+            return httpx.get(f"{self.url}/openapi.json", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        if self._profiler is not None:
+            self._profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._profiler.wait(timeout=60)
+            self._profiler = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    @property
+    def admin_key(self) -> str:
+        return (self.data_dir / "admin.token").read_text().strip()
+
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key}"}
+
+    def mark(self) -> None:
+        """Start a measurement window for usage()."""
+        assert self._ps is not None
+        times = self._ps.cpu_times()
+        self._mark = (times.user + times.system, time.monotonic())
+
+    def usage(self) -> Usage:
+        """CPU used since mark(), and resident memory now."""
+        assert self._ps is not None
+        times = self._ps.cpu_times()
+        cpu0, t0 = self._mark
+        return Usage(
+            cpu_seconds=times.user + times.system - cpu0,
+            wall_seconds=time.monotonic() - t0,
+            rss_bytes=self._ps.memory_info().rss,
+        )
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+
+def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """Sample the server with py-spy (on PATH) until stopped; collapsed stacks in `out`."""
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise RuntimeError("--profile needs py-spy on PATH (pip install py-spy)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        spy,
+        "record",
+        "--pid",
+        str(pid),
+        "--format",
+        "raw",
+        "--rate",
+        "200",
+        "--nonblocking",
+        "--output",
+        str(out),
+    ]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@contextlib.contextmanager
+def running_server(
+    data_dir: Path, database_url: str | None = None, profile: Path | None = None, **flags: Any
+) -> Iterator[BenchServer]:
+    server = BenchServer(data_dir, database_url, profile, **flags).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.asynccontextmanager
+async def fresh_postgres(server_url: str) -> AsyncIterator[str]:
+    """A new database `gf_bench_<rand>` on the server of `server_url`, dropped afterwards."""
+    url = make_url(server_url)
+    name = f"gf_bench_{secrets.token_hex(5)}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(
+            host=url.host,
+            port=url.port or 5432,
+            user=url.username,
+            password=url.password,
+            database=url.database or "postgres",
+            timeout=10,
+        )
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    await admin(f"CREATE DATABASE {name}")
+    try:
+        yield url.set(drivername="postgresql+asyncpg", database=name).render_as_string(
+            hide_password=False
+        )
+    finally:
+        await admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -1,0 +1,1 @@
+"""Command-line interface: `gpufleet server`, `gpufleet worker` and the operator commands."""

@@ -1,0 +1,296 @@
+"""The operator commands' client: where the orchestrator is, which key, one-line errors.
+
+Every failure leaves this module as a `GpufleetError`: an HTTP error answer becomes the
+`DomainError` of its status code with the server's own `detail`, so the CLI prints exactly
+what the API would have told a script.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import ssl
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import click
+import httpx
+from httpx_sse import connect_sse
+
+from gpufleet.cli.options import env
+from gpufleet.errors import (
+    ClientError,
+    ConfigurationError,
+    Conflict,
+    DomainError,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    Unauthenticated,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8001"
+DEFAULT_DATA_DIR = Path(".gpufleet")
+_BY_STATUS: dict[int, type[DomainError]] = {
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    422: InvalidInput,
+}
+
+
+def resolve_key(api_key: str | None, data_dir: Path) -> str:
+    """The key given, else the admin key the orchestrator left in its data folder."""
+    if api_key and api_key.strip():
+        return api_key.strip()
+    path = data_dir / "admin.token"
+    try:
+        key = path.read_text().strip()
+    except OSError:
+        key = ""
+    if not key:
+        raise ConfigurationError(
+            f"no API key: pass --api-key or set GPUFLEET_API_KEY (no admin key at {path}; "
+            "point --data-dir / GPUFLEET_DATA_DIR at the orchestrator's data folder)"
+        )
+    return key
+
+
+class ApiClient:
+    """A synchronous client of the orchestrator's admin, queue, config and audit API."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        *,
+        data_dir: Path = DEFAULT_DATA_DIR,
+        verify: ssl.SSLContext | bool = True,
+        timeout: float = 30.0,
+    ) -> None:
+        url = url.strip().rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"--url {url!r} is not an http(s) URL; write e.g. {DEFAULT_URL}"
+            )
+        self.url = url
+        self.data_dir = data_dir
+        self._http = httpx.Client(
+            base_url=url,
+            timeout=timeout,
+            verify=verify,
+            headers={"Authorization": f"Bearer {api_key}", "Accept": "application/json"},
+        )
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._http.close()
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self._request("GET", path, params=_drop_none(params))
+
+    def post(self, path: str, body: Any = None) -> Any:
+        return self._request("POST", path, json=body)
+
+    def put(self, path: str, body: Any) -> Any:
+        return self._request("PUT", path, json=body)
+
+    def delete(self, path: str) -> Any:
+        return self._request("DELETE", path)
+
+    def events(self, path: str, **params: Any) -> Iterator[tuple[str, Any]]:
+        """Server-Sent Events of `path` as (event, data) pairs, until the server ends them."""
+        timeout = httpx.Timeout(10.0, read=60.0)  # the server pings every 15 s
+        with (
+            self._translated(),
+            connect_sse(
+                self._http, "GET", path, params=_drop_none(params), timeout=timeout
+            ) as source,
+        ):
+            if source.response.is_error:
+                source.response.read()
+                self._raise_for(source.response)
+            for sse in source.iter_sse():
+                yield sse.event, sse.json() if sse.data else None
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        with self._translated():
+            response = self._http.request(method, path, **kwargs)
+        if response.is_error:
+            self._raise_for(response)
+        try:
+            return response.json()
+        except ValueError:
+            raise ClientError(
+                f"{self.url} answered {method} {path} with something other than JSON: "
+                "is --url / GPUFLEET_URL a gpufleet orchestrator?"
+            ) from None
+
+    def _translated(self) -> _Translated:
+        return _Translated(self.url)
+
+    def _raise_for(self, response: httpx.Response) -> None:
+        detail = _detail(response)
+        status = response.status_code
+        if status == 401:
+            raise Unauthenticated(
+                f"the orchestrator at {self.url} refused the API key: pass --api-key or set "
+                f"GPUFLEET_API_KEY (the admin key is in {self.data_dir / 'admin.token'})"
+            )
+        if status >= 500:
+            raise ClientError(
+                f"the orchestrator at {self.url} failed (HTTP {status}): {detail}; see its log"
+            )
+        raise _BY_STATUS.get(status, DomainError)(detail)
+
+
+class _Translated:
+    """Turns transport failures inside the `with` block into one-line `ClientError`s."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, httpx.HTTPError) and _is_tls_failure(exc):
+            raise ClientError(
+                f"TLS with the orchestrator at {self.url} failed ({exc}): trust its "
+                "certificate with --ca-cert / GPUFLEET_CA_CERT (or, for development only, "
+                "--ssl-no-verify), and check that the URL's scheme matches how it serves"
+            ) from exc
+        if isinstance(exc, httpx.ConnectError):
+            raise ClientError(
+                f"cannot reach the orchestrator at {self.url}: is it running? "
+                "(`gpufleet server`, or set --url / GPUFLEET_URL)"
+            ) from exc
+        if isinstance(exc, httpx.TimeoutException):
+            raise ClientError(
+                f"the orchestrator at {self.url} did not answer in time: is it overloaded, "
+                "or is --url / GPUFLEET_URL pointing elsewhere?"
+            ) from exc
+        if isinstance(exc, httpx.HTTPError):
+            raise ClientError(
+                f"the connection to the orchestrator at {self.url} failed ({exc or type(exc)}): "
+                "check the URL's scheme (http or https) and try again"
+            ) from exc
+
+
+def part(value: str) -> str:
+    """One path segment of a URL: an id or a name, quoted so it cannot reach elsewhere."""
+    return quote(value, safe="")
+
+
+def _is_tls_failure(exc: BaseException) -> bool:
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if isinstance(detail, str) and detail:
+        return detail
+    if detail:
+        return json.dumps(detail)
+    return f"HTTP {response.status_code} {response.reason_phrase}".strip()
+
+
+def _drop_none(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None and v != [] and v != ()}
+
+
+_API_OPTIONS = (
+    click.option(
+        "--url",
+        default=DEFAULT_URL,
+        envvar=env("URL"),
+        show_envvar=True,
+        metavar="URL",
+        help="The orchestrator's URL.",
+    ),
+    click.option(
+        "--api-key",
+        envvar=env("API_KEY"),
+        show_envvar=True,
+        metavar="KEY",
+        help="API key; default: the admin key in <data-dir>/admin.token.",
+    ),
+    click.option(
+        "--data-dir",
+        default=DEFAULT_DATA_DIR,
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar=env("DATA_DIR"),
+        show_envvar=True,
+        help="The orchestrator's data folder, read for admin.token when no key is given.",
+    ),
+    click.option(
+        "--ca-cert",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        envvar=env("CA_CERT"),
+        show_envvar=True,
+        metavar="FILE",
+        help="CA certificate to trust for the orchestrator's TLS certificate.",
+    ),
+    click.option(
+        "--ssl-no-verify",
+        is_flag=True,
+        envvar=env("SSL_NO_VERIFY"),
+        show_envvar=True,
+        help="Do not verify the orchestrator's TLS certificate (development only).",
+    ),
+)
+
+
+def api_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds the connection options and hands the command an `api: ApiClient`."""
+
+    @functools.wraps(command)
+    def run(
+        *args: Any,
+        url: str,
+        api_key: str | None,
+        data_dir: Path,
+        ca_cert: Path | None,
+        ssl_no_verify: bool,
+        **kwargs: Any,
+    ) -> Any:
+        key = resolve_key(api_key, data_dir)
+        verify: ssl.SSLContext | bool = not ssl_no_verify
+        if ca_cert is not None and not ssl_no_verify:
+            verify = ssl.create_default_context(cafile=str(ca_cert))
+        with ApiClient(url, key, data_dir=data_dir, verify=verify) as api:
+            return command(*args, api=api, **kwargs)
+
+    for option in reversed(_API_OPTIONS):
+        run = option(run)
+    return run
+
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the API's JSON answer instead (for scripts)."
+)

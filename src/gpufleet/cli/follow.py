@@ -1,0 +1,146 @@
+"""`gpufleet jobs logs` and `gpufleet jobs watch`: follow one job as it runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from gpufleet.cli import output as out
+from gpufleet.cli.api import ApiClient, api_options, json_option, part
+
+ENDED = ("completed", "failed", "cancelled")
+POLL_SECONDS = 0.5
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
+@json_option
+@api_options
+def logs(api: ApiClient, job_id: str, follow: bool, as_json: bool) -> None:
+    """Print a job's output (--json: one JSON object a line).
+
+    With -f, follows the job live and exits 0 when it completed, 1 when it failed or was
+    cancelled.
+    """
+    if follow:
+        _follow_logs(api, job_id, as_json)
+        return
+    after = 0
+    while True:
+        body = api.get(f"/api/queue/{part(job_id)}/logs", after=after, limit=1000)
+        for line in body["lines"]:
+            _print_line(line, as_json)
+        if len(body["lines"]) < 1000:
+            return
+        after = body["next_after"]
+
+
+def _follow_logs(api: ApiClient, job_id: str, as_json: bool) -> None:
+    for event, data in api.events(f"/api/queue/{part(job_id)}/logs", follow=True):
+        if event == "log":
+            _print_line(data, as_json)
+        elif event == "end":
+            status = data.get("status", "ended")
+            click.echo(f"Job {job_id} {status}.", err=True)
+            sys.exit(0 if status == "completed" else 1)
+
+
+def _print_line(line: dict[str, Any], as_json: bool) -> None:
+    click.echo(json.dumps(line) if as_json else line["text"])
+
+
+@click.command()
+@click.argument("job_id")
+@api_options
+def watch(api: ApiClient, job_id: str) -> None:
+    """Show a job's progress live until it ends, then its result.
+
+    Exits 0 when the job completed, 1 when it failed or was cancelled; Ctrl-C stops
+    watching (the job goes on).
+    """
+    job = api.get(f"/api/queue/{part(job_id)}")
+    try:
+        job = _watch(api, job)
+    except KeyboardInterrupt:
+        click.echo(f"Stopped watching; job {job_id} goes on.", err=True)
+        sys.exit(130)
+    _print_result(job)
+    sys.exit(0 if job["status"] == "completed" else 1)
+
+
+def _watch(api: ApiClient, job: dict[str, Any]) -> dict[str, Any]:
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[metrics]}"),
+        TimeElapsedColumn(),
+        console=out.console(),
+    )
+    seen: tuple[str, str | None, str | None] | None = None
+    with bar:
+        task = bar.add_task(job["id"], total=None, metrics="")
+        while True:
+            now = (job["status"], job["current_attempt_id"], _waiting(job))
+            if now != seen:
+                bar.console.print(_moment(job), markup=False)
+                seen = now
+            _update(bar, task, job)
+            if job["status"] in ENDED:
+                return job
+            time.sleep(POLL_SECONDS)
+            job = api.get(f"/api/queue/{job['id']}")
+
+
+def _update(bar: Progress, task: TaskID, job: dict[str, Any]) -> None:
+    progress = job["progress"] or {}
+    total = progress.get("total")
+    step = progress.get("step") or 0
+    if job["status"] == "completed" and total:
+        step = total
+    bar.update(
+        task,
+        description=f"{job['id']} {job['status']}",
+        total=total,
+        completed=step,
+        metrics=out.metrics_text(progress.get("metrics") or {}),
+    )
+
+
+def _waiting(job: dict[str, Any]) -> str | None:
+    return job["waiting"]["summary"] if job.get("waiting") else None
+
+
+def _moment(job: dict[str, Any]) -> str:
+    """One line each time the job moves: queued (and why), offered, running, ended."""
+    stamp = time.strftime("%H:%M:%S")
+    status = job["status"]
+    if status == "queued" and _waiting(job):
+        return f"{stamp} queued: {_waiting(job)}"
+    if status in ("offered", "running"):
+        return f"{stamp} {status} on {job['worker_id']} (attempt {job['attempts']})"
+    return f"{stamp} {status}"
+
+
+def _print_result(job: dict[str, Any]) -> None:
+    took = out.duration(job["started_at"], job["ended_at"])
+    exit_code = "-" if job["exit_code"] is None else job["exit_code"]
+    line = f"Job {job['id']} {job['status']}: exit code {exit_code}, ran {took}"
+    if job["worker_id"]:
+        line += f" on {job['worker_id']}"
+    click.echo(line + ".")
+    if job["error"]:
+        click.echo(f"Error: {job['error'].rstrip()}")

@@ -1,0 +1,235 @@
+"""`gpufleet jobs`: submit, list, show and cancel jobs (logs and watch: cli/follow.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from gpufleet.cli import output as out
+from gpufleet.cli.api import ApiClient, api_options, json_option, part
+from gpufleet.cli.configs import read_config_file
+from gpufleet.cli.follow import logs, watch
+from gpufleet.cli.options import parse_labels
+
+STATUSES = ("queued", "offered", "running", "completed", "failed", "cancelled")
+LIST_COLUMNS = [
+    "ID",
+    "STATUS",
+    "CONFIG",
+    "TARGET",
+    "WORKER",
+    "GPUS",
+    "PRI",
+    "PROGRESS",
+    "SUBMITTED",
+    "RAN",
+]
+
+
+@click.group()
+def jobs() -> None:
+    """Submit jobs and follow them through the queue."""
+
+
+jobs.add_command(logs)
+jobs.add_command(watch)
+
+
+@jobs.command("submit")
+@click.argument("config")
+@click.option(
+    "--target",
+    type=click.Choice(["worker", "local", "auto"]),
+    default="worker",
+    help="worker: remote workers; local: the orchestrator's own runner; auto: an idle "
+    "remote worker, else local.",
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=parse_labels,
+    help="Run only on workers with this label; the value may be a glob like a100* (repeatable).",
+)
+@click.option(
+    "--gpus",
+    "gpu_count",
+    type=click.IntRange(0, 1024),
+    help="GPUs the job needs.",
+    show_default="the config's gpu_count",
+)
+@click.option("--priority", type=click.IntRange(-1000, 1000), default=0, help="Higher runs first.")
+@click.option(
+    "--max-retries",
+    type=click.IntRange(0, 100),
+    default=3,
+    help="Requeue this many times after a lost worker.",
+)
+@json_option
+@api_options
+def submit(
+    api: ApiClient,
+    config: str,
+    target: str,
+    labels: dict[str, str],
+    gpu_count: int | None,
+    priority: int,
+    max_retries: int,
+    as_json: bool,
+) -> None:
+    """Submit CONFIG: a stored config's name, or a JSON file submitted inline."""
+    body: dict[str, Any] = {
+        "target": target,
+        "worker_labels": labels,
+        "gpu_count": gpu_count,
+        "priority": priority,
+        "max_retries": max_retries,
+    }
+    path = Path(config)
+    if path.is_file():
+        body["config"] = read_config_file(path)
+    else:
+        body["config_name"] = config
+    job = api.post("/api/queue/submit", body)
+    if as_json:
+        out.print_json(job)
+        return
+    click.echo(f"Submitted job {job['id']} ({job['status']}, target {job['target']}).")
+    click.echo(f"Follow it: gpufleet jobs watch {job['id']}")
+
+
+@jobs.command("list")
+@click.option(
+    "--status", "statuses", multiple=True, type=click.Choice(STATUSES), help="Only these."
+)
+@click.option("--worker", "worker_id", metavar="ID", help="Only jobs of this worker.")
+@click.option("--target", type=click.Choice(["worker", "local", "auto"]), help="Only this target.")
+@click.option("--config", "config_name", metavar="NAME", help="Only jobs of this stored config.")
+@click.option("--limit", type=click.IntRange(1, 500), default=50, help="At most this many.")
+@click.option("--offset", type=click.IntRange(0), default=0, help="Skip this many (newest first).")
+@json_option
+@api_options
+def list_jobs(
+    api: ApiClient,
+    statuses: tuple[str, ...],
+    worker_id: str | None,
+    target: str | None,
+    config_name: str | None,
+    limit: int,
+    offset: int,
+    as_json: bool,
+) -> None:
+    """List jobs, newest first."""
+    body = api.get(
+        "/api/queue",
+        status=list(statuses),
+        worker_id=worker_id,
+        target=target,
+        config_name=config_name,
+        limit=limit,
+        offset=offset,
+    )
+    if as_json:
+        out.print_json(body)
+        return
+    console = out.console()
+    if not body["jobs"]:
+        console.print("No jobs. Submit one: gpufleet jobs submit CONFIG")
+        return
+    rows = [
+        (
+            j["id"],
+            out.status(j["status"]),
+            j["config_name"] or "(inline)",
+            j["target"],
+            j["worker_id"],
+            j["gpu_count"],
+            j["priority"],
+            out.progress_text(j["progress"], metrics=False),
+            out.ago(j["created_at"]),
+            out.duration(j["started_at"], j["ended_at"]),
+        )
+        for j in body["jobs"]
+    ]
+    console.print(out.table(LIST_COLUMNS, rows))
+    shown = f"{offset + 1}-{offset + len(rows)}" if offset else str(len(rows))
+    console.print(f"\n{shown} of {body['total']} job{'s' if body['total'] != 1 else ''}")
+
+
+@jobs.command("show")
+@click.argument("job_id")
+@json_option
+@api_options
+def show(api: ApiClient, job_id: str, as_json: bool) -> None:
+    """Show one job: status, progress, attempts, and why it waits."""
+    job = api.get(f"/api/queue/{part(job_id)}")
+    if as_json:
+        out.print_json(job)
+        return
+    console = out.console()
+    console.print(out.fields(_job_fields(job)))
+    if job["error"]:
+        console.print(Text("\nerror", style="bold"))
+        console.print(Text(job["error"]))
+    if job["attempt_history"]:
+        console.print(Text("\nattempts", style="bold"))
+        console.print(_attempts(job["attempt_history"]))
+    if job["waiting"]:
+        console.print(Text.assemble(("\nwaiting", "bold"), f": {job['waiting']['summary']}"))
+        for w in job["waiting"]["workers"]:
+            console.print(Text(f"  {w['name']} ({w['status']}): {'; '.join(w['reasons'])}"))
+
+
+def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [
+        ("id", job["id"]),
+        ("status", out.status(job["status"])),
+        ("config", job["config_name"] or "(inline)"),
+        ("target", job["target"]),
+        ("labels", job["worker_labels"]),
+        ("gpus", job["gpu_count"]),
+        ("priority", job["priority"]),
+        ("worker", job["worker_id"]),
+        ("attempts", f"{job['attempts']} (retries allowed: {job['max_retries']})"),
+        ("progress", out.progress_text(job["progress"])),
+        ("exit code", job["exit_code"]),
+        ("submitted", f"{out.when(job['created_at'])} by {job['submitted_by'] or '-'}"),
+        ("started", out.when(job["started_at"])),
+        ("ended", out.when(job["ended_at"])),
+    ]
+
+
+def _attempts(attempts: list[dict[str, Any]]) -> Table:
+    return out.table(
+        ("#", "ATTEMPT", "WORKER", "STATUS", "OFFERED", "RAN", "EXIT"),
+        [
+            (
+                a["number"],
+                a["id"],
+                a["worker_id"],
+                out.status(a["status"]),
+                out.ago(a["offered_at"]),
+                out.duration(a["started_at"], a["ended_at"]),
+                a["exit_code"],
+            )
+            for a in attempts
+        ],
+    )
+
+
+@jobs.command("cancel")
+@click.argument("job_id")
+@json_option
+@api_options
+def cancel(api: ApiClient, job_id: str, as_json: bool) -> None:
+    """Cancel a job; a running one is stopped on its worker."""
+    job = api.post(f"/api/queue/{part(job_id)}/cancel")
+    if as_json:
+        out.print_json(job)
+    else:
+        click.echo(f"Job {job['id']} is {job['status']}.")

@@ -1,0 +1,192 @@
+"""`gpufleet worker`: run a worker agent on this machine (see gpufleet.worker.agent)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import sys
+from pathlib import Path
+
+import click
+
+from gpufleet.cli.options import DURATION, env, parse_labels
+from gpufleet.errors import ConfigurationError
+
+
+def _parse_gpus(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[int, ...] | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        return tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not a comma-separated list of GPU indices like 0,1",
+            ctx=ctx,
+            param=param,
+        ) from None
+
+
+@click.command()
+@click.option(
+    "--orchestrator-url",
+    metavar="URL",
+    envvar=env("ORCHESTRATOR_URL", "ORCHESTRATOR_URL"),
+    show_envvar=True,
+    help="Orchestrator panel URL, e.g. https://host:8001.",
+)
+@click.option(
+    "--worker-token",
+    metavar="TOKEN",
+    envvar=env("WORKER_TOKEN", "WORKER_TOKEN"),
+    show_envvar=True,
+    help="The worker's authentication token (wt_…).",
+)
+@click.option(
+    "--name",
+    metavar="NAME",
+    envvar=env("WORKER_NAME", "WORKER_NAME"),
+    show_envvar=True,
+    default=socket.gethostname,
+    show_default="hostname",
+    help="Worker name.",
+)
+@click.option(
+    "--persistent",
+    is_flag=True,
+    envvar=env("WORKER_PERSISTENT", "WORKER_PERSISTENT"),
+    show_envvar=True,
+    help="Stay online between jobs (default: ephemeral, exit after one job).",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    envvar=env("VERBOSE"),
+    show_envvar=True,
+    help="Enable debug logging.",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".gpufleet/worker"),
+    envvar=env("WORK_DIR"),
+    show_envvar=True,
+    help="Folder for job folders (jobs/<job_id>/<attempt_id>/).",
+)
+@click.option(
+    "--ca-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar=env("CA_CERT"),
+    show_envvar=True,
+    metavar="FILE",
+    help="CA certificate to trust for the orchestrator's TLS certificate.",
+)
+@click.option(
+    "--ssl-no-verify",
+    is_flag=True,
+    envvar=env("SSL_NO_VERIFY"),
+    show_envvar=True,
+    help="Do not verify the orchestrator's TLS certificate (development only).",
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=parse_labels,
+    envvar=env("WORKER_LABELS"),
+    show_envvar=True,
+    help="A label to report (repeatable; the env var takes space-separated pairs).",
+)
+@click.option(
+    "--gpus",
+    metavar="0,1",
+    callback=_parse_gpus,
+    envvar=env("GPUS"),
+    show_envvar=True,
+    help="Offer only these GPU indices (default: all).",
+)
+@click.option(
+    "--heartbeat-interval",
+    type=DURATION,
+    default=30.0,
+    envvar=env("HEARTBEAT_INTERVAL"),
+    show_envvar=True,
+    metavar="SECONDS",
+    help="Seconds between heartbeats (shorter if the orchestrator asks).",
+)
+@click.option(
+    "--cancel-grace",
+    type=DURATION,
+    default=30.0,
+    envvar=env("CANCEL_GRACE"),
+    show_envvar=True,
+    metavar="SECONDS",
+    help="Seconds between SIGTERM and SIGKILL when a job is stopped.",
+)
+def worker(
+    orchestrator_url: str | None,
+    worker_token: str | None,
+    name: str,
+    persistent: bool,
+    verbose: bool,
+    work_dir: Path,
+    ca_cert: Path | None,
+    ssl_no_verify: bool,
+    labels: dict[str, str],
+    gpus: tuple[int, ...] | None,
+    heartbeat_interval: float,
+    cancel_grace: float,
+) -> None:
+    """Run a worker agent: register with the orchestrator and run the jobs it dispatches.
+
+    SIGTERM or Ctrl-C once: finish the running job, then exit. Twice: cancel it, then exit.
+    """
+    # Imported here: the operator commands start faster without the agent's modules.
+    from gpufleet.worker.agent import run_agent
+    from gpufleet.worker.detect import detect
+    from gpufleet.worker.settings import AgentSettings
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not verbose:  # httpx logs every request at INFO
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    if not orchestrator_url:
+        raise ConfigurationError(
+            "No orchestrator URL: pass --orchestrator-url or set GPUFLEET_ORCHESTRATOR_URL"
+        )
+    if not worker_token:
+        raise ConfigurationError(
+            "No worker token: pass --worker-token or set GPUFLEET_WORKER_TOKEN "
+            "(create one with POST /api/admin/workers)"
+        )
+    if worker_token != worker_token.strip():
+        logging.getLogger(__name__).warning("the worker token had surrounding whitespace: ignored")
+    settings = AgentSettings(
+        orchestrator_url=orchestrator_url,
+        worker_token=worker_token,
+        name=name,
+        persistent=persistent,
+        work_dir=work_dir,
+        ca_cert=ca_cert,
+        verify_tls=not ssl_no_verify,
+        labels=labels,
+        gpus=gpus,
+        heartbeat_interval=heartbeat_interval,
+        cancel_grace=cancel_grace,
+    )
+    if ssl_no_verify:
+        click.echo(
+            "WARNING: --ssl-no-verify: the orchestrator's certificate is NOT checked; anyone on "
+            "the network path can read the worker token and send jobs. Development only.",
+            err=True,
+        )
+    capabilities = detect().only(gpus)
+    code = asyncio.run(run_agent(settings, capabilities=capabilities, handle_signals=True))
+    sys.exit(code)

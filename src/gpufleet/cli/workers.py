@@ -1,0 +1,203 @@
+"""`gpufleet workers`: list, create, drain, rotate tokens and delete workers."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import click
+
+from gpufleet.cli import output as out
+from gpufleet.cli.api import ApiClient, api_options, json_option, part
+from gpufleet.cli.options import parse_labels
+
+STATUSES = ("connecting", "idle", "busy", "draining", "offline")
+
+
+@click.group()
+def workers() -> None:
+    """Manage the fleet's workers (needs the admin.workers permission)."""
+
+
+@workers.command("list")
+@click.option(
+    "--status", "statuses", multiple=True, type=click.Choice(STATUSES), help="Only these."
+)
+@json_option
+@api_options
+def list_workers(api: ApiClient, statuses: tuple[str, ...], as_json: bool) -> None:
+    """List workers with their status, GPUs, labels and current job."""
+    body = api.get("/api/admin/workers", status=list(statuses))
+    if as_json:
+        out.print_json(body)
+        return
+    rows = [
+        (
+            w["id"],
+            w["name"],
+            out.status(w["status"]),
+            w["worker_type"] + (" (local)" if w["is_local"] else ""),
+            _gpus(w),
+            {**w["labels"], **w["admin_labels"]},
+            w["current_job_id"],
+            out.ago(w["last_heartbeat"]),
+        )
+        for w in body["workers"]
+    ]
+    console = out.console()
+    if not rows:
+        console.print("No workers. Create one: gpufleet workers create NAME")
+        return
+    console.print(
+        out.table(
+            ("ID", "NAME", "STATUS", "TYPE", "GPUS", "LABELS", "JOB", "SEEN"), rows, wrap="LABELS"
+        )
+    )
+    counts = ", ".join(f"{n} {s}" for s, n in body["counts"].items() if n)
+    console.print(f"\n{len(rows)} worker{'s' if len(rows) != 1 else ''}: {counts}")
+
+
+@workers.command("show")
+@click.argument("worker_id")
+@json_option
+@api_options
+def show_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
+    """Show one worker: status, hardware, labels, job and times."""
+    w = api.get(f"/api/admin/workers/{part(worker_id)}")
+    if as_json:
+        out.print_json(w)
+        return
+    caps = w.get("capabilities") or {}
+    out.console().print(
+        out.fields(
+            [
+                ("id", w["id"]),
+                ("name", w["name"]),
+                ("status", out.status(w["status"])),
+                ("type", w["worker_type"] + (" (local)" if w["is_local"] else "")),
+                ("gpus", _gpus(w)),
+                ("driver", caps.get("driver_version")),
+                ("cuda", caps.get("cuda_version")),
+                ("labels", w["labels"]),
+                ("admin labels", w["admin_labels"]),
+                ("current job", w["current_job_id"]),
+                ("jobs run", w["jobs_run"]),
+                ("last heartbeat", out.when(w["last_heartbeat"])),
+                ("connected", out.when(w["connected_at"])),
+                ("offline since", out.when(w["offline_since"])),
+                ("created", out.when(w["created_at"])),
+            ]
+        )
+    )
+
+
+@workers.command("create")
+@click.argument("name")
+@click.option(
+    "--type",
+    "worker_type",
+    type=click.Choice(["persistent", "ephemeral"]),
+    default="persistent",
+    help="Persistent machines stay between jobs; ephemeral ones exit after one.",
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=parse_labels,
+    help="An admin label (repeatable); admin labels win over the worker's own.",
+)
+@json_option
+@api_options
+def create_worker(
+    api: ApiClient, name: str, worker_type: str, labels: dict[str, str], as_json: bool
+) -> None:
+    """Create a worker and print its token (shown only this once) and how to start it."""
+    body = api.post(
+        "/api/admin/workers", {"name": name, "worker_type": worker_type, "labels": labels}
+    )
+    if as_json:
+        out.print_json(body)
+        return
+    command = [
+        "gpufleet",
+        "worker",
+        "--orchestrator-url",
+        api.url,
+        "--worker-token",
+        body["token"],
+        "--name",
+        body["name"],
+    ]
+    if worker_type == "persistent":
+        command.append("--persistent")
+    click.echo(f"Created worker {body['worker_id']} ({body['name']}, {worker_type}).")
+    click.echo(f"Token (shown only once): {body['token']}")
+    click.echo("Start it on the GPU machine:")
+    click.echo(f"  {shlex.join(command)}")
+
+
+@workers.command("drain")
+@click.argument("worker_id")
+@json_option
+@api_options
+def drain_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
+    """Stop sending jobs to a worker; its running job finishes (undo: `workers undrain`)."""
+    w = api.post(f"/api/admin/workers/{part(worker_id)}/drain")
+    if as_json:
+        out.print_json(w)
+    elif w["current_job_id"]:
+        click.echo(
+            f"Draining worker {w['id']} ({w['name']}): job {w['current_job_id']} finishes, "
+            "then no new jobs."
+        )
+    else:
+        click.echo(f"Drained worker {w['id']} ({w['name']}): no new jobs.")
+
+
+@workers.command("undrain")
+@click.argument("worker_id")
+@json_option
+@api_options
+def undrain_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
+    """Lift a drain: the worker takes jobs again."""
+    w = api.post(f"/api/admin/workers/{part(worker_id)}/undrain")
+    if as_json:
+        out.print_json(w)
+    else:
+        click.echo(f"Worker {w['id']} ({w['name']}) takes jobs again: {w['status']}.")
+
+
+@workers.command("rotate-token")
+@click.argument("worker_id")
+@json_option
+@api_options
+def rotate_token(api: ApiClient, worker_id: str, as_json: bool) -> None:
+    """Give a worker a new token; the old one and its connection stop working at once."""
+    body = api.post(f"/api/admin/workers/{part(worker_id)}/token")
+    if as_json:
+        out.print_json(body)
+        return
+    click.echo(f"New token for {body['worker_id']} (shown only once): {body['token']}")
+    click.echo("The old token no longer works: restart the worker with --worker-token NEW.")
+
+
+@workers.command("delete")
+@click.argument("worker_id")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@api_options
+def delete_worker(api: ApiClient, worker_id: str, yes: bool) -> None:
+    """Delete an offline worker and its token."""
+    if not yes:
+        click.confirm(f"Delete worker {worker_id} and its token?", abort=True, err=True)
+    api.delete(f"/api/admin/workers/{part(worker_id)}")
+    click.echo(f"Deleted worker {worker_id}.")
+
+
+def _gpus(w: dict[str, Any]) -> str:
+    if not w["gpu_count"]:
+        return (w.get("accelerator_type") or "cpu") if w["registered"] else "-"
+    name = w["gpu_name"] or w.get("accelerator_type") or "GPU"
+    vram = f" {w['gpu_vram_gb']:g} GB" if w.get("gpu_vram_gb") else ""
+    return f"{w['gpu_count']} x {name}{vram}"

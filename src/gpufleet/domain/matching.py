@@ -1,0 +1,109 @@
+"""Which worker may run which job, and why a job waits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from gpufleet.domain.states import Target, WorkerStatus, WorkerType
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """What a job asks of a worker."""
+
+    target: Target
+    gpu_count: int
+    labels: Mapping[str, str]  # values are glob patterns, keys are exact
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a worker offers, and where it stands."""
+
+    worker_id: str
+    name: str
+    status: WorkerStatus
+    gpu_count: int | None  # None: never registered, capabilities unknown
+    labels: Mapping[str, str]
+    is_local: bool
+    worker_type: WorkerType = WorkerType.PERSISTENT
+    spent: bool = False  # an ephemeral worker that has already run its one job
+    current_job_id: str | None = None
+
+
+def labels_match(wanted: Mapping[str, str], have: Mapping[str, str]) -> bool:
+    return all(k in have and fnmatchcase(have[k], pattern) for k, pattern in wanted.items())
+
+
+def label_mismatches(wanted: Mapping[str, str], have: Mapping[str, str]) -> list[str]:
+    out = []
+    for key, pattern in sorted(wanted.items()):
+        if key not in have:
+            out.append(f"has no label {key!r} (wanted {key}={pattern})")
+        elif not fnmatchcase(have[key], pattern):
+            out.append(f"label {key}={have[key]!r} does not match {pattern!r}")
+    return out
+
+
+def _target_allows(target: Target, is_local: bool) -> bool:
+    if target is Target.WORKER:
+        return not is_local
+    if target is Target.LOCAL:
+        return is_local
+    return True
+
+
+def fits(req: Requirement, cap: Capacity) -> bool:
+    """Could this worker ever run the job (ignoring whether it is free now)?"""
+    if not _target_allows(req.target, cap.is_local):
+        return False
+    if cap.gpu_count is not None and cap.gpu_count < req.gpu_count:
+        return False
+    return labels_match(req.labels, cap.labels)
+
+
+def available(cap: Capacity) -> bool:
+    return cap.status is WorkerStatus.IDLE and not cap.spent
+
+
+def can_run_now(req: Requirement, cap: Capacity) -> bool:
+    return available(cap) and cap.gpu_count is not None and fits(req, cap)
+
+
+def choose_worker(req: Requirement, caps: Iterable[Capacity]) -> Capacity | None:
+    """The worker to offer the job to: for `auto`, an idle remote worker beats local.
+
+    Among equals, the smallest worker that fits wins, so big machines stay free for big jobs.
+    """
+    ready = [c for c in caps if can_run_now(req, c)]
+    if not ready:
+        return None
+    return min(ready, key=lambda c: (c.is_local, c.gpu_count or 0, c.worker_id))
+
+
+def reasons_not_running(req: Requirement, cap: Capacity) -> list[str]:
+    """Why this worker does not take the job now, in words an operator can act on."""
+    reasons: list[str] = []
+    if req.target is Target.WORKER and cap.is_local:
+        reasons.append("is the orchestrator's local runner and the job's target is 'worker'")
+    elif req.target is Target.LOCAL and not cap.is_local:
+        reasons.append("is a remote worker and the job's target is 'local'")
+    if cap.gpu_count is None:
+        reasons.append("has never registered, so its GPUs are unknown")
+    elif cap.gpu_count < req.gpu_count:
+        reasons.append(f"has {cap.gpu_count} GPU(s), the job needs {req.gpu_count}")
+    reasons.extend(label_mismatches(req.labels, cap.labels))
+    if cap.status is WorkerStatus.BUSY:
+        job = f" with job {cap.current_job_id}" if cap.current_job_id else ""
+        reasons.append(f"is busy{job}")
+    elif cap.status is WorkerStatus.DRAINING:
+        reasons.append("is draining")
+    elif cap.status is WorkerStatus.OFFLINE:
+        reasons.append("is offline")
+    elif cap.status is WorkerStatus.CONNECTING:
+        reasons.append("is connecting (its event stream is not open)")
+    if cap.spent and cap.status is not WorkerStatus.OFFLINE:
+        reasons.append("is ephemeral and has already run its one job")
+    return reasons

@@ -1,0 +1,32 @@
+"""What an API key may do."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpufleet.errors import InvalidInput
+
+ADMIN_WORKERS = "admin.workers"
+ADMIN_AUDIT = "admin.audit"
+QUEUE_SUBMIT = "queue.submit"
+QUEUE_READ = "queue.read"
+METRICS_READ = "metrics.read"
+ALL = "*"
+
+PERMISSIONS = frozenset({ADMIN_WORKERS, ADMIN_AUDIT, QUEUE_SUBMIT, QUEUE_READ, METRICS_READ, ALL})
+
+
+def allows(granted: Iterable[str], needed: str) -> bool:
+    granted = set(granted)
+    return ALL in granted or needed in granted
+
+
+def check_permissions(requested: Iterable[str]) -> list[str]:
+    perms = sorted(set(requested))
+    unknown = [p for p in perms if p not in PERMISSIONS]
+    if unknown:
+        valid = ", ".join(sorted(PERMISSIONS))
+        raise InvalidInput(f"unknown permission(s) {', '.join(unknown)}; choose from {valid}")
+    if not perms:
+        raise InvalidInput("an API key needs at least one permission")
+    return perms

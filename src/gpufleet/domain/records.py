@@ -1,0 +1,139 @@
+"""Frozen records passed between the store, the services and the routes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpufleet.domain.matching import Capacity, Requirement
+from gpufleet.domain.states import AttemptStatus, JobStatus, Target, WorkerStatus, WorkerType
+
+LOCAL_WORKER_ID = "w_local"
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    id: str
+    name: str
+    status: WorkerStatus
+    worker_type: WorkerType
+    type_set_by_admin: bool
+    labels: dict[str, str]  # what the dispatcher matches: reported labels under admin labels
+    admin_labels: dict[str, str]
+    drained: bool
+    is_local: bool
+    registered: bool
+    gpu_count: int
+    gpu_name: str | None
+    gpu_vram_gb: float | None
+    accelerator_type: str | None
+    capabilities: dict[str, Any]
+    current_job_id: str | None
+    current_attempt_id: str | None
+    stream_owner: str | None
+    jobs_run: int
+    created_at: datetime
+    last_heartbeat: datetime | None
+    connected_at: datetime | None
+    offline_since: datetime | None
+
+    @property
+    def offline(self) -> bool:
+        return self.offline_since is not None
+
+    @property
+    def spent(self) -> bool:
+        return self.worker_type is WorkerType.EPHEMERAL and self.jobs_run >= 1
+
+    def capacity(self) -> Capacity:
+        return Capacity(
+            worker_id=self.id,
+            name=self.name,
+            status=self.status,
+            gpu_count=self.gpu_count if self.registered else None,
+            labels=self.labels,
+            is_local=self.is_local,
+            worker_type=self.worker_type,
+            spent=self.spent,
+            current_job_id=self.current_job_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    status: JobStatus
+    config_name: str | None
+    config: dict[str, Any]
+    target: Target
+    worker_labels: dict[str, str]
+    gpu_count: int
+    priority: int
+    max_retries: int
+    attempts: int
+    current_attempt_id: str | None
+    worker_id: str | None
+    error: str | None
+    exit_code: int | None
+    progress: dict[str, Any] | None
+    submitted_by: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+
+    def requirement(self) -> Requirement:
+        return Requirement(target=self.target, gpu_count=self.gpu_count, labels=self.worker_labels)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    id: str
+    job_id: str
+    worker_id: str
+    number: int
+    status: AttemptStatus
+    offered_at: datetime
+    acknowledged_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    error: str | None
+    exit_code: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    id: str
+    name: str
+    permissions: frozenset[str]
+    created_at: datetime
+    revoked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StoredConfig:
+    name: str
+    body: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    id: int
+    ts: datetime
+    event_type: str
+    actor: str
+    target: str | None
+    client_addr: str | None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    seq: int
+    attempt_id: str
+    stream: str
+    text: str
+    ts: datetime

@@ -1,0 +1,151 @@
+"""Worker, job and attempt lifecycles as explicit transition tables."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from gpufleet.errors import Conflict, InvalidInput
+
+
+class WorkerStatus(StrEnum):
+    CONNECTING = "connecting"
+    IDLE = "idle"
+    BUSY = "busy"
+    DRAINING = "draining"
+    OFFLINE = "offline"
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    OFFERED = "offered"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class AttemptStatus(StrEnum):
+    OFFERED = "offered"  # sent to the worker, not yet acknowledged
+    ACKNOWLEDGED = "acknowledged"  # the worker has it and is starting it
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"  # the job itself failed (exit code, timeout)
+    CANCELLED = "cancelled"
+    LOST = "lost"  # the worker went silent or came back without it
+    WITHDRAWN = "withdrawn"  # never acknowledged within the ack timeout
+
+
+class Target(StrEnum):
+    WORKER = "worker"
+    LOCAL = "local"
+    AUTO = "auto"
+
+
+class WorkerType(StrEnum):
+    PERSISTENT = "persistent"
+    EPHEMERAL = "ephemeral"
+
+
+W = WorkerStatus
+WORKER_TRANSITIONS: dict[WorkerStatus, frozenset[WorkerStatus]] = {
+    W.CONNECTING: frozenset({W.IDLE, W.BUSY, W.DRAINING, W.OFFLINE}),
+    W.IDLE: frozenset({W.BUSY, W.DRAINING, W.OFFLINE, W.CONNECTING}),
+    W.BUSY: frozenset({W.IDLE, W.DRAINING, W.OFFLINE, W.CONNECTING}),
+    W.DRAINING: frozenset({W.IDLE, W.BUSY, W.CONNECTING, W.OFFLINE}),
+    # Coming back from offline goes through registration, which clears a stale stream and job;
+    # the direct moves are listed so that the table covers every status the facts can derive.
+    W.OFFLINE: frozenset({W.CONNECTING, W.DRAINING, W.IDLE, W.BUSY}),
+}
+
+J = JobStatus
+JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    J.QUEUED: frozenset({J.OFFERED, J.CANCELLED}),
+    J.OFFERED: frozenset({J.RUNNING, J.QUEUED, J.COMPLETED, J.FAILED, J.CANCELLED}),
+    J.RUNNING: frozenset({J.QUEUED, J.COMPLETED, J.FAILED, J.CANCELLED}),
+    J.COMPLETED: frozenset(),
+    J.FAILED: frozenset(),
+    J.CANCELLED: frozenset(),
+}
+
+A = AttemptStatus
+ATTEMPT_TRANSITIONS: dict[AttemptStatus, frozenset[AttemptStatus]] = {
+    A.OFFERED: frozenset(
+        {A.ACKNOWLEDGED, A.RUNNING, A.COMPLETED, A.FAILED, A.CANCELLED, A.LOST, A.WITHDRAWN}
+    ),
+    A.ACKNOWLEDGED: frozenset({A.RUNNING, A.COMPLETED, A.FAILED, A.CANCELLED, A.LOST}),
+    A.RUNNING: frozenset({A.COMPLETED, A.FAILED, A.CANCELLED, A.LOST}),
+    A.COMPLETED: frozenset(),
+    A.FAILED: frozenset(),
+    A.CANCELLED: frozenset(),
+    A.LOST: frozenset(),
+    A.WITHDRAWN: frozenset(),
+}
+
+TERMINAL_JOB = frozenset(s for s, nxt in JOB_TRANSITIONS.items() if not nxt)
+ACTIVE_ATTEMPT = frozenset({A.OFFERED, A.ACKNOWLEDGED, A.RUNNING})
+TERMINAL_ATTEMPT = frozenset(s for s, nxt in ATTEMPT_TRANSITIONS.items() if not nxt)
+
+
+def derive_worker_status(
+    *, offline: bool, drained: bool, has_job: bool, stream_open: bool
+) -> WorkerStatus:
+    """A worker's status follows from four facts; storing it is only for queries."""
+    if offline:
+        return W.OFFLINE
+    if drained:
+        return W.DRAINING
+    if has_job:
+        return W.BUSY
+    return W.IDLE if stream_open else W.CONNECTING
+
+
+def can_move_worker(old: WorkerStatus, new: WorkerStatus) -> bool:
+    return old == new or new in WORKER_TRANSITIONS[old]
+
+
+def can_move_job(old: JobStatus, new: JobStatus) -> bool:
+    return new in JOB_TRANSITIONS[old]
+
+
+def can_move_attempt(old: AttemptStatus, new: AttemptStatus) -> bool:
+    return new in ATTEMPT_TRANSITIONS[old]
+
+
+def check_job_move(job_id: str, old: JobStatus, new: JobStatus) -> None:
+    if not can_move_job(old, new):
+        raise Conflict(f"job {job_id} is {old} and cannot become {new}")
+
+
+# What a worker may report about its job, and the attempt status each one means.
+REPORTED_STATUS: dict[str, AttemptStatus] = {
+    "acknowledged": A.ACKNOWLEDGED,
+    "starting": A.ACKNOWLEDGED,  # the SimpleTuner agent's only acknowledgement
+    "running": A.RUNNING,
+    "training": A.RUNNING,  # the SimpleTuner agent's word for running
+    "completed": A.COMPLETED,
+    "failed": A.FAILED,
+    "cancelled": A.CANCELLED,
+}
+
+# The job status that follows from an attempt status, while the attempt is current.
+JOB_FOR_ATTEMPT: dict[AttemptStatus, JobStatus] = {
+    A.OFFERED: J.OFFERED,
+    A.ACKNOWLEDGED: J.OFFERED,
+    A.RUNNING: J.RUNNING,
+    A.COMPLETED: J.COMPLETED,
+    A.FAILED: J.FAILED,
+    A.CANCELLED: J.CANCELLED,
+}
+
+
+def parse_reported_status(value: str) -> AttemptStatus:
+    try:
+        return REPORTED_STATUS[value]
+    except KeyError:
+        allowed = ", ".join(sorted(REPORTED_STATUS))
+        raise InvalidInput(f"unknown job status {value!r}; send one of: {allowed}") from None
+
+
+def retry_after(failure: AttemptStatus) -> bool:
+    """Whether an attempt that ended this way may be retried (while retries remain)."""
+    return failure in (A.FAILED, A.LOST, A.WITHDRAWN)

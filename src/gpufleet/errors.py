@@ -1,0 +1,87 @@
+"""The one exception root of gpufleet, and its tree.
+
+    GpufleetError
+    ├── DomainError                 rules of the fleet (domain/, services)
+    │   ├── InvalidInput            422: the request is well-formed but says something impossible
+    │   ├── NotFound                404: the named worker, job, config or key does not exist
+    │   ├── Conflict                409: the thing exists but is in a state that forbids this
+    │   │   └── NotHolder           409: a worker reported on an attempt it no longer holds
+    │   ├── Unauthenticated         401: no credentials, or credentials we do not recognise
+    │   ├── Forbidden               403: valid credentials without the needed permission
+    │   ├── PayloadTooLarge         413: the body is over the limit
+    │   └── TooManyRequests         429: too many failed authentications from one address
+    ├── StoreError                  the database failed underneath us
+    ├── ConfigurationError          settings that cannot work (bad URL, unreadable data dir)
+    ├── AgentError                  the worker agent cannot go on (see gpufleet.worker)
+    └── ClientError                 the operator CLI cannot talk to the orchestrator (cli/api.py)
+
+The operator CLI turns an HTTP error answer back into the DomainError of its status code.
+
+Every message says what happened and what to do next, in one sentence.
+"""
+
+from __future__ import annotations
+
+
+class GpufleetError(Exception):
+    """Root of every error gpufleet raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class DomainError(GpufleetError):
+    status_code = 400
+
+
+class InvalidInput(DomainError):
+    status_code = 422
+
+
+class NotFound(DomainError):
+    status_code = 404
+
+
+class Conflict(DomainError):
+    status_code = 409
+
+
+class NotHolder(Conflict):
+    """A worker spoke about an attempt that is no longer its own (it was fenced off)."""
+
+
+class Unauthenticated(DomainError):
+    status_code = 401
+
+
+class Forbidden(DomainError):
+    status_code = 403
+
+
+class PayloadTooLarge(DomainError):
+    status_code = 413
+
+
+class TooManyRequests(DomainError):
+    status_code = 429
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StoreError(GpufleetError):
+    """The database failed; the operation was rolled back."""
+
+
+class ConfigurationError(GpufleetError):
+    """Settings that cannot work; the message names the setting to change."""
+
+
+class AgentError(GpufleetError):
+    """The worker agent cannot go on; the message says what the operator should check."""
+
+
+class ClientError(GpufleetError):
+    """The orchestrator is unreachable or failed; the message says what to check."""

@@ -1,0 +1,1 @@
+"""The orchestrator: HTTP and SSE routes, services, and supervised background loops."""

@@ -1,0 +1,134 @@
+"""The orchestrator's ASGI application and its lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gpufleet import __version__
+from gpufleet.server import errors
+from gpufleet.server.context import Context
+from gpufleet.server.local import parse_local_gpus, start_local_runner
+from gpufleet.server.loops import Supervisor
+from gpufleet.server.ratelimit import FailureLimiter
+from gpufleet.server.routes import admin, events, ops, queue, ui, workers
+from gpufleet.server.schemas import ERROR_RESPONSES
+from gpufleet.server.services import audit, auth, dispatch, health, sessions
+from gpufleet.server.settings import ServerSettings
+from gpufleet.store import open_store
+from gpufleet.store.engine import data_dir_writable, default_database_url
+
+log = logging.getLogger("gpufleet.server")
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+class BodyLimit:
+    """Refuse bodies over the limit (413, JSON): before reading when Content-Length says so,
+    and while reading when a chunked body grows past it."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                body = b'{"detail":"request body too large (limit 4 MiB); send less"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 413,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        seen = 0
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:  # FastAPI re-raises this from body parsing
+                    raise HTTPException(413)
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+
+def _die(name: str, exc: BaseException) -> None:
+    log.critical("stopping the orchestrator: background loop %s died (%r)", name, exc)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+StartHook = Callable[[Context, Supervisor], Awaitable[None]]
+
+
+def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -> FastAPI:
+    parse_local_gpus(settings.local_gpus)  # a bad value fails before anything starts
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        data_dir_writable(settings.data_dir)
+        store = await open_store(settings.database_url or default_database_url(settings.data_dir))
+        ctx = Context(
+            settings=settings,
+            store=store,
+            ui_secret=sessions.load_secret(settings.data_dir),
+            audit_key=audit.load_key(settings.audit_key_file or settings.data_dir / "audit.key"),
+            auth_failures=FailureLimiter(settings.auth_failure_limit, settings.auth_failure_window),
+        )
+        app.state.ctx = ctx
+        raw = await auth.bootstrap_admin_key(ctx)
+        if raw and settings.print_admin_key:
+            print(
+                f"gpufleet: created the admin API key (shown once; also in "
+                f"{settings.data_dir / 'admin.token'}):\n  {raw}",
+                flush=True,
+            )
+        await health.reset_streams_after_start(ctx)
+        supervisor = Supervisor(_die)
+        supervisor.every("health", settings.health_interval, lambda: health.health_sweep(ctx))
+        supervisor.every("audit-seal", 1.0, lambda: audit.seal(ctx))
+        supervisor.every(
+            "ack-timeout",
+            min(1.0, settings.ack_timeout / 4),
+            lambda: health.withdraw_unacknowledged_offers(ctx),
+        )
+        await start_local_runner(ctx, supervisor)
+        if on_start is not None:
+            await on_start(ctx, supervisor)
+        await dispatch.dispatch_all(ctx)
+        try:
+            yield {}
+        finally:
+            await supervisor.stop()
+            await store.close()
+
+    app = FastAPI(
+        title="gpufleet orchestrator",
+        version=__version__,
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    for api in (admin.router, workers.router, queue.router, events.router, ops.router):
+        app.include_router(api, responses=ERROR_RESPONSES)
+    app.include_router(ui.router)
+    app.mount("/static", ui.static_files(), name="static")
+    app.add_middleware(BodyLimit)
+    return app

@@ -1,0 +1,83 @@
+"""What every service needs, passed explicitly; and the transaction wrapper they share."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpufleet.server.hub import Hub
+from gpufleet.server.metrics import Metrics, Observation
+from gpufleet.server.ratelimit import FailureLimiter
+from gpufleet.server.settings import ServerSettings
+from gpufleet.store import Queries, Store
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Context:
+    settings: ServerSettings
+    store: Store
+    hub: Hub = field(default_factory=Hub)
+    clock: Callable[[], datetime] = utcnow
+    instance_id: str = field(default_factory=lambda: secrets.token_hex(4))
+    started_at: datetime = field(default_factory=utcnow)
+    audit_key: bytes | None = None
+    auth_failures: FailureLimiter = field(default_factory=lambda: FailureLimiter(20, 60.0))
+    metrics: Metrics = field(default_factory=Metrics)
+    # Signs web UI sessions; the app loads it from <data-dir>/ui-secret so sessions outlive
+    # a restart and any replica on the same data folder accepts them.
+    ui_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+
+
+class Tx:
+    """One write transaction: its queries, its clock reading, and what to notify on commit."""
+
+    def __init__(self, q: Queries, now: datetime) -> None:
+        self.q = q
+        self.now = now
+        self.notify: set[str] = set()
+        self.close: set[str] = set()
+        self.observations: list[Observation] = []
+
+    def observe(self, name: str, value: float = 1.0, *labels: str) -> None:
+        """Record a metric, counted only if this transaction commits."""
+        self.observations.append((name, value, labels))
+
+    async def audit(
+        self,
+        event_type: str,
+        actor: str,
+        target: str | None = None,
+        client: str | None = None,
+        /,
+        **detail: Any,
+    ) -> None:
+        await self.q.insert_audit(
+            {
+                "ts": self.now,
+                "event_type": event_type,
+                "actor": actor,
+                "target": target,
+                "client_addr": client,
+                "detail": detail,
+            }
+        )
+
+
+@contextlib.asynccontextmanager
+async def transaction(ctx: Context) -> AsyncIterator[Tx]:
+    async with ctx.store.write() as q:
+        tx = Tx(q, ctx.clock())
+        yield tx
+    ctx.metrics.apply(tx.observations)
+    for topic in tx.close:
+        ctx.hub.close(topic)
+    for topic in tx.notify:
+        ctx.hub.notify(topic)

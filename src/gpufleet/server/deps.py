@@ -1,0 +1,66 @@
+"""FastAPI dependencies: the context, the caller's address, and who the caller is."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+
+from gpufleet.domain.records import Worker
+from gpufleet.server.context import Context
+from gpufleet.server.services import auth, sessions
+from gpufleet.server.services.auth import Principal
+
+
+def get_ctx(request: Request) -> Context:
+    ctx: Context = request.app.state.ctx
+    return ctx
+
+
+def client_addr(request: Request) -> str | None:
+    return request.client.host if request.client else None
+
+
+Ctx = Annotated[Context, Depends(get_ctx)]
+Client = Annotated[str | None, Depends(client_addr)]
+
+
+def _bearer(value: str | None) -> str | None:
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def require(permission: str) -> Callable[..., Awaitable[Principal]]:
+    async def dependency(
+        request: Request,
+        authorization: Annotated[str | None, Header()] = None,
+        x_api_key: Annotated[str | None, Header()] = None,
+    ) -> Principal:
+        presented = _bearer(authorization) or (x_api_key.strip() if x_api_key else None)
+        cookie = request.cookies.get(sessions.SESSION_COOKIE)
+        if presented is None and cookie:
+            # The web UI calls the same API with its session cookie, CSRF-checked on writes.
+            csrf = request.headers.get(sessions.CSRF_HEADER)
+            return await sessions.authenticate(
+                get_ctx(request), cookie, csrf, request.method, permission
+            )
+        return await auth.authenticate_key(
+            get_ctx(request), presented, permission, client_addr(request)
+        )
+
+    return dependency
+
+
+async def current_worker(
+    request: Request, x_worker_token: Annotated[str | None, Header()] = None
+) -> Worker:
+    action = request.url.path.rsplit("/", 1)[-1]
+    return await auth.authenticate_worker(
+        get_ctx(request), x_worker_token, client_addr(request), action
+    )
+
+
+CurrentWorker = Annotated[Worker, Depends(current_worker)]

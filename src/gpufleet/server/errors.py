@@ -1,0 +1,79 @@
+"""One table maps every error to its HTTP answer: `{"detail": "<what to fix>"}`."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+from gpufleet.errors import DomainError, StoreError, TooManyRequests
+
+log = logging.getLogger("gpufleet.server")
+
+
+def _where(loc: tuple[object, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+async def _domain(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DomainError)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+    if isinstance(exc, TooManyRequests):
+        headers = {"Retry-After": str(math.ceil(exc.retry_after))}
+    return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=headers)
+
+
+async def _validation(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    problems = []
+    for err in exc.errors():
+        where = _where(tuple(err.get("loc", ())))
+        problems.append(f"{where}: {err.get('msg', 'invalid')}")
+    detail = "invalid request: " + "; ".join(problems) + "; fix these fields and send again"
+    return JSONResponse(
+        {
+            "detail": detail,
+            "errors": [
+                {"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")}
+                for e in exc.errors()
+            ],
+        },
+        status_code=422,
+    )
+
+
+async def _http(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    detail = exc.detail
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = "no such endpoint; see /docs for the API"
+    elif exc.status_code == 400 and "parsing the body" in str(detail):
+        detail = "the body could not be read: send UTF-8 JSON with Content-Type application/json"
+    elif exc.status_code == 413:
+        detail = "request body too large (limit 4 MiB); send less"
+    elif exc.status_code == 405:
+        detail = "method not allowed on this endpoint; see /docs for the API"
+    return JSONResponse(
+        {"detail": detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None)
+    )
+
+
+async def _store(_request: Request, exc: Exception) -> JSONResponse:
+    log.error("database error: %s", exc)
+    return JSONResponse(
+        {"detail": "the database is unavailable; retry shortly"},
+        status_code=503,
+        headers={"Retry-After": "2"},
+    )
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(DomainError, _domain)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(HTTPException, _http)
+    app.add_exception_handler(StoreError, _store)

@@ -1,0 +1,83 @@
+"""In-process wake-ups: streams and followers wait on topics; transactions notify them.
+
+Only wake-ups live here, never dispatch state: whoever wakes re-reads the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+
+class Subscription:
+    def __init__(self, hub: Hub, topic: str, *more: str) -> None:
+        self.topic = topic
+        self.topics = (topic, *more)
+        self.fired: set[str] = set()  # topics notified since the last take_fired()
+        self.event = asyncio.Event()
+        self.closed = False
+        self._hub = hub
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait for a notification; False on timeout. Clears the flag for the next round."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self.event.wait()
+        except TimeoutError:
+            return False
+        self.event.clear()
+        return True
+
+    def take_fired(self) -> set[str]:
+        fired, self.fired = self.fired, set()
+        return fired
+
+    def close(self) -> None:
+        self.closed = True
+        self.event.set()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._hub.unsubscribe(self)
+
+
+class Hub:
+    def __init__(self) -> None:
+        self._subs: dict[str, set[Subscription]] = defaultdict(set)
+
+    def subscribe(self, topic: str, *more: str) -> Subscription:
+        """One subscription woken by a notification on any of the topics."""
+        sub = Subscription(self, topic, *more)
+        for name in sub.topics:
+            self._subs[name].add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        for name in sub.topics:
+            subs = self._subs.get(name)
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self._subs[name]
+
+    def notify(self, topic: str) -> None:
+        for sub in self._subs.get(topic, ()):
+            sub.fired.add(topic)
+            sub.event.set()
+
+    def close(self, topic: str) -> None:
+        for sub in list(self._subs.get(topic, ())):
+            sub.close()
+
+    def listeners(self, topic: str) -> int:
+        return len(self._subs.get(topic, ()))
+
+
+def worker_topic(worker_id: str) -> str:
+    return f"worker:{worker_id}"
+
+
+def job_topic(job_id: str) -> str:
+    return f"job:{job_id}"

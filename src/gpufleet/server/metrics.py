@@ -1,0 +1,91 @@
+"""Prometheus metrics of one orchestrator, in its own registry (no process-global state).
+
+Counters and histograms move only when a transaction commits (see `Tx.observe`), so a
+rolled-back claim never counts. Gauges of workers and jobs by status are read from the
+database at scrape time, so every replica reports the whole fleet.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from gpufleet.domain.states import JobStatus, WorkerStatus
+
+_LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+    900,
+    3600,
+)
+
+Observation = tuple[str, float, tuple[str, ...]]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.workers = Gauge("gpufleet_workers", "Workers by status", ["status"], registry=r)
+        self.jobs = Gauge("gpufleet_jobs", "Jobs by status", ["status"], registry=r)
+        self.queue_depth = Gauge("gpufleet_queue_depth", "Jobs waiting to be offered", registry=r)
+        self.dispatch_latency = Histogram(
+            "gpufleet_dispatch_latency_seconds",
+            "From a job becoming queued (submitted or requeued) to its offer",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.time_to_gpu = Histogram(
+            "gpufleet_time_to_gpu_seconds",
+            "From submission to the job running on a worker",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.heartbeats = Counter("gpufleet_heartbeats", "Worker heartbeats received", registry=r)
+        self.requeues = Counter(
+            "gpufleet_requeues", "Jobs put back in the queue, by reason", ["reason"], registry=r
+        )
+        self.auth_failures = Counter(
+            "gpufleet_auth_failures",
+            "Failed authentications, by credential",
+            ["credential"],
+            registry=r,
+        )
+        self._by_name = {
+            "dispatch_latency": self.dispatch_latency,
+            "time_to_gpu": self.time_to_gpu,
+        }
+
+    def apply(self, observations: list[Observation]) -> None:
+        for name, value, labels in observations:
+            if name in self._by_name:
+                self._by_name[name].observe(value)
+            elif name == "requeue":
+                self.requeues.labels(*labels).inc(value)
+            elif name == "heartbeat":
+                self.heartbeats.inc(value)
+            elif name == "auth_failure":
+                self.auth_failures.labels(*labels).inc(value)
+
+    def set_counts(self, workers: dict[str, int], jobs: dict[str, int]) -> None:
+        for status in WorkerStatus:
+            self.workers.labels(status.value).set(workers.get(status.value, 0))
+        for job_status in JobStatus:
+            self.jobs.labels(job_status.value).set(jobs.get(job_status.value, 0))
+        self.queue_depth.set(jobs.get(JobStatus.QUEUED.value, 0))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,1 @@
+"""Thin routes: parse, call one service, map the result."""

@@ -1,0 +1,93 @@
+"""Administration: workers and API keys (`admin.workers`; minting keys needs `*`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from gpufleet.domain.permissions import ADMIN_WORKERS, ALL
+from gpufleet.domain.states import WorkerStatus
+from gpufleet.server.deps import Client, Ctx, require
+from gpufleet.server.schemas import (
+    ApiKeyOut,
+    CreateApiKey,
+    CreatedApiKey,
+    CreatedWorker,
+    CreateWorker,
+    Ok,
+    RotatedToken,
+    WorkerList,
+    WorkerOut,
+)
+from gpufleet.server.services import auth, fleet
+from gpufleet.server.services.auth import Principal
+
+router = APIRouter(prefix="/api/admin", tags=["admin"])
+Admin = Annotated[Principal, Depends(require(ADMIN_WORKERS))]
+Root = Annotated[Principal, Depends(require(ALL))]
+
+
+@router.get("/workers", response_model=WorkerList)
+async def list_workers(
+    ctx: Ctx, who: Admin, status: Annotated[list[WorkerStatus] | None, Query()] = None
+) -> WorkerList:
+    workers = await fleet.list_workers(ctx, [s.value for s in status or []])
+    counts = Counter(w.status.value for w in workers)
+    return WorkerList(
+        workers=[WorkerOut.of(w) for w in workers],
+        counts={s.value: counts.get(s.value, 0) for s in WorkerStatus},
+    )
+
+
+@router.post("/workers", response_model=CreatedWorker, status_code=201)
+async def create_worker(ctx: Ctx, who: Admin, client: Client, body: CreateWorker) -> CreatedWorker:
+    worker, token = await fleet.create_worker(
+        ctx, body.name, body.worker_type, body.labels, who.actor, client
+    )
+    return CreatedWorker(worker_id=worker.id, token=token, name=worker.name)
+
+
+@router.get("/workers/{worker_id}", response_model=WorkerOut)
+async def get_worker(ctx: Ctx, who: Admin, worker_id: str) -> WorkerOut:
+    return WorkerOut.of(await fleet.get_worker(ctx, worker_id))
+
+
+@router.post("/workers/{worker_id}/drain", response_model=WorkerOut)
+async def drain_worker(ctx: Ctx, who: Admin, client: Client, worker_id: str) -> WorkerOut:
+    return WorkerOut.of(await fleet.drain(ctx, worker_id, who.actor, client))
+
+
+@router.post("/workers/{worker_id}/undrain", response_model=WorkerOut)
+async def undrain_worker(ctx: Ctx, who: Admin, client: Client, worker_id: str) -> WorkerOut:
+    return WorkerOut.of(await fleet.undrain(ctx, worker_id, who.actor, client))
+
+
+@router.post("/workers/{worker_id}/token", response_model=RotatedToken)
+async def rotate_token(ctx: Ctx, who: Admin, client: Client, worker_id: str) -> RotatedToken:
+    token = await fleet.rotate_token(ctx, worker_id, who.actor, client)
+    return RotatedToken(worker_id=worker_id, token=token)
+
+
+@router.delete("/workers/{worker_id}", response_model=Ok)
+async def delete_worker(ctx: Ctx, who: Admin, client: Client, worker_id: str) -> Ok:
+    await fleet.delete_worker(ctx, worker_id, who.actor, client)
+    return Ok()
+
+
+@router.get("/api-keys", response_model=list[ApiKeyOut])
+async def list_api_keys(ctx: Ctx, who: Root) -> list[ApiKeyOut]:
+    return [ApiKeyOut.of(k) for k in await auth.list_api_keys(ctx)]
+
+
+@router.post("/api-keys", response_model=CreatedApiKey, status_code=201)
+async def create_api_key(ctx: Ctx, who: Root, client: Client, body: CreateApiKey) -> CreatedApiKey:
+    key, raw = await auth.mint_api_key(ctx, body.name, body.permissions, who.actor, client)
+    return CreatedApiKey(key=raw, **ApiKeyOut.of(key).model_dump())
+
+
+@router.delete("/api-keys/{key_id}", response_model=Ok)
+async def revoke_api_key(ctx: Ctx, who: Root, client: Client, key_id: str) -> Ok:
+    await auth.revoke_api_key(ctx, key_id, who.actor, client)
+    return Ok()

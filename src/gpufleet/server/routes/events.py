@@ -1,0 +1,46 @@
+"""`GET /api/events`: change nudges for live views (the web UI), as Server-Sent Events.
+
+A nudge says only what changed (`workers` or `jobs`); the page re-reads the JSON API, which
+stays the one source of truth. Bursts are coalesced so a busy fleet costs one fetch a tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from starlette.responses import StreamingResponse
+
+from gpufleet.domain.permissions import ADMIN_WORKERS, QUEUE_READ, allows
+from gpufleet.server import sse
+from gpufleet.server.deps import Ctx, require
+from gpufleet.server.hub import Hub
+from gpufleet.server.schemas import SSE_RESPONSE
+from gpufleet.server.services.auth import Principal
+
+router = APIRouter(tags=["events"])
+Reader = Annotated[Principal, Depends(require(QUEUE_READ))]
+COALESCE_SECONDS = 0.5
+
+
+@router.get("/api/events", responses=SSE_RESPONSE)
+async def events(ctx: Ctx, who: Reader) -> StreamingResponse:
+    """`jobs` nudges, and `workers` nudges for keys with `admin.workers`."""
+    topics = ["jobs"]
+    if allows(who.key.permissions, ADMIN_WORKERS):
+        topics.append("workers")
+    return sse.stream(_nudges(ctx.hub, topics))
+
+
+async def _nudges(hub: Hub, topics: list[str]) -> AsyncIterator[bytes]:
+    with hub.subscribe(*topics) as sub:
+        yield b"retry: 2000\n" + sse.frame({"type": "hello", "topics": topics}, event="hello")
+        while not sub.closed:
+            if not await sub.wait(sse.PING_SECONDS):
+                yield sse.ping()
+                continue
+            await asyncio.sleep(COALESCE_SECONDS)
+            for topic in sorted(sub.take_fired()):
+                yield sse.frame({"type": topic}, event=topic)

@@ -1,0 +1,209 @@
+"""The queue (`queue.submit`, `queue.read`), configs, and the audit log (`admin.audit`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Query
+
+from gpufleet.domain.permissions import ADMIN_AUDIT, QUEUE_READ, QUEUE_SUBMIT
+from gpufleet.domain.states import JobStatus, Target
+from gpufleet.server import sse
+from gpufleet.server.deps import Client, Ctx, require
+from gpufleet.server.hub import job_topic
+from gpufleet.server.schemas import (
+    SSE_RESPONSE,
+    AttemptOut,
+    AuditList,
+    AuditOut,
+    AuditVerification,
+    ConfigList,
+    ConfigOut,
+    JobDetail,
+    JobList,
+    JobOut,
+    LogLineOut,
+    LogsOut,
+    Ok,
+    SubmitIn,
+)
+from gpufleet.server.services import audit, queue
+from gpufleet.server.services.auth import Principal
+from gpufleet.server.services.queue import Submission
+from gpufleet.store.queries import AuditFilter, JobFilter
+
+router = APIRouter(tags=["queue"])
+Reader = Annotated[Principal, Depends(require(QUEUE_READ))]
+Submitter = Annotated[Principal, Depends(require(QUEUE_SUBMIT))]
+Auditor = Annotated[Principal, Depends(require(ADMIN_AUDIT))]
+Limit = Annotated[int, Query(ge=1, le=500)]
+Offset = Annotated[int, Query(ge=0, le=1_000_000_000)]
+
+
+@router.post("/api/queue/submit", response_model=JobOut, status_code=201)
+async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> JobOut:
+    sub = Submission(
+        config_name=body.config_name,
+        config=body.config,
+        target=body.target,
+        worker_labels=body.worker_labels,
+        gpu_count=body.gpu_count,
+        priority=body.priority,
+        max_retries=body.max_retries,
+    )
+    return JobOut.of(await queue.submit(ctx, sub, who.actor, client))
+
+
+@router.get("/api/queue", response_model=JobList)
+async def list_jobs(
+    ctx: Ctx,
+    who: Reader,
+    status: Annotated[list[JobStatus] | None, Query()] = None,
+    worker_id: str | None = None,
+    target: Target | None = None,
+    config_name: str | None = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> JobList:
+    f = JobFilter(
+        statuses=[s.value for s in status or []],
+        worker_id=worker_id,
+        target=target.value if target else None,
+        config_name=config_name,
+    )
+    jobs, total = await queue.list_jobs(ctx, f, limit, offset)
+    return JobList(jobs=[JobOut.of(j) for j in jobs], total=total, limit=limit, offset=offset)
+
+
+@router.get("/api/queue/{job_id}", response_model=JobDetail)
+async def get_job(ctx: Ctx, who: Reader, job_id: str) -> JobDetail:
+    view = await queue.view_job(ctx, job_id)
+    return JobDetail(
+        **JobOut.of(view.job).model_dump(),
+        config=view.job.config,
+        attempt_history=[AttemptOut.of(a) for a in view.attempts],
+        waiting=view.waiting,
+    )
+
+
+@router.post("/api/queue/{job_id}/cancel", response_model=JobOut)
+async def cancel_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> JobOut:
+    return JobOut.of(await queue.cancel(ctx, job_id, who.actor, client))
+
+
+@router.get("/api/queue/{job_id}/logs", response_model=LogsOut, responses=SSE_RESPONSE)
+async def job_logs(
+    ctx: Ctx,
+    who: Reader,
+    job_id: str,
+    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
+    follow: bool = False,
+) -> Any:
+    if follow:
+        await queue.get_job(ctx, job_id)  # 404 before the stream starts
+        return sse.stream(_follow(ctx, job_id, after))
+    lines = await queue.read_logs(ctx, job_id, after, limit)
+    return LogsOut(
+        job_id=job_id,
+        lines=[LogLineOut(**vars_of(line)) for line in lines],
+        next_after=lines[-1].seq if lines else after,
+    )
+
+
+def vars_of(line: Any) -> dict[str, Any]:
+    return {
+        "seq": line.seq,
+        "attempt_id": line.attempt_id,
+        "stream": line.stream,
+        "text": line.text,
+        "ts": line.ts,
+    }
+
+
+async def _follow(ctx: Ctx, job_id: str, after: int) -> AsyncIterator[bytes]:
+    """Log lines as they arrive; ends with an `end` event once the job is over."""
+    with ctx.hub.subscribe(job_topic(job_id)) as sub:
+        while True:
+            lines = await queue.read_logs(ctx, job_id, after, 1000)
+            for line in lines:
+                yield sse.frame(
+                    LogLineOut(**vars_of(line)).model_dump(mode="json"),
+                    event="log",
+                    event_id=line.seq,
+                )
+                after = line.seq
+            if len(lines) == 1000:
+                continue
+            job = await queue.get_job(ctx, job_id)
+            if job.status.value in ("completed", "failed", "cancelled"):
+                yield sse.frame({"type": "end", "status": job.status.value}, event="end")
+                return
+            if not await sub.wait(sse.PING_SECONDS):
+                yield sse.ping()
+
+
+@router.get("/api/configs", response_model=ConfigList)
+async def list_configs(ctx: Ctx, who: Reader) -> ConfigList:
+    return ConfigList(configs=[ConfigOut.of(c) for c in await queue.list_configs(ctx)])
+
+
+@router.get("/api/configs/{name}", response_model=ConfigOut)
+async def get_config(ctx: Ctx, who: Reader, name: str) -> ConfigOut:
+    return ConfigOut.of(await queue.get_config(ctx, name))
+
+
+@router.put("/api/configs/{name}", response_model=ConfigOut)
+async def put_config(
+    ctx: Ctx, who: Submitter, client: Client, name: str, body: Annotated[dict[str, Any], Body()]
+) -> ConfigOut:
+    stored, _created = await queue.put_config(ctx, name, body, who.actor, client)
+    return ConfigOut.of(stored)
+
+
+@router.delete("/api/configs/{name}", response_model=Ok)
+async def delete_config(ctx: Ctx, who: Submitter, client: Client, name: str) -> Ok:
+    await queue.delete_config(ctx, name, who.actor, client)
+    return Ok()
+
+
+@router.get("/api/audit/verify", response_model=AuditVerification)
+async def verify_audit(ctx: Ctx, who: Auditor) -> AuditVerification:
+    result = await audit.verify(ctx)
+    broken = result.first_broken
+    return AuditVerification(
+        ok=result.ok,
+        checked=result.checked,
+        unsealed=result.unsealed,
+        first_broken=None
+        if broken is None
+        else {"seq": broken.seq, "event_id": broken.event_id, "reason": broken.reason},
+    )
+
+
+@router.get("/api/audit", response_model=AuditList)
+async def list_audit(
+    ctx: Ctx,
+    who: Auditor,
+    type: str | None = None,
+    actor: str | None = None,
+    target: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> AuditList:
+    f = AuditFilter(
+        event_type=type, actor=actor, target=target, since=_utc(since), until=_utc(until)
+    )
+    events, total = await audit.list_events(ctx, f, limit, offset)
+    return AuditList(
+        events=[AuditOut.of(e) for e in events], total=total, limit=limit, offset=offset
+    )
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """A time without a zone is read as UTC."""
+    return value.replace(tzinfo=UTC) if value and value.tzinfo is None else value

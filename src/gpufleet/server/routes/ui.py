@@ -1,0 +1,231 @@
+"""The web UI: sign-in, and pages that call the same JSON API a script would.
+
+Pages are templates with no data in them; each page's module fetches `/api/...` with the
+session cookie and follows `/api/events`. A page the key lacks the permission for is neither
+linked nor served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from starlette.responses import JSONResponse, RedirectResponse, Response
+
+from gpufleet import __version__
+from gpufleet.domain.permissions import ADMIN_AUDIT, ADMIN_WORKERS, QUEUE_READ, QUEUE_SUBMIT
+from gpufleet.domain.permissions import allows as key_allows
+from gpufleet.errors import Forbidden, InvalidInput, Unauthenticated
+from gpufleet.server.deps import Client, Ctx
+from gpufleet.server.services import sessions
+
+UI_DIR = Path(__file__).resolve().parent.parent / "ui"
+templates = Jinja2Templates(directory=UI_DIR / "templates")
+router = APIRouter(include_in_schema=False)
+
+# Scripts and styles from this origin only: no inline code, nothing from elsewhere.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    path: str
+    title: str
+    permission: str
+
+
+WORKERS = Page("/workers", "Workers", ADMIN_WORKERS)
+TRAIN = Page("/train", "Train", QUEUE_SUBMIT)
+QUEUE = Page("/queue", "Queue", QUEUE_READ)
+AUDIT = Page("/audit", "Audit", ADMIN_AUDIT)
+PAGES = (WORKERS, TRAIN, QUEUE, AUDIT)  # the navigation, in order
+
+
+def static_files() -> StaticFiles:
+    return StaticFiles(directory=UI_DIR / "static")
+
+
+def _render(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
+    return templates.TemplateResponse(
+        request,
+        template,
+        {"version": __version__, **context},
+        status_code=status_code,
+        headers=SECURITY_HEADERS,
+    )
+
+
+def _safe_next(target: str | None) -> str:
+    """Only paths on this site: never `//elsewhere` or `https://elsewhere`."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def _signin_redirect(request: Request) -> RedirectResponse:
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/signin?next={quote(here)}", status_code=303)
+
+
+async def _page(
+    ctx: Ctx, request: Request, page: Page, template: str | None = None, **extra: Any
+) -> Response:
+    principal = await sessions.current(ctx, request.cookies.get(sessions.SESSION_COOKIE))
+    if principal is None:
+        return _signin_redirect(request)
+    perms = principal.key.permissions
+    context: dict[str, Any] = {
+        "page": page,
+        "nav": [p for p in PAGES if key_allows(perms, p.permission)],
+        "key_name": principal.key.name,
+        "can": {p: key_allows(perms, p) for p in (ADMIN_WORKERS, QUEUE_SUBMIT, ADMIN_AUDIT)},
+        **extra,
+    }
+    if not key_allows(perms, page.permission):
+        return _render(request, "forbidden.html", 403, **context)
+    return _render(request, template or f"{page.path.strip('/')}.html", **context)
+
+
+@router.get("/")
+async def home(ctx: Ctx, request: Request) -> Response:
+    principal = await sessions.current(ctx, request.cookies.get(sessions.SESSION_COOKIE))
+    if principal is None:
+        return _signin_redirect(request)
+    first = next((p for p in PAGES if key_allows(principal.key.permissions, p.permission)), None)
+    return RedirectResponse(first.path if first else "/queue", status_code=303)
+
+
+@router.get("/signin")
+async def signin_page(
+    request: Request, target: Annotated[str | None, Query(alias="next")] = None
+) -> Response:
+    return _render(request, "signin.html", next=_safe_next(target), nav=[], page=None)
+
+
+@router.get("/workers")
+async def workers_page(ctx: Ctx, request: Request) -> Response:
+    return await _page(ctx, request, WORKERS)
+
+
+@router.get("/train")
+async def train_page(ctx: Ctx, request: Request) -> Response:
+    return await _page(ctx, request, TRAIN)
+
+
+@router.get("/queue")
+async def queue_page(ctx: Ctx, request: Request) -> Response:
+    return await _page(ctx, request, QUEUE)
+
+
+@router.get("/queue/{job_id}")
+async def job_page(ctx: Ctx, request: Request, job_id: str) -> Response:
+    return await _page(ctx, request, QUEUE, "job.html", job_id=job_id)
+
+
+@router.get("/audit")
+async def audit_page(ctx: Ctx, request: Request) -> Response:
+    return await _page(ctx, request, AUDIT)
+
+
+# ---- the session ------------------------------------------------------------------------
+
+
+def _same_origin(request: Request) -> bool:
+    """A browser names the page that sent a POST; refuse sign-ins from other sites."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True  # not a browser's cross-site POST: scripts and same-origin forms
+    return origin != "null" and urlsplit(origin).netloc == request.headers.get("host")
+
+
+async def _credentials(request: Request) -> tuple[str | None, str | None, bool]:
+    """(api key, next page, came from an HTML form) from a JSON or urlencoded body."""
+    body = await request.body()
+    if request.headers.get("content-type", "").startswith("application/json"):
+        try:
+            data = orjson.loads(body or b"{}")
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput('the body is not JSON; send {"api_key": "..."}') from exc
+        if not isinstance(data, dict):
+            raise InvalidInput('send a JSON object: {"api_key": "..."}')
+        key, target = data.get("api_key"), data.get("next")
+        return (
+            key.strip() if isinstance(key, str) else None,
+            target if isinstance(target, str) else None,
+            False,
+        )
+    try:
+        form = parse_qs(body.decode(errors="replace"), max_num_fields=8)
+    except ValueError as exc:
+        raise InvalidInput("too many form fields; send api_key and next only") from exc
+    keys, targets = form.get("api_key", []), form.get("next", [])
+    return (keys[0].strip() or None if keys else None), (targets[0] if targets else None), True
+
+
+@router.post("/ui/session")
+async def sign_in(ctx: Ctx, client: Client, request: Request) -> Response:
+    """Exchange an API key for an HttpOnly, SameSite=Strict session cookie."""
+    if not _same_origin(request):
+        raise Forbidden("sign-in from another site refused; open the orchestrator's own page")
+    presented, target, from_form = await _credentials(request)
+    target = _safe_next(target)
+    try:
+        session = await sessions.sign_in(ctx, presented, client)
+    except Unauthenticated as exc:
+        if not from_form:
+            raise
+        return _render(
+            request, "signin.html", 401, next=target, nav=[], page=None, error=exc.message
+        )
+    response: Response = (
+        RedirectResponse(target, status_code=303)
+        if from_form
+        else JSONResponse({"ok": True, "next": target})
+    )
+    secure = request.url.scheme == "https"
+    response.set_cookie(
+        sessions.SESSION_COOKIE,
+        session.cookie,
+        max_age=session.max_age,
+        httponly=True,
+        samesite="strict",
+        secure=secure,
+        path="/",
+    )
+    response.set_cookie(
+        sessions.CSRF_COOKIE,
+        session.csrf,
+        max_age=session.max_age,
+        httponly=False,  # the page's script echoes it in the X-CSRF-Token header
+        samesite="strict",
+        secure=secure,
+        path="/",
+    )
+    return response
+
+
+@router.delete("/ui/session")
+async def sign_out(ctx: Ctx, request: Request) -> Response:
+    cookie = request.cookies.get(sessions.SESSION_COOKIE)
+    if cookie and await sessions.current(ctx, cookie) is not None:
+        csrf = request.headers.get(sessions.CSRF_HEADER)
+        await sessions.authenticate(ctx, cookie, csrf, request.method, None)
+    response = JSONResponse({"ok": True, "next": "/signin"})
+    response.delete_cookie(sessions.SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+    response.delete_cookie(sessions.CSRF_COOKIE, path="/", samesite="strict")
+    return response

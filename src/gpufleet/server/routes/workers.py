@@ -1,0 +1,178 @@
+"""The worker API (`X-Worker-Token`): register, stream, heartbeat, report, disconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Query, Request
+from starlette.responses import StreamingResponse
+
+from gpufleet.server import sse
+from gpufleet.server.deps import Client, Ctx, CurrentWorker
+from gpufleet.server.hub import worker_topic
+from gpufleet.server.schemas import (
+    SSE_RESPONSE,
+    HeartbeatIn,
+    HeartbeatOut,
+    LogsIn,
+    Ok,
+    RegisterIn,
+    RegisterOut,
+    StatusIn,
+    StatusOut,
+    WorkerIdIn,
+)
+from gpufleet.server.services import fleet, reports
+from gpufleet.server.services.fleet import Registration
+from gpufleet.server.services.reports import StatusReport
+
+router = APIRouter(prefix="/api/workers", tags=["workers"])
+
+
+def _registration(body: RegisterIn) -> Registration:
+    info = body.gpu_info
+    persistent = body.persistent
+    if persistent is None and body.worker_type is not None:
+        persistent = body.worker_type.value == "persistent"
+    extra = body.model_dump(
+        include={"gpus", "driver_version", "cuda_version", "cpu_cores", "ram_gb", "agent"},
+        exclude_none=True,
+    )
+    if info is not None and info.driver:
+        extra.setdefault("driver_version", info.driver)
+    return Registration(
+        name=body.name,
+        persistent=persistent,
+        gpu_count=body.gpu_count if body.gpu_count is not None else (info.count if info else 0),
+        gpu_name=body.gpu_name or (info.name if info else None),
+        gpu_vram_gb=body.gpu_vram_gb
+        if body.gpu_vram_gb is not None
+        else (info.vram_gb if info else None),
+        accelerator_type=body.accelerator_type
+        or (info.accelerator if info else None)
+        or ("cpu" if (body.gpu_count or (info.count if info else 0)) == 0 else None),
+        labels=body.labels,
+        current_job_id=body.current_job_id,
+        current_attempt_id=body.current_attempt_id,
+        extra=extra,
+    )
+
+
+@router.post("/register", response_model=RegisterOut)
+async def register(
+    ctx: Ctx, worker: CurrentWorker, client: Client, body: RegisterIn
+) -> RegisterOut:
+    answer = await fleet.register(ctx, worker, _registration(body), client)
+    w = answer.worker
+    return RegisterOut(
+        worker_id=w.id,
+        name=w.name,
+        status=w.status.value,
+        labels=w.labels,
+        heartbeat_interval=ctx.settings.heartbeat_interval,
+        resume_job=answer.resume_job,
+        abandon_job=answer.abandon_job,
+    )
+
+
+@router.get("/stream", responses=SSE_RESPONSE)
+async def stream(
+    ctx: Ctx,
+    worker: CurrentWorker,
+    request: Request,
+    worker_id: Annotated[str | None, Query()] = None,
+) -> StreamingResponse:
+    fleet.check_self(worker, worker_id)
+    owner = f"{ctx.instance_id}:{secrets.token_hex(4)}"
+    ctx.hub.close(worker_topic(worker.id))  # one stream per worker: the newest wins
+    sub = ctx.hub.subscribe(worker_topic(worker.id))
+    try:
+        await fleet.stream_opened(ctx, worker, owner)
+    except BaseException:
+        ctx.hub.unsubscribe(sub)
+        raise
+
+    async def events() -> AsyncIterator[bytes]:
+        sent: dict[str, float] = {}
+        loop = asyncio.get_running_loop()
+        tick = min(sse.PING_SECONDS, ctx.settings.ack_timeout / 3)
+        last_write = loop.time()
+        woke = True
+        try:
+            with sub:
+                yield sse.frame({"type": "connected", "worker_id": worker.id}, event="connected")
+                while not sub.closed:
+                    # Every change that makes an event notifies this topic: a quiet stream
+                    # reads the database only while an offer it sent may need sending again.
+                    if woke or _resend_due(sent, loop.time(), ctx.settings.ack_timeout):
+                        for event in await fleet.pending_events(ctx, worker.id, sent, loop.time()):
+                            yield sse.frame(event, event=event["type"])
+                            last_write = loop.time()
+                    woke = await sub.wait(tick)
+                    if not sub.closed and loop.time() - last_write >= sse.PING_SECONDS:
+                        yield sse.ping()
+                        last_write = loop.time()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await fleet.stream_closed(ctx, worker.id, owner)
+
+    return sse.stream(events())
+
+
+def _resend_due(sent: dict[str, float], now: float, ack_timeout: float) -> bool:
+    """Whether an offer sent less than an ack timeout ago may still be unacknowledged."""
+    for attempt_id, at in list(sent.items()):
+        if now - at >= ack_timeout:
+            del sent[attempt_id]  # withdrawn by now, or long acknowledged
+    return bool(sent)
+
+
+@router.post("/heartbeat", response_model=HeartbeatOut)
+async def heartbeat(ctx: Ctx, worker: CurrentWorker, body: HeartbeatIn) -> HeartbeatOut:
+    w = await fleet.heartbeat(ctx, worker, body.worker_id, body.current_job_id)
+    return HeartbeatOut(ok=True, status=w.status.value, draining=w.drained)
+
+
+@router.post("/job/{job_id}/status", response_model=StatusOut)
+async def job_status(ctx: Ctx, worker: CurrentWorker, job_id: str, body: StatusIn) -> StatusOut:
+    report = StatusReport(
+        status=body.status,
+        attempt_id=body.attempt_id,
+        error=body.error,
+        exit_code=body.exit_code,
+        progress=body.progress,
+    )
+    status = await reports.report_status(ctx, worker, job_id, report)
+    return StatusOut(ok=True, job_status=status.value)
+
+
+@router.post("/job/{job_id}/logs", response_model=Ok)
+async def job_logs(ctx: Ctx, worker: CurrentWorker, job_id: str, body: LogsIn) -> Ok:
+    await reports.append_logs(
+        ctx,
+        worker,
+        job_id,
+        body.attempt_id,
+        [(line.stream, line.text) for line in body.lines],
+        first=body.first,
+    )
+    return Ok()
+
+
+@router.get("/queue")
+async def queue_check(
+    ctx: Ctx, worker: CurrentWorker, worker_id: Annotated[str | None, Query()] = None
+) -> dict[str, bool]:
+    return {"has_jobs": await fleet.has_jobs(ctx, worker, worker_id)}
+
+
+@router.post("/disconnect", response_model=Ok)
+async def disconnect(
+    ctx: Ctx, worker: CurrentWorker, client: Client, body: WorkerIdIn | None = None
+) -> Ok:
+    await fleet.disconnect(ctx, worker, body.worker_id if body else None, client)
+    return Ok()

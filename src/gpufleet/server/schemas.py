@@ -1,0 +1,407 @@
+"""Request and response bodies at the HTTP edge (pydantic), and their mapping to records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpufleet.domain.records import ApiKey, Attempt, AuditEvent, Job, StoredConfig, Worker
+from gpufleet.domain.states import Target, WorkerType
+
+Name = Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Lenient(BaseModel):
+    """Worker bodies: agents of other versions may send fields we do not know."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+# ---- admin ------------------------------------------------------------------------------
+
+
+class CreateWorker(Strict):
+    name: str = Name
+    worker_type: WorkerType | None = None
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+
+
+class CreatedWorker(BaseModel):
+    worker_id: str
+    token: str
+    name: str
+
+
+class RotatedToken(BaseModel):
+    worker_id: str
+    token: str
+
+
+class WorkerOut(BaseModel):
+    id: str
+    name: str
+    status: str
+    worker_type: str
+    gpu_count: int
+    gpu_name: str | None
+    gpu_vram_gb: float | None
+    accelerator_type: str | None
+    labels: dict[str, str]
+    admin_labels: dict[str, str]
+    last_heartbeat: datetime | None
+    current_job_id: str | None
+    drained: bool
+    is_local: bool
+    registered: bool
+    jobs_run: int
+    created_at: datetime
+    connected_at: datetime | None
+    offline_since: datetime | None
+    capabilities: dict[str, Any]
+
+    @classmethod
+    def of(cls, w: Worker) -> WorkerOut:
+        return cls(
+            id=w.id,
+            name=w.name,
+            status=w.status.value,
+            worker_type=w.worker_type.value,
+            gpu_count=w.gpu_count,
+            gpu_name=w.gpu_name,
+            gpu_vram_gb=w.gpu_vram_gb,
+            accelerator_type=w.accelerator_type,
+            labels=w.labels,
+            admin_labels=w.admin_labels,
+            last_heartbeat=w.last_heartbeat,
+            current_job_id=w.current_job_id,
+            drained=w.drained,
+            is_local=w.is_local,
+            registered=w.registered,
+            jobs_run=w.jobs_run,
+            created_at=w.created_at,
+            connected_at=w.connected_at,
+            offline_since=w.offline_since,
+            capabilities=w.capabilities,
+        )
+
+
+class WorkerList(BaseModel):
+    workers: list[WorkerOut]
+    counts: dict[str, int]
+
+
+class CreateApiKey(Strict):
+    name: str = Name
+    permissions: list[str] = Field(min_length=1, max_length=8)
+
+
+class ApiKeyOut(BaseModel):
+    id: str
+    name: str
+    permissions: list[str]
+    created_at: datetime
+    revoked: bool
+
+    @classmethod
+    def of(cls, k: ApiKey) -> ApiKeyOut:
+        return cls(
+            id=k.id,
+            name=k.name,
+            permissions=sorted(k.permissions),
+            created_at=k.created_at,
+            revoked=k.revoked,
+        )
+
+
+class CreatedApiKey(ApiKeyOut):
+    key: str
+
+
+# ---- worker -----------------------------------------------------------------------------
+
+
+class GpuInfo(Lenient):
+    """The SimpleTuner agent's capability shape."""
+
+    name: str | None = Field(None, max_length=256)
+    vram_gb: float | None = Field(None, ge=0)
+    count: int = Field(0, ge=0, le=1024)
+    driver: str | None = Field(None, max_length=128)
+    accelerator: str | None = Field(None, max_length=32)
+
+
+class RegisterIn(Lenient):
+    name: str | None = Field(None, max_length=128)
+    persistent: bool | None = None
+    worker_type: WorkerType | None = None
+    gpu_count: int | None = Field(None, ge=0, le=1024)
+    gpu_name: str | None = Field(None, max_length=256)
+    gpu_vram_gb: float | None = Field(None, ge=0)
+    accelerator_type: str | None = Field(None, max_length=32)
+    gpu_info: GpuInfo | None = None
+    gpus: list[dict[str, Any]] = Field(default_factory=list, max_length=1024)
+    driver_version: str | None = Field(None, max_length=128)
+    cuda_version: str | None = Field(None, max_length=64)
+    cpu_cores: int | None = Field(None, ge=0)
+    ram_gb: float | None = Field(None, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    current_job_id: str | None = Field(None, max_length=64)
+    current_attempt_id: str | None = Field(None, max_length=64)
+    agent: str | None = Field(None, max_length=128)
+
+
+class RegisterOut(BaseModel):
+    worker_id: str
+    name: str
+    status: str
+    labels: dict[str, str]
+    heartbeat_interval: float
+    resume_job: dict[str, str] | None
+    abandon_job: bool
+
+
+class HeartbeatIn(Lenient):
+    worker_id: str | None = None
+    status: str | None = None
+    current_job_id: str | None = Field(None, max_length=64)
+    current_attempt_id: str | None = Field(None, max_length=64)
+
+
+class HeartbeatOut(BaseModel):
+    ok: bool
+    status: str
+    draining: bool
+
+
+class StatusIn(Lenient):
+    status: str = Field(min_length=1, max_length=32)
+    attempt_id: str | None = Field(None, max_length=64)
+    error: str | None = Field(None, max_length=100_000)
+    exit_code: int | None = None
+    progress: dict[str, Any] | None = None
+
+
+class StatusOut(BaseModel):
+    ok: bool
+    job_status: str
+
+
+class LogLineIn(Lenient):
+    stream: Literal["stdout", "stderr"] = "stdout"
+    text: str = Field(max_length=65_536)
+
+
+class LogsIn(Lenient):
+    attempt_id: str | None = Field(None, max_length=64)
+    # Index of the first line in the attempt's output: a re-sent batch is stored once.
+    first: int | None = Field(None, ge=0, le=2**40)
+    lines: list[LogLineIn] = Field(max_length=1000)
+
+
+class WorkerIdIn(Lenient):
+    worker_id: str | None = None
+
+
+# ---- queue ------------------------------------------------------------------------------
+
+
+class SubmitIn(Strict):
+    config_name: str | None = Field(None, max_length=128)
+    config: dict[str, Any] | None = None
+    target: Target = Target.WORKER
+    worker_labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    gpu_count: int | None = Field(None, ge=0, le=1024)
+    priority: int = Field(0, ge=-1000, le=1000)
+    max_retries: int = Field(3, ge=0, le=100)
+
+
+class AttemptOut(BaseModel):
+    id: str
+    number: int
+    worker_id: str
+    status: str
+    offered_at: datetime
+    acknowledged_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    error: str | None
+    exit_code: int | None
+
+    @classmethod
+    def of(cls, a: Attempt) -> AttemptOut:
+        return cls(
+            id=a.id,
+            number=a.number,
+            worker_id=a.worker_id,
+            status=a.status.value,
+            offered_at=a.offered_at,
+            acknowledged_at=a.acknowledged_at,
+            started_at=a.started_at,
+            ended_at=a.ended_at,
+            error=a.error,
+            exit_code=a.exit_code,
+        )
+
+
+class JobOut(BaseModel):
+    id: str
+    job_id: str
+    status: str
+    config_name: str | None
+    target: str
+    worker_labels: dict[str, str]
+    gpu_count: int
+    priority: int
+    max_retries: int
+    attempts: int
+    current_attempt_id: str | None
+    worker_id: str | None
+    error: str | None
+    exit_code: int | None
+    progress: dict[str, Any] | None
+    submitted_by: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+
+    @classmethod
+    def of(cls, j: Job) -> JobOut:
+        return cls(
+            id=j.id,
+            job_id=j.id,
+            status=j.status.value,
+            config_name=j.config_name,
+            target=j.target.value,
+            worker_labels=j.worker_labels,
+            gpu_count=j.gpu_count,
+            priority=j.priority,
+            max_retries=j.max_retries,
+            attempts=j.attempts,
+            current_attempt_id=j.current_attempt_id,
+            worker_id=j.worker_id,
+            error=j.error,
+            exit_code=j.exit_code,
+            progress=j.progress,
+            submitted_by=j.submitted_by,
+            created_at=j.created_at,
+            updated_at=j.updated_at,
+            started_at=j.started_at,
+            ended_at=j.ended_at,
+        )
+
+
+class JobDetail(JobOut):
+    config: dict[str, Any]
+    attempt_history: list[AttemptOut]
+    waiting: dict[str, Any] | None
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class LogLineOut(BaseModel):
+    seq: int
+    attempt_id: str
+    stream: str
+    text: str
+    ts: datetime
+
+
+class LogsOut(BaseModel):
+    job_id: str
+    lines: list[LogLineOut]
+    next_after: int
+
+
+class ConfigOut(BaseModel):
+    name: str
+    config: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, c: StoredConfig) -> ConfigOut:
+        return cls(name=c.name, config=c.body, created_at=c.created_at, updated_at=c.updated_at)
+
+
+class ConfigList(BaseModel):
+    configs: list[ConfigOut]
+
+
+class AuditOut(BaseModel):
+    id: int
+    ts: datetime
+    event_type: str
+    actor: str
+    target: str | None
+    client_addr: str | None
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, e: AuditEvent) -> AuditOut:
+        return cls(
+            id=e.id,
+            ts=e.ts,
+            event_type=e.event_type,
+            actor=e.actor,
+            target=e.target,
+            client_addr=e.client_addr,
+            detail=e.detail,
+        )
+
+
+class AuditList(BaseModel):
+    events: list[AuditOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class AuditVerification(BaseModel):
+    ok: bool
+    checked: int  # sealed entries whose MAC was recomputed
+    unsealed: int  # entries written but not yet chained
+    first_broken: dict[str, Any] | None
+
+
+class ErrorOut(BaseModel):
+    detail: str  # what happened and what to do next
+
+
+class ValidationErrorOut(ErrorOut):
+    errors: list[dict[str, Any]] = Field(default_factory=list)  # field by field, when known
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "The body could not be read as JSON"},
+    401: {"model": ErrorOut, "description": "No valid credentials"},
+    403: {"model": ErrorOut, "description": "The credentials lack the permission"},
+    404: {"model": ErrorOut, "description": "No such worker, job, config or key"},
+    409: {"model": ErrorOut, "description": "The current state forbids this"},
+    413: {"model": ErrorOut, "description": "The body is over 4 MiB"},
+    422: {"model": ValidationErrorOut, "description": "The input says something impossible"},
+    429: {"model": ErrorOut, "description": "Too many failed authentications"},
+}
+
+
+SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "JSON, or with follow / on the stream endpoints Server-Sent Events",
+        "content": {"text/event-stream": {"schema": {"type": "object"}}},
+    }
+}
+
+
+class Ok(BaseModel):
+    ok: bool = True

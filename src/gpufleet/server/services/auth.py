@@ -1,0 +1,148 @@
+"""Who is calling: API keys for people and scripts, worker tokens for workers."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from gpufleet.domain.permissions import ALL, allows, check_permissions
+from gpufleet.domain.records import ApiKey, Worker
+from gpufleet.domain.secrets import hash_secret, new_api_key, new_id, same_hash
+from gpufleet.errors import Forbidden, NotFound, TooManyRequests, Unauthenticated
+from gpufleet.server.context import Context, transaction
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    key: ApiKey
+
+    @property
+    def actor(self) -> str:
+        return f"key:{self.key.id}"
+
+
+def _check_not_locked_out(ctx: Context, client: str | None) -> None:
+    wait = ctx.auth_failures.retry_after(client)
+    if wait > 0:
+        raise TooManyRequests(
+            f"too many failed authentications from {client}; try again in {math.ceil(wait)} s "
+            "with a valid key or token",
+            retry_after=wait,
+        )
+
+
+async def _auth_failed(
+    ctx: Context,
+    kind: str,
+    client: str | None,
+    why: str,
+    event: str = "auth.failed",
+    **detail: str,
+) -> None:
+    reached = ctx.auth_failures.failed(client)
+    async with transaction(ctx) as tx:
+        tx.observe("auth_failure", 1.0, kind)
+        await tx.audit(event, "anonymous", None, client, credential=kind, reason=why, **detail)
+        if reached:
+            await tx.audit(
+                "auth.rate_limited",
+                "system",
+                None,
+                client,
+                limit=ctx.auth_failures.limit,
+                window_s=ctx.auth_failures.window,
+            )
+
+
+async def authenticate_key(
+    ctx: Context, presented: str | None, needed: str | None, client: str | None
+) -> Principal:
+    """The key's principal; `needed=None` accepts any valid key (signing in to the web UI)."""
+    _check_not_locked_out(ctx, client)
+    if not presented:
+        raise Unauthenticated(
+            "no API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>' "
+            "(the admin key is in <data-dir>/admin.token)"
+        )
+    async with ctx.store.read() as q:
+        found = await q.api_key_for_hash(hash_secret(presented))
+    if found is None or not same_hash(found[0], presented):
+        await _auth_failed(ctx, "api_key", client, "unknown or revoked key")
+        raise Unauthenticated("invalid API key: it is unknown or was revoked; use a valid key")
+    return permit(found[1], needed)
+
+
+def permit(key: ApiKey, needed: str | None) -> Principal:
+    if needed is not None and not allows(key.permissions, needed):
+        raise Forbidden(f"this API key lacks the '{needed}' permission; use a key that has it")
+    return Principal(key)
+
+
+async def authenticate_worker(
+    ctx: Context, presented: str | None, client: str | None, action: str
+) -> Worker:
+    _check_not_locked_out(ctx, client)
+    if not presented:
+        raise Unauthenticated("no worker token: send the 'X-Worker-Token' header")
+    token = presented.strip()
+    async with ctx.store.read() as q:
+        found = await q.worker_for_token(hash_secret(token))
+    if found is None or not same_hash(found[0], token):
+        event = "worker.register_failed" if action == "register" else "auth.failed"
+        await _auth_failed(ctx, "worker_token", client, "invalid token", event, action=action)
+        raise Unauthenticated(
+            "invalid token: it may have been rotated (request a new one) or contain whitespace"
+        )
+    return found[1]
+
+
+async def mint_api_key(
+    ctx: Context, name: str, permissions: list[str], actor: str, client: str | None = None
+) -> tuple[ApiKey, str]:
+    perms = check_permissions(permissions)
+    raw = new_api_key()
+    key_id = new_id("k")
+    async with transaction(ctx) as tx:
+        await tx.q.insert_api_key(
+            {
+                "id": key_id,
+                "name": name,
+                "key_hash": hash_secret(raw),
+                "permissions": perms,
+                "created_at": tx.now,
+                "created_by": actor,
+            }
+        )
+        await tx.audit("apikey.created", actor, key_id, client, name=name, permissions=perms)
+        key = ApiKey(
+            id=key_id, name=name, permissions=frozenset(perms), created_at=tx.now, revoked=False
+        )
+    return key, raw
+
+
+async def list_api_keys(ctx: Context) -> list[ApiKey]:
+    async with ctx.store.read() as q:
+        return await q.list_api_keys()
+
+
+async def revoke_api_key(ctx: Context, key_id: str, actor: str, client: str | None) -> None:
+    async with transaction(ctx) as tx:
+        if not await tx.q.revoke_api_key(key_id, tx.now):
+            raise NotFound(f"no active API key {key_id}; list keys with GET /api/admin/api-keys")
+        await tx.audit("apikey.revoked", actor, key_id, client)
+
+
+async def bootstrap_admin_key(ctx: Context) -> str | None:
+    """On first start, mint the admin key and leave it in <data-dir>/admin.token (0600)."""
+    async with ctx.store.read() as q:
+        if await q.count_api_keys():
+            return None
+    _key, raw = await mint_api_key(ctx, "admin", [ALL], actor="system")
+    path = ctx.settings.data_dir / "admin.token"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(raw + "\n")
+    os.chmod(path, 0o600)
+    return raw

@@ -1,0 +1,165 @@
+"""Dispatch: pair queued jobs with idle workers, one attempt per offer.
+
+Dispatch runs on every event that can make a match. After each pass no queued job matches
+an idle worker, so a new job only needs the idle workers, and a newly idle worker only
+needs the queue. The health loop runs a full pass as a safety net.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+from gpufleet.domain.matching import choose_worker, fits
+from gpufleet.domain.records import Job, Worker
+from gpufleet.domain.secrets import new_id
+from gpufleet.domain.states import AttemptStatus, JobStatus, Target, WorkerStatus
+from gpufleet.server.context import Context, Tx, transaction
+from gpufleet.server.hub import job_topic, worker_topic
+from gpufleet.server.services.lifecycle import SYSTEM
+
+_PAGE = 200
+_RACE_RETRIES = 5
+
+
+class ClaimLost(Exception):
+    """Another dispatch took the job or the worker first; the transaction rolls back."""
+
+
+async def claim(tx: Tx, job: Job, worker: Worker) -> str:
+    """Offer the job to the worker: a new attempt, the job offered, the worker busy.
+
+    Both rows move by compare-and-set (job still queued, worker still idle), so concurrent
+    dispatches, in one process on PostgreSQL or across replicas, never double-book.
+    """
+    attempt_id = new_id("a")
+    number = job.attempts + 1
+    took_worker = await tx.q.claim_worker(
+        worker.id,
+        {
+            "status": WorkerStatus.BUSY.value,
+            "current_job_id": job.id,
+            "current_attempt_id": attempt_id,
+        },
+    )
+    took_job = took_worker and await tx.q.claim_job(
+        job.id,
+        {
+            "status": JobStatus.OFFERED.value,
+            "attempts": number,
+            "current_attempt_id": attempt_id,
+            "worker_id": worker.id,
+            "updated_at": tx.now,
+        },
+    )
+    if not took_job:
+        raise ClaimLost
+    await tx.q.insert_attempt(
+        {
+            "id": attempt_id,
+            "job_id": job.id,
+            "worker_id": worker.id,
+            "number": number,
+            "status": AttemptStatus.OFFERED.value,
+            "offered_at": tx.now,
+        }
+    )
+    await tx.audit("worker.status_changed", SYSTEM, worker.id, old="idle", new="busy")
+    tx.observe("dispatch_latency", max(0.0, (tx.now - job.updated_at).total_seconds()))
+    await tx.audit(
+        "job.dispatched",
+        SYSTEM,
+        job.id,
+        worker_id=worker.id,
+        attempt_id=attempt_id,
+        attempt=number,
+    )
+    await tx.audit("job.status_changed", SYSTEM, job.id, old="queued", new="offered")
+    tx.notify.update({worker_topic(worker.id), job_topic(job.id), "jobs", "workers"})
+    return attempt_id
+
+
+async def _retrying(attempt: Callable[[], Awaitable[bool]]) -> bool:
+    """Run a dispatch step again when a concurrent dispatch won a race."""
+    for _ in range(_RACE_RETRIES):
+        try:
+            return await attempt()
+        except ClaimLost:
+            continue
+    return False
+
+
+async def dispatch_job(ctx: Context, job_id: str) -> bool:
+    """Offer one queued job to the best idle worker, if any fits."""
+    return await _retrying(lambda: _dispatch_job(ctx, job_id))
+
+
+async def _dispatch_job(ctx: Context, job_id: str) -> bool:
+    async with transaction(ctx) as tx:
+        job = await tx.q.get_job(job_id, lock=True)
+        if job is None or job.status is not JobStatus.QUEUED:
+            return False
+        idle = await tx.q.idle_workers()
+        chosen = choose_worker(job.requirement(), [w.capacity() for w in idle])
+        if chosen is None:
+            return False
+        worker = next(w for w in idle if w.id == chosen.worker_id)
+        return bool(await claim(tx, job, worker))
+
+
+async def dispatch_worker(ctx: Context, worker_id: str) -> bool:
+    """Give a newly idle worker the first queued job it can run, by priority then age.
+
+    A remote worker takes `auto` jobs too; the local runner takes `local` and `auto` jobs,
+    but an `auto` job goes local only when no idle remote worker fits it.
+    """
+    return await _retrying(lambda: _dispatch_worker(ctx, worker_id))
+
+
+async def _dispatch_worker(ctx: Context, worker_id: str) -> bool:
+    async with transaction(ctx) as tx:
+        worker = await tx.q.get_worker(worker_id, lock=True)
+        if worker is None:
+            return False
+        cap = worker.capacity()
+        if not (cap.status.value == "idle" and not cap.spent):
+            return False
+        targets = (
+            [Target.LOCAL.value, Target.AUTO.value]
+            if worker.is_local
+            else [Target.WORKER.value, Target.AUTO.value]
+        )
+        remote_idle = (
+            [w.capacity() for w in await tx.q.idle_workers() if not w.is_local]
+            if worker.is_local
+            else []
+        )
+        after: tuple[int, datetime, str] | None = None
+        while True:
+            page = await tx.q.queued_jobs(
+                max_gpus=worker.gpu_count,
+                targets=targets,
+                after=after,
+                limit=_PAGE,
+            )
+            for job in page:
+                req = job.requirement()
+                if not fits(req, cap):
+                    continue
+                if job.target is Target.AUTO and remote_idle and choose_worker(req, remote_idle):
+                    continue  # a remote worker will take it
+                return bool(await claim(tx, job, worker))
+            if len(page) < _PAGE:
+                return False
+            last = page[-1]
+            after = (last.priority, last.created_at, last.id)
+
+
+async def dispatch_all(ctx: Context) -> int:
+    """Full pass: every idle worker looks at the queue. Returns the number of offers."""
+    async with ctx.store.read() as q:
+        idle = [w.id for w in await q.idle_workers()]
+    offers = 0
+    for worker_id in sorted(idle, key=lambda w: w == "w_local"):
+        offers += await dispatch_worker(ctx, worker_id)
+    return offers

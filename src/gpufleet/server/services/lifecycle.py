@@ -1,0 +1,174 @@
+"""Moving workers, jobs and attempts through their transition tables inside one transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.domain.records import Attempt, Job, Worker
+from gpufleet.domain.states import (
+    ACTIVE_ATTEMPT,
+    AttemptStatus,
+    JobStatus,
+    WorkerStatus,
+    can_move_attempt,
+    can_move_worker,
+    check_job_move,
+    derive_worker_status,
+)
+from gpufleet.errors import Conflict
+from gpufleet.server.context import Tx
+from gpufleet.server.hub import job_topic, worker_topic
+
+SYSTEM = "system"
+MAX_UNACKNOWLEDGED_OFFERS = 5  # withdrawn offers a job may have beyond its retries
+
+
+async def save_worker(tx: Tx, worker: Worker, actor: str = SYSTEM, **changes: Any) -> WorkerStatus:
+    """Apply changes to a worker and re-derive its status from the facts."""
+
+    def fact(name: str, current: Any) -> Any:
+        return changes.get(name, current)
+
+    status = derive_worker_status(
+        offline=fact("offline_since", worker.offline_since) is not None,
+        drained=fact("drained", worker.drained),
+        has_job=fact("current_attempt_id", worker.current_attempt_id) is not None,
+        stream_open=fact("stream_owner", worker.stream_owner) is not None,
+    )
+    if not can_move_worker(worker.status, status):
+        raise Conflict(f"worker {worker.id} cannot go from {worker.status} to {status}")
+    await tx.q.update_worker(worker.id, status=status.value, **changes)
+    tx.notify.add("workers")  # live views (the web UI's event stream) re-read the fleet
+    if status is not worker.status:
+        await tx.audit(
+            "worker.status_changed", actor, worker.id, old=worker.status.value, new=status.value
+        )
+    return status
+
+
+async def move_job(tx: Tx, job: Job, new: JobStatus, actor: str = SYSTEM, **values: Any) -> None:
+    check_job_move(job.id, job.status, new)
+    await tx.q.update_job(job.id, status=new.value, updated_at=tx.now, **values)
+    await tx.audit("job.status_changed", actor, job.id, old=job.status.value, new=new.value)
+    tx.notify.add(job_topic(job.id))
+    tx.notify.add("jobs")
+
+
+async def move_attempt(tx: Tx, attempt: Attempt, new: AttemptStatus, **values: Any) -> None:
+    if not can_move_attempt(attempt.status, new):
+        raise Conflict(f"attempt {attempt.id} is {attempt.status} and cannot become {new}")
+    if new not in ACTIVE_ATTEMPT:
+        values.setdefault("ended_at", tx.now)
+    await tx.q.update_attempt(attempt.id, status=new.value, **values)
+
+
+async def release_worker(tx: Tx, worker_id: str, attempt: Attempt) -> bool:
+    """Free the worker that held this attempt; True if it was still holding it."""
+    worker = await tx.q.get_worker(worker_id, lock=True)
+    if worker is None or worker.current_attempt_id != attempt.id:
+        return False
+    ran = attempt.acknowledged_at is not None or attempt.status in (
+        AttemptStatus.ACKNOWLEDGED,
+        AttemptStatus.RUNNING,
+        AttemptStatus.COMPLETED,
+        AttemptStatus.FAILED,
+        AttemptStatus.CANCELLED,
+    )
+    await save_worker(
+        tx,
+        worker,
+        current_job_id=None,
+        current_attempt_id=None,
+        jobs_run=worker.jobs_run + (1 if ran else 0),
+    )
+    tx.notify.add(worker_topic(worker.id))
+    return True
+
+
+async def end_attempt(
+    tx: Tx,
+    job: Job,
+    attempt: Attempt,
+    outcome: AttemptStatus,
+    *,
+    error: str | None = None,
+    exit_code: int | None = None,
+    release: bool = True,
+) -> JobStatus:
+    """End the job's current attempt; the job completes, is requeued, or fails for good.
+
+    Returns the job's new status. `release` frees the worker at once; a cancel by the user
+    keeps the worker busy until it confirms the process is gone.
+    """
+    await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code)
+    if release:
+        await release_worker(tx, attempt.worker_id, attempt)
+    await tx.audit(
+        "attempt.ended",
+        SYSTEM,
+        job.id,
+        attempt_id=attempt.id,
+        worker_id=attempt.worker_id,
+        outcome=outcome.value,
+        error=error,
+        exit_code=exit_code,
+    )
+    if outcome is AttemptStatus.COMPLETED:
+        await move_job(
+            tx,
+            job,
+            JobStatus.COMPLETED,
+            ended_at=tx.now,
+            exit_code=exit_code or 0,
+            error=None,
+            current_attempt_id=attempt.id,
+        )
+        return JobStatus.COMPLETED
+    if outcome is AttemptStatus.CANCELLED and not release:
+        await move_job(tx, job, JobStatus.CANCELLED, ended_at=tx.now)
+        return JobStatus.CANCELLED
+    reason = error or outcome.value
+    history = await tx.q.attempts_for_job(job.id)
+    unacknowledged = sum(1 for a in history if a.status is AttemptStatus.WITHDRAWN)
+    # An offer the worker never acknowledged never ran: it does not spend a retry, but a
+    # job no worker ever acknowledges still ends.
+    ran = job.attempts - unacknowledged
+    if ran < job.max_retries + 1 and unacknowledged <= MAX_UNACKNOWLEDGED_OFFERS:
+        tx.observe("requeue", 1.0, outcome.value)
+        await move_job(
+            tx,
+            job,
+            JobStatus.QUEUED,
+            current_attempt_id=None,
+            worker_id=None,
+            error=f"attempt {attempt.number} {outcome.value}: {reason}",
+            exit_code=exit_code,
+        )
+        return JobStatus.QUEUED
+    if unacknowledged > MAX_UNACKNOWLEDGED_OFFERS:
+        why = (
+            f"{reason} (offered {unacknowledged} times without an acknowledgement; check "
+            "that the workers receive their event streams)"
+        )
+    else:
+        why = f"{reason} (attempt {ran} of {job.max_retries + 1}; no retries left)"
+    await move_job(tx, job, JobStatus.FAILED, ended_at=tx.now, exit_code=exit_code, error=why)
+    return JobStatus.FAILED
+
+
+async def lose_current_attempt(tx: Tx, worker: Worker, why: str) -> str | None:
+    """The worker no longer has its job: withdraw or lose the attempt. Returns the job id."""
+    if worker.current_attempt_id is None:
+        return None
+    attempt = await tx.q.get_attempt(worker.current_attempt_id)
+    if attempt is None or attempt.status not in ACTIVE_ATTEMPT:
+        return None
+    job = await tx.q.get_job(attempt.job_id, lock=True)
+    if job is None or job.current_attempt_id != attempt.id:
+        await move_attempt(tx, attempt, AttemptStatus.LOST, error=why)
+        return None
+    outcome = (
+        AttemptStatus.WITHDRAWN if attempt.status is AttemptStatus.OFFERED else AttemptStatus.LOST
+    )
+    await end_attempt(tx, job, attempt, outcome, error=why)
+    return job.id

@@ -1,0 +1,22 @@
+"""What operations tooling reads: readiness and metrics."""
+
+from __future__ import annotations
+
+from gpufleet.server.context import Context
+
+
+async def ready(ctx: Context) -> tuple[bool, str]:
+    try:
+        if not await ctx.store.schema_is_current():
+            return False, "the database schema is behind: restart a server to migrate it"
+    except Exception as exc:  # whatever stops the database answering means not ready
+        return False, f"the database does not answer: {exc.__class__.__name__}"
+    return True, "ready"
+
+
+async def metrics(ctx: Context) -> bytes:
+    async with ctx.store.read() as q:
+        workers = await q.count_workers_by_status()
+        jobs = await q.count_jobs_by_status()
+    ctx.metrics.set_counts(workers, jobs)
+    return ctx.metrics.render()

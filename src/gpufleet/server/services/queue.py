@@ -1,0 +1,252 @@
+"""The queue: configs, submissions, cancellation, and what a client can read back."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.domain.jobspec import (
+    MAX_CONFIG_BYTES,
+    check_config,
+    check_config_name,
+    config_gpu_count,
+)
+from gpufleet.domain.matching import Requirement, fits, reasons_not_running
+from gpufleet.domain.records import Attempt, Job, LogLine, StoredConfig, Worker
+from gpufleet.domain.secrets import new_id
+from gpufleet.domain.states import ACTIVE_ATTEMPT, AttemptStatus, JobStatus, Target
+from gpufleet.errors import Conflict, InvalidInput, NotFound
+from gpufleet.server.context import Context, transaction
+from gpufleet.server.hub import worker_topic
+from gpufleet.server.local import parse_local_gpus
+from gpufleet.server.services import dispatch
+from gpufleet.server.services.fleet import check_labels
+from gpufleet.server.services.lifecycle import end_attempt, move_job
+from gpufleet.store.queries import JobFilter
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    config_name: str | None
+    config: dict[str, Any] | None
+    target: Target
+    worker_labels: dict[str, str]
+    gpu_count: int | None
+    priority: int
+    max_retries: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    job: Job
+    attempts: list[Attempt]
+    waiting: dict[str, Any] | None
+
+
+# ---- configs ----------------------------------------------------------------------------
+
+
+async def put_config(
+    ctx: Context, name: str, body: Any, actor: str, client: str | None
+) -> tuple[StoredConfig, bool]:
+    check_config_name(name)
+    body = check_config(body)
+    if len(json.dumps(body)) > MAX_CONFIG_BYTES:
+        raise InvalidInput(f"config {name!r} is larger than 1 MB; keep data out of configs")
+    async with transaction(ctx) as tx:
+        created = await tx.q.put_config(name, body, tx.now)
+        await tx.audit("config.created" if created else "config.updated", actor, name, client)
+        stored = await tx.q.get_config(name)
+    assert stored is not None
+    return stored, created
+
+
+async def get_config(ctx: Context, name: str) -> StoredConfig:
+    async with ctx.store.read() as q:
+        stored = await q.get_config(name)
+    if stored is None:
+        raise NotFound(f"no config named {name!r}; store one with PUT /api/configs/{name}")
+    return stored
+
+
+async def list_configs(ctx: Context) -> list[StoredConfig]:
+    async with ctx.store.read() as q:
+        return await q.list_configs()
+
+
+async def delete_config(ctx: Context, name: str, actor: str, client: str | None) -> None:
+    async with transaction(ctx) as tx:
+        if not await tx.q.delete_config(name):
+            raise NotFound(f"no config named {name!r}; list configs with GET /api/configs")
+        await tx.audit("config.deleted", actor, name, client)
+
+
+# ---- submit -----------------------------------------------------------------------------
+
+
+def _never_satisfiable(req: Requirement, workers: list[Worker], local_on: bool) -> str | None:
+    """Why no worker, present or to come through a created token, could run this."""
+    workers = [w for w in workers if local_on or not w.is_local]
+    if req.target is Target.LOCAL and not local_on:
+        return (
+            "target 'local' needs the orchestrator's local runner, which is off; start the "
+            "server with --local-gpus auto, or submit with target 'worker'"
+        )
+    candidates = [w for w in workers if fits(req, w.capacity())]
+    if candidates:
+        return None
+    wanted = [f"{req.gpu_count} GPU(s)"] + [f"{k}={v}" for k, v in sorted(req.labels.items())]
+    scope = {"worker": "remote worker", "local": "local runner", "auto": "worker"}[req.target]
+    return (
+        f"no {scope} can ever run this job: none has {', '.join(wanted)}; create a worker "
+        "that matches (POST /api/admin/workers) or relax gpu_count / worker_labels"
+    )
+
+
+async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) -> Job:
+    if (sub.config is None) == (sub.config_name is None):
+        raise InvalidInput("send exactly one of 'config_name' (a stored config) or 'config'")
+    if sub.config_name is not None:
+        config = (await get_config(ctx, sub.config_name)).body
+    else:
+        config = check_config(sub.config)
+    gpu_count = sub.gpu_count if sub.gpu_count is not None else config_gpu_count(config)
+    labels = check_labels(sub.worker_labels)
+    req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels)
+    job_id = new_id("j")
+    async with transaction(ctx) as tx:
+        local_on, _gpus = parse_local_gpus(ctx.settings.local_gpus)
+        why = _never_satisfiable(req, await tx.q.list_workers(), local_on)
+        if why:
+            raise InvalidInput(why)
+        await tx.q.insert_job(
+            {
+                "id": job_id,
+                "status": JobStatus.QUEUED.value,
+                "config_name": sub.config_name,
+                "config": config,
+                "target": sub.target.value,
+                "worker_labels": labels,
+                "gpu_count": gpu_count,
+                "priority": sub.priority,
+                "max_retries": sub.max_retries,
+                "attempts": 0,
+                "submitted_by": actor,
+                "created_at": tx.now,
+                "updated_at": tx.now,
+            }
+        )
+        await tx.audit(
+            "job.submitted",
+            actor,
+            job_id,
+            client,
+            config_name=sub.config_name,
+            target=sub.target.value,
+            gpu_count=gpu_count,
+            labels=labels,
+            priority=sub.priority,
+        )
+        tx.notify.add("jobs")
+    await dispatch.dispatch_job(ctx, job_id)
+    return await get_job(ctx, job_id)
+
+
+# ---- read -------------------------------------------------------------------------------
+
+
+async def get_job(ctx: Context, job_id: str) -> Job:
+    async with ctx.store.read() as q:
+        job = await q.get_job(job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}; list jobs with GET /api/queue")
+    return job
+
+
+async def view_job(ctx: Context, job_id: str) -> JobView:
+    async with ctx.store.read() as q:
+        job = await q.get_job(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id}; list jobs with GET /api/queue")
+        attempts = await q.attempts_for_job(job_id)
+        waiting = None
+        if job.status is JobStatus.QUEUED:
+            waiting = explain_wait(job, await q.list_workers())
+    return JobView(job=job, attempts=attempts, waiting=waiting)
+
+
+def explain_wait(job: Job, workers: list[Worker]) -> dict[str, Any]:
+    req = job.requirement()
+    rows = []
+    for w in workers:
+        reasons = reasons_not_running(req, w.capacity())
+        rows.append(
+            {
+                "worker_id": w.id,
+                "name": w.name,
+                "status": w.status.value,
+                "reasons": reasons or ["matches: the job is about to be offered to it"],
+            }
+        )
+    if not workers:
+        summary = "no workers exist; create one with POST /api/admin/workers"
+    elif any(fits(req, w.capacity()) for w in workers):
+        summary = "every worker that could run it is busy, draining, offline or connecting"
+    else:
+        summary = "no worker matches the job's target, GPU count and labels"
+    return {"summary": summary, "workers": rows}
+
+
+async def list_jobs(ctx: Context, f: JobFilter, limit: int, offset: int) -> tuple[list[Job], int]:
+    for status in f.statuses:
+        if status not in JobStatus.__members__.values():
+            allowed = ", ".join(s.value for s in JobStatus)
+            raise InvalidInput(f"unknown job status {status!r}; use one of: {allowed}")
+    async with ctx.store.read() as q:
+        return await q.list_jobs(f, limit, offset)
+
+
+async def read_logs(ctx: Context, job_id: str, after: int, limit: int) -> list[LogLine]:
+    async with ctx.store.read() as q:
+        if await q.get_job(job_id) is None:
+            raise NotFound(f"no job {job_id}; list jobs with GET /api/queue")
+        return await q.read_logs(job_id, after, limit)
+
+
+# ---- cancel -----------------------------------------------------------------------------
+
+
+async def cancel(ctx: Context, job_id: str, actor: str, client: str | None) -> Job:
+    async with transaction(ctx) as tx:
+        job = await tx.q.get_job(job_id, lock=True)
+        if job is None:
+            raise NotFound(f"no job {job_id}; list jobs with GET /api/queue")
+        if job.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
+            raise Conflict(f"job {job_id} is already {job.status.value}; nothing to cancel")
+        attempt = await tx.q.get_attempt(job.current_attempt_id) if job.current_attempt_id else None
+        if attempt is not None and attempt.status in ACTIVE_ATTEMPT:
+            # The worker stays busy until it confirms the process is gone.
+            await end_attempt(
+                tx,
+                job,
+                attempt,
+                AttemptStatus.CANCELLED,
+                error=f"cancelled by {actor}",
+                release=False,
+            )
+            await tx.q.push_event(
+                attempt.worker_id,
+                {
+                    "type": "job_cancel",
+                    "job_id": job.id,
+                    "attempt_id": attempt.id,
+                    "reason": "cancelled by the user",
+                },
+                tx.now,
+            )
+            tx.notify.add(worker_topic(attempt.worker_id))
+        else:
+            await move_job(tx, job, JobStatus.CANCELLED, actor, ended_at=tx.now)
+        await tx.audit("job.cancelled", actor, job.id, client)
+    return await get_job(ctx, job_id)

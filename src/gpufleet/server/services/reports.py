@@ -1,0 +1,190 @@
+"""What a worker reports about its job: status, progress and logs, fenced by attempt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.domain.records import Attempt, Job, Worker
+from gpufleet.domain.states import (
+    ACTIVE_ATTEMPT,
+    AttemptStatus,
+    JobStatus,
+    parse_reported_status,
+)
+from gpufleet.errors import Forbidden, NotFound, NotHolder
+from gpufleet.server.context import Context, Tx, transaction
+from gpufleet.server.hub import job_topic, worker_topic
+from gpufleet.server.services import dispatch
+from gpufleet.server.services.lifecycle import end_attempt, move_attempt, move_job, release_worker
+
+MAX_ERROR_CHARS = 8_000
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    status: str
+    attempt_id: str | None
+    error: str | None
+    exit_code: int | None
+    progress: dict[str, Any] | None
+
+
+async def _holder(
+    tx: Tx, worker: Worker, job_id: str, attempt_id: str | None
+) -> tuple[Job, Attempt | None, bool]:
+    """The job, the attempt the worker speaks of, and whether it is the live, current one."""
+    job = await tx.q.get_job(job_id, lock=True)
+    if job is None:
+        raise NotFound(f"no job {job_id}; it may have been deleted")
+    wanted = attempt_id or (job.current_attempt_id if job.worker_id == worker.id else None)
+    if wanted is None:
+        wanted = worker.current_attempt_id
+    attempt = await tx.q.get_attempt(wanted) if wanted else None
+    if attempt is not None and (attempt.worker_id != worker.id or attempt.job_id != job.id):
+        attempt = None
+    if attempt is None and not any(
+        a.worker_id == worker.id for a in await tx.q.attempts_for_job(job.id)
+    ):
+        raise Forbidden(
+            f"job {job.id} was never offered to worker {worker.id}; a worker token speaks "
+            "only for its own jobs"
+        )
+    live = (
+        attempt is not None
+        and attempt.id == job.current_attempt_id
+        and attempt.status in ACTIVE_ATTEMPT
+    )
+    return job, attempt, live
+
+
+async def _refuse(ctx: Context, worker: Worker, job: Job, attempt: Attempt | None) -> NotHolder:
+    async with transaction(ctx) as tx:
+        await tx.q.push_event(
+            worker.id,
+            {
+                "type": "job_cancel",
+                "job_id": job.id,
+                "attempt_id": attempt.id if attempt else None,
+                "reason": "this worker no longer holds the job",
+            },
+            tx.now,
+        )
+        await tx.audit(
+            "job.report_refused",
+            f"worker:{worker.id}",
+            job.id,
+            attempt_id=attempt.id if attempt else None,
+            job_status=job.status.value,
+        )
+        tx.notify.add(worker_topic(worker.id))
+    return NotHolder(
+        f"worker {worker.id} no longer holds job {job.id} (it is {job.status.value}"
+        f"{', on another attempt' if job.current_attempt_id else ''}); stop the job"
+    )
+
+
+async def report_status(
+    ctx: Context, worker: Worker, job_id: str, report: StatusReport
+) -> JobStatus:
+    new = parse_reported_status(report.status)
+    error = report.error[-MAX_ERROR_CHARS:] if report.error else None
+    refused: tuple[Job, Attempt | None] | None = None
+    freed = requeued = False
+    async with transaction(ctx) as tx:
+        worker = await tx.q.get_worker(worker.id, lock=True) or worker
+        job, attempt, live = await _holder(tx, worker, job_id, report.attempt_id)
+        if not live:
+            if attempt is not None and (attempt.status is new or new is AttemptStatus.CANCELLED):
+                # A repeat of a final report, or the confirmation of a cancel: release.
+                freed = await release_worker(tx, worker.id, attempt)
+            else:
+                refused = (job, attempt)
+        else:
+            assert attempt is not None
+            result = await _apply(tx, job, attempt, new, error, report)
+            freed = result in (
+                JobStatus.COMPLETED,
+                JobStatus.FAILED,
+                JobStatus.QUEUED,
+                JobStatus.CANCELLED,
+            )
+            requeued = result is JobStatus.QUEUED
+            job = await tx.q.get_job(job_id) or job
+    if refused is not None:
+        raise await _refuse(ctx, worker, *refused)
+    if requeued:
+        await dispatch.dispatch_job(ctx, job_id)
+    if freed:
+        await dispatch.dispatch_worker(ctx, worker.id)
+    return job.status
+
+
+async def _apply(
+    tx: Tx, job: Job, attempt: Attempt, new: AttemptStatus, error: str | None, report: StatusReport
+) -> JobStatus:
+    if new in (AttemptStatus.ACKNOWLEDGED, AttemptStatus.RUNNING):
+        if new is AttemptStatus.ACKNOWLEDGED and attempt.status is not AttemptStatus.OFFERED:
+            return job.status  # a repeated acknowledgement
+        if attempt.status is not new:
+            stamp = "acknowledged_at" if new is AttemptStatus.ACKNOWLEDGED else "started_at"
+            values: dict[str, Any] = {stamp: tx.now}
+            if new is AttemptStatus.RUNNING and attempt.acknowledged_at is None:
+                values["acknowledged_at"] = tx.now
+            await move_attempt(tx, attempt, new, **values)
+        if new is AttemptStatus.RUNNING:
+            progress: dict[str, Any] = (
+                {"progress": report.progress} if report.progress is not None else {}
+            )
+            if job.status is JobStatus.OFFERED:
+                await move_job(tx, job, JobStatus.RUNNING, started_at=tx.now, **progress)
+                tx.observe("time_to_gpu", max(0.0, (tx.now - job.created_at).total_seconds()))
+            elif progress:
+                await tx.q.update_job(job.id, updated_at=tx.now, **progress)
+                tx.notify.update({job_topic(job.id), "jobs"})
+            return JobStatus.RUNNING
+        return job.status
+    if report.progress is not None:
+        await tx.q.update_job(job.id, progress=report.progress)
+    if new is AttemptStatus.FAILED and error is None:
+        lines = await tx.q.last_log_lines(attempt.id, 20)
+        code = f"exited with code {report.exit_code}" if report.exit_code is not None else "failed"
+        error = "\n".join([code, *lines]) if lines else code
+    if new is AttemptStatus.CANCELLED:
+        error = error or "cancelled on the worker"
+    return await end_attempt(tx, job, attempt, new, error=error, exit_code=report.exit_code)
+
+
+async def append_logs(
+    ctx: Context,
+    worker: Worker,
+    job_id: str,
+    attempt_id: str | None,
+    lines: list[tuple[str, str]],
+    first: int | None = None,
+) -> int:
+    refused: tuple[Job, Attempt | None] | None = None
+    async with transaction(ctx) as tx:
+        job, attempt, live = await _holder(tx, worker, job_id, attempt_id)
+        if not live or attempt is None:
+            refused = (job, attempt)
+        else:
+            if first is not None:  # skip what an earlier delivery of this batch stored
+                held = await tx.q.count_logs(attempt.id)
+                lines = lines[max(0, held - first) :]
+            await tx.q.insert_logs(
+                [
+                    {
+                        "job_id": job.id,
+                        "attempt_id": attempt.id,
+                        "stream": stream,
+                        "text": text,
+                        "ts": tx.now,
+                    }
+                    for stream, text in lines
+                ]
+            )
+            tx.notify.add(job_topic(job.id))
+    if refused is not None:
+        raise await _refuse(ctx, worker, *refused)
+    return len(lines)

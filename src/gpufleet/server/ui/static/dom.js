@@ -1,0 +1,173 @@
+// Small DOM helpers: elements built from data (never HTML strings), times that tick,
+// badges that say their status in words, and the confirmation dialog.
+
+export function h(tag, props = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(props || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "class") el.className = value;
+    else if (name === "text") el.textContent = value;
+    else if (name === "dataset") Object.assign(el.dataset, value);
+    else if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
+    else el.setAttribute(name, value === true ? "" : value);
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    if (Array.isArray(child)) append(el, child);
+    else el.append(child instanceof Node ? child : String(child));
+  }
+}
+
+export const $ = (selector, root = document) => root.querySelector(selector);
+
+export function badge(status) {
+  return h("span", { class: `badge status-${status}`, text: status });
+}
+
+export function labels(map) {
+  const entries = Object.entries(map || {});
+  if (!entries.length) return h("span", { class: "muted", text: "—" });
+  return entries.map(([k, v]) => h("span", { class: "label", text: `${k}=${v}` }));
+}
+
+export function parseLabels(text) {
+  const out = {};
+  for (const raw of text.split(/[\n,]/)) {
+    const line = raw.trim();
+    if (!line) continue;
+    const at = line.indexOf("=");
+    if (at <= 0) throw new Error(`label "${line}" is not key=value; write one key=value a line`);
+    out[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+  }
+  return out;
+}
+
+// A progress bar with its numbers in words: `{step, total}` as the worker relays it.
+export function progress(p) {
+  if (!p || p.step === undefined || p.step === null) return h("span", { class: "muted", text: "—" });
+  if (!p.total) return h("span", { class: "progress-text", text: `step ${p.step}` });
+  const pct = Math.min(100, Math.round((100 * p.step) / p.total));
+  return h("div", {},
+    h("progress", { max: p.total, value: p.step, "aria-label": `${pct}% done` }),
+    h("div", { class: "progress-text", text: `${p.step} / ${p.total} (${pct}%)` }));
+}
+
+// ---- times -------------------------------------------------------------------------------
+
+export function duration(seconds) {
+  if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return "—";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${s % 60} s`;
+  const hours = Math.floor(m / 60);
+  if (hours < 48) return `${hours} h ${m % 60} min`;
+  return `${Math.floor(hours / 24)} d ${hours % 24} h`;
+}
+
+const secondsSince = (iso) => (Date.now() - Date.parse(iso)) / 1000;
+
+// "12 s ago", kept current by the clock below.
+export function ago(iso) {
+  if (!iso) return h("span", { class: "muted", text: "never" });
+  return h("time", { datetime: iso, title: new Date(iso).toLocaleString(), dataset: { ago: iso } },
+    `${duration(secondsSince(iso))} ago`);
+}
+
+// The time from `from` to `to`; while `to` is open, it keeps counting.
+export function span(from, to) {
+  if (!from) return h("span", { class: "muted", text: "—" });
+  if (to) return h("span", { text: duration((Date.parse(to) - Date.parse(from)) / 1000) });
+  return h("span", { dataset: { since: from } }, duration(secondsSince(from)));
+}
+
+export function when(iso) {
+  if (!iso) return h("span", { class: "muted", text: "—" });
+  const d = new Date(iso);
+  const local = new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString();
+  return h("time", { datetime: iso, title: iso }, `${local.slice(0, 10)} ${local.slice(11, 19)}`);
+}
+
+let clock = null;
+export function startClock() {
+  if (clock) return;
+  clock = setInterval(() => {
+    for (const el of document.querySelectorAll("[data-ago]")) {
+      el.textContent = `${duration(secondsSince(el.dataset.ago))} ago`;
+    }
+    for (const el of document.querySelectorAll("[data-since]")) {
+      el.textContent = duration(secondsSince(el.dataset.since));
+    }
+  }, 1000);
+}
+
+// ---- feedback ------------------------------------------------------------------------------
+
+export function showError(target, err) {
+  target.textContent = err ? err.message || String(err) : "";
+}
+
+// Disable the button while the work runs, so a double click does not do it twice.
+export async function busy(button, work) {
+  button.disabled = true;
+  try {
+    return await work();
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// Resolves true when the user confirms in the page's #confirm dialog.
+export function confirmDialog(title, text, yesLabel) {
+  const dialog = $("#confirm");
+  $("#confirm-title", dialog).textContent = title;
+  $("#confirm-text", dialog).textContent = text;
+  const yes = $("#confirm-yes", dialog);
+  yes.textContent = yesLabel;
+  return new Promise((resolve) => {
+    const done = (answer) => {
+      yes.removeEventListener("click", onYes);
+      dialog.removeEventListener("close", onClose);
+      if (dialog.open) dialog.close();
+      resolve(answer);
+    };
+    const onYes = () => done(true);
+    const onClose = () => done(false);
+    yes.addEventListener("click", onYes);
+    dialog.addEventListener("close", onClose);
+    dialog.showModal();
+  });
+}
+
+// Buttons marked data-close close their dialog.
+export function wireDialogs() {
+  for (const button of document.querySelectorAll("dialog [data-close]")) {
+    button.addEventListener("click", () => button.closest("dialog").close());
+  }
+}
+
+// Runs `work` one at a time; calls while it runs fold into one more run after it.
+export function serial(work) {
+  let running = false;
+  let again = false;
+  return async function run() {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    try {
+      do {
+        again = false;
+        await work();
+      } while (again);
+    } finally {
+      running = false;
+    }
+  };
+}

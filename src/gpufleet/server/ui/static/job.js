@@ -1,0 +1,137 @@
+// One job: its facts, progress and metrics, why it waits, its attempts, and its logs as
+// they arrive (GET /api/queue/{id}/logs?follow=true: `log` events, then `end`).
+import { get, post } from "./api.js";
+import {
+  $, badge, busy, confirmDialog, h, progress, serial, showError, span, startClock, when, wireDialogs,
+} from "./dom.js";
+import { live } from "./live.js";
+import "./nav.js";
+
+const root = $("#job");
+const jobId = root.dataset.jobId;
+const canCancel = root.dataset.canCancel === "true";
+const error = $("#error");
+const FINAL = new Set(["completed", "failed", "cancelled"]);
+
+function facts(j) {
+  const pairs = [
+    ["Status", badge(j.status)],
+    ["Target", j.target],
+    ["Config", j.config_name || "inline"],
+    ["Worker", j.worker_id ? h("span", { class: "mono", text: j.worker_id }) : "—"],
+    ["GPUs", String(j.gpu_count)],
+    ["Labels", Object.entries(j.worker_labels).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
+    ["Priority", String(j.priority)],
+    ["Attempts", `${j.attempts} of ${j.max_retries + 1}`],
+    ["Submitted", when(j.created_at)],
+    ["By", j.submitted_by || "—"],
+    ["Waited", span(j.created_at, j.started_at || (FINAL.has(j.status) ? j.ended_at : null))],
+    ["Ran", span(j.started_at, j.ended_at)],
+  ];
+  if (j.exit_code !== null) pairs.push(["Exit code", String(j.exit_code)]);
+  if (j.error) pairs.push(["Error", h("pre", { class: "mono", text: j.error })]);
+  return pairs.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", {}, v)]);
+}
+
+function progressView(p) {
+  if (!p) return [h("p", { class: "muted", text: "No progress reported yet." })];
+  const metrics = Object.entries(p.metrics || {});
+  return [
+    progress(p),
+    metrics.length
+      ? h("dl", { class: "facts", id: "metrics" },
+        metrics.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { class: "mono", text: String(v) })]))
+      : null,
+  ];
+}
+
+function attemptRow(a) {
+  return h("tr", {},
+    h("td", { "data-label": "#", text: String(a.number) }),
+    h("td", { "data-label": "Attempt", class: "mono", text: a.id }),
+    h("td", { "data-label": "Worker", class: "mono", text: a.worker_id }),
+    h("td", { "data-label": "Status" }, badge(a.status)),
+    h("td", { "data-label": "Offered" }, when(a.offered_at)),
+    h("td", { "data-label": "Started" }, when(a.started_at)),
+    h("td", { "data-label": "Ended" }, when(a.ended_at)),
+    h("td", { "data-label": "Exit", text: a.exit_code ?? "—" }),
+    h("td", { "data-label": "Error" }, a.error ? h("pre", { class: "mono", text: a.error }) : "—"),
+  );
+}
+
+const refresh = serial(async () => {
+  let j;
+  try {
+    j = await get(`/api/queue/${jobId}`);
+  } catch (err) {
+    return showError(error, err);
+  }
+  $("#status").replaceChildren(badge(j.status));
+  $("#facts").replaceChildren(...facts(j));
+  $("#progress").replaceChildren(...progressView(j.progress));
+  $("#cancel").hidden = !canCancel || FINAL.has(j.status);
+  const waiting = $("#waiting");
+  waiting.hidden = !j.waiting;
+  if (j.waiting) {
+    $("#waiting-summary").textContent = j.waiting.summary;
+    $("#waiting-workers").replaceChildren(...j.waiting.workers.map((w) =>
+      h("li", {}, h("strong", { text: w.name }), " ", badge(w.status), ": ", w.reasons.join("; "))));
+  }
+  $("#attempts tbody").replaceChildren(...(j.attempt_history.length
+    ? j.attempt_history.map(attemptRow)
+    : [h("tr", { class: "empty" }, h("td", { colspan: 9, text: "Not offered to a worker yet." }))]));
+  $("#config").textContent = JSON.stringify(j.config, null, 2);
+});
+
+$("#cancel").addEventListener("click", async (event) => {
+  const ok = await confirmDialog(`Cancel ${jobId}?`, "A running job is stopped on its worker.", "Cancel job");
+  if (!ok) return;
+  try {
+    await busy(event.currentTarget, () => post(`/api/queue/${jobId}/cancel`));
+  } catch (err) {
+    showError(error, err);
+  }
+  refresh();
+});
+
+// ---- logs ---------------------------------------------------------------------------------
+
+const logs = $("#logs");
+const follow = $("#follow");
+const logState = $("#log-state");
+let lastSeq = 0;
+
+function followLogs() {
+  // A reconnect starts after the last line we have, so nothing is shown twice.
+  const source = new EventSource(`/api/queue/${jobId}/logs?follow=true&after=${lastSeq}`);
+  logState.textContent = "following";
+  source.addEventListener("log", (event) => {
+    const line = JSON.parse(event.data);
+    if (line.seq <= lastSeq) return;
+    lastSeq = line.seq;
+    logs.append(h("span", { class: line.stream, "data-seq": line.seq }, `${line.text}\n`));
+    if (follow.checked) logs.scrollTop = logs.scrollHeight;
+  });
+  source.addEventListener("end", (event) => {
+    source.close();
+    logState.textContent = `ended: ${JSON.parse(event.data).status}`;
+    refresh();
+  });
+  source.addEventListener("error", () => {
+    if (source.readyState === EventSource.CLOSED) {
+      logState.textContent = "reconnecting";
+      setTimeout(followLogs, 3000);
+    } else {
+      source.close(); // reopen ourselves, with `after`, rather than replay from the start
+      logState.textContent = "reconnecting";
+      setTimeout(followLogs, 1000);
+    }
+  });
+  window.addEventListener("pagehide", () => source.close(), { once: true });
+}
+
+wireDialogs();
+startClock();
+refresh();
+followLogs();
+live({ jobs: refresh });

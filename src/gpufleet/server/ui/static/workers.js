@@ -1,0 +1,184 @@
+// Administration → Workers: the live fleet, and what an admin does to it.
+import { del, get, post } from "./api.js";
+import {
+  $, ago, badge, busy, confirmDialog, h, labels, parseLabels, serial, showError, span,
+  startClock, wireDialogs,
+} from "./dom.js";
+import { live } from "./live.js";
+import "./nav.js";
+
+const STATUSES = ["connecting", "idle", "busy", "draining", "offline"];
+const error = $("#error");
+
+function gpus(w) {
+  if (!w.registered) return h("span", { class: "muted", text: "not reported yet" });
+  if (!w.gpu_count) return h("span", { text: "CPU only" });
+  const memory = w.gpu_vram_gb ? `, ${Number(w.gpu_vram_gb).toFixed(0)} GB each` : "";
+  return h("span", { text: `${w.gpu_count} × ${w.gpu_name || "GPU"}${memory}` });
+}
+
+function shellWord(word) {
+  return /^[\w.@%+=:,/-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`;
+}
+
+function workerCommand(token, name, persistent) {
+  const words = [
+    "gpufleet", "worker",
+    "--orchestrator-url", location.origin,
+    "--worker-token", token,
+    "--name", name,
+  ];
+  if (persistent) words.push("--persistent");
+  return words.map(shellWord).join(" ");
+}
+
+function showSecret(title, token, name, persistent) {
+  const dialog = $("#secret");
+  $("#secret-title").textContent = title;
+  $("#secret-token").textContent = token;
+  $("#secret-command").textContent = workerCommand(token, name, persistent);
+  $("#copied").textContent = "";
+  // The token must not linger in the page once the dialog is gone.
+  dialog.addEventListener("close", () => {
+    $("#secret-token").textContent = "";
+    $("#secret-command").textContent = "";
+  }, { once: true });
+  dialog.showModal();
+}
+
+$("#copy-command").addEventListener("click", async () => {
+  const text = $("#secret-command").textContent;
+  try {
+    await navigator.clipboard.writeText(text);
+    $("#copied").textContent = "Copied to the clipboard.";
+  } catch {
+    const range = document.createRange();
+    range.selectNodeContents($("#secret-command"));
+    getSelection().removeAllRanges();
+    getSelection().addRange(range);
+    $("#copied").textContent = "Selected: press Ctrl+C (⌘C) to copy.";
+  }
+});
+
+async function act(button, work) {
+  showError(error, null);
+  try {
+    await busy(button, work);
+  } catch (err) {
+    showError(error, err);
+  }
+  refresh();
+}
+
+function actions(w) {
+  const buttons = [];
+  if (!w.offline_since && !w.drained) {
+    buttons.push(h("button", {
+      class: "small", type: "button", "data-action": "drain", text: "Drain",
+      onclick: (e) => act(e.currentTarget, () => post(`/api/admin/workers/${w.id}/drain`)),
+    }));
+  }
+  if (w.drained) {
+    buttons.push(h("button", {
+      class: "small", type: "button", "data-action": "undrain", text: "Undrain",
+      onclick: (e) => act(e.currentTarget, () => post(`/api/admin/workers/${w.id}/undrain`)),
+    }));
+  }
+  if (!w.is_local) {
+    buttons.push(h("button", {
+      class: "small", type: "button", "data-action": "rotate", text: "Rotate token",
+      onclick: (e) => act(e.currentTarget, async () => {
+        const ok = await confirmDialog(
+          `Rotate the token of ${w.name}?`,
+          "The old token stops working at once and the worker is disconnected; start it again with the new token.",
+          "Rotate token",
+        );
+        if (!ok) return;
+        const answer = await post(`/api/admin/workers/${w.id}/token`);
+        showSecret(`New token for ${w.name}`, answer.token, w.name, w.worker_type === "persistent");
+      }),
+    }));
+  }
+  if (w.status === "offline" && !w.is_local) {
+    buttons.push(h("button", {
+      class: "small danger", type: "button", "data-action": "delete", text: "Delete",
+      onclick: (e) => act(e.currentTarget, async () => {
+        const ok = await confirmDialog(
+          `Delete ${w.name}?`,
+          "Its record and token are removed; its past jobs stay in the queue and the audit log.",
+          "Delete worker",
+        );
+        if (ok) await del(`/api/admin/workers/${w.id}`);
+      }),
+    }));
+  }
+  if (w.is_local) buttons.push(h("span", { class: "muted", text: "embedded" }));
+  return h("div", { class: "actions" }, buttons);
+}
+
+function row(w) {
+  const up = w.offline_since ? null : w.connected_at;
+  return h("tr", { "data-worker": w.name, "data-status": w.status },
+    h("td", { "data-label": "Name" }, h("strong", { text: w.name }), h("div", { class: "muted mono", text: w.id })),
+    h("td", { "data-label": "Status", class: "status" }, badge(w.status)),
+    h("td", { "data-label": "Type", text: w.worker_type }),
+    h("td", { "data-label": "GPUs" }, gpus(w)),
+    h("td", { "data-label": "Labels" }, labels(w.labels)),
+    h("td", { "data-label": "Current job" }, w.current_job_id
+      ? h("a", { href: `/queue/${w.current_job_id}`, class: "mono", text: w.current_job_id })
+      : h("span", { class: "muted", text: "—" })),
+    h("td", { "data-label": "Last heartbeat" }, ago(w.last_heartbeat)),
+    h("td", { "data-label": "Uptime" }, up ? span(up, null) : h("span", { class: "muted", text: "—" })),
+    h("td", { "data-label": "Actions" }, actions(w)),
+  );
+}
+
+const refresh = serial(async () => {
+  let body;
+  try {
+    body = await get("/api/admin/workers");
+  } catch (err) {
+    return showError(error, err);
+  }
+  $("#counts").replaceChildren(...STATUSES.map((s) =>
+    h("span", { class: `badge status-${s}`, "data-count": s }, `${s} `, h("b", { text: body.counts[s] ?? 0 }))));
+  const rows = body.workers.map(row);
+  $("#workers tbody").replaceChildren(...(rows.length ? rows
+    : [h("tr", { class: "empty" }, h("td", { colspan: 9, text: "No workers yet: create one." }))]));
+});
+
+// ---- create ---------------------------------------------------------------------------------
+
+const createDialog = $("#create");
+const createForm = $("#create-form");
+$("#create-open").addEventListener("click", () => {
+  createForm.reset();
+  showError($("#create-error"), null);
+  createDialog.showModal();
+});
+
+createForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const submit = event.submitter || $("button[type=submit]", createForm);
+  const name = $("#w-name").value.trim();
+  const persistent = createForm.worker_type.value === "persistent";
+  try {
+    await busy(submit, async () => {
+      const answer = await post("/api/admin/workers", {
+        name,
+        worker_type: createForm.worker_type.value,
+        labels: parseLabels($("#w-labels").value),
+      });
+      createDialog.close();
+      showSecret(`Worker ${answer.name} created`, answer.token, answer.name, persistent);
+    });
+  } catch (err) {
+    showError($("#create-error"), err);
+  }
+  refresh();
+});
+
+wireDialogs();
+startClock();
+refresh();
+live({ workers: refresh });

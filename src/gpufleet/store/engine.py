@@ -1,0 +1,184 @@
+"""Opening the database, applying migrations, and handing out transactions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+from collections.abc import AsyncIterator
+from importlib import resources
+from pathlib import Path
+from typing import IO, Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from gpufleet.errors import ConfigurationError, StoreError
+from gpufleet.store.queries import Queries
+
+_MIGRATION_LOCK = 0x6770_666C  # "gpfl": one migrator at a time on PostgreSQL
+
+
+class Store:
+    """The database behind one orchestrator process.
+
+    SQLite allows one writer: writes in this process are serialised with a lock, so they
+    never meet "database is locked". PostgreSQL takes concurrent writers; correctness there
+    comes from conditional updates and row locks in the queries, not from this lock.
+    """
+
+    def __init__(self, engine: AsyncEngine, lock_file: IO[str] | None = None) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        self._lock_file = lock_file
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[Queries]:
+        async with contextlib.AsyncExitStack() as stack:
+            if self._write_lock is not None:
+                await stack.enter_async_context(self._write_lock)
+            try:
+                conn = await stack.enter_async_context(self.engine.begin())
+            except (OperationalError, DBAPIError, OSError) as exc:
+                raise StoreError(f"cannot reach the database: {exc}") from exc
+            yield Queries(conn)
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[Queries]:
+        try:
+            async with self.engine.connect() as conn:
+                yield Queries(conn)
+        except (OperationalError, OSError) as exc:
+            raise StoreError(f"cannot reach the database: {exc}") from exc
+
+    async def schema_is_current(self) -> bool:
+        """The database answers and carries the newest migration."""
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
+        def current(sync_conn: Connection) -> bool:
+            cfg = Config()
+            cfg.set_main_option(
+                "script_location", str(resources.files("gpufleet.store") / "migrations")
+            )
+            head = ScriptDirectory.from_config(cfg).get_current_head()
+            return MigrationContext.configure(sync_conn).get_current_revision() == head
+
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(current)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+        if self._lock_file is not None:
+            self._lock_file.close()
+
+
+def default_database_url(data_dir: Path) -> str:
+    return f"sqlite+aiosqlite:///{(data_dir / 'gpufleet.db').resolve()}"
+
+
+def _check_url(url: str) -> str:
+    try:
+        parsed = make_url(url)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"--database-url {url!r} is not a database URL; use sqlite+aiosqlite:///path.db "
+            "or postgresql+asyncpg://user@host/db"
+        ) from exc
+    driver = parsed.drivername
+    if driver in ("sqlite", "sqlite+pysqlite"):
+        return str(parsed.set(drivername="sqlite+aiosqlite"))
+    if driver in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg"):
+        return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+    if driver not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
+        raise ConfigurationError(
+            f"database driver {driver!r} is not supported; use sqlite+aiosqlite or "
+            "postgresql+asyncpg"
+        )
+    return url
+
+
+def _lock_sqlite(url: str) -> IO[str] | None:
+    """Hold an exclusive lock beside the SQLite file: a second orchestrator is refused."""
+    database = make_url(url).database
+    if not database or database == ":memory:":
+        return None
+    lock_path = Path(database).with_suffix(".lock")
+    handle = lock_path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ConfigurationError(
+            f"another gpufleet server already uses {database}; SQLite serves one orchestrator "
+            "only: stop the other one, or run several replicas on PostgreSQL "
+            "(--database-url postgresql+asyncpg://…)"
+        ) from None
+    return handle
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+def _run_migrations(sync_conn: Connection) -> None:
+    cfg = Config()
+    script_location = resources.files("gpufleet.store") / "migrations"
+    cfg.set_main_option("script_location", str(script_location))
+    cfg.attributes["connection"] = sync_conn
+    command.upgrade(cfg, "head")
+
+
+async def open_store(url: str, *, lock: bool = True) -> Store:
+    """Connect, lock (SQLite), and bring the schema to the newest migration."""
+    url = _check_url(url)
+    lock_file = None
+    if url.startswith("sqlite"):
+        database = make_url(url).database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        lock_file = _lock_sqlite(url) if lock else None
+        engine = create_async_engine(url, pool_size=8, max_overflow=4)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    else:
+        engine = create_async_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True)
+    try:
+        async with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+            await conn.run_sync(_run_migrations)
+    except (OperationalError, DBAPIError, OSError) as exc:
+        await engine.dispose()
+        if lock_file is not None:
+            lock_file.close()
+        safe = make_url(url).render_as_string(hide_password=True)
+        raise ConfigurationError(
+            f"cannot open the database {safe}: {exc.__class__.__name__}: {exc}; check "
+            "--database-url and that the server is running"
+        ) from exc
+    return Store(engine, lock_file)
+
+
+def data_dir_writable(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigurationError(
+            f"data folder {path} is not writable ({exc.strerror}); pass --data-dir to a folder "
+            "you can write"
+        ) from exc
+    os.chmod(path, 0o700)

@@ -1,0 +1,608 @@
+"""Every query gpufleet runs, by name, on one connection inside one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gpufleet.domain.records import (
+    ApiKey,
+    Attempt,
+    AuditEvent,
+    Job,
+    LogLine,
+    StoredConfig,
+    Worker,
+)
+from gpufleet.domain.states import (
+    AttemptStatus,
+    JobStatus,
+    Target,
+    WorkerStatus,
+    WorkerType,
+)
+from gpufleet.store.tables import (
+    api_keys,
+    audit_events,
+    configs,
+    job_attempts,
+    job_logs,
+    jobs,
+    worker_events,
+    worker_tokens,
+    workers,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    statuses: Sequence[str] = ()
+    worker_id: str | None = None
+    target: str | None = None
+    config_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    event_type: str | None = None  # exact, or a prefix ending in '.' ("worker.")
+    actor: str | None = None
+    target: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def _worker(row: sa.Row[Any]) -> Worker:
+    m = row._mapping
+    admin = dict(m["admin_labels"])
+    return Worker(
+        id=m["id"],
+        name=m["name"],
+        status=WorkerStatus(m["status"]),
+        worker_type=WorkerType(m["worker_type"]),
+        type_set_by_admin=m["type_set_by_admin"],
+        labels={**dict(m["reported_labels"]), **admin},
+        admin_labels=admin,
+        drained=m["drained"],
+        is_local=m["is_local"],
+        registered=m["registered"],
+        gpu_count=m["gpu_count"],
+        gpu_name=m["gpu_name"],
+        gpu_vram_gb=m["gpu_vram_gb"],
+        accelerator_type=m["accelerator_type"],
+        capabilities=dict(m["capabilities"]),
+        current_job_id=m["current_job_id"],
+        current_attempt_id=m["current_attempt_id"],
+        stream_owner=m["stream_owner"],
+        jobs_run=m["jobs_run"],
+        created_at=m["created_at"],
+        last_heartbeat=m["last_heartbeat"],
+        connected_at=m["connected_at"],
+        offline_since=m["offline_since"],
+    )
+
+
+def _job(row: sa.Row[Any]) -> Job:
+    m = row._mapping
+    return Job(
+        id=m["id"],
+        status=JobStatus(m["status"]),
+        config_name=m["config_name"],
+        config=dict(m["config"]),
+        target=Target(m["target"]),
+        worker_labels=dict(m["worker_labels"]),
+        gpu_count=m["gpu_count"],
+        priority=m["priority"],
+        max_retries=m["max_retries"],
+        attempts=m["attempts"],
+        current_attempt_id=m["current_attempt_id"],
+        worker_id=m["worker_id"],
+        error=m["error"],
+        exit_code=m["exit_code"],
+        progress=m["progress"],
+        submitted_by=m["submitted_by"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        started_at=m["started_at"],
+        ended_at=m["ended_at"],
+    )
+
+
+def _attempt(row: sa.Row[Any]) -> Attempt:
+    m = row._mapping
+    return Attempt(
+        id=m["id"],
+        job_id=m["job_id"],
+        worker_id=m["worker_id"],
+        number=m["number"],
+        status=AttemptStatus(m["status"]),
+        offered_at=m["offered_at"],
+        acknowledged_at=m["acknowledged_at"],
+        started_at=m["started_at"],
+        ended_at=m["ended_at"],
+        error=m["error"],
+        exit_code=m["exit_code"],
+    )
+
+
+def _audit(row: sa.Row[Any]) -> AuditEvent:
+    m = row._mapping
+    return AuditEvent(
+        id=m["id"],
+        ts=m["ts"],
+        event_type=m["event_type"],
+        actor=m["actor"],
+        target=m["target"],
+        client_addr=m["client_addr"],
+        detail=dict(m["detail"]),
+    )
+
+
+def _api_key(row: sa.Row[Any]) -> ApiKey:
+    m = row._mapping
+    return ApiKey(
+        id=m["id"],
+        name=m["name"],
+        permissions=frozenset(m["permissions"]),
+        created_at=m["created_at"],
+        revoked=m["revoked_at"] is not None,
+    )
+
+
+class Queries:
+    """Named queries bound to one connection. The caller owns the transaction."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+        self._pg = conn.dialect.name == "postgresql"
+
+    async def _rowcount(self, stmt: sa.Executable, params: Any = None) -> int:
+        result = await self.conn.execute(stmt, params)
+        return int(result.rowcount)
+
+    def _locked(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
+        return stmt.with_for_update() if self._pg else stmt
+
+    # ---- workers -------------------------------------------------------------------------
+
+    async def insert_worker(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(workers).values(**values))
+
+    async def get_worker(self, worker_id: str, *, lock: bool = False) -> Worker | None:
+        stmt = sa.select(workers).where(workers.c.id == worker_id)
+        row = (await self.conn.execute(self._locked(stmt) if lock else stmt)).first()
+        return _worker(row) if row else None
+
+    async def list_workers(self, statuses: Iterable[str] = ()) -> list[Worker]:
+        stmt = sa.select(workers).order_by(workers.c.created_at, workers.c.id)
+        wanted = list(statuses)
+        if wanted:
+            stmt = stmt.where(workers.c.status.in_(wanted))
+        return [_worker(r) for r in await self.conn.execute(stmt)]
+
+    async def worker_name_taken(self, name: str) -> bool:
+        stmt = sa.select(sa.func.count()).select_from(workers).where(workers.c.name == name)
+        return int((await self.conn.execute(stmt)).scalar_one()) > 0
+
+    async def update_worker(self, worker_id: str, **values: Any) -> None:
+        await self.conn.execute(
+            sa.update(workers).where(workers.c.id == worker_id).values(**values)
+        )
+
+    async def clear_stream_owner(self, worker_id: str, owner: str) -> bool:
+        stmt = (
+            sa.update(workers)
+            .where(workers.c.id == worker_id, workers.c.stream_owner == owner)
+            .values(stream_owner=None)
+        )
+        return await self._rowcount(stmt) == 1
+
+    async def delete_worker(self, worker_id: str) -> None:
+        await self.conn.execute(
+            sa.delete(worker_tokens).where(worker_tokens.c.worker_id == worker_id)
+        )
+        await self.conn.execute(
+            sa.delete(worker_events).where(worker_events.c.worker_id == worker_id)
+        )
+        await self.conn.execute(sa.delete(workers).where(workers.c.id == worker_id))
+
+    async def idle_workers(self) -> list[Worker]:
+        stmt = sa.select(workers).where(workers.c.status == WorkerStatus.IDLE.value)
+        return [_worker(r) for r in await self.conn.execute(stmt)]
+
+    async def silent_workers(self, cutoff: datetime) -> list[Worker]:
+        stmt = sa.select(workers).where(
+            workers.c.status != WorkerStatus.OFFLINE.value,
+            sa.or_(workers.c.last_heartbeat.is_(None), workers.c.last_heartbeat < cutoff),
+            workers.c.created_at < cutoff,
+        )
+        return [_worker(r) for r in await self.conn.execute(stmt)]
+
+    async def expired_ephemeral_workers(self, cutoff: datetime) -> list[Worker]:
+        stmt = sa.select(workers).where(
+            workers.c.status == WorkerStatus.OFFLINE.value,
+            workers.c.worker_type == WorkerType.EPHEMERAL.value,
+            workers.c.offline_since < cutoff,
+        )
+        return [_worker(r) for r in await self.conn.execute(stmt)]
+
+    async def workers_with_streams(self) -> list[Worker]:
+        stmt = sa.select(workers).where(workers.c.stream_owner.is_not(None))
+        return [_worker(r) for r in await self.conn.execute(stmt)]
+
+    # ---- worker tokens -------------------------------------------------------------------
+
+    async def insert_token(self, worker_id: str, token_hash: str, now: datetime) -> None:
+        await self.conn.execute(
+            sa.insert(worker_tokens).values(
+                worker_id=worker_id, token_hash=token_hash, created_at=now
+            )
+        )
+
+    async def revoke_tokens(self, worker_id: str, now: datetime) -> None:
+        await self.conn.execute(
+            sa.update(worker_tokens)
+            .where(worker_tokens.c.worker_id == worker_id, worker_tokens.c.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+
+    async def worker_for_token(self, token_hash: str) -> tuple[str, Worker] | None:
+        """The live token's stored hash and its worker, or None."""
+        stmt = (
+            sa.select(worker_tokens.c.token_hash, workers)
+            .join(workers, workers.c.id == worker_tokens.c.worker_id)
+            .where(worker_tokens.c.token_hash == token_hash, worker_tokens.c.revoked_at.is_(None))
+        )
+        row = (await self.conn.execute(stmt)).first()
+        if row is None:
+            return None
+        return row._mapping["token_hash"], _worker(row)
+
+    # ---- API keys ------------------------------------------------------------------------
+
+    async def insert_api_key(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(api_keys).values(**values))
+
+    async def api_key_for_hash(self, key_hash: str) -> tuple[str, ApiKey] | None:
+        stmt = sa.select(api_keys).where(
+            api_keys.c.key_hash == key_hash, api_keys.c.revoked_at.is_(None)
+        )
+        row = (await self.conn.execute(stmt)).first()
+        return (row._mapping["key_hash"], _api_key(row)) if row else None
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None:
+        row = (await self.conn.execute(sa.select(api_keys).where(api_keys.c.id == key_id))).first()
+        return _api_key(row) if row else None
+
+    async def list_api_keys(self) -> list[ApiKey]:
+        stmt = sa.select(api_keys).order_by(api_keys.c.created_at)
+        return [_api_key(r) for r in await self.conn.execute(stmt)]
+
+    async def revoke_api_key(self, key_id: str, now: datetime) -> bool:
+        stmt = (
+            sa.update(api_keys)
+            .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+        return await self._rowcount(stmt) == 1
+
+    async def count_api_keys(self) -> int:
+        stmt = sa.select(sa.func.count()).select_from(api_keys)
+        return int((await self.conn.execute(stmt)).scalar_one())
+
+    # ---- configs -------------------------------------------------------------------------
+
+    async def get_config(self, name: str) -> StoredConfig | None:
+        row = (await self.conn.execute(sa.select(configs).where(configs.c.name == name))).first()
+        return StoredConfig(**row._mapping) if row else None
+
+    async def list_configs(self) -> list[StoredConfig]:
+        rows = await self.conn.execute(sa.select(configs).order_by(configs.c.name))
+        return [StoredConfig(**r._mapping) for r in rows]
+
+    async def put_config(self, name: str, body: dict[str, Any], now: datetime) -> bool:
+        """Insert or replace; True when it was new."""
+        updated = await self._rowcount(
+            sa.update(configs).where(configs.c.name == name).values(body=body, updated_at=now)
+        )
+        if updated:
+            return False
+        await self.conn.execute(
+            sa.insert(configs).values(name=name, body=body, created_at=now, updated_at=now)
+        )
+        return True
+
+    async def delete_config(self, name: str) -> bool:
+        return await self._rowcount(sa.delete(configs).where(configs.c.name == name)) == 1
+
+    # ---- jobs ----------------------------------------------------------------------------
+
+    async def insert_job(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(jobs).values(**values))
+
+    async def get_job(self, job_id: str, *, lock: bool = False) -> Job | None:
+        stmt = sa.select(jobs).where(jobs.c.id == job_id)
+        row = (await self.conn.execute(self._locked(stmt) if lock else stmt)).first()
+        return _job(row) if row else None
+
+    async def update_job(self, job_id: str, **values: Any) -> None:
+        await self.conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(**values))
+
+    async def claim_job(self, job_id: str, values: Mapping[str, Any]) -> bool:
+        """Queued → offered, only if still queued (the compare-and-set of dispatch)."""
+        stmt = (
+            sa.update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.status == JobStatus.QUEUED.value)
+            .values(**values)
+        )
+        return await self._rowcount(stmt) == 1
+
+    async def claim_worker(self, worker_id: str, values: Mapping[str, Any]) -> bool:
+        stmt = (
+            sa.update(workers)
+            .where(workers.c.id == worker_id, workers.c.status == WorkerStatus.IDLE.value)
+            .values(**values)
+        )
+        return await self._rowcount(stmt) == 1
+
+    def _job_filter(self, stmt: sa.Select[Any], f: JobFilter) -> sa.Select[Any]:
+        if f.statuses:
+            stmt = stmt.where(jobs.c.status.in_(list(f.statuses)))
+        if f.worker_id:
+            stmt = stmt.where(jobs.c.worker_id == f.worker_id)
+        if f.target:
+            stmt = stmt.where(jobs.c.target == f.target)
+        if f.config_name:
+            stmt = stmt.where(jobs.c.config_name == f.config_name)
+        return stmt
+
+    async def list_jobs(self, f: JobFilter, limit: int, offset: int) -> tuple[list[Job], int]:
+        stmt = self._job_filter(sa.select(jobs), f)
+        stmt = stmt.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit).offset(offset)
+        total_stmt = self._job_filter(sa.select(sa.func.count()).select_from(jobs), f)
+        rows = await self.conn.execute(stmt)
+        total = int((await self.conn.execute(total_stmt)).scalar_one())
+        return [_job(r) for r in rows], total
+
+    async def queued_jobs(
+        self,
+        *,
+        max_gpus: int,
+        targets: Sequence[str],
+        after: tuple[int, datetime, str] | None,
+        limit: int,
+    ) -> list[Job]:
+        """Queued jobs a worker of `max_gpus` GPUs could take, in dispatch order, paged."""
+        stmt = sa.select(jobs).where(
+            jobs.c.status == JobStatus.QUEUED.value,
+            jobs.c.gpu_count <= max_gpus,
+            jobs.c.target.in_(list(targets)),
+        )
+        if after is not None:
+            prio, created, job_id = after
+            stmt = stmt.where(
+                sa.or_(
+                    jobs.c.priority < prio,
+                    sa.and_(jobs.c.priority == prio, jobs.c.created_at > created),
+                    sa.and_(
+                        jobs.c.priority == prio, jobs.c.created_at == created, jobs.c.id > job_id
+                    ),
+                )
+            )
+        stmt = stmt.order_by(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id).limit(limit)
+        return [_job(r) for r in await self.conn.execute(stmt)]
+
+    async def count_workers_by_status(self) -> dict[str, int]:
+        stmt = sa.select(workers.c.status, sa.func.count()).group_by(workers.c.status)
+        return {s: int(n) for s, n in await self.conn.execute(stmt)}
+
+    async def count_jobs_by_status(self) -> dict[str, int]:
+        stmt = sa.select(jobs.c.status, sa.func.count()).group_by(jobs.c.status)
+        return {s: int(n) for s, n in await self.conn.execute(stmt)}
+
+    # ---- attempts ------------------------------------------------------------------------
+
+    async def insert_attempt(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(job_attempts).values(**values))
+
+    async def get_attempt(self, attempt_id: str) -> Attempt | None:
+        stmt = sa.select(job_attempts).where(job_attempts.c.id == attempt_id)
+        row = (await self.conn.execute(stmt)).first()
+        return _attempt(row) if row else None
+
+    async def update_attempt(self, attempt_id: str, **values: Any) -> None:
+        await self.conn.execute(
+            sa.update(job_attempts).where(job_attempts.c.id == attempt_id).values(**values)
+        )
+
+    async def attempts_for_job(self, job_id: str) -> list[Attempt]:
+        stmt = (
+            sa.select(job_attempts)
+            .where(job_attempts.c.job_id == job_id)
+            .order_by(job_attempts.c.number)
+        )
+        return [_attempt(r) for r in await self.conn.execute(stmt)]
+
+    async def unacknowledged_offers(self, cutoff: datetime) -> list[Attempt]:
+        stmt = sa.select(job_attempts).where(
+            job_attempts.c.status == AttemptStatus.OFFERED.value,
+            job_attempts.c.offered_at < cutoff,
+        )
+        return [_attempt(r) for r in await self.conn.execute(stmt)]
+
+    async def pending_offers(self, worker_id: str) -> list[tuple[Attempt, Job]]:
+        stmt = (
+            sa.select(job_attempts, jobs)
+            .join(jobs, jobs.c.id == job_attempts.c.job_id)
+            .where(
+                job_attempts.c.worker_id == worker_id,
+                job_attempts.c.status == AttemptStatus.OFFERED.value,
+                jobs.c.current_attempt_id == job_attempts.c.id,
+            )
+        )
+        rows = await self.conn.execute(stmt)
+        out = []
+        for row in rows:
+            m = row._mapping
+            attempt_row = {c.name: m[job_attempts.c[c.name]] for c in job_attempts.c}
+            job_row = {c.name: m[jobs.c[c.name]] for c in jobs.c}
+            out.append((_attempt_from(attempt_row), _job_from(job_row)))
+        return out
+
+    # ---- worker events (an outbox the stream drains) -------------------------------------
+
+    async def push_event(self, worker_id: str, payload: dict[str, Any], now: datetime) -> None:
+        await self.conn.execute(
+            sa.insert(worker_events).values(worker_id=worker_id, payload=payload, created_at=now)
+        )
+
+    async def has_events(self, worker_id: str) -> bool:
+        stmt = sa.select(worker_events.c.id).where(worker_events.c.worker_id == worker_id).limit(1)
+        return (await self.conn.execute(stmt)).first() is not None
+
+    async def take_events(self, worker_id: str) -> list[dict[str, Any]]:
+        stmt = (
+            sa.select(worker_events.c.id, worker_events.c.payload)
+            .where(worker_events.c.worker_id == worker_id)
+            .order_by(worker_events.c.id)
+        )
+        rows = list(await self.conn.execute(stmt))
+        if rows:
+            ids = [r.id for r in rows]
+            await self.conn.execute(sa.delete(worker_events).where(worker_events.c.id.in_(ids)))
+        return [dict(r.payload) for r in rows]
+
+    # ---- logs ----------------------------------------------------------------------------
+
+    async def insert_logs(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            await self.conn.execute(sa.insert(job_logs), rows)
+
+    async def read_logs(self, job_id: str, after: int, limit: int) -> list[LogLine]:
+        stmt = (
+            sa.select(job_logs)
+            .where(job_logs.c.job_id == job_id, job_logs.c.seq > after)
+            .order_by(job_logs.c.seq)
+            .limit(limit)
+        )
+        return [
+            LogLine(seq=r.seq, attempt_id=r.attempt_id, stream=r.stream, text=r.text, ts=r.ts)
+            for r in await self.conn.execute(stmt)
+        ]
+
+    async def count_logs(self, attempt_id: str) -> int:
+        stmt = (
+            sa.select(sa.func.count())
+            .select_from(job_logs)
+            .where(job_logs.c.attempt_id == attempt_id)
+        )
+        return int((await self.conn.execute(stmt)).scalar_one())
+
+    async def last_log_lines(self, attempt_id: str, count: int) -> list[str]:
+        stmt = (
+            sa.select(job_logs.c.text)
+            .where(job_logs.c.attempt_id == attempt_id)
+            .order_by(job_logs.c.seq.desc())
+            .limit(count)
+        )
+        return [r.text for r in await self.conn.execute(stmt)][::-1]
+
+    # ---- audit ---------------------------------------------------------------------------
+
+    async def insert_audit(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(audit_events).values(**values))
+
+    async def lock_audit_chain(self) -> None:
+        """One sealer at a time across orchestrators (PostgreSQL); SQLite has one writer."""
+        if self._pg:
+            await self.conn.execute(sa.text("SELECT pg_advisory_xact_lock(1735549281)"))
+
+    async def audit_chain_head(self) -> tuple[int, str] | None:
+        stmt = (
+            sa.select(audit_events.c.chain_seq, audit_events.c.mac)
+            .where(audit_events.c.chain_seq.is_not(None))
+            .order_by(audit_events.c.chain_seq.desc())
+            .limit(1)
+        )
+        row = (await self.conn.execute(stmt)).first()
+        return (int(row.chain_seq), str(row.mac)) if row else None
+
+    async def unsealed_audit(self, limit: int) -> list[AuditEvent]:
+        stmt = (
+            sa.select(audit_events)
+            .where(audit_events.c.chain_seq.is_(None))
+            .order_by(audit_events.c.id)
+            .limit(limit)
+        )
+        return [_audit(r) for r in await self.conn.execute(stmt)]
+
+    async def seal_audit(self, event_id: int, chain_seq: int, mac: str) -> None:
+        await self.conn.execute(
+            sa.update(audit_events)
+            .where(audit_events.c.id == event_id)
+            .values(chain_seq=chain_seq, mac=mac)
+        )
+
+    async def audit_chain(self, after_seq: int, limit: int) -> list[tuple[int, str, AuditEvent]]:
+        stmt = (
+            sa.select(audit_events)
+            .where(audit_events.c.chain_seq > after_seq)
+            .order_by(audit_events.c.chain_seq)
+            .limit(limit)
+        )
+        return [(int(r.chain_seq), str(r.mac), _audit(r)) for r in await self.conn.execute(stmt)]
+
+    async def count_unsealed_audit(self) -> int:
+        stmt = (
+            sa.select(sa.func.count())
+            .select_from(audit_events)
+            .where(audit_events.c.chain_seq.is_(None))
+        )
+        return int((await self.conn.execute(stmt)).scalar_one())
+
+    async def list_audit(
+        self, f: AuditFilter, limit: int, offset: int
+    ) -> tuple[list[AuditEvent], int]:
+        conds: list[sa.ColumnElement[bool]] = []
+        if f.event_type:
+            if f.event_type.endswith("."):
+                conds.append(audit_events.c.event_type.startswith(f.event_type, autoescape=True))
+            else:
+                conds.append(audit_events.c.event_type == f.event_type)
+        if f.actor:
+            conds.append(audit_events.c.actor == f.actor)
+        if f.target:
+            conds.append(audit_events.c.target == f.target)
+        if f.since:
+            conds.append(audit_events.c.ts >= f.since)
+        if f.until:
+            conds.append(audit_events.c.ts < f.until)
+        stmt = (
+            sa.select(audit_events)
+            .where(*conds)
+            .order_by(audit_events.c.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        total_stmt = sa.select(sa.func.count()).select_from(audit_events).where(*conds)
+        events = [_audit(r) for r in await self.conn.execute(stmt)]
+        return events, int((await self.conn.execute(total_stmt)).scalar_one())
+
+
+class _RowLike:
+    """Lets the row mappers read a plain dict as if it were a result row."""
+
+    def __init__(self, mapping: dict[str, Any]) -> None:
+        self._mapping = mapping
+
+
+def _attempt_from(mapping: dict[str, Any]) -> Attempt:
+    return _attempt(_RowLike(mapping))  # type: ignore[arg-type]
+
+
+def _job_from(mapping: dict[str, Any]) -> Job:
+    return _job(_RowLike(mapping))  # type: ignore[arg-type]

@@ -1,0 +1,187 @@
+"""The schema. Alembic migrations create it; this module is what queries are written against."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every engine (SQLite keeps no zone)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = sa.MetaData()
+JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+workers = sa.Table(
+    "workers",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("worker_type", sa.String(16), nullable=False),
+    sa.Column("type_set_by_admin", sa.Boolean, nullable=False),
+    sa.Column("admin_labels", JSON, nullable=False),
+    sa.Column("reported_labels", JSON, nullable=False),
+    sa.Column("drained", sa.Boolean, nullable=False),
+    sa.Column("is_local", sa.Boolean, nullable=False),
+    sa.Column("registered", sa.Boolean, nullable=False),
+    sa.Column("gpu_count", sa.Integer, nullable=False),
+    sa.Column("gpu_name", sa.String(256)),
+    sa.Column("gpu_vram_gb", sa.Float),
+    sa.Column("accelerator_type", sa.String(32)),
+    sa.Column("capabilities", JSON, nullable=False),
+    sa.Column("current_job_id", sa.String(32)),
+    sa.Column("current_attempt_id", sa.String(32)),
+    sa.Column("stream_owner", sa.String(80)),
+    sa.Column("jobs_run", sa.Integer, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("last_heartbeat", UTCDateTime),
+    sa.Column("connected_at", UTCDateTime),
+    sa.Column("offline_since", UTCDateTime),
+    sa.Index("ix_workers_status", "status"),
+)
+
+worker_tokens = sa.Table(
+    "worker_tokens",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "worker_id", sa.String(32), sa.ForeignKey("workers.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("revoked_at", UTCDateTime),
+)
+
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("permissions", JSON, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("created_by", sa.String(64)),
+    sa.Column("revoked_at", UTCDateTime),
+)
+
+configs = sa.Table(
+    "configs",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("body", JSON, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("config_name", sa.String(128)),
+    sa.Column("config", JSON, nullable=False),
+    sa.Column("target", sa.String(16), nullable=False),
+    sa.Column("worker_labels", JSON, nullable=False),
+    sa.Column("gpu_count", sa.Integer, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("max_retries", sa.Integer, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("current_attempt_id", sa.String(32)),
+    sa.Column("worker_id", sa.String(32)),
+    sa.Column("error", sa.Text),
+    sa.Column("exit_code", sa.Integer),
+    sa.Column("progress", JSON),
+    sa.Column("submitted_by", sa.String(64)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("started_at", UTCDateTime),
+    sa.Column("ended_at", UTCDateTime),
+    sa.Index("ix_jobs_queue", "status", "priority", "created_at"),
+    sa.Index("ix_jobs_created", "created_at"),
+)
+
+job_attempts = sa.Table(
+    "job_attempts",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column(
+        "job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("worker_id", sa.String(32), nullable=False),
+    sa.Column("number", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("offered_at", UTCDateTime, nullable=False),
+    sa.Column("acknowledged_at", UTCDateTime),
+    sa.Column("started_at", UTCDateTime),
+    sa.Column("ended_at", UTCDateTime),
+    sa.Column("error", sa.Text),
+    sa.Column("exit_code", sa.Integer),
+    sa.UniqueConstraint("job_id", "number", name="uq_attempt_number"),
+    sa.Index("ix_attempts_job", "job_id"),
+    sa.Index("ix_attempts_status", "status", "offered_at"),
+)
+
+job_logs = sa.Table(
+    "job_logs",
+    metadata,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("attempt_id", sa.String(32), nullable=False),
+    sa.Column("stream", sa.String(8), nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("ts", UTCDateTime, nullable=False),
+    sa.Index("ix_job_logs_job", "job_id", "seq"),
+    sa.Index("ix_job_logs_attempt", "attempt_id", "seq"),
+)
+
+worker_events = sa.Table(
+    "worker_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("worker_id", sa.String(32), nullable=False),
+    sa.Column("payload", JSON, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Index("ix_worker_events_worker", "worker_id", "id"),
+)
+
+audit_events = sa.Table(
+    "audit_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("ts", UTCDateTime, nullable=False),
+    sa.Column("event_type", sa.String(64), nullable=False),
+    sa.Column("actor", sa.String(128), nullable=False),
+    sa.Column("target", sa.String(128)),
+    sa.Column("client_addr", sa.String(64)),
+    sa.Column("detail", JSON, nullable=False),
+    sa.Column("chain_seq", sa.Integer),  # place in the HMAC chain, once sealed
+    sa.Column("mac", sa.String(64)),
+    sa.Index("ix_audit_ts", "ts"),
+    sa.Index("ix_audit_chain_seq", "chain_seq", unique=True),
+    sa.Index("ix_audit_type", "event_type", "ts"),
+)

@@ -1,0 +1,396 @@
+"""The worker agent: register, listen, heartbeat, run the jobs it is offered.
+
+Embedding (the orchestrator's `target: local`): the server can run the same agent in its own
+event loop, against its own loopback URL, with a worker token it mints for itself:
+
+    settings = AgentSettings(orchestrator_url="http://127.0.0.1:8001", worker_token=token,
+                             name="local", persistent=True, work_dir=data_dir / "local")
+    task = supervisor.spawn("local-worker", run_agent(settings, stop=stop_event))
+
+Setting `stop` drains: the agent finishes the running job, disconnects and returns 0.
+Cancelling the task stops at once: the job's process group gets SIGTERM, then SIGKILL after
+`cancel_grace`. Errors the operator must fix are raised as `AgentError` subclasses.
+
+Exit rules, all decided in `_reconcile`:
+
+| condition                                   | running job        | no job          |
+|---------------------------------------------|--------------------|-----------------|
+| ephemeral, one job done, or drained         | -                  | disconnect, 0   |
+| persistent, drained                         | finish it          | stay (draining) |
+| `shutdown` event                            | cancel, report     | disconnect, 0   |
+| first SIGTERM/SIGINT (or `stop`)            | finish it          | disconnect, 0   |
+| second SIGTERM/SIGINT                       | cancel, report     | disconnect, 0   |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from gpufleet import __version__
+from gpufleet.errors import AgentError
+from gpufleet.worker.backoff import Backoff
+from gpufleet.worker.client import OrchestratorClient
+from gpufleet.worker.detect import Capabilities
+from gpufleet.worker.errors import Fenced, InvalidToken, Rejected, Unreachable
+from gpufleet.worker.job import JobSpec
+from gpufleet.worker.jobrun import JobRun, StopReason
+from gpufleet.worker.settings import AgentSettings
+from gpufleet.worker.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+
+
+class Agent:
+    def __init__(
+        self, settings: AgentSettings, capabilities: Capabilities, client: OrchestratorClient
+    ) -> None:
+        self._settings = settings
+        self._caps = capabilities
+        self._client = client
+        self._supervisor = Supervisor()
+        self._connected = asyncio.Event()
+        self._wake = asyncio.Event()  # something changed that `_reconcile` must look at
+        self._beat_now = asyncio.Event()
+        self.worker_id: str | None = None
+        self._ever_registered = False
+        self._heartbeat_every = settings.heartbeat_interval
+        self._job: JobRun | None = None
+        self._jobs_done = 0
+        self._server_draining = False
+        self._shutdown = False
+        self._stop_requests = 0
+        self._finishing = False
+        self._heartbeat_task: asyncio.Task[None] | None = None
+
+    # -- public ------------------------------------------------------------------------
+
+    async def run(self, *, stop: asyncio.Event | None = None) -> int:
+        """Serve until an exit rule says stop; 0 then. Raises `AgentError` on fatal errors."""
+        self._supervisor.spawn("session", self._session(), forever=True)
+        heartbeat = self._supervisor.spawn("heartbeat", self._heartbeats(), forever=True)
+        self._heartbeat_task = heartbeat
+        self._supervisor.spawn("lifecycle", self._lifecycle(), forever=True)
+        if stop is not None:
+            self._supervisor.spawn("stop-watch", self._watch(stop))
+        try:
+            await self._supervisor.run()
+        finally:
+            await self._client.aclose()
+        return 0
+
+    def request_stop(self) -> None:
+        """A local stop (signal): first finish the running job, the second time cancel it."""
+        self._stop_requests += 1
+        if self._stop_requests == 1:
+            log.warning("stopping: the running job may finish first (signal again to cancel it)")
+        elif self._stop_requests == 2 and self._job is not None:
+            log.warning("stopping: cancelling job %s", self._job.spec.label)
+            self._job.request_stop(StopReason.SIGNAL)
+        self._wake.set()
+
+    # -- job channel (see jobrun.Channel) ----------------------------------------------
+
+    async def deliver_status(self, job_id: str, body: Json) -> None:
+        backoff = Backoff(self._settings.reconnect_base, self._settings.reconnect_cap)
+        while True:
+            await self._connected.wait()
+            try:
+                await self._client.job_status(job_id, body)
+                return
+            except Unreachable as exc:
+                delay = backoff.next()
+                log.info(
+                    "status %s of %s waits %.1f s: %s",
+                    body.get("status"),
+                    job_id,
+                    delay,
+                    exc.message,
+                )
+                await asyncio.sleep(delay)
+
+    async def send_logs(self, job_id: str, body: Json) -> None:
+        await self._connected.wait()
+        await self._client.job_logs(job_id, body)
+
+    # -- loops -------------------------------------------------------------------------
+
+    async def _session(self) -> None:
+        """Register, then read the event stream; again, with backoff, whenever it breaks."""
+        backoff = Backoff(self._settings.reconnect_base, self._settings.reconnect_cap)
+        while True:
+            try:
+                self._registered(await self._client.register(self._register_body()))
+                async for event in self._client.stream(self._require_worker_id()):
+                    backoff.reset()
+                    self._on_event(event)
+                if not self._finishing:
+                    log.warning("the orchestrator closed the event stream; reconnecting")
+            except (Unreachable, Rejected) as exc:
+                if not self._ever_registered:
+                    raise  # the first contact failed: a setting is wrong, say so and stop
+                log.warning("%s", exc.message)
+            finally:
+                self._connected.clear()
+            delay = backoff.next()
+            log.info("reconnecting in %.1f s", delay)
+            await asyncio.sleep(delay)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await self._connected.wait()
+            try:
+                if not self._finishing:
+                    self._on_heartbeat_answer(await self._client.heartbeat(self._heartbeat_body()))
+            except (Unreachable, Rejected, InvalidToken, Fenced) as exc:
+                # Fenced: marked offline while it was away (frozen, partitioned); the server
+                # closed its stream, so the session loop registers again.
+                log.debug("heartbeat: %s", exc.message)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
+            # arrives as the event fires, and this loop must stop when cancelled.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._heartbeat_every):
+                    await self._beat_now.wait()
+            self._beat_now.clear()
+
+    async def _lifecycle(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._reconcile()
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self.request_stop()
+
+    async def _run_job(self, job: JobRun) -> None:
+        try:
+            started = await job.run()
+        finally:
+            self._job = None
+            self._beat_now.set()
+        if started:
+            self._jobs_done += 1
+        self._wake.set()
+
+    # -- decisions ---------------------------------------------------------------------
+
+    async def _reconcile(self) -> None:
+        if self._finishing or self._job is not None:
+            return
+        ephemeral_done = not self._settings.persistent and (
+            self._jobs_done > 0 or self._server_draining
+        )
+        if self._shutdown or self._stop_requests or ephemeral_done:
+            await self._finish()
+
+    async def _finish(self) -> None:
+        self._finishing = True
+        # No heartbeat may follow the goodbye: it would make the worker look alive again.
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+            await asyncio.wait([self._heartbeat_task])
+        if self.worker_id is not None and not self._shutdown:
+            try:
+                async with asyncio.timeout(5):
+                    await self._client.disconnect(self.worker_id)
+                log.info("disconnected from the orchestrator")
+            except (AgentError, TimeoutError) as exc:
+                log.warning("could not say goodbye to the orchestrator: %s", exc)
+        self._supervisor.stop()
+
+    def _accepting(self) -> bool:
+        return (
+            self._job is None
+            and not (self._finishing or self._shutdown or self._stop_requests)
+            and not self._server_draining
+            and (self._settings.persistent or self._jobs_done == 0)
+        )
+
+    def _registered(self, answer: Json) -> None:
+        worker_id = answer.get("worker_id")
+        if not isinstance(worker_id, str):
+            raise AgentError(f"the orchestrator's register answer has no worker_id: {answer!r}")
+        first = not self._ever_registered
+        self.worker_id, self._ever_registered = worker_id, True
+        interval = answer.get("heartbeat_interval")
+        if isinstance(interval, int | float) and interval > 0:
+            self._heartbeat_every = min(self._settings.heartbeat_interval, float(interval))
+        resume, abandon = answer.get("resume_job"), bool(answer.get("abandon_job"))
+        if self._job is not None and abandon:
+            self._job.request_stop(StopReason.ABANDONED)
+        elif self._job is not None and resume:
+            log.info("the orchestrator resumes job %s on this worker", self._job.spec.label)
+        elif self._job is None and resume:
+            log.warning("the orchestrator thinks this worker runs %s; it does not", resume)
+        caps = self._caps
+        log.log(
+            logging.INFO if first else logging.WARNING,
+            "registered as %s (%s) with %s, offering %d GPU(s) (%s), %d CPU cores, %.1f GB RAM",
+            worker_id,
+            answer.get("name"),
+            self._settings.orchestrator_url,
+            caps.gpu_count,
+            caps.accelerator_type,
+            caps.cpu_cores,
+            caps.ram_gb,
+        )
+        self._connected.set()
+        self._beat_now.set()
+
+    def _on_event(self, event: Json) -> None:
+        kind = event.get("type")
+        handler = self._handlers.get(str(kind))
+        if handler is None:
+            log.debug("ignoring event %r", kind)
+            return
+        log.debug("event %s", event)
+        handler(self, event)
+
+    def _on_job_submit(self, event: Json) -> None:
+        job_id, attempt = event.get("job_id"), event.get("attempt_id")
+        if self._job is not None and self._job.spec.job_id == job_id:
+            log.debug("offer of %s/%s again: already ours", job_id, attempt)
+            return
+        if not self._accepting():
+            log.info("declining job %s: %s", job_id, self._state())
+            return
+        try:
+            spec = JobSpec.from_event(event)
+        except AgentError as exc:
+            log.error("cannot run the offered job: %s", exc.message)
+            return
+        job = JobRun(spec, self._settings, self._gpus_for(spec), self)
+        self._job = job
+        log.info("accepted job %s: %s", spec.label, " ".join(spec.argv))
+        self._supervisor.spawn(f"job {spec.label}", self._run_job(job))
+        self._beat_now.set()
+
+    def _on_job_cancel(self, event: Json) -> None:
+        job = self._job
+        attempt = event.get("attempt_id")
+        if job is None or job.spec.job_id != event.get("job_id"):
+            return
+        if attempt and job.spec.attempt_id and attempt != job.spec.attempt_id:
+            return
+        job.request_stop(StopReason.CANCELLED, str(event.get("reason") or ""))
+
+    def _on_drain(self, event: Json) -> None:
+        log.warning("draining: %s", event.get("reason") or "asked by the orchestrator")
+        self._server_draining = True
+        self._wake.set()
+
+    def _on_undrain(self, event: Json) -> None:
+        log.info("drain lifted: taking jobs again")
+        self._server_draining = False
+        self._wake.set()
+
+    def _on_shutdown(self, event: Json) -> None:
+        log.warning("shutdown: %s", event.get("reason") or "asked by the orchestrator")
+        self._shutdown = True
+        if self._job is not None:
+            self._job.request_stop(StopReason.SHUTDOWN, str(event.get("reason") or ""))
+        self._wake.set()
+
+    _handlers: dict[str, Callable[[Agent, Json], None]] = {
+        "job_submit": _on_job_submit,
+        "job_cancel": _on_job_cancel,
+        "drain": _on_drain,
+        "undrain": _on_undrain,
+        "shutdown": _on_shutdown,
+    }
+
+    def _on_heartbeat_answer(self, answer: Json) -> None:
+        draining = answer.get("draining")
+        if isinstance(draining, bool) and draining != self._server_draining:
+            log.info("the orchestrator says draining=%s", draining)
+            self._server_draining = draining
+            self._wake.set()
+
+    def _gpus_for(self, spec: JobSpec) -> tuple[int, ...]:
+        offered = tuple(gpu.index for gpu in self._caps.gpus)
+        wanted = len(offered) if spec.gpu_count is None else spec.gpu_count
+        if wanted > len(offered):
+            log.warning(
+                "job %s asks for %d GPUs; this worker offers %d: it gets them all",
+                spec.label,
+                wanted,
+                len(offered),
+            )
+        return offered[: max(wanted, 0)]
+
+    # -- wire bodies -------------------------------------------------------------------
+
+    def _require_worker_id(self) -> str:
+        if self.worker_id is None:
+            raise AgentError("not registered")
+        return self.worker_id
+
+    def _state(self) -> str:
+        if self._job is not None:
+            return f"busy with {self._job.spec.label}"
+        if self._server_draining:
+            return "draining"
+        if self._finishing or self._shutdown or self._stop_requests:
+            return "stopping"
+        return "done with its one job (ephemeral)"
+
+    def _current(self) -> tuple[str | None, str | None]:
+        if self._job is None:
+            return None, None
+        return self._job.spec.job_id, self._job.spec.attempt_id
+
+    def _register_body(self) -> Json:
+        job_id, attempt_id = self._current()
+        return {
+            "name": self._settings.name,
+            "persistent": self._settings.persistent,
+            **self._caps.as_wire(),
+            "labels": dict(self._settings.labels),
+            "current_job_id": job_id,
+            "current_attempt_id": attempt_id,
+            "agent": f"gpufleet/{__version__}",
+        }
+
+    def _heartbeat_body(self) -> Json:
+        job_id, attempt_id = self._current()
+        return {
+            "worker_id": self.worker_id,
+            "status": "busy" if job_id else "idle",
+            "current_job_id": job_id,
+            "current_attempt_id": attempt_id,
+        }
+
+
+async def run_agent(
+    settings: AgentSettings,
+    *,
+    stop: asyncio.Event | None = None,
+    capabilities: Capabilities | None = None,
+    handle_signals: bool = False,
+) -> int:
+    """Run a worker agent until it is done; see the module docstring for the embedding seam.
+
+    `capabilities` defaults to detecting this machine (filtered by `settings.gpus`);
+    `handle_signals` installs the SIGTERM/SIGINT handling of the `gpufleet worker` command.
+    """
+    if capabilities is None:
+        from gpufleet.worker.detect import detect
+
+        capabilities = (await asyncio.to_thread(detect)).only(settings.gpus)
+    agent = Agent(settings, capabilities, OrchestratorClient(settings))
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
+    for sig in signals:
+        loop.add_signal_handler(sig, agent.request_stop)
+    try:
+        return await agent.run(stop=stop)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,224 @@
+"""One attempt of one job on this worker, from the offer to the final report.
+
+    acknowledged ─▶ (folder, config.json, process) ─▶ running (+ progress) ─▶ completed
+                                                                            ├▶ failed
+                                                                            └▶ cancelled
+
+Logs and progress travel while the process runs. The final status is retried until the
+orchestrator takes it. A `Fenced` answer (409) at any point means the attempt is no longer
+ours: the process is stopped and nothing more is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Coroutine, Sequence
+from typing import IO, Any, Protocol
+
+from gpufleet.errors import AgentError
+from gpufleet.worker.backoff import Backoff
+from gpufleet.worker.errors import Fenced, Rejected, Unreachable
+from gpufleet.worker.job import JobSpec, job_environment, prepare_workspace
+from gpufleet.worker.logship import Line, LogBuffer, LogShipper
+from gpufleet.worker.relay import ProgressTail
+from gpufleet.worker.runner import JobProcess, JobResult, Outcome, run_to_end
+from gpufleet.worker.settings import AgentSettings
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+
+
+class Channel(Protocol):
+    """What a job needs from the agent's connection."""
+
+    async def deliver_status(self, job_id: str, body: Json) -> None:
+        """Send until the orchestrator answers; raises `Fenced` or `Rejected` (4xx)."""
+
+    async def send_logs(self, job_id: str, body: Json) -> None:
+        """One try; raises `Unreachable` or `Fenced`."""
+
+
+class StopReason(enum.Enum):
+    CANCELLED = "cancelled by the orchestrator"
+    ABANDONED = "the orchestrator gave up this attempt while the worker was away"
+    SIGNAL = "cancelled on the worker by a signal"
+    SHUTDOWN = "the orchestrator shut the worker down"
+    FENCED = "the attempt is no longer this worker's"
+
+
+class JobRun:
+    def __init__(
+        self,
+        spec: JobSpec,
+        settings: AgentSettings,
+        gpu_indices: Sequence[int],
+        channel: Channel,
+    ) -> None:
+        self.spec = spec
+        self._settings = settings
+        self._gpus = tuple(gpu_indices)
+        self._channel = channel
+        self._stop = asyncio.Event()
+        self.stop_reason: StopReason | None = None
+        self._stop_detail = ""
+        self._running_reported = False
+        self._logs = LogBuffer(flush_lines=settings.log_flush_lines)
+        self._output: IO[str] | None = None
+
+    def request_stop(self, reason: StopReason, detail: str = "") -> None:
+        if self.stop_reason is None:
+            log.info("stopping job %s: %s %s", self.spec.label, reason.value, detail)
+            self.stop_reason, self._stop_detail = reason, detail
+        self._stop.set()
+
+    def _stop_message(self) -> str:
+        reason = self.stop_reason.value if self.stop_reason else "cancelled"
+        return f"{reason}: {self._stop_detail}" if self._stop_detail else reason
+
+    async def run(self) -> bool:
+        """Run the attempt to its end; False when it never started (the offer was withdrawn)."""
+        try:
+            await self._status({"status": "acknowledged"}, must=True)
+        except (Fenced, Rejected) as exc:
+            log.warning("job %s will not run: %s", self.spec.label, exc.message)
+            return False
+        try:
+            if self._stop.is_set():
+                await self._status({"status": "cancelled", "error": self._stop_message()})
+                return True
+            try:
+                process, tail = await self._start()
+            except AgentError as exc:
+                log.error("job %s could not start: %s", self.spec.label, exc.message)
+                await self._status({"status": "failed", "error": f"could not start: {exc.message}"})
+                return True
+            result = await self._supervise(process, tail)
+            if self.stop_reason is StopReason.FENCED:
+                return True
+            await self._report(result, tail)
+        except Fenced as exc:
+            log.warning("job %s is no longer ours: %s", self.spec.label, exc.message)
+        finally:
+            if self._output is not None:
+                self._output.close()
+        return True
+
+    async def _start(self) -> tuple[JobProcess, ProgressTail]:
+        space = prepare_workspace(self._settings.work_dir, self.spec)
+        env = job_environment(self.spec, space, self._gpus)
+        self._output = space.output_path.open("a", encoding="utf-8", errors="replace")
+        process = await JobProcess.start(
+            self.spec.argv, cwd=space.folder, env=env, on_line=self._on_line
+        )
+        log.info("job %s runs as pid %s in %s", self.spec.label, process.pid, space.folder)
+        return process, ProgressTail(space.progress_path)
+
+    async def _supervise(self, process: JobProcess, tail: ProgressTail) -> JobResult:
+        interval = self._settings.log_flush_interval
+        shipper = LogShipper(self._logs, self._send_logs, interval=interval)
+        try:
+            async with asyncio.TaskGroup() as helpers:
+                logs = helpers.create_task(
+                    self._fenced_stops(shipper.run()), name=f"logs {self.spec.label}"
+                )
+                progress = helpers.create_task(
+                    self._fenced_stops(self._relay(tail)), name=f"progress {self.spec.label}"
+                )
+                result = await run_to_end(
+                    process,
+                    timeout_s=self.spec.timeout_s,
+                    stop=self._stop,
+                    grace=self._settings.cancel_grace,
+                    stop_reason=self._stop_message,
+                )
+                logs.cancel()
+                progress.cancel()
+        except BaseExceptionGroup as group:  # a helper failed: surface its own exception
+            raise group.exceptions[0] from group
+        finally:
+            if process.returncode is None:  # we are being cancelled: the job must not outlive us
+                await process.stop(self._settings.cancel_grace)
+        level = logging.INFO if result.outcome is Outcome.COMPLETED else logging.WARNING
+        log.log(
+            level,
+            "job %s %s (exit code %s)",
+            self.spec.label,
+            result.outcome.value,
+            result.exit_code,
+        )
+        if self.stop_reason is not StopReason.FENCED:
+            await self._flush_logs(shipper)
+        return result
+
+    async def _report(self, result: JobResult, tail: ProgressTail) -> None:
+        if not self._running_reported:
+            await self._status({"status": "running"})
+        tail.poll()
+        body: Json = {
+            "status": result.outcome.value,
+            "exit_code": result.exit_code,
+            "error": result.error,
+        }
+        if tail.latest is not None:
+            body["progress"] = tail.latest
+        await self._status(body)
+        log.info("reported job %s %s", self.spec.label, result.outcome.value)
+
+    async def _relay(self, tail: ProgressTail) -> None:
+        await self._status({"status": "running"})
+        self._running_reported = True
+        sent = None
+        while True:
+            await asyncio.sleep(self._settings.progress_interval)
+            tail.poll()
+            if tail.latest is not None and tail.latest != sent:
+                await self._status({"status": "running", "progress": tail.latest})
+                sent = tail.latest
+
+    async def _fenced_stops(self, loop: Coroutine[Any, Any, None]) -> None:
+        try:
+            await loop
+        except Fenced as exc:
+            self.request_stop(StopReason.FENCED, exc.message)
+
+    async def _flush_logs(self, shipper: LogShipper) -> None:
+        backoff = Backoff(self._settings.reconnect_base, self._settings.reconnect_cap)
+        while True:
+            try:
+                await shipper.flush()
+                return
+            except Unreachable as exc:
+                log.debug("final logs of %s wait: %s", self.spec.label, exc.message)
+                await asyncio.sleep(backoff.next())
+
+    async def _send_logs(self, lines: list[Line], first: int) -> None:
+        await self._channel.send_logs(
+            self.spec.job_id,
+            {"attempt_id": self.spec.attempt_id, "first": first, "lines": lines},
+        )
+
+    async def _status(self, body: Json, *, must: bool = False) -> None:
+        """Deliver a status; a refusal (4xx but 409) is logged, or raised when `must`."""
+        try:
+            await self._channel.deliver_status(
+                self.spec.job_id, {"attempt_id": self.spec.attempt_id, **body}
+            )
+        except Rejected as exc:
+            if must:
+                raise
+            log.error(
+                "the orchestrator refused status %s of %s: %s",
+                body["status"],
+                self.spec.label,
+                exc.message,
+            )
+
+    def _on_line(self, stream: str, text: str) -> None:
+        self._logs.add(stream, text)
+        if self._output is not None:
+            self._output.write(f"{text}\n")
+            self._output.flush()
+        log.debug("[%s %s] %s", self.spec.label, stream, text)

@@ -1,0 +1,188 @@
+"""Every route of the OpenAPI document against every kind of wrong credential.
+
+Each must answer 401 or 403 as documented and change nothing. A route that appears in the
+document without a row in PERMISSIONS fails the test: new routes must be classified.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.server.ratelimit import FailureLimiter
+from gpufleet.store.tables import audit_events
+from tests.api.conftest import Fleet, sqlite_only
+
+WORKER = "worker token"
+OPEN = "open"  # liveness and readiness for load balancers
+# (method, path) -> the API key permission it needs, or WORKER for the worker protocol.
+PERMISSIONS: dict[tuple[str, str], str] = {
+    ("get", "/api/admin/workers"): "admin.workers",
+    ("post", "/api/admin/workers"): "admin.workers",
+    ("get", "/api/admin/workers/{worker_id}"): "admin.workers",
+    ("delete", "/api/admin/workers/{worker_id}"): "admin.workers",
+    ("post", "/api/admin/workers/{worker_id}/drain"): "admin.workers",
+    ("post", "/api/admin/workers/{worker_id}/undrain"): "admin.workers",
+    ("post", "/api/admin/workers/{worker_id}/token"): "admin.workers",
+    ("get", "/api/admin/api-keys"): "*",
+    ("post", "/api/admin/api-keys"): "*",
+    ("delete", "/api/admin/api-keys/{key_id}"): "*",
+    ("post", "/api/workers/register"): WORKER,
+    ("get", "/api/workers/stream"): WORKER,
+    ("post", "/api/workers/heartbeat"): WORKER,
+    ("post", "/api/workers/job/{job_id}/status"): WORKER,
+    ("post", "/api/workers/job/{job_id}/logs"): WORKER,
+    ("get", "/api/workers/queue"): WORKER,
+    ("post", "/api/workers/disconnect"): WORKER,
+    ("post", "/api/queue/submit"): "queue.submit",
+    ("get", "/api/queue"): "queue.read",
+    ("get", "/api/queue/{job_id}"): "queue.read",
+    ("post", "/api/queue/{job_id}/cancel"): "queue.submit",
+    ("get", "/api/queue/{job_id}/logs"): "queue.read",
+    ("get", "/api/configs"): "queue.read",
+    ("get", "/api/configs/{name}"): "queue.read",
+    ("put", "/api/configs/{name}"): "queue.submit",
+    ("delete", "/api/configs/{name}"): "queue.submit",
+    ("get", "/api/audit"): "admin.audit",
+    ("get", "/api/audit/verify"): "admin.audit",
+    ("get", "/api/events"): "queue.read",
+    ("get", "/healthz"): OPEN,
+    ("get", "/readyz"): OPEN,
+    ("get", "/metrics"): "metrics.read",
+}
+BODIES: dict[str, Any] = {
+    "/api/admin/workers": {"name": "intruder"},
+    "/api/admin/api-keys": {"name": "intruder", "permissions": ["*"]},
+    "/api/queue/submit": {"config": {"command": ["true"]}, "target": "worker"},
+    "/api/configs/{name}": {"command": ["rm", "-rf", "/"]},
+    "/api/workers/register": {"name": "intruder", "gpu_count": 8},
+    "/api/workers/heartbeat": {"status": "idle"},
+    "/api/workers/job/{job_id}/status": {"status": "completed"},
+    "/api/workers/job/{job_id}/logs": {"lines": [{"text": "forged"}]},
+    "/api/workers/disconnect": {},
+}
+OTHER_PERMISSION = {
+    "admin.workers": "queue.read",
+    "admin.audit": "queue.submit",
+    "queue.read": "admin.audit",
+    "queue.submit": "queue.read",
+    "*": "admin.workers",
+    "metrics.read": "queue.read",
+}
+
+
+async def _snapshot(fleet: Fleet) -> str:
+    """Every stored row but the audit log (refusals are audited on purpose)."""
+    text = await fleet.all_stored_text()
+    return "\n".join(
+        line for line in text.splitlines() if not line.startswith(f"{audit_events.name}:")
+    )
+
+
+async def _setup(fleet: Fleet) -> dict[str, Any]:
+    owner = await fleet.online_worker("owner")
+    other = await fleet.online_worker("other")
+    job = await fleet.submit()
+    offer = await owner.next_offer()
+    assert offer["job_id"] == job["id"]
+    rotated = await fleet.create_worker("rotated")
+    old_token = rotated.token
+    await fleet.rotate_token(rotated)
+    gone = await fleet.create_worker("gone")
+    await gone.register()
+    assert (await gone.disconnect()).status_code == 200  # only an offline worker is deleted
+    assert (await fleet.admin.delete(f"/api/admin/workers/{gone.id}")).status_code == 200
+    await fleet.admin.put("/api/configs/cfg", json={"command": ["true"]})
+    revoked = await fleet.mint_key("*", name="revoked")
+    assert (await fleet.admin.delete(f"/api/admin/api-keys/{revoked['id']}")).status_code == 200
+    keys = {
+        perm: (await fleet.mint_key(perm, name=f"only-{perm}"))["key"]
+        for perm in set(OTHER_PERMISSION.values())
+    }
+    return {
+        "params": {
+            "worker_id": owner.id,
+            "job_id": job["id"],
+            "name": "cfg",
+            "key_id": revoked["id"],
+        },
+        "owner": owner,
+        "other_token": other.token,
+        "rotated_token": old_token,
+        "deleted_token": gone.token,
+        "revoked_key": revoked["key"],
+        "keys": keys,
+    }
+
+
+def _url(path: str, params: dict[str, str]) -> str:
+    return path.format(**params)
+
+
+@sqlite_only
+async def test_every_route_refuses_every_wrong_credential_and_changes_nothing(
+    fleet: Fleet,
+) -> None:
+    spec = fleet.app.openapi()
+    routes = [(m, p) for p, ops in spec["paths"].items() for m in ops]
+    assert sorted(routes) == sorted(PERMISSIONS), "classify every route in PERMISSIONS"
+    fleet.ctx.auth_failures = FailureLimiter(0, 60.0)  # limiting has its own test
+    world = await _setup(fleet)
+    before = await _snapshot(fleet)
+    admin_bearer = f"Bearer {fleet.admin_key}"
+    failures = []
+    async with fleet.client() as anon:
+        for method, path in routes:
+            needed = PERMISSIONS[(method, path)]
+            if needed == OPEN:
+                continue
+            url = _url(path, world["params"])
+            body = BODIES.get(path)
+            cases: list[tuple[str, dict[str, str], set[int]]] = [
+                ("no credentials", {}, {401}),
+                ("malformed Authorization", {"Authorization": "Basic YWRtaW46YWRtaW4="}, {401}),
+                ("empty Bearer", {"Authorization": "Bearer "}, {401}),
+            ]
+            if needed == WORKER:
+                cases += [
+                    ("an admin API key", {"Authorization": admin_bearer}, {401}),
+                    ("a rotated token", {"X-Worker-Token": world["rotated_token"]}, {401}),
+                    ("a deleted worker's token", {"X-Worker-Token": world["deleted_token"]}, {401}),
+                ]
+                if "{job_id}" in path:
+                    cases.append(
+                        (
+                            "another worker's token on the job",
+                            {"X-Worker-Token": world["other_token"]},
+                            {403},
+                        )
+                    )
+            else:
+                cases += [
+                    ("a worker token", {"X-Worker-Token": world["owner"].token}, {401}),
+                    (
+                        "a worker token as Bearer",
+                        {"Authorization": f"Bearer {world['owner'].token}"},
+                        {401},
+                    ),
+                    (
+                        "a revoked API key",
+                        {"Authorization": f"Bearer {world['revoked_key']}"},
+                        {401},
+                    ),
+                    (
+                        "a key without the permission",
+                        {"X-API-Key": world["keys"][OTHER_PERMISSION[needed]]},
+                        {403},
+                    ),
+                ]
+            for label, headers, expected in cases:
+                resp = await anon.request(
+                    method.upper(), url, headers=headers, json=body if method != "get" else None
+                )
+                if resp.status_code not in expected or not resp.json().get("detail"):
+                    failures.append(
+                        f"{method.upper()} {path} with {label}: "
+                        f"{resp.status_code} {resp.text[:120]}"
+                    )
+    assert failures == []
+    assert await _snapshot(fleet) == before

@@ -1,0 +1,336 @@
+"""Jobs reach the right worker over its stream and run to the end in either dialect."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.api.conftest import Agent, Fleet, sqlite_only
+
+
+async def test_the_stream_delivers_a_job_as_a_job_submit_event(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1", gpu_count=2)
+
+    job = await fleet.submit(config={"command": ["python", "train.py"], "env": {"A": "1"}})
+    offer = await agent.next_offer()
+
+    assert offer["job_id"] == job["id"]
+    assert offer["attempt_id"].startswith("a_")
+    assert offer["config"] == {"command": ["python", "train.py"], "env": {"A": "1"}}
+    assert offer["command"] == ["python", "train.py"]
+    assert offer["env"] == {"A": "1"}
+    assert offer["upload_endpoint"] == f"/api/workers/job/{job['id']}/upload"
+    assert offer["dataloader"] is None
+    assert agent.stream is not None
+    assert agent.stream.frames[-1].startswith("event: job_submit\ndata: {")
+    assert (await fleet.job(job["id"]))["status"] == "offered"
+    assert (await agent.info())["current_job_id"] == job["id"]
+
+
+async def test_an_unacknowledged_offer_is_sent_again_when_the_stream_reopens(
+    fleet: Fleet,
+) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit()
+    first = await agent.next_offer()
+    assert agent.stream is not None
+    await agent.stream.close()
+
+    await agent.open_stream()
+    again = await agent.next_offer()
+
+    assert again["job_id"] == job["id"]
+    assert again["attempt_id"] == first["attempt_id"]
+
+
+async def test_a_heartbeat_naming_the_job_the_worker_holds_changes_nothing(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit()
+    await agent.run(await agent.next_offer(), dialect="simpletuner")
+
+    answer = await agent.heartbeat(status="busy", current_job_id=job["id"])
+
+    assert answer.json() == {"ok": True, "status": "busy", "draining": False}
+    assert agent.stream is not None and await agent.stream.collect() == []
+    assert (await fleet.job(job["id"]))["status"] == "running"
+
+
+@pytest.mark.parametrize("dialect", ["gpufleet", "simpletuner"])
+async def test_a_job_runs_from_submit_to_completed(fleet: Fleet, dialect: str) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit()
+    offer = await agent.next_offer()
+
+    ack = "acknowledged" if dialect == "gpufleet" else "starting"
+    run = "running" if dialect == "gpufleet" else "training"
+    fence = {"attempt_id": offer["attempt_id"]} if dialect == "gpufleet" else {}
+
+    acked = await agent.report(job["id"], ack, **fence)
+    assert acked.json() == {"ok": True, "job_status": "offered"}
+    assert (await fleet.job(job["id"]))["attempt_history"][0]["status"] == "acknowledged"
+
+    running = await agent.report(job["id"], run, **fence)
+    assert running.json() == {"ok": True, "job_status": "running"}
+    assert (await fleet.job(job["id"]))["started_at"] is not None
+
+    done = await agent.report(job["id"], "completed", error=None, **fence)
+    assert done.json() == {"ok": True, "job_status": "completed"}
+
+    final = await fleet.job(job["id"])
+    assert final["status"] == "completed"
+    assert final["exit_code"] == 0
+    assert final["attempts"] == 1
+    assert [a["status"] for a in final["attempt_history"]] == ["completed"]
+    worker = await agent.info()
+    assert worker["status"] == "idle"
+    assert worker["current_job_id"] is None
+    assert worker["jobs_run"] == 1
+
+
+async def test_progress_reported_while_running_shows_on_the_job(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+
+    progress = {"step": 10, "total": 100, "metrics": {"loss": 0.42}}
+    answer = await agent.report(
+        job["id"], "running", attempt_id=offer["attempt_id"], progress=progress
+    )
+
+    assert answer.status_code == 200
+    assert (await fleet.job(job["id"]))["progress"] == progress
+
+
+async def test_log_lines_sent_by_the_worker_are_read_back_in_order(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+
+    sent = await agent.logs(
+        job["id"],
+        [
+            {"stream": "stdout", "text": "epoch 1"},
+            {"stream": "stderr", "text": "warning: slow disk"},
+            {"stream": "stdout", "text": "epoch 2"},
+        ],
+        attempt_id=offer["attempt_id"],
+    )
+    read = await fleet.admin.get(f"/api/queue/{job['id']}/logs")
+
+    assert sent.status_code == 200
+    body = read.json()
+    assert [(line["stream"], line["text"]) for line in body["lines"]] == [
+        ("stdout", "epoch 1"),
+        ("stderr", "warning: slow disk"),
+        ("stdout", "epoch 2"),
+    ]
+    assert {line["attempt_id"] for line in body["lines"]} == {offer["attempt_id"]}
+    later = await fleet.admin.get(
+        f"/api/queue/{job['id']}/logs", params={"after": body["lines"][0]["seq"]}
+    )
+    assert [line["text"] for line in later.json()["lines"]] == ["warning: slow disk", "epoch 2"]
+    assert later.json()["next_after"] == body["next_after"]
+
+
+async def test_a_failed_run_keeps_its_exit_code_and_last_log_lines(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit(max_retries=0)
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    await agent.logs(
+        job["id"],
+        [{"stream": "stderr", "text": "CUDA out of memory"}],
+        attempt_id=offer["attempt_id"],
+    )
+
+    await agent.finish(offer, "failed", exit_code=3)
+
+    final = await fleet.job(job["id"])
+    assert final["status"] == "failed"
+    assert final["exit_code"] == 3
+    assert "exited with code 3" in final["error"]
+    assert "CUDA out of memory" in final["error"]
+
+
+async def test_the_gpu_count_comes_from_num_processes_in_the_config(fleet: Fleet) -> None:
+    one = await fleet.online_worker("one-gpu", gpu_count=1)
+    two = await fleet.online_worker("two-gpus", gpu_count=2)
+
+    job = await fleet.submit(config={"num_processes": 2})
+
+    assert job["gpu_count"] == 2
+    assert (await two.next_offer())["job_id"] == job["id"]
+    assert one.stream is not None and await one.stream.collect() == []
+
+
+async def test_a_stored_config_is_sent_by_name(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1", gpu_count=2)
+    stored = await fleet.admin.put(
+        "/api/configs/my-config", json={"--num_processes": 2, "model": "flux"}
+    )
+    assert stored.status_code == 200
+
+    job = await fleet.submit(config_name="my-config", config=None)
+
+    assert job["gpu_count"] == 2
+    offer = await agent.next_offer()
+    assert offer["config"] == {"--num_processes": 2, "model": "flux"}
+    assert offer["command"] is None
+
+
+async def test_worker_labels_match_as_glob_patterns(fleet: Fleet) -> None:
+    h100 = await fleet.online_worker("h100", labels={"gpu_type": "h100"})
+    a100 = await fleet.online_worker("a100", labels={"gpu_type": "a100-80g"})
+
+    job = await fleet.submit(worker_labels={"gpu_type": "a100*"})
+
+    assert (await a100.next_offer())["job_id"] == job["id"]
+    assert h100.stream is not None and await h100.stream.collect() == []
+
+
+@sqlite_only
+async def test_a_label_no_worker_has_is_refused_at_submit(fleet: Fleet) -> None:
+    await fleet.online_worker("a100", labels={"gpu_type": "a100"})
+
+    answer = await fleet.admin.post(
+        "/api/queue/submit",
+        json={"config": {}, "worker_labels": {"gpu_type": "tpu*"}},
+    )
+
+    assert answer.status_code == 422
+    assert "gpu_type=tpu*" in answer.json()["detail"]
+    assert (await fleet.admin.get("/api/queue")).json()["total"] == 0
+
+
+@sqlite_only
+async def test_target_local_without_a_local_runner_is_refused(fleet: Fleet) -> None:
+    await fleet.online_worker("gpu-1")
+
+    answer = await fleet.admin.post("/api/queue/submit", json={"config": {}, "target": "local"})
+
+    assert answer.status_code == 422
+    assert "local" in answer.json()["detail"]
+    assert (await fleet.admin.get("/api/queue")).json()["total"] == 0
+
+
+async def test_higher_priority_jobs_are_offered_first_then_oldest_first(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    blocker = await fleet.submit()
+    submitted = {}
+    for name, priority in [("low", 0), ("high", 10), ("mid-a", 5), ("mid-b", 5)]:
+        fleet.clock.advance(1)
+        submitted[(await fleet.submit(priority=priority))["id"]] = name
+
+    order = []
+    offer = await agent.next_offer()
+    assert offer["job_id"] == blocker["id"]
+    for _ in submitted:
+        await agent.run(offer)
+        await agent.finish(offer)
+        offer = await agent.next_offer()
+        order.append(submitted[offer["job_id"]])
+
+    assert order == ["high", "mid-a", "mid-b", "low"]
+
+
+async def test_the_queue_check_says_whether_a_job_could_run_on_the_worker(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1", labels={"team": "nlp"})
+    assert (await agent.queue_check()).json() == {"has_jobs": False}
+
+    first = await fleet.submit()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    await fleet.submit(worker_labels={"team": "nlp"})
+
+    assert (await agent.queue_check()).json() == {"has_jobs": True}
+    await agent.finish(offer)
+    assert (await fleet.job(first["id"]))["status"] == "completed"
+    second = await agent.next_offer()
+    await agent.run(second)
+    await agent.finish(second)
+    assert (await agent.queue_check()).json() == {"has_jobs": False}
+
+
+async def test_a_drained_worker_is_told_there_are_no_jobs(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    busy = await fleet.submit()
+    await agent.run(await agent.next_offer())
+    await fleet.submit()
+
+    await fleet.admin.post(f"/api/admin/workers/{agent.id}/drain")
+
+    assert (await fleet.job(busy["id"]))["status"] == "running"
+    assert (await agent.queue_check()).json() == {"has_jobs": False}
+
+
+async def _waiting_reasons(fleet: Fleet, job_id: str) -> dict[str, list[str]]:
+    waiting = (await fleet.job(job_id))["waiting"]
+    return {row["name"]: row["reasons"] for row in waiting["workers"]}
+
+
+async def test_a_waiting_job_explains_why_each_worker_does_not_take_it(fleet: Fleet) -> None:
+    wanted = {"gpu_type": "h100"}
+    wrong_label = await fleet.online_worker("wrong-label", gpu_count=4, labels={"gpu_type": "a100"})
+    too_small = await fleet.online_worker("too-small", gpu_count=1, labels=wanted)
+    busy: Agent = await fleet.online_worker("busy", gpu_count=2, labels={**wanted, "slot": "b"})
+    draining = await fleet.online_worker("draining", gpu_count=2, labels=wanted)
+    offline = await fleet.online_worker("offline", gpu_count=2, labels=wanted)
+    blocker = await fleet.submit(worker_labels={"slot": "b"})
+    await fleet.admin.post(f"/api/admin/workers/{draining.id}/drain")
+    await offline.disconnect()
+
+    job = await fleet.submit(gpu_count=2, worker_labels=wanted)
+
+    detail = await fleet.job(job["id"])
+    assert detail["status"] == "queued"
+    assert detail["waiting"]["summary"].startswith("every worker that could run it is busy")
+    reasons = await _waiting_reasons(fleet, job["id"])
+    assert reasons["wrong-label"] == ["label gpu_type='a100' does not match 'h100'"]
+    assert reasons["too-small"] == ["has 1 GPU(s), the job needs 2"]
+    assert reasons["busy"] == [f"is busy with job {blocker['id']}"]
+    assert reasons["draining"] == ["is draining"]
+    assert reasons["offline"] == ["is offline"]
+    assert {wrong_label.id, too_small.id, busy.id} <= {
+        row["worker_id"] for row in detail["waiting"]["workers"]
+    }
+
+
+async def test_a_running_job_has_no_waiting_explanation(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit()
+    await agent.run(await agent.next_offer())
+
+    assert (await fleet.job(job["id"]))["waiting"] is None
+
+
+async def test_following_the_logs_of_a_finished_job_replays_them_and_ends(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    await agent.logs(job["id"], [{"stream": "stdout", "text": "loss 0.1"}])
+    await agent.finish(offer)
+
+    answer = await fleet.admin.get(f"/api/queue/{job['id']}/logs", params={"follow": "true"})
+
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    frames = answer.text.strip().split("\n\n")
+    assert frames[0].startswith("event: log\nid: ")
+    assert '"text":"loss 0.1"' in frames[0]
+    assert frames[-1] == 'event: end\ndata: {"type":"end","status":"completed"}'
+
+
+async def test_concurrent_submissions_never_offer_one_worker_two_jobs(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("only-one")
+    jobs = await asyncio.gather(*(fleet.submit() for _ in range(12)))
+    details = [await fleet.job(j["id"]) for j in jobs]
+    offered = [d for d in details if d["status"] == "offered"]
+    assert len(offered) == 1
+    assert all(d["status"] == "queued" for d in details if d is not offered[0])
+    worker = (await fleet.admin.get(f"/api/admin/workers/{agent.id}")).json()
+    assert worker["status"] == "busy" and worker["current_job_id"] == offered[0]["id"]
+    live = [a for d in details for a in d["attempt_history"] if a["status"] == "offered"]
+    assert [a["id"] for a in live] == [offered[0]["current_attempt_id"]]

@@ -1,0 +1,133 @@
+"""Failed authentication is limited and audited; the audit log is an HMAC chain."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from gpufleet.server.ratelimit import FailureLimiter
+from gpufleet.server.services import audit
+from gpufleet.store.tables import audit_events
+from tests.api.conftest import Fleet
+
+
+async def test_a_client_that_keeps_failing_to_authenticate_is_refused_for_a_while(
+    fleet: Fleet,
+) -> None:
+    now = [0.0]
+    fleet.ctx.auth_failures = FailureLimiter(3, 60.0, clock=lambda: now[0])
+    async with fleet.client() as anon:
+        for _ in range(3):
+            wrong = await anon.get("/api/queue", headers={"Authorization": "Bearer gfk_wrong"})
+            assert wrong.status_code == 401
+        locked = await anon.get("/api/queue", headers={"Authorization": "Bearer gfk_wrong"})
+        assert locked.status_code == 429
+        assert int(locked.headers["Retry-After"]) == 60
+        assert "too many failed authentications" in locked.json()["detail"]
+        # Even the right key waits until the window has passed.
+        right = {"Authorization": f"Bearer {fleet.admin_key}"}
+        assert (await anon.get("/api/queue", headers=right)).status_code == 429
+        now[0] = 61.0
+        assert (await anon.get("/api/queue", headers=right)).status_code == 200
+    limited = await fleet.audit(type="auth.rate_limited")
+    assert len(limited) == 1 and limited[0]["client_addr"] == "127.0.0.1"
+    failures = await fleet.audit(type="auth.failed")
+    assert len(failures) == 3
+    assert all(fleet.admin_key not in str(e) and "gfk_wrong" not in str(e) for e in failures)
+
+
+async def test_worker_token_guessing_is_limited_too(fleet: Fleet) -> None:
+    fleet.ctx.auth_failures = FailureLimiter(2, 60.0)
+    async with fleet.client() as anon:
+        codes = [
+            (
+                await anon.post(
+                    "/api/workers/register",
+                    json={"name": "x"},
+                    headers={"X-Worker-Token": f"wt_guess{i}"},
+                )
+            ).status_code
+            for i in range(3)
+        ]
+    assert codes == [401, 401, 429]
+    fleet.ctx.auth_failures = FailureLimiter(20, 60.0)  # the admin reads from the same address
+    assert len(await fleet.audit(type="worker.register_failed")) == 2
+
+
+async def test_the_audit_chain_verifies_until_an_entry_is_changed(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    await fleet.submit()
+    await agent.next_offer()
+    await audit.seal(fleet.ctx)
+    clean = (await fleet.admin.get("/api/audit/verify")).json()
+    assert clean["ok"] is True and clean["checked"] >= 5 and clean["first_broken"] is None
+
+    async with fleet.ctx.store.engine.begin() as conn:
+        victim = (
+            await conn.execute(
+                sa.select(audit_events.c.id, audit_events.c.chain_seq).where(
+                    audit_events.c.event_type == "job.submitted"
+                )
+            )
+        ).one()
+        await conn.execute(
+            sa.update(audit_events)
+            .where(audit_events.c.id == victim.id)
+            .values(actor="key:someone-else")
+        )
+    broken = (await fleet.admin.get("/api/audit/verify")).json()
+    assert broken["ok"] is False
+    assert broken["first_broken"]["seq"] == victim.chain_seq
+    assert broken["first_broken"]["event_id"] == victim.id
+    assert broken["checked"] == victim.chain_seq - 1
+
+
+async def test_a_removed_audit_entry_breaks_the_chain_where_it_was(fleet: Fleet) -> None:
+    await fleet.online_worker("gpu-1")
+    await audit.seal(fleet.ctx)
+    async with fleet.ctx.store.engine.begin() as conn:
+        await conn.execute(sa.delete(audit_events).where(audit_events.c.chain_seq == 2))
+    result = (await fleet.admin.get("/api/audit/verify")).json()
+    assert result["ok"] is False
+    assert result["first_broken"] == {
+        "seq": 2,
+        "event_id": None,
+        "reason": "entry 2 of the chain is missing",
+    }
+
+
+async def test_new_entries_are_sealed_in_order_after_the_existing_chain(fleet: Fleet) -> None:
+    await audit.seal(fleet.ctx)
+    before = (await fleet.admin.get("/api/audit/verify")).json()["checked"]
+    await fleet.create_worker("later")
+    async with fleet.ctx.store.read() as q:
+        assert await q.count_unsealed_audit() >= 2
+    assert await audit.seal(fleet.ctx) >= 2
+    after = (await fleet.admin.get("/api/audit/verify")).json()
+    assert after["ok"] is True and after["unsealed"] == 0 and after["checked"] >= before + 2
+
+
+async def test_verifying_the_audit_log_needs_the_audit_permission(fleet: Fleet) -> None:
+    key = await fleet.mint_key("queue.read")
+    async with fleet.client(headers={"Authorization": f"Bearer {key['key']}"}) as reader:
+        assert (await reader.get("/api/audit/verify")).status_code == 403
+
+
+async def test_a_body_over_the_limit_is_refused_with_413_and_nothing_is_stored(
+    fleet: Fleet,
+) -> None:
+    huge = {"command": ["true"], "blob": "x" * (5 * 1024 * 1024)}
+    declared = await fleet.admin.put("/api/configs/huge", json=huge)
+    assert declared.status_code == 413, declared.text
+
+    async def chunks():  # no Content-Length: the limit bites while reading
+        yield b'{"command": ["true"], "blob": "'
+        for _ in range(6):
+            yield b"x" * (1024 * 1024)
+        yield b'"}'
+
+    streamed = await fleet.admin.put(
+        "/api/configs/huge", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert streamed.status_code == 413
+    assert "too large" in streamed.json()["detail"]
+    assert (await fleet.admin.get("/api/configs/huge")).status_code == 404

@@ -1,0 +1,76 @@
+"""Every benchmark scenario runs end to end at a tiny size. Timings are not tested."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from bench.report import Result
+from bench.scenarios import SCENARIOS, SMOKE, Options
+
+Scenario = Callable[[Options], Awaitable[Result | list[Result]]]
+
+
+async def run(number: int, tmp_path: Path) -> list[Result]:
+    scenario: Scenario = SCENARIOS[number]
+    out = await scenario(Options(SMOKE, work_dir=tmp_path))
+    return out if isinstance(out, list) else [out]
+
+
+def measured(result: Result) -> None:
+    """The scenario produced its checks, each with a value."""
+    assert result.checks, f"scenario {result.scenario} produced no checks"
+    for check in result.checks:
+        assert check.metric != "run", f"scenario {result.scenario} failed: {check.value}"
+        assert check.value is not None, f"{result.scenario}: {check.metric} has no value"
+
+
+async def test_dispatch_latency_delivers_every_job_and_times_it(tmp_path: Path) -> None:
+    [result] = await run(1, tmp_path)
+    measured(result)
+    assert result.metrics["delivered"] == SMOKE.s1_jobs
+    assert result.metrics["answer_to_event"]["count"] == SMOKE.s1_jobs
+
+
+async def test_throughput_completes_every_job(tmp_path: Path) -> None:
+    [result] = await run(2, tmp_path)
+    measured(result)
+    assert result.metrics["completed"] == SMOKE.s2_jobs
+    assert result.metrics["jobs_per_s"] > 0
+
+
+async def test_capacity_measures_heartbeats_cpu_and_memory_at_both_rates(
+    tmp_path: Path,
+) -> None:
+    [result] = await run(3, tmp_path)
+    measured(result)
+    for phase in ("slow", "fast"):
+        assert result.metrics[phase]["heartbeats"]["count"] > 0
+        assert result.metrics[phase]["server_rss_mib"] > 0
+    assert result.metrics["connected_at_end"] == SMOKE.s3_workers
+
+
+async def test_queue_depth_times_dispatch_on_an_empty_and_a_deep_queue(tmp_path: Path) -> None:
+    [result] = await run(4, tmp_path)
+    measured(result)
+    assert result.metrics["empty"]["delivered"] == SMOKE.s1_jobs
+    assert result.metrics["deep"]["delivered"] == SMOKE.s1_jobs
+
+
+async def test_recovery_reruns_every_lost_job_and_counts_duplicates(tmp_path: Path) -> None:
+    [result] = await run(5, tmp_path)
+    measured(result)
+    assert result.metrics["lost"] >= 1
+    assert result.metrics["ran_again"] == result.metrics["lost"]
+    assert result.metrics["completed"] == SMOKE.s5_busy
+
+
+@pytest.mark.postgres
+async def test_side_by_side_runs_latency_and_throughput_on_postgresql(tmp_path: Path) -> None:
+    results = await run(6, tmp_path)
+    assert [r.scenario for r in results] == ["6/1", "6/2", "6/r"]
+    for result in results[:2]:
+        assert result.database == "postgresql"
+        assert result.checks and all(c.metric != "run" for c in result.checks)
+    assert results[2].checks[0].value == "not yet available"

@@ -1,0 +1,234 @@
+"""The web UI in Chromium, against a real orchestrator and a real worker process."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import BrowserContext, Locator, Page, expect
+
+from tests.browser.conftest import PHONE, screenshot, sign_in
+from tests.e2e.conftest import GPUFLEET, ServerProcess, unique
+
+TRAINING = {
+    "command": [
+        "python",
+        "-m",
+        "gpufleet.examples.train",
+        "--steps",
+        "100",
+        "--step-delay",
+        "0.02",
+    ],
+    "env": {"PYTHONUNBUFFERED": "1"},
+    "timeout_s": 120,
+}
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Worker processes a test starts; killed at its end if still running."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def start_copied_command(
+    command: str, work_dir: Path, processes: list[subprocess.Popen[bytes]]
+) -> Path:
+    """Run the command exactly as copied, with a work folder and a fast heartbeat added."""
+    argv = shlex.split(command)
+    assert argv[:2] == ["gpufleet", "worker"], command
+    log_path = work_dir.with_suffix(".log")
+    extra = ["--work-dir", str(work_dir), "--heartbeat-interval", "0.5"]
+    with log_path.open("ab") as log:
+        processes.append(
+            subprocess.Popen([GPUFLEET, *argv[1:], *extra], stdout=log, stderr=subprocess.STDOUT)
+        )
+    return log_path
+
+
+def worker_row(page: Page, name: str) -> Locator:
+    return page.locator(f'#workers tr[data-worker="{name}"]')
+
+
+def test_an_admin_runs_a_worker_and_a_job_from_the_browser_and_retires_the_worker(
+    server: ServerProcess,
+    page: Page,
+    tmp_path: Path,
+    processes: list[subprocess.Popen[bytes]],
+) -> None:
+    name = unique("browser")
+    page.goto("/signin")
+    screenshot(page, "signin")
+    sign_in(page, server.admin_key)
+    expect(page).to_have_url(f"{server.url}/workers")
+
+    # Create Worker: the token and the command are shown once, and copied.
+    page.click("#create-open")
+    page.fill("#w-name", name)
+    page.check("input[name=worker_type][value=persistent]")
+    page.fill("#w-labels", "pool=browser\nlocation=lab")
+    page.click("#create-form button[type=submit]")
+    secret = page.locator("#secret")
+    expect(secret).to_be_visible()
+    expect(secret).to_contain_text("will not be shown again")
+    token = page.locator("#secret-token").inner_text()
+    assert token.startswith("wt_")
+    screenshot(page, "workers-created")
+    page.click("#copy-command")
+    expect(page.locator("#copied")).to_have_text("Copied to the clipboard.")
+    command = page.evaluate("navigator.clipboard.readText()")
+    assert f"--worker-token {token}" in command and "--persistent" in command
+    assert f"--orchestrator-url {server.url}" in command
+    secret.locator("[data-close]").click()
+    expect(page.locator("#secret-token")).to_have_text("")  # gone from the page
+    row = worker_row(page, name)
+    expect(row).to_have_attribute("data-status", "connecting")
+
+    # The pasted command starts a real worker; the table turns idle without a reload.
+    log = start_copied_command(command, tmp_path / name, processes)
+    expect(row).to_have_attribute("data-status", "idle", timeout=20_000)
+    expect(row.locator(".badge")).to_have_text("idle")
+    expect(row).to_contain_text("pool=browser")
+    expect(page.locator('[data-count="idle"] b')).to_have_text("2")  # ours and the local one
+
+    # Train: store a config, then train it in the cloud on our worker.
+    page.click("nav >> text=Train")
+    page.fill("#config-json", json.dumps(TRAINING, indent=2))
+    page.fill("#config-name", "browser-training")
+    page.click("#config-save")
+    expect(page.locator("#config-status")).to_have_text("Saved browser-training.")
+    expect(page.locator("#config-pick")).to_have_value("browser-training")
+    page.check("input[name=target][value=worker]")
+    page.fill("#labels", "pool=browser")
+    screenshot(page, "train")
+    page.click("#submit >> text=Train in Cloud")
+    page.wait_for_url("**/queue/j_*")
+    job_id = page.url.rsplit("/", 1)[1]
+
+    # The job page follows its logs and progress as they arrive, then shows it completed.
+    expect(page.locator("#logs")).to_contain_text("step", timeout=20_000)
+    expect(page.locator("#status .badge")).to_have_text("completed", timeout=30_000)
+    expect(page.locator("#log-state")).to_have_text("ended: completed")
+    expect(page.locator("#logs")).to_contain_text("step 100/100")
+    expect(page.locator("#progress")).to_contain_text("100 / 100 (100%)")
+    expect(page.locator("#metrics")).to_contain_text("accuracy")
+    expect(page.locator("#attempts tbody tr")).to_have_count(1)
+    expect(page.locator("#cancel")).to_be_hidden()
+    screenshot(page, "job")
+    with server.admin() as admin:
+        job = admin.get(f"/api/queue/{job_id}").json()
+    assert job["config_name"] == "browser-training"
+    assert job["worker_labels"] == {"pool": "browser"}
+
+    page.click("nav >> text=Queue")
+    queued = page.locator(f'#jobs tr[data-job="{job_id}"]')
+    expect(queued).to_have_attribute("data-status", "completed")
+    expect(queued).to_contain_text(name)
+    screenshot(page, "queue")
+
+    # Drain, rotate the token, and delete once it is offline.
+    page.click("nav >> text=Workers")
+    expect(row).to_have_attribute("data-status", "idle")
+    screenshot(page, "workers")
+    row.locator("[data-action=drain]").click()
+    expect(row).to_have_attribute("data-status", "draining")
+    expect(row.locator("[data-action=undrain]")).to_be_visible()
+    expect(row.locator("[data-action=delete]")).to_have_count(0)  # only offline ones
+
+    row.locator("[data-action=rotate]").click()
+    page.click("#confirm-yes")
+    expect(secret).to_be_visible()
+    rotated = page.locator("#secret-token").inner_text()
+    assert rotated.startswith("wt_") and rotated != token
+    expect(page.locator("#secret-command")).to_contain_text(rotated)
+    secret.locator("[data-close]").click()
+    old = httpx.post(
+        f"{server.url}/api/workers/heartbeat", headers={"X-Worker-Token": token}, json={}
+    )
+    assert old.status_code == 401
+
+    processes[0].kill()  # the worker, its token rotated away, goes silent
+    expect(row).to_have_attribute("data-status", "offline", timeout=20_000)
+    row.locator("[data-action=delete]").click()
+    expect(page.locator("#confirm")).to_contain_text(f"Delete {name}?")
+    page.click("#confirm-yes")
+    expect(row).to_have_count(0)
+    with server.admin() as admin:
+        names = [w["name"] for w in admin.get("/api/admin/workers").json()["workers"]]
+    assert name not in names, log.read_text()[-2000:]
+
+    page.click("nav >> text=Audit")
+    page.fill("#f-target", job_id)
+    page.click("#filters button[type=submit]")
+    expect(page.locator("#events tbody tr").first).to_contain_text(job_id)
+    expect(page.locator("#events")).to_contain_text("job.status_changed")
+    assert f"target={job_id}" in page.url
+    screenshot(page, "audit")
+
+
+def test_the_session_cookie_is_httponly_and_samesite_strict(
+    server: ServerProcess, context: BrowserContext, page: Page
+) -> None:
+    sign_in(page, server.admin_key)
+
+    cookies = {c["name"]: c for c in context.cookies()}
+
+    assert cookies["gpufleet_session"]["httpOnly"] is True
+    assert cookies["gpufleet_session"]["sameSite"] == "Strict"
+    assert cookies["gpufleet_csrf"]["sameSite"] == "Strict"
+    assert page.evaluate("document.cookie").count("gpufleet_session") == 0  # out of reach
+
+
+def test_a_post_with_the_session_cookie_but_no_csrf_header_is_refused(
+    server: ServerProcess, context: BrowserContext, page: Page
+) -> None:
+    sign_in(page, server.admin_key)
+    body = {"name": unique("csrf")}
+
+    refused = context.request.post("/api/admin/workers", data=body)
+    csrf = next(c["value"] for c in context.cookies() if c["name"] == "gpufleet_csrf")
+    allowed = context.request.post("/api/admin/workers", data=body, headers={"X-CSRF-Token": csrf})
+
+    assert refused.status == 403
+    assert "CSRF" in refused.json()["detail"]
+    assert allowed.status == 201
+
+
+def test_a_key_without_admin_workers_is_not_offered_the_workers_page(
+    server: ServerProcess, page: Page
+) -> None:
+    with server.admin() as admin:
+        minted = admin.post(
+            "/api/admin/api-keys",
+            json={"name": "trainer", "permissions": ["queue.read", "queue.submit"]},
+        )
+    sign_in(page, minted.json()["key"])
+
+    expect(page).to_have_url(f"{server.url}/train")
+    expect(page.locator("nav a")).to_have_text(["Train", "Queue"])
+    page.goto("/workers")
+    expect(page.locator("main")).to_contain_text("lacks the admin.workers permission")
+
+
+@pytest.mark.parametrize("path", ["/workers", "/train", "/queue", "/audit"])
+def test_every_page_fits_a_phone_screen(
+    server: ServerProcess, context: BrowserContext, page: Page, path: str
+) -> None:
+    page.set_viewport_size(PHONE)
+    sign_in(page, server.admin_key, then=path)
+    expect(page.locator("main")).not_to_contain_text("Loading…")
+
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+
+    assert overflow <= 0, f"{path} is {overflow} px wider than a phone screen"
+    screenshot(page, f"phone-{path.strip('/')}")

@@ -1,0 +1,298 @@
+"""A fleet under fire: an orchestrator, real `gpufleet worker` processes, a relay between them
+that the test can cut, and a steady stream of short jobs that leave their own trace.
+
+Every job runs `JOB`: it appends `start`, then `end` (or `stop` when it is told to stop) lines
+to a results file shared by the whole fleet, one `O_APPEND` write each:
+
+    <kind> <job id> <attempt id> <pid> <unix time>
+
+That file is the ground truth the invariants are checked against (which attempts really ran,
+when, and whether one ran twice), beside what the orchestrator's API says.
+
+Size: `GPUFLEET_CHAOS_JOBS` jobs over the whole tier (default 200), shared among the scenarios
+by their weights; `GPUFLEET_CHAOS_SEED` fixes the random choices (a fresh seed is printed);
+`GPUFLEET_CHAOS_DATABASE_URL` runs the orchestrator on PostgreSQL instead of SQLite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.chaos.proxy import Proxy
+from tests.e2e.conftest import PYTHON, ServerProcess, WorkerProcess, unique, wait_for
+
+TOTAL_JOBS = int(os.environ.get("GPUFLEET_CHAOS_JOBS", "200"))
+SEED = int(os.environ.get("GPUFLEET_CHAOS_SEED", str(random.randrange(1 << 30))))
+DATABASE_URL = os.environ.get("GPUFLEET_CHAOS_DATABASE_URL") or None
+TERMINAL = ("completed", "failed", "cancelled")
+OUTPUT = Path(__file__).resolve().parents[2] / "test-output" / "chaos"
+
+HEARTBEAT_TIMEOUT = 3.0  # ServerProcess's default: the orchestrator's patience with a worker
+# Above the agent's reconnect backoff cap (30 s, no CLI flag): where the orchestrator restarts,
+# the workers' backoff must not outlast the health grace it gives them after a start.
+RESTART_HEARTBEAT_TIMEOUT = 35.0
+CANCEL_GRACE = 1.0  # WorkerProcess's default: SIGTERM, then SIGKILL this much later
+# How long the process of an attempt the orchestrator has ended may still run once its worker
+# can hear the orchestrator again: the longest reconnect backoff these faults lead to (a
+# 6 s outage: 0.5 + 1 + 2 + 4 s of retries, then up to 8 s), one heartbeat interval, the
+# cancel grace, and slack for a loaded 2-core machine.
+FENCING_WINDOW = 8.0 + 0.5 + CANCEL_GRACE + 5.5
+
+# Sleeps argv[2] seconds; notes its start and its end (or its stop on SIGTERM) in argv[1].
+JOB = textwrap.dedent("""
+    import os, signal, sys, time
+    out, seconds = sys.argv[1], float(sys.argv[2])
+    ids = os.environ["GPUFLEET_JOB_ID"] + " " + os.environ["GPUFLEET_ATTEMPT_ID"]
+    def note(kind):
+        fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(fd, f"{kind} {ids} {os.getpid()} {time.time():.6f}\\n".encode())
+        os.close(fd)
+    def stop(*_):
+        note("stop")
+        os._exit(143)
+    signal.signal(signal.SIGTERM, stop)
+    note("start")
+    time.sleep(seconds)
+    note("end")
+    print("done", flush=True)
+""")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    started: float  # unix time
+    ended: float
+    workers: tuple[str, ...] | None  # None: every worker (the orchestrator itself went away)
+
+    def cuts_off(self, worker_id: str) -> bool:
+        return self.workers is None or worker_id in self.workers
+
+
+@dataclass
+class FaultLog:
+    faults: list[Fault] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def window(self, kind: str, workers: tuple[str, ...] | None) -> Iterator[None]:
+        """Record the fault injected inside the block, from its start to its repair."""
+        started = time.time()
+        try:
+            yield
+        finally:
+            self.faults.append(Fault(kind, started, time.time(), workers))
+
+    def instant(self, kind: str, workers: tuple[str, ...] | None) -> None:
+        now = time.time()
+        self.faults.append(Fault(kind, now, now, workers))
+
+    def count(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for fault in self.faults:
+            counts[fault.kind] = counts.get(fault.kind, 0) + 1
+        return counts
+
+
+@dataclass(frozen=True)
+class Plan:
+    seconds: float
+    max_retries: int
+
+
+class Via:
+    """What `WorkerProcess` uses of a server, with the workers' URL pointing at the relay."""
+
+    tls = False
+
+    def __init__(self, server: ServerProcess, url: str) -> None:
+        self._server = server
+        self.url = url
+
+    def admin(self) -> httpx.Client:
+        return self._server.admin()
+
+
+class Submitter(threading.Thread):
+    """Submits planned jobs at a steady pace, as a client would: a submit that gets no 201
+    (the orchestrator is down, the answer was lost) is tried again, and only a 201 counts as
+    acknowledged."""
+
+    def __init__(self, fleet: Fleet, plans: list[Plan], pace: float) -> None:
+        super().__init__(name="chaos-submitter", daemon=True)
+        self.fleet = fleet
+        self.plans = plans
+        self.pace = pace
+        self.acked: list[str] = []
+        self.unacked_tries = 0
+        self.failure: BaseException | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            for plan in self.plans:
+                self.acked.append(self._submit(plan))
+                time.sleep(self.pace)
+        except BaseException as exc:
+            self.failure = exc
+        finally:
+            self.done.set()
+
+    def _submit(self, plan: Plan) -> str:
+        command = [PYTHON, "-I", "-S", "-c", JOB, str(self.fleet.results), f"{plan.seconds:.3f}"]
+        body = {
+            "config": {"command": command},
+            "target": "worker",
+            "worker_labels": self.fleet.labels,
+            "max_retries": plan.max_retries,
+        }
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with self.fleet.server.admin() as admin:
+                    resp = admin.post("/api/queue/submit", json=body)
+                if resp.status_code == 201:
+                    return str(resp.json()["id"])
+            except (httpx.HTTPError, OSError):
+                pass
+            self.unacked_tries += 1
+            if time.monotonic() > deadline:
+                raise AssertionError("no submit was acknowledged for 120 s")
+            time.sleep(0.2)
+
+    def wait(self, timeout: float = 300) -> list[str]:
+        if not self.done.wait(timeout):
+            raise AssertionError(f"the submitter did not finish within {timeout} s")
+        if self.failure is not None:
+            raise self.failure
+        return self.acked
+
+
+class Fleet:
+    """One scenario's orchestrator, relay and workers; everything is stopped at the end."""
+
+    def __init__(self, root: Path, name: str, rng: random.Random) -> None:
+        self.root = root
+        self.name = name
+        self.rng = rng
+        self.server = ServerProcess(root / "orchestrator", DATABASE_URL)
+        self.results = root / "results.txt"
+        self.labels = {"pool": unique("chaos")}
+        self.faults = FaultLog()
+        self.proxy: Proxy | None = None
+        self.workers: list[WorkerProcess] = []
+        self.submitter: Submitter | None = None
+        self.started = time.time()
+
+    def start(
+        self, *, workers: int, via_proxy: int = 0, **server_flags: Any
+    ) -> list[WorkerProcess]:
+        """The orchestrator, then `workers` workers, the first `via_proxy` behind the relay."""
+        self.server.flags.update(server_flags)
+        self.server.start()
+        if via_proxy:
+            self.proxy = Proxy(self.server.port).start()
+        for i in range(workers):
+            behind = via_proxy > i and self.proxy is not None
+            target: Any = Via(self.server, self.proxy.url) if behind else self.server
+            worker = WorkerProcess(
+                target, self.root, persistent=True, labels={**self.labels, "slot": str(i)}
+            )
+            self.workers.append(worker)
+        with ThreadPoolExecutor(len(self.workers)) as pool:  # each start waits to connect
+            list(pool.map(WorkerProcess.start, self.workers))
+        return self.workers
+
+    def plans(self, count: int, seconds: Callable[[random.Random], float]) -> list[Plan]:
+        """`count` jobs of `seconds(rng)` each; retries from 0 to 5, so some jobs can run out."""
+        return [Plan(seconds(self.rng), self.rng.choice((0, 1, 2, 3, 5))) for _ in range(count)]
+
+    def submit(self, plans: list[Plan], pace: float) -> Submitter:
+        self.submitter = Submitter(self, plans, pace)
+        self.submitter.start()
+        return self.submitter
+
+    def restart_worker(self, worker: WorkerProcess) -> None:
+        """Start a killed worker's agent again, with the same token and work folder."""
+        worker.proc = None
+        worker.start()
+
+    def busy_workers(self) -> list[tuple[WorkerProcess, str]]:
+        """Workers whose job has started (its `start` line is written): (worker, job id)."""
+        started = {line.split()[1] for line in self.result_lines() if line.startswith("start ")}
+        with self.server.admin() as admin:
+            records = {w["id"]: w for w in admin.get("/api/admin/workers").json()["workers"]}
+        return [
+            (w, records[w.id]["current_job_id"])
+            for w in self.workers
+            if w.running() and records[w.id]["current_job_id"] in started
+        ]
+
+    def result_lines(self) -> list[str]:
+        if not self.results.exists():
+            return []
+        return self.results.read_text().splitlines()
+
+    def all_jobs(self) -> list[dict[str, Any]]:
+        jobs: list[dict[str, Any]] = []
+        with self.server.admin() as admin:
+            while True:
+                page = admin.get("/api/queue", params={"limit": 500, "offset": len(jobs)}).json()
+                jobs += page["jobs"]
+                if len(jobs) >= page["total"] or not page["jobs"]:
+                    return jobs
+
+    def settle(self, timeout: float = 180) -> None:
+        """Wait for every submit, then for every job to reach a terminal state (or for every
+        worker to be gone: nothing would end then)."""
+        assert self.submitter is not None
+        self.submitter.wait()
+        with contextlib.suppress(AssertionError):  # the invariants name what did not end
+            wait_for(
+                lambda: (
+                    not any(w.running() for w in self.workers)
+                    or all(j["status"] in TERMINAL for j in self.all_jobs())
+                ),
+                timeout=timeout,
+                what="every job to end",
+            )
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            if worker.running():
+                assert worker.proc is not None
+                with contextlib.suppress(ProcessLookupError):
+                    worker.proc.send_signal(signal.SIGCONT)  # a frozen one cannot die otherwise
+            worker.stop()
+        if self.proxy is not None:
+            self.proxy.stop()
+        self.server.kill(signal.SIGTERM)
+
+
+def weighted_share(weight: int) -> int:
+    """This scenario's share of GPUFLEET_CHAOS_JOBS (weights sum to 100), at least 20 jobs."""
+    return max(20, TOTAL_JOBS * weight // 100)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
+    name = request.node.name.removeprefix("test_")
+    made = Fleet(tmp_path, name, random.Random(f"{SEED}:{name}"))
+    print(f"\nchaos {name}: seed {SEED} (GPUFLEET_CHAOS_SEED={SEED} repeats it)")
+    try:
+        yield made
+    finally:
+        made.stop()

@@ -1,0 +1,165 @@
+"""Faults injected into a running fleet; after each, the invariants of `invariants.py`.
+
+Each scenario starts its own orchestrator and persistent workers, submits its share of
+GPUFLEET_CHAOS_JOBS short jobs at a steady pace, injects its faults while they run, waits for
+every job to end and checks every invariant over every job. docs/faults.md lists the faults,
+the invariants and the figures of the last run.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections import defaultdict
+
+from tests.chaos.conftest import RESTART_HEARTBEAT_TIMEOUT, Fleet, Plan, weighted_share
+from tests.chaos.invariants import conclude
+from tests.e2e.conftest import WorkerProcess, wait_for
+
+
+def short(rng: random.Random) -> float:
+    return rng.uniform(0.05, 0.5)
+
+
+def wait_offline(worker: WorkerProcess, timeout: float = 20) -> None:
+    wait_for(
+        lambda: worker.record()["status"] == "offline",
+        timeout=timeout,
+        what=f"the orchestrator to mark {worker.name} offline",
+    )
+
+
+def wait_back(worker: WorkerProcess, timeout: float = 45) -> None:
+    """Reconnecting can take a while: the agent's backoff grows with the outage."""
+    wait_for(
+        lambda: worker.record()["status"] in ("idle", "busy"),
+        timeout=timeout,
+        what=f"{worker.name} to reconnect",
+    )
+
+
+def test_workers_killed_with_sigkill_mid_job(fleet: Fleet) -> None:
+    fleet.start(workers=4)
+    submitter = fleet.submit(fleet.plans(weighted_share(20), short), pace=0.08)
+    killed: dict[str, list[float]] = defaultdict(list)
+    for i in range(max(3, weighted_share(20) // 16)):
+        time.sleep(fleet.rng.uniform(0.5, 1.5))
+        busy = wait_for(fleet.busy_workers, timeout=30, what="a worker with a running job")
+        worker, _job = fleet.rng.choice(busy)
+        killed[worker.id].append(time.time())
+        fleet.faults.instant("worker SIGKILL mid-job", (worker.id,))
+        worker.signal(signal.SIGKILL)
+        worker.wait()
+        if i % 2:  # the orchestrator notices the silence first; else the agent is back first
+            wait_offline(worker)
+        fleet.restart_worker(worker)
+    fleet.settle()
+    report = conclude(fleet, submitter.acked, killed)
+    assert report.attempt_outcomes.get("lost", 0) >= 1, "no SIGKILL caught a job mid-run"
+
+
+def test_workers_frozen_past_the_heartbeat_timeout_are_fenced(fleet: Fleet) -> None:
+    """SIGSTOP holds the agent, not its job (a session of its own): the job runs on, the
+    orchestrator gives it to another worker, and the agent, woken, must stop its copy."""
+    workers = fleet.start(workers=4)
+    freezes = 4
+    plans = fleet.plans(weighted_share(15), short)
+    long_runs = [Plan(fleet.rng.uniform(4.0, 9.0), 3) for _ in range(freezes * 2)]
+    for n, plan in enumerate(long_runs):
+        plans.insert((n + 1) * len(plans) // (len(long_runs) + 2), plan)
+    submitter = fleet.submit(plans, pace=0.08)
+    frozen: list[tuple[WorkerProcess, str]] = []
+
+    def running_long_job() -> list[tuple[WorkerProcess, str]]:
+        long_ids = {j for j, plan in zip(submitter.acked, plans, strict=False) if plan in long_runs}
+        return [(w, j) for w, j in fleet.busy_workers() if j in long_ids and (w, j) not in frozen]
+
+    while len(frozen) < freezes and all(w.running() for w in workers):  # else: say why below
+        worker, job_id = wait_for(running_long_job, timeout=60, what="a long job running")[0]
+        with fleet.faults.window("worker SIGSTOP past the heartbeat timeout", (worker.id,)):
+            worker.signal(signal.SIGSTOP)
+            wait_offline(worker)
+            time.sleep(fleet.rng.uniform(0.5, 3.0))  # the job moves on meanwhile
+            worker.signal(signal.SIGCONT)
+        frozen.append((worker, job_id))
+    fleet.settle()
+    report = conclude(fleet, submitter.acked)
+    for worker, job_id in frozen:
+        wait_back(worker)
+        with fleet.server.admin() as admin:
+            job = admin.get(f"/api/queue/{job_id}").json()
+        mine = [a for a in job["attempt_history"] if a["worker_id"] == worker.id]
+        assert mine and mine[0]["status"] == "lost", (job_id, job["attempt_history"])
+    assert report.refused_reports + report.abandoned_on_register >= 1
+    assert len(workers) == sum(w.running() for w in workers)
+
+
+def test_orchestrator_killed_during_dispatch_and_status_reports(fleet: Fleet) -> None:
+    fleet.start(workers=4, **{"heartbeat-timeout": RESTART_HEARTBEAT_TIMEOUT})
+    submitter = fleet.submit(fleet.plans(weighted_share(30), short), pace=0.05)
+    for i in range(4):
+        time.sleep(fleet.rng.uniform(0.5, 1.5))
+        if i % 2 == 0:
+            moment = "during dispatch"  # a submit was just acknowledged: its offer is going out
+            seen = len(submitter.acked)
+            wait_for(lambda n=seen: len(submitter.acked) > n, timeout=30, what="a submit")
+        else:
+            moment = "during status reports"  # a job just finished: its report is in flight
+            seen = sum(line.startswith("end ") for line in fleet.result_lines())
+            wait_for(
+                lambda n=seen: sum(line.startswith("end ") for line in fleet.result_lines()) > n,
+                timeout=30,
+                what="a job to finish",
+            )
+        with fleet.faults.window(f"orchestrator SIGKILL {moment}", None):
+            fleet.server.kill(signal.SIGKILL)
+            time.sleep(fleet.rng.uniform(0.1, 1.0))
+            fleet.server.start()
+    fleet.settle()
+    report = conclude(fleet, submitter.acked, submits_unacknowledged=submitter.unacked_tries)
+    assert report.faults_injected == 4
+
+
+def test_event_streams_cut_mid_stream(fleet: Fleet) -> None:
+    workers = fleet.start(workers=4, via_proxy=4)
+    assert fleet.proxy is not None
+    submitter = fleet.submit(fleet.plans(weighted_share(20), short), pace=0.08)
+    everyone = tuple(w.id for w in workers)
+    while not submitter.done.is_set():
+        time.sleep(fleet.rng.uniform(0.3, 1.5))
+        if fleet.proxy.cut():
+            fleet.faults.instant("every connection cut mid-stream", everyone)
+    fleet.settle()
+    conclude(fleet, submitter.acked, connections_reset=fleet.proxy.resets)
+
+
+def test_orchestrator_unreachable_past_the_heartbeat_timeout(fleet: Fleet) -> None:
+    workers = fleet.start(workers=4, via_proxy=2)
+    assert fleet.proxy is not None
+    cut_off = workers[:2]
+    plans = fleet.plans(
+        weighted_share(15),
+        lambda rng: rng.uniform(1.0, 4.0) if rng.random() < 0.25 else short(rng),
+    )
+    submitter = fleet.submit(plans, pace=0.1)
+    for i in range(2):
+        time.sleep(fleet.rng.uniform(0.5, 1.5))
+        wait_for(
+            lambda: any(w in cut_off for w, _ in fleet.busy_workers()),
+            timeout=30,
+            what="a job running behind the relay",
+        )
+        blackhole = i % 2 == 1
+        kind = "orchestrator unreachable: " + ("black hole" if blackhole else "refused")
+        with fleet.faults.window(kind, tuple(w.id for w in cut_off)):
+            fleet.proxy.partition(blackhole=blackhole)
+            for worker in cut_off:
+                wait_offline(worker)
+            time.sleep(1.0)
+            fleet.proxy.heal()
+        for worker in cut_off:
+            wait_back(worker)
+    fleet.settle()
+    report = conclude(fleet, submitter.acked)
+    assert report.workers_lost_with_a_job >= 1, "no partition caught a worker mid-job"

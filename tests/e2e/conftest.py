@@ -1,0 +1,461 @@
+"""Real `gpufleet server` processes on free ports, and helpers to talk to them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
+PG_ADMIN_DSN = "postgresql://root@127.0.0.1:5432/test"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll until predicate() is truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+class ServerProcess:
+    """One orchestrator process; restartable on the same data folder and database."""
+
+    def __init__(self, data_dir: Path, database_url: str | None, **flags: Any) -> None:
+        self.data_dir = data_dir
+        self.database_url = database_url
+        # Short enough to test timeouts in seconds, long enough for a loaded 2-core machine.
+        self.flags = {
+            "heartbeat-timeout": 3,
+            "health-interval": 0.25,
+            "ack-timeout": 3,
+            "heartbeat-interval": 0.5,
+            "auth-failure-limit": 1000,
+            **flags,
+        }
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir / "server.log"
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.flags.get("ssl"))
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def trusted_cert(self) -> Path:
+        """Under TLS, what a client must trust: the served certificate, or its CA."""
+        return Path(self.flags.get("ca-for-tests") or self.data_dir / "tls" / "cert.pem")
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return ssl.create_default_context(cafile=self.trusted_cert) if self.tls else True
+
+    def start(self) -> None:
+        cmd = [
+            GPUFLEET,
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        if self.database_url:
+            cmd += ["--database-url", self.database_url]
+        for name, value in self.flags.items():
+            if name == "ca-for-tests":
+                continue
+            cmd += [f"--{name}"] if value is True else [f"--{name}", str(value)]
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(self._ready, timeout=30, what=f"server on {self.url} (log: {self.log_path})")
+        except BaseException:
+            self.kill()  # never leave a half-started server behind
+            raise
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"server exited early:\n{self.log_path.read_text()[-3000:]}")
+        if self.tls and not self.trusted_cert.is_file():
+            return False  # the server makes its certificate as it starts
+        try:
+            return (
+                httpx.get(f"{self.url}/openapi.json", timeout=1, verify=self.verify).status_code
+                == 200
+            )
+        except httpx.HTTPError:
+            return False
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=15)
+        self.proc = None
+
+    @property
+    def admin_key(self) -> str:
+        return (self.data_dir / "admin.token").read_text().strip()
+
+    def admin(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url,
+            timeout=10,
+            verify=self.verify,
+            headers={"Authorization": f"Bearer {self.admin_key}"},
+        )
+
+
+class EventReader:
+    """Reads a worker's SSE stream on a thread; `data:` payloads land in a queue."""
+
+    def __init__(self, url: str, token: str, worker_id: str) -> None:
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.closed = threading.Event()
+        self.status_code: int | None = None
+        self._client = httpx.Client(timeout=httpx.Timeout(10, read=None))
+        self._thread = threading.Thread(target=self._run, args=(url, token, worker_id), daemon=True)
+        self._thread.start()
+
+    def _run(self, url: str, token: str, worker_id: str) -> None:
+        try:
+            with self._client.stream(
+                "GET",
+                f"{url}/api/workers/stream",
+                params={"worker_id": worker_id},
+                headers={"X-Worker-Token": token},
+            ) as resp:
+                self.status_code = resp.status_code
+                for line in resp.iter_lines():
+                    if line.startswith("data: "):
+                        self.events.put(json.loads(line[6:]))
+        except httpx.HTTPError:
+            pass
+        finally:
+            self.closed.set()
+
+    def next(self, type_: str, timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no {type_!r} event within {timeout} s")
+            try:
+                event = self.events.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if event.get("type") == type_:
+                return event
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class FakeWorker:
+    """Speaks the worker protocol by hand, so tests control every message."""
+
+    def __init__(
+        self,
+        server: ServerProcess,
+        name: str,
+        labels: dict[str, str] | None = None,
+        worker_type: str = "persistent",
+    ) -> None:
+        with server.admin() as admin:
+            resp = admin.post(
+                "/api/admin/workers",
+                json={"name": name, "worker_type": worker_type, "labels": labels or {}},
+            )
+            assert resp.status_code == 201, resp.text
+        body = resp.json()
+        self.server = server
+        self.id: str = body["worker_id"]
+        self.token: str = body["token"]
+        self.stream: EventReader | None = None
+        self._alive = threading.Event()
+
+    def keep_alive(self, every: float = 0.3) -> None:
+        """Heartbeat on a thread until close(), as a live agent would."""
+        self._alive.set()
+
+        def beat() -> None:
+            with self.http() as c:
+                while self._alive.is_set():
+                    with contextlib.suppress(httpx.HTTPError):
+                        c.post("/api/workers/heartbeat", json={"worker_id": self.id})
+                    time.sleep(every)
+
+        threading.Thread(target=beat, daemon=True).start()
+
+    def http(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.server.url, timeout=10, headers={"X-Worker-Token": self.token}
+        )
+
+    def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        with self.http() as c:
+            return c.post(path, json=body)
+
+    def register(self, **body: Any) -> dict[str, Any]:
+        payload = {
+            "name": "x",
+            "gpu_count": 1,
+            "gpu_name": "Fake GPU",
+            "gpu_vram_gb": 24,
+            "accelerator_type": "cuda",
+            **body,
+        }
+        resp = self.post("/api/workers/register", payload)
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json())
+
+    def connect(self) -> EventReader:
+        self.stream = EventReader(self.server.url, self.token, self.id)
+        self.stream.next("connected")
+        return self.stream
+
+    def report(self, job_id: str, status: str, **extra: Any) -> httpx.Response:
+        return self.post(f"/api/workers/job/{job_id}/status", {"status": status, **extra})
+
+    def close(self) -> None:
+        self._alive.clear()
+        if self.stream:
+            self.stream.close()
+
+
+def _pg_available() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5432), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """None (SQLite in the data folder) or a fresh PostgreSQL database, dropped afterwards."""
+    if request.param == "sqlite":
+        yield None
+        return
+    if not _pg_available():
+        pytest.fail(
+            "PostgreSQL is not reachable on 127.0.0.1:5432; start it with "
+            "`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`"
+        )
+    name = f"gf_e2e_{uuid.uuid4().hex[:10]}"
+    psql = ["psql", "-h", "127.0.0.1", "-U", "root", "-d", "test", "-q", "-c"]
+    subprocess.run([*psql, f"CREATE DATABASE {name}"], check=True, capture_output=True)
+    try:
+        yield f"postgresql+asyncpg://root@127.0.0.1:5432/{name}"
+    finally:
+        subprocess.run(
+            [*psql, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"],
+            check=False,
+            capture_output=True,
+        )
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, database_url: str | None
+) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("orchestrator"), database_url)
+    proc.start()
+    yield proc
+    proc.kill(signal.SIGTERM)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+os.environ.setdefault("NO_COLOR", "1")
+
+
+# -- real `gpufleet worker` processes (tests/e2e/test_worker_*.py) ----------------------------
+
+PYTHON = sys.executable
+
+
+class WorkerProcess:
+    """A `gpufleet worker` subprocess with its own worker record, token and work folder."""
+
+    def __init__(
+        self,
+        server: ServerProcess,
+        work_root: Path,
+        *,
+        persistent: bool = False,
+        labels: dict[str, str] | None = None,
+        cancel_grace: float = 1.0,
+    ) -> None:
+        self.server = server
+        self.name = unique("agent")
+        self.labels = labels or {}
+        self.persistent = persistent
+        self.cancel_grace = cancel_grace
+        self.work_dir = work_root / self.name
+        self.log_path = work_root / f"{self.name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        with server.admin() as admin:
+            resp = admin.post(
+                "/api/admin/workers",
+                json={
+                    "name": self.name,
+                    "labels": self.labels,
+                    "worker_type": "persistent" if persistent else "ephemeral",
+                },
+            )
+        assert resp.status_code == 201, resp.text
+        self.id: str = resp.json()["worker_id"]
+        self.token: str = resp.json()["token"]
+
+    def start(self) -> WorkerProcess:
+        cmd = [
+            GPUFLEET,
+            "worker",
+            "-v",
+            "--orchestrator-url",
+            self.server.url,
+            "--worker-token",
+            self.token,
+            "--name",
+            self.name,
+            "--work-dir",
+            str(self.work_dir),
+            "--heartbeat-interval",
+            "0.5",
+            "--cancel-grace",
+            str(self.cancel_grace),
+        ]
+        if self.persistent:
+            cmd.append("--persistent")
+        if self.server.tls:
+            cmd += ["--ca-cert", str(self.server.trusted_cert)]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        wait_for(
+            lambda: self.record()["status"] in ("idle", "busy"),
+            timeout=20,
+            what=f"worker {self.name} to connect (log: {self.log_path})",
+        )
+        return self
+
+    def record(self) -> dict[str, Any]:
+        with self.server.admin() as admin:
+            return dict(admin.get(f"/api/admin/workers/{self.id}").json())
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait(self, timeout: float = 20) -> int:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker {self.name} still runs; log:\n{self.log()}") from None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.running():
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Makes `WorkerProcess`es (not started); kills whatever is left at the end of the test."""
+    made: list[WorkerProcess] = []
+
+    def make(server: ServerProcess, **kw: Any) -> WorkerProcess:
+        made.append(WorkerProcess(server, tmp_path, **kw))
+        return made[-1]
+
+    yield make
+    for agent in made:
+        agent.stop()
+
+
+def submit_job(
+    server: ServerProcess, labels: dict[str, str], command: list[str], **body: Any
+) -> str:
+    """Submit an inline config running `command` on workers with `labels`; the job's id."""
+    config = {"command": command, **body.pop("config", {})}
+    payload = {"config": config, "target": "worker", "worker_labels": labels, **body}
+    with server.admin() as admin:
+        resp = admin.post("/api/queue/submit", json=payload)
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["id"])
+
+
+def job_state(server: ServerProcess, job_id: str) -> dict[str, Any]:
+    with server.admin() as admin:
+        return dict(admin.get(f"/api/queue/{job_id}").json())
+
+
+def job_log_lines(server: ServerProcess, job_id: str) -> list[str]:
+    with server.admin() as admin:
+        body = admin.get(f"/api/queue/{job_id}/logs").json()
+    return [line["text"] for line in body["lines"]]
+
+
+def wait_job(
+    server: ServerProcess, job_id: str, *statuses: str, timeout: float = 30
+) -> dict[str, Any]:
+    return dict(
+        wait_for(
+            lambda: (job := job_state(server, job_id))["status"] in statuses and job,
+            timeout=timeout,
+            what=f"job {job_id} to be {'/'.join(statuses)}",
+        )
+    )
+
+
+def process_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie nobody reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] not in "ZX"
+    except FileNotFoundError:
+        return False

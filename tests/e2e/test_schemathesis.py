@@ -1,0 +1,56 @@
+"""Schemathesis against the running server's OpenAPI document, every route, authenticated."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.e2e.conftest import FakeWorker, ServerProcess, unique
+
+ST = str(Path(sys.executable).with_name("st"))
+
+
+def test_no_route_answers_5xx_or_off_its_schema(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "server", None, **{"auth-failure-limit": 0})
+    server.start()
+    try:
+        worker = FakeWorker(server, unique("w"))
+        worker.register()
+        run = subprocess.run(
+            [
+                ST,
+                "run",
+                f"{server.url}/openapi.json",
+                "-H",
+                f"Authorization: Bearer {server.admin_key}",
+                "-H",
+                f"X-Worker-Token: {worker.token}",
+                "--exclude-path",
+                "/api/workers/stream",  # endless SSE streams
+                "--exclude-path",
+                "/api/events",
+                "--checks",
+                "not_a_server_error,response_schema_conformance,"
+                "content_type_conformance,status_code_conformance",
+                "--max-examples",
+                "15",
+                "--request-timeout",
+                "10",
+                "--seed",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=400,
+            cwd=tmp_path,
+        )
+    finally:
+        server.kill(signal.SIGTERM)
+    summary = run.stdout[-3000:]
+    assert run.returncode == 0, summary
+    generated = re.search(r"(\d+) generated", run.stdout)
+    assert generated and int(generated.group(1)) > 500, summary
+    assert " 500 Internal Server Error" not in server.log_path.read_text()

@@ -1,0 +1,194 @@
+"""What a config and a submission must say, checked before anything is stored."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpufleet.domain.jobspec import (
+    CONFIG_NAME,
+    MAX_CONFIG_BYTES,
+    check_config,
+    check_config_name,
+    config_gpu_count,
+)
+from gpufleet.errors import InvalidInput
+
+GPU_FIELDS = ["gpu_count", "num_processes", "--num_processes"]
+
+# ---- config names ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["train", "sdxl-lora_v2.1", "0", "A" * 128, "a.b.c", "run-2024_01"]
+)
+def test_a_valid_config_name_is_returned_unchanged(name):
+    assert check_config_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "-leading-dash",
+        ".hidden",
+        "_under",
+        "has space",
+        "slash/name",
+        "../escape",
+        "a" * 129,
+        "ünicode",
+        "semi;colon",
+    ],
+)
+def test_an_invalid_config_name_is_refused_with_the_rules_spelled_out(name):
+    with pytest.raises(InvalidInput) as info:
+        check_config_name(name)
+    assert repr(name) in info.value.message
+    assert "at most 128 characters" in info.value.message
+    assert info.value.status_code == 422
+
+
+@settings(max_examples=200)
+@given(name=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}", fullmatch=True))
+def test_every_name_of_letters_digits_and_punctuation_up_to_128_characters_is_accepted(name):
+    assert check_config_name(name) == name
+
+
+@settings(max_examples=200)
+# A trailing newline has its own test below, so that this one stays deterministic.
+@given(name=st.text(st.characters(exclude_characters="\n"), max_size=140))
+def test_an_accepted_config_name_is_short_and_made_only_of_allowed_characters(name):
+    try:
+        check_config_name(name)
+    except InvalidInput:
+        return
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+    assert 1 <= len(name) <= 128
+    assert name[0].isascii() and name[0].isalnum()
+    assert set(name) <= allowed
+
+
+def test_a_config_name_with_a_trailing_newline_is_refused():
+    with pytest.raises(InvalidInput):
+        check_config_name("train\n")
+
+
+def test_the_config_name_pattern_is_anchored_at_the_start():
+    assert CONFIG_NAME.match("x/../y") is None
+
+
+# ---- config bodies --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"command": ["python", "train.py"]},
+        {"env": {"SEED": "1"}, "timeout_s": 3600},
+        {"timeout_s": 0.5},
+        {"gpu_count": 0},
+        {"num_processes": 8, "--num_processes": 8},
+        {"model_type": "lora", "learning_rate": 1e-4},  # SimpleTuner fields pass through
+        {"command": None, "env": None, "timeout_s": None, "gpu_count": None},
+    ],
+)
+def test_a_well_formed_config_is_returned_as_given(body):
+    assert check_config(body) is body
+
+
+@pytest.mark.parametrize("body", [[], "train", None, 3, [("command", ["x"])]])
+def test_a_config_that_is_not_an_object_is_refused(body):
+    with pytest.raises(InvalidInput, match="a config must be a JSON object"):
+        check_config(body)
+
+
+@pytest.mark.parametrize(
+    "command", [[], "python train.py", ["python", 3], [None], {"argv": ["python"]}]
+)
+def test_a_command_must_be_a_non_empty_list_of_strings(command):
+    with pytest.raises(InvalidInput, match="non-empty list of strings") as info:
+        check_config({"command": command})
+    assert '["python", "train.py"]' in info.value.message
+
+
+@pytest.mark.parametrize("env", [["A=1"], {"A": 1}, {"A": None}, "A=1"])
+def test_env_must_be_an_object_of_string_values(env):
+    with pytest.raises(InvalidInput, match="'env' must be an object of string values"):
+        check_config({"env": env})
+
+
+@pytest.mark.parametrize("timeout", [0, -1, -0.5, True, False, "60", [60]])
+def test_a_timeout_must_be_a_positive_number_of_seconds(timeout):
+    with pytest.raises(InvalidInput, match="'timeout_s' must be a number of seconds > 0") as info:
+        check_config({"timeout_s": timeout})
+    assert repr(timeout) in info.value.message
+
+
+def test_a_timeout_that_is_not_a_number_is_refused():
+    with pytest.raises(InvalidInput):
+        check_config({"timeout_s": math.nan})
+
+
+@pytest.mark.parametrize("field", GPU_FIELDS)
+@pytest.mark.parametrize("value", [-1, 1.5, "2", True, [2]])
+def test_gpu_fields_must_be_whole_numbers_not_below_zero(field, value):
+    with pytest.raises(InvalidInput, match=f"config field {field!r} must be a whole number"):
+        check_config({field: value})
+
+
+@settings(max_examples=200)
+@given(
+    field=st.sampled_from(GPU_FIELDS),
+    value=st.one_of(st.integers(), st.floats(), st.booleans(), st.text(max_size=3)),
+)
+def test_a_gpu_field_is_accepted_exactly_when_it_is_an_int_not_below_zero(field, value):
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if ok:
+        assert check_config({field: value}) == {field: value}
+    else:
+        with pytest.raises(InvalidInput):
+            check_config({field: value})
+
+
+def test_the_config_size_limit_is_one_megabyte():
+    assert MAX_CONFIG_BYTES == 1_000_000
+
+
+# ---- GPUs a config asks for -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "gpus"),
+    [
+        ({}, 0),
+        ({"gpu_count": 2}, 2),
+        ({"num_processes": 4}, 4),
+        ({"--num_processes": 3}, 3),
+        ({"gpu_count": 1, "num_processes": 8}, 1),
+        ({"num_processes": 2, "--num_processes": 8}, 2),
+        ({"gpu_count": 0, "num_processes": 8}, 0),  # an explicit zero wins
+        ({"gpu_count": None, "num_processes": 8}, 8),  # a null does not
+    ],
+)
+def test_the_gpu_count_comes_from_gpu_count_then_num_processes_then_zero(config, gpus):
+    assert config_gpu_count(config) == gpus
+
+
+@given(
+    values=st.fixed_dictionaries(
+        {}, optional={f: st.none() | st.integers(0, 64) for f in GPU_FIELDS}
+    )
+)
+def test_the_gpu_count_is_the_first_field_that_is_set(values):
+    expected = next((values[f] for f in GPU_FIELDS if values.get(f) is not None), 0)
+    assert config_gpu_count(values) == expected
+
+
+def test_an_invalid_gpu_count_is_refused_rather_than_guessed():
+    with pytest.raises(InvalidInput, match="'num_processes'"):
+        config_gpu_count({"num_processes": -2})

@@ -1,0 +1,302 @@
+"""The agent loop against an in-process fake orchestrator (an httpx transport that speaks
+docs/protocol.md), for what a real server makes hard to stage: fencing, a vanishing server,
+abandoned jobs. Jobs are real subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gpufleet.worker.agent import Agent
+from gpufleet.worker.client import OrchestratorClient
+from gpufleet.worker.detect import Capabilities
+from gpufleet.worker.settings import AgentSettings
+from gpufleet.worker.supervisor import LoopDied, Supervisor
+
+Call = tuple[str, dict[str, Any]]
+CPU = Capabilities(accelerator_type="cpu", gpus=(), cpu_cores=2, ram_gb=4.0)
+
+
+class EventStream(httpx.AsyncByteStream):
+    def __init__(self, events: asyncio.Queue[dict[str, Any] | None]) -> None:
+        self.events = events
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while (event := await self.events.get()) is not None:
+            yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+class FakeOrchestrator:
+    """Records every call; answers like the protocol says; can fence, go away, come back."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.stream: asyncio.Queue[dict[str, Any] | None] | None = None
+        self.fenced_statuses: set[str] = set()
+        self.refused_statuses: set[str] = set()
+        self.register_answer: dict[str, Any] = {}
+        self.down = False
+        self._changed = asyncio.Event()
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if self.down:
+            raise httpx.ConnectError("All connection attempts failed", request=request) from (
+                ConnectionRefusedError(111, "Connection refused")
+            )
+        path = request.url.path
+        body = json.loads(request.content) if request.content else {}
+        self.calls.append((path, body))
+        self._changed.set()
+        if path == "/api/workers/register":
+            return httpx.Response(
+                200,
+                json={
+                    "worker_id": "w_1",
+                    "name": body["name"],
+                    "heartbeat_interval": 30,
+                    **self.register_answer,
+                },
+            )
+        if path == "/api/workers/stream":
+            self.stream = asyncio.Queue()
+            return httpx.Response(
+                200, headers={"content-type": "text/event-stream"}, stream=EventStream(self.stream)
+            )
+        if path.endswith("/status") and body.get("status") in self.fenced_statuses:
+            return httpx.Response(409, json={"detail": "worker w_1 no longer holds the job"})
+        if path.endswith("/status") and body.get("status") in self.refused_statuses:
+            return httpx.Response(404, json={"detail": "no job j_1"})
+        return httpx.Response(200, json={"ok": True})
+
+    def send(self, **event: Any) -> None:
+        assert self.stream is not None, "no stream open"
+        self.stream.put_nowait(event)
+
+    def go_away(self) -> None:
+        self.down = True
+        if self.stream is not None:
+            self.stream.put_nowait(None)
+            self.stream = None
+
+    async def wait_call(self, match: Callable[[Call], bool], within: float = 10) -> Call:
+        async def found() -> Call:
+            while True:
+                for call in self.calls:
+                    if match(call):
+                        return call
+                self._changed.clear()
+                await self._changed.wait()
+
+        return await asyncio.wait_for(found(), within)
+
+    def statuses(self, job_id: str = "j_1") -> list[str]:
+        return [
+            body["status"]
+            for path, body in self.calls
+            if path == f"/api/workers/job/{job_id}/status"
+        ]
+
+    def log_lines(self, job_id: str = "j_1") -> list[str]:
+        return [
+            line["text"]
+            for path, body in self.calls
+            if path == f"/api/workers/job/{job_id}/logs"
+            for line in body["lines"]
+        ]
+
+
+def status(job_id: str, value: str) -> Callable[[Call], bool]:
+    return lambda call: (
+        call == (f"/api/workers/job/{job_id}/status", call[1]) and (call[1].get("status") == value)
+    )
+
+
+def offer(fake: FakeOrchestrator, code: str, *args: str, job_id: str = "j_1") -> None:
+    fake.send(
+        type="job_submit",
+        job_id=job_id,
+        attempt_id="a_1",
+        config={},
+        command=[sys.executable, "-c", code, *args],
+        env={},
+        gpu_count=0,
+        timeout_s=None,
+    )
+
+
+@pytest.fixture
+def fake() -> FakeOrchestrator:
+    return FakeOrchestrator()
+
+
+@pytest.fixture
+async def start_agent(fake: FakeOrchestrator, tmp_path: Path):
+    tasks: list[asyncio.Task[int]] = []
+
+    async def start(*, persistent: bool = True) -> asyncio.Task[int]:
+        settings = AgentSettings(
+            orchestrator_url="http://orchestrator.test",
+            worker_token="wt_test",
+            name="w",
+            persistent=persistent,
+            work_dir=tmp_path,
+            cancel_grace=1,
+            log_flush_interval=0.05,
+            progress_interval=0.05,
+            reconnect_base=0.05,
+            reconnect_cap=0.2,
+        )
+        agent = Agent(settings, CPU, OrchestratorClient(settings, transport=fake.transport()))
+        task = asyncio.create_task(agent.run())
+        tasks.append(task)
+        await fake.wait_call(lambda call: call[0] == "/api/workers/stream")
+        await asyncio.sleep(0)  # let the stream reader start
+        return task
+
+    yield start
+    for task in tasks:  # cancelled agents must still kill their jobs and close their pipes
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_an_ephemeral_agent_acknowledges_runs_reports_and_disconnects(fake, start_agent):
+    agent = await start_agent(persistent=False)
+    offer(fake, "print('hello'); import sys; print('oops', file=sys.stderr)")
+
+    assert await asyncio.wait_for(agent, 10) == 0
+    assert fake.statuses() == ["acknowledged", "running", "completed"]
+    assert all(body["attempt_id"] == "a_1" for path, body in fake.calls if "/job/" in path)
+    assert sorted(fake.log_lines()) == ["hello", "oops"]
+    assert fake.calls[-1] == ("/api/workers/disconnect", {"worker_id": "w_1"})
+
+
+async def test_a_409_fences_the_job_off_it_is_stopped_and_nothing_more_is_said(fake, start_agent):
+    fake.fenced_statuses.add("running")
+    await start_agent()
+    offer(fake, "import time; print('up', flush=True); time.sleep(60)")
+
+    await fake.wait_call(status("j_1", "running"))
+    # Idle again long before the job's 60 s sleep ends: its process was stopped.
+    await fake.wait_call(
+        lambda call: (
+            call[0] == "/api/workers/heartbeat"
+            and call[1]["status"] == "idle"
+            and call[1]["current_job_id"] is None
+        )
+    )
+    assert fake.statuses() == ["acknowledged", "running"]
+    assert fake.log_lines() == []
+
+
+async def test_output_and_the_result_wait_for_an_orchestrator_that_went_away(
+    fake, start_agent, tmp_path: Path
+):
+    gate = tmp_path / "gate"
+    code = (
+        "import pathlib, sys, time\nprint('before', flush=True)\n"
+        "while not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.02)\nprint('after')"
+    )
+    await start_agent()
+    offer(fake, code, str(gate))
+    await fake.wait_call(lambda call: "before" in [x["text"] for x in call[1].get("lines", [])])
+
+    fake.go_away()
+    gate.touch()
+    await asyncio.sleep(0.5)  # the job ends and its last words wait
+    fake.down = False
+
+    await fake.wait_call(status("j_1", "completed"))
+    registers = [body for path, body in fake.calls if path == "/api/workers/register"]
+    assert registers[-1]["current_job_id"] == "j_1"
+    assert registers[-1]["current_attempt_id"] == "a_1"
+    assert fake.log_lines() == ["before", "after"]
+
+
+async def test_an_offer_whose_acknowledgement_is_refused_is_not_run(fake, start_agent, tmp_path):
+    fake.refused_statuses.add("acknowledged")
+    await start_agent()
+    offer(fake, "print('must not run')")
+
+    await fake.wait_call(status("j_1", "acknowledged"))
+    since = next(i for i, (path, _) in enumerate(fake.calls) if path.endswith("/status"))
+    # A heartbeat after the refusal says idle: the job was dropped, not started.
+    idle = (
+        "/api/workers/heartbeat",
+        {"worker_id": "w_1", "status": "idle", "current_job_id": None, "current_attempt_id": None},
+    )
+    await fake.wait_call(lambda call: idle in fake.calls[since:])
+    assert fake.statuses() == ["acknowledged"]
+    assert not (tmp_path / "jobs").exists()
+
+
+async def test_abandon_job_on_reconnect_stops_the_job_and_reports_it_cancelled(fake, start_agent):
+    await start_agent()
+    offer(fake, "import time; print('up', flush=True); time.sleep(60)")
+    await fake.wait_call(status("j_1", "running"))
+
+    fake.register_answer = {"abandon_job": True}
+    fake.go_away()
+    fake.down = False
+
+    await fake.wait_call(status("j_1", "cancelled"))
+
+
+async def test_a_busy_agent_does_not_acknowledge_a_second_offer(fake, start_agent):
+    await start_agent()
+    offer(fake, "import time; time.sleep(60)")
+    await fake.wait_call(status("j_1", "running"))
+
+    offer(fake, "print('second')", job_id="j_2")
+    fake.send(type="job_cancel", job_id="j_1", attempt_id="a_1", reason="test over")
+
+    await fake.wait_call(status("j_1", "cancelled"))
+    assert fake.statuses("j_2") == []
+
+
+async def test_shutdown_cancels_the_running_job_and_ends_the_agent(fake, start_agent):
+    agent = await start_agent()
+    offer(fake, "import time; time.sleep(60)")
+    await fake.wait_call(status("j_1", "running"))
+
+    fake.send(type="shutdown", reason="worker deleted")
+
+    assert await asyncio.wait_for(agent, 10) == 0
+    assert fake.statuses()[-1] == "cancelled"
+
+
+async def test_a_background_loop_that_dies_stops_the_supervisor_loudly():
+    supervisor = Supervisor()
+
+    async def broken() -> None:
+        raise RuntimeError("bug in a loop")
+
+    async def forever() -> None:
+        await asyncio.sleep(60)
+
+    supervisor.spawn("steady", forever(), forever=True)
+    supervisor.spawn("broken", broken())
+
+    with pytest.raises(LoopDied, match="bug in a loop"):
+        await asyncio.wait_for(supervisor.run(), 5)
+
+
+async def test_a_forever_loop_that_returns_counts_as_dead():
+    supervisor = Supervisor()
+
+    async def quits() -> None:
+        return None
+
+    supervisor.spawn("heartbeat", quits(), forever=True)
+
+    with pytest.raises(LoopDied, match="heartbeat"):
+        await asyncio.wait_for(supervisor.run(), 5)

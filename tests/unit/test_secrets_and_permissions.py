@@ -1,0 +1,163 @@
+"""Tokens, keys and what a key may do."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpufleet.domain.permissions import (
+    ADMIN_AUDIT,
+    ADMIN_WORKERS,
+    ALL,
+    METRICS_READ,
+    PERMISSIONS,
+    QUEUE_READ,
+    QUEUE_SUBMIT,
+    allows,
+    check_permissions,
+)
+from gpufleet.domain.secrets import (
+    API_KEY_PREFIX,
+    WORKER_TOKEN_PREFIX,
+    hash_secret,
+    new_api_key,
+    new_id,
+    new_worker_token,
+    same_hash,
+)
+from gpufleet.errors import InvalidInput
+
+URLSAFE = re.compile(r"^[A-Za-z0-9_-]+$")
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+NAMED = sorted(PERMISSIONS - {ALL})
+
+# ---- tokens and keys ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "prefix"), [(new_worker_token, "wt_"), (new_api_key, "gfk_")], ids=["token", "key"]
+)
+def test_a_new_secret_carries_its_prefix_and_32_random_bytes(make, prefix):
+    secret = make()
+    assert secret.startswith(prefix)
+    body = secret.removeprefix(prefix)
+    assert len(body) >= 43  # url-safe base64 of 32 bytes, unpadded
+    assert URLSAFE.match(body)
+    assert len(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))) >= 32
+
+
+def test_the_prefixes_tell_worker_tokens_from_api_keys():
+    assert WORKER_TOKEN_PREFIX == "wt_"
+    assert API_KEY_PREFIX == "gfk_"
+    assert not new_worker_token().startswith(API_KEY_PREFIX)
+    assert not new_api_key().startswith(WORKER_TOKEN_PREFIX)
+
+
+@pytest.mark.parametrize("make", [new_worker_token, new_api_key], ids=["token", "key"])
+def test_new_secrets_do_not_repeat(make):
+    assert len({make() for _ in range(200)}) == 200
+
+
+@settings(max_examples=200)
+@given(secret=st.text())
+def test_a_secret_is_stored_as_64_hex_characters_of_sha256(secret):
+    digest = hash_secret(secret)
+    assert HEX64.match(digest)
+    assert digest == hashlib.sha256(secret.encode()).hexdigest()
+
+
+def test_hashing_is_stable_and_does_not_contain_the_secret():
+    token = new_worker_token()
+    assert hash_secret(token) == hash_secret(token)
+    assert token not in hash_secret(token)
+
+
+@settings(max_examples=200)
+@given(secret=st.text(min_size=1), other=st.text(min_size=1))
+def test_a_stored_hash_matches_only_the_secret_it_was_made_from(secret, other):
+    stored = hash_secret(secret)
+    assert same_hash(stored, secret)
+    assert same_hash(stored, other) is (other == secret)
+
+
+def test_a_token_one_character_off_does_not_match():
+    token = new_worker_token()
+    stored = hash_secret(token)
+    assert not same_hash(stored, token[:-1])
+    assert not same_hash(stored, token + "x")
+    assert not same_hash(stored, "WT_" + token.removeprefix("wt_"))
+
+
+def test_a_hash_is_not_accepted_in_place_of_the_token():
+    token = new_worker_token()
+    stored = hash_secret(token)
+    assert not same_hash(stored, stored)
+
+
+@pytest.mark.parametrize("prefix", ["w", "j", "a", "key"])
+def test_a_new_id_is_its_prefix_and_twelve_hex_digits(prefix):
+    assert re.fullmatch(rf"{prefix}_[0-9a-f]{{12}}", new_id(prefix))
+
+
+# ---- permissions ----------------------------------------------------------------------------
+
+
+def test_the_permissions_are_the_five_named_ones_and_the_wildcard():
+    assert {ADMIN_WORKERS, ADMIN_AUDIT, QUEUE_SUBMIT, QUEUE_READ, METRICS_READ, ALL} == PERMISSIONS
+    assert ALL == "*"
+
+
+@given(needed=st.sampled_from(NAMED) | st.text())
+def test_the_wildcard_allows_everything(needed):
+    assert allows([ALL], needed)
+    assert allows({QUEUE_READ, ALL}, needed)
+
+
+@given(granted=st.sets(st.sampled_from(NAMED)), needed=st.sampled_from(NAMED))
+def test_without_the_wildcard_only_granted_permissions_are_allowed(granted, needed):
+    assert allows(granted, needed) is (needed in granted)
+
+
+def test_no_permissions_allow_nothing():
+    assert not any(allows([], p) for p in PERMISSIONS)
+
+
+def test_granted_permissions_may_come_from_any_iterable():
+    assert allows(iter([QUEUE_READ, QUEUE_SUBMIT]), QUEUE_SUBMIT)
+    assert not allows((p for p in [QUEUE_READ]), ADMIN_WORKERS)
+
+
+@given(requested=st.lists(st.sampled_from(sorted(PERMISSIONS)), min_size=1))
+def test_valid_permissions_come_back_sorted_without_repeats(requested):
+    assert check_permissions(requested) == sorted(set(requested))
+
+
+@given(
+    known=st.lists(st.sampled_from(sorted(PERMISSIONS))),
+    unknown=st.lists(st.text(min_size=1).filter(lambda p: p not in PERMISSIONS), min_size=1),
+)
+def test_an_unknown_permission_is_refused_with_the_valid_ones_listed(known, unknown):
+    with pytest.raises(InvalidInput) as info:
+        check_permissions(known + unknown)
+    message = info.value.message
+    assert message.startswith(f"unknown permission(s) {', '.join(sorted(set(unknown)))};")
+    assert message.endswith("choose from " + ", ".join(sorted(PERMISSIONS)))
+
+
+def test_a_misspelt_permission_names_itself_and_every_valid_choice():
+    with pytest.raises(InvalidInput) as info:
+        check_permissions(["queue.submit", "queue.raed"])
+    assert info.value.message == (
+        "unknown permission(s) queue.raed; "
+        "choose from *, admin.audit, admin.workers, metrics.read, queue.read, queue.submit"
+    )
+
+
+def test_a_key_without_permissions_is_refused():
+    with pytest.raises(InvalidInput, match="at least one permission"):
+        check_permissions([])

@@ -1,0 +1,353 @@
+"""Typed settings and the command line that builds them: flags, environment and durations."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import MappingProxyType
+
+import click
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from gpufleet.cli.main import cli, main
+from gpufleet.cli.options import DURATION, env
+from gpufleet.cli.server import server
+from gpufleet.cli.worker import worker
+from gpufleet.errors import ConfigurationError
+from gpufleet.server.settings import ServerSettings
+from gpufleet.worker.settings import AgentSettings
+
+FACTOR = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
+WORK_DIR = Path("/srv/gpufleet/worker")
+
+# ---- durations ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("120", 120.0),
+        ("120s", 120.0),
+        ("2m", 120.0),
+        ("1h", 3600.0),
+        ("500ms", 0.5),
+        ("1.5h", 5400.0),
+        ("0.25s", 0.25),
+        (" 2 m ", 120.0),
+        ("0", 0.0),
+    ],
+)
+def test_a_duration_is_seconds_or_a_number_with_a_unit(text, seconds):
+    assert DURATION.convert(text, None, None) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("value", [30, 2.5])
+def test_a_duration_already_given_as_a_number_is_taken_as_seconds(value):
+    assert DURATION.convert(value, None, None) == float(value)
+
+
+@settings(max_examples=200)
+@given(
+    whole=st.integers(0, 10**6),
+    fraction=st.none() | st.integers(0, 999),
+    unit=st.sampled_from(sorted(FACTOR)),
+)
+def test_every_number_with_any_unit_converts_to_seconds(whole, fraction, unit):
+    number = f"{whole}" if fraction is None else f"{whole}.{fraction}"
+    assert DURATION.convert(number + unit, None, None) == pytest.approx(
+        float(number) * FACTOR[unit]
+    )
+
+
+@pytest.mark.parametrize(
+    "text", ["", "soon", "-5", "5d", "1.", ".5", "1e3", "m", "1 h 2 m", "2M", "inf", "nan"]
+)
+def test_anything_else_is_not_a_duration_and_the_error_shows_examples(text):
+    with pytest.raises(click.BadParameter) as info:
+        DURATION.convert(text, None, None)
+    assert repr(text) in info.value.message
+    assert "120, 120s, 2m or 1h" in info.value.message
+
+
+@settings(max_examples=200)
+@given(text=st.text(max_size=8))
+def test_a_duration_is_never_negative(text):
+    try:
+        seconds = DURATION.convert(text, None, None)
+    except click.BadParameter:
+        return
+    assert seconds >= 0
+
+
+def test_env_names_the_gpufleet_variable_first_then_simpletuner_aliases():
+    assert env("PORT") == ["GPUFLEET_PORT"]
+    assert env("HEARTBEAT_TIMEOUT", "HEARTBEAT_TIMEOUT", "HB") == [
+        "GPUFLEET_HEARTBEAT_TIMEOUT",
+        "SIMPLETUNER_HEARTBEAT_TIMEOUT",
+        "SIMPLETUNER_HB",
+    ]
+
+
+# ---- server settings ------------------------------------------------------------------------
+
+
+def test_server_settings_default_to_a_local_orchestrator_with_sqlite():
+    s = ServerSettings()
+    assert (s.host, s.port, s.database_url) == ("127.0.0.1", 8001, None)
+    assert s.data_dir == Path(".gpufleet")
+    assert s.heartbeat_timeout > s.heartbeat_interval > 0
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["heartbeat_timeout", "health_interval", "ack_timeout", "heartbeat_interval"],
+)
+@pytest.mark.parametrize("value", [0, -1.0])
+def test_intervals_and_timeouts_must_be_positive(field, value):
+    with pytest.raises(ValidationError):
+        ServerSettings(**{field: value})
+
+
+def test_ephemeral_cleanup_may_be_immediate_but_not_negative():
+    assert ServerSettings(ephemeral_cleanup_after=0).ephemeral_cleanup_after == 0
+    with pytest.raises(ValidationError):
+        ServerSettings(ephemeral_cleanup_after=-1)
+
+
+@pytest.mark.parametrize(("port", "ok"), [(0, True), (65535, True), (-1, False), (65536, False)])
+def test_the_port_must_be_a_tcp_port(port, ok):
+    if ok:
+        assert ServerSettings(port=port).port == port
+    else:
+        with pytest.raises(ValidationError):
+            ServerSettings(port=port)
+
+
+def test_server_settings_refuse_unknown_fields_and_cannot_be_changed():
+    with pytest.raises(ValidationError):
+        ServerSettings(heartbeat_timout=10)
+    s = ServerSettings()
+    with pytest.raises(ValidationError):
+        s.port = 9000
+
+
+# ---- the server command ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "70000"], "--port: Input should be less than or equal to 65535"),
+        (["--heartbeat-timeout", "0"], "--heartbeat-timeout: Input should be greater than 0"),
+        (["--ack-timeout", "0ms"], "--ack-timeout: Input should be greater than 0"),
+    ],
+)
+def test_impossible_server_settings_name_the_flag_to_change(args, message):
+    result = CliRunner().invoke(server, args)
+    assert isinstance(result.exception, ConfigurationError)
+    assert result.exception.message == message
+
+
+def test_a_server_flag_falls_back_to_its_environment_variable():
+    result = CliRunner().invoke(server, [], env={"GPUFLEET_PORT": "70000"})
+    assert isinstance(result.exception, ConfigurationError)
+    assert result.exception.message.startswith("--port:")
+
+
+def test_the_simpletuner_alias_is_read_when_the_gpufleet_variable_is_unset():
+    result = CliRunner().invoke(server, [], env={"SIMPLETUNER_HEARTBEAT_TIMEOUT": "0s"})
+    assert isinstance(result.exception, ConfigurationError)
+    assert result.exception.message.startswith("--heartbeat-timeout:")
+
+
+def test_a_malformed_duration_is_a_usage_error_naming_the_flag_and_its_variable():
+    result = CliRunner().invoke(server, ["--ack-timeout", "soon"])
+    assert result.exit_code == 2
+    assert "'--ack-timeout' (env var: 'GPUFLEET_ACK_TIMEOUT')" in result.output
+    assert "'soon' is not a duration" in result.output
+
+
+@pytest.mark.parametrize("command", [server, worker], ids=["server", "worker"])
+def test_every_flag_has_an_environment_fallback_shown_in_help(command):
+    options = [p for p in command.params if isinstance(p, click.Option) and p.name != "help"]
+    assert options
+    for option in options:
+        assert option.envvar, option.name
+        assert option.show_envvar, option.name
+    text = CliRunner().invoke(command, ["--help"], terminal_width=200).output
+    for option in options:
+        assert option.envvar[0] in text, option.name
+
+
+def test_main_prints_a_gpufleet_error_as_one_line_and_exits_1(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["gpufleet", "server", "--port", "70000"])
+    with pytest.raises(SystemExit) as info:
+        main()
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert err == "Error: --port: Input should be less than or equal to 65535\n"
+
+
+def test_the_gpufleet_group_answers_its_version():
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.startswith("gpufleet, version ")
+
+
+# ---- the worker command's options -----------------------------------------------------------
+
+
+def worker_params(args: list[str]) -> dict:
+    with worker.make_context("worker", args) as ctx:
+        return ctx.params
+
+
+def test_labels_are_key_value_pairs_with_surrounding_spaces_removed():
+    params = worker_params(["--label", "gpu=a100", "--label", " zone = us-east ", "--label", "e="])
+    assert params["labels"] == {"gpu": "a100", "zone": "us-east", "e": ""}
+
+
+def test_a_label_value_may_itself_contain_an_equals_sign():
+    assert worker_params(["--label", "k=a=b"])["labels"] == {"k": "a=b"}
+
+
+@pytest.mark.parametrize("label", ["gpu", "=a100", " =x"])
+def test_a_label_without_a_key_and_equals_sign_is_refused(label):
+    with pytest.raises(click.BadParameter, match="is not key=value"):
+        worker_params(["--label", label])
+
+
+def test_labels_from_the_environment_are_space_separated_pairs(monkeypatch):
+    monkeypatch.setenv("GPUFLEET_WORKER_LABELS", "gpu=a100 zone=eu")
+    assert worker_params([])["labels"] == {"gpu": "a100", "zone": "eu"}
+
+
+@pytest.mark.parametrize(
+    ("text", "gpus"), [("0,1", (0, 1)), ("3", (3,)), (" 0, 2 ,", (0, 2)), ("", None)]
+)
+def test_gpus_are_a_comma_separated_list_of_indices(text, gpus):
+    assert worker_params(["--gpus", text])["gpus"] == gpus
+
+
+def test_all_gpus_are_offered_when_none_are_named():
+    assert worker_params([])["gpus"] is None
+
+
+@pytest.mark.parametrize("text", ["a,b", "0;1", "1.5"])
+def test_gpus_that_are_not_indices_are_refused(text):
+    with pytest.raises(click.BadParameter, match="comma-separated list of GPU indices"):
+        worker_params(["--gpus", text])
+
+
+@pytest.mark.parametrize("flag", ["--heartbeat-interval", "--cancel-grace"])
+def test_worker_intervals_are_durations(flag):
+    name = flag.removeprefix("--").replace("-", "_")
+    assert worker_params([flag, "2m"])[name] == 120.0
+    with pytest.raises(click.BadParameter, match="is not a duration"):
+        worker_params([flag, "-1"])
+
+
+# ---- agent settings -------------------------------------------------------------------------
+
+
+def agent(**overrides) -> AgentSettings:
+    values = {
+        "orchestrator_url": "https://orch.example.com:8001",
+        "worker_token": "wt_secret",
+        "name": "gpu-box",
+        "work_dir": WORK_DIR,
+    }
+    values.update(overrides)
+    return AgentSettings(**values)
+
+
+def test_agent_settings_tidy_the_url_and_the_token():
+    s = agent(orchestrator_url=" https://orch.example.com:8001/ ", worker_token="  wt_secret\n")
+    assert s.orchestrator_url == "https://orch.example.com:8001"
+    assert s.worker_token == "wt_secret"
+
+
+@pytest.mark.parametrize(
+    "url", ["orch.example.com:8001", "ftp://orch.example.com", "https://", "", "http:/x"]
+)
+def test_an_orchestrator_url_must_be_http_or_https_with_a_host(url):
+    with pytest.raises(ConfigurationError, match="is not an http\\(s\\) URL"):
+        agent(orchestrator_url=url)
+
+
+@pytest.mark.parametrize("token", ["", "   ", "\n"])
+def test_an_empty_worker_token_is_refused(token):
+    with pytest.raises(ConfigurationError, match="--worker-token is empty"):
+        agent(worker_token=token)
+
+
+@pytest.mark.parametrize(
+    "overrides", [{"heartbeat_interval": 0}, {"heartbeat_interval": -1}, {"cancel_grace": -0.1}]
+)
+def test_a_non_positive_heartbeat_or_negative_grace_is_refused(overrides):
+    with pytest.raises(ConfigurationError, match="--heartbeat-interval must be positive"):
+        agent(**overrides)
+
+
+def test_agent_labels_are_copied_and_read_only():
+    labels = {"gpu": "a100"}
+    s = agent(labels=labels)
+    labels["gpu"] = "changed"
+    assert s.labels == {"gpu": "a100"}
+    assert isinstance(s.labels, MappingProxyType)
+    with pytest.raises(TypeError):
+        s.labels["gpu"] = "h100"  # type: ignore[index]
+
+
+def test_tls_verification_is_on_unless_switched_off():
+    assert agent().tls_verify() is True
+    assert agent(verify_tls=False).tls_verify() is False
+
+
+# ---- the server command's options, resolved by click as `gpufleet server` would -----------
+
+
+def _server_params(monkeypatch, *args: str, **env: str) -> dict:
+    from gpufleet.cli.server import server
+
+    for name in [n for n in os.environ if n.startswith(("GPUFLEET_", "SIMPLETUNER_"))]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with server.make_context("server", list(args)) as ctx:
+        return dict(ctx.params)
+
+
+def test_the_server_defaults_are_the_documented_ones(monkeypatch):
+    params = _server_params(monkeypatch)
+    assert params["heartbeat_timeout"] == 120.0
+    assert params["health_interval"] == 60.0
+    assert params["ephemeral_cleanup_after"] == 3600.0
+    assert params["heartbeat_interval"] == 30.0
+    assert params["port"] == 8001
+    assert params["data_dir"] == Path(".gpufleet")
+    assert params["local_gpus"] == "none"
+
+
+def test_the_documented_simpletuner_heartbeat_timeout_variable_is_honoured(monkeypatch):
+    params = _server_params(monkeypatch, SIMPLETUNER_HEARTBEAT_TIMEOUT="300")
+    assert params["heartbeat_timeout"] == 300.0
+
+
+def test_the_gpufleet_variable_wins_over_the_simpletuner_alias(monkeypatch):
+    params = _server_params(
+        monkeypatch, GPUFLEET_HEARTBEAT_TIMEOUT="45", SIMPLETUNER_HEARTBEAT_TIMEOUT="300"
+    )
+    assert params["heartbeat_timeout"] == 45.0
+
+
+def test_a_flag_wins_over_the_environment(monkeypatch):
+    params = _server_params(
+        monkeypatch, "--heartbeat-timeout", "2m", GPUFLEET_HEARTBEAT_TIMEOUT="45"
+    )
+    assert params["heartbeat_timeout"] == 120.0

@@ -1,0 +1,366 @@
+"""The worker, job and attempt lifecycles: the transition tables and what follows from them."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from enum import StrEnum
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpufleet.domain.states import (
+    ACTIVE_ATTEMPT,
+    ATTEMPT_TRANSITIONS,
+    JOB_FOR_ATTEMPT,
+    JOB_TRANSITIONS,
+    REPORTED_STATUS,
+    TERMINAL_ATTEMPT,
+    TERMINAL_JOB,
+    WORKER_TRANSITIONS,
+    AttemptStatus,
+    JobStatus,
+    WorkerStatus,
+    can_move_attempt,
+    can_move_job,
+    can_move_worker,
+    check_job_move,
+    derive_worker_status,
+    parse_reported_status,
+    retry_after,
+)
+from gpufleet.errors import Conflict, InvalidInput
+
+TABLES: list[tuple[type[StrEnum], dict, StrEnum]] = [
+    (WorkerStatus, WORKER_TRANSITIONS, WorkerStatus.CONNECTING),
+    (JobStatus, JOB_TRANSITIONS, JobStatus.QUEUED),
+    (AttemptStatus, ATTEMPT_TRANSITIONS, AttemptStatus.OFFERED),
+]
+TABLE_IDS = ["worker", "job", "attempt"]
+
+FACT_NAMES = ("offline", "drained", "has_job", "stream_open")
+ALL_FACTS = [
+    dict(zip(FACT_NAMES, values, strict=True))
+    for values in itertools.product([False, True], repeat=len(FACT_NAMES))
+]
+facts = st.fixed_dictionaries({name: st.booleans() for name in FACT_NAMES})
+
+
+def reachable(table: dict, start: StrEnum) -> set[StrEnum]:
+    seen = {start}
+    todo = deque([start])
+    while todo:
+        for nxt in table[todo.popleft()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+# ---- the tables themselves -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("enum", "table", "start"), TABLES, ids=TABLE_IDS)
+def test_every_status_has_exactly_one_row_in_its_table(enum, table, start):
+    assert set(table) == set(enum)
+    assert all(set(targets) <= set(enum) for targets in table.values())
+
+
+@pytest.mark.parametrize(("enum", "table", "start"), TABLES, ids=TABLE_IDS)
+def test_every_status_is_reachable_from_the_initial_one(enum, table, start):
+    assert reachable(table, start) == set(enum)
+
+
+@pytest.mark.parametrize(("enum", "table", "start"), TABLES, ids=TABLE_IDS)
+def test_no_status_lists_itself_as_a_transition(enum, table, start):
+    assert all(status not in targets for status, targets in table.items())
+
+
+def test_terminal_job_states_are_completed_failed_and_cancelled():
+    assert {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED} == TERMINAL_JOB
+
+
+def test_terminal_attempt_states_are_every_ending():
+    assert {
+        AttemptStatus.COMPLETED,
+        AttemptStatus.FAILED,
+        AttemptStatus.CANCELLED,
+        AttemptStatus.LOST,
+        AttemptStatus.WITHDRAWN,
+    } == TERMINAL_ATTEMPT
+
+
+def test_active_and_terminal_attempt_states_split_the_attempt_lifecycle_in_two():
+    assert ACTIVE_ATTEMPT.isdisjoint(TERMINAL_ATTEMPT)
+    assert set(AttemptStatus) == ACTIVE_ATTEMPT | TERMINAL_ATTEMPT
+
+
+def test_every_worker_status_can_be_left():
+    assert all(WORKER_TRANSITIONS[status] for status in WorkerStatus)
+
+
+@given(old=st.sampled_from(JobStatus), new=st.sampled_from(JobStatus))
+def test_a_terminal_job_can_never_move(old, new):
+    if old in TERMINAL_JOB:
+        assert not can_move_job(old, new)
+
+
+@given(old=st.sampled_from(AttemptStatus), new=st.sampled_from(AttemptStatus))
+def test_a_terminal_attempt_can_never_move(old, new):
+    if old in TERMINAL_ATTEMPT:
+        assert not can_move_attempt(old, new)
+
+
+@pytest.mark.parametrize(("enum", "table", "start"), TABLES[1:], ids=TABLE_IDS[1:])
+def test_every_non_terminal_job_or_attempt_state_can_still_reach_an_ending(enum, table, start):
+    for status in enum:
+        assert any(not table[s] for s in reachable(table, status)), status
+
+
+@given(old=st.sampled_from(WorkerStatus), new=st.sampled_from(WorkerStatus))
+def test_can_move_worker_allows_staying_put_and_otherwise_follows_the_table(old, new):
+    assert can_move_worker(old, new) == (old == new or new in WORKER_TRANSITIONS[old])
+
+
+@given(old=st.sampled_from(JobStatus), new=st.sampled_from(JobStatus))
+def test_can_move_job_follows_the_table_and_never_allows_staying_put(old, new):
+    assert can_move_job(old, new) == (new in JOB_TRANSITIONS[old])
+    assert not can_move_job(old, old)
+
+
+@given(old=st.sampled_from(AttemptStatus), new=st.sampled_from(AttemptStatus))
+def test_can_move_attempt_follows_the_table(old, new):
+    assert can_move_attempt(old, new) == (new in ATTEMPT_TRANSITIONS[old])
+
+
+# ---- walks through the job lifecycle -------------------------------------------------------
+
+
+@st.composite
+def job_walks(draw: st.DrawFn) -> list[JobStatus]:
+    """A path from QUEUED that takes allowed moves until it ends or runs out of steps."""
+    path = [JobStatus.QUEUED]
+    for _ in range(draw(st.integers(0, 30))):
+        options = sorted(JOB_TRANSITIONS[path[-1]])
+        if not options:
+            break
+        path.append(draw(st.sampled_from(options)))
+    return path
+
+
+@settings(max_examples=200)
+@given(path=job_walks())
+def test_a_random_walk_through_the_job_table_only_makes_allowed_moves(path):
+    for old, new in itertools.pairwise(path):
+        assert can_move_job(old, new)
+        check_job_move("j_walk", old, new)  # raises if the move were refused
+
+
+@settings(max_examples=200)
+@given(path=job_walks())
+def test_a_job_walk_that_cannot_go_on_ends_in_a_terminal_state(path):
+    last = path[-1]
+    if not JOB_TRANSITIONS[last]:
+        assert last in TERMINAL_JOB
+    # Once terminal, a walk stops: nothing terminal appears before the end.
+    assert not any(s in TERMINAL_JOB for s in path[:-1])
+
+
+@settings(max_examples=200)
+@given(path=job_walks(), target=st.sampled_from(JobStatus))
+def test_check_job_move_refuses_exactly_the_moves_the_table_lacks(path, target):
+    current = path[-1]
+    if target in JOB_TRANSITIONS[current]:
+        check_job_move("j_1", current, target)
+    else:
+        with pytest.raises(Conflict, match=f"job j_1 is {current} and cannot become {target}"):
+            check_job_move("j_1", current, target)
+
+
+def test_a_completed_job_cannot_be_requeued():
+    with pytest.raises(Conflict) as info:
+        check_job_move("j_abc", JobStatus.COMPLETED, JobStatus.QUEUED)
+    assert info.value.status_code == 409
+    assert "j_abc" in info.value.message
+
+
+@pytest.mark.parametrize("active", [JobStatus.OFFERED, JobStatus.RUNNING])
+def test_an_offered_or_running_job_can_go_back_to_the_queue(active):
+    assert can_move_job(active, JobStatus.QUEUED)
+
+
+def test_a_queued_job_can_only_be_offered_or_cancelled():
+    assert {s for s in JobStatus if can_move_job(JobStatus.QUEUED, s)} == {
+        JobStatus.OFFERED,
+        JobStatus.CANCELLED,
+    }
+
+
+# ---- attempts and the job they drive -------------------------------------------------------
+
+
+@given(old=st.sampled_from(AttemptStatus), new=st.sampled_from(AttemptStatus))
+def test_a_job_can_follow_every_move_of_its_current_attempt(old, new):
+    if not can_move_attempt(old, new) or old not in JOB_FOR_ATTEMPT or new not in JOB_FOR_ATTEMPT:
+        return
+    job_old, job_new = JOB_FOR_ATTEMPT[old], JOB_FOR_ATTEMPT[new]
+    assert job_old == job_new or can_move_job(job_old, job_new)
+
+
+def test_every_active_attempt_maps_to_an_active_job():
+    for status in ACTIVE_ATTEMPT:
+        assert JOB_FOR_ATTEMPT[status] not in TERMINAL_JOB
+
+
+@pytest.mark.parametrize("outcome", [AttemptStatus.LOST, AttemptStatus.WITHDRAWN])
+def test_lost_and_withdrawn_attempts_have_no_job_status_of_their_own(outcome):
+    assert outcome not in JOB_FOR_ATTEMPT
+
+
+@given(outcome=st.sampled_from(AttemptStatus))
+def test_only_failed_lost_and_withdrawn_attempts_may_be_retried(outcome):
+    expected = outcome in {AttemptStatus.FAILED, AttemptStatus.LOST, AttemptStatus.WITHDRAWN}
+    assert retry_after(outcome) is expected
+
+
+@pytest.mark.parametrize("outcome", [AttemptStatus.LOST, AttemptStatus.WITHDRAWN])
+@pytest.mark.parametrize("job", [JobStatus.OFFERED, JobStatus.RUNNING])
+def test_a_job_whose_attempt_is_retried_may_return_to_the_queue(outcome, job):
+    assert retry_after(outcome)
+    assert can_move_job(job, JobStatus.QUEUED)
+
+
+# ---- what workers report --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("word", "status"),
+    [
+        ("acknowledged", AttemptStatus.ACKNOWLEDGED),
+        ("starting", AttemptStatus.ACKNOWLEDGED),
+        ("running", AttemptStatus.RUNNING),
+        ("training", AttemptStatus.RUNNING),
+        ("completed", AttemptStatus.COMPLETED),
+        ("failed", AttemptStatus.FAILED),
+        ("cancelled", AttemptStatus.CANCELLED),
+    ],
+)
+def test_a_reported_status_word_maps_to_its_attempt_status(word, status):
+    assert parse_reported_status(word) is status
+
+
+def test_every_reportable_status_is_a_move_an_offered_attempt_may_make():
+    for status in REPORTED_STATUS.values():
+        assert can_move_attempt(AttemptStatus.OFFERED, status)
+
+
+@pytest.mark.parametrize("word", ["offered", "lost", "withdrawn", "Running", " running", ""])
+def test_a_worker_cannot_report_a_status_only_the_orchestrator_decides_or_a_misspelling(word):
+    with pytest.raises(InvalidInput):
+        parse_reported_status(word)
+
+
+@settings(max_examples=200)
+@given(word=st.text(max_size=20).filter(lambda w: w not in REPORTED_STATUS))
+def test_any_unknown_reported_status_is_refused_with_the_allowed_words(word):
+    with pytest.raises(InvalidInput) as info:
+        parse_reported_status(word)
+    message = info.value.message
+    assert repr(word) in message
+    assert message.endswith("send one of: " + ", ".join(sorted(REPORTED_STATUS)))
+    assert info.value.status_code == 422
+
+
+# ---- a worker's status follows from its facts -----------------------------------------------
+
+
+def expected_worker_status(offline: bool, drained: bool, has_job: bool, stream_open: bool):
+    if offline:
+        return WorkerStatus.OFFLINE
+    if drained:
+        return WorkerStatus.DRAINING
+    if has_job:
+        return WorkerStatus.BUSY
+    return WorkerStatus.IDLE if stream_open else WorkerStatus.CONNECTING
+
+
+@pytest.mark.parametrize(
+    "fact_set", ALL_FACTS, ids=lambda f: "-".join(k for k, v in f.items() if v) or "none"
+)
+def test_worker_status_precedence_is_offline_then_draining_then_busy_then_stream(fact_set):
+    assert derive_worker_status(**fact_set) is expected_worker_status(**fact_set)
+
+
+def test_every_worker_status_is_derived_from_some_facts():
+    assert {derive_worker_status(**f) for f in ALL_FACTS} == set(WorkerStatus)
+
+
+@given(facts=facts)
+def test_an_offline_worker_is_offline_whatever_else_is_true(facts):
+    if facts["offline"]:
+        assert derive_worker_status(**facts) is WorkerStatus.OFFLINE
+    else:
+        assert derive_worker_status(**facts) is not WorkerStatus.OFFLINE
+
+
+@given(facts=facts)
+def test_a_worker_is_idle_only_with_an_open_stream_and_nothing_else_holding_it(facts):
+    idle = derive_worker_status(**facts) is WorkerStatus.IDLE
+    assert idle == (
+        facts["stream_open"] and not (facts["offline"] or facts["drained"] or facts["has_job"])
+    )
+
+
+def one_fact_changes():
+    for before in ALL_FACTS:
+        for name in FACT_NAMES:
+            yield before, {**before, name: not before[name]}
+
+
+def flipped(before: dict, after: dict) -> str:
+    return next(name for name in FACT_NAMES if before[name] != after[name])
+
+
+def consistent(fact_set: dict) -> bool:
+    """What the server keeps true: going offline clears the stream and the job in one save."""
+    return not (fact_set["offline"] and (fact_set["has_job"] or fact_set["stream_open"]))
+
+
+def test_changing_one_fact_of_a_worker_the_server_can_hold_is_an_allowed_move():
+    for before, after in one_fact_changes():
+        if not (consistent(before) and consistent(after)):
+            continue
+        old, new = derive_worker_status(**before), derive_worker_status(**after)
+        assert can_move_worker(old, new), (before, flipped(before, after), old, new)
+
+
+def test_a_worker_going_offline_with_its_job_and_stream_in_one_save_is_allowed():
+    for before in ALL_FACTS:
+        after = {**before, "offline": True, "has_job": False, "stream_open": False}
+        assert can_move_worker(derive_worker_status(**before), derive_worker_status(**after))
+
+
+def test_changing_any_one_fact_of_any_worker_is_an_allowed_move():
+    refused = [
+        (before, flipped(before, after), old, new)
+        for before, after in one_fact_changes()
+        if not can_move_worker(
+            old := derive_worker_status(**before), new := derive_worker_status(**after)
+        )
+    ]
+    assert refused == []
+
+
+def test_an_offline_worker_comes_back_through_any_status_the_facts_can_derive():
+    assert WORKER_TRANSITIONS[WorkerStatus.OFFLINE] == {
+        WorkerStatus.CONNECTING,
+        WorkerStatus.DRAINING,
+        WorkerStatus.IDLE,
+        WorkerStatus.BUSY,
+    }
+    for drained in (False, True):
+        back = derive_worker_status(
+            offline=False, drained=drained, has_job=False, stream_open=False
+        )
+        assert can_move_worker(WorkerStatus.OFFLINE, back)
