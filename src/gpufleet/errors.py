@@ -75,6 +75,10 @@ class StoreError(GpufleetError):
     """The database failed; the operation was rolled back."""
 
 
+class WriteConflict(StoreError):
+    """PostgreSQL aborted the transaction (deadlock or serialization failure); retry it."""
+
+
 class ConfigurationError(GpufleetError):
     """Settings that cannot work; the message names the setting to change."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -334,3 +335,36 @@ async def test_concurrent_submissions_never_offer_one_worker_two_jobs(fleet: Fle
     assert worker["status"] == "busy" and worker["current_job_id"] == offered[0]["id"]
     live = [a for d in details for a in d["attempt_history"] if a["status"] == "offered"]
     assert [a["id"] for a in live] == [offered[0]["current_attempt_id"]]
+
+
+async def test_submits_racing_reports_and_heartbeats_all_succeed(fleet: Fleet) -> None:
+    """Submits (job, then worker) race reports and heartbeats (worker, then job): on
+    PostgreSQL, opposite lock orders would deadlock and answer 500."""
+    agents = [await fleet.online_worker(f"gpu-{n}") for n in range(4)]
+    total = 40
+    done: list[str] = []
+
+    async def work(agent: Agent) -> None:
+        while len(done) < total:
+            assert agent.stream is not None
+            try:
+                offer = await agent.stream.expect("job_submit", within=1.0)
+            except TimeoutError:
+                continue  # nothing for this one now; the others may be taking the rest
+            await agent.run(offer)
+            beat = await agent.heartbeat(current_job_id=offer["job_id"])
+            assert beat.status_code == 200, beat.text
+            await agent.finish(offer)
+            done.append(offer["job_id"])
+
+    async def submit_lane(count: int) -> list[dict[str, Any]]:
+        return [await fleet.submit() for _ in range(count)]  # one after another, as jobs end
+
+    workers = [asyncio.create_task(work(agent)) for agent in agents]
+    lanes = await asyncio.gather(*(submit_lane(total // 4) for _ in range(4)))
+    jobs = [job for lane in lanes for job in lane]
+    await asyncio.wait_for(asyncio.gather(*workers), timeout=60)
+
+    assert sorted(done) == sorted(j["id"] for j in jobs)
+    statuses = {(await fleet.job(j["id"]))["status"] for j in jobs}
+    assert statuses == {"completed"}

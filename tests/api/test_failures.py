@@ -5,7 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+from sqlalchemy.exc import DBAPIError
+
 from gpufleet.server.services import health
+from gpufleet.store.queries import Queries
 from tests.api.conftest import ACK_TIMEOUT, HEARTBEAT_TIMEOUT, Fleet
 
 
@@ -352,3 +356,27 @@ async def test_offers_made_before_a_restart_get_a_fresh_acknowledgement_window(
     fleet.clock.advance(ACK_TIMEOUT + 1)
     assert await fleet.ack_sweep() == 1
     assert (await fleet.job(job["id"]))["attempts"] == 2
+
+
+async def test_a_write_the_database_aborts_as_a_deadlock_answers_503_and_stores_nothing(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injected: the job insert fails as PostgreSQL fails a deadlock victim."""
+
+    class Deadlock(Exception):
+        sqlstate = "40P01"
+
+    async def aborted(_self: Queries, _values: Any) -> None:
+        raise DBAPIError("INSERT INTO jobs …", {}, Deadlock("deadlock detected"))
+
+    await fleet.online_worker("gpu-1")
+    before = (await fleet.admin.get("/api/queue")).json()["total"]
+    monkeypatch.setattr(Queries, "insert_job", aborted)
+
+    answer = await fleet.admin.post("/api/queue/submit", json={"config": {"command": ["x"]}})
+
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "2"
+    assert "send it again" in answer.json()["detail"]
+    monkeypatch.undo()
+    assert (await fleet.admin.get("/api/queue")).json()["total"] == before

@@ -241,6 +241,29 @@ class Fleet:
             if w.running() and records[w.id]["current_job_id"] in started
         ]
 
+    def out_of_work(self) -> bool:
+        """Every submit is in and every job has ended: no job is left for a fault to catch."""
+        return (
+            self.submitter is not None
+            and self.submitter.done.is_set()
+            and all(j["status"] in TERMINAL for j in self.all_jobs())
+        )
+
+    def wait_for_work(
+        self, predicate: Callable[[], list[Any]], what: str, timeout: float = 60
+    ) -> list[Any]:
+        """Wait for `predicate()` to find something (a worker mid-job, say) to inject the next
+        fault into; [] once the fleet is out of work, so a fault loop ends instead of waiting
+        for a job that will never come (how fast the queue drains depends on the machine)."""
+        found: list[Any] = []
+
+        def ready() -> bool:
+            found[:] = predicate()
+            return bool(found) or self.out_of_work()
+
+        wait_for(ready, timeout=timeout, what=what)
+        return found
+
     def result_lines(self) -> list[str]:
         if not self.results.exists():
             return []

@@ -22,6 +22,11 @@ def short(rng: random.Random) -> float:
     return rng.uniform(0.05, 0.5)
 
 
+def short_or_long(rng: random.Random) -> float:
+    """Mostly short jobs, a quarter of them long enough to outlast a fault and its repair."""
+    return rng.uniform(1.0, 4.0) if rng.random() < 0.25 else short(rng)
+
+
 def wait_offline(worker: WorkerProcess, timeout: float = 20) -> None:
     wait_for(
         lambda: worker.record()["status"] == "offline",
@@ -41,11 +46,13 @@ def wait_back(worker: WorkerProcess, timeout: float = 45) -> None:
 
 def test_workers_killed_with_sigkill_mid_job(fleet: Fleet) -> None:
     fleet.start(workers=4)
-    submitter = fleet.submit(fleet.plans(weighted_share(20), short), pace=0.08)
+    submitter = fleet.submit(fleet.plans(weighted_share(20), short_or_long), pace=0.08)
     killed: dict[str, list[float]] = defaultdict(list)
     for i in range(max(3, weighted_share(20) // 16)):
         time.sleep(fleet.rng.uniform(0.5, 1.5))
-        busy = wait_for(fleet.busy_workers, timeout=30, what="a worker with a running job")
+        busy = fleet.wait_for_work(fleet.busy_workers, what="a worker with a running job")
+        if not busy:
+            break
         worker, _job = fleet.rng.choice(busy)
         killed[worker.id].append(time.time())
         fleet.faults.instant("worker SIGKILL mid-job", (worker.id,))
@@ -76,7 +83,10 @@ def test_workers_frozen_past_the_heartbeat_timeout_are_fenced(fleet: Fleet) -> N
         return [(w, j) for w, j in fleet.busy_workers() if j in long_ids and (w, j) not in frozen]
 
     while len(frozen) < freezes and all(w.running() for w in workers):  # else: say why below
-        worker, job_id = wait_for(running_long_job, timeout=60, what="a long job running")[0]
+        running = fleet.wait_for_work(running_long_job, what="a long job running")
+        if not running:
+            break
+        worker, job_id = running[0]
         with fleet.faults.window("worker SIGSTOP past the heartbeat timeout", (worker.id,)):
             worker.signal(signal.SIGSTOP)
             wait_offline(worker)
@@ -98,20 +108,25 @@ def test_workers_frozen_past_the_heartbeat_timeout_are_fenced(fleet: Fleet) -> N
 def test_orchestrator_killed_during_dispatch_and_status_reports(fleet: Fleet) -> None:
     fleet.start(workers=4, **{"heartbeat-timeout": RESTART_HEARTBEAT_TIMEOUT})
     submitter = fleet.submit(fleet.plans(weighted_share(30), short), pace=0.05)
+
+    def ends() -> int:
+        return sum(line.startswith("end ") for line in fleet.result_lines())
+
     for i in range(4):
         time.sleep(fleet.rng.uniform(0.5, 1.5))
-        if i % 2 == 0:
+        if i % 2 == 0 and not submitter.done.is_set():
             moment = "during dispatch"  # a submit was just acknowledged: its offer is going out
             seen = len(submitter.acked)
-            wait_for(lambda n=seen: len(submitter.acked) > n, timeout=30, what="a submit")
+            wait_for(
+                lambda n=seen: len(submitter.acked) > n or submitter.done.is_set(),
+                timeout=30,
+                what="a submit",
+            )
         else:
             moment = "during status reports"  # a job just finished: its report is in flight
-            seen = sum(line.startswith("end ") for line in fleet.result_lines())
-            wait_for(
-                lambda n=seen: sum(line.startswith("end ") for line in fleet.result_lines()) > n,
-                timeout=30,
-                what="a job to finish",
-            )
+            seen = ends()
+            if not fleet.wait_for_work(lambda n=seen: [1] if ends() > n else [], "a job to end"):
+                moment = "with every job ended"  # the queue drained first: a restart all the same
         with fleet.faults.window(f"orchestrator SIGKILL {moment}", None):
             fleet.server.kill(signal.SIGKILL)
             time.sleep(fleet.rng.uniform(0.1, 1.0))
@@ -138,18 +153,15 @@ def test_orchestrator_unreachable_past_the_heartbeat_timeout(fleet: Fleet) -> No
     workers = fleet.start(workers=4, via_proxy=2)
     assert fleet.proxy is not None
     cut_off = workers[:2]
-    plans = fleet.plans(
-        weighted_share(15),
-        lambda rng: rng.uniform(1.0, 4.0) if rng.random() < 0.25 else short(rng),
-    )
-    submitter = fleet.submit(plans, pace=0.1)
+    submitter = fleet.submit(fleet.plans(weighted_share(15), short_or_long), pace=0.1)
     for i in range(2):
         time.sleep(fleet.rng.uniform(0.5, 1.5))
-        wait_for(
-            lambda: any(w in cut_off for w, _ in fleet.busy_workers()),
-            timeout=30,
+        behind = fleet.wait_for_work(
+            lambda: [w for w, _ in fleet.busy_workers() if w in cut_off],
             what="a job running behind the relay",
         )
+        if not behind:
+            break
         blackhole = i % 2 == 1
         kind = "orchestrator unreachable: " + ("black hole" if blackhole else "refused")
         with fleet.faults.window(kind, tuple(w.id for w in cut_off)):

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
-from gpufleet.errors import DomainError, StoreError, TooManyRequests
+from gpufleet.errors import DomainError, StoreError, TooManyRequests, WriteConflict
 
 log = logging.getLogger("gpufleet.server")
 
@@ -65,8 +65,13 @@ async def _http(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _store(_request: Request, exc: Exception) -> JSONResponse:
     log.error("database error: %s", exc)
+    detail = (
+        "the database aborted this write to resolve a conflict with another one; send it again"
+        if isinstance(exc, WriteConflict)
+        else "the database is unavailable; retry shortly"
+    )
     return JSONResponse(
-        {"detail": "the database is unavailable; retry shortly"},
+        {"detail": detail},
         status_code=503,
         headers={"Retry-After": "2"},
     )

@@ -18,10 +18,13 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from gpufleet.errors import ConfigurationError, StoreError
+from gpufleet.errors import ConfigurationError, StoreError, WriteConflict
 from gpufleet.store.queries import Queries
 
 _MIGRATION_LOCK = 0x6770_666C  # "gpfl": one migrator at a time on PostgreSQL
+# PostgreSQL's deadlock_detected and serialization_failure: the write may simply be retried.
+# (The services take rows in one order, worker before job, so these should not happen.)
+_RETRYABLE = ("40P01", "40001")
 
 
 class Store:
@@ -47,7 +50,12 @@ class Store:
                 conn = await stack.enter_async_context(self.engine.begin())
             except (OperationalError, DBAPIError, OSError) as exc:
                 raise StoreError(f"cannot reach the database: {exc}") from exc
-            yield Queries(conn)
+            try:
+                yield Queries(conn)
+            except DBAPIError as exc:
+                if getattr(exc.orig, "sqlstate", None) in _RETRYABLE:
+                    raise WriteConflict(f"write aborted by the database: {exc.orig}") from exc
+                raise
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[Queries]:

@@ -96,7 +96,9 @@ async def dispatch_job(ctx: Context, job_id: str) -> bool:
 
 async def _dispatch_job(ctx: Context, job_id: str) -> bool:
     async with transaction(ctx) as tx:
-        job = await tx.q.get_job(job_id, lock=True)
+        # No row lock here: `claim` takes the worker, then the job (the one lock order, see
+        # lifecycle), each by compare-and-set, so a job taken meanwhile loses the claim.
+        job = await tx.q.get_job(job_id)
         if job is None or job.status is not JobStatus.QUEUED:
             return False
         idle = await tx.q.idle_workers()

@@ -68,6 +68,7 @@ async def withdraw_unacknowledged_offers(ctx: Context) -> int:
     withdrawn = []
     for offer in stale:
         async with transaction(ctx) as tx:
+            await tx.q.get_worker(offer.worker_id, lock=True)  # worker, then job
             attempt = await tx.q.get_attempt(offer.id)
             job = await tx.q.get_job(offer.job_id, lock=True)
             if attempt is None or job is None or attempt.status is not AttemptStatus.OFFERED:

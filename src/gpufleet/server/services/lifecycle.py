@@ -1,4 +1,9 @@
-"""Moving workers, jobs and attempts through their transition tables inside one transaction."""
+"""Moving workers, jobs and attempts through their transition tables inside one transaction.
+
+Lock order: a transaction that changes a worker and a job locks (or conditionally updates)
+the worker row first, then the job row, then the attempt. PostgreSQL answers two
+transactions that take them in opposite orders with `deadlock detected`.
+"""
 
 from __future__ import annotations
 
