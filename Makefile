@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8001
 DATA   ?= .gpufleet
 
-.PHONY: up test lint venv postgres chromium clean
+.PHONY: up test lint venv postgres system-packages clean
 
 venv: $(STAMP)
 
@@ -26,11 +26,15 @@ postgres:
 	@for i in $$(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && exit 0; sleep 1; done; \
 	  echo "PostgreSQL did not come up on 127.0.0.1:5432"; exit 1
 
-# Debian's Chromium drives the browser tests; Playwright never downloads a browser.
-chromium:
-	@command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+# Debian's packages the tests drive: Chromium for the browser tests (Playwright never
+# downloads a browser) and nginx in front of two replicas (docs/deploy.md).
+system-packages:
+	@missing=""; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  command -v nginx >/dev/null || test -x /usr/sbin/nginx || missing="$$missing nginx"; \
+	  if [ -n "$$missing" ]; then apt-get update && apt-get install -y $$missing; fi
 
-test: venv postgres chromium
+test: venv postgres system-packages
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: venv

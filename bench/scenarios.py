@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.report import Result, ms_summary
-from bench.server import BenchServer, fresh_postgres, running_server
+from bench.server import BenchServer, fresh_postgres, running_replicas, running_server
 from bench.workers import COMPLETE, HOLD, Fleet, Seen, create_workers
 
 NOWHERE = {"pool": "nowhere"}  # the label of scenario 4's jobs: no connected worker has it
@@ -96,10 +96,12 @@ class Options:
     database_url: str | None = None
     work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gf-bench-")))
     profile_dir: Path | None = None  # py-spy stacks of each scenario's server
+    replicas: int = 1  # above 1: that many servers on the PostgreSQL database (scenario 6)
 
     @property
     def database(self) -> str:
-        return "postgresql" if self.database_url else "sqlite"
+        name = "postgresql" if self.database_url else "sqlite"
+        return f"{name} x{self.replicas}" if self.replicas > 1 else name
 
     def data_dir(self, scenario: str) -> Path:
         return self.work_dir / f"{scenario}-{self.database}-{secrets.token_hex(3)}"
@@ -115,7 +117,13 @@ class Options:
             if self.profile_dir is not None:
                 profile = self.profile_dir / f"{scenario}-{self.database}.txt"
             data_dir = self.data_dir(scenario)
-            yield stack.enter_context(running_server(data_dir, url, profile, **flags))
+            if self.replicas > 1:
+                assert url is not None, "replicas share a PostgreSQL database"
+                yield stack.enter_context(
+                    running_replicas(data_dir, url, profile, self.replicas, **flags)
+                )
+            else:
+                yield stack.enter_context(running_server(data_dir, url, profile, **flags))
 
 
 # ---- shared steps -----------------------------------------------------------------------
@@ -143,7 +151,11 @@ async def fleet_of(
     created = time.monotonic() - began
     say(f"created in {created:.1f} s; registering and opening streams")
     fleet = Fleet(
-        server.url, creds, mode=mode, heartbeat_interval=hb, per_process=opts.size.per_process
+        server.worker_url,
+        creds,
+        mode=mode,
+        heartbeat_interval=hb,
+        per_process=opts.size.per_process,
     )
     try:
         within = partial_after or opts.size.start_within
@@ -651,20 +663,16 @@ def _duplicates(seen: list[Seen], finals: list[dict[str, Any]], dead: set[str]) 
 
 
 async def side_by_side(opts: Options) -> list[Result]:
-    """Scenario 6: scenarios 1 and 2 on PostgreSQL; two replicas once they exist."""
+    """Scenario 6: scenarios 1 and 2 on PostgreSQL, on one orchestrator then on two replicas
+    (submits to one, workers streaming from the other: every offer crosses replicas)."""
     results: list[Result] = []
-    pg = Options(opts.size, opts.database_url or PG_DEFAULT, opts.work_dir, opts.profile_dir)
-    for run in (dispatch_latency, throughput):
-        r = await run(pg)
-        r.scenario = f"6/{r.scenario}"
-        results.append(r)
-    replicas = Result("6/r", "two orchestrators on PostgreSQL", "postgresql", {})
-    replicas.check("scenarios 1 and 2 on two replicas", "not yet available", "-", None)
-    replicas.notes.append(
-        "two orchestrator processes sharing one database need replicas (a later issue); "
-        "nothing is measured or faked here"
-    )
-    results.append(replicas)
+    url = opts.database_url or PG_DEFAULT
+    for replicas, prefix in ((1, "6"), (2, "6/r")):
+        pg = Options(opts.size, url, opts.work_dir, opts.profile_dir, replicas=replicas)
+        for run in (dispatch_latency, throughput):
+            r = await run(pg)
+            r.scenario = f"{prefix}/{r.scenario}" if replicas > 1 else f"6/{r.scenario}"
+            results.append(r)
     return results
 
 

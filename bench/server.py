@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 import httpx
 import psutil  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
@@ -74,6 +74,8 @@ class BenchServer:
         }
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # Where simulated workers connect: this server, or another replica of its database.
+        self.worker_url = self.url
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "server.log"
         self._ps: psutil.Process | None = None
@@ -186,6 +188,28 @@ def running_server(
         yield server
     finally:
         server.stop()
+
+
+SHARED_FILES = ("admin.token", "audit.key", "ui-secret")  # docs/deploy.md
+
+
+@contextlib.contextmanager
+def running_replicas(
+    data_dir: Path, database_url: str, profile: Path | None = None, count: int = 2, **flags: Any
+) -> Iterator[BenchServer]:
+    """`count` replicas on one PostgreSQL database. The one yielded takes the submits (and is
+    the one measured and profiled); the simulated workers stream from the last one, so every
+    offer crosses from one replica to another."""
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(running_server(data_dir / "r0", database_url, profile, **flags))
+        for n in range(1, count):
+            folder = data_dir / f"r{n}"
+            folder.mkdir(parents=True)
+            for name in SHARED_FILES:
+                shutil.copy2(first.data_dir / name, folder / name)
+            other = stack.enter_context(running_server(folder, database_url, None, **flags))
+            first.worker_url = other.url
+        yield first
 
 
 @contextlib.asynccontextmanager

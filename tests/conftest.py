@@ -8,9 +8,10 @@ not there, it never skips.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -86,3 +87,24 @@ def database_url(request: pytest.FixtureRequest) -> str:
     fixture = "sqlite_url" if request.param == "sqlite" else "postgres_url"
     url: str = request.getfixturevalue(fixture)
     return url
+
+
+@pytest.fixture
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards: for tests that start
+    several orchestrator processes on it (replicas)."""
+    name = f"gf_{secrets.token_hex(6)}"
+
+    async def run(statement: str) -> str:
+        conn, user = await _pg_admin_connection()
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+        return user
+
+    user = asyncio.run(run(f'CREATE DATABASE "{name}"'))
+    try:
+        yield f"postgresql+asyncpg://{user}@{PG_HOST}:{PG_PORT}/{name}"
+    finally:
+        asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

@@ -79,9 +79,9 @@ async def _snapshot(fleet: Fleet) -> str:
 
 
 async def _setup(fleet: Fleet) -> dict[str, Any]:
-    owner = await fleet.online_worker("owner")
+    owner = await fleet.online_worker("owner", labels={"slot": "owner"})
     other = await fleet.online_worker("other")
-    job = await fleet.submit()
+    job = await fleet.submit(worker_labels={"slot": "owner"})  # else either may get it
     offer = await owner.next_offer()
     assert offer["job_id"] == job["id"]
     rotated = await fleet.create_worker("rotated")

@@ -69,8 +69,11 @@ async def test_recovery_reruns_every_lost_job_and_counts_duplicates(tmp_path: Pa
 @pytest.mark.postgres
 async def test_side_by_side_runs_latency_and_throughput_on_postgresql(tmp_path: Path) -> None:
     results = await run(6, tmp_path)
-    assert [r.scenario for r in results] == ["6/1", "6/2", "6/r"]
-    for result in results[:2]:
-        assert result.database == "postgresql"
+    assert [r.scenario for r in results] == ["6/1", "6/2", "6/r/1", "6/r/2"]
+    for result in results:
+        measured(result)
         assert result.checks and all(c.metric != "run" for c in result.checks)
-    assert results[2].checks[0].value == "not yet available"
+    assert [r.database for r in results] == ["postgresql"] * 2 + ["postgresql x2"] * 2
+    # Across replicas too, every job reached a worker streaming from the other replica.
+    assert results[2].metrics["delivered"] == results[2].metrics["submitted"] > 0
+    assert results[3].metrics["completed"] == results[3].metrics["submitted"] > 0

@@ -33,7 +33,14 @@ import httpx
 import pytest
 
 from tests.chaos.proxy import Proxy
-from tests.e2e.conftest import PYTHON, ServerProcess, WorkerProcess, unique, wait_for
+from tests.e2e.conftest import (
+    PYTHON,
+    ServerProcess,
+    WorkerProcess,
+    start_replicas,
+    unique,
+    wait_for,
+)
 
 TOTAL_JOBS = int(os.environ.get("GPUFLEET_CHAOS_JOBS", "200"))
 SEED = int(os.environ.get("GPUFLEET_CHAOS_SEED", str(random.randrange(1 << 30))))
@@ -126,6 +133,42 @@ class Via:
         return self._server.admin()
 
 
+class ReplicaSet:
+    """Several orchestrator replicas on one PostgreSQL database, used where the fleet uses one
+    server: clients (the submitter, the checks) talk to a replica that is up, and workers get
+    every replica's URL, comma-separated, in an order of their own."""
+
+    tls = False
+
+    def __init__(self, root: Path, database_url: str, count: int, rng: random.Random) -> None:
+        self.root = root
+        self.database_url = database_url
+        self.count = count
+        self.rng = rng
+        self.flags: dict[str, Any] = {}
+        self.members: list[ServerProcess] = []
+
+    def start(self) -> None:
+        self.members = start_replicas(self.root, self.database_url, self.count, **self.flags)
+
+    @property
+    def url(self) -> str:
+        urls = [m.url for m in self.members]
+        self.rng.shuffle(urls)  # each worker starts on a replica of its own
+        return ",".join(urls)
+
+    def live(self) -> list[ServerProcess]:
+        return [m for m in self.members if m.proc is not None and m.proc.poll() is None]
+
+    def admin(self) -> httpx.Client:
+        live = self.live()
+        return (self.rng.choice(live) if live else self.members[0]).admin()
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        for member in self.members:
+            member.kill(sig)
+
+
 class Submitter(threading.Thread):
     """Submits planned jobs at a steady pace, as a client would: a submit that gets no 201
     (the orchestrator is down, the answer was lost) is tried again, and only a 201 counts as
@@ -188,7 +231,7 @@ class Fleet:
         self.root = root
         self.name = name
         self.rng = rng
-        self.server = ServerProcess(root / "orchestrator", DATABASE_URL)
+        self.server: Any = ServerProcess(root / "orchestrator", DATABASE_URL)  # or a ReplicaSet
         self.results = root / "results.txt"
         self.labels = {"pool": unique("chaos")}
         self.faults = FaultLog()
@@ -310,12 +353,30 @@ def weighted_share(weight: int) -> int:
     return max(20, TOTAL_JOBS * weight // 100)
 
 
-@pytest.fixture
-def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
-    name = request.node.name.removeprefix("test_")
-    made = Fleet(tmp_path, name, random.Random(f"{SEED}:{name}"))
+def _fleet(
+    tmp_path: Path, name: str, replicas: int = 1, database_url: str | None = None
+) -> Iterator[Fleet]:
+    name = name.removeprefix("test_")
+    rng = random.Random(f"{SEED}:{name}")
     print(f"\nchaos {name}: seed {SEED} (GPUFLEET_CHAOS_SEED={SEED} repeats it)")
+    made = Fleet(tmp_path, name, rng)
+    if replicas > 1:
+        assert database_url is not None, "replicas share a PostgreSQL database"
+        made.server = ReplicaSet(tmp_path / "orchestrators", database_url, replicas, rng)
     try:
         yield made
     finally:
         made.stop()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
+    yield from _fleet(tmp_path, request.node.name)
+
+
+@pytest.fixture
+def replicated_fleet(
+    tmp_path: Path, request: pytest.FixtureRequest, pg_database: str
+) -> Iterator[Fleet]:
+    """Three orchestrator replicas on one PostgreSQL database; workers know all three."""
+    yield from _fleet(tmp_path, request.node.name, replicas=3, database_url=pg_database)

@@ -13,7 +13,14 @@ import signal
 import time
 from collections import defaultdict
 
-from tests.chaos.conftest import RESTART_HEARTBEAT_TIMEOUT, Fleet, Plan, weighted_share
+from tests.chaos.conftest import (
+    RESTART_HEARTBEAT_TIMEOUT,
+    Fleet,
+    Plan,
+    ReplicaSet,
+    Submitter,
+    weighted_share,
+)
 from tests.chaos.invariants import conclude
 from tests.e2e.conftest import WorkerProcess, wait_for
 
@@ -25,6 +32,14 @@ def short(rng: random.Random) -> float:
 def short_or_long(rng: random.Random) -> float:
     """Mostly short jobs, a quarter of them long enough to outlast a fault and its repair."""
     return rng.uniform(1.0, 4.0) if rng.random() < 0.25 else short(rng)
+
+
+def wait_for_the_next_submit(submitter: Submitter) -> None:
+    """Until one more submit is acknowledged (or the submitter is done)."""
+    seen = len(submitter.acked)
+    wait_for(
+        lambda: len(submitter.acked) > seen or submitter.done.is_set(), timeout=30, what="a submit"
+    )
 
 
 def wait_offline(worker: WorkerProcess, timeout: float = 20) -> None:
@@ -107,7 +122,7 @@ def test_workers_frozen_past_the_heartbeat_timeout_are_fenced(fleet: Fleet) -> N
 
 def test_orchestrator_killed_during_dispatch_and_status_reports(fleet: Fleet) -> None:
     fleet.start(workers=4, **{"heartbeat-timeout": RESTART_HEARTBEAT_TIMEOUT})
-    submitter = fleet.submit(fleet.plans(weighted_share(30), short), pace=0.05)
+    submitter = fleet.submit(fleet.plans(weighted_share(20), short), pace=0.05)
 
     def ends() -> int:
         return sum(line.startswith("end ") for line in fleet.result_lines())
@@ -116,12 +131,7 @@ def test_orchestrator_killed_during_dispatch_and_status_reports(fleet: Fleet) ->
         time.sleep(fleet.rng.uniform(0.5, 1.5))
         if i % 2 == 0 and not submitter.done.is_set():
             moment = "during dispatch"  # a submit was just acknowledged: its offer is going out
-            seen = len(submitter.acked)
-            wait_for(
-                lambda n=seen: len(submitter.acked) > n or submitter.done.is_set(),
-                timeout=30,
-                what="a submit",
-            )
+            wait_for_the_next_submit(submitter)
         else:
             moment = "during status reports"  # a job just finished: its report is in flight
             seen = ends()
@@ -139,7 +149,7 @@ def test_orchestrator_killed_during_dispatch_and_status_reports(fleet: Fleet) ->
 def test_event_streams_cut_mid_stream(fleet: Fleet) -> None:
     workers = fleet.start(workers=4, via_proxy=4)
     assert fleet.proxy is not None
-    submitter = fleet.submit(fleet.plans(weighted_share(20), short), pace=0.08)
+    submitter = fleet.submit(fleet.plans(weighted_share(15), short), pace=0.08)
     everyone = tuple(w.id for w in workers)
     while not submitter.done.is_set():
         time.sleep(fleet.rng.uniform(0.3, 1.5))
@@ -175,3 +185,32 @@ def test_orchestrator_unreachable_past_the_heartbeat_timeout(fleet: Fleet) -> No
     fleet.settle()
     report = conclude(fleet, submitter.acked)
     assert report.workers_lost_with_a_job >= 1, "no partition caught a worker mid-job"
+
+
+def test_replicas_killed_mid_dispatch_and_mid_run(replicated_fleet: Fleet) -> None:
+    """Three replicas on PostgreSQL; workers know every replica's URL. A replica is killed
+    (SIGKILL) right after a submit was acknowledged, or while jobs run, then started again;
+    the others carry on: streams move, the sweeps move with the leadership."""
+    fleet = replicated_fleet
+    fleet.start(workers=4)
+    replicas: ReplicaSet = fleet.server
+    # Paced to keep jobs coming while the four replica kills happen.
+    submitter = fleet.submit(fleet.plans(weighted_share(15), short_or_long), pace=0.25)
+    for i in range(4):
+        time.sleep(fleet.rng.uniform(0.5, 1.5))
+        victim = fleet.rng.choice(replicas.live())
+        if i % 2 == 0 and not submitter.done.is_set():
+            moment = "mid-dispatch"  # a submit was just acknowledged: its offer is going out
+            wait_for_the_next_submit(submitter)
+        else:
+            moment = "mid-run"
+            if not fleet.wait_for_work(fleet.busy_workers, "a job running"):
+                moment = "with every job ended"
+        with fleet.faults.window(f"replica SIGKILL {moment}", None):
+            victim.kill(signal.SIGKILL)
+            time.sleep(fleet.rng.uniform(0.5, 2.0))  # the others serve meanwhile
+            victim.start()
+    fleet.settle()
+    report = conclude(fleet, submitter.acked, submits_unacknowledged=submitter.unacked_tries)
+    assert report.faults_injected == 4
+    assert len(fleet.workers) == sum(w.running() for w in fleet.workers)

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import queue
+import shutil
 import signal
 import socket
 import ssl
@@ -322,8 +323,14 @@ class WorkerProcess:
         persistent: bool = False,
         labels: dict[str, str] | None = None,
         cancel_grace: float = 1.0,
+        orchestrator_url: str | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.server = server
+        self.extra_args = extra_args
+        # What the worker is given: the server's URL unless a test says otherwise (a relay,
+        # a comma-separated list of URLs).
+        self.orchestrator_url = orchestrator_url or server.url
         self.name = unique("agent")
         self.labels = labels or {}
         self.persistent = persistent
@@ -350,7 +357,7 @@ class WorkerProcess:
             "worker",
             "-v",
             "--orchestrator-url",
-            self.server.url,
+            self.orchestrator_url,
             "--worker-token",
             self.token,
             "--name",
@@ -364,6 +371,7 @@ class WorkerProcess:
         ]
         if self.persistent:
             cmd.append("--persistent")
+        cmd += self.extra_args
         if self.server.tls:
             cmd += ["--ca-cert", str(self.server.trusted_cert)]
         with self.log_path.open("ab") as log:
@@ -459,3 +467,20 @@ def process_alive(pid: int) -> bool:
             return stat.read().split(") ", 1)[1][0] not in "ZX"
     except FileNotFoundError:
         return False
+
+
+# -- replicas on one PostgreSQL database (tests/e2e/test_replicas.py, test_deploy.py) ---------
+
+SHARED_FILES = ("admin.token", "audit.key", "ui-secret")  # docs/deploy.md: copy to each replica
+
+
+def start_replicas(root: Path, database_url: str, count: int, **flags: Any) -> list[ServerProcess]:
+    """The first replica creates the keys; the others get copies, then start."""
+    replicas = [ServerProcess(root / f"replica-{n}", database_url, **flags) for n in range(count)]
+    replicas[0].start()
+    for replica in replicas[1:]:
+        replica.data_dir.mkdir(parents=True)
+        for name in SHARED_FILES:
+            shutil.copy2(replicas[0].data_dir / name, replica.data_dir / name)
+        replica.start()
+    return replicas

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -24,12 +25,18 @@ Call = tuple[str, dict[str, Any]]
 CPU = Capabilities(accelerator_type="cpu", gpus=(), cpu_cores=2, ram_gb=4.0)
 
 
+# What a stream is fed: an event, None (the server closes it) or an error (the link breaks).
+Feed = dict[str, Any] | None | Exception
+
+
 class EventStream(httpx.AsyncByteStream):
-    def __init__(self, events: asyncio.Queue[dict[str, Any] | None]) -> None:
+    def __init__(self, events: asyncio.Queue[Feed]) -> None:
         self.events = events
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         while (event := await self.events.get()) is not None:
+            if isinstance(event, Exception):
+                raise event
             yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
 
@@ -38,18 +45,19 @@ class FakeOrchestrator:
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
-        self.stream: asyncio.Queue[dict[str, Any] | None] | None = None
+        self.stream: asyncio.Queue[Feed] | None = None
         self.fenced_statuses: set[str] = set()
         self.refused_statuses: set[str] = set()
         self.register_answer: dict[str, Any] = {}
         self.down = False
+        self.dead_hosts: set[str] = set()  # one replica of several gone
         self._changed = asyncio.Event()
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
-        if self.down:
+        if self.down or request.url.host in self.dead_hosts:
             raise httpx.ConnectError("All connection attempts failed", request=request) from (
                 ConnectionRefusedError(111, "Connection refused")
             )
@@ -86,6 +94,13 @@ class FakeOrchestrator:
         self.down = True
         if self.stream is not None:
             self.stream.put_nowait(None)
+            self.stream = None
+
+    def kill_host(self, host: str) -> None:
+        """The replica at `host` dies: its connections reset, new ones are refused."""
+        self.dead_hosts.add(host)
+        if self.stream is not None:
+            self.stream.put_nowait(httpx.ReadError("[Errno 104] Connection reset by peer"))
             self.stream = None
 
     async def wait_call(self, match: Callable[[Call], bool], within: float = 10) -> Call:
@@ -143,9 +158,11 @@ def fake() -> FakeOrchestrator:
 async def start_agent(fake: FakeOrchestrator, tmp_path: Path):
     tasks: list[asyncio.Task[int]] = []
 
-    async def start(*, persistent: bool = True) -> asyncio.Task[int]:
+    async def start(
+        *, persistent: bool = True, urls: str = "http://orchestrator.test"
+    ) -> asyncio.Task[int]:
         settings = AgentSettings(
-            orchestrator_url="http://orchestrator.test",
+            orchestrator_url=urls,
             worker_token="wt_test",
             name="w",
             persistent=persistent,
@@ -249,6 +266,35 @@ async def test_abandon_job_on_reconnect_stops_the_job_and_reports_it_cancelled(f
     fake.down = False
 
     await fake.wait_call(status("j_1", "cancelled"))
+
+
+async def test_a_replica_that_dies_mid_job_is_left_for_the_next_url_and_the_job_carries_on(
+    fake, start_agent, tmp_path: Path, caplog
+):
+    gate = tmp_path / "gate"
+    code = (
+        "import pathlib, sys, time\nprint('before', flush=True)\n"
+        "while not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.02)\nprint('after')"
+    )
+    caplog.set_level(logging.INFO, logger="gpufleet.worker")
+    await start_agent(urls="http://a.test, http://b.test")
+    offer(fake, code, str(gate))
+    await fake.wait_call(lambda call: "before" in [x["text"] for x in call[1].get("lines", [])])
+    fake.register_answer = {"resume_job": {"job_id": "j_1", "attempt_id": "a_1"}}
+
+    fake.kill_host("a.test")
+    # Only b can have taken it: a refuses before recording anything.
+    await fake.wait_call(
+        lambda call: call[0] == "/api/workers/register" and call[1]["current_job_id"] == "j_1"
+    )
+    await fake.wait_call(lambda call: call[0] == "/api/workers/stream" and fake.stream is not None)
+    gate.touch()
+
+    await fake.wait_call(status("j_1", "completed"))
+    assert fake.statuses() == ["acknowledged", "running", "completed"]  # one run, no restart
+    assert fake.log_lines() == ["before", "after"]
+    assert "orchestrator http://a.test unreachable; trying http://b.test" in caplog.messages
+    assert "the orchestrator resumes job j_1/a_1 on this worker" in caplog.messages
 
 
 async def test_a_busy_agent_does_not_acknowledge_a_second_offer(fake, start_agent):

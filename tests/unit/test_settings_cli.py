@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -278,6 +279,72 @@ def test_agent_settings_tidy_the_url_and_the_token():
 def test_an_orchestrator_url_must_be_http_or_https_with_a_host(url):
     with pytest.raises(ConfigurationError, match="is not an http\\(s\\) URL"):
         agent(orchestrator_url=url)
+
+
+def test_several_orchestrator_urls_are_kept_in_order_and_the_first_is_the_url():
+    s = agent(orchestrator_url="https://a.example:8001,http://b.example:8001/,https://c.example")
+    assert s.orchestrator_urls == (
+        "https://a.example:8001",
+        "http://b.example:8001",
+        "https://c.example",
+    )
+    assert s.orchestrator_url == "https://a.example:8001"
+
+
+def test_one_orchestrator_url_is_a_list_of_one():
+    assert agent().orchestrator_urls == ("https://orch.example.com:8001",)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://a.example , https://b.example",
+        " https://a.example,\thttps://b.example/ ",
+        "https://a.example,,https://b.example,",
+    ],
+)
+def test_spaces_around_commas_and_empty_entries_are_ignored(text):
+    assert agent(orchestrator_url=text).orchestrator_urls == (
+        "https://a.example",
+        "https://b.example",
+    )
+
+
+def test_duplicate_orchestrator_urls_are_dropped_keeping_the_first_place():
+    s = agent(orchestrator_url="https://b.example, https://a.example/, https://b.example/")
+    assert s.orchestrator_urls == ("https://b.example", "https://a.example")
+
+
+@pytest.mark.parametrize("bad", ["ftp://b.example", "b.example:8001", "https://"])
+def test_one_bad_url_among_good_ones_is_refused_by_name(bad):
+    with pytest.raises(ConfigurationError) as info:
+        agent(orchestrator_url=f"https://a.example:8001, {bad} ,https://c.example")
+    assert str(info.value) == (
+        f"--orchestrator-url {bad!r} is not an http(s) URL: pass one like "
+        "https://orchestrator.example.com:8001 (several: comma-separated)"
+    )
+
+
+def test_a_list_of_only_commas_is_refused():
+    with pytest.raises(ConfigurationError, match="is not an http\\(s\\) URL"):
+        agent(orchestrator_url=" , ,")
+
+
+def test_replacing_a_setting_keeps_every_orchestrator_url():
+    s = agent(orchestrator_url="https://a.example, https://b.example")
+    assert dataclasses.replace(s, name="other").orchestrator_urls == s.orchestrator_urls
+
+
+@pytest.mark.parametrize("variable", ["GPUFLEET_ORCHESTRATOR_URL", "SIMPLETUNER_ORCHESTRATOR_URL"])
+def test_the_orchestrator_url_variables_take_a_comma_separated_list(monkeypatch, variable):
+    for name in [n for n in os.environ if n.startswith(("GPUFLEET_", "SIMPLETUNER_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv(variable, "https://a.example:8001 , https://b.example:8001")
+    url = worker_params([])["orchestrator_url"]
+    assert agent(orchestrator_url=url).orchestrator_urls == (
+        "https://a.example:8001",
+        "https://b.example:8001",
+    )
 
 
 @pytest.mark.parametrize("token", ["", "   ", "\n"])

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+
+from gpufleet.logs import FORMATS
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _FACTOR = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -34,6 +39,18 @@ DURATION = Duration()
 def env(name: str, *aliases: str) -> list[str]:
     """The GPUFLEET_ variable first, then documented SIMPLETUNER_ aliases."""
     return [f"GPUFLEET_{name}", *(f"SIMPLETUNER_{a}" for a in aliases)]
+
+
+def log_format_option(fields: str) -> Callable[[F], F]:
+    """`--log-format text|json` (GPUFLEET_LOG_FORMAT); `fields` says what a JSON line holds."""
+    return click.option(
+        "--log-format",
+        default="text",
+        envvar=env("LOG_FORMAT"),
+        show_envvar=True,
+        type=click.Choice(FORMATS),
+        help=f"text for people; json for log collectors: one object a line with {fields}.",
+    )
 
 
 class Since(click.ParamType):  # type: ignore[type-arg]

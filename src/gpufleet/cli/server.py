@@ -9,11 +9,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpufleet.cli.options import DURATION, env
+from gpufleet import logs
+from gpufleet.cli.options import DURATION, env, log_format_option
 from gpufleet.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from gpufleet.server.settings import ServerSettings
+
+log = logging.getLogger("gpufleet.server")
 
 
 @click.command()
@@ -137,11 +140,25 @@ if TYPE_CHECKING:
     "refused with 429 for the rest of that minute (0: no limit).",
 )
 @click.option(
+    "--forwarded-allow-ips",
+    default="127.0.0.1",
+    envvar=env("FORWARDED_ALLOW_IPS"),
+    show_envvar=True,
+    metavar="ADDRESSES",
+    help="Proxies (comma-separated addresses or networks, * for any) whose X-Forwarded-For "
+    "names the client: the address audited and rate-limited. Default: a proxy on this "
+    "host (docs/deploy.md).",
+)
+@click.option(
     "--log-level",
     default="info",
     envvar=env("LOG_LEVEL"),
     show_envvar=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
+)
+@log_format_option(
+    "ts, level, logger, message, replica and the worker and job ids. With json the admin key "
+    "minted on first start is not printed: read it from <data-dir>/admin.token"
 )
 def server(
     host: str,
@@ -159,7 +176,9 @@ def server(
     ssl_key: Path | None,
     audit_key_file: Path | None,
     auth_failure_limit: int,
+    forwarded_allow_ips: str,
     log_level: str,
+    log_format: logs.Format,
 ) -> None:
     """Run the orchestrator: the queue, the worker and admin API, dispatch and health."""
     # Imported here: the operator commands start faster without the server's modules.
@@ -169,17 +188,23 @@ def server(
     from gpufleet.server.app import create_app
     from gpufleet.server.settings import ServerSettings
 
+    logs.configure(log_level, log_format)
     tls = None
     if use_ssl:
         from gpufleet.server import tls as tls_files
 
         tls = tls_files.prepare(data_dir, host, ssl_cert, ssl_key)
         made = " (new self-signed certificate)" if tls.created else ""
-        click.echo(
-            f"gpufleet: serving HTTPS with {tls.cert}{made}\n"
-            f"  SHA-256 fingerprint: {tls.fingerprint}\n"
-            f"  Workers trust it with: gpufleet worker --ca-cert {tls.cert} …"
-        )
+        if log_format == "json":  # a collector reads every line: keep them all JSON
+            log.info(
+                "serving HTTPS with %s%s; SHA-256 fingerprint: %s", tls.cert, made, tls.fingerprint
+            )
+        else:
+            click.echo(
+                f"gpufleet: serving HTTPS with {tls.cert}{made}\n"
+                f"  SHA-256 fingerprint: {tls.fingerprint}\n"
+                f"  Workers trust it with: gpufleet worker --ca-cert {tls.cert} …"
+            )
     elif ssl_cert or ssl_key:
         raise ConfigurationError("--ssl-cert and --ssl-key need --ssl")
     try:
@@ -197,15 +222,14 @@ def server(
             tls_cert=tls.cert if tls else None,
             audit_key_file=audit_key_file,
             auth_failure_limit=auth_failure_limit,
+            # Printed, the raw key would land in the log collector with the JSON lines.
+            print_admin_key=log_format == "text",
         )
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigurationError(
             f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}"
         ) from exc
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     app = create_app(settings)
     asyncio.run(_preflight(settings))
     config = uvicorn.Config(
@@ -213,6 +237,9 @@ def server(
         host=host,
         port=port,
         log_level=log_level,
+        log_config=None,  # its loggers go through logs.configure()'s handler
+        proxy_headers=True,
+        forwarded_allow_ips=forwarded_allow_ips,
         timeout_graceful_shutdown=3,
         lifespan="on",
         ssl_certfile=str(tls.cert) if tls else None,

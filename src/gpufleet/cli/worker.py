@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from gpufleet.cli.options import DURATION, env, parse_labels
+from gpufleet import logs
+from gpufleet.cli.options import DURATION, env, log_format_option, parse_labels
 from gpufleet.errors import ConfigurationError
 
 
@@ -32,10 +33,13 @@ def _parse_gpus(
 @click.command()
 @click.option(
     "--orchestrator-url",
-    metavar="URL",
+    metavar="URL[,URL…]",
     envvar=env("ORCHESTRATOR_URL", "ORCHESTRATOR_URL"),
     show_envvar=True,
-    help="Orchestrator panel URL, e.g. https://host:8001.",
+    help=(
+        "Orchestrator panel URL, e.g. https://host:8001; several, comma-separated, for "
+        "replicas: the worker fails over to the next when one is unreachable."
+    ),
 )
 @click.option(
     "--worker-token",
@@ -118,6 +122,7 @@ def _parse_gpus(
     metavar="SECONDS",
     help="Seconds between heartbeats (shorter if the orchestrator asks).",
 )
+@log_format_option("ts, level, logger, message and the worker and job ids")
 @click.option(
     "--cancel-grace",
     type=DURATION,
@@ -139,6 +144,7 @@ def worker(
     labels: dict[str, str],
     gpus: tuple[int, ...] | None,
     heartbeat_interval: float,
+    log_format: logs.Format,
     cancel_grace: float,
 ) -> None:
     """Run a worker agent: register with the orchestrator and run the jobs it dispatches.
@@ -150,11 +156,7 @@ def worker(
     from gpufleet.worker.detect import detect
     from gpufleet.worker.settings import AgentSettings
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure("debug" if verbose else "info", log_format)
     if not verbose:  # httpx logs every request at INFO
         logging.getLogger("httpx").setLevel(logging.WARNING)
     if not orchestrator_url:

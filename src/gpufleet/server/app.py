@@ -9,12 +9,12 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gpufleet import __version__
-from gpufleet.server import errors
+from gpufleet import __version__, logs
+from gpufleet.server import deps, errors
 from gpufleet.server.context import Context
 from gpufleet.server.local import parse_local_gpus, start_local_runner
 from gpufleet.server.loops import Supervisor
@@ -77,6 +77,7 @@ def _die(name: str, exc: BaseException) -> None:
 
 
 StartHook = Callable[[Context, Supervisor], Awaitable[None]]
+Sweep = Callable[[], Awaitable[None]]
 
 
 def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -> FastAPI:
@@ -94,6 +95,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
             auth_failures=FailureLimiter(settings.auth_failure_limit, settings.auth_failure_window),
         )
         app.state.ctx = ctx
+        logs.set_replica(ctx.instance_id)
         raw = await auth.bootstrap_admin_key(ctx)
         if raw and settings.print_admin_key:
             print(
@@ -101,14 +103,29 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
                 f"{settings.data_dir / 'admin.token'}):\n  {raw}",
                 flush=True,
             )
-        await health.reset_streams_after_start(ctx)
+        elif raw:  # a log collector must never receive the key itself
+            log.info(
+                "created the admin API key in %s (mode 0600)", settings.data_dir / "admin.token"
+            )
         supervisor = Supervisor(_die)
-        supervisor.every("health", settings.health_interval, lambda: health.health_sweep(ctx))
-        supervisor.every("audit-seal", 1.0, lambda: audit.seal(ctx))
+        if ctx.replicas.shared:
+            supervisor.start("replicas", ctx.replicas.listen())
+            await ctx.replicas.wait_connected()
+        await health.reset_streams_after_start(ctx)
+
+        def leader_only(sweep: Callable[[Context], Awaitable[object]]) -> Sweep:
+            async def step() -> None:
+                if await ctx.replicas.leading():  # one replica at a time runs the sweeps
+                    await sweep(ctx)
+
+            return step
+
+        supervisor.every("health", settings.health_interval, leader_only(health.health_sweep))
+        supervisor.every("audit-seal", 1.0, leader_only(audit.seal))
         supervisor.every(
             "ack-timeout",
             min(1.0, settings.ack_timeout / 4),
-            lambda: health.withdraw_unacknowledged_offers(ctx),
+            leader_only(health.withdraw_unacknowledged_offers),
         )
         await start_local_runner(ctx, supervisor)
         if on_start is not None:
@@ -124,6 +141,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         title="gpufleet orchestrator",
         version=__version__,
         lifespan=lifespan,
+        dependencies=[Depends(deps.bind_log_ids)],
     )
     errors.install(app)
     for api in (admin.router, workers.router, queue.router, events.router, ops.router):

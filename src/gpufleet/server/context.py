@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from gpufleet.server.bus import Replicas
 from gpufleet.server.hub import Hub
 from gpufleet.server.metrics import Metrics, Observation
 from gpufleet.server.ratelimit import FailureLimiter
@@ -34,6 +35,12 @@ class Context:
     # Signs web UI sessions; the app loads it from <data-dir>/ui-secret so sessions outlive
     # a restart and any replica on the same data folder accepts them.
     ui_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    # The other replicas on a shared PostgreSQL database (wake-ups, presence, leadership).
+    replicas: Replicas = field(init=False)
+
+    def __post_init__(self) -> None:
+        url = self.store.engine.url.render_as_string(hide_password=False)
+        self.replicas = Replicas(self.hub, self.instance_id, url)
 
 
 class Tx:
@@ -76,6 +83,7 @@ async def transaction(ctx: Context) -> AsyncIterator[Tx]:
     async with ctx.store.write() as q:
         tx = Tx(q, ctx.clock())
         yield tx
+        await ctx.replicas.send_in(q.conn, tx.notify, tx.close)  # heard elsewhere on commit
     ctx.metrics.apply(tx.observations)
     for topic in tx.close:
         ctx.hub.close(topic)

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
+from gpufleet import logs
 from gpufleet.domain.records import Worker
 from gpufleet.server.context import Context
 from gpufleet.server.services import auth, sessions
@@ -58,9 +59,18 @@ async def current_worker(
     request: Request, x_worker_token: Annotated[str | None, Header()] = None
 ) -> Worker:
     action = request.url.path.rsplit("/", 1)[-1]
-    return await auth.authenticate_worker(
+    worker = await auth.authenticate_worker(
         get_ctx(request), x_worker_token, client_addr(request), action
     )
+    logs.bind(worker_id=worker.id)
+    return worker
 
 
 CurrentWorker = Annotated[Worker, Depends(current_worker)]
+
+
+async def bind_log_ids(request: Request) -> None:
+    """Label the request's log lines, uvicorn's access line included, with the job or worker
+    its path names (each request runs in its own task, so the labels end with it)."""
+    params = request.path_params
+    logs.bind(worker_id=params.get("worker_id"), job_id=params.get("job_id"))

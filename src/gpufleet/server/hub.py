@@ -67,9 +67,18 @@ class Hub:
             sub.fired.add(topic)
             sub.event.set()
 
+    def notify_all(self) -> None:
+        """Wake every subscriber: what they wait for may have changed unheard."""
+        for topic in list(self._subs):
+            self.notify(topic)
+
     def close(self, topic: str) -> None:
         for sub in list(self._subs.get(topic, ())):
             sub.close()
+
+    def count(self, prefix: str) -> int:
+        """Topics with at least one subscriber, among those that start with `prefix`."""
+        return sum(1 for name in self._subs if name.startswith(prefix))
 
     def listeners(self, topic: str) -> int:
         return len(self._subs.get(topic, ()))

@@ -64,6 +64,20 @@ class Metrics:
             ["credential"],
             registry=r,
         )
+        self.leader = Gauge(
+            "gpufleet_replica_leader",
+            "1 on the replica that runs the sweeps (always 1 on SQLite), else 0",
+            registry=r,
+        )
+        self.replicas = Gauge(
+            "gpufleet_replicas", "Orchestrator replicas connected to the database", registry=r
+        )
+        self.replica = Gauge(
+            "gpufleet_replica_info", "This replica's instance id", ["replica"], registry=r
+        )
+        self.streams = Gauge(
+            "gpufleet_worker_streams", "Worker event streams open on this replica", registry=r
+        )
         self._by_name = {
             "dispatch_latency": self.dispatch_latency,
             "time_to_gpu": self.time_to_gpu,
@@ -86,6 +100,12 @@ class Metrics:
         for job_status in JobStatus:
             self.jobs.labels(job_status.value).set(jobs.get(job_status.value, 0))
         self.queue_depth.set(jobs.get(JobStatus.QUEUED.value, 0))
+
+    def set_replica(self, instance_id: str, leading: bool, alive: int, streams: int) -> None:
+        self.replica.labels(instance_id).set(1)
+        self.leader.set(1 if leading else 0)
+        self.replicas.set(alive)
+        self.streams.set(streams)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

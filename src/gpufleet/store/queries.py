@@ -210,6 +210,45 @@ class Queries:
         )
         await self.conn.execute(sa.delete(workers).where(workers.c.id == worker_id))
 
+    async def matching_workers(
+        self,
+        *,
+        min_gpus: int,
+        local: bool | None,
+        idle: bool,
+        after: tuple[bool, int, str] | None,
+        limit: int,
+    ) -> list[Worker]:
+        """Workers with GPUs enough for a job, in offer order (remote before local, fewest
+        GPUs first, then id), paged by keyset: the caller checks labels on each page and
+        stops at the first fit, so a match reads a page, not the fleet (ix_workers_match).
+
+        `idle`: registered idle workers only (to offer now); else every worker that fits or
+        has never registered (whose GPUs are not known yet). `local`: None for both kinds.
+        """
+        stmt = sa.select(workers)
+        if idle:
+            stmt = stmt.where(
+                workers.c.status == WorkerStatus.IDLE.value,
+                workers.c.registered == sa.true(),
+                workers.c.gpu_count >= min_gpus,
+            )
+        else:
+            stmt = stmt.where(
+                sa.or_(workers.c.registered == sa.false(), workers.c.gpu_count >= min_gpus)
+            )
+        if local is not None:
+            stmt = stmt.where(workers.c.is_local == local)
+        order = (workers.c.is_local, workers.c.gpu_count, workers.c.id)
+        if after is not None:
+            stmt = stmt.where(sa.tuple_(*order) > sa.tuple_(*after))
+        stmt = stmt.order_by(*order).limit(limit)
+        return [_worker(r) for r in await self.conn.execute(stmt)]
+
+    async def has_queued_jobs(self) -> bool:
+        stmt = sa.select(jobs.c.id).where(jobs.c.status == JobStatus.QUEUED.value).limit(1)
+        return (await self.conn.execute(stmt)).first() is not None
+
     async def idle_workers(self) -> list[Worker]:
         stmt = sa.select(workers).where(workers.c.status == WorkerStatus.IDLE.value)
         return [_worker(r) for r in await self.conn.execute(stmt)]
@@ -515,6 +554,11 @@ class Queries:
 
     async def insert_audit(self, values: Mapping[str, Any]) -> None:
         await self.conn.execute(sa.insert(audit_events).values(**values))
+
+    async def lock_api_keys(self) -> None:
+        """One first-start admin key, however many replicas start at once (PostgreSQL)."""
+        if self._pg:
+            await self.conn.execute(sa.text("SELECT pg_advisory_xact_lock(1735549282)"))
 
     async def lock_audit_chain(self) -> None:
         """One sealer at a time across orchestrators (PostgreSQL); SQLite has one writer."""

@@ -61,6 +61,7 @@ workers = sa.Table(
     sa.Column("connected_at", UTCDateTime),
     sa.Column("offline_since", UTCDateTime),
     sa.Index("ix_workers_status", "status"),
+    sa.Index("ix_workers_match", "status", "is_local", "gpu_count", "id"),
 )
 
 worker_tokens = sa.Table(

@@ -31,7 +31,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from gpufleet import __version__
+from gpufleet import __version__, logs
 from gpufleet.errors import AgentError
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.client import OrchestratorClient
@@ -122,7 +122,11 @@ class Agent:
     # -- loops -------------------------------------------------------------------------
 
     async def _session(self) -> None:
-        """Register, then read the event stream; again, with backoff, whenever it breaks."""
+        """Register, then read the event stream; again, with backoff, whenever it breaks.
+
+        A reconnect may land on another orchestrator URL (see client.py): they share one
+        database, so registering there with the running job gets `resume_job` as here.
+        """
         backoff = Backoff(self._settings.reconnect_base, self._settings.reconnect_cap)
         while True:
             try:
@@ -134,7 +138,7 @@ class Agent:
                     log.warning("the orchestrator closed the event stream; reconnecting")
             except (Unreachable, Rejected) as exc:
                 if not self._ever_registered:
-                    raise  # the first contact failed: a setting is wrong, say so and stop
+                    raise  # no URL answered the first contact: a setting is wrong, say so
                 log.warning("%s", exc.message)
             finally:
                 self._connected.clear()
@@ -170,6 +174,7 @@ class Agent:
         self.request_stop()
 
     async def _run_job(self, job: JobRun) -> None:
+        logs.bind(job_id=job.spec.job_id, attempt_id=job.spec.attempt_id)  # this task's lines
         try:
             started = await job.run()
         finally:
@@ -219,6 +224,7 @@ class Agent:
             raise AgentError(f"the orchestrator's register answer has no worker_id: {answer!r}")
         first = not self._ever_registered
         self.worker_id, self._ever_registered = worker_id, True
+        logs.set_worker(worker_id)
         interval = answer.get("heartbeat_interval")
         if isinstance(interval, int | float) and interval > 0:
             self._heartbeat_every = min(self._settings.heartbeat_interval, float(interval))
@@ -235,7 +241,7 @@ class Agent:
             "registered as %s (%s) with %s, offering %d GPU(s) (%s), %d CPU cores, %.1f GB RAM",
             worker_id,
             answer.get("name"),
-            self._settings.orchestrator_url,
+            self._client.url,
             caps.gpu_count,
             caps.accelerator_type,
             caps.cpu_cores,

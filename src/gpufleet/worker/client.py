@@ -3,6 +3,12 @@
 Every httpx error and every non-2xx answer leaves this module as one of the exceptions of
 `gpufleet.worker.errors`, so the agent decides on meaning (retry, stop the job, give up), never
 on status codes or socket errors.
+
+Failover: `--orchestrator-url` may list several replicas that share one database, so any of
+them can serve any request. The client talks to one at a time and sticks with it while it
+answers. When it cannot be reached (refused, reset, timed out, or a proxy's 502/503/504), the
+client moves on to the next URL, round robin: a request tries each URL once before it gives
+up, and a broken event stream leaves the next URL for the agent's reconnect.
 """
 
 from __future__ import annotations
@@ -36,14 +42,19 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 
+# What a proxy answers for a replica it cannot reach: try another one.
+GATEWAY_ERRORS = frozenset({502, 503, 504})
+
+
 class OrchestratorClient:
     def __init__(
         self, settings: AgentSettings, *, transport: httpx.AsyncBaseTransport | None = None
     ) -> None:
-        self._url = settings.orchestrator_url
+        self._urls = settings.orchestrator_urls
+        self._current = 0
         self._stream_read_timeout = settings.stream_read_timeout
+        # One client for every URL: the TLS settings (--ca-cert, --ssl-no-verify) serve them all.
         self._http = httpx.AsyncClient(
-            base_url=settings.orchestrator_url,
             headers={
                 "X-Worker-Token": settings.worker_token,
                 "User-Agent": f"gpufleet-worker/{__version__}",
@@ -52,6 +63,11 @@ class OrchestratorClient:
             timeout=httpx.Timeout(settings.request_timeout),
             transport=transport,
         )
+
+    @property
+    def url(self) -> str:
+        """The orchestrator URL in use: the first, until it stops answering."""
+        return self._urls[self._current]
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -72,18 +88,24 @@ class OrchestratorClient:
         return await self._post("/api/workers/disconnect", {"worker_id": worker_id})
 
     async def stream(self, worker_id: str) -> AsyncIterator[Json]:
-        """The worker's event stream: one dict per `data:` line, until the server closes it."""
+        """The worker's event stream: one dict per `data:` line, until the server closes it.
+
+        A stream that breaks fails over, so that the agent's reconnect tries the next URL.
+        """
+        url = self.url
         timeout = httpx.Timeout(self._http.timeout.connect, read=self._stream_read_timeout)
         try:
             async with aconnect_sse(
                 self._http,
                 "GET",
-                "/api/workers/stream",
+                f"{url}/api/workers/stream",
                 params={"worker_id": worker_id},
                 timeout=timeout,
             ) as source:
                 if source.response.status_code >= 400:
                     await source.response.aread()
+                    if source.response.status_code in GATEWAY_ERRORS:
+                        self._fail_over(url)
                     raise _error_for(source.response)
                 async for event in source.aiter_sse():
                     if not event.data:
@@ -96,20 +118,41 @@ class OrchestratorClient:
                     if isinstance(payload, dict):
                         yield payload
         except httpx.HTTPError as exc:
-            raise translate(exc, self._url) from exc
+            error = translate(exc, url)
+            if isinstance(error, Unreachable):
+                self._fail_over(url)
+            raise error from exc
 
     async def _post(self, path: str, body: Json) -> Json:
-        try:
-            response = await self._http.post(path, json=body)
-        except httpx.HTTPError as exc:
-            raise translate(exc, self._url) from exc
-        if response.status_code >= 400:
-            raise _error_for(response)
-        try:
-            answer = response.json()
-        except ValueError:
-            return {}
-        return answer if isinstance(answer, dict) else {}
+        tries_left = len(self._urls)
+        while True:
+            tries_left -= 1
+            url = self.url
+            try:
+                response = await self._http.post(f"{url}{path}", json=body)
+            except httpx.HTTPError as exc:
+                error = translate(exc, url)
+                if tries_left and isinstance(error, Unreachable):
+                    self._fail_over(url)
+                    continue
+                raise error from exc
+            if tries_left and response.status_code in GATEWAY_ERRORS:
+                self._fail_over(url)
+                continue
+            if response.status_code >= 400:
+                raise _error_for(response)
+            try:
+                answer = response.json()
+            except ValueError:
+                return {}
+            return answer if isinstance(answer, dict) else {}
+
+    def _fail_over(self, url: str) -> None:
+        """Move on from `url` to the next one, unless a concurrent request already did."""
+        if len(self._urls) < 2 or url != self.url:
+            return
+        self._current = (self._current + 1) % len(self._urls)
+        log.warning("orchestrator %s unreachable; trying %s", url, self.url)
 
 
 def translate(exc: httpx.HTTPError, url: str) -> AgentError:
@@ -125,7 +168,7 @@ def translate(exc: httpx.HTTPError, url: str) -> AgentError:
         return Unreachable(
             f"Cannot resolve the host of {url}: check the spelling of --orchestrator-url"
         )
-    if any(isinstance(cause, ssl.SSLError) for cause in causes):
+    if _failed_handshake(exc, causes):
         return TlsFailure(
             f"TLS handshake with {url} failed ({exc}): check that the URL's "
             "scheme (http or https) matches how the orchestrator serves"
@@ -133,6 +176,26 @@ def translate(exc: httpx.HTTPError, url: str) -> AgentError:
     if isinstance(exc, httpx.TimeoutException):
         return Unreachable(f"The orchestrator at {url} did not answer in time: check the network")
     return Unreachable(f"Lost the connection to the orchestrator at {url} ({exc or type(exc)})")
+
+
+# Not a TLS problem: the peer went away (an orchestrator or a relay dying resets its links);
+# the "want" errors are the normal course of a non-blocking read, left in exception contexts.
+_LOST = (
+    ConnectionResetError,
+    ConnectionAbortedError,
+    BrokenPipeError,
+    ssl.SSLEOFError,
+    ssl.SSLZeroReturnError,
+    ssl.SSLWantReadError,
+    ssl.SSLWantWriteError,
+)
+
+
+def _failed_handshake(exc: httpx.HTTPError, causes: list[BaseException]) -> bool:
+    """Whether TLS itself failed as the connection opened (a scheme or protocol mismatch)."""
+    if not isinstance(exc, httpx.ConnectError) or any(isinstance(c, _LOST) for c in causes):
+        return False
+    return any(isinstance(cause, ssl.SSLError) for cause in causes)
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:

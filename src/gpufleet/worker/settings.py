@@ -15,6 +15,8 @@ from gpufleet.errors import ConfigurationError
 
 @dataclass(frozen=True)
 class AgentSettings:
+    # One URL, or several comma-separated (replicas sharing one database: the agent fails
+    # over among them). Once built, `orchestrator_url` is the first.
     orchestrator_url: str
     worker_token: str
     name: str = field(default_factory=socket.gethostname)
@@ -26,6 +28,9 @@ class AgentSettings:
     gpus: tuple[int, ...] | None = None  # offer only these GPU indices; None: all
     heartbeat_interval: float = 30.0
     cancel_grace: float = 30.0
+    # Once built, every URL of `orchestrator_url`, in order, without duplicates. URLs given
+    # here are appended, so `dataclasses.replace` keeps the list.
+    orchestrator_urls: tuple[str, ...] = ()
     # Tunables below have no CLI flag; tests shorten them.
     log_flush_interval: float = 0.5
     log_flush_lines: int = 200
@@ -36,13 +41,7 @@ class AgentSettings:
     stream_read_timeout: float = 45.0  # the orchestrator pings every 15 s
 
     def __post_init__(self) -> None:
-        url = self.orchestrator_url.strip().rstrip("/")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigurationError(
-                f"--orchestrator-url {self.orchestrator_url!r} is not an http(s) URL: "
-                "pass one like https://orchestrator.example.com:8001"
-            )
+        urls = parse_urls(self.orchestrator_url, *self.orchestrator_urls)
         token = self.worker_token.strip()
         if not token:
             raise ConfigurationError(
@@ -54,7 +53,8 @@ class AgentSettings:
             raise ConfigurationError(
                 "--heartbeat-interval must be positive and --cancel-grace not negative"
             )
-        object.__setattr__(self, "orchestrator_url", url)
+        object.__setattr__(self, "orchestrator_url", urls[0])
+        object.__setattr__(self, "orchestrator_urls", urls)
         object.__setattr__(self, "worker_token", token)
         object.__setattr__(self, "work_dir", self.work_dir.expanduser().resolve())
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
@@ -66,3 +66,19 @@ class AgentSettings:
         if self.ca_cert is not None:
             return ssl.create_default_context(cafile=str(self.ca_cert))
         return True
+
+
+def parse_urls(*texts: str) -> tuple[str, ...]:
+    """The orchestrator URLs in comma-separated `texts`, tidied, checked, duplicates dropped."""
+    entries = [entry.strip() for text in texts for entry in text.split(",")]
+    urls: dict[str, None] = {}  # an ordered set
+    for entry in [entry for entry in entries if entry] or [""]:
+        url = entry.rstrip("/")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigurationError(
+                f"--orchestrator-url {entry!r} is not an http(s) URL: pass one like "
+                "https://orchestrator.example.com:8001 (several: comma-separated)"
+            )
+        urls[url] = None
+    return tuple(urls)

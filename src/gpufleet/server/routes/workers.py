@@ -79,6 +79,9 @@ async def register(
     )
 
 
+STREAM_CLOSE_SECONDS = 5.0
+
+
 @router.get("/stream", responses=SSE_RESPONSE)
 async def stream(
     ctx: Ctx,
@@ -109,7 +112,12 @@ async def stream(
                     # Every change that makes an event notifies this topic: a quiet stream
                     # reads the database only while an offer it sent may need sending again.
                     if woke or _resend_due(sent, loop.time(), ctx.settings.ack_timeout):
-                        for event in await fleet.pending_events(ctx, worker.id, sent, loop.time()):
+                        pending = await fleet.pending_events(
+                            ctx, worker.id, owner, sent, loop.time()
+                        )
+                        if pending is None:
+                            break  # a newer stream took over, or the worker went offline
+                        for event in pending:
                             yield sse.frame(event, event=event["type"])
                             last_write = loop.time()
                     woke = await sub.wait(tick)
@@ -117,7 +125,9 @@ async def stream(
                         yield sse.ping()
                         last_write = loop.time()
         finally:
-            with anyio.CancelScope(shield=True):
+            # Shielded from the cancel that ends the stream, but bounded: a shutdown must
+            # not hang on a database that no longer answers (startup clears stale owners).
+            with anyio.move_on_after(STREAM_CLOSE_SECONDS, shield=True):
                 await fleet.stream_closed(ctx, worker.id, owner)
 
     return sse.stream(events())

@@ -10,7 +10,7 @@ from gpufleet.domain.permissions import ALL, allows, check_permissions
 from gpufleet.domain.records import ApiKey, Worker
 from gpufleet.domain.secrets import hash_secret, new_api_key, new_id, same_hash
 from gpufleet.errors import Forbidden, NotFound, TooManyRequests, Unauthenticated
-from gpufleet.server.context import Context, transaction
+from gpufleet.server.context import Context, Tx, transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,23 +101,29 @@ async def mint_api_key(
     ctx: Context, name: str, permissions: list[str], actor: str, client: str | None = None
 ) -> tuple[ApiKey, str]:
     perms = check_permissions(permissions)
+    async with transaction(ctx) as tx:
+        return await _insert_key(tx, name, perms, actor, client)
+
+
+async def _insert_key(
+    tx: Tx, name: str, perms: list[str], actor: str, client: str | None
+) -> tuple[ApiKey, str]:
     raw = new_api_key()
     key_id = new_id("k")
-    async with transaction(ctx) as tx:
-        await tx.q.insert_api_key(
-            {
-                "id": key_id,
-                "name": name,
-                "key_hash": hash_secret(raw),
-                "permissions": perms,
-                "created_at": tx.now,
-                "created_by": actor,
-            }
-        )
-        await tx.audit("apikey.created", actor, key_id, client, name=name, permissions=perms)
-        key = ApiKey(
-            id=key_id, name=name, permissions=frozenset(perms), created_at=tx.now, revoked=False
-        )
+    await tx.q.insert_api_key(
+        {
+            "id": key_id,
+            "name": name,
+            "key_hash": hash_secret(raw),
+            "permissions": perms,
+            "created_at": tx.now,
+            "created_by": actor,
+        }
+    )
+    await tx.audit("apikey.created", actor, key_id, client, name=name, permissions=perms)
+    key = ApiKey(
+        id=key_id, name=name, permissions=frozenset(perms), created_at=tx.now, revoked=False
+    )
     return key, raw
 
 
@@ -135,10 +141,11 @@ async def revoke_api_key(ctx: Context, key_id: str, actor: str, client: str | No
 
 async def bootstrap_admin_key(ctx: Context) -> str | None:
     """On first start, mint the admin key and leave it in <data-dir>/admin.token (0600)."""
-    async with ctx.store.read() as q:
-        if await q.count_api_keys():
+    async with transaction(ctx) as tx:
+        await tx.q.lock_api_keys()  # replicas starting together mint one key, not several
+        if await tx.q.count_api_keys():
             return None
-    _key, raw = await mint_api_key(ctx, "admin", [ALL], actor="system")
+        _key, raw = await _insert_key(tx, "admin", [ALL], "system", None)
     path = ctx.settings.data_dir / "admin.token"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from gpufleet.domain.matching import choose_worker, fits
+from gpufleet.domain.matching import Requirement, can_run_now, choose_worker, fits
 from gpufleet.domain.records import Job, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import AttemptStatus, JobStatus, Target, WorkerStatus
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import job_topic, worker_topic
 from gpufleet.server.services.lifecycle import SYSTEM
+from gpufleet.store import Queries
 
 _PAGE = 200
 _RACE_RETRIES = 5
@@ -94,6 +95,31 @@ async def dispatch_job(ctx: Context, job_id: str) -> bool:
     return await _retrying(lambda: _dispatch_job(ctx, job_id))
 
 
+async def first_fit(
+    q: Queries, req: Requirement, *, idle: bool, local: bool | None = None
+) -> Worker | None:
+    """The first worker, in offer order, that can run the job now (`idle`) or ever.
+
+    The order is `choose_worker`'s (remote first, fewest GPUs, then id), so the first idle
+    fit is the one it would choose; pages are read only until one fits.
+    """
+    check = can_run_now if idle else fits
+    if local is None and req.target is not Target.AUTO:
+        local = req.target is Target.LOCAL
+    after: tuple[bool, int, str] | None = None
+    while True:
+        page = await q.matching_workers(
+            min_gpus=req.gpu_count, local=local, idle=idle, after=after, limit=_PAGE
+        )
+        for worker in page:
+            if check(req, worker.capacity()):
+                return worker
+        if len(page) < _PAGE:
+            return None
+        last = page[-1]
+        after = (last.is_local, last.gpu_count, last.id)
+
+
 async def _dispatch_job(ctx: Context, job_id: str) -> bool:
     async with transaction(ctx) as tx:
         # No row lock here: `claim` takes the worker, then the job (the one lock order, see
@@ -101,12 +127,8 @@ async def _dispatch_job(ctx: Context, job_id: str) -> bool:
         job = await tx.q.get_job(job_id)
         if job is None or job.status is not JobStatus.QUEUED:
             return False
-        idle = await tx.q.idle_workers()
-        chosen = choose_worker(job.requirement(), [w.capacity() for w in idle])
-        if chosen is None:
-            return False
-        worker = next(w for w in idle if w.id == chosen.worker_id)
-        return bool(await claim(tx, job, worker))
+        worker = await first_fit(tx.q, job.requirement(), idle=True)
+        return worker is not None and bool(await claim(tx, job, worker))
 
 
 async def dispatch_worker(ctx: Context, worker_id: str) -> bool:
@@ -160,6 +182,8 @@ async def _dispatch_worker(ctx: Context, worker_id: str) -> bool:
 async def dispatch_all(ctx: Context) -> int:
     """Full pass: every idle worker looks at the queue. Returns the number of offers."""
     async with ctx.store.read() as q:
+        if not await q.has_queued_jobs():
+            return 0  # the sweep's safety net costs one indexed read when nothing waits
         idle = [w.id for w in await q.idle_workers()]
     offers = 0
     for worker_id in sorted(idle, key=lambda w: w == "w_local"):

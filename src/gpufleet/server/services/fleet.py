@@ -268,6 +268,7 @@ async def stream_opened(ctx: Context, worker: Worker, owner: str) -> None:
             last_heartbeat=tx.now,
         )
         tx.notify.add("workers")
+        tx.notify.add(worker_topic(worker.id))  # an older stream, on any replica, ends
     await dispatch.dispatch_worker(ctx, worker.id)
 
 
@@ -299,9 +300,11 @@ def job_submit_event(
 
 
 async def pending_events(
-    ctx: Context, worker_id: str, sent: dict[str, float], now: float
-) -> list[dict[str, Any]]:
-    """Queued commands (cancel, drain, shutdown), then offers to send on this stream.
+    ctx: Context, worker_id: str, owner: str, sent: dict[str, float], now: float
+) -> list[dict[str, Any]] | None:
+    """Queued commands (cancel, drain, shutdown), then offers to send on this stream; None
+    once the stream is no longer the worker's (a newer one took over, maybe on another
+    replica, or the worker went offline): the stream ends.
 
     An offer goes out when the stream opens, then again every third of the ack timeout while
     it is unacknowledged: a worker busy finishing its last job ignores an offer (both agents
@@ -312,16 +315,17 @@ async def pending_events(
     """
     commands: list[dict[str, Any]] = []
     async with ctx.store.read() as q:
+        worker = await q.get_worker(worker_id)
+        if worker is None or worker.stream_owner != owner:
+            return None
         waiting = await q.has_events(worker_id)
+        held = None
+        if worker.current_attempt_id:
+            held = await q.get_attempt(worker.current_attempt_id)
+        offers = await q.pending_offers(worker_id)
     if waiting:  # a write only when there is something to take
         async with ctx.store.write() as wq:
             commands = await wq.take_events(worker_id)
-    async with ctx.store.read() as q:
-        worker = await q.get_worker(worker_id)
-        held = None
-        if worker is not None and worker.current_attempt_id:
-            held = await q.get_attempt(worker.current_attempt_id)
-        offers = await q.pending_offers(worker_id)
     live = held if held is not None and held.status in ACTIVE_ATTEMPT else None
 
     def stale(cmd: dict[str, Any]) -> bool:

@@ -3,9 +3,12 @@ ephemeral workers are removed."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from datetime import timedelta
 
-from gpufleet.domain.states import AttemptStatus
+from gpufleet import logs
+from gpufleet.domain.states import AttemptStatus, JobStatus
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import worker_topic
 from gpufleet.server.services import dispatch
@@ -14,6 +17,8 @@ from gpufleet.server.services.lifecycle import (
     lose_current_attempt,
     save_worker,
 )
+
+log = logging.getLogger("gpufleet.server.health")
 
 
 async def mark_silent_workers_offline(ctx: Context) -> list[str]:
@@ -35,6 +40,7 @@ async def mark_silent_workers_offline(ctx: Context) -> list[str]:
                 continue  # it spoke up meanwhile
             why = f"worker {worker.name} lost: no heartbeat for {timeout.total_seconds():g} s"
             job_id = await lose_current_attempt(tx, worker, why)
+            job = await tx.q.get_job(job_id) if job_id else None
             if job_id:
                 requeued.append(job_id)
             worker = await tx.q.get_worker(worker_id, lock=True)
@@ -52,6 +58,11 @@ async def mark_silent_workers_offline(ctx: Context) -> list[str]:
             )
             tx.close.add(worker_topic(worker.id))
             tx.notify.add("workers")
+        with logs.bound(worker_id=worker.id):
+            log.info("%s", why)
+            if job is not None:
+                with logs.bound(job_id=job.id):
+                    log.info("job %s %s: its worker was lost", job.id, _outcome(job.status))
     for job_id in requeued:
         await dispatch.dispatch_job(ctx, job_id)
     return silent
@@ -75,7 +86,7 @@ async def withdraw_unacknowledged_offers(ctx: Context) -> int:
                 continue
             if job.current_attempt_id != attempt.id:
                 continue
-            await end_attempt(
+            status = await end_attempt(
                 tx,
                 job,
                 attempt,
@@ -94,6 +105,13 @@ async def withdraw_unacknowledged_offers(ctx: Context) -> int:
             )
             tx.notify.add(worker_topic(attempt.worker_id))
             withdrawn.append((job.id, attempt.worker_id))
+        with logs.bound(worker_id=attempt.worker_id, job_id=job.id, attempt_id=attempt.id):
+            log.info(
+                "offer of job %s withdrawn: not acknowledged within %g s; job %s",
+                job.id,
+                ctx.settings.ack_timeout,
+                _outcome(status),
+            )
     for job_id, worker_id in withdrawn:
         await dispatch.dispatch_job(ctx, job_id)
         await dispatch.dispatch_worker(ctx, worker_id)
@@ -118,21 +136,46 @@ async def remove_expired_ephemeral_workers(ctx: Context) -> list[str]:
                 reason="ephemeral worker offline past the cleanup age",
             )
             tx.notify.add("workers")
+        with logs.bound(worker_id=worker_id):
+            log.info("ephemeral worker %s deleted: offline past the cleanup age", worker.name)
     return expired
 
 
+def _outcome(status: JobStatus) -> str:
+    return "requeued" if status is JobStatus.QUEUED else status.value
+
+
 async def health_sweep(ctx: Context) -> None:
+    await clear_orphaned_streams(ctx)
     await mark_silent_workers_offline(ctx)
     await remove_expired_ephemeral_workers(ctx)
     await dispatch.dispatch_all(ctx)
 
 
-async def reset_streams_after_start(ctx: Context) -> None:
-    """Streams do not survive a restart: workers that had one must open it again."""
+async def _clear_streams(ctx: Context, gone: Callable[[str], bool]) -> list[str]:
     async with ctx.store.read() as q:
-        streaming = await q.workers_with_streams()
-    for stale in streaming:
+        streaming = [w.id for w in await q.workers_with_streams() if gone(w.stream_owner or "")]
+    for worker_id in streaming:
         async with transaction(ctx) as tx:
-            worker = await tx.q.get_worker(stale.id, lock=True)
-            if worker is not None and worker.stream_owner is not None:
+            worker = await tx.q.get_worker(worker_id, lock=True)
+            if worker is not None and worker.stream_owner and gone(worker.stream_owner):
                 await save_worker(tx, worker, stream_owner=None)
+    return streaming
+
+
+async def clear_orphaned_streams(ctx: Context) -> list[str]:
+    """Streams held by a replica that is gone (its PostgreSQL session ended) are closed:
+    their workers show as connecting until they open a stream on a live replica."""
+    alive = await ctx.replicas.alive()
+    if alive is None:
+        return []
+    return await _clear_streams(ctx, lambda owner: owner.split(":", 1)[0] not in alive)
+
+
+async def reset_streams_after_start(ctx: Context) -> None:
+    """Streams do not survive a restart: workers that had one must open it again. With one
+    replica (SQLite) every stream is gone; with several, those of replicas still alive stay."""
+    if ctx.replicas.shared:
+        await clear_orphaned_streams(ctx)
+    else:
+        await _clear_streams(ctx, lambda _owner: True)

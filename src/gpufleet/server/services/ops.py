@@ -19,4 +19,11 @@ async def metrics(ctx: Context) -> bytes:
         workers = await q.count_workers_by_status()
         jobs = await q.count_jobs_by_status()
     ctx.metrics.set_counts(workers, jobs)
+    alive = await ctx.replicas.alive()
+    ctx.metrics.set_replica(
+        ctx.instance_id,
+        leading=await ctx.replicas.leading(),
+        alive=1 if alive is None else len(alive),
+        streams=ctx.hub.count(prefix="worker:"),
+    )
     return ctx.metrics.render()

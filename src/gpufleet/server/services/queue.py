@@ -23,6 +23,7 @@ from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.services import dispatch
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job
+from gpufleet.store import Queries
 from gpufleet.store.queries import JobFilter
 
 
@@ -85,16 +86,15 @@ async def delete_config(ctx: Context, name: str, actor: str, client: str | None)
 # ---- submit -----------------------------------------------------------------------------
 
 
-def _never_satisfiable(req: Requirement, workers: list[Worker], local_on: bool) -> str | None:
+async def _never_satisfiable(q: Queries, req: Requirement, local_on: bool) -> str | None:
     """Why no worker, present or to come through a created token, could run this."""
-    workers = [w for w in workers if local_on or not w.is_local]
     if req.target is Target.LOCAL and not local_on:
         return (
             "target 'local' needs the orchestrator's local runner, which is off; start the "
             "server with --local-gpus auto, or submit with target 'worker'"
         )
-    candidates = [w for w in workers if fits(req, w.capacity())]
-    if candidates:
+    local = False if req.target is Target.AUTO and not local_on else None
+    if await dispatch.first_fit(q, req, idle=False, local=local) is not None:
         return None
     wanted = [f"{req.gpu_count} GPU(s)"] + [f"{k}={v}" for k, v in sorted(req.labels.items())]
     scope = {"worker": "remote worker", "local": "local runner", "auto": "worker"}[req.target]
@@ -117,7 +117,7 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
     job_id = new_id("j")
     async with transaction(ctx) as tx:
         local_on, _gpus = parse_local_gpus(ctx.settings.local_gpus)
-        why = _never_satisfiable(req, await tx.q.list_workers(), local_on)
+        why = await _never_satisfiable(tx.q, req, local_on)
         if why:
             raise InvalidInput(why)
         await tx.q.insert_job(
