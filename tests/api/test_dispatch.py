@@ -368,3 +368,28 @@ async def test_submits_racing_reports_and_heartbeats_all_succeed(fleet: Fleet) -
     assert sorted(done) == sorted(j["id"] for j in jobs)
     statuses = {(await fleet.job(j["id"]))["status"] for j in jobs}
     assert statuses == {"completed"}
+
+
+async def test_a_freed_worker_finds_its_job_behind_a_deep_queue_of_jobs_it_cannot_run(
+    fleet: Fleet,
+) -> None:
+    """Past the first page of the queue, a worker reads only the jobs its labels satisfy (an
+    index on the jobs' label requirements): exact labels, none, or glob patterns."""
+    await fleet.create_worker("elsewhere", labels={"pool": "elsewhere"})  # admits those jobs
+    agent = await fleet.create_worker("here", labels={"pool": "here"}, worker_type="persistent")
+    for _ in range(250):  # more than a page (or the head of the queue) it can never run
+        await fleet.submit(worker_labels={"pool": "elsewhere"})
+    exact = await fleet.submit(worker_labels={"pool": "here"})
+    glob = await fleet.submit(worker_labels={"pool": "h*"})
+    anywhere = await fleet.submit()
+
+    await agent.connect(gpu_count=1)
+    taken = []
+    for _ in range(3):
+        offer = await agent.next_offer()
+        taken.append(offer["job_id"])
+        await agent.run(offer)
+        await agent.finish(offer)
+
+    assert sorted(taken) == sorted([exact["id"], glob["id"], anywhere["id"]])
+    assert (await agent.queue_check()).json()["has_jobs"] is False

@@ -66,3 +66,19 @@ async def test_the_histograms_and_counters_move_when_jobs_run(fleet: Fleet) -> N
     assert _value(after, 'gpufleet_jobs{status="completed"}') == 1
     assert _value(after, 'gpufleet_workers{status="busy"}') == 1
     assert _value(after, "gpufleet_queue_depth") == 0
+
+
+async def test_a_replica_reports_itself_its_leadership_and_its_streams(fleet: Fleet) -> None:
+    """On SQLite the one replica always leads."""
+    first = (await fleet.admin.get("/metrics")).text
+    assert _value(first, f'gpufleet_replica_info{{replica="{fleet.ctx.instance_id}"}}') == 1
+    assert _value(first, "gpufleet_worker_streams") == 0
+    await fleet.online_worker("gpu-1")
+    await fleet.online_worker("gpu-2")
+
+    after = (await fleet.admin.get("/metrics")).text
+
+    assert _value(after, "gpufleet_worker_streams") == 2
+    if not fleet.ctx.replicas.shared:  # replicas on PostgreSQL: tests/e2e/test_replicas.py
+        assert _value(after, "gpufleet_replica_leader") == 1
+        assert _value(after, "gpufleet_replicas") == 1

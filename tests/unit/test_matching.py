@@ -10,6 +10,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gpufleet.domain.matching import (
+    ANY_LABELS,
+    MAX_LISTED_LABELS,
     Capacity,
     Requirement,
     available,
@@ -18,6 +20,8 @@ from gpufleet.domain.matching import (
     fits,
     label_mismatches,
     labels_match,
+    match_key,
+    match_keys_for,
     reasons_not_running,
 )
 from gpufleet.domain.states import Target, WorkerStatus, WorkerType
@@ -159,6 +163,32 @@ def test_label_mismatches_name_each_failing_key_once_and_only_when_labels_do_not
     assert len(mismatches) == len(failing)
     for key, text in zip(failing, mismatches, strict=True):
         assert key in text
+
+
+@settings(max_examples=300)
+@given(wanted=wanted_sets, have=label_sets)
+def test_the_match_key_index_never_hides_a_job_a_worker_can_run(wanted, have):
+    """A freed worker reads, past the head of the queue, only the jobs whose match key is one
+    of its own: every job whose labels it satisfies must be among them."""
+    keys = match_keys_for(have)
+    assert keys is not None
+    if labels_match(wanted, have):
+        assert match_key(wanted) in keys
+    exact = not any(ch in v for v in wanted.values() for ch in "*?[")
+    assert (match_key(wanted) == ANY_LABELS) is not exact
+
+
+def test_a_job_key_ignores_the_order_of_its_labels_and_a_glob_makes_it_any():
+    assert match_key({"zone": "eu", "gpu": "a100"}) == match_key({"gpu": "a100", "zone": "eu"})
+    assert match_key({}) in match_keys_for({"gpu": "a100"})  # type: ignore[operator]
+    assert match_key({"gpu": "a1?0"}) == ANY_LABELS
+    assert match_key({"gpu": "x" * 600}) == ANY_LABELS  # too long to index: checked one by one
+
+
+def test_a_worker_with_too_many_labels_lists_no_keys_and_reads_every_job():
+    many = {f"k{n}": "v" for n in range(MAX_LISTED_LABELS + 1)}
+    assert match_keys_for(many) is None
+    assert len(match_keys_for(dict(list(many.items())[:3])) or []) == 1 + 2**3
 
 
 @given(have=label_sets)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from itertools import combinations
 
 from gpufleet.domain.states import Target, WorkerStatus, WorkerType
 
@@ -31,6 +33,34 @@ class Capacity:
     worker_type: WorkerType = WorkerType.PERSISTENT
     spent: bool = False  # an ephemeral worker that has already run its one job
     current_job_id: str | None = None
+
+
+GLOB_CHARS = "*?["
+ANY_LABELS = "*"  # the match key of a job whose labels cannot be listed: checked one by one
+MAX_MATCH_KEY = 500
+MAX_LISTED_LABELS = 8  # a worker with more labels than this reads every queued job's key
+
+
+def match_key(labels: Mapping[str, str]) -> str:
+    """What a job's label requirement indexes as: its exact pairs, sorted; `ANY_LABELS` when
+    a value is a glob pattern (or the pairs are too long to index)."""
+    if any(ch in value for value in labels.values() for ch in GLOB_CHARS):
+        return ANY_LABELS
+    key = json.dumps(sorted(labels.items()), separators=(",", ":"))
+    return key if len(key) <= MAX_MATCH_KEY else ANY_LABELS
+
+
+def match_keys_for(labels: Mapping[str, str]) -> list[str] | None:
+    """Every match key of a job these labels satisfy: the keys of all subsets of the pairs,
+    and `ANY_LABELS`. None when there are too many labels to list them."""
+    items = sorted(labels.items())
+    if len(items) > MAX_LISTED_LABELS:
+        return None
+    keys = [ANY_LABELS]
+    for size in range(len(items) + 1):
+        for subset in combinations(items, size):
+            keys.append(json.dumps(list(subset), separators=(",", ":")))
+    return keys
 
 
 def labels_match(wanted: Mapping[str, str], have: Mapping[str, str]) -> bool:

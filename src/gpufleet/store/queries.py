@@ -414,13 +414,21 @@ class Queries:
         targets: Sequence[str],
         after: tuple[int, datetime, str] | None,
         limit: int,
+        match_keys: Sequence[str] | None = None,
     ) -> list[Job]:
-        """Queued jobs a worker of `max_gpus` GPUs could take, in dispatch order, paged."""
+        """Queued jobs a worker of `max_gpus` GPUs could take, in dispatch order, paged;
+        with `match_keys`, only those whose label requirement is one of them (ix_jobs_match)."""
         stmt = sa.select(jobs).where(
             jobs.c.status == JobStatus.QUEUED.value,
             jobs.c.gpu_count <= max_gpus,
             jobs.c.target.in_(list(targets)),
         )
+        priority: Any = jobs.c.priority
+        if match_keys is not None:
+            stmt = stmt.where(jobs.c.match_key.in_(list(match_keys)))
+            # `+priority` keeps SQLite from walking ix_jobs_queue in order and testing every
+            # row (the very scan this filter avoids): it then searches ix_jobs_match.
+            priority = sa.literal_column("+jobs.priority")
         if after is not None:
             prio, created, job_id = after
             stmt = stmt.where(
@@ -432,7 +440,7 @@ class Queries:
                     ),
                 )
             )
-        stmt = stmt.order_by(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id).limit(limit)
+        stmt = stmt.order_by(priority.desc(), jobs.c.created_at, jobs.c.id).limit(limit)
         return [_job(r) for r in await self.conn.execute(stmt)]
 
     async def count_workers_by_status(self) -> dict[str, int]:

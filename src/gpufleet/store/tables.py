@@ -120,7 +120,9 @@ jobs = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.Column("started_at", UTCDateTime),
     sa.Column("ended_at", UTCDateTime),
+    sa.Column("match_key", sa.String(512)),  # domain.matching.match_key(worker_labels)
     sa.Index("ix_jobs_queue", "status", "priority", "created_at"),
+    sa.Index("ix_jobs_match", "status", "match_key", "priority", "created_at"),
     sa.Index("ix_jobs_created", "created_at"),
 )
 

@@ -7,10 +7,17 @@ needs the queue. The health loop runs a full pass as a safety net.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import datetime
 
-from gpufleet.domain.matching import Requirement, can_run_now, choose_worker, fits
+from gpufleet.domain.matching import (
+    Requirement,
+    can_run_now,
+    choose_worker,
+    fits,
+    match_keys_for,
+)
 from gpufleet.domain.records import Job, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import AttemptStatus, JobStatus, Target, WorkerStatus
@@ -20,6 +27,7 @@ from gpufleet.server.services.lifecycle import SYSTEM
 from gpufleet.store import Queries
 
 _PAGE = 200
+_HEAD = 20  # queued jobs a freed worker reads as they come before it asks the index
 _RACE_RETRIES = 5
 
 
@@ -158,25 +166,43 @@ async def _dispatch_worker(ctx: Context, worker_id: str) -> bool:
             if worker.is_local
             else []
         )
-        after: tuple[int, datetime, str] | None = None
-        while True:
-            page = await tx.q.queued_jobs(
-                max_gpus=worker.gpu_count,
-                targets=targets,
-                after=after,
-                limit=_PAGE,
-            )
-            for job in page:
+        async with contextlib.aclosing(queued_for(tx.q, worker, targets)) as queued:
+            async for job in queued:
                 req = job.requirement()
                 if not fits(req, cap):
                     continue
                 if job.target is Target.AUTO and remote_idle and choose_worker(req, remote_idle):
                     continue  # a remote worker will take it
                 return bool(await claim(tx, job, worker))
-            if len(page) < _PAGE:
-                return False
-            last = page[-1]
-            after = (last.priority, last.created_at, last.id)
+        return False
+
+
+async def queued_for(q: Queries, worker: Worker, targets: list[str]) -> AsyncGenerator[Job, None]:
+    """Queued jobs the worker might take, in dispatch order (priority, then age).
+
+    The head of the queue is read as it is (one page: usually the job is there); past it,
+    only jobs whose label requirement the worker's labels satisfy (`match_keys_for`, through
+    an index), so queued jobs it can never run are not read one by one, however many.
+    """
+    keys = match_keys_for(worker.labels)
+    after: tuple[int, datetime, str] | None = None
+    filtered = False
+    while True:
+        limit = _PAGE if filtered or keys is None else _HEAD
+        page = await q.queued_jobs(
+            max_gpus=worker.gpu_count,
+            targets=targets,
+            after=after,
+            limit=limit,
+            match_keys=keys if filtered else None,
+        )
+        for job in page:
+            yield job
+        if len(page) < limit:
+            return
+        last = page[-1]
+        after = (last.priority, last.created_at, last.id)
+        filtered = keys is not None
 
 
 async def dispatch_all(ctx: Context) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -418,9 +419,8 @@ async def has_jobs(ctx: Context, worker: Worker, claimed_id: str | None) -> bool
             return True
         targets = ["local", "auto"] if worker.is_local else ["worker", "auto"]
         cap = worker.capacity()
-        for job in await q.queued_jobs(
-            max_gpus=worker.gpu_count, targets=targets, after=None, limit=500
-        ):
-            if fits(job.requirement(), cap):
-                return True
+        async with contextlib.aclosing(dispatch.queued_for(q, worker, targets)) as queued:
+            async for job in queued:
+                if fits(job.requirement(), cap):
+                    return True
     return False

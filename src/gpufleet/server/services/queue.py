@@ -12,7 +12,7 @@ from gpufleet.domain.jobspec import (
     check_config_name,
     config_gpu_count,
 )
-from gpufleet.domain.matching import Requirement, fits, reasons_not_running
+from gpufleet.domain.matching import Requirement, fits, match_key, reasons_not_running
 from gpufleet.domain.records import Attempt, Job, LogLine, StoredConfig, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import ACTIVE_ATTEMPT, AttemptStatus, JobStatus, Target
@@ -128,6 +128,7 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
                 "config": config,
                 "target": sub.target.value,
                 "worker_labels": labels,
+                "match_key": match_key(labels),
                 "gpu_count": gpu_count,
                 "priority": sub.priority,
                 "max_retries": sub.max_retries,
