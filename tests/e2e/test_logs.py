@@ -96,3 +96,31 @@ def test_a_workers_json_logs_name_it_and_the_job_it_runs(tmp_path: Path) -> None
     about_job = [line for line in lines if line.get("job_id") == job_id]
     assert about_job and all(line["worker_id"] == worker.id for line in about_job)
     assert worker.token not in worker.log_path.read_text()
+
+
+def test_the_embedded_local_runner_does_not_label_the_orchestrators_lines(tmp_path: Path) -> None:
+    """The local runner is an agent inside the orchestrator's process: its id labels its own
+    requests, not every line the process writes."""
+    server = ServerProcess(
+        tmp_path / "orchestrator", None, **{"log-format": "json", "local-gpus": "auto"}
+    )
+    server.start()
+    try:
+        with server.admin() as admin:
+            wait_for(
+                lambda: admin.get("/api/admin/workers/w_local").json()["status"] == "idle",
+                what="the local runner to connect",
+            )
+            assert admin.get("/api/queue").status_code == 200
+    finally:
+        server.kill(signal.SIGTERM)
+
+    lines = _lines(server)
+    listing = [line for line in lines if '"GET /api/queue HTTP' in line["message"]]
+    assert listing and all("worker_id" not in line for line in listing)
+    beats = [
+        line
+        for line in lines
+        if line["logger"] == "uvicorn.access" and "/api/workers/heartbeat" in line["message"]
+    ]
+    assert beats and all(line.get("worker_id") == "w_local" for line in beats)

@@ -171,6 +171,7 @@ def worker(
     if worker_token != worker_token.strip():
         logging.getLogger(__name__).warning("the worker token had surrounding whitespace: ignored")
     settings = AgentSettings(
+        labels_process_logs=True,
         orchestrator_url=orchestrator_url,
         worker_token=worker_token,
         name=name,

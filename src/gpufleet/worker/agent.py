@@ -224,7 +224,8 @@ class Agent:
             raise AgentError(f"the orchestrator's register answer has no worker_id: {answer!r}")
         first = not self._ever_registered
         self.worker_id, self._ever_registered = worker_id, True
-        logs.set_worker(worker_id)
+        if self._settings.labels_process_logs:
+            logs.set_worker(worker_id)
         interval = answer.get("heartbeat_interval")
         if isinstance(interval, int | float) and interval > 0:
             self._heartbeat_every = min(self._settings.heartbeat_interval, float(interval))

@@ -28,6 +28,9 @@ class AgentSettings:
     gpus: tuple[int, ...] | None = None  # offer only these GPU indices; None: all
     heartbeat_interval: float = 30.0
     cancel_grace: float = 30.0
+    # The agent is the whole process (`gpufleet worker`): its id labels every log line. Not
+    # for the orchestrator's embedded local runner, whose process logs for the orchestrator.
+    labels_process_logs: bool = False
     # Once built, every URL of `orchestrator_url`, in order, without duplicates. URLs given
     # here are appended, so `dataclasses.replace` keeps the list.
     orchestrator_urls: tuple[str, ...] = ()
