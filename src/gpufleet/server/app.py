@@ -134,6 +134,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         try:
             yield {}
         finally:
+            await workers.finish_stream_calls()
             await supervisor.stop()
             await store.close()
 

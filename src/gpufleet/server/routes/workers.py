@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Coroutine
+from typing import Annotated, Any, TypeVar
 
-import anyio
 from fastapi import APIRouter, Query, Request
 from starlette.responses import StreamingResponse
 
@@ -80,6 +79,24 @@ async def register(
 
 
 STREAM_CLOSE_SECONDS = 5.0
+T = TypeVar("T")
+# A stream's database calls run as tasks of their own: the cancel that ends a stream (its
+# client left) must not cut one off midway, which can leave the SQLite driver waiting forever
+# on the connection it then closes. They are kept here until done; shutdown waits for them.
+_inflight: set[asyncio.Task[Any]] = set()
+
+
+def _uncut(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    task = asyncio.create_task(coro)
+    _inflight.add(task)
+    task.add_done_callback(_inflight.discard)
+    return task
+
+
+async def finish_stream_calls() -> None:
+    """At shutdown, before the database goes: let the streams' last calls finish."""
+    if _inflight:
+        await asyncio.wait(set(_inflight), timeout=STREAM_CLOSE_SECONDS)
 
 
 @router.get("/stream", responses=SSE_RESPONSE)
@@ -112,8 +129,8 @@ async def stream(
                     # Every change that makes an event notifies this topic: a quiet stream
                     # reads the database only while an offer it sent may need sending again.
                     if woke or _resend_due(sent, loop.time(), ctx.settings.ack_timeout):
-                        pending = await fleet.pending_events(
-                            ctx, worker.id, owner, sent, loop.time()
+                        pending = await asyncio.shield(
+                            _uncut(fleet.pending_events(ctx, worker.id, owner, sent, loop.time()))
                         )
                         if pending is None:
                             break  # a newer stream took over, or the worker went offline
@@ -125,10 +142,11 @@ async def stream(
                         yield sse.ping()
                         last_write = loop.time()
         finally:
-            # Shielded from the cancel that ends the stream, but bounded: a shutdown must
-            # not hang on a database that no longer answers (startup clears stale owners).
-            with anyio.move_on_after(STREAM_CLOSE_SECONDS, shield=True):
-                await fleet.stream_closed(ctx, worker.id, owner)
+            # A task of its own, so the cancel that ends the stream does not cancel the
+            # close, and nothing here holds off a cancel (no shielding): a shutdown never
+            # waits on it for more than a moment (startup clears stale owners anyway).
+            closing = _uncut(fleet.stream_closed(ctx, worker.id, owner))
+            await asyncio.wait({closing}, timeout=STREAM_CLOSE_SECONDS)
 
     return sse.stream(events())
 
