@@ -93,23 +93,6 @@ class Replicas:
         for payload in payloads(self.instance_id, notify, close):
             await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": payload})
 
-    async def send(self, notify: Iterable[str] = (), close: Iterable[str] = ()) -> None:
-        """Outside a transaction: wake (or close) these topics on every replica, this one too."""
-        notify, close = set(notify), set(close)
-        for topic in close:
-            self.hub.close(topic)
-        for topic in notify:
-            self.hub.notify(topic)
-        if not self.shared:
-            return
-        async with self._conn_lock:
-            if self._conn is None or self._conn.is_closed():
-                return  # the reconnect wakes every stream on every replica anyway
-            for payload in payloads(self.instance_id, notify, close):
-                await self._conn.execute(
-                    "SELECT pg_notify($1, $2)", CHANNEL, payload, timeout=_QUERY_SECONDS
-                )
-
     # ---- hearing ---------------------------------------------------------------------
 
     def _heard(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
