@@ -165,6 +165,11 @@ class Replicas:
 
     # ---- leadership and presence ---------------------------------------------------------
 
+    @property
+    def is_leader(self) -> bool:
+        """Whether this replica holds the sweeps' lock now (asks nothing, takes nothing)."""
+        return self._leading
+
     async def leading(self) -> bool:
         """Whether this replica runs the sweeps now; asks for the lock when it does not."""
         if not self.shared or self._leading:

@@ -22,7 +22,7 @@ async def metrics(ctx: Context) -> bytes:
     alive = await ctx.replicas.alive()
     ctx.metrics.set_replica(
         ctx.instance_id,
-        leading=await ctx.replicas.leading(),
+        leading=ctx.replicas.is_leader,  # a scrape reports, never takes, the lock
         alive=1 if alive is None else len(alive),
         streams=ctx.hub.count(prefix="worker:"),
     )
