@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import shutil
 import sys
 import tempfile
@@ -15,7 +16,7 @@ from rich.console import Console
 
 from bench.report import Result, print_table, write_json
 from bench.scenarios import SCENARIOS, SIZES, Options
-from bench.server import raise_fd_limit
+from bench.server import quiet_collector, raise_fd_limit
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -53,6 +54,7 @@ async def run(args: argparse.Namespace, console: Console) -> list[Result]:
         for number in args.scenario or sorted(SCENARIOS):
             console.print(f"[bold]scenario {number}[/] ({args.size}) …")
             began = time.monotonic()
+            gc.collect()  # the harness collects between scenarios, not while it measures
             try:
                 out = await SCENARIOS[number](opts)
             except Exception as exc:
@@ -77,6 +79,7 @@ async def run(args: argparse.Namespace, console: Console) -> list[Result]:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     raise_fd_limit()
+    quiet_collector()
     console = Console()
     results = asyncio.run(run(args, console))
     print_table(results, console)

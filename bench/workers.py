@@ -335,9 +335,10 @@ def _counts(seen: Iterable[Seen]) -> dict[str, int]:
 
 
 def _child(conn: Connection, url: str, creds: list[Cred], mode: str, interval: float) -> None:
-    from bench.server import raise_fd_limit
+    from bench.server import quiet_collector, raise_fd_limit
 
     raise_fd_limit()
+    quiet_collector()
     with contextlib.suppress(ImportError):
         import uvloop
 

@@ -393,3 +393,20 @@ async def test_a_freed_worker_finds_its_job_behind_a_deep_queue_of_jobs_it_canno
 
     assert sorted(taken) == sorted([exact["id"], glob["id"], anywhere["id"]])
     assert (await agent.queue_check()).json()["has_jobs"] is False
+
+
+async def test_a_job_reaches_the_one_fitting_idle_worker_behind_many_that_do_not_fit(
+    fleet: Fleet,
+) -> None:
+    """Workers are read in offer order a few at a time, then in growing pages: the fitting
+    one, 25th in that order (after 24 with fewer GPUs and the wrong label), is still found,
+    both by submit's "could any worker run this" check and by the dispatch."""
+    for n in range(24):
+        await fleet.online_worker(f"small-{n:02}", gpu_count=1, labels={"pool": "a"})
+    wanted = await fleet.online_worker("big", gpu_count=2, labels={"pool": "b"})
+
+    job = await fleet.submit(worker_labels={"pool": "b"})
+
+    offer = await wanted.next_offer()
+    assert offer["job_id"] == job["id"]
+    assert (await fleet.job(job["id"]))["worker_id"] == wanted.id

@@ -122,6 +122,8 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
 
         supervisor.every("health", settings.health_interval, leader_only(health.health_sweep))
         supervisor.every("audit-seal", 1.0, leader_only(audit.seal))
+        if store.checkpoints:
+            supervisor.every("wal-checkpoint", 1.0, store.checkpoint)
         supervisor.every(
             "ack-timeout",
             min(1.0, settings.ack_timeout / 4),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import os
 from collections.abc import AsyncIterator
 from importlib import resources
@@ -19,6 +20,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from gpufleet.errors import ConfigurationError, StoreError, WriteConflict
+from gpufleet.store import sqlite_inline
 from gpufleet.store.queries import Queries
 
 _MIGRATION_LOCK = 0x6770_666C  # "gpfl": one migrator at a time on PostgreSQL
@@ -40,6 +42,25 @@ class Store:
         self.dialect = engine.dialect.name
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._lock_file = lock_file
+        database = engine.url.database if self.dialect == "sqlite" else None
+        self._checkpointer = (
+            sqlite_inline.Checkpointer(database) if database and database != ":memory:" else None
+        )
+
+    @property
+    def checkpoints(self) -> bool:
+        """Whether `checkpoint()` has work to do: a SQLite file, whose log it folds in."""
+        return self._checkpointer is not None
+
+    async def checkpoint(self) -> None:
+        """SQLite: fold the write-ahead log into the database file, on a thread.
+
+        The connections never do it themselves (`wal_autocheckpoint=0`): SQLite would run it
+        inside a commit, which here runs on the event loop (sqlite_inline), copying pages and
+        syncing the file while every request waits.
+        """
+        if self._checkpointer is not None:
+            await asyncio.to_thread(self._checkpointer.run)
 
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[Queries]:
@@ -83,6 +104,8 @@ class Store:
 
     async def close(self) -> None:
         await self.engine.dispose()
+        if self._checkpointer is not None:
+            await asyncio.to_thread(self._checkpointer.close)
         if self._lock_file is not None:
             self._lock_file.close()
 
@@ -135,8 +158,11 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor = dbapi_conn.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA wal_autocheckpoint=0")  # Store.checkpoint does it, on a thread
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=10000")
+    # Reached only if something outside this process writes the file: it would wait on the
+    # event loop (sqlite_inline), so not for long.
+    cursor.execute("PRAGMA busy_timeout=2000")
     cursor.close()
 
 
@@ -157,7 +183,13 @@ async def open_store(url: str, *, lock: bool = True) -> Store:
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         lock_file = _lock_sqlite(url) if lock else None
-        engine = create_async_engine(url, pool_size=8, max_overflow=4)
+        # Statements run on the event loop, not on aiosqlite's threads (see sqlite_inline).
+        engine = create_async_engine(
+            url,
+            async_creator=functools.partial(sqlite_inline.connect, database or ":memory:"),
+            pool_size=8,
+            max_overflow=4,
+        )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     else:
         engine = create_async_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True)

@@ -592,11 +592,17 @@ class Queries:
         )
         return [_audit(r) for r in await self.conn.execute(stmt)]
 
-    async def seal_audit(self, event_id: int, chain_seq: int, mac: str) -> None:
-        await self.conn.execute(
+    async def seal_audit(self, seals: list[tuple[int, int, str]]) -> None:
+        """Seal entries: (event id, chain position, MAC) each, in one executemany."""
+        if not seals:
+            return
+        stmt = (
             sa.update(audit_events)
-            .where(audit_events.c.id == event_id)
-            .values(chain_seq=chain_seq, mac=mac)
+            .where(audit_events.c.id == sa.bindparam("event_id"))
+            .values(chain_seq=sa.bindparam("seq"), mac=sa.bindparam("mac_"))
+        )
+        await self.conn.execute(
+            stmt, [{"event_id": i, "seq": seq, "mac_": mac} for i, seq, mac in seals]
         )
 
     async def audit_chain(self, after_seq: int, limit: int) -> list[tuple[int, str, AuditEvent]]:

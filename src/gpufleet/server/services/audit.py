@@ -63,10 +63,12 @@ async def seal(ctx: Context) -> int:
             head = await tx.q.audit_chain_head()
             seq, mac = head if head else (0, audit_chain.GENESIS)
             batch = await tx.q.unsealed_audit(_BATCH)
+            seals = []
             for event in batch:
                 seq += 1
                 mac = audit_chain.link(ctx.audit_key, mac, seq, event)
-                await tx.q.seal_audit(event.id, seq, mac)
+                seals.append((event.id, seq, mac))
+            await tx.q.seal_audit(seals)
         sealed += len(batch)
         if len(batch) < _BATCH:
             return sealed

@@ -27,6 +27,7 @@ from gpufleet.server.services.lifecycle import SYSTEM
 from gpufleet.store import Queries
 
 _PAGE = 200
+_FIRST_PAGE = 4
 _HEAD = 20  # queued jobs a freed worker reads as they come before it asks the index
 _RACE_RETRIES = 5
 
@@ -115,17 +116,19 @@ async def first_fit(
     if local is None and req.target is not Target.AUTO:
         local = req.target is Target.LOCAL
     after: tuple[bool, int, str] | None = None
+    limit = _FIRST_PAGE  # usually the first worker fits: read few rows, then more each page
     while True:
         page = await q.matching_workers(
-            min_gpus=req.gpu_count, local=local, idle=idle, after=after, limit=_PAGE
+            min_gpus=req.gpu_count, local=local, idle=idle, after=after, limit=limit
         )
         for worker in page:
             if check(req, worker.capacity()):
                 return worker
-        if len(page) < _PAGE:
+        if len(page) < limit:
             return None
         last = page[-1]
         after = (last.is_local, last.gpu_count, last.id)
+        limit = min(limit * 4, _PAGE)
 
 
 async def _dispatch_job(ctx: Context, job_id: str) -> bool:

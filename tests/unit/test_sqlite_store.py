@@ -1,0 +1,74 @@
+"""The embedded SQLite store: statements on the event loop, the log folded in on a thread."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from gpufleet.errors import StoreError
+from gpufleet.store import open_store
+from gpufleet.store.sqlite_inline import InlineConnection
+
+
+async def test_statements_run_in_place_and_the_connections_never_checkpoint(
+    tmp_path: Path,
+) -> None:
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'gf.db'}")
+    try:
+        async with store.read() as q:
+            raw = await q.conn.get_raw_connection()
+            assert isinstance(raw.driver_connection, InlineConnection)
+            mode = (await q.conn.execute(text("PRAGMA journal_mode"))).scalar_one()
+            auto = (await q.conn.execute(text("PRAGMA wal_autocheckpoint"))).scalar_one()
+        assert (mode, auto) == ("wal", 0)
+    finally:
+        await store.close()
+
+
+async def test_checkpoint_folds_the_log_in_and_close_empties_it(tmp_path: Path) -> None:
+    path = tmp_path / "gf.db"
+    store = await open_store(f"sqlite+aiosqlite:///{path}")
+    assert store.checkpoints
+    now = datetime.now(UTC)
+    for n in range(50):
+        async with store.write() as q:
+            await q.put_config(f"cfg-{n}", {"n": n, "pad": "x" * 2000}, now)
+    wal = path.with_name("gf.db-wal")
+    assert wal.stat().st_size > 0
+    assert _configs_in_the_file_alone(path, tmp_path / "before.db") == 0
+
+    await store.checkpoint()
+
+    assert _configs_in_the_file_alone(path, tmp_path / "after.db") == 50
+    async with store.read() as q:
+        assert len(await q.list_configs()) == 50
+
+    await store.close()
+    assert not wal.exists() or wal.stat().st_size == 0  # folded in, then emptied or removed
+    with sqlite3.connect(path) as probe:
+        assert probe.execute("SELECT count(*) FROM configs").fetchone() == (50,)
+
+
+def _configs_in_the_file_alone(path: Path, copy: Path) -> int:
+    """Configs in the database file itself, without its write-ahead log."""
+    shutil.copyfile(path, copy)
+    with sqlite3.connect(copy) as probe:
+        try:
+            return int(probe.execute("SELECT count(*) FROM configs").fetchone()[0])
+        except sqlite3.OperationalError:  # not even the table is in the file yet
+            return 0
+
+
+async def test_a_statement_on_a_closed_store_is_a_store_error(tmp_path: Path) -> None:
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'gf.db'}")
+    await store.close()
+    (tmp_path / "gf.db").unlink()
+    (tmp_path / "gf.db").mkdir()  # the file is gone and cannot be made again
+    with pytest.raises(StoreError, match="cannot reach the database"):
+        async with store.read() as q:
+            await q.list_configs()
