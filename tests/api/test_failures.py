@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy.exc import DBAPIError
 
+from gpufleet.server.services import fleet as fleet_service
 from gpufleet.server.services import health
 from gpufleet.store.queries import Queries
 from tests.api.conftest import ACK_TIMEOUT, HEARTBEAT_TIMEOUT, Fleet
@@ -95,6 +96,49 @@ async def test_a_worker_that_heartbeats_stays_online(fleet: Fleet) -> None:
         assert await fleet.heartbeat_sweep() == []
 
     assert (await agent.info())["status"] == "idle"
+
+
+async def test_plain_heartbeats_are_written_together_by_the_flush(fleet: Fleet) -> None:
+    """A heartbeat that changes nothing but the time is kept in memory, then written with
+    the others in one statement: not one write transaction a heartbeat."""
+    agents = [await fleet.online_worker(f"gpu-{n}") for n in range(3)]
+    opened = {a.id: (await a.info())["last_heartbeat"] for a in agents}
+    beat_at = fleet.clock.advance(5)
+
+    for agent in agents:
+        assert (await agent.heartbeat(status="idle")).status_code == 200
+
+    assert {a.id: (await a.info())["last_heartbeat"] for a in agents} == opened
+    assert await fleet_service.flush_heartbeats(fleet.ctx) == 3
+    for agent in agents:
+        assert _parse_time((await agent.info())["last_heartbeat"]) == beat_at
+    assert await fleet_service.flush_heartbeats(fleet.ctx) == 0
+
+
+async def test_a_kept_heartbeat_never_revives_an_offline_worker_nor_goes_back_in_time(
+    fleet: Fleet,
+) -> None:
+    lost = await fleet.online_worker("lost")
+    fresh = await fleet.online_worker("fresh")
+    stale = fleet.clock.now
+    fleet.ctx.heartbeats[lost.id] = stale  # heard, but not written before the sweep
+    fleet.clock.advance(HEARTBEAT_TIMEOUT + 1)
+    assert (await fresh.heartbeat()).status_code == 200
+    fleet.ctx.heartbeats[lost.id] = stale  # as if heard on another replica, written late
+
+    assert await fleet.heartbeat_sweep() == [lost.id]
+    newest = _parse_time((await fresh.info())["last_heartbeat"])
+    await fleet_service.flush_heartbeats(fleet.ctx)
+    fleet.ctx.heartbeats[fresh.id] = stale
+    await fleet_service.flush_heartbeats(fleet.ctx)
+
+    assert (await lost.info())["status"] == "offline"
+    assert (await lost.heartbeat()).status_code == 409
+    assert _parse_time((await fresh.info())["last_heartbeat"]) == newest
+
+
+def _parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 async def test_nobody_is_marked_offline_in_the_first_timeout_after_a_start(fleet: Fleet) -> None:

@@ -21,7 +21,7 @@ from gpufleet.server.loops import Supervisor
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.routes import admin, events, ops, queue, ui, workers
 from gpufleet.server.schemas import ERROR_RESPONSES
-from gpufleet.server.services import audit, auth, dispatch, health, sessions
+from gpufleet.server.services import audit, auth, dispatch, fleet, health, sessions
 from gpufleet.server.settings import ServerSettings
 from gpufleet.store import open_store
 from gpufleet.store.engine import data_dir_writable, default_database_url
@@ -122,6 +122,11 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
 
         supervisor.every("health", settings.health_interval, leader_only(health.health_sweep))
         supervisor.every("audit-seal", 1.0, leader_only(audit.seal))
+        supervisor.every(  # every replica writes the heartbeats it heard
+            "heartbeat-flush",
+            min(0.5, settings.heartbeat_timeout / 8),
+            lambda: fleet.flush_heartbeats(ctx),
+        )
         if store.checkpoints:
             supervisor.every("wal-checkpoint", 1.0, store.checkpoint)
         supervisor.every(
@@ -138,6 +143,10 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         finally:
             await workers.finish_stream_calls()
             await supervisor.stop()
+            try:
+                await fleet.flush_heartbeats(ctx)
+            except Exception as exc:  # the next start gives every worker a timeout anyway
+                log.warning("could not write the last heartbeats: %s", exc)
             await store.close()
 
     app = FastAPI(

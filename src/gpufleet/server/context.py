@@ -35,6 +35,9 @@ class Context:
     # Signs web UI sessions; the app loads it from <data-dir>/ui-secret so sessions outlive
     # a restart and any replica on the same data folder accepts them.
     ui_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    # Heartbeats that changed nothing but the time, by worker, until the next flush writes
+    # them in one statement (fleet.flush_heartbeats).
+    heartbeats: dict[str, datetime] = field(default_factory=dict)
     # The other replicas on a shared PostgreSQL database (wake-ups, presence, leadership).
     replicas: Replicas = field(init=False)
 

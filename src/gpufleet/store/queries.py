@@ -193,6 +193,25 @@ class Queries:
             sa.update(workers).where(workers.c.id == worker_id).values(**values)
         )
 
+    async def touch_workers(self, beats: dict[str, datetime]) -> None:
+        """Record heartbeat times, one executemany: never for an offline worker (it must
+        register again) and never back in time."""
+        if not beats:
+            return
+        stmt = (
+            sa.update(workers)
+            .where(
+                workers.c.id == sa.bindparam("worker_id"),
+                workers.c.offline_since.is_(None),
+                sa.or_(
+                    workers.c.last_heartbeat.is_(None),
+                    workers.c.last_heartbeat < sa.bindparam("beat"),
+                ),
+            )
+            .values(last_heartbeat=sa.bindparam("beat"))
+        )
+        await self.conn.execute(stmt, [{"worker_id": w, "beat": at} for w, at in beats.items()])
+
     async def clear_stream_owner(self, worker_id: str, owner: str) -> bool:
         stmt = (
             sa.update(workers)

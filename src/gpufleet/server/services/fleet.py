@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.domain.matching import fits
-from gpufleet.domain.records import Worker
+from gpufleet.domain.records import Attempt, Worker
 from gpufleet.domain.secrets import hash_secret, new_id, new_worker_token
 from gpufleet.domain.states import ACTIVE_ATTEMPT, WorkerStatus, WorkerType
 from gpufleet.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -351,7 +352,25 @@ async def pending_events(
 async def heartbeat(
     ctx: Context, worker: Worker, claimed_id: str | None, current_job_id: str | None
 ) -> Worker:
+    """A sign of life, and the job the worker says it runs.
+
+    Most heartbeats change nothing but the time: those are kept in memory and written
+    together by `flush_heartbeats` (one statement for all of them, every fraction of the
+    heartbeat timeout), not one write transaction each. A heartbeat that changes something
+    (the worker was marked offline, names a job it no longer holds, or frees it) is a
+    transaction of its own at once.
+    """
     check_self(worker, claimed_id)
+    if not worker.offline:
+        held = None
+        if worker.current_attempt_id:
+            async with ctx.store.read() as q:
+                held = await q.get_attempt(worker.current_attempt_id)
+        if not _heartbeat_changes(held, current_job_id):
+            now = ctx.clock()
+            ctx.heartbeats[worker.id] = now
+            ctx.metrics.apply([("heartbeat", 1.0, ())])
+            return dataclasses.replace(worker, last_heartbeat=now)
     async with transaction(ctx) as tx:
         worker = await _get(tx, worker.id)
         if worker.offline:
@@ -384,6 +403,32 @@ async def heartbeat(
     if freed:
         await dispatch.dispatch_worker(ctx, worker.id)
     return worker
+
+
+def _heartbeat_changes(held: Attempt | None, current_job_id: str | None) -> bool:
+    """Whether a heartbeat about this job, from a worker holding `held`, changes anything:
+    a job it no longer holds (to cancel), or a finished attempt it has let go of (freed)."""
+    if current_job_id and (
+        held is None or held.job_id != current_job_id or held.status not in ACTIVE_ATTEMPT
+    ):
+        return True
+    return held is not None and held.status not in ACTIVE_ATTEMPT and current_job_id != held.job_id
+
+
+async def flush_heartbeats(ctx: Context) -> int:
+    """Write the heartbeats kept since the last flush. Returns how many workers."""
+    beats, ctx.heartbeats = ctx.heartbeats, {}
+    if not beats:
+        return 0
+    try:
+        async with transaction(ctx) as tx:
+            await tx.q.touch_workers(beats)
+            tx.notify.add("workers")  # live views show the new times
+    except BaseException:
+        for worker_id, at in beats.items():  # kept for the next flush, unless newer came
+            ctx.heartbeats.setdefault(worker_id, at)
+        raise
+    return len(beats)
 
 
 async def disconnect(

@@ -11,7 +11,7 @@ from gpufleet import logs
 from gpufleet.domain.states import AttemptStatus, JobStatus
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import worker_topic
-from gpufleet.server.services import dispatch
+from gpufleet.server.services import dispatch, fleet
 from gpufleet.server.services.lifecycle import (
     end_attempt,
     lose_current_attempt,
@@ -28,6 +28,9 @@ async def mark_silent_workers_offline(ctx: Context) -> list[str]:
     # Right after a restart nobody could have reached us: give every worker one timeout.
     if now - ctx.started_at < timeout:
         return []
+    # This replica's kept heartbeats first; the other replicas write theirs every fraction
+    # of the timeout (a worker heard elsewhere just now may look up to that much older).
+    await fleet.flush_heartbeats(ctx)
     async with ctx.store.read() as q:
         silent = [w.id for w in await q.silent_workers(now - timeout)]
     requeued: list[str] = []
