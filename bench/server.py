@@ -167,10 +167,11 @@ class BenchServer:
 
 
 def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """Sample the server with py-spy (on PATH) until stopped; collapsed stacks in `out`."""
-    spy = shutil.which("py-spy")
+    """Sample the server with py-spy until stopped; collapsed stacks in `out`."""
+    beside = Path(sys.executable).with_name("py-spy")  # the dev extras install it there
+    spy = str(beside) if beside.exists() else shutil.which("py-spy")
     if spy is None:
-        raise RuntimeError("--profile needs py-spy on PATH (pip install py-spy)")
+        raise RuntimeError("--profile needs py-spy: make venv (the dev extras) installs it")
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
         spy,

@@ -6,7 +6,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
+from gpufleet.domain.matching import match_key
+from gpufleet.domain.secrets import new_id
+from gpufleet.server.services import dispatch
 from tests.api.conftest import Agent, Fleet, sqlite_only
 
 
@@ -410,3 +414,56 @@ async def test_a_job_reaches_the_one_fitting_idle_worker_behind_many_that_do_not
     offer = await wanted.next_offer()
     assert offer["job_id"] == job["id"]
     assert (await fleet.job(job["id"]))["worker_id"] == wanted.id
+
+
+async def test_the_sweep_asks_the_queue_once_per_shape_of_idle_worker(fleet: Fleet) -> None:
+    """The health sweep's safety net offers jobs whose dispatch was missed (here: rows
+    written straight into the queue), and once one idle worker of a shape finds nothing it
+    can run, the other workers of that shape are not asked again."""
+    agents = [await fleet.online_worker(f"alike-{n}", labels={"pool": "a"}) for n in range(5)]
+    await fleet.create_worker("elsewhere", labels={"pool": "elsewhere"})  # admits those jobs
+    for _ in range(3):
+        await fleet.submit(worker_labels={"pool": "elsewhere"})  # queued: nobody can run them
+    missed = [await _queue_without_dispatch(fleet, {"pool": "a"}) for _ in range(2)]
+    reads: list[str] = []
+
+    def capture(_conn: Any, _cur: Any, statement: str, *_: Any) -> None:
+        if "FROM jobs" in statement and "ORDER BY" in statement:
+            reads.append(statement)
+
+    engine = fleet.ctx.store.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        assert await dispatch.dispatch_all(fleet.ctx) == 2
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+
+    offered = {(await fleet.job(job_id))["worker_id"] for job_id in missed}
+    assert len(offered) == 2 and offered <= {a.id for a in agents}
+    # two workers read the head of the queue and took a job; a third read it and found
+    # nothing it can run: the last two were not asked (without the grouping: 5 reads)
+    assert len(reads) == 3, reads
+
+
+async def _queue_without_dispatch(fleet: Fleet, labels: dict[str, str]) -> str:
+    job_id = new_id("j")
+    now = fleet.ctx.clock()
+    async with fleet.ctx.store.write() as q:
+        await q.insert_job(
+            {
+                "id": job_id,
+                "status": "queued",
+                "config": {"command": ["true"]},
+                "target": "auto",
+                "worker_labels": labels,
+                "match_key": match_key(labels),
+                "gpu_count": 1,
+                "priority": 0,
+                "max_retries": 0,
+                "attempts": 0,
+                "submitted_by": "test",
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+    return job_id

@@ -6,9 +6,10 @@ import shutil
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from gpufleet.errors import StoreError
 from gpufleet.store import open_store
@@ -72,3 +73,31 @@ async def test_a_statement_on_a_closed_store_is_a_store_error(tmp_path: Path) ->
     with pytest.raises(StoreError, match="cannot reach the database"):
         async with store.read() as q:
             await q.list_configs()
+
+
+async def test_the_head_of_the_queue_is_read_through_the_index_without_sorting(
+    tmp_path: Path,
+) -> None:
+    """The dispatch order (priority high to low, oldest first) is the index's order, so a
+    freed worker's look at the head of the queue stops after a page, however deep it is."""
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'gf.db'}")
+    seen: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cur: Any, statement: str, params: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM jobs" in statement:
+            seen.append((statement, params))
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", capture)
+    try:
+        async with store.read() as q:
+            await q.queued_jobs(max_gpus=1, targets=["worker", "auto"], after=None, limit=20)
+            statement, params = seen[-1]
+            plan = " / ".join(
+                str(row[-1])
+                for row in await q.conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)
+            )
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", capture)
+        await store.close()
+    assert "ix_jobs_queue" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan

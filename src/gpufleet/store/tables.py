@@ -121,10 +121,12 @@ jobs = sa.Table(
     sa.Column("started_at", UTCDateTime),
     sa.Column("ended_at", UTCDateTime),
     sa.Column("match_key", sa.String(512)),  # domain.matching.match_key(worker_labels)
-    sa.Index("ix_jobs_queue", "status", "priority", "created_at"),
     sa.Index("ix_jobs_match", "status", "match_key", "priority", "created_at"),
     sa.Index("ix_jobs_created", "created_at"),
 )
+# In dispatch order (priority high to low, then oldest, then id), so that reading the head of
+# the queue walks the index and stops, instead of sorting every queued job (0006).
+sa.Index("ix_jobs_queue", jobs.c.status, jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id)
 
 job_attempts = sa.Table(
     "job_attempts",

@@ -148,17 +148,27 @@ async def dispatch_worker(ctx: Context, worker_id: str) -> bool:
     A remote worker takes `auto` jobs too; the local runner takes `local` and `auto` jobs,
     but an `auto` job goes local only when no idle remote worker fits it.
     """
-    return await _retrying(lambda: _dispatch_worker(ctx, worker_id))
+    return bool(await _offer_to(ctx, worker_id))
 
 
-async def _dispatch_worker(ctx: Context, worker_id: str) -> bool:
+async def _offer_to(ctx: Context, worker_id: str) -> bool | None:
+    """True: offered a job; False: the queue holds none it can run; None: not free."""
+    for _ in range(_RACE_RETRIES):
+        try:
+            return await _dispatch_worker(ctx, worker_id)
+        except ClaimLost:
+            continue
+    return None
+
+
+async def _dispatch_worker(ctx: Context, worker_id: str) -> bool | None:
     async with transaction(ctx) as tx:
         worker = await tx.q.get_worker(worker_id, lock=True)
         if worker is None:
-            return False
+            return None
         cap = worker.capacity()
         if not (cap.status.value == "idle" and not cap.spent):
-            return False
+            return None
         targets = (
             [Target.LOCAL.value, Target.AUTO.value]
             if worker.is_local
@@ -209,12 +219,26 @@ async def queued_for(q: Queries, worker: Worker, targets: list[str]) -> AsyncGen
 
 
 async def dispatch_all(ctx: Context) -> int:
-    """Full pass: every idle worker looks at the queue. Returns the number of offers."""
+    """Full pass: every idle worker looks at the queue. Returns the number of offers.
+
+    Idle workers of one shape (local or not, GPU count, labels) can run the same jobs: once
+    one of them finds nothing it can run, the others of its shape are not asked. A fleet of
+    a thousand alike idle workers beside a deep queue of jobs none of them can run costs
+    one look at the queue, not a thousand.
+    """
     async with ctx.store.read() as q:
         if not await q.has_queued_jobs():
             return 0  # the sweep's safety net costs one indexed read when nothing waits
-        idle = [w.id for w in await q.idle_workers()]
+        idle = await q.idle_workers()
     offers = 0
-    for worker_id in sorted(idle, key=lambda w: w == "w_local"):
-        offers += await dispatch_worker(ctx, worker_id)
+    exhausted: set[tuple[object, ...]] = set()
+    for worker in sorted(idle, key=lambda w: w.id == "w_local"):
+        shape = (worker.is_local, worker.gpu_count, tuple(sorted(worker.labels.items())))
+        if shape in exhausted:
+            continue
+        offered = await _offer_to(ctx, worker.id)
+        if offered:
+            offers += 1
+        elif offered is False:
+            exhausted.add(shape)
     return offers
