@@ -209,7 +209,8 @@ def running_replicas(
 ) -> Iterator[BenchServer]:
     """`count` replicas on one PostgreSQL database. The one yielded takes the submits (and is
     the one measured and profiled); the simulated workers stream from the last one, so every
-    offer crosses from one replica to another."""
+    offer crosses from one replica to another. With `profile`, every replica is sampled
+    (`<name>-r1.txt` and on for the others)."""
     with contextlib.ExitStack() as stack:
         first = stack.enter_context(running_server(data_dir / "r0", database_url, profile, **flags))
         for n in range(1, count):
@@ -217,7 +218,8 @@ def running_replicas(
             folder.mkdir(parents=True)
             for name in SHARED_FILES:
                 shutil.copy2(first.data_dir / name, folder / name)
-            other = stack.enter_context(running_server(folder, database_url, None, **flags))
+            also = profile.with_name(f"{profile.stem}-r{n}{profile.suffix}") if profile else None
+            other = stack.enter_context(running_server(folder, database_url, also, **flags))
             first.worker_url = other.url
         yield first
 

@@ -23,8 +23,18 @@ def client_addr(request: Request) -> str | None:
     return request.client.host if request.client else None
 
 
-Ctx = Annotated[Context, Depends(get_ctx)]
-Client = Annotated[str | None, Depends(client_addr)]
+# FastAPI runs a plain `def` dependency on a worker thread: two thread hops a request for
+# reading an attribute. These run on the event loop.
+async def _ctx(request: Request) -> Context:
+    return get_ctx(request)
+
+
+async def _client(request: Request) -> str | None:
+    return client_addr(request)
+
+
+Ctx = Annotated[Context, Depends(_ctx)]
+Client = Annotated[str | None, Depends(_client)]
 
 
 def _bearer(value: str | None) -> str | None:
