@@ -322,7 +322,7 @@ async def pending_events(
             return None
         waiting = await q.has_events(worker_id)
         held = None
-        if worker.current_attempt_id:
+        if waiting and worker.current_attempt_id:  # only to drop a stale cancel (below)
             held = await q.get_attempt(worker.current_attempt_id)
         offers = await q.pending_offers(worker_id)
     if waiting:  # a write only when there is something to take
