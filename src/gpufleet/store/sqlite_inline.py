@@ -101,9 +101,6 @@ class InlineConnection:
     def cursor(self) -> InlineCursor:
         return InlineCursor(self._open().cursor())
 
-    async def execute(self, sql: str, parameters: Any = ()) -> InlineCursor:
-        return await self.cursor().execute(sql, parameters)
-
     async def create_function(self, *args: Any, **kwargs: Any) -> None:
         self._open().create_function(*args, **kwargs)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import datetime
+from typing import TypeVar
 
 from gpufleet.domain.matching import (
     Requirement,
@@ -30,6 +31,7 @@ _PAGE = 200
 _FIRST_PAGE = 4
 _HEAD = 20  # queued jobs a freed worker reads as they come before it asks the index
 _RACE_RETRIES = 5
+T = TypeVar("T")
 
 
 class ClaimLost(Exception):
@@ -89,19 +91,20 @@ async def claim(tx: Tx, job: Job, worker: Worker) -> str:
     return attempt_id
 
 
-async def _retrying(attempt: Callable[[], Awaitable[bool]]) -> bool:
-    """Run a dispatch step again when a concurrent dispatch won a race."""
+async def _retrying(attempt: Callable[[], Awaitable[T]], lost: T) -> T:
+    """Run a dispatch step again when a concurrent dispatch won a race; `lost` once the
+    races are all lost."""
     for _ in range(_RACE_RETRIES):
         try:
             return await attempt()
         except ClaimLost:
             continue
-    return False
+    return lost
 
 
 async def dispatch_job(ctx: Context, job_id: str) -> bool:
     """Offer one queued job to the best idle worker, if any fits."""
-    return await _retrying(lambda: _dispatch_job(ctx, job_id))
+    return await _retrying(lambda: _dispatch_job(ctx, job_id), False)
 
 
 async def first_fit(
@@ -152,13 +155,9 @@ async def dispatch_worker(ctx: Context, worker_id: str) -> bool:
 
 
 async def _offer_to(ctx: Context, worker_id: str) -> bool | None:
-    """True: offered a job; False: the queue holds none it can run; None: not free."""
-    for _ in range(_RACE_RETRIES):
-        try:
-            return await _dispatch_worker(ctx, worker_id)
-        except ClaimLost:
-            continue
-    return None
+    """True: offered a job; False: the queue holds none it can run; None: not free (or
+    every claim lost a race: the worker's queue is not known to be empty)."""
+    return await _retrying(lambda: _dispatch_worker(ctx, worker_id), None)
 
 
 async def _dispatch_worker(ctx: Context, worker_id: str) -> bool | None:

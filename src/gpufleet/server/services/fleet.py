@@ -366,7 +366,7 @@ async def heartbeat(
         if worker.current_attempt_id:
             async with ctx.store.read() as q:
                 held = await q.get_attempt(worker.current_attempt_id)
-        if not _heartbeat_changes(held, current_job_id):
+        if not _names_unheld_job(held, current_job_id) and not _lets_go(held, current_job_id):
             now = ctx.clock()
             ctx.heartbeats[worker.id] = now
             ctx.metrics.apply([("heartbeat", 1.0, ())])
@@ -381,9 +381,7 @@ async def heartbeat(
         held = (
             await tx.q.get_attempt(worker.current_attempt_id) if worker.current_attempt_id else None
         )
-        if current_job_id and (
-            held is None or held.job_id != current_job_id or held.status not in ACTIVE_ATTEMPT
-        ):
+        if _names_unheld_job(held, current_job_id):
             await tx.q.push_event(
                 worker.id,
                 {
@@ -394,10 +392,9 @@ async def heartbeat(
                 tx.now,
             )
             tx.notify.add(worker_topic(worker.id))
-        freed = False
-        if held is not None and held.status not in ACTIVE_ATTEMPT and current_job_id != held.job_id:
+        freed = _lets_go(held, current_job_id)
+        if freed:
             changes.update(current_job_id=None, current_attempt_id=None)
-            freed = True
         await save_worker(tx, worker, f"worker:{worker.id}", **changes)
         worker = await _get(tx, worker.id)
     if freed:
@@ -405,13 +402,15 @@ async def heartbeat(
     return worker
 
 
-def _heartbeat_changes(held: Attempt | None, current_job_id: str | None) -> bool:
-    """Whether a heartbeat about this job, from a worker holding `held`, changes anything:
-    a job it no longer holds (to cancel), or a finished attempt it has let go of (freed)."""
-    if current_job_id and (
+def _names_unheld_job(held: Attempt | None, current_job_id: str | None) -> bool:
+    """The heartbeat names a job the worker no longer holds (it gets a cancel)."""
+    return bool(current_job_id) and (
         held is None or held.job_id != current_job_id or held.status not in ACTIVE_ATTEMPT
-    ):
-        return True
+    )
+
+
+def _lets_go(held: Attempt | None, current_job_id: str | None) -> bool:
+    """The worker's attempt has ended and the heartbeat no longer names its job (freed)."""
     return held is not None and held.status not in ACTIVE_ATTEMPT and current_job_id != held.job_id
 
 
