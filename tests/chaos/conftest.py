@@ -274,15 +274,20 @@ class Fleet:
         worker.start()
 
     def busy_workers(self) -> list[tuple[WorkerProcess, str]]:
-        """Workers whose job has started (its `start` line is written): (worker, job id)."""
-        started = {line.split()[1] for line in self.result_lines() if line.startswith("start ")}
+        """Workers whose own attempt at their job has started (its `start` line is written):
+        (worker, job id). Not a worker merely offered a job another worker started before."""
+        started = {line.split()[2] for line in self.result_lines() if line.startswith("start ")}
+        busy = []
         with self.server.admin() as admin:
             records = {w["id"]: w for w in admin.get("/api/admin/workers").json()["workers"]}
-        return [
-            (w, records[w.id]["current_job_id"])
-            for w in self.workers
-            if w.running() and records[w.id]["current_job_id"] in started
-        ]
+            for w in self.workers:
+                job_id = records[w.id]["current_job_id"]
+                if not (w.running() and job_id):
+                    continue
+                job = admin.get(f"/api/queue/{job_id}").json()
+                if job["worker_id"] == w.id and job["current_attempt_id"] in started:
+                    busy.append((w, job_id))
+        return busy
 
     def out_of_work(self) -> bool:
         """Every submit is in and every job has ended: no job is left for a fault to catch."""
