@@ -49,6 +49,51 @@ async def test_an_unacknowledged_offer_is_sent_again_when_the_stream_reopens(
     assert again["attempt_id"] == first["attempt_id"]
 
 
+async def test_the_claim_hands_its_offer_to_the_stream_without_a_read_back(
+    fleet: Fleet,
+) -> None:
+    """The offer goes out as the claim that wrote it hands it over: the woken stream does
+    not read the database for it (the read costs three queries and, across replicas, most
+    of the latency)."""
+    agent = await fleet.online_worker("gpu-1")
+    assert agent.stream is not None and await agent.stream.collect() == []
+    stream_reads: list[str] = []
+
+    def capture(_conn: Any, _cur: Any, statement: str, *_: Any) -> None:
+        if "FROM worker_events" in statement:  # the stream's read of what waits for it
+            stream_reads.append(statement)
+
+    engine = fleet.ctx.store.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        job = await fleet.submit()
+        offer = await agent.next_offer()
+        assert await agent.stream.collect() == []  # sent once
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+
+    assert offer["job_id"] == job["id"]
+    assert offer["attempt_id"] == (await fleet.job(job["id"]))["current_attempt_id"]
+    assert stream_reads == []
+
+
+async def test_an_ignored_offer_goes_out_again_on_the_open_stream_until_acknowledged(
+    fleet: Fleet,
+) -> None:
+    """A worker still finishing its last job ignores a new offer (both agents do): the
+    stream sends it again every third of the ack timeout, and stops once it is taken."""
+    fleet.ctx.settings = fleet.ctx.settings.model_copy(update={"ack_timeout": 0.9})
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit()
+    first = await agent.next_offer()
+
+    again = await agent.next_offer()
+    assert (again["job_id"], again["attempt_id"]) == (job["id"], first["attempt_id"])
+
+    await agent.run(again)
+    assert agent.stream is not None and await agent.stream.collect(1.2) == []
+
+
 async def test_a_heartbeat_naming_the_job_the_worker_holds_changes_nothing(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
     job = await fleet.submit()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import asyncpg
@@ -40,25 +40,45 @@ _RECONNECT_SECONDS = 1.0
 _QUERY_SECONDS = 5.0  # a query on the link that takes longer means the link is dead
 
 
-def payloads(origin: str, notify: Iterable[str], close: Iterable[str]) -> list[str]:
-    """The topics as NOTIFY payloads, split so that none is too long."""
+def payloads(
+    origin: str,
+    notify: Iterable[str],
+    close: Iterable[str],
+    handed: Mapping[str, list[dict[str, Any]]] | None = None,
+) -> list[str]:
+    """The topics (and the events handed over with them) as NOTIFY payloads, split so that
+    none is too long. Events too long to travel become a plain notification: the replica
+    that hears it reads them from the database instead."""
     out: list[str] = []
-    n: list[str] = []
-    c: list[str] = []
+    message: dict[str, Any] = {}
     size = 0
 
     def flush() -> None:
-        nonlocal n, c, size
-        if n or c:
-            out.append(orjson.dumps({"o": origin, "n": n, "c": c}).decode())
-        n, c, size = [], [], 0
+        nonlocal message, size
+        if message:
+            out.append(orjson.dumps({"o": origin, **message}).decode())
+        message, size = {}, 0
 
-    for kind, topics in (("n", sorted(notify)), ("c", sorted(close))):
-        for topic in topics:
-            if size + len(topic) + 4 > _MAX_PAYLOAD:
-                flush()
-            (n if kind == "n" else c).append(topic)
-            size += len(topic) + 4
+    def add(kind: str, topic: str, item_size: int, events: Any = None) -> None:
+        nonlocal size
+        if size + item_size > _MAX_PAYLOAD:
+            flush()
+        if kind == "e":
+            message.setdefault("e", {})[topic] = events
+        else:
+            message.setdefault(kind, []).append(topic)
+        size += item_size
+
+    plain = set(notify)
+    for topic, events in sorted((handed or {}).items()):
+        item_size = len(orjson.dumps(events)) + len(topic.encode()) + 8
+        if item_size > _MAX_PAYLOAD:
+            plain.add(topic)
+        else:
+            add("e", topic, item_size, events)
+    for kind, topics in (("n", plain), ("c", close)):
+        for topic in sorted(topics):
+            add(kind, topic, len(topic.encode()) + 4)
     flush()
     return out
 
@@ -86,11 +106,17 @@ class Replicas:
 
     # ---- sending ---------------------------------------------------------------------
 
-    async def send_in(self, conn: AsyncConnection, notify: set[str], close: set[str]) -> None:
+    async def send_in(
+        self,
+        conn: AsyncConnection,
+        notify: set[str],
+        close: set[str],
+        handed: Mapping[str, list[dict[str, Any]]],
+    ) -> None:
         """NOTIFY the other replicas from inside a write transaction: they hear it on commit."""
-        if not self.shared or not (notify or close):
+        if not self.shared or not (notify or close or handed):
             return
-        for payload in payloads(self.instance_id, notify, close):
+        for payload in payloads(self.instance_id, notify, close, handed):
             await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": payload})
 
     # ---- hearing ---------------------------------------------------------------------
@@ -105,6 +131,8 @@ class Replicas:
             return  # our own transaction: the hub was told on commit already
         for topic in message.get("c", ()):
             self.hub.close(topic)
+        for topic, events in message.get("e", {}).items():
+            self.hub.notify(topic, events)
         for topic in message.get("n", ()):
             self.hub.notify(topic)
 

@@ -54,13 +54,20 @@ class Tx:
         self.now = now
         self.notify: set[str] = set()
         self.close: set[str] = set()
+        self.handed: dict[str, list[dict[str, Any]]] = {}  # topic → events it was handed
         self.observations: list[Observation] = []
+        self.audits: list[dict[str, Any]] = []
+
+    def hand_over(self, topic: str, event: dict[str, Any]) -> None:
+        """Notify `topic` on commit with an event this transaction wrote, so that its
+        subscriber sends it without reading it back (see `Hub.notify`)."""
+        self.handed.setdefault(topic, []).append(event)
 
     def observe(self, name: str, value: float = 1.0, *labels: str) -> None:
         """Record a metric, counted only if this transaction commits."""
         self.observations.append((name, value, labels))
 
-    async def audit(
+    def audit(
         self,
         event_type: str,
         actor: str,
@@ -69,7 +76,9 @@ class Tx:
         /,
         **detail: Any,
     ) -> None:
-        await self.q.insert_audit(
+        """Record an audit event, written (all of the transaction's in one statement, in
+        order) just before it commits."""
+        self.audits.append(
             {
                 "ts": self.now,
                 "event_type": event_type,
@@ -86,9 +95,14 @@ async def transaction(ctx: Context) -> AsyncIterator[Tx]:
     async with ctx.store.write() as q:
         tx = Tx(q, ctx.clock())
         yield tx
-        await ctx.replicas.send_in(q.conn, tx.notify, tx.close)  # heard elsewhere on commit
+        if tx.audits:
+            await q.insert_audit(tx.audits)
+        # heard elsewhere on commit
+        await ctx.replicas.send_in(q.conn, tx.notify, tx.close, tx.handed)
     ctx.metrics.apply(tx.observations)
     for topic in tx.close:
         ctx.hub.close(topic)
+    for topic, events in tx.handed.items():
+        ctx.hub.notify(topic, events)
     for topic in tx.notify:
         ctx.hub.notify(topic)

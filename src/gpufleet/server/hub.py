@@ -1,12 +1,16 @@
 """In-process wake-ups: streams and followers wait on topics; transactions notify them.
 
-Only wake-ups live here, never dispatch state: whoever wakes re-reads the database.
+Only wake-ups live here, never dispatch state: whoever wakes re-reads the database. With one
+exception, for speed: a committed transaction may hand over the events it made for a topic
+(the offer a claim wrote), so that the worker's stream sends them without reading back what
+was just written. Any notification without events asks for a re-read, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from typing import Any
 
 
 class Subscription:
@@ -14,6 +18,10 @@ class Subscription:
         self.topic = topic
         self.topics = (topic, *more)
         self.fired: set[str] = set()  # topics notified since the last take_fired()
+        # Since the last take_handed(): events handed over, and whether any notification
+        # came without events (then what the subscriber waits for must be read again).
+        self.handed: list[dict[str, Any]] = []
+        self.plain = False
         self.event = asyncio.Event()
         self.closed = False
         self._hub = hub
@@ -31,6 +39,12 @@ class Subscription:
     def take_fired(self) -> set[str]:
         fired, self.fired = self.fired, set()
         return fired
+
+    def take_handed(self) -> tuple[list[dict[str, Any]], bool]:
+        """The events handed over, and whether to re-read, since the last call."""
+        handed, plain = self.handed, self.plain
+        self.handed, self.plain = [], False
+        return handed, plain
 
     def close(self) -> None:
         self.closed = True
@@ -62,9 +76,14 @@ class Hub:
                 if not subs:
                     del self._subs[name]
 
-    def notify(self, topic: str) -> None:
+    def notify(self, topic: str, events: list[dict[str, Any]] | None = None) -> None:
+        """Wake the topic's subscribers; with `events`, hand them over (no re-read needed)."""
         for sub in self._subs.get(topic, ()):
             sub.fired.add(topic)
+            if events:
+                sub.handed.extend(events)
+            else:
+                sub.plain = True
             sub.event.set()
 
     def notify_all(self) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import functools
 import os
+import time
 from collections.abc import AsyncIterator
 from importlib import resources
 from pathlib import Path
@@ -16,7 +17,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from gpufleet.errors import ConfigurationError, StoreError, WriteConflict
@@ -154,6 +155,36 @@ def _lock_sqlite(url: str) -> IO[str] | None:
     return handle
 
 
+# A pooled PostgreSQL connection idle for longer is pinged before use (a restarted server
+# leaves dead ones behind); a busy pool's connections are not (one round trip per checkout).
+PING_AFTER_IDLE_SECONDS = 1.0
+
+
+def _ping_when_idle(engine: AsyncEngine) -> None:
+    """SQLAlchemy's `pool_pre_ping`, for connections that sat idle only.
+
+    A dead connection found this way is replaced before use. One that dies while in use, or
+    within the idle window, fails its statement once; SQLAlchemy then invalidates the whole
+    pool, so the next checkout connects anew.
+    """
+    pool, dialect = engine.sync_engine.pool, engine.sync_engine.dialect
+
+    def returned(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    def taken(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop("idle_since", None)
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_SECONDS:
+            return  # just connected, or in use a moment ago
+        try:
+            dialect.do_ping(dbapi_conn)
+        except Exception as exc:  # whatever the driver raises for a dead link
+            raise DisconnectionError(f"a pooled connection is dead: {exc}") from exc
+
+    event.listen(pool, "checkin", returned)
+    event.listen(pool, "checkout", taken)
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor = dbapi_conn.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -192,7 +223,8 @@ async def open_store(url: str, *, lock: bool = True) -> Store:
         )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     else:
-        engine = create_async_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True)
+        engine = create_async_engine(url, pool_size=20, max_overflow=20)
+        _ping_when_idle(engine)
     try:
         async with engine.begin() as conn:
             if engine.dialect.name == "postgresql":

@@ -121,14 +121,21 @@ async def stream(
         loop = asyncio.get_running_loop()
         tick = min(sse.PING_SECONDS, ctx.settings.ack_timeout / 3)
         last_write = loop.time()
-        woke = True
+        handed: list[dict[str, Any]] = []
+        reread = True  # the first round reads what waits for the worker
         try:
             with sub:
                 yield sse.frame({"type": "connected", "worker_id": worker.id}, event="connected")
                 while not sub.closed:
-                    # Every change that makes an event notifies this topic: a quiet stream
-                    # reads the database only while an offer it sent may need sending again.
-                    if woke or _resend_due(sent, loop.time(), ctx.settings.ack_timeout):
+                    # An offer handed over by the claim that made it goes out at once;
+                    # every other change notifies the topic plainly, and the stream reads
+                    # the database (so does a quiet stream while an offer it sent may need
+                    # sending again).
+                    for event in handed:
+                        if event["attempt_id"] not in sent:
+                            sent[event["attempt_id"]] = last_write = loop.time()
+                            yield sse.frame(event, event=event["type"])
+                    if reread or _resend_due(sent, loop.time(), ctx.settings.ack_timeout):
                         pending = await asyncio.shield(
                             _uncut(fleet.pending_events(ctx, worker.id, owner, sent, loop.time()))
                         )
@@ -137,7 +144,8 @@ async def stream(
                         for event in pending:
                             yield sse.frame(event, event=event["type"])
                             last_write = loop.time()
-                    woke = await sub.wait(tick)
+                    await sub.wait(tick)
+                    handed, reread = sub.take_handed()
                     if not sub.closed and loop.time() - last_write >= sse.PING_SECONDS:
                         yield sse.ping()
                         last_write = loop.time()
@@ -152,11 +160,15 @@ async def stream(
 
 
 def _resend_due(sent: dict[str, float], now: float, ack_timeout: float) -> bool:
-    """Whether an offer sent less than an ack timeout ago may still be unacknowledged."""
+    """Whether an offer sent a third of the ack timeout ago or more may still be waiting
+    for its acknowledgement (and must go out again); older ones are withdrawn by now."""
+    due = False
     for attempt_id, at in list(sent.items()):
         if now - at >= ack_timeout:
-            del sent[attempt_id]  # withdrawn by now, or long acknowledged
-    return bool(sent)
+            del sent[attempt_id]
+        elif now - at >= ack_timeout / 3:
+            due = True
+    return due
 
 
 @router.post("/heartbeat", response_model=HeartbeatOut)

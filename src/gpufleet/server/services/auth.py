@@ -43,9 +43,9 @@ async def _auth_failed(
     reached = ctx.auth_failures.failed(client)
     async with transaction(ctx) as tx:
         tx.observe("auth_failure", 1.0, kind)
-        await tx.audit(event, "anonymous", None, client, credential=kind, reason=why, **detail)
+        tx.audit(event, "anonymous", None, client, credential=kind, reason=why, **detail)
         if reached:
-            await tx.audit(
+            tx.audit(
                 "auth.rate_limited",
                 "system",
                 None,
@@ -120,7 +120,7 @@ async def _insert_key(
             "created_by": actor,
         }
     )
-    await tx.audit("apikey.created", actor, key_id, client, name=name, permissions=perms)
+    tx.audit("apikey.created", actor, key_id, client, name=name, permissions=perms)
     key = ApiKey(
         id=key_id, name=name, permissions=frozenset(perms), created_at=tx.now, revoked=False
     )
@@ -136,7 +136,7 @@ async def revoke_api_key(ctx: Context, key_id: str, actor: str, client: str | No
     async with transaction(ctx) as tx:
         if not await tx.q.revoke_api_key(key_id, tx.now):
             raise NotFound(f"no active API key {key_id}; list keys with GET /api/admin/api-keys")
-        await tx.audit("apikey.revoked", actor, key_id, client)
+        tx.audit("apikey.revoked", actor, key_id, client)
 
 
 async def bootstrap_admin_key(ctx: Context) -> str | None:

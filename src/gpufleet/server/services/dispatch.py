@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpufleet.domain.matching import (
     Requirement,
@@ -32,6 +32,25 @@ _FIRST_PAGE = 4
 _HEAD = 20  # queued jobs a freed worker reads as they come before it asks the index
 _RACE_RETRIES = 5
 T = TypeVar("T")
+
+
+def job_submit_event(
+    job_id: str, attempt_id: str, config: dict[str, Any], gpu_count: int
+) -> dict[str, Any]:
+    """The offer as the worker's stream sends it (the SimpleTuner agent's wire shape)."""
+    return {
+        "type": "job_submit",
+        "job_id": job_id,
+        "attempt_id": attempt_id,
+        "config": config,
+        "command": config.get("command"),
+        "env": config.get("env") or {},
+        "gpu_count": gpu_count,
+        "timeout_s": config.get("timeout_s"),
+        "dataloader": None,
+        "upload_endpoint": f"/api/workers/job/{job_id}/upload",
+        "upload_token": None,
+    }
 
 
 class ClaimLost(Exception):
@@ -76,9 +95,9 @@ async def claim(tx: Tx, job: Job, worker: Worker) -> str:
             "offered_at": tx.now,
         }
     )
-    await tx.audit("worker.status_changed", SYSTEM, worker.id, old="idle", new="busy")
+    tx.audit("worker.status_changed", SYSTEM, worker.id, old="idle", new="busy")
     tx.observe("dispatch_latency", max(0.0, (tx.now - job.updated_at).total_seconds()))
-    await tx.audit(
+    tx.audit(
         "job.dispatched",
         SYSTEM,
         job.id,
@@ -86,8 +105,12 @@ async def claim(tx: Tx, job: Job, worker: Worker) -> str:
         attempt_id=attempt_id,
         attempt=number,
     )
-    await tx.audit("job.status_changed", SYSTEM, job.id, old="queued", new="offered")
-    tx.notify.update({worker_topic(worker.id), job_topic(job.id), "jobs", "workers"})
+    tx.audit("job.status_changed", SYSTEM, job.id, old="queued", new="offered")
+    tx.notify.update({job_topic(job.id), "jobs", "workers"})
+    # The worker's stream sends the offer as it is handed over, without reading it back.
+    tx.hand_over(
+        worker_topic(worker.id), job_submit_event(job.id, attempt_id, job.config, job.gpu_count)
+    )
     return attempt_id
 
 

@@ -100,7 +100,7 @@ async def create_worker(
             }
         )
         await tx.q.insert_token(wid, hash_secret(token), tx.now)
-        await tx.audit(
+        tx.audit(
             "worker.created",
             actor,
             wid,
@@ -109,7 +109,7 @@ async def create_worker(
             labels=labels,
             worker_type=(worker_type or WorkerType.EPHEMERAL).value,
         )
-        await tx.audit("worker.token_created", actor, wid, client)
+        tx.audit("worker.token_created", actor, wid, client)
         worker = await _get(tx, wid)
         tx.notify.add("workers")
     return worker, token
@@ -144,7 +144,7 @@ async def drain(ctx: Context, worker_id: str, actor: str, client: str | None) ->
             if worker.worker_type is WorkerType.EPHEMERAL and worker.current_attempt_id is None:
                 await tx.q.push_event(worker.id, {"type": "shutdown", "reason": "drained"}, tx.now)
             tx.notify.update({worker_topic(worker.id), "workers"})
-        await tx.audit("worker.drained", actor, worker.id, client)
+        tx.audit("worker.drained", actor, worker.id, client)
         return await _get(tx, worker_id)
 
 
@@ -155,7 +155,7 @@ async def undrain(ctx: Context, worker_id: str, actor: str, client: str | None) 
             await save_worker(tx, worker, actor, drained=False)
             await tx.q.push_event(worker.id, {"type": "undrain"}, tx.now)
             tx.notify.update({worker_topic(worker.id), "workers"})
-        await tx.audit("worker.undrained", actor, worker.id, client)
+        tx.audit("worker.undrained", actor, worker.id, client)
     await dispatch.dispatch_worker(ctx, worker_id)
     return await get_worker(ctx, worker_id)
 
@@ -166,7 +166,7 @@ async def rotate_token(ctx: Context, worker_id: str, actor: str, client: str | N
         worker = await _get(tx, worker_id)
         await tx.q.revoke_tokens(worker.id, tx.now)
         await tx.q.insert_token(worker.id, hash_secret(token), tx.now)
-        await tx.audit("worker.token_rotated", actor, worker.id, client)
+        tx.audit("worker.token_rotated", actor, worker.id, client)
         tx.close.add(worker_topic(worker.id))  # a stream opened with the old token ends now
     return token
 
@@ -181,7 +181,7 @@ async def delete_worker(ctx: Context, worker_id: str, actor: str, client: str | 
                 "deleted: drain it and stop its agent first"
             )
         await tx.q.delete_worker(worker.id)
-        await tx.audit("worker.deleted", actor, worker.id, client, name=worker.name)
+        tx.audit("worker.deleted", actor, worker.id, client, name=worker.name)
         tx.close.add(worker_topic(worker.id))
         tx.notify.add("workers")
 
@@ -239,7 +239,7 @@ async def register(
             if worker.current_attempt_id:  # a cancelled attempt it no longer runs
                 changes.update(current_job_id=None, current_attempt_id=None)
         await save_worker(tx, worker, f"worker:{worker.id}", **changes)
-        await tx.audit(
+        tx.audit(
             "worker.registered",
             f"worker:{worker.id}",
             worker.id,
@@ -283,24 +283,6 @@ async def stream_closed(ctx: Context, worker_id: str, owner: str) -> None:
         tx.notify.add("workers")
 
 
-def job_submit_event(
-    job_id: str, attempt_id: str, config: dict[str, Any], gpu_count: int
-) -> dict[str, Any]:
-    return {
-        "type": "job_submit",
-        "job_id": job_id,
-        "attempt_id": attempt_id,
-        "config": config,
-        "command": config.get("command"),
-        "env": config.get("env") or {},
-        "gpu_count": gpu_count,
-        "timeout_s": config.get("timeout_s"),
-        "dataloader": None,
-        "upload_endpoint": f"/api/workers/job/{job_id}/upload",
-        "upload_token": None,
-    }
-
-
 async def pending_events(
     ctx: Context, worker_id: str, owner: str, sent: dict[str, float], now: float
 ) -> list[dict[str, Any]] | None:
@@ -341,11 +323,13 @@ async def pending_events(
     events = [cmd for cmd in commands if not stale(cmd)]
     resend_after = ctx.settings.ack_timeout / 3
     fresh = [
-        job_submit_event(job.id, attempt.id, job.config, job.gpu_count)
+        dispatch.job_submit_event(job.id, attempt.id, job.config, job.gpu_count)
         for attempt, job in offers
         if now - sent.get(attempt.id, -resend_after) >= resend_after
     ]
     sent.update((e["attempt_id"], now) for e in fresh)
+    for attempt_id in sent.keys() - {attempt.id for attempt, _job in offers}:
+        del sent[attempt_id]  # acknowledged or withdrawn: nothing left to send again
     return events + fresh
 
 
@@ -447,7 +431,7 @@ async def disconnect(
             current_job_id=None,
             current_attempt_id=None,
         )
-        await tx.audit("worker.disconnected", f"worker:{worker.id}", worker.id, client)
+        tx.audit("worker.disconnected", f"worker:{worker.id}", worker.id, client)
         tx.close.add(worker_topic(worker.id))
         tx.notify.add("workers")
     if requeued:

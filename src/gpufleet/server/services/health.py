@@ -56,9 +56,7 @@ async def mark_silent_workers_offline(ctx: Context) -> list[str]:
                 current_job_id=None,
                 current_attempt_id=None,
             )
-            await tx.audit(
-                "worker.lost", "system", worker.id, reason="heartbeat timeout", job_id=job_id
-            )
+            tx.audit("worker.lost", "system", worker.id, reason="heartbeat timeout", job_id=job_id)
             tx.close.add(worker_topic(worker.id))
             tx.notify.add("workers")
         with logs.bound(worker_id=worker.id):
@@ -131,7 +129,7 @@ async def remove_expired_ephemeral_workers(ctx: Context) -> list[str]:
             if worker is None or not worker.offline:
                 continue
             await tx.q.delete_worker(worker_id)
-            await tx.audit(
+            tx.audit(
                 "worker.deleted",
                 "system",
                 worker_id,

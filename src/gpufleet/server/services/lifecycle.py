@@ -22,7 +22,7 @@ from gpufleet.domain.states import (
 )
 from gpufleet.errors import Conflict
 from gpufleet.server.context import Tx
-from gpufleet.server.hub import job_topic, worker_topic
+from gpufleet.server.hub import job_topic
 
 SYSTEM = "system"
 MAX_UNACKNOWLEDGED_OFFERS = 5  # withdrawn offers a job may have beyond its retries
@@ -45,7 +45,7 @@ async def save_worker(tx: Tx, worker: Worker, actor: str = SYSTEM, **changes: An
     await tx.q.update_worker(worker.id, status=status.value, **changes)
     tx.notify.add("workers")  # live views (the web UI's event stream) re-read the fleet
     if status is not worker.status:
-        await tx.audit(
+        tx.audit(
             "worker.status_changed", actor, worker.id, old=worker.status.value, new=status.value
         )
     return status
@@ -54,7 +54,7 @@ async def save_worker(tx: Tx, worker: Worker, actor: str = SYSTEM, **changes: An
 async def move_job(tx: Tx, job: Job, new: JobStatus, actor: str = SYSTEM, **values: Any) -> None:
     check_job_move(job.id, job.status, new)
     await tx.q.update_job(job.id, status=new.value, updated_at=tx.now, **values)
-    await tx.audit("job.status_changed", actor, job.id, old=job.status.value, new=new.value)
+    tx.audit("job.status_changed", actor, job.id, old=job.status.value, new=new.value)
     tx.notify.add(job_topic(job.id))
     tx.notify.add("jobs")
 
@@ -86,7 +86,6 @@ async def release_worker(tx: Tx, worker_id: str, attempt: Attempt) -> bool:
         current_attempt_id=None,
         jobs_run=worker.jobs_run + (1 if ran else 0),
     )
-    tx.notify.add(worker_topic(worker.id))
     return True
 
 
@@ -108,7 +107,7 @@ async def end_attempt(
     await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code)
     if release:
         await release_worker(tx, attempt.worker_id, attempt)
-    await tx.audit(
+    tx.audit(
         "attempt.ended",
         SYSTEM,
         job.id,

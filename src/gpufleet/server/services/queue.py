@@ -57,7 +57,7 @@ async def put_config(
         raise InvalidInput(f"config {name!r} is larger than 1 MB; keep data out of configs")
     async with transaction(ctx) as tx:
         created = await tx.q.put_config(name, body, tx.now)
-        await tx.audit("config.created" if created else "config.updated", actor, name, client)
+        tx.audit("config.created" if created else "config.updated", actor, name, client)
         stored = await tx.q.get_config(name)
     assert stored is not None
     return stored, created
@@ -80,7 +80,7 @@ async def delete_config(ctx: Context, name: str, actor: str, client: str | None)
     async with transaction(ctx) as tx:
         if not await tx.q.delete_config(name):
             raise NotFound(f"no config named {name!r}; list configs with GET /api/configs")
-        await tx.audit("config.deleted", actor, name, client)
+        tx.audit("config.deleted", actor, name, client)
 
 
 # ---- submit -----------------------------------------------------------------------------
@@ -138,7 +138,7 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
                 "updated_at": tx.now,
             }
         )
-        await tx.audit(
+        tx.audit(
             "job.submitted",
             actor,
             job_id,
@@ -249,5 +249,5 @@ async def cancel(ctx: Context, job_id: str, actor: str, client: str | None) -> J
             tx.notify.add(worker_topic(attempt.worker_id))
         else:
             await move_job(tx, job, JobStatus.CANCELLED, actor, ended_at=tx.now)
-        await tx.audit("job.cancelled", actor, job.id, client)
+        tx.audit("job.cancelled", actor, job.id, client)
     return await get_job(ctx, job_id)

@@ -70,7 +70,7 @@ async def _refuse(ctx: Context, worker: Worker, job: Job, attempt: Attempt | Non
             },
             tx.now,
         )
-        await tx.audit(
+        tx.audit(
             "job.report_refused",
             f"worker:{worker.id}",
             job.id,
@@ -94,6 +94,7 @@ async def report_status(
     async with transaction(ctx) as tx:
         worker = await tx.q.get_worker(worker.id, lock=True) or worker
         job, attempt, live = await _holder(tx, worker, job_id, report.attempt_id)
+        status = job.status
         if not live:
             if attempt is not None and (attempt.status is new or new is AttemptStatus.CANCELLED):
                 # A repeat of a final report, or the confirmation of a cancel: release.
@@ -110,14 +111,14 @@ async def report_status(
                 JobStatus.CANCELLED,
             )
             requeued = result is JobStatus.QUEUED
-            job = await tx.q.get_job(job_id) or job
+            status = result
     if refused is not None:
         raise await _refuse(ctx, worker, *refused)
     if requeued:
         await dispatch.dispatch_job(ctx, job_id)
     if freed:
         await dispatch.dispatch_worker(ctx, worker.id)
-    return job.status
+    return status
 
 
 async def _apply(
