@@ -265,7 +265,10 @@ async def dispatch_latency(opts: Options) -> Result:
         fleet_of(server, size.s1_workers, opts) as (fleet, startup),
     ):
         result.metrics["startup"] = startup
+        server.mark()
         result.metrics.update(await _latency_run(server, fleet, size.s1_jobs))
+        result.metrics["server_cpu_share"] = round(server.usage().cpu_share, 3)
+        result.metrics.update(_other_replicas(server))
         result.metrics["errors"] = (await fleet.status())["errors"][:10]
     lat = result.metrics["answer_to_event"]
     result.check("p50 submit answer → event (ms)", lat["p50_ms"], "≤ 2", _le(lat["p50_ms"], 2))
@@ -274,8 +277,29 @@ async def dispatch_latency(opts: Options) -> Result:
     sent = result.metrics["send_to_event"]
     result.check("p50 submit sent → event (ms)", sent["p50_ms"], "-", None)
     result.check("p99 submit sent → event (ms)", sent["p99_ms"], "-", None)
+    _check_cpu(result)
     _check_refused(result, result.metrics["refused"])
     return result
+
+
+def _other_replicas(server: BenchServer) -> dict[str, Any]:
+    """CPU share of the machine used by each other replica (the one the workers stream
+    from) since `server.mark()`; nothing on one orchestrator."""
+    if not server.others:
+        return {}
+    return {"other_replicas_cpu_share": [round(o.usage().cpu_share, 3) for o in server.others]}
+
+
+def _check_cpu(result: Result) -> None:
+    """The servers' CPU, as a row of the table: which process ran short, on this box."""
+    shares = [
+        result.metrics["server_cpu_share"],
+        *result.metrics.get("other_replicas_cpu_share", []),
+    ]
+    label = "server CPU share of the machine" + (
+        " (submit replica / workers' replica)" if len(shares) > 1 else ""
+    )
+    result.check(label, " / ".join(f"{v:.0%}" for v in shares), "-", None)
 
 
 def _check_refused(result: Result, refused: int) -> None:
@@ -316,11 +340,13 @@ async def throughput(opts: Options) -> Result:
         result.metrics.update(run)
         result.metrics["server_cpu_share"] = round(usage.cpu_share, 3)
         result.metrics["server_rss_mib"] = round(usage.rss_bytes / 2**20, 1)
+        result.metrics.update(_other_replicas(server))
         result.metrics["errors"] = (await fleet.status())["errors"][:10]
     rate = result.metrics["jobs_per_s"]
     result.check("jobs/s, full lifecycle", rate, "≥ 1,000", rate >= 1000)
     e2e = result.metrics["end_to_end"]
     result.check("p99 end to end per job (ms)", e2e["p99_ms"], "-", None)
+    _check_cpu(result)
     _check_refused(result, result.metrics["refused"])
     if result.metrics["completed"] < size.s2_jobs:
         result.notes.append(

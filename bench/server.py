@@ -89,6 +89,7 @@ class BenchServer:
         self.log_path = data_dir / "server.log"
         self._ps: psutil.Process | None = None
         self._mark: tuple[float, float] = (0.0, 0.0)
+        self.others: list[BenchServer] = []  # the other replicas, measured beside this one
 
     def start(self) -> BenchServer:
         raise_fd_limit()
@@ -150,6 +151,8 @@ class BenchServer:
         assert self._ps is not None
         times = self._ps.cpu_times()
         self._mark = (times.user + times.system, time.monotonic())
+        for other in self.others:
+            other.mark()
 
     def usage(self) -> Usage:
         """CPU used since mark(), and resident memory now."""
@@ -221,6 +224,7 @@ def running_replicas(
             also = profile.with_name(f"{profile.stem}-r{n}{profile.suffix}") if profile else None
             other = stack.enter_context(running_server(folder, database_url, also, **flags))
             first.worker_url = other.url
+            first.others.append(other)
         yield first
 
 
