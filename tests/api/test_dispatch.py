@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from sqlalchemy import event
 
 from gpufleet.domain.matching import match_key
 from gpufleet.domain.secrets import new_id
+from gpufleet.server import sse
 from gpufleet.server.services import dispatch
 from tests.api.conftest import Agent, Fleet, sqlite_only
 
@@ -92,6 +94,25 @@ async def test_an_ignored_offer_goes_out_again_on_the_open_stream_until_acknowle
 
     await agent.run(again)
     assert agent.stream is not None and await agent.stream.collect(1.2) == []
+
+
+async def test_an_idle_stream_pings_every_ping_interval(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keep-alives at the documented interval (proxies drop quiet connections), not at the
+    next resend tick after it: with a 0.5 s interval and 0.4 s ticks, every 0.5 s, not 0.8."""
+    monkeypatch.setattr(sse, "PING_SECONDS", 0.5)
+    fleet.ctx.settings = fleet.ctx.settings.model_copy(update={"ack_timeout": 1.2})
+    agent = await fleet.online_worker("gpu-1")
+    assert agent.stream is not None
+    loop = asyncio.get_running_loop()
+    pings: list[float] = []
+    while len(pings) < 5:
+        event = await agent.stream.next()
+        if event is not None and event["type"] == "ping":
+            pings.append(loop.time())
+    gaps = sorted(b - a for a, b in pairwise(pings))
+    assert gaps[len(gaps) // 2] < 0.7, gaps
 
 
 async def test_a_heartbeat_naming_the_job_the_worker_holds_changes_nothing(fleet: Fleet) -> None:

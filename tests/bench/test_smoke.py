@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from bench.ceiling import measure
 from bench.report import Result
 from bench.scenarios import SCENARIOS, SMOKE, Options
 
@@ -77,3 +78,11 @@ async def test_side_by_side_runs_latency_and_throughput_on_postgresql(tmp_path: 
     # Across replicas too, every job reached a worker streaming from the other replica.
     assert results[2].metrics["delivered"] == results[2].metrics["submitted"] > 0
     assert results[3].metrics["completed"] == results[3].metrics["submitted"] > 0
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["httpx", "bare"])
+def test_the_ceiling_probe_counts_answered_requests(raw: bool) -> None:
+    """`python -m bench.ceiling`: an empty endpoint on the same stack, both clients."""
+    result = measure(seconds=0.5, processes=1, in_flight=2, raw=raw)
+    assert result.requests > 0
+    assert 0 < result.server_cpu_share <= 1

@@ -77,6 +77,8 @@ class Store:
             except DBAPIError as exc:
                 if getattr(exc.orig, "sqlstate", None) in _RETRYABLE:
                     raise WriteConflict(f"write aborted by the database: {exc.orig}") from exc
+                if exc.connection_invalidated:  # the server went away mid-transaction
+                    raise StoreError(f"lost the database connection: {exc.orig}") from exc
                 raise
 
     @contextlib.asynccontextmanager
@@ -86,6 +88,10 @@ class Store:
                 yield Queries(conn)
         except (OperationalError, OSError) as exc:
             raise StoreError(f"cannot reach the database: {exc}") from exc
+        except DBAPIError as exc:
+            if exc.connection_invalidated:  # the server went away mid-read
+                raise StoreError(f"lost the database connection: {exc.orig}") from exc
+            raise
 
     async def schema_is_current(self) -> bool:
         """The database answers and carries the newest migration."""

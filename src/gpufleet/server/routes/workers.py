@@ -144,7 +144,9 @@ async def stream(
                         for event in pending:
                             yield sse.frame(event, event=event["type"])
                             last_write = loop.time()
-                    await sub.wait(tick)
+                    # Woken by a change, for a resend while an offer is out, or to ping.
+                    until_ping = max(0.0, sse.PING_SECONDS - (loop.time() - last_write))
+                    await sub.wait(min(tick, until_ping) if sent else until_ping)
                     handed, reread = sub.take_handed()
                     if not sub.closed and loop.time() - last_write >= sse.PING_SECONDS:
                         yield sse.ping()
