@@ -44,7 +44,7 @@ def payloads(
     origin: str,
     notify: Iterable[str],
     close: Iterable[str],
-    handed: Mapping[str, list[dict[str, Any]]] | None = None,
+    handed: Mapping[str, list[dict[str, Any]]],
 ) -> list[str]:
     """The topics (and the events handed over with them) as NOTIFY payloads, split so that
     none is too long. Events too long to travel become a plain notification: the replica
@@ -70,7 +70,7 @@ def payloads(
         size += item_size
 
     plain = set(notify)
-    for topic, events in sorted((handed or {}).items()):
+    for topic, events in sorted(handed.items()):
         item_size = len(orjson.dumps(events)) + len(topic.encode()) + 8
         if item_size > _MAX_PAYLOAD:
             plain.add(topic)

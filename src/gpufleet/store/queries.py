@@ -581,10 +581,7 @@ class Queries:
 
     async def insert_audit(self, rows: list[dict[str, Any]]) -> None:
         """Audit events in order (their ids follow the list); one statement for all."""
-        if len(rows) == 1:
-            await self.conn.execute(sa.insert(audit_events).values(**rows[0]))
-        else:
-            await self.conn.execute(sa.insert(audit_events), rows)
+        await self.conn.execute(sa.insert(audit_events), rows)
 
     async def lock_api_keys(self) -> None:
         """One first-start admin key, however many replicas start at once (PostgreSQL)."""

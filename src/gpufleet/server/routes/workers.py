@@ -135,7 +135,7 @@ async def stream(
                         if event["attempt_id"] not in sent:
                             sent[event["attempt_id"]] = last_write = loop.time()
                             yield sse.frame(event, event=event["type"])
-                    if reread or _resend_due(sent, loop.time(), ctx.settings.ack_timeout):
+                    if reread or fleet.resend_due(ctx, sent, loop.time()):
                         pending = await asyncio.shield(
                             _uncut(fleet.pending_events(ctx, worker.id, owner, sent, loop.time()))
                         )
@@ -159,18 +159,6 @@ async def stream(
             await asyncio.wait({closing}, timeout=STREAM_CLOSE_SECONDS)
 
     return sse.stream(events())
-
-
-def _resend_due(sent: dict[str, float], now: float, ack_timeout: float) -> bool:
-    """Whether an offer sent a third of the ack timeout ago or more may still be waiting
-    for its acknowledgement (and must go out again); older ones are withdrawn by now."""
-    due = False
-    for attempt_id, at in list(sent.items()):
-        if now - at >= ack_timeout:
-            del sent[attempt_id]
-        elif now - at >= ack_timeout / 3:
-            due = True
-    return due
 
 
 @router.post("/heartbeat", response_model=HeartbeatOut)

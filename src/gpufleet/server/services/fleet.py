@@ -283,6 +283,16 @@ async def stream_closed(ctx: Context, worker_id: str, owner: str) -> None:
         tx.notify.add("workers")
 
 
+def resend_due(ctx: Context, sent: dict[str, float], now: float) -> bool:
+    """Whether an offer this stream sent (attempt id → when) is due to go out again, if it
+    still waits for its acknowledgement: a third of the ack timeout after it was sent."""
+    return any(now - at >= _resend_after(ctx) for at in sent.values())
+
+
+def _resend_after(ctx: Context) -> float:
+    return ctx.settings.ack_timeout / 3
+
+
 async def pending_events(
     ctx: Context, worker_id: str, owner: str, sent: dict[str, float], now: float
 ) -> list[dict[str, Any]] | None:
@@ -321,7 +331,7 @@ async def pending_events(
         )
 
     events = [cmd for cmd in commands if not stale(cmd)]
-    resend_after = ctx.settings.ack_timeout / 3
+    resend_after = _resend_after(ctx)
     fresh = [
         dispatch.job_submit_event(job.id, attempt.id, job.config, job.gpu_count)
         for attempt, job in offers
