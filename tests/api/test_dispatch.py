@@ -13,6 +13,7 @@ from gpufleet.domain.matching import match_key
 from gpufleet.domain.secrets import new_id
 from gpufleet.server import sse
 from gpufleet.server.services import dispatch
+from gpufleet.store import Queries
 from tests.api.conftest import Agent, Fleet, sqlite_only
 
 
@@ -77,6 +78,58 @@ async def test_the_claim_hands_its_offer_to_the_stream_without_a_read_back(
     assert offer["job_id"] == job["id"]
     assert offer["attempt_id"] == (await fleet.job(job["id"]))["current_attempt_id"]
     assert stream_reads == []
+
+
+async def test_a_submit_that_finds_an_idle_worker_commits_once(fleet: Fleet) -> None:
+    """The job is queued and offered in one transaction: one commit, not one to queue it
+    and another to offer it."""
+    agent = await fleet.online_worker("gpu-1")
+    commits: list[object] = []
+
+    def committed(conn: object) -> None:
+        commits.append(conn)
+
+    engine = fleet.ctx.store.engine.sync_engine
+    event.listen(engine, "commit", committed)
+    try:
+        job = await fleet.submit()
+    finally:
+        event.remove(engine, "commit", committed)
+
+    assert len(commits) == 1
+    assert job["status"] == "offered"
+    assert (await agent.next_offer())["attempt_id"] == job["current_attempt_id"]
+    kinds = [e["event_type"] for e in await fleet.audit(target=job["id"])]
+    assert sorted(kinds) == ["job.dispatched", "job.status_changed", "job.submitted"]
+
+
+async def test_a_submit_whose_idle_worker_is_taken_meanwhile_keeps_the_job(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the submit's look at the idle workers and its claim, another dispatch takes
+    the worker (injected: the worker's compare-and-set fails once). The job is committed
+    queued all the same, with nothing of the lost claim, and the next pass offers it."""
+    agent = await fleet.online_worker("gpu-1")
+    real = Queries.claim_worker
+    lost: list[str] = []
+
+    async def taken_once(self: Queries, worker_id: str, values: Any) -> bool:
+        if not lost:
+            lost.append(worker_id)
+            return False
+        return await real(self, worker_id, values)
+
+    monkeypatch.setattr(Queries, "claim_worker", taken_once)
+    job = await fleet.submit()
+
+    assert lost == [agent.id]
+    offer = await agent.next_offer()
+    view = await fleet.job(job["id"])
+    assert view["status"] == "offered" and view["attempts"] == 1
+    assert [a["id"] for a in view["attempt_history"]] == [offer["attempt_id"]]
+    assert (await agent.info())["current_job_id"] == job["id"]
+    submitted = await fleet.audit(target=job["id"], type="job.submitted")
+    assert len(submitted) == 1
 
 
 async def test_an_ignored_offer_goes_out_again_on_the_open_stream_until_acknowledged(

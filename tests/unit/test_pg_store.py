@@ -8,7 +8,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from gpufleet.errors import StoreError
-from gpufleet.store import Store, engine, open_store
+from gpufleet.store import Queries, Store, engine, open_store
 
 pytestmark = pytest.mark.postgres
 
@@ -60,5 +60,27 @@ async def test_without_the_ping_the_first_use_fails_once_then_the_pool_recovers(
         with pytest.raises(StoreError, match="lost the database connection"):
             await _backend_pids(store)
         assert await _backend_pids(store) != before
+    finally:
+        await store.close()
+
+
+async def _xids(q: Queries, statements: int = 2) -> set[int]:
+    conn = q.conn
+    return {
+        int((await conn.execute(text("SELECT txid_current()"))).scalar_one())
+        for _ in range(statements)
+    }
+
+
+async def test_reads_run_outside_a_transaction_and_writes_inside_one(postgres_url: str) -> None:
+    """A read costs no BEGIN and ROLLBACK (each of its statements is its own transaction);
+    a write is one transaction, also on a pooled connection a read used just before."""
+    store = await open_store(postgres_url)
+    try:
+        for _ in range(3):
+            async with store.read() as q:
+                assert len(await _xids(q)) == 2
+            async with store.write() as q:
+                assert len(await _xids(q)) == 1
     finally:
         await store.close()

@@ -42,6 +42,15 @@ class Store:
         self.engine = engine
         self.dialect = engine.dialect.name
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        # Reads run outside a transaction on PostgreSQL: at READ COMMITTED every statement
+        # takes its own snapshot either way, and BEGIN and the ROLLBACK that returns the
+        # connection to the pool cost two round trips a read (the caller's identity is one
+        # read per request). SQLite's in-place driver begins nothing for a read anyway.
+        self._reader = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.dialect == "postgresql"
+            else engine
+        )
         self._lock_file = lock_file
         database = engine.url.database if self.dialect == "sqlite" else None
         self._checkpointer = (
@@ -84,7 +93,7 @@ class Store:
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[Queries]:
         try:
-            async with self.engine.connect() as conn:
+            async with self._reader.connect() as conn:
                 yield Queries(conn)
         except (OperationalError, OSError) as exc:
             raise StoreError(f"cannot reach the database: {exc}") from exc

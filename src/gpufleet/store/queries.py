@@ -379,8 +379,10 @@ class Queries:
 
     # ---- jobs ----------------------------------------------------------------------------
 
-    async def insert_job(self, values: Mapping[str, Any]) -> None:
+    async def insert_job(self, values: Mapping[str, Any]) -> Job:
+        """Insert a job; the job as inserted (columns not given are empty)."""
         await self.conn.execute(sa.insert(jobs).values(**values))
+        return _job_from({**_EMPTY_JOB, **values})
 
     async def get_job(self, job_id: str, *, lock: bool = False) -> Job | None:
         stmt = sa.select(jobs).where(jobs.c.id == job_id)
@@ -680,6 +682,9 @@ class _RowLike:
 
 def _attempt_from(mapping: dict[str, Any]) -> Attempt:
     return _attempt(_RowLike(mapping))  # type: ignore[arg-type]
+
+
+_EMPTY_JOB: dict[str, Any] = {column.name: None for column in jobs.c}
 
 
 def _job_from(mapping: dict[str, Any]) -> Job:

@@ -57,6 +57,10 @@ class ClaimLost(Exception):
     """Another dispatch took the job or the worker first; the transaction rolls back."""
 
 
+class WorkerTaken(ClaimLost):
+    """Another dispatch took the worker first; the claim wrote nothing."""
+
+
 async def claim(tx: Tx, job: Job, worker: Worker) -> str:
     """Offer the job to the worker: a new attempt, the job offered, the worker busy.
 
@@ -73,7 +77,9 @@ async def claim(tx: Tx, job: Job, worker: Worker) -> str:
             "current_attempt_id": attempt_id,
         },
     )
-    took_job = took_worker and await tx.q.claim_job(
+    if not took_worker:
+        raise WorkerTaken
+    took_job = await tx.q.claim_job(
         job.id,
         {
             "status": JobStatus.OFFERED.value,
@@ -112,6 +118,17 @@ async def claim(tx: Tx, job: Job, worker: Worker) -> str:
         worker_topic(worker.id), job_submit_event(job.id, attempt_id, job.config, job.gpu_count)
     )
     return attempt_id
+
+
+async def claim_new(tx: Tx, job: Job, worker: Worker) -> bool:
+    """`claim` for a job this transaction inserted: only the worker can be lost (another
+    dispatch took it first), and then nothing was written: False, and the transaction
+    goes on."""
+    try:
+        await claim(tx, job, worker)
+    except WorkerTaken:
+        return False
+    return True
 
 
 async def _retrying(attempt: Callable[[], Awaitable[T]], lost: T) -> T:
@@ -174,6 +191,12 @@ async def dispatch_worker(ctx: Context, worker_id: str) -> bool:
     A remote worker takes `auto` jobs too; the local runner takes `local` and `auto` jobs,
     but an `auto` job goes local only when no idle remote worker fits it.
     """
+    # Usually nothing waits: one indexed read outside a transaction says so. It reads after
+    # the caller's commit made the worker idle, as the pass below would: a job queued after
+    # this read finds the worker idle itself.
+    async with ctx.store.read() as q:
+        if not await q.has_queued_jobs():
+            return False
     return bool(await _offer_to(ctx, worker_id))
 
 

@@ -67,9 +67,14 @@ async def move_attempt(tx: Tx, attempt: Attempt, new: AttemptStatus, **values: A
     await tx.q.update_attempt(attempt.id, status=new.value, **values)
 
 
-async def release_worker(tx: Tx, worker_id: str, attempt: Attempt) -> bool:
-    """Free the worker that held this attempt; True if it was still holding it."""
-    worker = await tx.q.get_worker(worker_id, lock=True)
+async def release_worker(
+    tx: Tx, worker_id: str, attempt: Attempt, locked: Worker | None = None
+) -> bool:
+    """Free the worker that held this attempt; True if it was still holding it. `locked`:
+    the worker as this transaction read it under its row lock, if it did (not read again)."""
+    worker = (
+        locked if locked is not None and locked.id == worker_id else None
+    ) or await tx.q.get_worker(worker_id, lock=True)
     if worker is None or worker.current_attempt_id != attempt.id:
         return False
     ran = attempt.acknowledged_at is not None or attempt.status in (
@@ -98,15 +103,17 @@ async def end_attempt(
     error: str | None = None,
     exit_code: int | None = None,
     release: bool = True,
+    locked: Worker | None = None,
 ) -> JobStatus:
     """End the job's current attempt; the job completes, is requeued, or fails for good.
 
     Returns the job's new status. `release` frees the worker at once; a cancel by the user
-    keeps the worker busy until it confirms the process is gone.
+    keeps the worker busy until it confirms the process is gone. `locked`: see
+    `release_worker`.
     """
     await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code)
     if release:
-        await release_worker(tx, attempt.worker_id, attempt)
+        await release_worker(tx, attempt.worker_id, attempt, locked)
     tx.audit(
         "attempt.ended",
         SYSTEM,

@@ -116,11 +116,16 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
     req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels)
     job_id = new_id("j")
     async with transaction(ctx) as tx:
-        local_on, _gpus = parse_local_gpus(ctx.settings.local_gpus)
-        why = await _never_satisfiable(tx.q, req, local_on)
-        if why:
-            raise InvalidInput(why)
-        await tx.q.insert_job(
+        # Usually an idle worker fits: the job is offered in the transaction that queues it
+        # (one commit a submit). When none is idle, some worker must at least exist, or be
+        # creatable, that could ever run it.
+        worker = await dispatch.first_fit(tx.q, req, idle=True)
+        if worker is None:
+            local_on, _gpus = parse_local_gpus(ctx.settings.local_gpus)
+            why = await _never_satisfiable(tx.q, req, local_on)
+            if why:
+                raise InvalidInput(why)
+        job = await tx.q.insert_job(
             {
                 "id": job_id,
                 "status": JobStatus.QUEUED.value,
@@ -150,8 +155,15 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
             priority=sub.priority,
         )
         tx.notify.add("jobs")
-    await dispatch.dispatch_job(ctx, job_id)
-    return await get_job(ctx, job_id)
+        offered = worker is not None and await dispatch.claim_new(tx, job, worker)
+        if offered:
+            job = await tx.q.get_job(job_id) or job
+    if not offered:
+        # No idle fit, or another dispatch took that worker first: the usual pass, which
+        # looks again (and retries lost races) now that the job is committed.
+        await dispatch.dispatch_job(ctx, job_id)
+        job = await get_job(ctx, job_id)
+    return job
 
 
 # ---- read -------------------------------------------------------------------------------

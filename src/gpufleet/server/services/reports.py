@@ -92,18 +92,19 @@ async def report_status(
     refused: tuple[Job, Attempt | None] | None = None
     freed = requeued = False
     async with transaction(ctx) as tx:
-        worker = await tx.q.get_worker(worker.id, lock=True) or worker
+        locked = await tx.q.get_worker(worker.id, lock=True)
+        worker = locked or worker
         job, attempt, live = await _holder(tx, worker, job_id, report.attempt_id)
         status = job.status
         if not live:
             if attempt is not None and (attempt.status is new or new is AttemptStatus.CANCELLED):
                 # A repeat of a final report, or the confirmation of a cancel: release.
-                freed = await release_worker(tx, worker.id, attempt)
+                freed = await release_worker(tx, worker.id, attempt, locked)
             else:
                 refused = (job, attempt)
         else:
             assert attempt is not None
-            result = await _apply(tx, job, attempt, new, error, report)
+            result = await _apply(tx, job, attempt, new, error, report, locked)
             freed = result in (
                 JobStatus.COMPLETED,
                 JobStatus.FAILED,
@@ -122,7 +123,13 @@ async def report_status(
 
 
 async def _apply(
-    tx: Tx, job: Job, attempt: Attempt, new: AttemptStatus, error: str | None, report: StatusReport
+    tx: Tx,
+    job: Job,
+    attempt: Attempt,
+    new: AttemptStatus,
+    error: str | None,
+    report: StatusReport,
+    locked: Worker | None,
 ) -> JobStatus:
     if new in (AttemptStatus.ACKNOWLEDGED, AttemptStatus.RUNNING):
         if new is AttemptStatus.ACKNOWLEDGED and attempt.status is not AttemptStatus.OFFERED:
@@ -153,7 +160,9 @@ async def _apply(
         error = "\n".join([code, *lines]) if lines else code
     if new is AttemptStatus.CANCELLED:
         error = error or "cancelled on the worker"
-    return await end_attempt(tx, job, attempt, new, error=error, exit_code=report.exit_code)
+    return await end_attempt(
+        tx, job, attempt, new, error=error, exit_code=report.exit_code, locked=locked
+    )
 
 
 async def append_logs(
