@@ -1,16 +1,18 @@
 """The floor under scenario 2: how many requests a second an endpoint that does nothing serves
 on this machine, through the server stack gpufleet runs on (uvicorn with uvloop and
-httptools, Starlette, FastAPI, a pydantic body, a header dependency) and the harness's httpx
-client, on the same box.
+httptools, Starlette, FastAPI, a pydantic body, a header dependency) and the harness's
+clients, on the same box.
 
 A job's lifecycle is four requests (submit, then acknowledged, running and completed), so a
 quarter of this rate is what scenario 2 could reach with no database and no logic at all:
 
     .venv/bin/python -m bench.ceiling            # 20 s, 4 client processes x 32 in flight
 
-It measures twice: with httpx, the harness's client (which, on a 2-core box, runs out of CPU
-before the server does), then with a bare HTTP/1.1 client (a prepared request on keep-alive
-connections), to find the server stack's own limit.
+It measures with each client in turn (`--clients`): httpx, the submitter's and admin calls'
+client (which, on a 2-core box, runs out of CPU before the server does); aiohttp, the
+simulated workers' client, set up as they set it up; then a bare HTTP/1.1 client (a prepared
+request on keep-alive connections), to find the server stack's own limit. Beside the rate,
+the client processes' CPU per request, what the harness takes from the servers it measures.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import httpx
+import orjson
 import psutil  # type: ignore[import-untyped]
 
 from bench.server import free_port, quiet_collector
+from bench.workers import worker_session
 
 APP = """
 from fastapi import Depends, FastAPI, Header, HTTPException
@@ -54,15 +58,23 @@ async def status(job_id: str, body: StatusIn, who: str = Depends(token)) -> dict
 """
 
 
+CLIENTS = ("httpx", "aiohttp", "bare")
+
+
 @dataclass
 class Ceiling:
     requests: int
     seconds: float
     server_cpu_share: float
+    client_cpu_seconds: float
 
     @property
     def per_second(self) -> float:
         return self.requests / self.seconds if self.seconds else 0.0
+
+    @property
+    def client_cpu_per_request_ms(self) -> float:
+        return 1000 * self.client_cpu_seconds / self.requests if self.requests else 0.0
 
 
 _BODY = b'{"status": "running", "attempt_id": "a_0123456789ab"}'
@@ -92,33 +104,65 @@ async def _raw_loop(port: int, stop_at: float) -> int:
     return done
 
 
-def _client(url: str, seconds: float, in_flight: int, raw: bool, conn: Connection) -> None:
+async def _httpx_loops(url: str, stop_at: float, in_flight: int) -> int:
+    done = 0
+    limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+
+        async def loop() -> None:
+            nonlocal done
+            body = {"status": "running", "attempt_id": "a_0123456789ab"}
+            while time.monotonic() < stop_at:
+                resp = await client.post(
+                    "/api/workers/job/j_0123456789ab/status",
+                    json=body,
+                    headers={"X-Worker-Token": "t" * 43},
+                )
+                resp.raise_for_status()
+                done += 1
+
+        await asyncio.gather(*(loop() for _ in range(in_flight)))
+    return done
+
+
+async def _aiohttp_loops(url: str, stop_at: float, in_flight: int) -> int:
+    """As `bench.workers` posts: its session, an orjson body, the answer read."""
+    done = 0
+    async with worker_session(url) as session:
+
+        async def loop() -> None:
+            nonlocal done
+            body = {"status": "running", "attempt_id": "a_0123456789ab"}
+            while time.monotonic() < stop_at:
+                async with session.post(
+                    "/api/workers/job/j_0123456789ab/status",
+                    data=orjson.dumps(body),
+                    headers={"X-Worker-Token": "t" * 43, "Content-Type": "application/json"},
+                ) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        raise RuntimeError(f"answered {resp.status}")
+                done += 1
+
+        await asyncio.gather(*(loop() for _ in range(in_flight)))
+    return done
+
+
+def _client(url: str, seconds: float, in_flight: int, client: str, conn: Connection) -> None:
     quiet_collector()
 
-    async def run() -> int:
-        if raw:
-            port = int(url.rsplit(":", 1)[1])
-            stop = time.monotonic() + seconds
-            return sum(await asyncio.gather(*(_raw_loop(port, stop) for _ in range(in_flight))))
-        done = 0
+    async def run() -> tuple[int, float]:
+        cpu0 = time.process_time()
         stop_at = time.monotonic() + seconds
-        limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
-        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
-
-            async def loop() -> None:
-                nonlocal done
-                body = {"status": "running", "attempt_id": "a_0123456789ab"}
-                while time.monotonic() < stop_at:
-                    resp = await client.post(
-                        "/api/workers/job/j_0123456789ab/status",
-                        json=body,
-                        headers={"X-Worker-Token": "t" * 43},
-                    )
-                    resp.raise_for_status()
-                    done += 1
-
-            await asyncio.gather(*(loop() for _ in range(in_flight)))
-        return done
+        if client == "bare":
+            port = int(url.rsplit(":", 1)[1])
+            loops = (_raw_loop(port, stop_at) for _ in range(in_flight))
+            done = sum(await asyncio.gather(*loops))
+        elif client == "aiohttp":
+            done = await _aiohttp_loops(url, stop_at, in_flight)
+        else:
+            done = await _httpx_loops(url, stop_at, in_flight)
+        return done, time.process_time() - cpu0
 
     try:
         import uvloop
@@ -129,7 +173,7 @@ def _client(url: str, seconds: float, in_flight: int, raw: bool, conn: Connectio
 
 
 def measure(
-    seconds: float = 20.0, processes: int = 4, in_flight: int = 32, raw: bool = False
+    seconds: float = 20.0, processes: int = 4, in_flight: int = 32, client: str = "httpx"
 ) -> Ceiling:
     port = free_port()
     server = subprocess.Popen(
@@ -159,17 +203,18 @@ def measure(
         cpu0, t0 = sum(ps.cpu_times()[:2]), time.monotonic()
         for _ in range(processes):
             parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_client, args=(url, seconds, in_flight, raw, child))
+            proc = ctx.Process(target=_client, args=(url, seconds, in_flight, client, child))
             proc.start()
             pipes.append(parent)
             procs.append(proc)
-        total = sum(int(p.recv()) for p in pipes)
+        answers = [p.recv() for p in pipes]
         wall = time.monotonic() - t0
         cpu = sum(ps.cpu_times()[:2]) - cpu0
         for proc in procs:
             proc.join()
         cores = psutil.cpu_count() or 1
-        return Ceiling(total, wall, cpu / wall / cores)
+        total = sum(int(done) for done, _ in answers)
+        return Ceiling(total, wall, cpu / wall / cores, sum(float(c) for _, c in answers))
     finally:
         server.terminate()
         server.wait(10)
@@ -180,14 +225,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--processes", type=int, default=4, help="client processes")
     parser.add_argument("--in-flight", type=int, default=32, help="requests each keeps open")
+    parser.add_argument(
+        "--clients",
+        default=",".join(CLIENTS),
+        help="which clients to measure, in turn, comma-separated (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
-    for raw, client in ((False, "httpx, as the harness"), (True, "a bare HTTP/1.1 client")):
-        result = measure(args.seconds, args.processes, args.in_flight, raw)
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    if unknown := sorted(set(clients) - set(CLIENTS)):
+        parser.error(f"unknown client {', '.join(unknown)}: choose from {', '.join(CLIENTS)}")
+    names = {
+        "httpx": "httpx (submitter, admin calls)",
+        "aiohttp": "aiohttp (simulated workers)",
+        "bare": "a bare HTTP/1.1 client",
+    }
+    for client in clients:
+        result = measure(args.seconds, args.processes, args.in_flight, client)
         print(
-            f"{client}: {result.per_second:,.0f} requests/s to an empty endpoint "
+            f"{names[client]}: {result.per_second:,.0f} requests/s to an empty endpoint "
             f"({result.requests:,} in {result.seconds:.1f} s; server CPU "
-            f"{result.server_cpu_share:.0%} of the machine): at four requests a job, at most "
-            f"{result.per_second / 4:,.0f} jobs/s"
+            f"{result.server_cpu_share:.0%} of the machine; client CPU "
+            f"{result.client_cpu_seconds / result.seconds:.2f} cores, "
+            f"{result.client_cpu_per_request_ms:.2f} ms a request): at four requests a job, "
+            f"at most {result.per_second / 4:,.0f} jobs/s"
         )
     return 0
 

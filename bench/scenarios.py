@@ -97,6 +97,9 @@ class Options:
     work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gf-bench-")))
     profile_dir: Path | None = None  # py-spy stacks of each scenario's server
     replicas: int = 1  # above 1: that many servers on the PostgreSQL database (scenario 6)
+    # Scenario 1 again with one job in the fleet at a time (scenario 6: the latency of the
+    # way to a worker, one replica against two, without the backlog of a saturated box).
+    paced: bool = False
 
     @property
     def database(self) -> str:
@@ -209,15 +212,23 @@ def first(seen: Iterable[Seen], kind: str) -> dict[str, Seen]:
 
 
 async def _latency_run(
-    server: BenchServer, fleet: Fleet, jobs: int, budget: float = 600.0
+    server: BenchServer, fleet: Fleet, jobs: int, budget: float = 600.0, paced: bool = False
 ) -> dict[str, Any]:
-    """Submit `jobs` one at a time, for at most `budget` seconds; submit answer → event."""
+    """Submit `jobs` one at a time, for at most `budget` seconds; submit answer → event.
+
+    Each submit follows the previous answer; `paced`, the previous job's completion (one job
+    in the fleet at a time), so that what is timed is the way to an idle worker, not a
+    backlog of the workers' reports."""
     await fleet.collect()  # forget what came before
     submitted: dict[str, tuple[float, float]] = {}
     refused: list[str] = []
-    say(f"submitting {jobs} jobs one at a time")
+    unfinished = 0
+    say(
+        f"submitting {jobs} jobs one at a time"
+        + (", each after the last completed" if paced else "")
+    )
     stop_at = time.monotonic() + budget
-    async with admin_client(server) as client:
+    async with admin_client(server) as client, fleet.following() as completions:
         for _ in range(jobs):
             if time.monotonic() > stop_at:
                 say(f"stopped submitting after {budget:g} s: {len(submitted)} of {jobs} jobs")
@@ -228,6 +239,8 @@ async def _latency_run(
                 refused.append(str(exc)[:200])
                 continue
             submitted[job_id] = (sent, answered)
+            if paced and not await completions.wait(job_id, within=30.0):
+                unfinished += 1
     before = (await fleet.status())["counts"].get("done", 0)
     seen: list[Seen] = []
     deadline = time.monotonic() + 120
@@ -251,6 +264,8 @@ async def _latency_run(
         "send_to_event": ms_summary(send_to_event),
         "submit_round_trip": ms_summary([a - s for s, a in submitted.values()]),
         "done_before_collect": before,
+        "paced": paced,
+        "unfinished_within_30s": unfinished,
     }
 
 
@@ -269,6 +284,10 @@ async def dispatch_latency(opts: Options) -> Result:
         result.metrics.update(await _latency_run(server, fleet, size.s1_jobs))
         result.metrics["server_cpu_share"] = round(server.usage().cpu_share, 3)
         result.metrics.update(_other_replicas(server))
+        if opts.paced:
+            result.metrics["one_in_flight"] = await _latency_run(
+                server, fleet, size.s1_jobs, paced=True
+            )
         result.metrics["errors"] = (await fleet.status())["errors"][:10]
     lat = result.metrics["answer_to_event"]
     result.check("p50 submit answer → event (ms)", lat["p50_ms"], "≤ 2", _le(lat["p50_ms"], 2))
@@ -279,6 +298,20 @@ async def dispatch_latency(opts: Options) -> Result:
     result.check("p99 submit sent → event (ms)", sent["p99_ms"], "-", None)
     _check_cpu(result)
     _check_refused(result, result.metrics["refused"])
+    if opts.paced:
+        paced = result.metrics["one_in_flight"]
+        lat, sent = paced["answer_to_event"], paced["send_to_event"]
+        label = "one job in flight:"
+        result.check(
+            f"{label} p50 answer → event (ms)", lat["p50_ms"], "≤ 2", _le(lat["p50_ms"], 2)
+        )
+        result.check(f"{label} p99 (ms)", lat["p99_ms"], "≤ 10", _le(lat["p99_ms"], 10))
+        result.check(f"{label} p99 sent → event (ms)", sent["p99_ms"], "-", None)
+        _check_refused(result, paced["refused"])
+        if paced["unfinished_within_30s"]:
+            result.check(
+                "jobs not completed within 30 s", paced["unfinished_within_30s"], "0", False
+            )
     return result
 
 
@@ -694,7 +727,7 @@ async def side_by_side(opts: Options) -> list[Result]:
     results: list[Result] = []
     url = opts.database_url or PG_DEFAULT
     for replicas, prefix in ((1, "6"), (2, "6/r")):
-        pg = Options(opts.size, url, opts.work_dir, opts.profile_dir, replicas=replicas)
+        pg = Options(opts.size, url, opts.work_dir, opts.profile_dir, replicas=replicas, paced=True)
         for run in (dispatch_latency, throughput):
             r = await run(pg)
             r.scenario = f"{prefix}/{r.scenario}" if replicas > 1 else f"6/{r.scenario}"

@@ -2,9 +2,13 @@
 
 Each simulated worker registers, keeps its event stream (SSE) open, heartbeats, and answers
 offers the way `gpufleet worker` does (acknowledged, running, then completed at once, or
-held until told to finish). Every process runs one asyncio loop and one httpx client; the
-parent steers them through a pipe and collects what they saw, stamped with the system-wide
-monotonic clock (comparable across processes) and the wall clock.
+held until told to finish). Every process runs one asyncio loop (uvloop) and one aiohttp
+client session; the parent steers them through a pipe and collects what they saw, stamped with
+the system-wide monotonic clock (comparable across processes) and the wall clock.
+
+The workers speak aiohttp, not httpx (which the rest of the harness uses): the harness shares
+the machine with the servers it measures, and httpx took a millisecond or more of CPU a
+request here (`python -m bench.ceiling` compares the clients).
 """
 
 from __future__ import annotations
@@ -14,18 +18,44 @@ import contextlib
 import multiprocessing
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
-from httpx_sse import aconnect_sse
+
+from bench.sse import Decoder
 
 COMPLETE = "complete"  # acknowledge, run, complete at once
 HOLD = "hold"  # acknowledge and run, then hold the job until told to finish
-CLIENT_SHARE = 32  # simulated workers per httpx client
+# As `httpx.Timeout(60.0)` was: 60 s to connect and between reads, none on a whole request,
+# and none between reads on a stream (it is quiet between pings).
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=60.0, sock_read=60.0)
+STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=60.0, sock_read=None)
+# What a request can fail with short of an answer: aiohttp's own errors and its timeouts.
+TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
+
+
+def worker_session(url: str) -> aiohttp.ClientSession:
+    """The HTTP client of one process's simulated workers (call it inside the running loop).
+
+    One session for the whole process. httpx had one client per 32 workers because httpcore
+    scans its whole pool on every request; aiohttp's connector takes an idle connection off a
+    per-host deque, so one pool costs no more with 2,500 streams in it, and the workers'
+    requests share its idle keep-alive connections (fewer connects than a pool per group).
+    No cap (limit=0): the open streams and their requests never wait for a connection. An
+    idle connection is dropped after 4 s, before uvicorn's 5 s keep-alive closes it under a
+    request (a POST is not retried). No cookie jar: the protocol has no cookies.
+    """
+    return aiohttp.ClientSession(
+        base_url=url,
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0),
+        timeout=REQUEST_TIMEOUT,
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +93,14 @@ class _Sim:
 class _Process:
     """The simulated workers of one process."""
 
-    def __init__(self, url: str, creds: Sequence[Cred], mode: str, interval: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        creds: Sequence[Cred],
+        mode: str,
+        interval: float,
+        completions: Connection | None = None,
+    ) -> None:
         self.url = url
         self.mode = mode
         self.interval = interval
@@ -76,21 +113,10 @@ class _Process:
         self.streaming: set[str] = set()  # workers whose stream is open now
         self.reconnects = 0
         self.errors: list[str] = []
-        # httpcore scans its whole pool on every request: with thousands of open streams
-        # in one pool that scan is the harness's bottleneck, so each client serves a few.
-        self.clients: list[httpx.AsyncClient] = []
-        self.client_of: dict[str, httpx.AsyncClient] = {}
-        for i, cred in enumerate(creds):
-            if i % CLIENT_SHARE == 0:
-                limit = CLIENT_SHARE * 2 + 8
-                self.clients.append(
-                    httpx.AsyncClient(
-                        base_url=url,
-                        timeout=httpx.Timeout(60.0),
-                        limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
-                    )
-                )
-            self.client_of[cred.id] = self.clients[-1]
+        self.http = worker_session(url)
+        # Job ids of completed jobs go out here while the parent follows them ("follow").
+        self.completions = completions
+        self.following = False
 
     def note(self, kind: str, sim: _Sim, job_id: str, attempt_id: str) -> None:
         self.seen.append(Seen(kind, sim.cred.id, job_id, attempt_id, time.monotonic(), time.time()))
@@ -99,12 +125,14 @@ class _Process:
         if len(self.errors) < 50:
             self.errors.append(what)
 
-    async def post(self, sim: _Sim, path: str, body: dict[str, Any]) -> httpx.Response:
-        return await self.client_of[sim.cred.id].post(
+    async def post(self, sim: _Sim, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        """The answer's status code and body."""
+        async with self.http.post(
             path,
-            content=orjson.dumps(body),
+            data=orjson.dumps(body),
             headers={"X-Worker-Token": sim.cred.token, "Content-Type": "application/json"},
-        )
+        ) as resp:
+            return resp.status, await resp.read()
 
     # ---- one worker ------------------------------------------------------------------------
 
@@ -139,45 +167,49 @@ class _Process:
         if sim.held is not None:
             body |= {"current_job_id": sim.held.job_id, "current_attempt_id": sim.held.attempt_id}
         try:
-            resp = await self.post(sim, "/api/workers/register", body)
-        except httpx.HTTPError as exc:
+            status, answer = await self.post(sim, "/api/workers/register", body)
+        except TRANSPORT_ERRORS as exc:
             self.error(f"register {sim.cred.id}: {exc!r}")
             return False
-        if resp.status_code != 200:
-            self.error(f"register {sim.cred.id}: {resp.status_code} {resp.text[:200]}")
+        if status != 200:
+            self.error(f"register {sim.cred.id}: {status} {_text(answer)}")
             return False
         self.registered.add(sim.cred.id)
-        if resp.json().get("abandon_job") and sim.held is not None:
+        if orjson.loads(answer).get("abandon_job") and sim.held is not None:
             sim.held = None
         return True
 
     async def stream(self, sim: _Sim, opened: asyncio.Event) -> None:
         try:
-            async with aconnect_sse(
-                self.client_of[sim.cred.id],
-                "GET",
+            async with self.http.get(
                 "/api/workers/stream",
                 params={"worker_id": sim.cred.id},
                 headers={"X-Worker-Token": sim.cred.token},
-                timeout=httpx.Timeout(60.0, read=None),
-            ) as source:
-                if source.response.status_code != 200:
-                    self.error(f"stream {sim.cred.id}: {source.response.status_code}")
+                timeout=STREAM_TIMEOUT,
+            ) as resp:
+                if resp.status != 200:
+                    self.error(f"stream {sim.cred.id}: {resp.status}")
                     return
-                async for sse in source.aiter_sse():
-                    event = orjson.loads(sse.data)
-                    kind = event.get("type")
-                    if kind == "connected":
-                        self.streaming.add(sim.cred.id)
-                        opened.set()
-                    elif kind == "job_submit":
-                        await self.offered(sim, event)
-                    elif kind == "job_cancel":
-                        await self.cancelled(sim, event)
-        except httpx.HTTPError as exc:
+                decoder = Decoder()
+                # Whatever has arrived, not a line at a time: one wake-up per chunk, and no
+                # cap on a line's length (readline() gives up past 128 KiB).
+                async for chunk in resp.content.iter_any():
+                    for sse in decoder.feed(chunk):
+                        await self.on_event(sim, opened, orjson.loads(sse.data))
+        except TRANSPORT_ERRORS as exc:
             self.error(f"stream {sim.cred.id}: {exc!r}")
         finally:
             self.streaming.discard(sim.cred.id)
+
+    async def on_event(self, sim: _Sim, opened: asyncio.Event, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "connected":
+            self.streaming.add(sim.cred.id)
+            opened.set()
+        elif kind == "job_submit":
+            await self.offered(sim, event)
+        elif kind == "job_cancel":
+            await self.cancelled(sim, event)
 
     async def offered(self, sim: _Sim, event: dict[str, Any]) -> None:
         job_id, attempt_id = event["job_id"], event["attempt_id"]
@@ -199,19 +231,19 @@ class _Process:
         held = sim.held
         assert held is not None
         try:
-            resp = await self.post(
+            code, answer = await self.post(
                 sim,
                 f"/api/workers/job/{held.job_id}/status",
                 {"status": status, "attempt_id": held.attempt_id},
             )
-        except httpx.HTTPError as exc:
+        except TRANSPORT_ERRORS as exc:
             self.error(f"report {status} {held.job_id}: {exc!r}")
             sim.held = None
             return False
-        if resp.status_code != 200:
+        if code != 200:
             self.note("refused", sim, held.job_id, held.attempt_id)
-            if resp.status_code != 409:
-                self.error(f"report {status}: {resp.status_code} {resp.text[:200]}")
+            if code != 409:
+                self.error(f"report {status}: {code} {_text(answer)}")
             sim.held = None
             return False
         if status == "running":
@@ -219,6 +251,8 @@ class _Process:
         elif status in ("completed", "cancelled"):
             self.note("done" if status == "completed" else "cancel", sim, *_ids(held))
             sim.held = None
+            if status == "completed" and self.following and self.completions is not None:
+                self.completions.send(held.job_id)
         return True
 
     async def cancelled(self, sim: _Sim, event: dict[str, Any]) -> None:
@@ -245,9 +279,9 @@ class _Process:
             }
             phase, sent = self.phase, time.monotonic()
             try:
-                resp = await self.post(sim, "/api/workers/heartbeat", body)
-                self.beats.append((phase, time.monotonic() - sent, resp.status_code))
-            except httpx.HTTPError as exc:
+                code, _ = await self.post(sim, "/api/workers/heartbeat", body)
+                self.beats.append((phase, time.monotonic() - sent, code))
+            except TRANSPORT_ERRORS as exc:
                 self.beats.append((phase, time.monotonic() - sent, 0))
                 self.error(f"heartbeat {sim.cred.id}: {exc!r}")
             delay = max(0.0, self.interval - (time.monotonic() - sent))
@@ -275,6 +309,9 @@ class _Process:
             return None
         if cmd == "phase":
             self.phase = arg
+            return None
+        if cmd == "follow":
+            self.following = bool(arg)
             return None
         if cmd == "busy":
             return [
@@ -318,9 +355,13 @@ class _Process:
         await asyncio.gather(
             *(t for s in self.sims.values() for t in s.tasks), return_exceptions=True
         )
-        for client in self.clients:
-            await client.aclose()
+        await self.http.close()
         conn.send(("ok", None))
+
+
+def _text(answer: bytes) -> str:
+    """The start of an answer's body, for an error message."""
+    return answer.decode("utf-8", "replace")[:200]
 
 
 def _ids(held: _Held) -> tuple[str, str]:
@@ -334,7 +375,14 @@ def _counts(seen: Iterable[Seen]) -> dict[str, int]:
     return out
 
 
-def _child(conn: Connection, url: str, creds: list[Cred], mode: str, interval: float) -> None:
+def _child(
+    conn: Connection,
+    url: str,
+    creds: list[Cred],
+    mode: str,
+    interval: float,
+    completions: Connection,
+) -> None:
     from bench.server import quiet_collector, raise_fd_limit
 
     raise_fd_limit()
@@ -345,9 +393,38 @@ def _child(conn: Connection, url: str, creds: list[Cred], mode: str, interval: f
         uvloop.install()
 
     async def main() -> None:
-        await _Process(url, creds, mode, interval).serve(conn)
+        await _Process(url, creds, mode, interval, completions).serve(conn)
 
     asyncio.run(main())
+
+
+class Completions:
+    """Jobs the fleet completed, as its processes tell them; wait for one by id."""
+
+    def __init__(self) -> None:
+        self.done: set[str] = set()
+        self._waiting: dict[str, asyncio.Future[None]] = {}
+
+    def drain(self, heard: Connection) -> None:
+        while heard.poll():
+            job_id = heard.recv()
+            self.done.add(job_id)
+            waiter = self._waiting.pop(job_id, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self, job_id: str, within: float) -> bool:
+        """Whether the job completed within `within` seconds."""
+        if job_id in self.done:
+            return True
+        waiter = self._waiting.setdefault(job_id, asyncio.get_running_loop().create_future())
+        try:
+            async with asyncio.timeout(within):
+                await waiter
+        except TimeoutError:
+            self._waiting.pop(job_id, None)
+            return False
+        return True
 
 
 class Fleet:
@@ -366,6 +443,7 @@ class Fleet:
         nprocs = max(1, -(-len(self.creds) // per_process))
         ctx = multiprocessing.get_context("spawn")
         self._conns: list[Connection] = []
+        self._completions: list[Connection] = []
         self._procs: list[Any] = []
         self._owner: dict[str, int] = {}
         for i in range(nprocs):
@@ -373,11 +451,15 @@ class Fleet:
             for c in part:
                 self._owner[c.id] = i
             parent, child = ctx.Pipe()
+            heard, told = ctx.Pipe(duplex=False)
             proc = ctx.Process(
-                target=_child, args=(child, url, part, mode, heartbeat_interval), daemon=True
+                target=_child,
+                args=(child, url, part, mode, heartbeat_interval, told),
+                daemon=True,
             )
             proc.start()
             self._conns.append(parent)
+            self._completions.append(heard)
             self._procs.append(proc)
 
     def _ask(self, i: int, cmd: str, arg: Any = None) -> Any:
@@ -441,6 +523,23 @@ class Fleet:
             "errors": [e for p in parts for e in p["errors"]],
             "counts": counts,
         }
+
+    @contextlib.asynccontextmanager
+    async def following(self) -> AsyncIterator[Completions]:
+        """Hear each job's completion as its worker's report is answered (a pipe a process,
+        read on the event loop), until the block ends."""
+        done = Completions()
+        loop = asyncio.get_running_loop()
+        for heard in self._completions:
+            loop.add_reader(heard.fileno(), done.drain, heard)
+        await self.ask_all("follow", True)
+        try:
+            yield done
+        finally:
+            await self.ask_all("follow", False)
+            for heard in self._completions:
+                loop.remove_reader(heard.fileno())
+                done.drain(heard)  # what came before the workers stopped telling
 
     async def set_heartbeat(self, phase: str, interval: float) -> None:
         await self.ask_all("heartbeat", (phase, interval))

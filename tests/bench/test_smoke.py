@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from bench.ceiling import measure
+from bench.ceiling import CLIENTS, measure
 from bench.report import Result
 from bench.scenarios import SCENARIOS, SMOKE, Options
 
@@ -78,11 +78,18 @@ async def test_side_by_side_runs_latency_and_throughput_on_postgresql(tmp_path: 
     # Across replicas too, every job reached a worker streaming from the other replica.
     assert results[2].metrics["delivered"] == results[2].metrics["submitted"] > 0
     assert results[3].metrics["completed"] == results[3].metrics["submitted"] > 0
+    # With one job in flight, on one replica and on two: each job completed before the next.
+    for result in (results[0], results[2]):
+        paced = result.metrics["one_in_flight"]
+        assert paced["paced"] and paced["unfinished_within_30s"] == 0
+        assert paced["delivered"] == paced["submitted"] == SMOKE.s1_jobs
+        assert any(c.metric.startswith("one job in flight") for c in result.checks)
 
 
-@pytest.mark.parametrize("raw", [False, True], ids=["httpx", "bare"])
-def test_the_ceiling_probe_counts_answered_requests(raw: bool) -> None:
-    """`python -m bench.ceiling`: an empty endpoint on the same stack, both clients."""
-    result = measure(seconds=0.5, processes=1, in_flight=2, raw=raw)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_ceiling_probe_counts_answered_requests_and_the_clients_cpu(client: str) -> None:
+    """`python -m bench.ceiling`: an empty endpoint on the same stack, each client."""
+    result = measure(seconds=0.5, processes=1, in_flight=2, client=client)
     assert result.requests > 0
     assert 0 < result.server_cpu_share <= 1
+    assert result.client_cpu_seconds > 0
