@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sqlite3
 from datetime import UTC, datetime
@@ -101,3 +102,28 @@ async def test_the_head_of_the_queue_is_read_through_the_index_without_sorting(
         await store.close()
     assert "ix_jobs_queue" in plan, plan
     assert "TEMP B-TREE" not in plan, plan
+
+
+async def test_a_commit_wakes_its_streams_before_the_next_writer_goes_on(tmp_path: Path) -> None:
+    """SQLite writers queue on one lock: the committed transaction's after-commit step (it
+    wakes the streams its offers go to) runs before the writer waiting behind it."""
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'gf.db'}")
+    order: list[str] = []
+
+    async def next_writer() -> None:
+        async with store.write() as q:
+            await q.conn.execute(text("SELECT 1"))
+            order.append("next writer")
+
+    try:
+        async with store.write(after_commit=lambda: order.append("woken")) as q:
+            waiting = asyncio.create_task(next_writer())
+            await asyncio.sleep(0)  # it now waits for the lock
+            await q.conn.execute(text("SELECT 1"))
+        await waiting
+        with pytest.raises(RuntimeError):
+            async with store.write(after_commit=lambda: order.append("rolled back")):
+                raise RuntimeError("the transaction fails")
+    finally:
+        await store.close()
+    assert order == ["woken", "next writer"]

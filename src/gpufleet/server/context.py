@@ -92,17 +92,24 @@ class Tx:
 
 @contextlib.asynccontextmanager
 async def transaction(ctx: Context) -> AsyncIterator[Tx]:
-    async with ctx.store.write() as q:
+    tx: Tx | None = None
+
+    def committed() -> None:
+        # Before the next writer on SQLite goes on (a freed worker's look at a deep queue
+        # can hold the loop for milliseconds): the offer this transaction made goes first.
+        assert tx is not None
+        ctx.metrics.apply(tx.observations)
+        for topic in tx.close:
+            ctx.hub.close(topic)
+        for topic, events in tx.handed.items():
+            ctx.hub.notify(topic, events)
+        for topic in tx.notify:
+            ctx.hub.notify(topic)
+
+    async with ctx.store.write(after_commit=committed) as q:
         tx = Tx(q, ctx.clock())
         yield tx
         if tx.audits:
             await q.insert_audit(tx.audits)
         # heard elsewhere on commit
         await ctx.replicas.send_in(q.conn, tx.notify, tx.close, tx.handed)
-    ctx.metrics.apply(tx.observations)
-    for topic in tx.close:
-        ctx.hub.close(topic)
-    for topic, events in tx.handed.items():
-        ctx.hub.notify(topic, events)
-    for topic in tx.notify:
-        ctx.hub.notify(topic)

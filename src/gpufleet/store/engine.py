@@ -8,7 +8,7 @@ import fcntl
 import functools
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
 from typing import IO, Any
@@ -73,10 +73,19 @@ class Store:
             await asyncio.to_thread(self._checkpointer.run)
 
     @contextlib.asynccontextmanager
-    async def write(self) -> AsyncIterator[Queries]:
+    async def write(self, after_commit: Callable[[], None] | None = None) -> AsyncIterator[Queries]:
+        """One write transaction. `after_commit` runs once it has committed, before the next
+        writer waiting on SQLite's lock goes on: the streams it wakes send first."""
+
+        def committed(exc_type: object, _exc: object, _tb: object) -> bool:
+            if exc_type is None and after_commit is not None:
+                after_commit()
+            return False
+
         async with contextlib.AsyncExitStack() as stack:
             if self._write_lock is not None:
                 await stack.enter_async_context(self._write_lock)
+            stack.push(committed)  # unwound after the commit, before the lock
             try:
                 conn = await stack.enter_async_context(self.engine.begin())
             except (OperationalError, DBAPIError, OSError) as exc:
