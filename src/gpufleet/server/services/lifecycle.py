@@ -72,9 +72,10 @@ async def release_worker(
 ) -> bool:
     """Free the worker that held this attempt; True if it was still holding it. `locked`:
     the worker as this transaction read it under its row lock, if it did (not read again)."""
-    worker = (
-        locked if locked is not None and locked.id == worker_id else None
-    ) or await tx.q.get_worker(worker_id, lock=True)
+    if locked is not None and locked.id == worker_id:
+        worker: Worker | None = locked
+    else:
+        worker = await tx.q.get_worker(worker_id, lock=True)
     if worker is None or worker.current_attempt_id != attempt.id:
         return False
     ran = attempt.acknowledged_at is not None or attempt.status in (
