@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8001
 DATA   ?= .gpufleet
 
-.PHONY: up test lint venv postgres system-packages clean
+.PHONY: up test lint venv postgres system-packages agent-wheel clean
 
 venv: $(STAMP)
 
@@ -15,6 +15,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# The released SimpleTuner worker agent, as published, for tests/e2e/test_simpletuner_agent.py.
+# Only its wheel is fetched (no dependencies: the tests import its worker_agent.py alone), once,
+# into the virtualenv; nothing downloads while the tests run.
+AGENT_VERSION := 4.10.1
+AGENT_WHEEL   := $(VENV)/agent-wheels/simpletuner-$(AGENT_VERSION)-py3-none-any.whl
+
+agent-wheel: $(AGENT_WHEEL)
+
+$(AGENT_WHEEL): | $(STAMP)
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+	  -d $(VENV)/agent-wheels simpletuner==$(AGENT_VERSION)
 
 # The orchestrator on SQLite under $(DATA), with a local persistent worker, ready for jobs.
 up: venv
@@ -34,7 +46,7 @@ system-packages:
 	  command -v nginx >/dev/null || test -x /usr/sbin/nginx || missing="$$missing nginx"; \
 	  if [ -n "$$missing" ]; then apt-get update && apt-get install -y $$missing; fi
 
-test: venv postgres system-packages
+test: venv agent-wheel postgres system-packages
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: venv

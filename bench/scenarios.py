@@ -556,6 +556,7 @@ async def insert_unmatched_jobs(database_url: str, depth: int) -> float:
                     "gpu_count": 0,
                     "priority": 0,
                     "max_retries": 0,
+                    "retry_on": ["lost"],
                     "attempts": 0,
                     "submitted_by": "bench",
                     "created_at": start + timedelta(milliseconds=i),

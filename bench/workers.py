@@ -163,6 +163,7 @@ class _Process:
             "gpu_vram_gb": 24,
             "accelerator_type": "cuda",
             "agent": "gpufleet-bench",
+            "features": ["command", "attempts"],  # speaks gpufleet's dialect
         }
         if sim.held is not None:
             body |= {"current_job_id": sim.held.job_id, "current_attempt_id": sim.held.attempt_id}

@@ -34,6 +34,7 @@ HEARTBEAT_TIMEOUT = 120.0
 ACK_TIMEOUT = 30.0
 CLIENT = ("127.0.0.1", 40000)
 EVENT_TIMEOUT = 5.0
+GPUFLEET_FEATURES = ["command", "attempts"]  # what `gpufleet worker` says it does
 
 # For tests of HTTP rules that no storage backend could change: SQLite only, to stay fast.
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -179,6 +180,7 @@ class Agent:
 
     async def register(self, **body: Any) -> httpx.Response:
         body.setdefault("name", self.name)
+        body.setdefault("features", GPUFLEET_FEATURES)  # gpufleet's dialect unless told
         return await self.fleet.http.post("/api/workers/register", json=body, headers=self.headers)
 
     async def open_stream(self, worker_id: str | None = None) -> EventStream:

@@ -31,6 +31,8 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("post", "/api/workers/heartbeat"): WORKER,
     ("post", "/api/workers/job/{job_id}/status"): WORKER,
     ("post", "/api/workers/job/{job_id}/logs"): WORKER,
+    ("post", "/api/workers/job/{job_id}/upload"): WORKER,
+    ("put", "/api/workers/job/{job_id}/upload"): WORKER,
     ("get", "/api/workers/queue"): WORKER,
     ("post", "/api/workers/disconnect"): WORKER,
     ("post", "/api/queue/submit"): "queue.submit",

@@ -579,6 +579,7 @@ async def _queue_without_dispatch(fleet: Fleet, labels: dict[str, str]) -> str:
                 "gpu_count": 1,
                 "priority": 0,
                 "max_retries": 0,
+                "retry_on": ["lost"],
                 "attempts": 0,
                 "submitted_by": "test",
                 "created_at": now,

@@ -180,9 +180,33 @@ async def test_a_worker_marked_offline_is_told_to_register_again(fleet: Fleet) -
     assert (await agent.info())["status"] == "idle"
 
 
+async def test_a_job_whose_process_fails_is_failed_at_once_by_default(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit(max_retries=3)
+    assert job["retry_on"] == ["lost"]
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    answer = await agent.finish(offer, "failed", exit_code=3, error="exited with code 3")
+    assert answer["job_status"] == "failed"
+    final = await fleet.job(job["id"])
+    assert final["attempts"] == 1 and final["error"] == "exited with code 3"
+    assert (await agent.info())["status"] == "idle"
+
+
+async def test_a_job_stopped_by_its_worker_is_retried_like_a_lost_one(fleet: Fleet) -> None:
+    """`cancelled` from the worker, not from a user: preempted, or the agent shut down."""
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit(max_retries=1)
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    answer = await agent.finish(offer, "cancelled")
+    assert answer["job_status"] == "queued"
+    assert (await fleet.job(job["id"]))["attempt_history"][0]["status"] == "cancelled"
+
+
 async def test_a_job_that_keeps_failing_fails_for_good_after_its_retries(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
-    job = await fleet.submit(max_retries=2)
+    job = await fleet.submit(max_retries=2, retry_on=["lost", "failed"])
 
     for attempt in range(1, 4):
         offer = await agent.next_offer()
@@ -361,7 +385,7 @@ async def _next_offer_after_withdrawal(agent: Any) -> dict[str, Any]:
 
 async def test_an_offer_never_acknowledged_spends_no_retry(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
-    job = await fleet.submit(max_retries=0)
+    job = await fleet.submit(max_retries=0, retry_on=["lost", "failed"])
     first = await agent.next_offer()
     fleet.clock.advance(ACK_TIMEOUT + 1)
     assert await fleet.ack_sweep() == 1

@@ -54,7 +54,7 @@ async def test_the_histograms_and_counters_move_when_jobs_run(fleet: Fleet) -> N
     offer = await agent.next_offer()
     await agent.report(ok["id"], "running", attempt_id=offer["attempt_id"])
     await agent.report(ok["id"], "completed", attempt_id=offer["attempt_id"], exit_code=0)
-    bad = await fleet.submit(max_retries=1)
+    bad = await fleet.submit(max_retries=1, retry_on=["lost", "failed"])
     offer = await agent.next_offer()
     await agent.report(bad["id"], "failed", attempt_id=offer["attempt_id"], exit_code=2)
     await agent.heartbeat()

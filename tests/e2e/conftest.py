@@ -236,6 +236,7 @@ class FakeWorker:
             "gpu_name": "Fake GPU",
             "gpu_vram_gb": 24,
             "accelerator_type": "cuda",
+            "features": ["command", "attempts"],  # gpufleet's dialect unless told
             **body,
         }
         resp = self.post("/api/workers/register", payload)

@@ -21,6 +21,7 @@ from gpufleet.domain.states import (
     WORKER_TRANSITIONS,
     AttemptStatus,
     JobStatus,
+    RetryOn,
     WorkerStatus,
     can_move_attempt,
     can_move_job,
@@ -218,10 +219,22 @@ def test_lost_and_withdrawn_attempts_have_no_job_status_of_their_own(outcome):
     assert outcome not in JOB_FOR_ATTEMPT
 
 
-@given(outcome=st.sampled_from(AttemptStatus))
-def test_only_failed_lost_and_withdrawn_attempts_may_be_retried(outcome):
-    expected = outcome in {AttemptStatus.FAILED, AttemptStatus.LOST, AttemptStatus.WITHDRAWN}
-    assert retry_after(outcome) is expected
+@given(
+    outcome=st.sampled_from(AttemptStatus),
+    retry_on=st.frozensets(st.sampled_from(RetryOn)),
+)
+def test_an_ended_attempt_is_retried_only_as_retry_on_says(outcome, retry_on):
+    expected = (
+        outcome is AttemptStatus.WITHDRAWN  # it never ran: offered again whatever retry_on says
+        or (outcome in {AttemptStatus.LOST, AttemptStatus.CANCELLED} and RetryOn.LOST in retry_on)
+        or (outcome is AttemptStatus.FAILED and RetryOn.FAILED in retry_on)
+    )
+    assert retry_after(outcome, retry_on) is expected
+
+
+@pytest.mark.parametrize("outcome", [AttemptStatus.COMPLETED, AttemptStatus.FAILED])
+def test_by_default_a_completed_or_failed_process_is_not_retried(outcome):
+    assert retry_after(outcome) is False
 
 
 @pytest.mark.parametrize("outcome", [AttemptStatus.LOST, AttemptStatus.WITHDRAWN])

@@ -68,7 +68,12 @@ jobs.add_command(watch)
     "--max-retries",
     type=click.IntRange(0, 100),
     default=3,
-    help="Requeue this many times after a lost worker.",
+    help="Requeue this many times after a lost worker (see --retry-failed).",
+)
+@click.option(
+    "--retry-failed",
+    is_flag=True,
+    help="Retry when the job's own process fails too, not only when its worker is lost.",
 )
 @json_option
 @api_options
@@ -80,6 +85,7 @@ def submit(
     gpu_count: int | None,
     priority: int,
     max_retries: int,
+    retry_failed: bool,
     as_json: bool,
 ) -> None:
     """Submit CONFIG: a stored config's name, or a JSON file submitted inline."""
@@ -89,6 +95,7 @@ def submit(
         "gpu_count": gpu_count,
         "priority": priority,
         "max_retries": max_retries,
+        "retry_on": ["lost", "failed"] if retry_failed else ["lost"],
     }
     path = Path(config)
     if path.is_file():
@@ -195,7 +202,11 @@ def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("gpus", job["gpu_count"]),
         ("priority", job["priority"]),
         ("worker", job["worker_id"]),
-        ("attempts", f"{job['attempts']} (retries allowed: {job['max_retries']})"),
+        (
+            "attempts",
+            f"{job['attempts']} (retries allowed: {job['max_retries']}, "
+            f"after: {', '.join(job['retry_on']) or 'never'})",
+        ),
         ("progress", out.progress_text(job["progress"])),
         ("exit code", job["exit_code"]),
         ("submitted", f"{out.when(job['created_at'])} by {job['submitted_by'] or '-'}"),

@@ -5,10 +5,40 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from fnmatch import fnmatchcase
 from itertools import combinations
+from typing import Any
 
 from gpufleet.domain.states import Target, WorkerStatus, WorkerType
+
+
+class Feature(StrEnum):
+    """What a worker agent says, at registration, it does beyond running a SimpleTuner
+    config. The released SimpleTuner agent says nothing: it has none of these."""
+
+    COMMAND = "command"  # runs the config's `command` argv with its `env`, honours `timeout_s`
+    ATTEMPTS = "attempts"  # names the attempt in every report, and heeds it in `job_cancel`
+
+
+# Config keys only a worker with Feature.COMMAND honours: the SimpleTuner agent ignores them
+# and runs `simpletuner.train`, so a job with any of them must not be offered to it.
+COMMAND_KEYS = ("command", "timeout_s", "env")
+
+
+def needs_of(config: Mapping[str, Any]) -> frozenset[Feature]:
+    """The features a worker must have to run this config as its submitter meant."""
+    if any(config.get(key) is not None for key in COMMAND_KEYS):
+        return frozenset({Feature.COMMAND})
+    return frozenset()
+
+
+def parse_features(reported: Any) -> frozenset[Feature]:
+    """The features a registration names; unknown names (a newer agent's) are ignored."""
+    if not isinstance(reported, list | tuple):
+        return frozenset()
+    known = {f.value for f in Feature}
+    return frozenset(Feature(name) for name in reported if name in known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +48,7 @@ class Requirement:
     target: Target
     gpu_count: int
     labels: Mapping[str, str]  # values are glob patterns, keys are exact
+    needs: frozenset[Feature] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +64,7 @@ class Capacity:
     worker_type: WorkerType = WorkerType.PERSISTENT
     spent: bool = False  # an ephemeral worker that has already run its one job
     current_job_id: str | None = None
+    features: frozenset[Feature] | None = None  # None: never registered, not known yet
 
 
 GLOB_CHARS = "*?["
@@ -91,6 +123,8 @@ def fits(req: Requirement, cap: Capacity) -> bool:
         return False
     if cap.gpu_count is not None and cap.gpu_count < req.gpu_count:
         return False
+    if cap.features is not None and not req.needs <= cap.features:
+        return False
     return labels_match(req.labels, cap.labels)
 
 
@@ -124,6 +158,12 @@ def reasons_not_running(req: Requirement, cap: Capacity) -> list[str]:
         reasons.append("has never registered, so its GPUs are unknown")
     elif cap.gpu_count < req.gpu_count:
         reasons.append(f"has {cap.gpu_count} GPU(s), the job needs {req.gpu_count}")
+    if cap.features is not None and Feature.COMMAND in req.needs - cap.features:
+        keys = "/".join(COMMAND_KEYS)
+        reasons.append(
+            f"runs SimpleTuner configs only (a SimpleTuner agent ignores {keys}); the job has "
+            "a command, a timeout or env: run it on a `gpufleet worker`"
+        )
     reasons.extend(label_mismatches(req.labels, cap.labels))
     if cap.status is WorkerStatus.BUSY:
         job = f" with job {cap.current_job_id}" if cap.current_job_id else ""

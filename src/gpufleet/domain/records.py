@@ -6,8 +6,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpufleet.domain.matching import Capacity, Requirement
-from gpufleet.domain.states import AttemptStatus, JobStatus, Target, WorkerStatus, WorkerType
+from gpufleet.domain.matching import Capacity, Feature, Requirement, needs_of, parse_features
+from gpufleet.domain.states import (
+    AttemptStatus,
+    JobStatus,
+    RetryOn,
+    Target,
+    WorkerStatus,
+    WorkerType,
+)
 
 LOCAL_WORKER_ID = "w_local"
 
@@ -57,7 +64,12 @@ class Worker:
             worker_type=self.worker_type,
             spent=self.spent,
             current_job_id=self.current_job_id,
+            features=self.features if self.registered else None,
         )
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        return parse_features(self.capabilities.get("features"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +83,7 @@ class Job:
     gpu_count: int
     priority: int
     max_retries: int
+    retry_on: frozenset[RetryOn]
     attempts: int
     current_attempt_id: str | None
     worker_id: str | None
@@ -84,7 +97,12 @@ class Job:
     ended_at: datetime | None
 
     def requirement(self) -> Requirement:
-        return Requirement(target=self.target, gpu_count=self.gpu_count, labels=self.worker_labels)
+        return Requirement(
+            target=self.target,
+            gpu_count=self.gpu_count,
+            labels=self.worker_labels,
+            needs=needs_of(self.config),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,16 @@ class AttemptStatus(StrEnum):
     WITHDRAWN = "withdrawn"  # never acknowledged within the ack timeout
 
 
+class RetryOn(StrEnum):
+    """Which ended attempts a job is retried after (while `max_retries` lasts)."""
+
+    LOST = "lost"  # the worker went away, or stopped the job itself (preempted, shut down)
+    FAILED = "failed"  # the job's own process failed (a non-zero exit, a timeout)
+
+
+RETRY_DEFAULT = frozenset({RetryOn.LOST})
+
+
 class Target(StrEnum):
     WORKER = "worker"
     LOCAL = "local"
@@ -146,6 +156,19 @@ def parse_reported_status(value: str) -> AttemptStatus:
         raise InvalidInput(f"unknown job status {value!r}; send one of: {allowed}") from None
 
 
-def retry_after(failure: AttemptStatus) -> bool:
-    """Whether an attempt that ended this way may be retried (while retries remain)."""
-    return failure in (A.FAILED, A.LOST, A.WITHDRAWN)
+def retry_after(ended: AttemptStatus, retry_on: frozenset[RetryOn] = RETRY_DEFAULT) -> bool:
+    """Whether a job whose attempt ended this way (not by its user) goes back to the queue,
+    while retries remain.
+
+    An offer never acknowledged never ran: it is offered again (withdrawn offers are bounded
+    on their own). A lost attempt, or one the worker stopped itself (`cancelled` without a
+    user's cancel: preempted, shut down), is retried when `lost` is in `retry_on` (the
+    default); a failed process only when `failed` is.
+    """
+    if ended is A.WITHDRAWN:
+        return True
+    if ended in (A.LOST, A.CANCELLED):
+        return RetryOn.LOST in retry_on
+    if ended is A.FAILED:
+        return RetryOn.FAILED in retry_on
+    return False

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.domain.records import ApiKey, Attempt, AuditEvent, Job, StoredConfig, Worker
-from gpufleet.domain.states import Target, WorkerType
+from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target, WorkerType
 
 Name = Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")
 
@@ -154,6 +154,8 @@ class RegisterIn(Lenient):
     current_job_id: str | None = Field(None, max_length=64)
     current_attempt_id: str | None = Field(None, max_length=64)
     agent: str | None = Field(None, max_length=128)
+    # What the agent does beyond running a SimpleTuner config (domain.matching.Feature).
+    features: list[Annotated[str, Field(max_length=32)]] | None = Field(None, max_length=16)
 
 
 class RegisterOut(BaseModel):
@@ -219,6 +221,8 @@ class SubmitIn(Strict):
     gpu_count: int | None = Field(None, ge=0, le=1024)
     priority: int = Field(0, ge=-1000, le=1000)
     max_retries: int = Field(3, ge=0, le=100)
+    # Retried after: `lost` (the worker went away or stopped the job), `failed` (the process).
+    retry_on: list[RetryOn] = Field(default_factory=lambda: sorted(RETRY_DEFAULT), max_length=2)
 
 
 class AttemptOut(BaseModel):
@@ -259,6 +263,7 @@ class JobOut(BaseModel):
     gpu_count: int
     priority: int
     max_retries: int
+    retry_on: list[RetryOn]
     attempts: int
     current_attempt_id: str | None
     worker_id: str | None
@@ -283,6 +288,7 @@ class JobOut(BaseModel):
             gpu_count=j.gpu_count,
             priority=j.priority,
             max_retries=j.max_retries,
+            retry_on=sorted(j.retry_on),
             attempts=j.attempts,
             current_attempt_id=j.current_attempt_id,
             worker_id=j.worker_id,

@@ -22,6 +22,7 @@ from gpufleet.domain.records import (
 from gpufleet.domain.states import (
     AttemptStatus,
     JobStatus,
+    RetryOn,
     Target,
     WorkerStatus,
     WorkerType,
@@ -98,6 +99,7 @@ def _job(row: sa.Row[Any]) -> Job:
         gpu_count=m["gpu_count"],
         priority=m["priority"],
         max_retries=m["max_retries"],
+        retry_on=frozenset(RetryOn(v) for v in m["retry_on"]),
         attempts=m["attempts"],
         current_attempt_id=m["current_attempt_id"],
         worker_id=m["worker_id"],

@@ -109,6 +109,8 @@ jobs = sa.Table(
     sa.Column("gpu_count", sa.Integer, nullable=False),
     sa.Column("priority", sa.Integer, nullable=False),
     sa.Column("max_retries", sa.Integer, nullable=False),
+    # domain.states.RetryOn values; rows from before 0007 retried failures too
+    sa.Column("retry_on", JSON, nullable=False, server_default='["lost", "failed"]'),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("current_attempt_id", sa.String(32)),
     sa.Column("worker_id", sa.String(32)),

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufleet import __version__, logs
+from gpufleet.domain.matching import Feature
 from gpufleet.errors import AgentError
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.client import OrchestratorClient
@@ -363,6 +364,7 @@ class Agent:
             "current_job_id": job_id,
             "current_attempt_id": attempt_id,
             "agent": f"gpufleet/{__version__}",
+            "features": [feature.value for feature in Feature],
         }
 
     def _heartbeat_body(self) -> Json:

@@ -52,6 +52,7 @@ async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> Jo
         gpu_count=body.gpu_count,
         priority=body.priority,
         max_retries=body.max_retries,
+        retry_on=frozenset(body.retry_on),
     )
     return JobOut.of(await queue.submit(ctx, sub, who.actor, client))
 

@@ -38,7 +38,15 @@ def _registration(body: RegisterIn) -> Registration:
     if persistent is None and body.worker_type is not None:
         persistent = body.worker_type.value == "persistent"
     extra = body.model_dump(
-        include={"gpus", "driver_version", "cuda_version", "cpu_cores", "ram_gb", "agent"},
+        include={
+            "gpus",
+            "driver_version",
+            "cuda_version",
+            "cpu_cores",
+            "ram_gb",
+            "agent",
+            "features",
+        },
         exclude_none=True,
     )
     if info is not None and info.driver:
@@ -117,9 +125,9 @@ async def stream(
         raise
 
     async def events() -> AsyncIterator[bytes]:
-        sent: dict[str, float] = {}
         loop = asyncio.get_running_loop()
-        tick = min(sse.PING_SECONDS, ctx.settings.ack_timeout / 3)
+        pacing = fleet.OfferPacing.for_worker(ctx, worker)
+        offers: dict[str, dict[str, Any]] = {}  # attempt id → offer, while unacknowledged
         last_write = loop.time()
         handed: list[dict[str, Any]] = []
         reread = True  # the first round reads what waits for the worker
@@ -127,26 +135,32 @@ async def stream(
             with sub:
                 yield sse.frame({"type": "connected", "worker_id": worker.id}, event="connected")
                 while not sub.closed:
-                    # An offer handed over by the claim that made it goes out at once;
-                    # every other change notifies the topic plainly, and the stream reads
-                    # the database (so does a quiet stream while an offer it sent may need
-                    # sending again).
+                    # An offer handed over by the claim that made it is known at once; every
+                    # other change notifies the topic plainly, and the stream reads the
+                    # database (so does a quiet stream when an offer is due again).
                     for event in handed:
-                        if event["attempt_id"] not in sent:
-                            sent[event["attempt_id"]] = last_write = loop.time()
-                            yield sse.frame(event, event=event["type"])
-                    if reread or fleet.resend_due(ctx, sent, loop.time()):
+                        offers[event["attempt_id"]] = event
+                    pacing.retain(offers, loop.time())
+                    if reread or pacing.must_read(loop.time()):
                         pending = await asyncio.shield(
-                            _uncut(fleet.pending_events(ctx, worker.id, owner, sent, loop.time()))
+                            _uncut(fleet.pending_events(ctx, worker.id, owner))
                         )
                         if pending is None:
                             break  # a newer stream took over, or the worker went offline
-                        for event in pending:
+                        commands, offers = pending
+                        pacing.retain(offers, loop.time())
+                        for event in commands:
                             yield sse.frame(event, event=event["type"])
                             last_write = loop.time()
-                    # Woken by a change, for a resend while an offer is out, or to ping.
-                    until_ping = max(0.0, sse.PING_SECONDS - (loop.time() - last_write))
-                    await sub.wait(min(tick, until_ping) if sent else until_ping)
+                    for attempt_id in pacing.take_due(loop.time()):
+                        yield sse.frame(offers[attempt_id], event="job_submit")
+                        last_write = loop.time()
+                    # Woken by a change, when an offer is due, or to ping.
+                    wake = last_write + sse.PING_SECONDS
+                    due = pacing.next_due()
+                    if due is not None:
+                        wake = min(wake, due)
+                    await sub.wait(max(0.0, wake - loop.time()))
                     handed, reread = sub.take_handed()
                     if not sub.closed and loop.time() - last_write >= sse.PING_SECONDS:
                         yield sse.ping()
@@ -163,7 +177,10 @@ async def stream(
 
 @router.post("/heartbeat", response_model=HeartbeatOut)
 async def heartbeat(ctx: Ctx, worker: CurrentWorker, body: HeartbeatIn) -> HeartbeatOut:
-    w = await fleet.heartbeat(ctx, worker, body.worker_id, body.current_job_id)
+    says_no_job = body.status == "idle" or (
+        "current_job_id" in body.model_fields_set and body.current_job_id is None
+    )
+    w = await fleet.heartbeat(ctx, worker, body.worker_id, body.current_job_id, says_no_job)
     return HeartbeatOut(ok=True, status=w.status.value, draining=w.drained)
 
 
@@ -191,6 +208,17 @@ async def job_logs(ctx: Ctx, worker: CurrentWorker, job_id: str, body: LogsIn) -
         first=body.first,
     )
     return Ok()
+
+
+_NOT_YET: dict[int | str, dict[str, Any]] = {
+    501: {"description": "Uploads are not stored by the orchestrator yet"}
+}
+
+
+@router.put("/job/{job_id}/upload", responses=_NOT_YET, operation_id="job_upload_put")
+@router.post("/job/{job_id}/upload", responses=_NOT_YET, operation_id="job_upload_post")
+async def job_upload(ctx: Ctx, worker: CurrentWorker, job_id: str) -> None:
+    raise await reports.refuse_upload(ctx, worker, job_id)
 
 
 @router.get("/queue")

@@ -37,7 +37,12 @@ T = TypeVar("T")
 def job_submit_event(
     job_id: str, attempt_id: str, config: dict[str, Any], gpu_count: int
 ) -> dict[str, Any]:
-    """The offer as the worker's stream sends it (the SimpleTuner agent's wire shape)."""
+    """The offer as the worker's stream sends it (the SimpleTuner agent's wire shape).
+
+    The released SimpleTuner agent copies `upload_endpoint` and `upload_token` straight into
+    the trainer's environment: both must be strings (a null crashes the agent's job handler).
+    No upload token is issued yet (the upload route answers 501), so it is empty.
+    """
     return {
         "type": "job_submit",
         "job_id": job_id,
@@ -49,7 +54,7 @@ def job_submit_event(
         "timeout_s": config.get("timeout_s"),
         "dataloader": None,
         "upload_endpoint": f"/api/workers/job/{job_id}/upload",
-        "upload_token": None,
+        "upload_token": "",
     }
 
 
@@ -278,7 +283,12 @@ async def dispatch_all(ctx: Context) -> int:
     offers = 0
     exhausted: set[tuple[object, ...]] = set()
     for worker in sorted(idle, key=lambda w: w.id == "w_local"):
-        shape = (worker.is_local, worker.gpu_count, tuple(sorted(worker.labels.items())))
+        shape = (
+            worker.is_local,
+            worker.gpu_count,
+            tuple(sorted(worker.labels.items())),
+            tuple(sorted(worker.features)),
+        )
         if shape in exhausted:
             continue
         offered = await _offer_to(ctx, worker.id)

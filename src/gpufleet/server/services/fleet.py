@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
-from gpufleet.domain.matching import fits
+from gpufleet.domain.matching import Feature, fits
 from gpufleet.domain.records import Attempt, Worker
 from gpufleet.domain.secrets import hash_secret, new_id, new_worker_token
-from gpufleet.domain.states import ACTIVE_ATTEMPT, WorkerStatus, WorkerType
+from gpufleet.domain.states import ACTIVE_ATTEMPT, AttemptStatus, WorkerStatus, WorkerType
 from gpufleet.errors import Conflict, Forbidden, InvalidInput, NotFound
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import worker_topic
@@ -283,29 +285,83 @@ async def stream_closed(ctx: Context, worker_id: str, owner: str) -> None:
         tx.notify.add("workers")
 
 
-def resend_due(ctx: Context, sent: dict[str, float], now: float) -> bool:
-    """Whether an offer this stream sent (attempt id → when) is due to go out again, if it
-    still waits for its acknowledgement: a third of the ack timeout after it was sent."""
-    return any(now - at >= _resend_after(ctx) for at in sent.values())
+# An agent that names no attempt (the released SimpleTuner agent) must not see an offer the
+# moment its previous job ends: it still runs that job's monitor, which reports the killed
+# process's exit as whatever job is current by then (the new one), and forgets it.
+LEGACY_OFFER_HOLD = 0.5
+FIRST_RESEND = 1.0  # an offer that arrived while the worker was still reporting its last job
 
 
-def _resend_after(ctx: Context) -> float:
-    return ctx.settings.ack_timeout / 3
+@dataclass(slots=True)
+class OfferPacing:
+    """When each offer a stream knows of goes out, and again while unacknowledged.
+
+    The first send waits `hold` (0 for an agent that names attempts); then, while the offer
+    waits for its acknowledgement, it goes again after `first_resend` (both agents ignore an
+    offer that comes while they are still reporting their last job) and every `resend` after.
+    """
+
+    hold: float
+    first_resend: float
+    resend: float
+    due: dict[str, float] = field(default_factory=dict)  # attempt id → when it goes (again)
+    sent: set[str] = field(default_factory=set)
+
+    @classmethod
+    def for_worker(cls, ctx: Context, worker: Worker) -> OfferPacing:
+        resend = ctx.settings.ack_timeout / 3
+        hold = 0.0 if Feature.ATTEMPTS in worker.features else LEGACY_OFFER_HOLD
+        return cls(hold=hold, first_resend=min(FIRST_RESEND, resend), resend=resend)
+
+    def retain(self, live: Iterable[str], now: float) -> None:
+        """The offers still waiting for their acknowledgement; the others are forgotten."""
+        keep = set(live)
+        for attempt_id in keep:
+            self.due.setdefault(attempt_id, now + self.hold)
+        for attempt_id in self.due.keys() - keep:
+            del self.due[attempt_id]
+            self.sent.discard(attempt_id)
+
+    def must_read(self, now: float) -> bool:
+        """An offer is due that needs the database first: a resend (is it still waiting?)
+        or a held first send."""
+        return any(
+            now >= at and (attempt_id in self.sent or self.hold)
+            for attempt_id, at in self.due.items()
+        )
+
+    def take_due(self, now: float) -> list[str]:
+        """The offers to send now; each is then due again after its resend delay."""
+        out = [attempt_id for attempt_id, at in self.due.items() if now >= at]
+        for attempt_id in out:
+            again = self.resend if attempt_id in self.sent else self.first_resend
+            self.due[attempt_id] = now + again
+            self.sent.add(attempt_id)
+        return out
+
+    def next_due(self) -> float | None:
+        return min(self.due.values(), default=None)
+
+
+def _cancel_applies(cmd: dict[str, Any], held: Attempt | None) -> bool:
+    """Whether a queued `job_cancel` may still go out: only about the job the worker holds
+    now (its attempt, if the cancel names one), or when it holds none. The SimpleTuner agent
+    stops whatever it runs on any `job_cancel`, so one about an earlier job would stop the
+    next."""
+    if cmd.get("type") != "job_cancel" or held is None:
+        return True
+    if cmd.get("job_id") != held.job_id:
+        return False
+    return cmd.get("attempt_id") in (None, held.id)
 
 
 async def pending_events(
-    ctx: Context, worker_id: str, owner: str, sent: dict[str, float], now: float
-) -> list[dict[str, Any]] | None:
-    """Queued commands (cancel, drain, shutdown), then offers to send on this stream; None
-    once the stream is no longer the worker's (a newer one took over, maybe on another
+    ctx: Context, worker_id: str, owner: str
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]] | None:
+    """Queued commands (cancel, drain, shutdown) to send now, and the offers waiting for
+    this worker's acknowledgement (attempt id → event; `OfferPacing` says when each goes);
+    None once the stream is no longer the worker's (a newer one took over, maybe on another
     replica, or the worker went offline): the stream ends.
-
-    An offer goes out when the stream opens, then again every third of the ack timeout while
-    it is unacknowledged: a worker busy finishing its last job ignores an offer (both agents
-    do), and must see it again once it is free, before the offer is withdrawn.
-
-    A `job_cancel` about an older attempt of the job the worker now runs is dropped: the
-    SimpleTuner agent knows only job ids, and would stop the new run.
     """
     commands: list[dict[str, Any]] = []
     async with ctx.store.read() as q:
@@ -313,54 +369,53 @@ async def pending_events(
         if worker is None or worker.stream_owner != owner:
             return None
         waiting = await q.has_events(worker_id)
-        held = None
-        if waiting and worker.current_attempt_id:  # only to drop a stale cancel (below)
-            held = await q.get_attempt(worker.current_attempt_id)
         offers = await q.pending_offers(worker_id)
     if waiting:  # a write only when there is something to take
         async with ctx.store.write() as wq:
             commands = await wq.take_events(worker_id)
-    live = held if held is not None and held.status in ACTIVE_ATTEMPT else None
-
-    def stale(cmd: dict[str, Any]) -> bool:
-        return (
-            live is not None
-            and cmd.get("type") == "job_cancel"
-            and cmd.get("job_id") == live.job_id
-            and cmd.get("attempt_id") != live.id
-        )
-
-    events = [cmd for cmd in commands if not stale(cmd)]
-    resend_after = _resend_after(ctx)
-    fresh = [
-        dispatch.job_submit_event(job.id, attempt.id, job.config, job.gpu_count)
+            # The worker as it is now (the commands were queued before), to drop a cancel
+            # about a job it no longer holds.
+            now_worker = await wq.get_worker(worker_id)
+            held = None
+            if now_worker is not None and now_worker.current_attempt_id:
+                held = await wq.get_attempt(now_worker.current_attempt_id)
+        commands = [cmd for cmd in commands if _cancel_applies(cmd, held)]
+    events = {
+        attempt.id: dispatch.job_submit_event(job.id, attempt.id, job.config, job.gpu_count)
         for attempt, job in offers
-        if now - sent.get(attempt.id, -resend_after) >= resend_after
-    ]
-    sent.update((e["attempt_id"], now) for e in fresh)
-    for attempt_id in sent.keys() - {attempt.id for attempt, _job in offers}:
-        del sent[attempt_id]  # acknowledged or withdrawn: nothing left to send again
-    return events + fresh
+    }
+    return commands, events
 
 
 async def heartbeat(
-    ctx: Context, worker: Worker, claimed_id: str | None, current_job_id: str | None
+    ctx: Context,
+    worker: Worker,
+    claimed_id: str | None,
+    current_job_id: str | None,
+    says_no_job: bool = False,
 ) -> Worker:
-    """A sign of life, and the job the worker says it runs.
+    """A sign of life, and the job the worker says it runs (`says_no_job`: it said outright
+    that it runs none, as both agents do when idle; a heartbeat that says nothing of its job
+    claims nothing).
 
     Most heartbeats change nothing but the time: those are kept in memory and written
     together by `flush_heartbeats` (one statement for all of them, every fraction of the
     heartbeat timeout), not one write transaction each. A heartbeat that changes something
-    (the worker was marked offline, names a job it no longer holds, or frees it) is a
-    transaction of its own at once.
+    (the worker was marked offline, names a job it no longer holds, frees it, or disowns the
+    job it holds) is a transaction of its own at once.
     """
     check_self(worker, claimed_id)
+    grace = timedelta(seconds=ctx.settings.ack_timeout)
     if not worker.offline:
         held = None
         if worker.current_attempt_id:
             async with ctx.store.read() as q:
                 held = await q.get_attempt(worker.current_attempt_id)
-        if not _names_unheld_job(held, current_job_id) and not _lets_go(held, current_job_id):
+        if (
+            not _names_unheld_job(held, current_job_id)
+            and not _lets_go(held, current_job_id)
+            and not _disowns(held, says_no_job, ctx.clock(), grace)
+        ):
             now = ctx.clock()
             ctx.heartbeats[worker.id] = now
             ctx.metrics.apply([("heartbeat", 1.0, ())])
@@ -389,11 +444,31 @@ async def heartbeat(
         freed = _lets_go(held, current_job_id)
         if freed:
             changes.update(current_job_id=None, current_attempt_id=None)
+        requeued = None
+        if _disowns(held, says_no_job, tx.now, grace):
+            requeued = await lose_current_attempt(tx, worker, "the worker says it runs no job")
+            worker = await _get(tx, worker.id)
+            freed = True
         await save_worker(tx, worker, f"worker:{worker.id}", **changes)
         worker = await _get(tx, worker.id)
+    if requeued:
+        await dispatch.dispatch_job(ctx, requeued)
     if freed:
         await dispatch.dispatch_worker(ctx, worker.id)
     return worker
+
+
+def _disowns(held: Attempt | None, says_no_job: bool, now: datetime, grace: timedelta) -> bool:
+    """The worker says it runs no job while it holds a started one, for longer than a report
+    still on its way could explain (the ack timeout): the attempt is lost. (The SimpleTuner
+    agent can drop a job without a word: a stale `job_cancel` stopped it, or its monitor of
+    an earlier job reported that job's end as the new one's.)"""
+    if not says_no_job or held is None:
+        return False
+    if held.status not in (AttemptStatus.ACKNOWLEDGED, AttemptStatus.RUNNING):
+        return False  # an offer not acknowledged yet has the ack timeout of its own
+    since = held.started_at or held.acknowledged_at or held.offered_at
+    return now - since > grace
 
 
 def _names_unheld_job(held: Attempt | None, current_job_id: str | None) -> bool:
@@ -449,8 +524,17 @@ async def disconnect(
 
 
 async def has_jobs(ctx: Context, worker: Worker, claimed_id: str | None) -> bool:
+    """Whether work waits for this worker: the SimpleTuner agent's question, when ephemeral,
+    after each job. A `no` to an ephemeral worker that has run its job (or is drained) comes
+    with a `shutdown` on its stream: the agent stops only once its stream sends another line,
+    which could otherwise be the next ping, 15 s away."""
     check_self(worker, claimed_id)
     if worker.spent or worker.drained:
+        if worker.worker_type is WorkerType.EPHEMERAL:
+            async with transaction(ctx) as tx:
+                reason = "drained" if worker.drained else "an ephemeral worker runs one job"
+                await tx.q.push_event(worker.id, {"type": "shutdown", "reason": reason}, tx.now)
+                tx.notify.add(worker_topic(worker.id))
         return False
     async with ctx.store.read() as q:
         if await q.pending_offers(worker.id):

@@ -19,6 +19,7 @@ from gpufleet.domain.states import (
     can_move_worker,
     check_job_move,
     derive_worker_status,
+    retry_after,
 )
 from gpufleet.errors import Conflict
 from gpufleet.server.context import Tx
@@ -140,6 +141,12 @@ async def end_attempt(
         await move_job(tx, job, JobStatus.CANCELLED, ended_at=tx.now)
         return JobStatus.CANCELLED
     reason = error or outcome.value
+    if not retry_after(outcome, job.retry_on):
+        # The job's own process failed, and the submit did not ask for `retry_on: failed`.
+        await move_job(
+            tx, job, JobStatus.FAILED, ended_at=tx.now, exit_code=exit_code, error=reason
+        )
+        return JobStatus.FAILED
     history = await tx.q.attempts_for_job(job.id)
     unacknowledged = sum(1 for a in history if a.status is AttemptStatus.WITHDRAWN)
     # An offer the worker never acknowledged never ran: it does not spend a retry, but a

@@ -12,10 +12,17 @@ from gpufleet.domain.jobspec import (
     check_config_name,
     config_gpu_count,
 )
-from gpufleet.domain.matching import Requirement, fits, match_key, reasons_not_running
+from gpufleet.domain.matching import Requirement, fits, match_key, needs_of, reasons_not_running
 from gpufleet.domain.records import Attempt, Job, LogLine, StoredConfig, Worker
 from gpufleet.domain.secrets import new_id
-from gpufleet.domain.states import ACTIVE_ATTEMPT, AttemptStatus, JobStatus, Target
+from gpufleet.domain.states import (
+    ACTIVE_ATTEMPT,
+    RETRY_DEFAULT,
+    AttemptStatus,
+    JobStatus,
+    RetryOn,
+    Target,
+)
 from gpufleet.errors import Conflict, InvalidInput, NotFound
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import worker_topic
@@ -36,6 +43,7 @@ class Submission:
     gpu_count: int | None
     priority: int
     max_retries: int
+    retry_on: frozenset[RetryOn] = RETRY_DEFAULT
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +121,7 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
         config = check_config(sub.config)
     gpu_count = sub.gpu_count if sub.gpu_count is not None else config_gpu_count(config)
     labels = check_labels(sub.worker_labels)
-    req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels)
+    req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs_of(config))
     job_id = new_id("j")
     async with transaction(ctx) as tx:
         # Usually an idle worker fits: the job is offered in the transaction that queues it
@@ -137,6 +145,7 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
                 "gpu_count": gpu_count,
                 "priority": sub.priority,
                 "max_retries": sub.max_retries,
+                "retry_on": sorted(sub.retry_on),
                 "attempts": 0,
                 "submitted_by": actor,
                 "created_at": tx.now,

@@ -12,7 +12,7 @@ from gpufleet.domain.states import (
     JobStatus,
     parse_reported_status,
 )
-from gpufleet.errors import Forbidden, NotFound, NotHolder
+from gpufleet.errors import Forbidden, NotFound, NotHolder, NotImplementedYet
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import job_topic, worker_topic
 from gpufleet.server.services import dispatch
@@ -28,6 +28,13 @@ class StatusReport:
     error: str | None
     exit_code: int | None
     progress: dict[str, Any] | None
+
+
+def _not_offered(job_id: str, worker: Worker) -> Forbidden:
+    return Forbidden(
+        f"job {job_id} was never offered to worker {worker.id}; a worker token speaks only "
+        "for its own jobs"
+    )
 
 
 async def _holder(
@@ -46,30 +53,36 @@ async def _holder(
     if attempt is None and not any(
         a.worker_id == worker.id for a in await tx.q.attempts_for_job(job.id)
     ):
-        raise Forbidden(
-            f"job {job.id} was never offered to worker {worker.id}; a worker token speaks "
-            "only for its own jobs"
-        )
+        raise _not_offered(job.id, worker)
     live = (
         attempt is not None
         and attempt.id == job.current_attempt_id
         and attempt.status in ACTIVE_ATTEMPT
+        # A report that names no attempt (the SimpleTuner agent's) speaks only for the job
+        # the worker holds now, never for one it held before.
+        and (attempt_id is not None or attempt.id == worker.current_attempt_id)
     )
     return job, attempt, live
 
 
 async def _refuse(ctx: Context, worker: Worker, job: Job, attempt: Attempt | None) -> NotHolder:
+    """Refuse a report about a job the worker no longer holds, and tell it to stop that job,
+    unless it holds another one now: the SimpleTuner agent stops whatever it runs on any
+    `job_cancel`, and the one it runs now is the new job."""
     async with transaction(ctx) as tx:
-        await tx.q.push_event(
-            worker.id,
-            {
-                "type": "job_cancel",
-                "job_id": job.id,
-                "attempt_id": attempt.id if attempt else None,
-                "reason": "this worker no longer holds the job",
-            },
-            tx.now,
-        )
+        now = await tx.q.get_worker(worker.id)
+        if now is not None and now.current_job_id in (None, job.id):
+            await tx.q.push_event(
+                worker.id,
+                {
+                    "type": "job_cancel",
+                    "job_id": job.id,
+                    "attempt_id": attempt.id if attempt else None,
+                    "reason": "this worker no longer holds the job",
+                },
+                tx.now,
+            )
+            tx.notify.add(worker_topic(worker.id))
         tx.audit(
             "job.report_refused",
             f"worker:{worker.id}",
@@ -77,7 +90,6 @@ async def _refuse(ctx: Context, worker: Worker, job: Job, attempt: Attempt | Non
             attempt_id=attempt.id if attempt else None,
             job_status=job.status.value,
         )
-        tx.notify.add(worker_topic(worker.id))
     return NotHolder(
         f"worker {worker.id} no longer holds job {job.id} (it is {job.status.value}"
         f"{', on another attempt' if job.current_attempt_id else ''}); stop the job"
@@ -198,3 +210,18 @@ async def append_logs(
     if refused is not None:
         raise await _refuse(ctx, worker, *refused)
     return len(lines)
+
+
+async def refuse_upload(ctx: Context, worker: Worker, job_id: str) -> NotImplementedYet:
+    """Every offer names an upload route (the SimpleTuner agent requires one); until job
+    outputs are stored by the orchestrator, it says so plainly to the job's worker."""
+    async with ctx.store.read() as q:
+        job = await q.get_job(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id}; it may have been deleted")
+        if not any(a.worker_id == worker.id for a in await q.attempts_for_job(job_id)):
+            raise _not_offered(job_id, worker)
+    return NotImplementedYet(
+        f"uploads for job {job_id} are not stored by this orchestrator yet; the job's outputs "
+        f"stay in its folder on worker {worker.id}"
+    )

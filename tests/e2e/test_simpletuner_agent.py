@@ -1,0 +1,373 @@
+"""The released SimpleTuner worker agent (`simpletuner==4.10.1`, its `worker_agent.py` exactly
+as published) against a real `gpufleet server`, on SQLite and PostgreSQL.
+
+`make test` fetches the wheel once (`make agent-wheel`); these tests take the module out of
+it byte for byte (checked against the wheel's RECORD) and run it as `python -m
+simpletuner.worker_agent`. The trainer it launches, `python -m simpletuner.train`, is our
+stand-in (tests/e2e/simpletuner_stub): the only part that is not SimpleTuner's own.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ServerProcess, job_state, unique, wait_for, wait_job
+
+AGENT_VERSION = "4.10.1"
+AGENT_WHEEL = Path(sys.prefix) / "agent-wheels" / f"simpletuner-{AGENT_VERSION}-py3-none-any.whl"
+AGENT_MODULE = "simpletuner/worker_agent.py"
+STUB = Path(__file__).parent / "simpletuner_stub"
+
+# The agent beats every 30 s whatever it is told: the server must allow for that.
+AGENT_SERVER_FLAGS = {"heartbeat-timeout": 90, "heartbeat-interval": 30}
+
+
+@pytest.fixture(scope="session")
+def released_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding `simpletuner/worker_agent.py` from the released wheel, unchanged."""
+    if not AGENT_WHEEL.is_file():
+        pytest.fail(f"{AGENT_WHEEL} is missing; `make test` (or `make agent-wheel`) fetches it")
+    root = tmp_path_factory.mktemp("released-agent")
+    with zipfile.ZipFile(AGENT_WHEEL) as wheel:
+        source = wheel.read(AGENT_MODULE)
+        record = wheel.read(f"simpletuner-{AGENT_VERSION}.dist-info/RECORD").decode()
+    listed = next(line for line in record.splitlines() if line.startswith(AGENT_MODULE + ","))
+    digest = base64.urlsafe_b64encode(hashlib.sha256(source).digest()).rstrip(b"=").decode()
+    assert listed.split(",")[1] == f"sha256={digest}", "worker_agent.py differs from its RECORD"
+    (root / "simpletuner").mkdir()
+    (root / "simpletuner" / "worker_agent.py").write_bytes(source)
+    return root
+
+
+class ReleasedAgent:
+    """One `python -m simpletuner.worker_agent` process with its own worker token."""
+
+    def __init__(
+        self, server: ServerProcess, code: Path, work: Path, *, persistent: bool, **create: Any
+    ) -> None:
+        self.server = server
+        self.name = unique("st-agent")
+        self.work = work / self.name
+        self.work.mkdir(parents=True)
+        self.log_path = work / f"{self.name}.log"
+        self.code = code
+        self.persistent = persistent
+        with server.admin() as admin:
+            resp = admin.post(
+                "/api/admin/workers",
+                json={
+                    "name": self.name,
+                    "worker_type": "persistent" if persistent else "ephemeral",
+                    "labels": {"lane": self.name},  # each test's jobs go to its own agents
+                    **create,
+                },
+            )
+        assert resp.status_code == 201, resp.text
+        self.id: str = resp.json()["worker_id"]
+        self.token: str = resp.json()["token"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ReleasedAgent:
+        cmd = [
+            sys.executable,
+            "-m",
+            "simpletuner.worker_agent",
+            "--orchestrator-url",
+            self.server.url,
+            "--worker-token",
+            self.token,
+            "--name",
+            self.name,
+        ]
+        if self.persistent:
+            cmd.append("--persistent")
+        # The agent's folder and the stand-in trainer's: one namespace package, two folders.
+        env = {**os.environ, "PYTHONPATH": f"{self.code}{os.pathsep}{STUB}"}
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, cwd=self.work, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        wait_for(
+            lambda: self.record()["status"] in ("idle", "busy"),
+            timeout=20,
+            what=f"agent {self.name} to connect (log: {self.log_path})",
+        )
+        return self
+
+    def record(self) -> dict[str, Any]:
+        with self.server.admin() as admin:
+            return dict(admin.get(f"/api/admin/workers/{self.id}").json())
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def wait_exit(self, timeout: float = 20) -> int:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"agent {self.name} still runs; log:\n{self.log()}") from None
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.running():
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, database_url: str | None
+) -> Iterator[ServerProcess]:
+    proc = ServerProcess(
+        tmp_path_factory.mktemp("orchestrator"), database_url, **AGENT_SERVER_FLAGS
+    )
+    proc.start()
+    yield proc
+    proc.kill(signal.SIGTERM)
+
+
+@pytest.fixture
+def st_agents(released_agent: Path, tmp_path: Path) -> Iterator[Callable[..., ReleasedAgent]]:
+    made: list[ReleasedAgent] = []
+
+    def make(server: ServerProcess, *, persistent: bool = True, **create: Any) -> ReleasedAgent:
+        made.append(
+            ReleasedAgent(server, released_agent, tmp_path, persistent=persistent, **create)
+        )
+        return made[-1]
+
+    yield make
+    for agent in made:
+        agent.stop()
+    for agent in made:  # the agent writes each job's config under /tmp
+        for folder in Path("/tmp").glob("simpletuner_job_j_*"):
+            with contextlib.suppress(OSError):
+                if folder.stat().st_mtime and agent.log_path.exists():
+                    shutil.rmtree(folder, ignore_errors=True)
+
+
+def submit(
+    server: ServerProcess, config: dict[str, Any], labels: dict[str, str], **body: Any
+) -> str:
+    payload = {"config": config, "target": "worker", "worker_labels": labels, **body}
+    with server.admin() as admin:
+        resp = admin.post("/api/queue/submit", json=payload)
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["id"])
+
+
+def lane(agent: ReleasedAgent) -> dict[str, str]:
+    """The label only this agent has."""
+    return {"lane": agent.name}
+
+
+def admin_post(server: ServerProcess, path: str) -> httpx.Response:
+    with server.admin() as admin:
+        resp = admin.post(path)
+    assert resp.status_code == 200, resp.text
+    return resp
+
+
+def attempts(server: ServerProcess, job_id: str) -> list[dict[str, Any]]:
+    return list(job_state(server, job_id)["attempt_history"])
+
+
+LONG = {"stub_steps": 600, "stub_sleep": 0.05}  # 30 s: ends only when told to
+
+
+def test_a_job_completes_on_the_released_agent(
+    server: ServerProcess, st_agents: Callable[..., ReleasedAgent], tmp_path: Path
+) -> None:
+    agent = st_agents(server).start()
+    record = tmp_path / "seen.json"
+    job_id = submit(server, {"stub_steps": 3, "stub_record": str(record)}, lane(agent))
+    job = wait_job(server, job_id, "completed", "failed", timeout=30)
+    assert job["status"] == "completed", (job, agent.log())
+    assert job["attempts"] == 1
+    seen = json.loads(record.read_text())
+    assert isinstance(seen["env"]["SIMPLETUNER_UPLOAD_TOKEN"], str)
+    assert seen["env"]["SIMPLETUNER_UPLOAD_ENDPOINT"].startswith(server.url + "/api/")
+    wait_for(lambda: agent.record()["status"] == "idle", what="the agent to be idle again")
+
+
+def test_a_failing_job_fails_with_the_agents_error_and_is_not_retried(
+    server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    agent = st_agents(server).start()
+    job_id = submit(server, {"stub_exit_code": 3}, lane(agent))
+    job = wait_job(server, job_id, "completed", "failed", timeout=30)
+    assert job["status"] == "failed", (job, agent.log())
+    assert "Training exited with code 3" in job["error"]
+    assert job["attempts"] == 1  # a process that failed is not retried unless asked
+
+
+def test_a_cancelled_job_is_cancelled_and_the_agent_takes_the_next(
+    server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    agent = st_agents(server).start()
+    job_id = submit(server, LONG, lane(agent))
+    wait_job(server, job_id, "running", timeout=20)
+    admin_post(server, f"/api/queue/{job_id}/cancel")
+    assert wait_job(server, job_id, "cancelled")["status"] == "cancelled"
+    wait_for(lambda: agent.record()["status"] == "idle", what="the agent to confirm the cancel")
+    after = submit(server, {"stub_steps": 2}, lane(agent))
+    assert wait_job(server, after, "completed", "failed")["status"] == "completed", agent.log()
+
+
+def test_a_stale_cancel_never_stops_the_next_job(
+    server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    """X runs, Y waits for the same agent; cancelling X must not stop Y (the agent stops
+    whatever runs on any `job_cancel`, and reports the killed X's exit as its current job's)."""
+    agent = st_agents(server).start()
+    x = submit(server, LONG, lane(agent))
+    wait_job(server, x, "running", timeout=20)
+    y = submit(server, {"stub_steps": 20, "stub_sleep": 0.05}, lane(agent))
+    admin_post(server, f"/api/queue/{x}/cancel")
+    job = wait_job(server, y, "completed", "failed", "cancelled", timeout=30)
+    assert job["status"] == "completed", (job, agent.log())
+    assert [a["status"] for a in job["attempt_history"]] == ["completed"]
+    assert job_state(server, x)["status"] == "cancelled"
+    wait_for(lambda: agent.record()["status"] == "idle", what="the agent to be idle again")
+
+
+def test_a_persistent_agent_runs_jobs_back_to_back(
+    server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    agent = st_agents(server).start()
+    first = submit(server, {"stub_steps": 5}, lane(agent))
+    second = submit(server, {"stub_steps": 5}, lane(agent))
+    for job_id in (first, second):
+        job = wait_job(server, job_id, "completed", "failed", timeout=30)
+        assert job["status"] == "completed", (job, agent.log())
+    assert agent.running()
+    assert agent.record()["jobs_run"] == 2
+
+
+def test_an_ephemeral_agent_exits_after_one_job_and_disconnects(
+    server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    agent = st_agents(server, persistent=False).start()
+    job_id = submit(server, {"stub_steps": 2}, lane(agent))
+    assert wait_job(server, job_id, "completed", "failed")["status"] == "completed"
+    assert agent.wait_exit(timeout=15) == 0
+    assert agent.record()["status"] == "offline"
+    assert "Failed to notify disconnect" not in agent.log()
+
+
+def test_drain_lets_the_running_job_finish_and_offers_nothing_more(
+    server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    agent = st_agents(server).start()
+    running = submit(server, {"stub_steps": 40, "stub_sleep": 0.05}, lane(agent))
+    wait_job(server, running, "running", timeout=20)
+    admin_post(server, f"/api/admin/workers/{agent.id}/drain")
+    assert wait_job(server, running, "completed", "failed")["status"] == "completed"
+    waiting = submit(server, {"stub_steps": 1}, lane(agent))
+    wait_for(lambda: agent.record()["status"] == "draining", what="the agent to stay draining")
+    assert job_state(server, waiting)["status"] == "queued"
+    assert agent.running()
+
+
+def test_a_drained_idle_ephemeral_agent_shuts_down(
+    server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    agent = st_agents(server, persistent=False).start()
+    admin_post(server, f"/api/admin/workers/{agent.id}/drain")
+    assert agent.wait_exit(timeout=15) == 0
+
+
+def test_a_rotated_token_makes_the_agent_exit(
+    server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    agent = st_agents(server).start()
+    admin_post(server, f"/api/admin/workers/{agent.id}/token")
+    assert agent.wait_exit(timeout=15) == 0
+    assert "Invalid worker token, exiting" in agent.log()
+
+
+def test_a_job_with_a_command_waits_for_a_worker_that_runs_commands(
+    server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    """The released agent ignores `command` and `timeout_s` and runs `simpletuner.train`:
+    such a job is never offered to it, and the job says why it waits."""
+    agent = st_agents(server).start()
+    command = submit(server, {"command": ["sh", "-c", "exit 7"]}, lane(agent))
+    timed = submit(server, {"stub_steps": 1, "timeout_s": 60}, lane(agent))
+    plain = submit(server, {"stub_steps": 1}, lane(agent))
+    assert wait_job(server, plain, "completed", "failed")["status"] == "completed"
+    for job_id in (command, timed):
+        job = job_state(server, job_id)
+        assert job["status"] == "queued", job
+        mine = next(w for w in job["waiting"]["workers"] if w["worker_id"] == agent.id)
+        assert any("SimpleTuner configs only" in r for r in mine["reasons"]), mine
+
+
+def test_the_upload_endpoint_of_an_offer_answers_501(
+    server: ServerProcess, st_agents: Callable[..., ReleasedAgent], tmp_path: Path
+) -> None:
+    agent = st_agents(server).start()
+    record = tmp_path / "seen.json"
+    job_id = submit(server, {"stub_record": str(record)}, lane(agent))
+    wait_job(server, job_id, "completed", "failed")
+    endpoint = json.loads(record.read_text())["env"]["SIMPLETUNER_UPLOAD_ENDPOINT"]
+    resp = httpx.put(endpoint, content=b"x", headers={"X-Worker-Token": agent.token})
+    assert resp.status_code == 501, resp.text
+    assert "not stored by this orchestrator yet" in resp.json()["detail"]
+
+
+@pytest.fixture
+def own_server(tmp_path: Path, database_url: str | None) -> Iterator[ServerProcess]:
+    """A server of the test's own, with offers resent only every 20 s (ack timeout 60 s)."""
+    db = database_url
+    proc = ServerProcess(tmp_path / "own", db, **AGENT_SERVER_FLAGS, **{"ack-timeout": 60})
+    proc.start()
+    yield proc
+    proc.kill(signal.SIGTERM)
+
+
+def test_a_retry_on_the_same_agent_starts_at_once(
+    own_server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    """The retry is offered while the agent still reports the failure (it ignores offers
+    until then): it must not wait for the offer's resend (20 s here)."""
+    agent = st_agents(own_server).start()
+    job_id = submit(
+        own_server, {"stub_exit_code": 3}, lane(agent), max_retries=1, retry_on=["failed"]
+    )
+    job = wait_job(own_server, job_id, "failed", "completed", timeout=12)
+    assert [a["status"] for a in job["attempt_history"]] == ["failed", "failed"], agent.log()
+
+
+def test_the_agent_resumes_its_job_after_the_orchestrator_is_killed(
+    own_server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    agent = st_agents(own_server).start()
+    job_id = submit(own_server, {"stub_steps": 300, "stub_sleep": 0.05}, lane(agent))
+    wait_job(own_server, job_id, "running", timeout=20)
+    own_server.kill(signal.SIGKILL)
+    own_server.start()
+    # The agent re-registers 10 s after its stream broke and is told to resume the job.
+    job = wait_job(own_server, job_id, "completed", "failed", timeout=40)
+    assert job["status"] == "completed", (job, agent.log())
+    assert [a["status"] for a in job["attempt_history"]] == ["completed"]
+    assert "Resuming job: " + job_id in agent.log()
