@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+WHEELS := $(VENV)/wheelhouse
 PORT   ?= 8001
 DATA   ?= .gpufleet
 
-.PHONY: up test lint venv postgres system-packages clean
+.PHONY: up test lint venv wheelhouse postgres system-packages clean
 
 venv: $(STAMP)
 
@@ -15,6 +16,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# Wheels of the runtime dependencies and the build backend, read from pyproject.toml (not the
+# dev extras): tests/install builds our wheel and installs it into a fresh virtualenv from
+# these, offline, as a user's `pip install` would. Only this step may download.
+wheelhouse: $(WHEELS)/.done
+
+$(WHEELS)/.done: pyproject.toml | $(STAMP)
+	rm -rf $(WHEELS) && mkdir -p $(WHEELS)
+	$(BIN)/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb")); \
+	  print("\n".join(p["project"]["dependencies"] + p["build-system"]["requires"]))' \
+	  > $(WHEELS)/requirements.txt
+	$(BIN)/python -m pip wheel -q -w $(WHEELS) -r $(WHEELS)/requirements.txt
+	touch $@
 
 # The orchestrator on SQLite under $(DATA), with a local persistent worker, ready for jobs.
 up: venv
@@ -34,7 +48,7 @@ system-packages:
 	  command -v nginx >/dev/null || test -x /usr/sbin/nginx || missing="$$missing nginx"; \
 	  if [ -n "$$missing" ]; then apt-get update && apt-get install -y $$missing; fi
 
-test: venv postgres system-packages
+test: venv wheelhouse postgres system-packages
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: venv
