@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+WHEELS := $(VENV)/wheelhouse
 PORT   ?= 8001
 DATA   ?= .gpufleet
 
-.PHONY: up test lint venv postgres system-packages agent-wheel clean
+.PHONY: up test lint venv wheelhouse agent-wheel postgres system-packages clean
 
 venv: $(STAMP)
 
@@ -28,6 +29,19 @@ $(AGENT_WHEEL): | $(STAMP)
 	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 	  -d $(VENV)/agent-wheels simpletuner==$(AGENT_VERSION)
 
+# Wheels of the runtime dependencies and the build backend, read from pyproject.toml (not the
+# dev extras): tests/install builds our wheel and installs it into a fresh virtualenv from
+# these, offline, as a user's `pip install` would. Only this step may download.
+wheelhouse: $(WHEELS)/.done
+
+$(WHEELS)/.done: pyproject.toml | $(STAMP)
+	rm -rf $(WHEELS) && mkdir -p $(WHEELS)
+	$(BIN)/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb")); \
+	  print("\n".join(p["project"]["dependencies"] + p["build-system"]["requires"]))' \
+	  > $(WHEELS)/requirements.txt
+	$(BIN)/python -m pip wheel -q -w $(WHEELS) -r $(WHEELS)/requirements.txt
+	touch $@
+
 # The orchestrator on SQLite under $(DATA), with a local persistent worker, ready for jobs.
 up: venv
 	PORT=$(PORT) DATA=$(DATA) BIN=$(BIN) scripts/up.sh
@@ -46,7 +60,7 @@ system-packages:
 	  command -v nginx >/dev/null || test -x /usr/sbin/nginx || missing="$$missing nginx"; \
 	  if [ -n "$$missing" ]; then apt-get update && apt-get install -y $$missing; fi
 
-test: venv agent-wheel postgres system-packages
+test: venv wheelhouse agent-wheel postgres system-packages
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: venv

@@ -47,9 +47,20 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "c
 class ServerProcess:
     """One orchestrator process; restartable on the same data folder and database."""
 
-    def __init__(self, data_dir: Path, database_url: str | None, **flags: Any) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        database_url: str | None,
+        *,
+        executable: str = GPUFLEET,
+        env: dict[str, str] | None = None,
+        **flags: Any,
+    ) -> None:
         self.data_dir = data_dir
         self.database_url = database_url
+        # Another installation's `gpufleet` and environment (tests/install); None: inherit ours.
+        self.executable = executable
+        self.env = env
         # Short enough to test timeouts in seconds, long enough for a loaded 2-core machine.
         self.flags = {
             "heartbeat-timeout": 3,
@@ -82,7 +93,7 @@ class ServerProcess:
 
     def start(self) -> None:
         cmd = [
-            GPUFLEET,
+            self.executable,
             "server",
             "--host",
             "127.0.0.1",
@@ -99,7 +110,7 @@ class ServerProcess:
             cmd += [f"--{name}"] if value is True else [f"--{name}", str(value)]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         try:
             wait_for(self._ready, timeout=30, what=f"server on {self.url} (log: {self.log_path})")
         except BaseException:
@@ -326,9 +337,13 @@ class WorkerProcess:
         cancel_grace: float = 1.0,
         orchestrator_url: str | None = None,
         extra_args: tuple[str, ...] = (),
+        executable: str = GPUFLEET,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.server = server
         self.extra_args = extra_args
+        self.executable = executable
+        self.env = env
         # What the worker is given: the server's URL unless a test says otherwise (a relay,
         # a comma-separated list of URLs).
         self.orchestrator_url = orchestrator_url or server.url
@@ -354,7 +369,7 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         cmd = [
-            GPUFLEET,
+            self.executable,
             "worker",
             "-v",
             "--orchestrator-url",
@@ -376,7 +391,7 @@ class WorkerProcess:
         if self.server.tls:
             cmd += ["--ca-cert", str(self.server.trusted_cert)]
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         wait_for(
             lambda: self.record()["status"] in ("idle", "busy"),
             timeout=20,

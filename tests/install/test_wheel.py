@@ -1,0 +1,167 @@
+"""The package as users install it: our wheel in a fresh virtualenv, without the dev extras.
+
+Every other tier runs with the dev extras installed, so a runtime dependency that only they
+bring (once: `cryptography`, through trustme) passes them all and breaks a plain
+`pip install`. Here nothing downloads: the runtime dependencies come as wheels from the
+wheelhouse `make test` (or `make wheelhouse`) prepares from pyproject.toml, and the
+installation's own `gpufleet server --ssl` and `gpufleet worker` run a job end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import ServerProcess, WorkerProcess, job_log_lines, wait_job
+
+REPO = Path(__file__).resolve().parents[2]
+WHEELHOUSE = REPO / ".venv" / "wheelhouse"  # Makefile: $(WHEELS)
+DEV_ONLY = ("pytest", "trustme", "hypothesis")  # modules of the dev extras, absent here
+
+
+@dataclass(frozen=True, slots=True)
+class Installation:
+    """A virtualenv holding our wheel and its runtime dependencies, nothing else."""
+
+    root: Path
+
+    @property
+    def python(self) -> str:
+        return str(self.root / "bin" / "python")
+
+    @property
+    def gpufleet(self) -> str:
+        return str(self.root / "bin" / "gpufleet")
+
+    @property
+    def env(self) -> dict[str, str]:
+        """As a user's shell with the virtualenv activated: our checkout is not importable
+        (PYTHONPATH dropped), and `python` in a job's command is the virtualenv's."""
+        return isolated_env(PATH=f"{self.root / 'bin'}{os.pathsep}{os.environ['PATH']}")
+
+
+def isolated_env(**extra: str) -> dict[str, str]:
+    """Our environment minus what would let the test's own packages or pip's configuration
+    (an index, extra find-links) stand in for what the wheelhouse must provide."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("PIP_")
+    }
+    return {**env, "PYTHONNOUSERSITE": "1", "PIP_CONFIG_FILE": os.devnull, **extra}
+
+
+def run(cmd: list[str], env: dict[str, str], timeout: float = 120) -> str:
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} exited with {done.returncode}:\n{done.stdout}{done.stderr}"
+        )
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installation:
+    done = WHEELHOUSE / ".done"
+    if not done.is_file() or done.stat().st_mtime < (REPO / "pyproject.toml").stat().st_mtime:
+        pytest.fail(
+            f"no wheelhouse of the runtime dependencies in {WHEELHOUSE}, or one older than "
+            "pyproject.toml: run `make test` or `make wheelhouse` (tests never download)",
+            pytrace=False,
+        )
+    root = tmp_path_factory.mktemp("install")
+    # Build from a copy: setuptools leaves build/ behind, whose stale files a later build of
+    # the checkout itself would package.
+    source = root / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(
+        REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    env = isolated_env()
+    offline = ["--no-index", "--find-links", str(WHEELHOUSE)]
+    pip = [sys.executable, "-m", "pip", "-q"]
+    # The build backend (setuptools) comes from the wheelhouse too, into pip's isolated env.
+    run([*pip, "wheel", "--no-deps", *offline, "-w", str(root / "dist"), str(source)], env)
+    (wheel,) = (root / "dist").glob("gpufleet-*.whl")
+    # Without pip of its own: our pip installs into it; nothing but what the wheel requires.
+    venv = Installation(root / "venv")
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv.root)], env)
+    run([*pip, "--python", venv.python, "install", *offline, str(wheel)], env)
+    return venv
+
+
+def test_the_wheel_installs_the_package_without_the_dev_extras(installed: Installation) -> None:
+    probe = (
+        "import gpufleet, importlib.util, json; "
+        f"print(json.dumps([gpufleet.__file__, [m for m in {DEV_ONLY!r} "
+        "if importlib.util.find_spec(m)]]))"
+    )
+    imported_from, dev_modules = json.loads(run([installed.python, "-c", probe], installed.env))
+    assert Path(imported_from).is_relative_to(installed.root)
+    assert dev_modules == []
+
+
+def test_gpufleet_version_prints_the_projects_version(installed: Installation) -> None:
+    with (REPO / "pyproject.toml").open("rb") as fh:
+        version = tomllib.load(fh)["project"]["version"]
+    out = run([installed.gpufleet, "--version"], installed.env)
+    assert out.strip() == f"gpufleet, version {version}"
+
+
+@pytest.fixture(scope="module")
+def server(
+    installed: Installation, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """The installation's `gpufleet server --ssl` on SQLite, its certificate self-signed."""
+    proc = ServerProcess(
+        tmp_path_factory.mktemp("orchestrator"),
+        None,
+        executable=installed.gpufleet,
+        env=installed.env,
+        ssl=True,
+    )
+    proc.start()  # answers https, verified against the certificate it wrote
+    yield proc
+    proc.kill(signal.SIGTERM)
+
+
+def test_the_server_serves_https_with_the_certificate_it_made(server: ServerProcess) -> None:
+    assert server.trusted_cert == server.data_dir / "tls" / "cert.pem"
+    with server.admin() as admin:
+        assert str(admin.base_url).startswith("https://")
+        assert admin.get("/readyz").status_code == 200
+        assert admin.get("/api/admin/workers").status_code == 200
+
+
+def test_an_ephemeral_worker_runs_one_job_over_tls_then_exits(
+    installed: Installation, server: ServerProcess, tmp_path: Path
+) -> None:
+    worker = WorkerProcess(server, tmp_path, executable=installed.gpufleet, env=installed.env)
+    try:
+        worker.start()  # --ca-cert: the server's certificate
+        with server.admin() as admin:
+            resp = admin.post(
+                "/api/queue/submit",
+                json={"config": {"command": ["python", "-c", "print(42)"]}, "target": "worker"},
+            )
+        assert resp.status_code == 201, resp.text
+        job_id = resp.json()["id"]
+        job = wait_job(server, job_id, "completed", "failed", timeout=30)
+        assert job["status"] == "completed", worker.log()
+        assert job["worker_id"] == worker.id
+        assert "42" in job_log_lines(server, job_id)
+        assert worker.wait(timeout=20) == 0
+    finally:
+        worker.stop()
