@@ -624,8 +624,8 @@ async def recovery(opts: Options) -> Result:
             "health_interval_s": health,
         },
     )
-    flags = {"heartbeat-timeout": timeout, "health-interval": health}
     beat = min(1.0, timeout / 5)
+    flags = {"heartbeat-timeout": timeout, "health-interval": health, "heartbeat-interval": beat}
     async with (
         opts.server("s5", **flags) as server,
         fleet_of(server, size.s5_workers, opts, mode=HOLD, hb=beat) as (fleet, startup),

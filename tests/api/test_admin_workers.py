@@ -95,7 +95,9 @@ async def test_a_connected_worker_cannot_be_deleted(fleet: Fleet) -> None:
     answer = await fleet.admin.delete(f"/api/admin/workers/{agent.id}")
 
     assert answer.status_code == 409
-    assert "offline" in answer.json()["detail"]
+    detail = answer.json()["detail"]
+    assert detail.startswith(f"worker {agent.id} is idle; only a worker that is offline or ")
+    assert "never connected" in detail
     assert (await agent.info())["status"] == "idle"
 
 
@@ -156,6 +158,42 @@ async def test_draining_an_idle_ephemeral_worker_shuts_it_down(fleet: Fleet) -> 
     assert agent.stream is not None
     assert (await agent.stream.expect("drain", "shutdown"))["type"] == "drain"
     assert (await agent.stream.expect("drain", "shutdown"))["type"] == "shutdown"
+
+
+async def test_a_drained_worker_that_never_connected_can_be_deleted(fleet: Fleet) -> None:
+    spare = await fleet.create_worker("spare-1")
+    drained = await fleet.admin.post(f"/api/admin/workers/{spare.id}/drain")
+    assert drained.json()["status"] == "draining"
+
+    answer = await fleet.admin.delete(f"/api/admin/workers/{spare.id}")
+
+    assert answer.status_code == 200
+    assert (await fleet.admin.get(f"/api/admin/workers/{spare.id}")).status_code == 404
+
+
+async def test_the_workers_list_says_which_workers_can_be_deleted(fleet: Fleet) -> None:
+    online = await fleet.online_worker("gpu-1")
+    spare = await fleet.create_worker("spare-1")
+    gone = await fleet.online_worker("gpu-2")
+    await gone.disconnect()
+
+    listed = (await fleet.admin.get("/api/admin/workers")).json()["workers"]
+
+    deletable = {w["id"]: w["deletable"] for w in listed}
+    assert deletable == {online.id: False, spare.id: True, gone.id: True}
+
+
+async def test_a_registered_worker_whose_stream_is_not_open_cannot_be_deleted(
+    fleet: Fleet,
+) -> None:
+    agent = await fleet.create_worker("gpu-1")
+    assert (await agent.register(gpu_count=1)).status_code == 200
+    assert (await agent.info())["status"] == "connecting"
+
+    answer = await fleet.admin.delete(f"/api/admin/workers/{agent.id}")
+
+    assert answer.status_code == 409
+    assert "connecting" in answer.json()["detail"]
 
 
 async def test_a_worker_that_never_connected_can_be_deleted(fleet: Fleet) -> None:

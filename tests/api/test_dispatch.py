@@ -315,8 +315,9 @@ async def test_worker_labels_match_as_glob_patterns(fleet: Fleet) -> None:
     assert h100.stream is not None and await h100.stream.collect() == []
 
 
-@sqlite_only
-async def test_a_label_no_worker_has_is_refused_at_submit(fleet: Fleet) -> None:
+async def test_a_job_asking_for_a_label_no_worker_has_waits_and_names_the_label(
+    fleet: Fleet,
+) -> None:
     await fleet.online_worker("a100", labels={"gpu_type": "a100"})
 
     answer = await fleet.admin.post(
@@ -324,9 +325,70 @@ async def test_a_label_no_worker_has_is_refused_at_submit(fleet: Fleet) -> None:
         json={"config": {}, "worker_labels": {"gpu_type": "tpu*"}},
     )
 
-    assert answer.status_code == 422
-    assert "gpu_type=tpu*" in answer.json()["detail"]
-    assert (await fleet.admin.get("/api/queue")).json()["total"] == 0
+    assert answer.status_code == 201
+    job = await fleet.job(answer.json()["id"])
+    assert job["status"] == "queued"
+    assert job["waiting"]["summary"] == (
+        "no remote worker registered has gpu_type=tpu*; it waits until one does: create and "
+        "start a worker that matches (POST /api/admin/workers), or relax gpu_count / "
+        "worker_labels"
+    )
+    assert await _waiting_reasons(fleet, job["id"]) == {
+        "a100": ["label gpu_type='a100' does not match 'tpu*'"]
+    }
+
+
+async def test_a_job_submitted_to_an_empty_fleet_waits_and_says_what_it_needs(
+    fleet: Fleet,
+) -> None:
+    answer = await fleet.admin.post(
+        "/api/queue/submit",
+        json={"config": {}, "gpu_count": 2, "worker_labels": {"team": "nlp"}},
+    )
+
+    assert answer.status_code == 201
+    job = await fleet.job(answer.json()["id"])
+    assert job["status"] == "queued"
+    assert job["waiting"]["summary"].startswith(
+        "no remote worker registered has 2 GPUs and team=nlp; it waits until one does"
+    )
+    assert job["waiting"]["workers"] == []
+
+
+async def test_a_job_waits_for_a_spot_worker_to_register_then_runs_there(fleet: Fleet) -> None:
+    # A cloud fleet starts because jobs wait: its worker record exists, its GPUs and the labels
+    # its agent reports are not known until it registers.
+    spot = await fleet.create_worker("spot-1", worker_type="ephemeral")
+
+    job = await fleet.submit(gpu_count=2, worker_labels={"team": "nlp"})
+
+    detail = await fleet.job(job["id"])
+    assert detail["status"] == "queued"
+    assert detail["waiting"]["summary"].startswith(
+        "no remote worker registered has 2 GPUs and team=nlp; "
+    )
+    assert await _waiting_reasons(fleet, job["id"]) == {
+        "spot-1": [
+            "has never registered, so its GPUs are unknown",
+            "has no label 'team' (wanted team=nlp)",
+            "is connecting (its event stream is not open)",
+        ]
+    }
+
+    await spot.connect(gpu_count=2, gpu_name="Test GPU", labels={"team": "nlp"})
+
+    assert (await spot.next_offer())["job_id"] == job["id"]
+
+
+async def test_a_job_that_fits_a_worker_not_registered_yet_names_it(fleet: Fleet) -> None:
+    await fleet.create_worker("spot-1", labels={"team": "nlp"})
+
+    job = await fleet.submit(gpu_count=1, worker_labels={"team": "nlp"})
+
+    assert (await fleet.job(job["id"]))["waiting"]["summary"] == (
+        "no remote worker registered has 1 GPU and team=nlp; spot-1 may, once it registers "
+        "(its GPUs are not known yet)"
+    )
 
 
 @sqlite_only

@@ -420,10 +420,20 @@ def test_an_invalid_config_file_is_one_line_and_nothing_is_submitted(
         assert admin.get("/api/queue").json()["total"] == before
 
 
-def test_a_job_no_worker_could_ever_run_is_refused_with_the_servers_reason(
+def test_a_job_no_worker_can_run_yet_is_queued_and_submit_says_what_it_waits_for(
     server: ServerProcess, tmp_path: Path
 ) -> None:
-    error = one_line_error(
-        gf(server, "jobs", "submit", str(job_file(tmp_path, "0")), "--label", "zone=mars")
+    out = ok(
+        gf(
+            server,
+            *("jobs", "submit", str(job_file(tmp_path, "0"))),
+            *("--label", "zone=mars", "--gpus", "2"),
+        )
     )
-    assert "no remote worker can ever run this job" in error
+    job_id = next(w for w in out.split() if w.startswith("j_"))
+    assert f"Submitted job {job_id} (queued, target worker)." in out
+    assert "Waiting: no remote worker registered has 2 GPUs and zone=mars; " in out
+    assert "waiting: no remote worker registered has 2 GPUs and zone=mars; " in ok(
+        gf(server, "jobs", "show", job_id)
+    )
+    assert f"Job {job_id} is cancelled" in ok(gf(server, "jobs", "cancel", job_id))

@@ -154,6 +154,66 @@ def test_impossible_server_settings_name_the_flag_to_change(args, message):
     assert result.exception.message == message
 
 
+@pytest.fixture
+def no_serving(monkeypatch, tmp_path):
+    """A server that gets past its checks fails the test instead of serving forever."""
+    import uvicorn
+
+    def serve(self: uvicorn.Server) -> None:
+        raise AssertionError("the server started")
+
+    monkeypatch.setattr(uvicorn.Server, "run", serve)
+    return ["--data-dir", str(tmp_path / "data"), "--port", "0"]
+
+
+@pytest.mark.parametrize(("timeout", "interval"), [("4", "30"), ("59", "30"), ("1", "0.6")])
+def test_a_heartbeat_timeout_below_two_heartbeat_intervals_is_refused_at_start(
+    no_serving, timeout, interval
+):
+    result = CliRunner().invoke(
+        server, [*no_serving, "--heartbeat-timeout", timeout, "--heartbeat-interval", interval]
+    )
+    assert isinstance(result.exception, ConfigurationError)
+    message = result.exception.message
+    assert message.startswith(f"--heartbeat-timeout {timeout} s is less than twice ")
+    assert f"--heartbeat-interval ({interval} s)" in message
+    assert f"at least {2 * float(interval):g} s" in message
+    assert "\n" not in message
+
+
+def test_main_refuses_a_flapping_heartbeat_timeout_in_one_line_with_exit_code_1(
+    no_serving, monkeypatch, capsys
+):
+    argv = ["gpufleet", "server", *no_serving, "--heartbeat-timeout", "4"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as info:
+        main()
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: --heartbeat-timeout 4 s is less than twice ")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("timeout", "interval"), [(60, 30), (1, 0.5), (120, 30)])
+def test_a_heartbeat_timeout_of_two_intervals_or_more_is_accepted(timeout, interval):
+    s = ServerSettings(heartbeat_timeout=timeout, heartbeat_interval=interval)
+    assert s.heartbeat_timeout == timeout
+
+
+@pytest.mark.parametrize("timeout", [3, 59.9])
+def test_a_timeout_under_a_minute_warns_that_simpletuner_agents_would_flap(timeout):
+    s = ServerSettings(heartbeat_timeout=timeout, heartbeat_interval=0.5)
+    warning = s.simpletuner_agent_warning()
+    assert warning is not None
+    assert "SimpleTuner agent heartbeats every 30 s" in warning
+    assert "--heartbeat-timeout 60s or more" in warning
+
+
+@pytest.mark.parametrize("timeout", [60, 120])
+def test_a_timeout_of_a_minute_or_more_warns_of_nothing(timeout):
+    assert ServerSettings(heartbeat_timeout=timeout).simpletuner_agent_warning() is None
+
+
 def test_a_server_flag_falls_back_to_its_environment_variable():
     result = CliRunner().invoke(server, [], env={"GPUFLEET_PORT": "70000"})
     assert isinstance(result.exception, ConfigurationError)

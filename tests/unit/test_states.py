@@ -23,6 +23,7 @@ from gpufleet.domain.states import (
     JobStatus,
     RetryOn,
     WorkerStatus,
+    can_delete_worker,
     can_move_attempt,
     can_move_job,
     can_move_worker,
@@ -323,6 +324,26 @@ def test_a_worker_is_idle_only_with_an_open_stream_and_nothing_else_holding_it(f
     assert idle == (
         facts["stream_open"] and not (facts["offline"] or facts["drained"] or facts["has_job"])
     )
+
+
+# ---- deleting a worker ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", list(WorkerStatus))
+def test_a_worker_that_never_connected_may_be_deleted_whatever_its_status(status):
+    # As GitHub deletes a runner that never came online: no agent holds the token yet.
+    assert can_delete_worker(status, ever_connected=False)
+
+
+@pytest.mark.parametrize("status", list(WorkerStatus))
+def test_a_worker_that_connected_may_be_deleted_only_once_offline(status):
+    assert can_delete_worker(status, ever_connected=True) is (status is WorkerStatus.OFFLINE)
+
+
+def test_a_connected_idle_worker_may_not_be_deleted_and_an_offline_one_may():
+    assert not can_delete_worker(WorkerStatus.IDLE, ever_connected=True)
+    assert can_delete_worker(WorkerStatus.OFFLINE, ever_connected=True)
+    assert can_delete_worker(WorkerStatus.DRAINING, ever_connected=False)
 
 
 def one_fact_changes():

@@ -107,6 +107,10 @@ def submit(
         out.print_json(job)
         return
     click.echo(f"Submitted job {job['id']} ({job['status']}, target {job['target']}).")
+    if job["status"] == "queued":  # no worker took it at once: say what it waits for
+        waiting = api.get(f"/api/queue/{part(job['id'])}")["waiting"]
+        if waiting:
+            click.echo(f"Waiting: {waiting['summary']}.")
     click.echo(f"Follow it: gpufleet jobs watch {job['id']}")
 
 

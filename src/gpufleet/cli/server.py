@@ -58,7 +58,9 @@ log = logging.getLogger("gpufleet.server")
     type=DURATION,
     envvar=env("HEARTBEAT_TIMEOUT", "HEARTBEAT_TIMEOUT"),
     show_envvar=True,
-    help="A worker silent this long goes offline and its job is requeued.",
+    help="A worker silent this long goes offline and its job is requeued. At least twice "
+    "--heartbeat-interval; 60 s or more when released SimpleTuner agents connect (they "
+    "heartbeat every 30 s whatever they are told).",
 )
 @click.option(
     "--health-interval",
@@ -231,6 +233,8 @@ def server(
         raise ConfigurationError(
             f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}"
         ) from exc
+    if warning := settings.simpletuner_agent_warning():
+        log.warning(warning)
     app = create_app(settings)
     asyncio.run(_preflight(settings))
     config = uvicorn.Config(

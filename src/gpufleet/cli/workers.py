@@ -188,7 +188,7 @@ def rotate_token(api: ApiClient, worker_id: str, as_json: bool) -> None:
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @api_options
 def delete_worker(api: ApiClient, worker_id: str, yes: bool) -> None:
-    """Delete an offline worker and its token."""
+    """Delete a worker that is offline or has never connected, and its token."""
     if not yes:
         click.confirm(f"Delete worker {worker_id} and its token?", abort=True, err=True)
     api.delete(f"/api/admin/workers/{part(worker_id)}")

@@ -50,6 +50,11 @@ class Worker:
         return self.offline_since is not None
 
     @property
+    def ever_connected(self) -> bool:
+        """Whether an agent has ever used the token: registered, or opened a stream."""
+        return self.registered or self.stream_owner is not None
+
+    @property
     def spent(self) -> bool:
         return self.worker_type is WorkerType.EPHEMERAL and self.jobs_run >= 1
 

@@ -109,6 +109,13 @@ def derive_worker_status(
     return W.IDLE if stream_open else W.CONNECTING
 
 
+def can_delete_worker(status: WorkerStatus, *, ever_connected: bool) -> bool:
+    """Only an offline worker may be deleted, and one that never connected counts as offline
+    (as GitHub deletes a runner that never came online): no agent holds its token yet, so
+    nothing runs there to lose, whatever its status says (an admin may have drained it)."""
+    return status is W.OFFLINE or not ever_connected
+
+
 def can_move_worker(old: WorkerStatus, new: WorkerStatus) -> bool:
     return old == new or new in WORKER_TRANSITIONS[old]
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.domain.records import ApiKey, Attempt, AuditEvent, Job, StoredConfig, Worker
-from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target, WorkerType
+from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target, WorkerType, can_delete_worker
 
 Name = Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")
 
@@ -59,6 +59,7 @@ class WorkerOut(BaseModel):
     drained: bool
     is_local: bool
     registered: bool
+    deletable: bool  # offline, or never connected (DELETE answers 409 otherwise)
     jobs_run: int
     created_at: datetime
     connected_at: datetime | None
@@ -83,6 +84,7 @@ class WorkerOut(BaseModel):
             drained=w.drained,
             is_local=w.is_local,
             registered=w.registered,
+            deletable=can_delete_worker(w.status, ever_connected=w.ever_connected),
             jobs_run=w.jobs_run,
             created_at=w.created_at,
             connected_at=w.connected_at,

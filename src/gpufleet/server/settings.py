@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpufleet.errors import ConfigurationError
+
+# A worker may miss one heartbeat (a slow request, a busy machine) without being marked
+# offline: the timeout must span this many of the intervals the server tells workers.
+HEARTBEATS_PER_TIMEOUT = 2
+# The released SimpleTuner agent heartbeats every 30 s whatever it is told at registration
+# (gpufleet's own agent follows `heartbeat_interval`).
+SIMPLETUNER_AGENT_HEARTBEAT = 30.0
 
 
 class ServerSettings(BaseModel):
@@ -25,3 +34,27 @@ class ServerSettings(BaseModel):
     auth_failure_limit: int = Field(20, ge=0)  # failed authentications per client per window
     auth_failure_window: float = Field(60.0, gt=0)
     print_admin_key: bool = True
+
+    @model_validator(mode="after")
+    def _timeout_spans_heartbeats(self) -> ServerSettings:
+        least = HEARTBEATS_PER_TIMEOUT * self.heartbeat_interval
+        if self.heartbeat_timeout < least:
+            raise ConfigurationError(
+                f"--heartbeat-timeout {self.heartbeat_timeout:g} s is less than twice "
+                f"--heartbeat-interval ({self.heartbeat_interval:g} s), so workers would go "
+                f"offline between two heartbeats: set --heartbeat-timeout to at least "
+                f"{least:g} s or lower --heartbeat-interval"
+            )
+        return self
+
+    def simpletuner_agent_warning(self) -> str | None:
+        """Why released SimpleTuner agents would flap under these settings, if they would."""
+        least = HEARTBEATS_PER_TIMEOUT * SIMPLETUNER_AGENT_HEARTBEAT
+        if self.heartbeat_timeout >= least:
+            return None
+        return (
+            f"--heartbeat-timeout {self.heartbeat_timeout:g} s is below {least:g} s: the "
+            f"released SimpleTuner agent heartbeats every {SIMPLETUNER_AGENT_HEARTBEAT:g} s "
+            "whatever --heartbeat-interval says, so such workers would go offline and back "
+            f"again; if any connect, use --heartbeat-timeout {least:g}s or more"
+        )

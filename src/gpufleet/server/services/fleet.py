@@ -13,7 +13,13 @@ from typing import Any
 from gpufleet.domain.matching import Feature, fits
 from gpufleet.domain.records import Attempt, Worker
 from gpufleet.domain.secrets import hash_secret, new_id, new_worker_token
-from gpufleet.domain.states import ACTIVE_ATTEMPT, AttemptStatus, WorkerStatus, WorkerType
+from gpufleet.domain.states import (
+    ACTIVE_ATTEMPT,
+    AttemptStatus,
+    WorkerStatus,
+    WorkerType,
+    can_delete_worker,
+)
 from gpufleet.errors import Conflict, Forbidden, InvalidInput, NotFound
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import worker_topic
@@ -176,11 +182,11 @@ async def rotate_token(ctx: Context, worker_id: str, actor: str, client: str | N
 async def delete_worker(ctx: Context, worker_id: str, actor: str, client: str | None) -> None:
     async with transaction(ctx) as tx:
         worker = await _get(tx, worker_id)
-        never_connected = not worker.registered and worker.stream_owner is None
-        if worker.status is not WorkerStatus.OFFLINE and not never_connected:
+        if not can_delete_worker(worker.status, ever_connected=worker.ever_connected):
             raise Conflict(
-                f"worker {worker_id} is {worker.status.value}; only an offline worker can be "
-                "deleted: drain it and stop its agent first"
+                f"worker {worker_id} is {worker.status.value}; only a worker that is offline or "
+                "has never connected can be deleted: drain it, stop its agent, and delete it "
+                "once it is offline"
             )
         await tx.q.delete_worker(worker.id)
         tx.audit("worker.deleted", actor, worker.id, client, name=worker.name)

@@ -12,7 +12,16 @@ from gpufleet.domain.jobspec import (
     check_config_name,
     config_gpu_count,
 )
-from gpufleet.domain.matching import Requirement, fits, match_key, needs_of, reasons_not_running
+from gpufleet.domain.matching import (
+    Capacity,
+    Feature,
+    Requirement,
+    can_run_now,
+    fits,
+    match_key,
+    needs_of,
+    reasons_not_running,
+)
 from gpufleet.domain.records import Attempt, Job, LogLine, StoredConfig, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import (
@@ -30,7 +39,6 @@ from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.services import dispatch
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job
-from gpufleet.store import Queries
 from gpufleet.store.queries import JobFilter
 
 
@@ -94,22 +102,16 @@ async def delete_config(ctx: Context, name: str, actor: str, client: str | None)
 # ---- submit -----------------------------------------------------------------------------
 
 
-async def _never_satisfiable(q: Queries, req: Requirement, local_on: bool) -> str | None:
-    """Why no worker, present or to come through a created token, could run this."""
-    if req.target is Target.LOCAL and not local_on:
-        return (
+def _check_target(ctx: Context, target: Target) -> None:
+    """Refuse what no worker could ever come to run: a job for the local runner when this
+    server runs none (only a restart with --local-gpus would make one). Any other job waits
+    for its worker, which may register at any time; `explain_wait` says what it waits for."""
+    local_on, _gpus = parse_local_gpus(ctx.settings.local_gpus)
+    if target is Target.LOCAL and not local_on:
+        raise InvalidInput(
             "target 'local' needs the orchestrator's local runner, which is off; start the "
             "server with --local-gpus auto, or submit with target 'worker'"
         )
-    local = False if req.target is Target.AUTO and not local_on else None
-    if await dispatch.first_fit(q, req, idle=False, local=local) is not None:
-        return None
-    wanted = [f"{req.gpu_count} GPU(s)"] + [f"{k}={v}" for k, v in sorted(req.labels.items())]
-    scope = {"worker": "remote worker", "local": "local runner", "auto": "worker"}[req.target]
-    return (
-        f"no {scope} can ever run this job: none has {', '.join(wanted)}; create a worker "
-        "that matches (POST /api/admin/workers) or relax gpu_count / worker_labels"
-    )
 
 
 async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) -> Job:
@@ -121,18 +123,13 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
         config = check_config(sub.config)
     gpu_count = sub.gpu_count if sub.gpu_count is not None else config_gpu_count(config)
     labels = check_labels(sub.worker_labels)
+    _check_target(ctx, sub.target)
     req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs_of(config))
     job_id = new_id("j")
     async with transaction(ctx) as tx:
         # Usually an idle worker fits: the job is offered in the transaction that queues it
-        # (one commit a submit). When none is idle, some worker must at least exist, or be
-        # creatable, that could ever run it.
+        # (one commit a submit). When none does, the job waits, even for a worker yet to come.
         worker = await dispatch.first_fit(tx.q, req, idle=True)
-        if worker is None:
-            local_on, _gpus = parse_local_gpus(ctx.settings.local_gpus)
-            why = await _never_satisfiable(tx.q, req, local_on)
-            if why:
-                raise InvalidInput(why)
         job = await tx.q.insert_job(
             {
                 "id": job_id,
@@ -199,6 +196,8 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
 
 
 def explain_wait(job: Job, workers: list[Worker]) -> dict[str, Any]:
+    """Why a queued job waits: a summary, then each worker's reasons (what the CLI's `jobs
+    show` and the UI's job page print)."""
     req = job.requirement()
     rows = []
     for w in workers:
@@ -211,13 +210,41 @@ def explain_wait(job: Job, workers: list[Worker]) -> dict[str, Any]:
                 "reasons": reasons or ["matches: the job is about to be offered to it"],
             }
         )
-    if not workers:
-        summary = "no workers exist; create one with POST /api/admin/workers"
-    elif any(fits(req, w.capacity()) for w in workers):
-        summary = "every worker that could run it is busy, draining, offline or connecting"
-    else:
-        summary = "no worker matches the job's target, GPU count and labels"
-    return {"summary": summary, "workers": rows}
+    return {"summary": wait_summary(req, [w.capacity() for w in workers]), "workers": rows}
+
+
+def wait_summary(req: Requirement, caps: list[Capacity]) -> str:
+    """One line on what a queued job waits for, naming what no registered worker offers."""
+    fitting = [c for c in caps if fits(req, c)]
+    if any(can_run_now(req, c) for c in fitting):
+        return "a worker can run it now: it is about to be offered"
+    if any(c.gpu_count is not None for c in fitting):
+        return "every worker that could run it is busy, draining, offline or connecting"
+    scope = {"worker": "remote worker", "local": "local runner", "auto": "worker"}[req.target]
+    wanted = _wanted(req)
+    head = f"no {scope} registered has {wanted}" if wanted else f"no {scope} is registered"
+    if fitting:  # none registered yet: what they offer is unknown
+        names = [c.name for c in fitting]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        one = len(names) == 1
+        return (
+            f"{head}; {shown} may, once {'it registers' if one else 'they register'} "
+            f"({'its' if one else 'their'} GPUs are not known yet)"
+        )
+    return (
+        f"{head}; it waits until one does: create and start a worker that matches "
+        "(POST /api/admin/workers), or relax gpu_count / worker_labels"
+    )
+
+
+def _wanted(req: Requirement) -> str:
+    """What the job asks of a worker, in words: `2 GPUs and team=nlp`."""
+    parts = [f"{k}={v}" for k, v in sorted(req.labels.items())]
+    if req.gpu_count:
+        parts.insert(0, f"{req.gpu_count} GPU{'s' if req.gpu_count != 1 else ''}")
+    if Feature.COMMAND in req.needs:
+        parts.append("runs commands (a `gpufleet worker`, not a SimpleTuner agent)")
+    return " and ".join(parts)
 
 
 async def list_jobs(ctx: Context, f: JobFilter, limit: int, offset: int) -> tuple[list[Job], int]:

@@ -99,7 +99,7 @@ function actions(w) {
       }),
     }));
   }
-  if (w.status === "offline" && !w.is_local) {
+  if (w.deletable && !w.is_local) {
     buttons.push(h("button", {
       class: "small danger", type: "button", "data-action": "delete", text: "Delete",
       onclick: (e) => act(e.currentTarget, async () => {
