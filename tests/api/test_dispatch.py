@@ -360,7 +360,9 @@ async def test_a_job_waits_for_a_spot_worker_to_register_then_runs_there(fleet: 
     # its agent reports are not known until it registers.
     spot = await fleet.create_worker("spot-1", worker_type="ephemeral")
 
-    job = await fleet.submit(gpu_count=2, worker_labels={"team": "nlp"})
+    job = await fleet.submit(
+        config={"model_type": "lora"}, gpu_count=2, worker_labels={"team": "nlp"}
+    )
 
     detail = await fleet.job(job["id"])
     assert detail["status"] == "queued"
@@ -383,7 +385,9 @@ async def test_a_job_waits_for_a_spot_worker_to_register_then_runs_there(fleet: 
 async def test_a_job_that_fits_a_worker_not_registered_yet_names_it(fleet: Fleet) -> None:
     await fleet.create_worker("spot-1", labels={"team": "nlp"})
 
-    job = await fleet.submit(gpu_count=1, worker_labels={"team": "nlp"})
+    job = await fleet.submit(
+        config={"model_type": "lora"}, gpu_count=1, worker_labels={"team": "nlp"}
+    )
 
     assert (await fleet.job(job["id"]))["waiting"]["summary"] == (
         "no remote worker registered has 1 GPU and team=nlp; spot-1 may, once it registers "
