@@ -6,13 +6,14 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import Body, Depends, Query
 
 from gpufleet.domain.permissions import ADMIN_AUDIT, QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.domain.states import JobStatus, Target
 from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.hub import job_topic
+from gpufleet.server.jsonbody import api_router
 from gpufleet.server.schemas import (
     SSE_RESPONSE,
     AttemptOut,
@@ -34,7 +35,7 @@ from gpufleet.server.services.auth import Principal
 from gpufleet.server.services.queue import Submission
 from gpufleet.store.queries import AuditFilter, JobFilter
 
-router = APIRouter(tags=["queue"])
+router = api_router(tags=["queue"])
 Reader = Annotated[Principal, Depends(require(QUEUE_READ))]
 Submitter = Annotated[Principal, Depends(require(QUEUE_SUBMIT))]
 Auditor = Annotated[Principal, Depends(require(ADMIN_AUDIT))]
