@@ -125,9 +125,10 @@ def vars_of(line: Any) -> dict[str, Any]:
 
 
 async def _follow(ctx: Ctx, job_id: str, after: int) -> AsyncIterator[bytes]:
-    """Log lines as they arrive; ends with an `end` event once the job is over."""
+    """Log lines as they arrive; ends with an `end` event once the job is over (without
+    one when the orchestrator shuts down)."""
     with ctx.hub.subscribe(job_topic(job_id)) as sub:
-        while True:
+        while not sub.closed:
             lines = await queue.read_logs(ctx, job_id, after, 1000)
             for line in lines:
                 yield sse.frame(
