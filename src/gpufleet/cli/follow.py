@@ -19,6 +19,7 @@ from rich.progress import (
 
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
+from gpufleet.errors import ClientError
 
 ENDED = ("completed", "failed", "cancelled")
 POLL_SECONDS = 0.5
@@ -56,6 +57,10 @@ def _follow_logs(api: ApiClient, job_id: str, as_json: bool) -> None:
             status = data.get("status", "ended")
             click.echo(f"Job {job_id} {status}.", err=True)
             sys.exit(0 if status == "completed" else 1)
+    raise ClientError(  # no `end` event: the orchestrator closed the stream as it stopped
+        f"the orchestrator ended the log stream before job {job_id} ended (it may be "
+        "restarting); run the command again to follow on"
+    )
 
 
 def _print_line(line: dict[str, Any], as_json: bool) -> None:

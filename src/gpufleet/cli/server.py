@@ -188,7 +188,8 @@ def server(
     import uvicorn
     from pydantic import ValidationError
 
-    from gpufleet.server.app import create_app
+    from gpufleet.server.app import create_app, end_streams
+    from gpufleet.server.serving import Server
     from gpufleet.server.settings import ServerSettings
 
     logs.configure(log_level, log_format)
@@ -250,7 +251,7 @@ def server(
         ssl_certfile=str(tls.cert) if tls else None,
         ssl_keyfile=str(tls.key) if tls else None,
     )
-    server = uvicorn.Server(config)
+    server = Server(config, on_shutdown=lambda: end_streams(app))
     _tune_gc()
     server.run()
     if not server.started:

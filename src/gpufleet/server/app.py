@@ -76,6 +76,14 @@ def _die(name: str, exc: BaseException) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def end_streams(app: FastAPI) -> None:
+    """Shutdown has begun: every event stream ends now, and any opened from now on, so that
+    the server does not wait on them (their last database calls finish in the lifespan)."""
+    ctx: Context | None = getattr(app.state, "ctx", None)
+    if ctx is not None:
+        ctx.hub.close_all()
+
+
 StartHook = Callable[[Context, Supervisor], Awaitable[None]]
 Sweep = Callable[[], Awaitable[None]]
 

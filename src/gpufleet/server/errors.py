@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -11,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
 from gpufleet.errors import DomainError, StoreError, TooManyRequests, WriteConflict
+from gpufleet.server.jsonbody import not_json
 
 log = logging.getLogger("gpufleet.server")
 
@@ -28,13 +30,24 @@ async def _domain(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=headers)
 
 
+def _broken_json(err: dict[str, Any]) -> str:
+    """A body sent as JSON that does not parse: where the parser stopped."""
+    loc = err.get("loc", ())
+    at = f" at character {loc[1]}" if len(loc) > 1 else ""
+    return not_json(f"{err.get('ctx', {}).get('error', 'JSON decode error')}{at}")
+
+
 async def _validation(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     problems = []
     for err in exc.errors():
         where = _where(tuple(err.get("loc", ())))
         problems.append(f"{where}: {err.get('msg', 'invalid')}")
-    detail = "invalid request: " + "; ".join(problems) + "; fix these fields and send again"
+    broken = [e for e in exc.errors() if e.get("type") == "json_invalid"]
+    if broken:
+        detail = _broken_json(broken[0])
+    else:
+        detail = "invalid request: " + "; ".join(problems) + "; fix these fields and send again"
     return JSONResponse(
         {
             "detail": detail,

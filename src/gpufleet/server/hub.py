@@ -60,12 +60,16 @@ class Subscription:
 class Hub:
     def __init__(self) -> None:
         self._subs: dict[str, set[Subscription]] = defaultdict(set)
+        self._closed = False
 
     def subscribe(self, topic: str, *more: str) -> Subscription:
-        """One subscription woken by a notification on any of the topics."""
+        """One subscription woken by a notification on any of the topics (closed already
+        once the hub is: a stream opened during shutdown ends at once)."""
         sub = Subscription(self, topic, *more)
         for name in sub.topics:
             self._subs[name].add(sub)
+        if self._closed:
+            sub.close()
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -94,6 +98,14 @@ class Hub:
     def close(self, topic: str) -> None:
         for sub in list(self._subs.get(topic, ())):
             sub.close()
+
+    def close_all(self) -> None:
+        """Shutdown has begun: close every subscription, now and from now on, so that every
+        stream waiting on one ends (each loop runs while its subscription is open)."""
+        self._closed = True
+        for subs in list(self._subs.values()):
+            for sub in list(subs):
+                sub.close()
 
     def count(self, prefix: str) -> int:
         """Topics with at least one subscriber, among those that start with `prefix`."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import Depends, Query
 
 from gpufleet.domain.permissions import ADMIN_WORKERS, ALL
 from gpufleet.domain.states import WorkerStatus
 from gpufleet.server.deps import Client, Ctx, require
+from gpufleet.server.jsonbody import api_router
 from gpufleet.server.schemas import (
     ApiKeyOut,
     CreateApiKey,
@@ -24,7 +25,7 @@ from gpufleet.server.schemas import (
 from gpufleet.server.services import auth, fleet
 from gpufleet.server.services.auth import Principal
 
-router = APIRouter(prefix="/api/admin", tags=["admin"])
+router = api_router(prefix="/api/admin", tags=["admin"])
 Admin = Annotated[Principal, Depends(require(ADMIN_WORKERS))]
 Root = Annotated[Principal, Depends(require(ALL))]
 

@@ -10,17 +10,18 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 from starlette.responses import StreamingResponse
 
 from gpufleet.domain.permissions import ADMIN_WORKERS, QUEUE_READ, allows
 from gpufleet.server import sse
 from gpufleet.server.deps import Ctx, require
 from gpufleet.server.hub import Hub
+from gpufleet.server.jsonbody import api_router
 from gpufleet.server.schemas import SSE_RESPONSE
 from gpufleet.server.services.auth import Principal
 
-router = APIRouter(tags=["events"])
+router = api_router(tags=["events"])
 Reader = Annotated[Principal, Depends(require(QUEUE_READ))]
 COALESCE_SECONDS = 0.5
 

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import JSONResponse, Response
 
 from gpufleet.domain.permissions import METRICS_READ
 from gpufleet.server.deps import Ctx, require
+from gpufleet.server.jsonbody import api_router
 from gpufleet.server.services import ops
 from gpufleet.server.services.auth import Principal
 
-router = APIRouter(tags=["ops"])
+router = api_router(tags=["ops"])
 
 
 @router.get("/healthz")

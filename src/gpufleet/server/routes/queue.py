@@ -6,13 +6,14 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import Body, Depends, Query
 
 from gpufleet.domain.permissions import ADMIN_AUDIT, QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.domain.states import JobStatus, Target
 from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.hub import job_topic
+from gpufleet.server.jsonbody import api_router
 from gpufleet.server.schemas import (
     SSE_RESPONSE,
     AttemptOut,
@@ -34,7 +35,7 @@ from gpufleet.server.services.auth import Principal
 from gpufleet.server.services.queue import Submission
 from gpufleet.store.queries import AuditFilter, JobFilter
 
-router = APIRouter(tags=["queue"])
+router = api_router(tags=["queue"])
 Reader = Annotated[Principal, Depends(require(QUEUE_READ))]
 Submitter = Annotated[Principal, Depends(require(QUEUE_SUBMIT))]
 Auditor = Annotated[Principal, Depends(require(ADMIN_AUDIT))]
@@ -125,9 +126,10 @@ def vars_of(line: Any) -> dict[str, Any]:
 
 
 async def _follow(ctx: Ctx, job_id: str, after: int) -> AsyncIterator[bytes]:
-    """Log lines as they arrive; ends with an `end` event once the job is over."""
+    """Log lines as they arrive; ends with an `end` event once the job is over (without
+    one when the orchestrator shuts down)."""
     with ctx.hub.subscribe(job_topic(job_id)) as sub:
-        while True:
+        while not sub.closed:
             lines = await queue.read_logs(ctx, job_id, after, 1000)
             for line in lines:
                 yield sse.frame(

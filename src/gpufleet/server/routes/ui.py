@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -23,11 +23,12 @@ from gpufleet.domain.permissions import ADMIN_AUDIT, ADMIN_WORKERS, QUEUE_READ, 
 from gpufleet.domain.permissions import allows as key_allows
 from gpufleet.errors import Forbidden, InvalidInput, Unauthenticated
 from gpufleet.server.deps import Client, Ctx
+from gpufleet.server.jsonbody import api_router, declares_json, is_json
 from gpufleet.server.services import sessions
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 templates = Jinja2Templates(directory=UI_DIR / "templates")
-router = APIRouter(include_in_schema=False)
+router = api_router(include_in_schema=False)
 
 # Scripts and styles from this origin only: no inline code, nothing from elsewhere.
 SECURITY_HEADERS = {
@@ -154,9 +155,10 @@ def _same_origin(request: Request) -> bool:
 
 
 async def _credentials(request: Request) -> tuple[str | None, str | None, bool]:
-    """(api key, next page, came from an HTML form) from a JSON or urlencoded body."""
+    """(api key, next page, came from an HTML form) from a JSON or urlencoded body; JSON
+    whatever the Content-Type says, as on every API route (a form never parses as JSON)."""
     body = await request.body()
-    if request.headers.get("content-type", "").startswith("application/json"):
+    if declares_json(request.headers.get("content-type")) or is_json(body):
         try:
             data = orjson.loads(body or b"{}")
         except orjson.JSONDecodeError as exc:

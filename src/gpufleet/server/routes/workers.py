@@ -7,12 +7,13 @@ import secrets
 from collections.abc import AsyncIterator, Coroutine
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from starlette.responses import StreamingResponse
 
 from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, CurrentWorker
 from gpufleet.server.hub import worker_topic
+from gpufleet.server.jsonbody import api_router
 from gpufleet.server.schemas import (
     SSE_RESPONSE,
     HeartbeatIn,
@@ -29,7 +30,7 @@ from gpufleet.server.services import fleet, reports
 from gpufleet.server.services.fleet import Registration
 from gpufleet.server.services.reports import StatusReport
 
-router = APIRouter(prefix="/api/workers", tags=["workers"])
+router = api_router(prefix="/api/workers", tags=["workers"])
 
 
 def _registration(body: RegisterIn) -> Registration:
