@@ -252,7 +252,7 @@ def test_jobs_submit_by_name_sends_labels_gpus_priority_and_retries(
     httpx.post(  # two GPUs, so a 2-GPU job can run some day; its stream stays closed
         f"{server.url}/api/workers/register",
         headers={"X-Worker-Token": created["token"]},
-        json={"name": worker, "gpu_count": 2},
+        json={"name": worker, "gpu_count": 2, "features": ["command", "attempts"]},
     ).raise_for_status()
     out = ok(
         gf(
