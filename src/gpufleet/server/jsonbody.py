@@ -37,6 +37,8 @@ def declares_json(content_type: str | None) -> bool:
     """FastAPI's own rule: `application/json`, or `application/<anything>+json`."""
     if not content_type:
         return False
+    if content_type.partition(";")[0] == "application/json":  # nearly every request
+        return True
     message = email.message.Message()
     message["content-type"] = content_type
     subtype = message.get_content_subtype()
