@@ -448,3 +448,21 @@ async def test_a_write_the_database_aborts_as_a_deadlock_answers_503_and_stores_
     assert "send it again" in answer.json()["detail"]
     monkeypatch.undo()
     assert (await fleet.admin.get("/api/queue")).json()["total"] == before
+
+
+async def test_a_retry_offered_while_the_worker_still_reports_goes_again_within_seconds(
+    fleet: Fleet,
+) -> None:
+    """Both agents ignore an offer that comes while they are still reporting their last job:
+    it is sent again after a second, not after a third of the ack timeout (10 s here)."""
+    assert ACK_TIMEOUT / 3 > 3.0
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit(max_retries=1, retry_on=["lost", "failed"])
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    await agent.finish(offer, "failed", exit_code=3)
+    retry = await agent.next_offer()  # the moment the failure was taken: ignored, as agents do
+    assert retry["job_id"] == job["id"] and retry["attempt_id"] != offer["attempt_id"]
+    assert agent.stream is not None
+    again = await agent.stream.expect("job_submit", within=3.0)
+    assert again["attempt_id"] == retry["attempt_id"]

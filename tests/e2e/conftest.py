@@ -284,6 +284,13 @@ def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
     if request.param == "sqlite":
         yield None
         return
+    with pg_database() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for one orchestrator (or its replicas), dropped after."""
     if not _pg_available():
         pytest.fail(
             "PostgreSQL is not reachable on 127.0.0.1:5432; start it with "
@@ -368,6 +375,18 @@ class WorkerProcess:
         self.token: str = resp.json()["token"]
 
     def start(self) -> WorkerProcess:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.env
+            )
+        wait_for(
+            lambda: self.record()["status"] in ("idle", "busy"),
+            timeout=20,
+            what=f"worker {self.name} to connect (log: {self.log_path})",
+        )
+        return self
+
+    def command(self) -> list[str]:
         cmd = [
             self.executable,
             "worker",
@@ -390,14 +409,7 @@ class WorkerProcess:
         cmd += self.extra_args
         if self.server.tls:
             cmd += ["--ca-cert", str(self.server.trusted_cert)]
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        wait_for(
-            lambda: self.record()["status"] in ("idle", "busy"),
-            timeout=20,
-            what=f"worker {self.name} to connect (log: {self.log_path})",
-        )
-        return self
+        return cmd
 
     def record(self) -> dict[str, Any]:
         with self.server.admin() as admin:

@@ -432,8 +432,7 @@ def test_a_job_no_worker_can_run_yet_is_queued_and_submit_says_what_it_waits_for
     )
     job_id = next(w for w in out.split() if w.startswith("j_"))
     assert f"Submitted job {job_id} (queued, target worker)." in out
-    assert "Waiting: no remote worker registered has 2 GPUs and zone=mars; " in out
-    assert "waiting: no remote worker registered has 2 GPUs and zone=mars; " in ok(
-        gf(server, "jobs", "show", job_id)
-    )
+    wanted = "no remote worker registered has 2 GPUs and zone=mars and runs commands; "
+    assert f"Waiting: {wanted}" in out
+    assert f"waiting: {wanted}" in ok(gf(server, "jobs", "show", job_id))
     assert f"Job {job_id} is cancelled" in ok(gf(server, "jobs", "cancel", job_id))

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import zipfile
 from collections.abc import Callable, Iterator
@@ -26,7 +25,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import ServerProcess, job_state, unique, wait_for, wait_job
+from tests.e2e.conftest import (
+    ServerProcess,
+    WorkerProcess,
+    job_state,
+    pg_database,
+    unique,
+    wait_for,
+    wait_job,
+)
 
 AGENT_VERSION = "4.10.1"
 AGENT_WHEEL = Path(sys.prefix) / "agent-wheels" / f"simpletuner-{AGENT_VERSION}-py3-none-any.whl"
@@ -54,83 +61,23 @@ def released_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-class ReleasedAgent:
-    """One `python -m simpletuner.worker_agent` process with its own worker token."""
+class ReleasedAgent(WorkerProcess):
+    """`python -m simpletuner.worker_agent`, with its own worker token and a label of its
+    own (`lane`), so that each test's jobs go to its own agents."""
 
     def __init__(
-        self, server: ServerProcess, code: Path, work: Path, *, persistent: bool, **create: Any
+        self, server: ServerProcess, code: Path, work_root: Path, *, persistent: bool
     ) -> None:
-        self.server = server
-        self.name = unique("st-agent")
-        self.work = work / self.name
-        self.work.mkdir(parents=True)
-        self.log_path = work / f"{self.name}.log"
-        self.code = code
-        self.persistent = persistent
-        with server.admin() as admin:
-            resp = admin.post(
-                "/api/admin/workers",
-                json={
-                    "name": self.name,
-                    "worker_type": "persistent" if persistent else "ephemeral",
-                    "labels": {"lane": self.name},  # each test's jobs go to its own agents
-                    **create,
-                },
-            )
-        assert resp.status_code == 201, resp.text
-        self.id: str = resp.json()["worker_id"]
-        self.token: str = resp.json()["token"]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> ReleasedAgent:
-        cmd = [
-            sys.executable,
-            "-m",
-            "simpletuner.worker_agent",
-            "--orchestrator-url",
-            self.server.url,
-            "--worker-token",
-            self.token,
-            "--name",
-            self.name,
-        ]
-        if self.persistent:
-            cmd.append("--persistent")
         # The agent's folder and the stand-in trainer's: one namespace package, two folders.
-        env = {**os.environ, "PYTHONPATH": f"{self.code}{os.pathsep}{STUB}"}
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, cwd=self.work, env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-        wait_for(
-            lambda: self.record()["status"] in ("idle", "busy"),
-            timeout=20,
-            what=f"agent {self.name} to connect (log: {self.log_path})",
-        )
-        return self
+        env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{STUB}"}
+        lane = {"lane": unique("lane")}
+        super().__init__(server, work_root, persistent=persistent, labels=lane, env=env)
 
-    def record(self) -> dict[str, Any]:
-        with self.server.admin() as admin:
-            return dict(admin.get(f"/api/admin/workers/{self.id}").json())
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def wait_exit(self, timeout: float = 20) -> int:
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"agent {self.name} still runs; log:\n{self.log()}") from None
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.running():
-            assert self.proc is not None
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "simpletuner.worker_agent"]
+        cmd += ["--orchestrator-url", self.orchestrator_url, "--worker-token", self.token]
+        cmd += ["--name", self.name]
+        return [*cmd, "--persistent"] if self.persistent else cmd
 
 
 @pytest.fixture(scope="module")
@@ -149,20 +96,15 @@ def server(
 def st_agents(released_agent: Path, tmp_path: Path) -> Iterator[Callable[..., ReleasedAgent]]:
     made: list[ReleasedAgent] = []
 
-    def make(server: ServerProcess, *, persistent: bool = True, **create: Any) -> ReleasedAgent:
-        made.append(
-            ReleasedAgent(server, released_agent, tmp_path, persistent=persistent, **create)
-        )
+    def make(server: ServerProcess, *, persistent: bool = True) -> ReleasedAgent:
+        made.append(ReleasedAgent(server, released_agent, tmp_path, persistent=persistent))
         return made[-1]
 
     yield make
     for agent in made:
         agent.stop()
-    for agent in made:  # the agent writes each job's config under /tmp
-        for folder in Path("/tmp").glob("simpletuner_job_j_*"):
-            with contextlib.suppress(OSError):
-                if folder.stat().st_mtime and agent.log_path.exists():
-                    shutil.rmtree(folder, ignore_errors=True)
+    for folder in Path("/tmp").glob("simpletuner_job_j_*"):  # where the agent writes configs
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def submit(
@@ -177,7 +119,7 @@ def submit(
 
 def lane(agent: ReleasedAgent) -> dict[str, str]:
     """The label only this agent has."""
-    return {"lane": agent.name}
+    return agent.labels
 
 
 def admin_post(server: ServerProcess, path: str) -> httpx.Response:
@@ -185,10 +127,6 @@ def admin_post(server: ServerProcess, path: str) -> httpx.Response:
         resp = admin.post(path)
     assert resp.status_code == 200, resp.text
     return resp
-
-
-def attempts(server: ServerProcess, job_id: str) -> list[dict[str, Any]]:
-    return list(job_state(server, job_id)["attempt_history"])
 
 
 LONG = {"stub_steps": 600, "stub_sleep": 0.05}  # 30 s: ends only when told to
@@ -269,7 +207,7 @@ def test_an_ephemeral_agent_exits_after_one_job_and_disconnects(
     agent = st_agents(server, persistent=False).start()
     job_id = submit(server, {"stub_steps": 2}, lane(agent))
     assert wait_job(server, job_id, "completed", "failed")["status"] == "completed"
-    assert agent.wait_exit(timeout=15) == 0
+    assert agent.wait(timeout=15) == 0
     assert agent.record()["status"] == "offline"
     assert "Failed to notify disconnect" not in agent.log()
 
@@ -293,7 +231,7 @@ def test_a_drained_idle_ephemeral_agent_shuts_down(
 ) -> None:
     agent = st_agents(server, persistent=False).start()
     admin_post(server, f"/api/admin/workers/{agent.id}/drain")
-    assert agent.wait_exit(timeout=15) == 0
+    assert agent.wait(timeout=15) == 0
 
 
 def test_a_rotated_token_makes_the_agent_exit(
@@ -301,7 +239,7 @@ def test_a_rotated_token_makes_the_agent_exit(
 ) -> None:
     agent = st_agents(server).start()
     admin_post(server, f"/api/admin/workers/{agent.id}/token")
-    assert agent.wait_exit(timeout=15) == 0
+    assert agent.wait(timeout=15) == 0
     assert "Invalid worker token, exiting" in agent.log()
 
 
@@ -337,12 +275,14 @@ def test_the_upload_endpoint_of_an_offer_answers_501(
 
 @pytest.fixture
 def own_server(tmp_path: Path, database_url: str | None) -> Iterator[ServerProcess]:
-    """A server of the test's own, with offers resent only every 20 s (ack timeout 60 s)."""
-    db = database_url
-    proc = ServerProcess(tmp_path / "own", db, **AGENT_SERVER_FLAGS, **{"ack-timeout": 60})
-    proc.start()
-    yield proc
-    proc.kill(signal.SIGTERM)
+    """A server of the test's own, on a database of its own (the module's server must not
+    be its replica), with offers resent only every 20 s (ack timeout 60 s)."""
+    with contextlib.ExitStack() as stack:
+        db = None if database_url is None else stack.enter_context(pg_database())
+        proc = ServerProcess(tmp_path / "own", db, **AGENT_SERVER_FLAGS, **{"ack-timeout": 60})
+        proc.start()
+        stack.callback(proc.kill, signal.SIGTERM)
+        yield proc
 
 
 def test_a_retry_on_the_same_agent_starts_at_once(

@@ -174,7 +174,7 @@ def test_a_failing_job_is_retried_then_fails_with_its_exit_code_and_last_output(
         sys.exit(3)
     """
     agent = agents(orchestrator, labels=tag, persistent=True)
-    job_id = submit_job(orchestrator, tag, script(code), max_retries=1)
+    job_id = submit_job(orchestrator, tag, script(code), max_retries=1, retry_on=["lost", "failed"])
     agent.start()
 
     job = wait_job(orchestrator, job_id, "failed", "completed")

@@ -243,7 +243,7 @@ def _wanted(req: Requirement) -> str:
     if req.gpu_count:
         parts.insert(0, f"{req.gpu_count} GPU{'s' if req.gpu_count != 1 else ''}")
     if Feature.COMMAND in req.needs:
-        parts.append("runs commands (a `gpufleet worker`, not a SimpleTuner agent)")
+        parts.append("runs commands")
     return " and ".join(parts)
 
 
