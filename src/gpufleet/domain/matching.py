@@ -21,6 +21,8 @@ class Feature(StrEnum):
     ATTEMPTS = "attempts"  # names the attempt in every report, and heeds it in `job_cancel`
 
 
+_KNOWN_FEATURES = frozenset(f.value for f in Feature)
+
 # Config keys only a worker with Feature.COMMAND honours: the SimpleTuner agent ignores them
 # and runs `simpletuner.train`, so a job with any of them must not be offered to it.
 COMMAND_KEYS = ("command", "timeout_s", "env")
@@ -37,8 +39,7 @@ def parse_features(reported: Any) -> frozenset[Feature]:
     """The features a registration names; unknown names (a newer agent's) are ignored."""
     if not isinstance(reported, list | tuple):
         return frozenset()
-    known = {f.value for f in Feature}
-    return frozenset(Feature(name) for name in reported if name in known)
+    return frozenset(Feature(name) for name in reported if name in _KNOWN_FEATURES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,7 +128,6 @@ async def stream(
     async def events() -> AsyncIterator[bytes]:
         loop = asyncio.get_running_loop()
         pacing = fleet.OfferPacing.for_worker(ctx, worker)
-        offers: dict[str, dict[str, Any]] = {}  # attempt id → offer, while unacknowledged
         last_write = loop.time()
         handed: list[dict[str, Any]] = []
         reread = True  # the first round reads what waits for the worker
@@ -140,8 +139,7 @@ async def stream(
                     # other change notifies the topic plainly, and the stream reads the
                     # database (so does a quiet stream when an offer is due again).
                     for event in handed:
-                        offers[event["attempt_id"]] = event
-                    pacing.retain(offers, loop.time())
+                        pacing.add(event, loop.time())
                     if reread or pacing.must_read(loop.time()):
                         pending = await asyncio.shield(
                             _uncut(fleet.pending_events(ctx, worker.id, owner))
@@ -149,12 +147,12 @@ async def stream(
                         if pending is None:
                             break  # a newer stream took over, or the worker went offline
                         commands, offers = pending
-                        pacing.retain(offers, loop.time())
+                        pacing.replace(offers, loop.time())
                         for event in commands:
                             yield sse.frame(event, event=event["type"])
                             last_write = loop.time()
-                    for attempt_id in pacing.take_due(loop.time()):
-                        yield sse.frame(offers[attempt_id], event="job_submit")
+                    for offer in pacing.take_due(loop.time()):
+                        yield sse.frame(offer, event="job_submit")
                         last_write = loop.time()
                     # Woken by a change, when an offer is due, or to ping.
                     wake = last_write + sse.PING_SECONDS

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -300,7 +299,7 @@ FIRST_RESEND = 1.0  # an offer that arrived while the worker was still reporting
 
 @dataclass(slots=True)
 class OfferPacing:
-    """When each offer a stream knows of goes out, and again while unacknowledged.
+    """The offers a stream holds for its worker until acknowledged, and when each goes out.
 
     The first send waits `hold` (0 for an agent that names attempts); then, while the offer
     waits for its acknowledgement, it goes again after `first_resend` (both agents ignore an
@@ -310,6 +309,7 @@ class OfferPacing:
     hold: float
     first_resend: float
     resend: float
+    offers: dict[str, dict[str, Any]] = field(default_factory=dict)  # attempt id → offer
     due: dict[str, float] = field(default_factory=dict)  # attempt id → when it goes (again)
     sent: set[str] = field(default_factory=set)
 
@@ -319,31 +319,32 @@ class OfferPacing:
         hold = 0.0 if Feature.ATTEMPTS in worker.features else LEGACY_OFFER_HOLD
         return cls(hold=hold, first_resend=min(FIRST_RESEND, resend), resend=resend)
 
-    def retain(self, live: Iterable[str], now: float) -> None:
-        """The offers still waiting for their acknowledgement; the others are forgotten."""
-        keep = set(live)
-        for attempt_id in keep:
+    def add(self, offer: dict[str, Any], now: float) -> None:
+        """An offer handed over by the claim that made it."""
+        self.offers[offer["attempt_id"]] = offer
+        self.due.setdefault(offer["attempt_id"], now + self.hold)
+
+    def replace(self, offers: dict[str, dict[str, Any]], now: float) -> None:
+        """The offers still waiting, as the database has them; the others are forgotten."""
+        self.offers = offers
+        for attempt_id in offers:
             self.due.setdefault(attempt_id, now + self.hold)
-        for attempt_id in self.due.keys() - keep:
+        for attempt_id in self.due.keys() - offers.keys():
             del self.due[attempt_id]
             self.sent.discard(attempt_id)
 
     def must_read(self, now: float) -> bool:
-        """An offer is due that needs the database first: a resend (is it still waiting?)
-        or a held first send."""
-        return any(
-            now >= at and (attempt_id in self.sent or self.hold)
-            for attempt_id, at in self.due.items()
-        )
+        """A resend is due: the database says first whether the offer still waits."""
+        return any(now >= at and attempt_id in self.sent for attempt_id, at in self.due.items())
 
-    def take_due(self, now: float) -> list[str]:
+    def take_due(self, now: float) -> list[dict[str, Any]]:
         """The offers to send now; each is then due again after its resend delay."""
         out = [attempt_id for attempt_id, at in self.due.items() if now >= at]
         for attempt_id in out:
             again = self.resend if attempt_id in self.sent else self.first_resend
             self.due[attempt_id] = now + again
             self.sent.add(attempt_id)
-        return out
+        return [self.offers[attempt_id] for attempt_id in out]
 
     def next_due(self) -> float | None:
         return min(self.due.values(), default=None)
@@ -375,16 +376,13 @@ async def pending_events(
         if worker is None or worker.stream_owner != owner:
             return None
         waiting = await q.has_events(worker_id)
+        held = None
+        if waiting and worker.current_attempt_id:  # only to drop a cancel (_cancel_applies)
+            held = await q.get_attempt(worker.current_attempt_id)
         offers = await q.pending_offers(worker_id)
     if waiting:  # a write only when there is something to take
         async with ctx.store.write() as wq:
             commands = await wq.take_events(worker_id)
-            # The worker as it is now (the commands were queued before), to drop a cancel
-            # about a job it no longer holds.
-            now_worker = await wq.get_worker(worker_id)
-            held = None
-            if now_worker is not None and now_worker.current_attempt_id:
-                held = await wq.get_attempt(now_worker.current_attempt_id)
         commands = [cmd for cmd in commands if _cancel_applies(cmd, held)]
     events = {
         attempt.id: dispatch.job_submit_event(job.id, attempt.id, job.config, job.gpu_count)
