@@ -5,9 +5,8 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gpufleet.domain.matching import Capacity, Requirement, fits
+from gpufleet.domain.matching import Capacity, Requirement, fits, wait_summary
 from gpufleet.domain.states import Target, WorkerStatus
-from gpufleet.server.services.queue import wait_summary
 
 KEYS = ["gpu", "zone", "team"]
 VALUES = ["a100", "h100", "us-east", "nlp"]

@@ -178,3 +178,37 @@ def reasons_not_running(req: Requirement, cap: Capacity) -> list[str]:
     if cap.spent and cap.status is not WorkerStatus.OFFLINE:
         reasons.append("is ephemeral and has already run its one job")
     return reasons
+
+
+def wait_summary(req: Requirement, caps: list[Capacity]) -> str:
+    """One line on what a queued job waits for, naming what no registered worker offers."""
+    fitting = [c for c in caps if fits(req, c)]
+    if any(can_run_now(req, c) for c in fitting):
+        return "a worker can run it now: it is about to be offered"
+    if any(c.gpu_count is not None for c in fitting):
+        return "every worker that could run it is busy, draining, offline or connecting"
+    scope = {"worker": "remote worker", "local": "local runner", "auto": "worker"}[req.target]
+    wanted = _wanted(req)
+    head = f"no {scope} registered has {wanted}" if wanted else f"no {scope} is registered"
+    if fitting:  # none registered yet: what they offer is unknown
+        names = [c.name for c in fitting]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        one = len(names) == 1
+        return (
+            f"{head}; {shown} may, once {'it registers' if one else 'they register'} "
+            f"({'its' if one else 'their'} GPUs are not known yet)"
+        )
+    return (
+        f"{head}; it waits until one does: create and start a worker that matches "
+        "(POST /api/admin/workers), or relax gpu_count / worker_labels"
+    )
+
+
+def _wanted(req: Requirement) -> str:
+    """What the job asks of a worker, in words: `2 GPUs and team=nlp`."""
+    parts = [f"{k}={v}" for k, v in sorted(req.labels.items())]
+    if req.gpu_count:
+        parts.insert(0, f"{req.gpu_count} GPU{'s' if req.gpu_count != 1 else ''}")
+    if Feature.COMMAND in req.needs:
+        parts.append("runs commands")
+    return " and ".join(parts)

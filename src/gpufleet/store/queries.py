@@ -231,33 +231,24 @@ class Queries:
         )
         await self.conn.execute(sa.delete(workers).where(workers.c.id == worker_id))
 
-    async def matching_workers(
+    async def idle_matching_workers(
         self,
         *,
         min_gpus: int,
         local: bool | None,
-        idle: bool,
         after: tuple[bool, int, str] | None,
         limit: int,
     ) -> list[Worker]:
-        """Workers with GPUs enough for a job, in offer order (remote before local, fewest
-        GPUs first, then id), paged by keyset: the caller checks labels on each page and
-        stops at the first fit, so a match reads a page, not the fleet (ix_workers_match).
-
-        `idle`: registered idle workers only (to offer now); else every worker that fits or
-        has never registered (whose GPUs are not known yet). `local`: None for both kinds.
+        """Registered idle workers with GPUs enough for a job, in offer order (remote before
+        local, fewest GPUs first, then id), paged by keyset: the caller checks labels on each
+        page and stops at the first fit, so a match reads a page, not the fleet
+        (ix_workers_match). `local`: None for both kinds.
         """
-        stmt = sa.select(workers)
-        if idle:
-            stmt = stmt.where(
-                workers.c.status == WorkerStatus.IDLE.value,
-                workers.c.registered == sa.true(),
-                workers.c.gpu_count >= min_gpus,
-            )
-        else:
-            stmt = stmt.where(
-                sa.or_(workers.c.registered == sa.false(), workers.c.gpu_count >= min_gpus)
-            )
+        stmt = sa.select(workers).where(
+            workers.c.status == WorkerStatus.IDLE.value,
+            workers.c.registered == sa.true(),
+            workers.c.gpu_count >= min_gpus,
+        )
         if local is not None:
             stmt = stmt.where(workers.c.is_local == local)
         order = (workers.c.is_local, workers.c.gpu_count, workers.c.id)

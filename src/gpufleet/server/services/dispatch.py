@@ -152,25 +152,21 @@ async def dispatch_job(ctx: Context, job_id: str) -> bool:
     return await _retrying(lambda: _dispatch_job(ctx, job_id), False)
 
 
-async def first_fit(
-    q: Queries, req: Requirement, *, idle: bool, local: bool | None = None
-) -> Worker | None:
-    """The first worker, in offer order, that can run the job now (`idle`) or ever.
+async def first_fit(q: Queries, req: Requirement) -> Worker | None:
+    """The first idle worker, in offer order, that can run the job now.
 
     The order is `choose_worker`'s (remote first, fewest GPUs, then id), so the first idle
     fit is the one it would choose; pages are read only until one fits.
     """
-    check = can_run_now if idle else fits
-    if local is None and req.target is not Target.AUTO:
-        local = req.target is Target.LOCAL
+    local = None if req.target is Target.AUTO else req.target is Target.LOCAL
     after: tuple[bool, int, str] | None = None
     limit = _FIRST_PAGE  # usually the first worker fits: read few rows, then more each page
     while True:
-        page = await q.matching_workers(
-            min_gpus=req.gpu_count, local=local, idle=idle, after=after, limit=limit
+        page = await q.idle_matching_workers(
+            min_gpus=req.gpu_count, local=local, after=after, limit=limit
         )
         for worker in page:
-            if check(req, worker.capacity()):
+            if can_run_now(req, worker.capacity()):
                 return worker
         if len(page) < limit:
             return None
@@ -186,7 +182,7 @@ async def _dispatch_job(ctx: Context, job_id: str) -> bool:
         job = await tx.q.get_job(job_id)
         if job is None or job.status is not JobStatus.QUEUED:
             return False
-        worker = await first_fit(tx.q, job.requirement(), idle=True)
+        worker = await first_fit(tx.q, job.requirement())
         return worker is not None and bool(await claim(tx, job, worker))
 
 

@@ -13,14 +13,11 @@ from gpufleet.domain.jobspec import (
     config_gpu_count,
 )
 from gpufleet.domain.matching import (
-    Capacity,
-    Feature,
     Requirement,
-    can_run_now,
-    fits,
     match_key,
     needs_of,
     reasons_not_running,
+    wait_summary,
 )
 from gpufleet.domain.records import Attempt, Job, LogLine, StoredConfig, Worker
 from gpufleet.domain.secrets import new_id
@@ -129,7 +126,7 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
     async with transaction(ctx) as tx:
         # Usually an idle worker fits: the job is offered in the transaction that queues it
         # (one commit a submit). When none does, the job waits, even for a worker yet to come.
-        worker = await dispatch.first_fit(tx.q, req, idle=True)
+        worker = await dispatch.first_fit(tx.q, req)
         job = await tx.q.insert_job(
             {
                 "id": job_id,
@@ -211,40 +208,6 @@ def explain_wait(job: Job, workers: list[Worker]) -> dict[str, Any]:
             }
         )
     return {"summary": wait_summary(req, [w.capacity() for w in workers]), "workers": rows}
-
-
-def wait_summary(req: Requirement, caps: list[Capacity]) -> str:
-    """One line on what a queued job waits for, naming what no registered worker offers."""
-    fitting = [c for c in caps if fits(req, c)]
-    if any(can_run_now(req, c) for c in fitting):
-        return "a worker can run it now: it is about to be offered"
-    if any(c.gpu_count is not None for c in fitting):
-        return "every worker that could run it is busy, draining, offline or connecting"
-    scope = {"worker": "remote worker", "local": "local runner", "auto": "worker"}[req.target]
-    wanted = _wanted(req)
-    head = f"no {scope} registered has {wanted}" if wanted else f"no {scope} is registered"
-    if fitting:  # none registered yet: what they offer is unknown
-        names = [c.name for c in fitting]
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        one = len(names) == 1
-        return (
-            f"{head}; {shown} may, once {'it registers' if one else 'they register'} "
-            f"({'its' if one else 'their'} GPUs are not known yet)"
-        )
-    return (
-        f"{head}; it waits until one does: create and start a worker that matches "
-        "(POST /api/admin/workers), or relax gpu_count / worker_labels"
-    )
-
-
-def _wanted(req: Requirement) -> str:
-    """What the job asks of a worker, in words: `2 GPUs and team=nlp`."""
-    parts = [f"{k}={v}" for k, v in sorted(req.labels.items())]
-    if req.gpu_count:
-        parts.insert(0, f"{req.gpu_count} GPU{'s' if req.gpu_count != 1 else ''}")
-    if Feature.COMMAND in req.needs:
-        parts.append("runs commands")
-    return " and ".join(parts)
 
 
 async def list_jobs(ctx: Context, f: JobFilter, limit: int, offset: int) -> tuple[list[Job], int]:
