@@ -653,3 +653,25 @@ async def _queue_without_dispatch(fleet: Fleet, labels: dict[str, str]) -> str:
             }
         )
     return job_id
+
+
+async def test_the_workers_list_names_queued_jobs_no_registered_worker_can_run(
+    fleet: Fleet,
+) -> None:
+    await fleet.online_worker("gpu-1", labels={"team": "cv"})
+    stranded = await fleet.submit(gpu_count=2, worker_labels={"team": "nlp"})
+    runnable = await fleet.submit(worker_labels={"team": "cv"})  # offered to gpu-1 at once
+    waits = await fleet.submit(worker_labels={"team": "cv"})  # waits for gpu-1, which fits
+
+    listed = (await fleet.admin.get("/api/admin/workers")).json()["unmatched_jobs"]
+    assert listed == [
+        {
+            "job_id": stranded["id"],
+            "summary": (await fleet.job(stranded["id"]))["waiting"]["summary"],
+        }
+    ]
+    assert listed[0]["summary"].startswith("no remote worker registered has 2 GPUs and team=nlp")
+    for job in (runnable, waits):
+        assert job["id"] not in str(listed)
+    filtered = (await fleet.admin.get("/api/admin/workers", params={"status": "offline"})).json()
+    assert filtered["workers"] == [] and filtered["unmatched_jobs"] == listed

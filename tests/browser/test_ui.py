@@ -232,3 +232,24 @@ def test_every_page_fits_a_phone_screen(
 
     assert overflow <= 0, f"{path} is {overflow} px wider than a phone screen"
     screenshot(page, f"phone-{path.strip('/')}")
+
+
+def test_the_workers_page_names_queued_jobs_no_worker_can_run(
+    server: ServerProcess, page: Page
+) -> None:
+    with server.admin() as admin:
+        resp = admin.post(
+            "/api/queue/submit",
+            json={"config": {"model_type": "lora"}, "worker_labels": {"zone": "pluto"}},
+        )
+        assert resp.status_code == 201, resp.text
+        job_id = resp.json()["id"]
+        summary = admin.get(f"/api/queue/{job_id}").json()["waiting"]["summary"]
+    page.goto("/signin")
+    sign_in(page, server.admin_key)
+    item = page.locator(f'#unmatched li[data-job="{job_id}"]')
+    expect(item).to_have_text(f"{job_id} waits: {summary}")
+    assert "zone=pluto" in summary
+    with server.admin() as admin:  # cancelled: the page drops it without a reload
+        assert admin.post(f"/api/queue/{job_id}/cancel").status_code == 200
+    expect(item).to_have_count(0)

@@ -436,3 +436,20 @@ def test_a_job_no_worker_can_run_yet_is_queued_and_submit_says_what_it_waits_for
     assert f"Waiting: {wanted}" in out
     assert f"waiting: {wanted}" in ok(gf(server, "jobs", "show", job_id))
     assert f"Job {job_id} is cancelled" in ok(gf(server, "jobs", "cancel", job_id))
+
+
+def test_workers_list_names_the_queued_jobs_no_worker_can_run(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    out = ok(
+        gf(
+            server,
+            *("jobs", "submit", str(job_file(tmp_path, "0"))),
+            *("--label", "zone=venus", "--priority", "1000"),  # at the head of the queue
+        )
+    )
+    job_id = next(w for w in out.split() if w.startswith("j_"))
+    listed = ok(gf(server, "workers", "list"))
+    assert f"Job {job_id} waits: no remote worker registered has zone=venus and runs " in listed
+    ok(gf(server, "jobs", "cancel", job_id))
+    assert job_id not in ok(gf(server, "workers", "list"))

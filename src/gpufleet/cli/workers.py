@@ -47,14 +47,18 @@ def list_workers(api: ApiClient, statuses: tuple[str, ...], as_json: bool) -> No
     console = out.console()
     if not rows:
         console.print("No workers. Create one: gpufleet workers create NAME")
-        return
-    console.print(
-        out.table(
-            ("ID", "NAME", "STATUS", "TYPE", "GPUS", "LABELS", "JOB", "SEEN"), rows, wrap="LABELS"
+    else:
+        console.print(
+            out.table(
+                ("ID", "NAME", "STATUS", "TYPE", "GPUS", "LABELS", "JOB", "SEEN"),
+                rows,
+                wrap="LABELS",
+            )
         )
-    )
-    counts = ", ".join(f"{n} {s}" for s, n in body["counts"].items() if n)
-    console.print(f"\n{len(rows)} worker{'s' if len(rows) != 1 else ''}: {counts}")
+        counts = ", ".join(f"{n} {s}" for s, n in body["counts"].items() if n)
+        console.print(f"\n{len(rows)} worker{'s' if len(rows) != 1 else ''}: {counts}")
+    for job in body["unmatched_jobs"]:  # what the fleet lacks, as each job says
+        console.print(f"Job {job['job_id']} waits: {job['summary']}", markup=False)
 
 
 @workers.command("show")

@@ -93,9 +93,16 @@ class WorkerOut(BaseModel):
         )
 
 
+class UnmatchedJob(BaseModel):
+    job_id: str
+    summary: str  # the job's `waiting.summary`
+
+
 class WorkerList(BaseModel):
     workers: list[WorkerOut]
     counts: dict[str, int]
+    # Queued jobs (from the head of the queue) that no registered worker can run.
+    unmatched_jobs: list[UnmatchedJob]
 
 
 class CreateApiKey(Strict):

@@ -14,6 +14,7 @@ from gpufleet.domain.jobspec import (
 )
 from gpufleet.domain.matching import (
     Requirement,
+    fits,
     match_key,
     needs_of,
     reasons_not_running,
@@ -190,6 +191,27 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
         if job.status is JobStatus.QUEUED:
             waiting = explain_wait(job, await q.list_workers())
     return JobView(job=job, attempts=attempts, waiting=waiting)
+
+
+UNMATCHED_SHOWN = 20  # queued jobs, from the head of the queue, the workers list looks at
+ANY_GPU_COUNT = 2**31 - 1  # the most a job's gpu_count column holds (32 bits)
+
+
+async def unmatched_jobs(ctx: Context, workers: list[Worker]) -> list[tuple[Job, str]]:
+    """Queued jobs, from the head of the queue, that no registered worker can run, each
+    with its `waiting` summary: what the fleet lacks, shown beside the workers list in the
+    same words as on each job. `workers`: the whole fleet."""
+    async with ctx.store.read() as q:
+        head = await q.queued_jobs(
+            max_gpus=ANY_GPU_COUNT, targets=list(Target), after=None, limit=UNMATCHED_SHOWN
+        )
+    caps = [w.capacity() for w in workers]
+    registered = [c for c in caps if c.gpu_count is not None]
+    return [
+        (job, wait_summary(job.requirement(), caps))
+        for job in head
+        if not any(fits(job.requirement(), c) for c in registered)
+    ]
 
 
 def explain_wait(job: Job, workers: list[Worker]) -> dict[str, Any]:

@@ -142,6 +142,10 @@ const refresh = serial(async () => {
   }
   $("#counts").replaceChildren(...STATUSES.map((s) =>
     h("span", { class: `badge status-${s}`, "data-count": s }, `${s} `, h("b", { text: body.counts[s] ?? 0 }))));
+  // Queued jobs no registered worker can run: what the fleet lacks, as each job page says.
+  $("#unmatched").replaceChildren(...body.unmatched_jobs.map((job) =>
+    h("li", { "data-job": job.job_id },
+      h("a", { href: `/queue/${job.job_id}`, text: job.job_id }), ` waits: ${job.summary}`)));
   const rows = body.workers.map(row);
   $("#workers tbody").replaceChildren(...(rows.length ? rows
     : [h("tr", { class: "empty" }, h("td", { colspan: 9, text: "No workers yet: create one." }))]));
@@ -181,4 +185,4 @@ createForm.addEventListener("submit", async (event) => {
 wireDialogs();
 startClock();
 refresh();
-live({ workers: refresh });
+live({ workers: refresh, jobs: refresh });
