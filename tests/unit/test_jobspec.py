@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -146,13 +147,70 @@ def test_gpu_fields_must_be_whole_numbers_not_below_zero(field, value):
     field=st.sampled_from(GPU_FIELDS),
     value=st.one_of(st.integers(), st.floats(), st.booleans(), st.text(max_size=3)),
 )
-def test_a_gpu_field_is_accepted_exactly_when_it_is_an_int_not_below_zero(field, value):
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def test_a_gpu_field_is_accepted_exactly_when_it_is_an_int_from_0_to_1024(field, value):
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1024
     if ok:
         assert check_config({field: value}) == {field: value}
     else:
         with pytest.raises(InvalidInput):
             check_config({field: value})
+
+
+@pytest.mark.parametrize("value", [1025, 3_000_000_000, 2**63, 2**64])
+def test_a_gpu_count_past_what_any_machine_has_is_refused(value):
+    """Past a PostgreSQL INTEGER (3e9) or SQLite's 64 bits it would break the write (#14)."""
+    with pytest.raises(InvalidInput, match="from 0 to 1024"):
+        check_config({"gpu_count": value})
+
+
+@pytest.mark.parametrize("name", ["BAD=KEY", "", "1ST", "A B", "A-B", "\x00", "Ä", "A\x00B"])
+def test_an_env_name_no_process_could_be_given_is_refused_by_name(name):
+    with pytest.raises(InvalidInput, match="no process can be given") as info:
+        check_config({"command": ["python"], "env": {name: "x"}})
+    assert repr(name) in info.value.message
+
+
+@pytest.mark.parametrize("name", ["A", "_", "a_1", "CUDA_VISIBLE_DEVICES", "_X9"])
+def test_a_posix_env_name_is_accepted(name):
+    check_config({"env": {name: "x"}})
+
+
+def test_a_nul_in_an_env_value_is_refused_naming_the_variable():
+    with pytest.raises(InvalidInput, match="'env.SEED' contains a NUL"):
+        check_config({"env": {"SEED": "1\x002"}})
+
+
+@pytest.mark.parametrize(
+    ("command", "field"), [(["py\x00thon"], "command[0]"), (["python", "a", "\x00"], "command[2]")]
+)
+def test_a_nul_in_the_command_is_refused_naming_the_argument(command, field):
+    with pytest.raises(InvalidInput, match=rf"'{re.escape(field)}' contains a NUL"):
+        check_config({"command": command})
+
+
+def test_an_empty_program_name_is_refused():
+    with pytest.raises(InvalidInput, match="command\\[0\\]' is empty"):
+        check_config({"command": ["", "train.py"]})
+
+
+@settings(max_examples=300)
+@given(
+    env=st.dictionaries(st.text(max_size=6), st.text(max_size=4), max_size=3),
+    command=st.lists(st.text(max_size=6), min_size=1, max_size=3),
+)
+def test_whatever_config_is_accepted_a_process_can_be_started_with(env, command):
+    """The check and the operating system agree: what passes, os.execve's checks take."""
+    import os
+
+    try:
+        check_config({"command": command, "env": env})
+    except InvalidInput:
+        return
+    for arg in command:
+        os.fsencode(arg)  # no lone surrogates the filesystem encoding cannot take
+        assert "\x00" not in arg and command[0]
+    for name, value in env.items():
+        assert name and "=" not in name and "\x00" not in name + value
 
 
 def test_the_config_size_limit_is_one_megabyte():

@@ -21,30 +21,56 @@ def check_config_name(name: str) -> str:
     return name
 
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_GPUS = 1024  # as `gpu_count` at submit
+
+
 def _int(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(f"config field {field!r} must be a whole number ≥ 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPUS:
+        raise InvalidInput(
+            f"config field {field!r} must be a whole number from 0 to {MAX_GPUS}, got {value!r}"
+        )
     return value
 
 
-def check_config(body: Any) -> dict[str, Any]:
-    """A config is a JSON object; the fields gpufleet reads must have the right shape."""
-    if not isinstance(body, dict):
-        raise InvalidInput("a config must be a JSON object")
-    command = body.get("command")
-    if command is not None and (
-        not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command)
-    ):
+def _check_command(command: Any) -> None:
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
         raise InvalidInput(
             "config field 'command' must be a non-empty list of strings (an argv), "
             'e.g. ["python", "train.py"]; leave it out for SimpleTuner training'
         )
-    env = body.get("env")
-    if env is not None and (
-        not isinstance(env, dict)
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-    ):
+    if not command[0]:
+        raise InvalidInput("config field 'command[0]' is empty: name the program to run")
+    for index, arg in enumerate(command):
+        if "\x00" in arg:
+            raise InvalidInput(f"config field 'command[{index}]' contains a NUL character")
+
+
+def _check_env(env: Any) -> None:
+    if not isinstance(env, dict):
         raise InvalidInput("config field 'env' must be an object of string values")
+    for name, value in env.items():
+        if not ENV_NAME.fullmatch(name):
+            raise InvalidInput(
+                f"config field 'env' has the name {name!r}, which no process can be given: "
+                "use letters, digits and '_', not starting with a digit"
+            )
+        if not isinstance(value, str):
+            raise InvalidInput(
+                f"config field 'env' must be an object of string values; {name!r} is {value!r}"
+            )
+        if "\x00" in value:
+            raise InvalidInput(f"config field 'env.{name}' contains a NUL character")
+
+
+def check_config(body: Any) -> dict[str, Any]:
+    """A config is a JSON object; the fields gpufleet reads must be ones a worker can start."""
+    if not isinstance(body, dict):
+        raise InvalidInput("a config must be a JSON object")
+    if body.get("command") is not None:
+        _check_command(body["command"])
+    if body.get("env") is not None:
+        _check_env(body["env"])
     timeout = body.get("timeout_s")
     if timeout is not None and (
         isinstance(timeout, bool)

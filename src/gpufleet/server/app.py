@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gpufleet import __version__, logs
 from gpufleet.server import deps, errors
 from gpufleet.server.context import Context
+from gpufleet.server.door import RefuseNulInUrl
 from gpufleet.server.local import parse_local_gpus, start_local_runner
 from gpufleet.server.loops import Supervisor
 from gpufleet.server.ratelimit import FailureLimiter
@@ -169,4 +170,5 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
     app.include_router(ui.router)
     app.mount("/static", ui.static_files(), name="static")
     app.add_middleware(BodyLimit)
+    app.add_middleware(RefuseNulInUrl)
     return app

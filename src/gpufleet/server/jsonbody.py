@@ -11,16 +11,19 @@ web sign-in reads its own body) and routes without a body are left as they are.
 from __future__ import annotations
 
 import email.message
+import itertools
 import json
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import APIRouter, params
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message
 
+from gpufleet.domain import jsonpolicy
 from gpufleet.errors import InvalidInput
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -50,7 +53,7 @@ def declares_json(content_type: str | None) -> bool:
 def is_json(body: bytes) -> bool:
     try:
         json.loads(body)
-    except ValueError:  # UnicodeDecodeError included
+    except (ValueError, RecursionError):  # UnicodeDecodeError included
         return False
     return True
 
@@ -63,15 +66,31 @@ class JsonBodyRoute(APIRoute):
             return handler
 
         async def read_json_anyway(request: Request) -> Response:
-            if not declares_json(request.headers.get("content-type")):
-                body = await request.body()
-                if body:  # an empty body stays no body: some routes take none
-                    if not is_json(body):
-                        raise InvalidInput(not_json())
-                    request = _as_json(request, body)
-            return await handler(request)
+            body = await request.body()
+            if not body:  # an empty body stays no body: some routes take none
+                return await handler(request)
+            declared = declares_json(request.headers.get("content-type"))
+            try:
+                parsed = json.loads(body)
+            except RecursionError:
+                raise InvalidInput(not_json("it is nested too deeply to read")) from None
+            except ValueError:  # UnicodeDecodeError included
+                if declared:  # FastAPI's own answer says where the parser stopped
+                    return await handler(request)
+                raise InvalidInput(not_json()) from None
+            refuse_unstorable(parsed)
+            return await handler(request if declared else _as_json(request, body))
 
         return read_json_anyway
+
+
+def refuse_unstorable(parsed: Any) -> None:
+    """The input policy of domain.jsonpolicy, at the door: a 422 naming each bad place."""
+    found = list(itertools.islice(jsonpolicy.problems(parsed, ("body",)), 10))
+    if found:
+        raise RequestValidationError(
+            [{"loc": p.loc, "msg": p.msg, "type": "value_error.unstorable"} for p in found]
+        )
 
 
 def _as_json(request: Request, body: bytes) -> Request:

@@ -194,7 +194,7 @@ class StatusIn(Lenient):
     status: str = Field(min_length=1, max_length=32)
     attempt_id: str | None = Field(None, max_length=64)
     error: str | None = Field(None, max_length=100_000)
-    exit_code: int | None = None
+    exit_code: int | None = Field(None, ge=-(2**31), le=2**31 - 1)  # an INTEGER column
     progress: dict[str, Any] | None = None
 
 

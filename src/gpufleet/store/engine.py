@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from gpufleet.domain import jsonpolicy
 from gpufleet.errors import ConfigurationError, StoreError, WriteConflict
 from gpufleet.store import sqlite_inline
 from gpufleet.store.queries import Queries
@@ -244,10 +245,13 @@ async def open_store(url: str, *, lock: bool = True) -> Store:
             async_creator=functools.partial(sqlite_inline.connect, database or ":memory:"),
             pool_size=8,
             max_overflow=4,
+            json_deserializer=jsonpolicy.loads_stored,
         )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     else:
-        engine = create_async_engine(url, pool_size=20, max_overflow=20)
+        engine = create_async_engine(
+            url, pool_size=20, max_overflow=20, json_deserializer=jsonpolicy.loads_stored
+        )
         _ping_when_idle(engine)
     try:
         async with engine.begin() as conn:

@@ -208,5 +208,12 @@ async def list_audit(
 
 
 def _utc(value: datetime | None) -> datetime | None:
-    """A time without a zone is read as UTC."""
-    return value.replace(tzinfo=UTC) if value and value.tzinfo is None else value
+    """The time in UTC (one without a zone is read as UTC); one past the ends of the
+    calendar in UTC (year 1 at +01:00) is the end it overshoots."""
+    if value is None or value.tzinfo is None:
+        return value.replace(tzinfo=UTC) if value else None
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        end = datetime.min if value.year == datetime.min.year else datetime.max
+        return end.replace(tzinfo=UTC)

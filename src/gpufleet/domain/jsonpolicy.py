@@ -1,0 +1,128 @@
+"""What JSON the fleet will store: every value it takes must be one it can give back.
+
+A value that one database refuses (NUL in PostgreSQL text, NaN in JSONB, an integer past the
+column), that no encoder writes (a lone surrogate is not UTF-8) or that a worker's event
+stream cannot carry (orjson stops at 254 levels and at 64-bit integers) is refused when it
+arrives, with the place it was found, instead of being stored to break every later read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+MAX_DEPTH = 32  # objects and arrays inside one another
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # a 64-bit signed integer: SQLite's and orjson's range
+INT32_MAX = 2**31 - 1  # an INTEGER column on PostgreSQL
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One value the policy refuses: where it is (keys and indexes) and what to change."""
+
+    loc: tuple[str | int, ...]
+    msg: str
+
+    @property
+    def where(self) -> str:
+        out = ""
+        for part in self.loc:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+        return out or "the body"
+
+
+def text_problem(text: str) -> str | None:
+    """Why a string cannot be stored, or None: NUL characters and lone surrogates."""
+    if "\x00" in text:
+        return "contains a NUL character (\\u0000), which cannot be stored; remove it"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate (such as \\ud800), which is not valid UTF-8; fix it"
+    return None
+
+
+def problems(value: Any, loc: tuple[str | int, ...] = ()) -> Iterator[Problem]:
+    """Every place in a parsed JSON value that breaks the policy (depth-first, lazily)."""
+    yield from _walk(value, loc, 0)
+
+
+def first_problem(value: Any) -> Problem | None:
+    return next(problems(value), None)
+
+
+def _walk(value: Any, loc: tuple[str | int, ...], depth: int) -> Iterator[Problem]:
+    if isinstance(value, dict | list):
+        if depth >= MAX_DEPTH:
+            yield Problem(loc, f"is nested more than {MAX_DEPTH} levels deep; flatten it")
+            return
+        if isinstance(value, dict):
+            for key, item in value.items():
+                why = text_problem(str(key))
+                if why:
+                    yield Problem(loc, f"has a key that {why}")
+                    continue
+                yield from _walk(item, (*loc, key), depth + 1)
+        else:
+            for index, item in enumerate(value):
+                yield from _walk(item, (*loc, index), depth + 1)
+    elif isinstance(value, str):
+        why = text_problem(value)
+        if why:
+            yield Problem(loc, why)
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int):
+        if not INT_MIN <= value <= INT_MAX:
+            yield Problem(loc, "is an integer outside -2^63 … 2^63-1; send a smaller number")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            yield Problem(loc, "is not a finite number (NaN or Infinity); send a number")
+    else:  # not something JSON parses to
+        yield Problem(loc, f"is a {type(value).__name__}, which JSON does not have")
+
+
+# ---- reading back what an older version stored ---------------------------------------------
+
+REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def readable(value: Any, depth: int = 0) -> Any:
+    """A stored value made one that every reader can return: lone surrogates become U+FFFD,
+    NaN and the infinities null, integers past 64 bits text, anything nested past the limit
+    null. Rows written before the policy existed may hold these; nothing new can."""
+    if isinstance(value, dict | list):
+        if depth >= MAX_DEPTH:
+            return None
+        if isinstance(value, dict):
+            return {readable(str(k), depth): readable(v, depth + 1) for k, v in value.items()}
+        return [readable(item, depth + 1) for item in value]
+    if isinstance(value, str):
+        return _SURROGATE.sub(REPLACEMENT, value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if INT_MIN <= value <= INT_MAX else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return None
+
+
+def loads_stored(text: str | bytes) -> Any:
+    """A JSON column as stored, readable whatever an older version let in (see `readable`)."""
+    try:
+        value = orjson.loads(text)  # refuses lone surrogates, NaN and Infinity: the rare case
+    except orjson.JSONDecodeError:
+        return readable(json.loads(text))
+    # Counting brackets is C-fast; fewer than the limit cannot nest past it.
+    raw = text if isinstance(text, str) else text.decode()
+    if raw.count("[") + raw.count("{") >= MAX_DEPTH and first_problem(value) is not None:
+        return readable(value)
+    return value

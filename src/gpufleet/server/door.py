@@ -1,0 +1,33 @@
+"""A URL that names what no database can hold is refused before any route reads it.
+
+PostgreSQL cannot compare text with a NUL character in it (the query fails), so a `%00` in a
+path or a query parameter would be a 500 wherever the value reaches a query. Bodies have the
+same rule and more in `jsonbody`, checked against `domain.jsonpolicy`.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote_to_bytes
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+NUL_IN_URL = (
+    "the URL holds a NUL character (%00), which no name or id contains; remove it and send again"
+)
+
+
+class RefuseNulInUrl:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (
+            "\x00" in scope["path"] or b"\x00" in unquote_to_bytes(scope["query_string"])
+        ):
+            body = orjson.dumps({"detail": NUL_IN_URL})
+            headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+            await send({"type": "http.response.start", "status": 422, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)

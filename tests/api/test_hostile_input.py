@@ -1,0 +1,262 @@
+"""What an attacker with ordinary credentials, or a typo, sends: refused at the door, never
+stored, and nothing stored can break a read (#14).
+
+Each case below answered 2xx and then broke every later read, a worker's event stream or the
+write itself (a 500) before the input policy of `domain.jsonpolicy` existed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from gpufleet.store import tables
+from tests.api.conftest import Fleet, sqlite_only
+from tests.nasty import dumps, nested
+
+JSON = {"Content-Type": "application/json"}
+
+# Every read an operator or the web UI makes; each must answer 200 whatever was written.
+READS = [
+    "/api/queue",
+    "/api/queue?status=queued",
+    "/api/queue?status=running",
+    "/api/queue?status=failed",
+    "/api/admin/workers",
+    "/api/configs",
+    "/api/audit?limit=500",
+    "/api/audit/verify",
+    "/api/admin/api-keys",
+]
+
+
+async def assert_every_read_answers(fleet: Fleet, *extra: str) -> None:
+    jobs = (await fleet.admin.get("/api/queue?limit=500")).json()["jobs"]
+    workers = (await fleet.admin.get("/api/admin/workers")).json()["workers"]
+    configs = (await fleet.admin.get("/api/configs")).json()["configs"]
+    paths = [*READS, *extra]
+    paths += [f"/api/queue/{j['id']}" for j in jobs] + [f"/api/queue/{j['id']}/logs" for j in jobs]
+    paths += [f"/api/admin/workers/{w['id']}" for w in workers]
+    paths += [f"/api/configs/{c['name']}" for c in configs]
+    for path in paths:
+        answer = await fleet.admin.get(path)
+        assert answer.status_code == 200, (path, answer.text[:300])
+
+
+async def post_raw(client: httpx.AsyncClient, path: str, body: Any, **headers: str) -> Any:
+    return await client.post(path, content=dumps(body), headers={**JSON, **headers})
+
+
+def refused_at(answer: httpx.Response, *where: str | int) -> None:
+    assert answer.status_code == 422, answer.text
+    body = answer.json()
+    locs = [tuple(e["loc"]) for e in body["errors"]]
+    assert any(loc[: len(where)] == where for loc in locs), (where, locs)
+    assert "fix these fields" in body["detail"]
+
+
+# ---- 1. configs no worker could start ---------------------------------------------------
+
+UNSTARTABLE = [
+    ({"command": ["python", "-c", "print(1)"], "env": {"BAD=KEY": "x"}}, "'BAD=KEY'"),
+    ({"command": ["python"], "env": {"SEED": "1\x002"}}, "env.SEED"),
+    ({"command": ["python", "-c\x00", "print(1)"], "env": {}}, "command"),
+    ({"command": ["python", 3]}, "command"),
+    ({"command": []}, "command"),
+    ({"command": ["", "train.py"]}, "command[0]"),
+    ({"command": ["python"], "env": {"1ST": "x"}}, "'1ST'"),
+]
+
+
+@pytest.mark.parametrize(("config", "named"), UNSTARTABLE)
+async def test_a_config_no_worker_could_start_is_refused_at_submit_and_when_stored(
+    fleet: Fleet, config: dict[str, Any], named: str
+) -> None:
+    submitted = await post_raw(fleet.admin, "/api/queue/submit", {"config": config})
+    stored = await fleet.admin.put("/api/configs/bad", content=dumps(config), headers=JSON)
+    for answer in (submitted, stored):
+        assert answer.status_code == 422, answer.text
+        assert named in answer.text
+    assert (await fleet.admin.get("/api/queue")).json()["total"] == 0
+    assert (await fleet.admin.get("/api/configs")).json()["configs"] == []
+
+
+# ---- 2. values the server could not send back -------------------------------------------
+
+SURROGATE, NUL = "\ud800", "a\x00b"
+UNSTORABLE = {
+    "lone surrogate": SURROGATE,
+    "NUL": NUL,
+    "nested 300 deep": nested(300),
+    "nested 40 deep": nested(40),
+    "integer 2^64": 2**64,
+    "integer below -2^63": -(2**63) - 1,
+    "NaN": float("nan"),
+    "Infinity": float("inf"),
+}
+
+
+@pytest.mark.parametrize("value", UNSTORABLE.values(), ids=UNSTORABLE.keys())
+async def test_an_unstorable_value_in_a_job_config_is_refused_naming_its_place(
+    fleet: Fleet, value: Any
+) -> None:
+    answer = await post_raw(
+        fleet.admin, "/api/queue/submit", {"config": {"command": ["python"], "lr": {"x": value}}}
+    )
+    refused_at(answer, "body", "config", "lr", "x")
+    stored = await fleet.admin.put("/api/configs/c1", content=dumps({"v": [value]}), headers=JSON)
+    refused_at(stored, "body", "v", 0)
+    assert (await fleet.admin.get("/api/queue")).json()["total"] == 0
+    await assert_every_read_answers(fleet)
+
+
+@pytest.mark.parametrize("value", UNSTORABLE.values(), ids=UNSTORABLE.keys())
+async def test_an_unstorable_value_from_a_worker_is_refused_and_the_reads_still_answer(
+    fleet: Fleet, value: Any
+) -> None:
+    agent = await fleet.online_worker("w1")
+    job = await fleet.submit()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    h = agent.headers
+    progress = await post_raw(
+        fleet.http,
+        f"/api/workers/job/{job['id']}/status",
+        {"status": "running", "attempt_id": offer["attempt_id"], "progress": {"loss": value}},
+        **h,
+    )
+    refused_at(progress, "body", "progress", "loss")
+    gpus = await post_raw(
+        fleet.http, "/api/workers/register", {"name": "w1", "gpus": [{"name": value}]}, **h
+    )
+    refused_at(gpus, "body", "gpus", 0, "name")
+    if isinstance(value, str):
+        labels = await post_raw(
+            fleet.http, "/api/workers/register", {"name": "w1", "labels": {"zone": value}}, **h
+        )
+        refused_at(labels, "body", "labels", "zone")
+        line = await post_raw(
+            fleet.http,
+            f"/api/workers/job/{job['id']}/logs",
+            {"attempt_id": offer["attempt_id"], "lines": [{"text": value}]},
+            **h,
+        )
+        refused_at(line, "body", "lines", 0, "text")
+        error = await post_raw(
+            fleet.http,
+            f"/api/workers/job/{job['id']}/status",
+            {"status": "failed", "attempt_id": offer["attempt_id"], "error": value},
+            **h,
+        )
+        refused_at(error, "body", "error")
+    assert (await fleet.job(job["id"]))["status"] == "running"
+    await assert_every_read_answers(fleet)
+
+
+async def test_a_worker_still_receives_the_offer_of_a_config_at_the_policy_limits(
+    fleet: Fleet,
+) -> None:
+    """The deepest and largest values accepted travel through a worker's event stream."""
+    agent = await fleet.online_worker("w1")
+    config = {"command": ["python"], "deep": nested(29), "big": 2**63 - 1, "small": -(2**63)}
+    answer = await post_raw(fleet.admin, "/api/queue/submit", {"config": config})
+    assert answer.status_code == 201, answer.text
+    offer = await agent.next_offer()
+    assert offer["config"] == config
+    await assert_every_read_answers(fleet)
+
+
+@pytest.mark.parametrize("value", [3_000_000_000, 2**63, 10**20])
+async def test_a_gpu_count_past_the_column_is_refused(fleet: Fleet, value: int) -> None:
+    answer = await post_raw(
+        fleet.admin, "/api/queue/submit", {"config": {"command": ["x"], "gpu_count": value}}
+    )
+    assert answer.status_code == 422, answer.text
+    assert "gpu_count" in answer.json()["detail"]
+    answer = await post_raw(fleet.admin, "/api/queue/submit", {"config": {}, "gpu_count": value})
+    assert answer.status_code == 422, answer.text
+
+
+@pytest.mark.parametrize("code", [10**20, 2**31, -(2**31) - 1])
+async def test_an_exit_code_past_the_column_is_refused(fleet: Fleet, code: int) -> None:
+    agent = await fleet.online_worker("w1")
+    job = await fleet.submit()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    answer = await agent.report(
+        job["id"], "failed", attempt_id=offer["attempt_id"], exit_code=code
+    )
+    assert answer.status_code == 422, answer.text
+    assert "exit_code" in answer.json()["detail"]
+    done = await agent.finish(offer, "failed", exit_code=-9)
+    assert done["job_status"] == "failed"
+    assert (await fleet.job(job["id"]))["exit_code"] == -9
+
+
+@pytest.mark.parametrize(
+    ("since", "until"),
+    [
+        ("0001-01-01T00:00:00+01:00", None),
+        ("0001-01-01T00:00:00", "9999-12-31T23:59:59-01:00"),
+        (None, "9999-12-31T23:59:59.999999-14:00"),
+    ],
+)
+async def test_an_audit_window_at_the_ends_of_time_answers(
+    fleet: Fleet, since: str | None, until: str | None
+) -> None:
+    await fleet.mint_key("queue.read")  # one event at least
+    params = {k: v for k, v in (("since", since), ("until", until)) if v}
+    answer = await fleet.admin.get("/api/audit", params=params)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["total"] >= 1
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/queue/%00",
+        "/api/queue?worker_id=%00",
+        "/api/queue?config_name=a%00b",
+        "/api/audit?actor=%00",
+        "/api/configs/a%00",
+        "/api/admin/workers/%00",
+    ],
+)
+async def test_a_nul_in_the_url_is_refused_not_sent_to_the_database(
+    fleet: Fleet, path: str
+) -> None:
+    answer = await fleet.admin.get(path)
+    assert answer.status_code == 422, answer.text
+    assert "NUL" in answer.json()["detail"]
+
+
+@sqlite_only
+async def test_a_value_stored_before_the_policy_cannot_break_a_read(fleet: Fleet) -> None:
+    """Rows written by an older gpufleet may hold what the door now refuses."""
+    agent = await fleet.online_worker("w1")
+    job = await fleet.submit()
+    await agent.next_offer()
+    bad = {"loss": "\ud800", "lr": float("nan"), "x": float("inf")}
+    async with fleet.ctx.store.engine.begin() as conn:
+        await conn.execute(
+            sa.update(tables.jobs).values(progress=bad, config={"k": "\udfff", "d": nested(300)})
+        )
+        await conn.execute(sa.update(tables.configs).values(body={"k": "\ud800"}))
+    answer = await fleet.admin.get(f"/api/queue/{job['id']}")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["progress"]["loss"] == "\ufffd"
+    assert answer.json()["progress"]["lr"] is None
+    await assert_every_read_answers(fleet)
+
+
+async def test_the_policy_is_reported_field_by_field(fleet: Fleet) -> None:
+    body = {"config": {"command": ["python"], "a": SURROGATE, "b": [float("nan")]}, "priority": 1}
+    answer = await post_raw(fleet.admin, "/api/queue/submit", body)
+    assert answer.status_code == 422
+    locs = {tuple(e["loc"]) for e in answer.json()["errors"]}
+    assert locs == {("body", "config", "a"), ("body", "config", "b", 0)}
+    assert "config.a" in answer.json()["detail"] and "config.b.0" in answer.json()["detail"]
+
