@@ -29,6 +29,7 @@ from gpufleet.server.context import Context
 from gpufleet.server.loops import Supervisor
 from gpufleet.server.services import health
 from gpufleet.server.settings import ServerSettings
+from tests.nasty import dumps
 
 HEARTBEAT_TIMEOUT = 120.0
 ACK_TIMEOUT = 30.0
@@ -38,6 +39,30 @@ GPUFLEET_FEATURES = ["command", "attempts"]  # what `gpufleet worker` says it do
 
 # For tests of HTTP rules that no storage backend could change: SQLite only, to stay fast.
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+# Every list an operator or the web UI reads (`Fleet.every_read_answers` adds each item).
+READS = [
+    "/api/queue",
+    "/api/queue?status=queued",
+    "/api/queue?status=running",
+    "/api/queue?status=failed",
+    "/api/admin/workers",
+    "/api/configs",
+    "/api/audit?limit=500",
+    "/api/audit/verify",
+    "/api/admin/api-keys",
+]
+
+
+async def post_raw(
+    client: httpx.AsyncClient, path: str, body: Any, *, method: str = "POST", **headers: str
+) -> httpx.Response:
+    """A JSON body as a careless client writes it (`tests.nasty.dumps`): surrogates escaped,
+    NaN as a literal, which `json=` cannot send."""
+    return await client.request(
+        method, path, content=dumps(body), headers={"Content-Type": "application/json", **headers}
+    )
 
 
 class FakeClock:
@@ -383,6 +408,21 @@ class Fleet:
         assert answer.status_code == 200, answer.text
         events: list[dict[str, Any]] = answer.json()["events"]
         return events
+
+    async def every_read_answers(self, *, newest: int = 500) -> None:
+        """Every read an operator or the web UI makes answers 200, whatever was written: the
+        lists, and each of the `newest` jobs, every worker and every stored config."""
+        jobs = (await self.admin.get(f"/api/queue?limit={newest}")).json()["jobs"]
+        workers = (await self.admin.get("/api/admin/workers")).json()["workers"]
+        configs = (await self.admin.get("/api/configs")).json()["configs"]
+        paths = [*READS]
+        paths += [f"/api/queue/{j['id']}" for j in jobs]
+        paths += [f"/api/queue/{j['id']}/logs" for j in jobs]
+        paths += [f"/api/admin/workers/{w['id']}" for w in workers]
+        paths += [f"/api/configs/{c['name']}" for c in configs]
+        for path in paths:
+            answer = await self.admin.get(path)
+            assert answer.status_code == 200, (path, answer.text[:300])
 
     # ---- time ---------------------------------------------------------------------------
 

@@ -14,41 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from gpufleet.store import tables
-from tests.api.conftest import Fleet, sqlite_only
-from tests.nasty import dumps, nested
-
-JSON = {"Content-Type": "application/json"}
-
-# Every read an operator or the web UI makes; each must answer 200 whatever was written.
-READS = [
-    "/api/queue",
-    "/api/queue?status=queued",
-    "/api/queue?status=running",
-    "/api/queue?status=failed",
-    "/api/admin/workers",
-    "/api/configs",
-    "/api/audit?limit=500",
-    "/api/audit/verify",
-    "/api/admin/api-keys",
-]
-
-
-async def assert_every_read_answers(fleet: Fleet, *extra: str) -> None:
-    jobs = (await fleet.admin.get("/api/queue?limit=500")).json()["jobs"]
-    workers = (await fleet.admin.get("/api/admin/workers")).json()["workers"]
-    configs = (await fleet.admin.get("/api/configs")).json()["configs"]
-    paths = [*READS, *extra]
-    paths += [f"/api/queue/{j['id']}" for j in jobs] + [f"/api/queue/{j['id']}/logs" for j in jobs]
-    paths += [f"/api/admin/workers/{w['id']}" for w in workers]
-    paths += [f"/api/configs/{c['name']}" for c in configs]
-    for path in paths:
-        answer = await fleet.admin.get(path)
-        assert answer.status_code == 200, (path, answer.text[:300])
-
-
-async def post_raw(client: httpx.AsyncClient, path: str, body: Any, **headers: str) -> Any:
-    return await client.post(path, content=dumps(body), headers={**JSON, **headers})
-
+from tests.api.conftest import Fleet, post_raw, sqlite_only
+from tests.nasty import nested
 
 def refused_at(answer: httpx.Response, *where: str | int) -> None:
     assert answer.status_code == 422, answer.text
@@ -76,7 +43,7 @@ async def test_a_config_no_worker_could_start_is_refused_at_submit_and_when_stor
     fleet: Fleet, config: dict[str, Any], named: str
 ) -> None:
     submitted = await post_raw(fleet.admin, "/api/queue/submit", {"config": config})
-    stored = await fleet.admin.put("/api/configs/bad", content=dumps(config), headers=JSON)
+    stored = await post_raw(fleet.admin, "/api/configs/bad", config, method="PUT")
     for answer in (submitted, stored):
         assert answer.status_code == 422, answer.text
         assert named in answer.text
@@ -107,10 +74,10 @@ async def test_an_unstorable_value_in_a_job_config_is_refused_naming_its_place(
         fleet.admin, "/api/queue/submit", {"config": {"command": ["python"], "lr": {"x": value}}}
     )
     refused_at(answer, "body", "config", "lr", "x")
-    stored = await fleet.admin.put("/api/configs/c1", content=dumps({"v": [value]}), headers=JSON)
+    stored = await post_raw(fleet.admin, "/api/configs/c1", {"v": [value]}, method="PUT")
     refused_at(stored, "body", "v", 0)
     assert (await fleet.admin.get("/api/queue")).json()["total"] == 0
-    await assert_every_read_answers(fleet)
+    await fleet.every_read_answers()
 
 
 @pytest.mark.parametrize("value", UNSTORABLE.values(), ids=UNSTORABLE.keys())
@@ -153,7 +120,7 @@ async def test_an_unstorable_value_from_a_worker_is_refused_and_the_reads_still_
         )
         refused_at(error, "body", "error")
     assert (await fleet.job(job["id"]))["status"] == "running"
-    await assert_every_read_answers(fleet)
+    await fleet.every_read_answers()
 
 
 async def test_a_worker_still_receives_the_offer_of_a_config_at_the_policy_limits(
@@ -166,7 +133,7 @@ async def test_a_worker_still_receives_the_offer_of_a_config_at_the_policy_limit
     assert answer.status_code == 201, answer.text
     offer = await agent.next_offer()
     assert offer["config"] == config
-    await assert_every_read_answers(fleet)
+    await fleet.every_read_answers()
 
 
 @pytest.mark.parametrize("value", [3_000_000_000, 2**63, 10**20])
@@ -249,7 +216,7 @@ async def test_a_value_stored_before_the_policy_cannot_break_a_read(fleet: Fleet
     assert answer.status_code == 200, answer.text
     assert answer.json()["progress"]["loss"] == "\ufffd"
     assert answer.json()["progress"]["lr"] is None
-    await assert_every_read_answers(fleet)
+    await fleet.every_read_answers()
 
 
 async def test_the_policy_is_reported_field_by_field(fleet: Fleet) -> None:
