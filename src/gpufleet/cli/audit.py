@@ -1,8 +1,9 @@
-"""`gpufleet audit`: the audit log, newest first."""
+"""`gpufleet audit`: the audit log, newest first; `--verify` checks its HMAC chain."""
 
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,11 @@ from gpufleet.cli.options import SINCE
 @click.option("--since", type=SINCE, help="Only events after this: 30m, 2h (ago) or an ISO time.")
 @click.option("--until", type=SINCE, help="Only events before this: 30m, 2h (ago) or an ISO time.")
 @click.option("--limit", type=click.IntRange(1, 500), default=50, help="At most this many.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Check the audit log's HMAC chain instead, naming each finding; exit 1 if any.",
+)
 @json_option
 @api_options
 def audit(
@@ -35,9 +41,13 @@ def audit(
     since: datetime | None,
     until: datetime | None,
     limit: int,
+    verify: bool,
     as_json: bool,
 ) -> None:
     """Show the audit log, newest first (needs the admin.audit permission)."""
+    if verify:
+        _verify(api, as_json)
+        return
     body = api.get(
         "/api/audit",
         type=event_type,
@@ -74,3 +84,53 @@ def _brief(detail: dict[str, Any]) -> str:
             first = first[:60].rstrip() + "…"
         parts.append(f"{key}={first}")
     return ", ".join(parts)
+
+
+def _verify(api: ApiClient, as_json: bool) -> None:
+    body = api.get("/api/audit/verify")
+    if as_json:
+        out.print_json(body)
+    else:
+        for line in findings(body):
+            out.console().print(line)
+    if not body["ok"]:
+        sys.exit(1)
+
+
+def findings(v: dict[str, Any]) -> list[str]:
+    """`GET /api/audit/verify`'s answer in words, one line a finding."""
+    lines = []
+    if v["unsealed"]:
+        ids = ", ".join(str(i) for i in v["unsealed_ids"])
+        lines.append(
+            f"{v['unsealed']} entr{'y was' if v['unsealed'] == 1 else 'ies were'} written "
+            f"around the server (never sealed): ids {ids}{'…' if v['unsealed'] > 20 else ''}"
+        )
+    if v["gaps"]:
+        runs = ", ".join(
+            str(g["first"]) if g["first"] == g["last"] else f"{g['first']}-{g['last']}"
+            for g in v["gaps"]
+        )
+        many = v["missing"] != 1
+        lines.append(
+            f"{v['missing']} entr{'ies are' if many else 'y is'} missing from the chain: at {runs}"
+        )
+    broken = v["first_broken"]
+    if broken is not None:
+        lines.append(f"the chain first breaks at entry {broken['seq']}: {broken['reason']}")
+    if v["head_behind"]:
+        recorded, head = v["recorded_head"], v["chain_head"]
+        if head < recorded:
+            lines.append(
+                f"the chain ends at entry {head} but this server recorded entry {recorded}: "
+                "entries were cut from its end"
+            )
+        else:
+            lines.append(
+                f"entry {recorded} is no longer the one this server recorded: the chain was "
+                "cut back and written again from there"
+            )
+    if not lines:
+        upto = f"; the server recorded entry {v['recorded_head']}" if v["recorded_head"] else ""
+        lines.append(f"ok: {v['checked']} entries verified, none missing or unsealed{upto}")
+    return lines

@@ -105,6 +105,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         )
         app.state.ctx = ctx
         logs.set_replica(ctx.instance_id)
+        await audit.seal_legacy(ctx)
         raw = await auth.bootstrap_admin_key(ctx)
         if raw and settings.print_admin_key:
             print(
@@ -130,7 +131,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
             return step
 
         supervisor.every("health", settings.health_interval, leader_only(health.health_sweep))
-        supervisor.every("audit-seal", 1.0, leader_only(audit.seal))
+        supervisor.every("audit-head", 1.0, lambda: audit.record_head(ctx))  # every replica
         supervisor.every(  # every replica writes the heartbeats it heard
             "heartbeat-flush",
             min(0.5, settings.heartbeat_timeout / 8),
@@ -156,6 +157,10 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
                 await fleet.flush_heartbeats(ctx)
             except Exception as exc:  # the next start gives every worker a timeout anyway
                 log.warning("could not write the last heartbeats: %s", exc)
+            try:
+                await audit.record_head(ctx)
+            except Exception as exc:  # the record then lags by the last second's entries
+                log.warning("could not record the audit chain's head: %s", exc)
             await store.close()
 
     app = FastAPI(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from gpufleet.domain import audit_chain
 from gpufleet.server.bus import Replicas
 from gpufleet.server.hub import Hub
 from gpufleet.server.metrics import Metrics, Observation
@@ -25,11 +26,15 @@ def utcnow() -> datetime:
 class Context:
     settings: ServerSettings
     store: Store
+    audit_key: bytes = field(repr=False)  # the audit chain's HMAC key (services/audit.py)
     hub: Hub = field(default_factory=Hub)
     clock: Callable[[], datetime] = utcnow
     instance_id: str = field(default_factory=lambda: secrets.token_hex(4))
     started_at: datetime = field(default_factory=utcnow)
-    audit_key: bytes | None = None
+    # The newest audit chain entry this process sealed, recorded outside the database by
+    # audit.record_head; `audit_cut` once the chain was found cut back below the record.
+    audit_head: audit_chain.Head | None = None
+    audit_cut: bool = False
     auth_failures: FailureLimiter = field(default_factory=lambda: FailureLimiter(20, 60.0))
     metrics: Metrics = field(default_factory=Metrics)
     # Signs web UI sessions; the app loads it from <data-dir>/ui-secret so sessions outlive
@@ -77,7 +82,7 @@ class Tx:
         **detail: Any,
     ) -> None:
         """Record an audit event, written (all of the transaction's in one statement, in
-        order) just before it commits."""
+        order) and sealed into the audit chain just before it commits."""
         self.audits.append(
             {
                 "ts": self.now,
@@ -90,15 +95,29 @@ class Tx:
         )
 
 
+async def _append_audit(q: Queries, key: bytes, rows: list[dict[str, Any]]) -> audit_chain.Head:
+    """Write audit entries sealed onto the chain's end: an entry is never stored unsealed,
+    so an unsealed one was written around the server. The lock is held until commit."""
+    await q.lock_audit_chain()
+    head = await q.audit_chain_head() or audit_chain.START
+    stored = await q.insert_audit(rows)
+    seals = audit_chain.extend(key, head, stored)
+    await q.seal_audit([(e.id, s.seq, s.mac) for e, s in zip(stored, seals, strict=True)])
+    return seals[-1]
+
+
 @contextlib.asynccontextmanager
 async def transaction(ctx: Context) -> AsyncIterator[Tx]:
     tx: Tx | None = None
+    sealed: audit_chain.Head | None = None
 
     def committed() -> None:
         # Before the next writer on SQLite goes on (a freed worker's look at a deep queue
         # can hold the loop for milliseconds): the offer this transaction made goes first.
         assert tx is not None
         ctx.metrics.apply(tx.observations)
+        if sealed is not None and (ctx.audit_head is None or sealed.seq > ctx.audit_head.seq):
+            ctx.audit_head = sealed
         for topic in tx.close:
             ctx.hub.close(topic)
         for topic, events in tx.handed.items():
@@ -110,6 +129,6 @@ async def transaction(ctx: Context) -> AsyncIterator[Tx]:
         tx = Tx(q, ctx.clock())
         yield tx
         if tx.audits:
-            await q.insert_audit(tx.audits)
+            sealed = await _append_audit(q, ctx.audit_key, tx.audits)
         # heard elsewhere on commit
         await ctx.replicas.send_in(q.conn, tx.notify, tx.close, tx.handed)

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.domain import audit_chain
 from gpufleet.domain.records import ApiKey, Attempt, AuditEvent, Job, StoredConfig, Worker
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target, WorkerType, can_delete_worker
 
@@ -383,11 +384,42 @@ class AuditList(BaseModel):
     offset: int
 
 
+class SeqGap(BaseModel):
+    first: int
+    last: int
+
+
 class AuditVerification(BaseModel):
-    ok: bool
-    checked: int  # sealed entries whose MAC was recomputed
-    unsealed: int  # entries written but not yet chained
-    first_broken: dict[str, Any] | None
+    """The audit chain checked; every field but `checked` and the heads is a finding."""
+
+    ok: bool  # no finding
+    checked: int  # entries that verified, in order from the first, before any break
+    unsealed: int  # entries without a seal: written around the server (tampering)
+    unsealed_ids: list[int]  # the first 20 of them
+    gaps: list[SeqGap]  # runs of missing chain positions (the first 100)
+    missing: int  # chain positions missing in all
+    chain_head: int  # the last chain position in the database
+    recorded_head: int | None  # the last position this server recorded outside it
+    head_behind: bool  # the database no longer holds the recorded head: its end was cut
+    first_broken: dict[str, Any] | None  # the first missing or changed entry
+
+    @classmethod
+    def of(cls, v: audit_chain.Verdict) -> AuditVerification:
+        broken = v.first_broken
+        return cls(
+            ok=v.ok,
+            checked=v.checked,
+            unsealed=v.unsealed,
+            unsealed_ids=list(v.unsealed_ids),
+            gaps=[SeqGap(first=g.first, last=g.last) for g in v.gaps],
+            missing=v.missing,
+            chain_head=v.chain_head,
+            recorded_head=v.recorded_head,
+            head_behind=v.head_behind,
+            first_broken=None
+            if broken is None
+            else {"seq": broken.seq, "event_id": broken.event_id, "reason": broken.reason},
+        )
 
 
 class ErrorOut(BaseModel):

@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gpufleet.domain.audit_chain import Head
 from gpufleet.domain.records import (
     ApiKey,
     Attempt,
@@ -574,9 +575,11 @@ class Queries:
 
     # ---- audit ---------------------------------------------------------------------------
 
-    async def insert_audit(self, rows: list[dict[str, Any]]) -> None:
-        """Audit events in order (their ids follow the list); one statement for all."""
-        await self.conn.execute(sa.insert(audit_events), rows)
+    async def insert_audit(self, rows: list[dict[str, Any]]) -> list[AuditEvent]:
+        """Audit events in order, one statement for all; returned as stored (ids given, the
+        detail as the database keeps it), which is what their MACs must cover."""
+        stmt = sa.insert(audit_events).returning(*audit_events.c, sort_by_parameter_order=True)
+        return [_audit(r) for r in await self.conn.execute(stmt, rows)]
 
     async def lock_api_keys(self) -> None:
         """One first-start admin key, however many replicas start at once (PostgreSQL)."""
@@ -584,11 +587,12 @@ class Queries:
             await self.conn.execute(sa.text("SELECT pg_advisory_xact_lock(1735549282)"))
 
     async def lock_audit_chain(self) -> None:
-        """One sealer at a time across orchestrators (PostgreSQL); SQLite has one writer."""
+        """One appender to the chain at a time, until commit, across orchestrators
+        (PostgreSQL; SQLite has one writer). Taken last in a transaction, so held briefly."""
         if self._pg:
             await self.conn.execute(sa.text("SELECT pg_advisory_xact_lock(1735549281)"))
 
-    async def audit_chain_head(self) -> tuple[int, str] | None:
+    async def audit_chain_head(self) -> Head | None:
         stmt = (
             sa.select(audit_events.c.chain_seq, audit_events.c.mac)
             .where(audit_events.c.chain_seq.is_not(None))
@@ -596,7 +600,16 @@ class Queries:
             .limit(1)
         )
         row = (await self.conn.execute(stmt)).first()
-        return (int(row.chain_seq), str(row.mac)) if row else None
+        return Head(int(row.chain_seq), str(row.mac)) if row else None
+
+    async def audit_mac_at(self, seq: int) -> str | None:
+        stmt = sa.select(audit_events.c.mac).where(audit_events.c.chain_seq == seq)
+        mac = (await self.conn.execute(stmt)).scalar_one_or_none()
+        return str(mac) if mac is not None else None
+
+    async def audit_event_exists(self, event_type: str) -> bool:
+        stmt = sa.select(audit_events.c.id).where(audit_events.c.event_type == event_type)
+        return (await self.conn.execute(stmt.limit(1))).first() is not None
 
     async def unsealed_audit(self, limit: int) -> list[AuditEvent]:
         stmt = (

@@ -174,16 +174,7 @@ async def delete_config(ctx: Ctx, who: Submitter, client: Client, name: str) -> 
 
 @router.get("/api/audit/verify", response_model=AuditVerification)
 async def verify_audit(ctx: Ctx, who: Auditor) -> AuditVerification:
-    result = await audit.verify(ctx)
-    broken = result.first_broken
-    return AuditVerification(
-        ok=result.ok,
-        checked=result.checked,
-        unsealed=result.unsealed,
-        first_broken=None
-        if broken is None
-        else {"seq": broken.seq, "event_id": broken.event_id, "reason": broken.reason},
-    )
+    return AuditVerification.of(await audit.verify(ctx))
 
 
 @router.get("/api/audit", response_model=AuditList)

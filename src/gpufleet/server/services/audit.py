@@ -1,14 +1,15 @@
-"""Reading the audit log, sealing it into an HMAC chain, and verifying the chain.
+"""Reading the audit log, recording its chain's head outside the database, verifying it.
 
-Entries are written inside each operation's transaction; a supervised loop seals them in
-order shortly after, so writers never wait on the chain.
+Entries are sealed into the HMAC chain by the transaction that writes them (`context.py`).
+Each process also keeps the newest entry it sealed in `<data-dir>/audit.head`, once a second,
+so that entries cut off the chain's end, which leave a shorter chain that still links, show.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
-from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.domain import audit_chain
@@ -17,15 +18,9 @@ from gpufleet.errors import ConfigurationError
 from gpufleet.server.context import Context, transaction
 from gpufleet.store.queries import AuditFilter
 
+log = logging.getLogger("gpufleet.server.audit")
 _BATCH = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Verification:
-    ok: bool
-    checked: int
-    unsealed: int
-    first_broken: audit_chain.Broken | None
+_UNSEALED_LISTED = 20
 
 
 async def list_events(
@@ -53,41 +48,85 @@ def load_key(path: Path) -> bytes:
     return key
 
 
-async def seal(ctx: Context) -> int:
-    """Chain every unsealed entry, in id order. Returns how many were sealed."""
-    assert ctx.audit_key is not None
-    sealed = 0
-    while True:
-        async with transaction(ctx) as tx:
-            await tx.q.lock_audit_chain()
-            head = await tx.q.audit_chain_head()
-            seq, mac = head if head else (0, audit_chain.GENESIS)
-            batch = await tx.q.unsealed_audit(_BATCH)
-            seals = []
-            for event in batch:
-                seq += 1
-                mac = audit_chain.link(ctx.audit_key, mac, seq, event)
-                seals.append((event.id, seq, mac))
-            await tx.q.seal_audit(seals)
-        sealed += len(batch)
-        if len(batch) < _BATCH:
-            return sealed
+async def seal_legacy(ctx: Context) -> int:
+    """Once per database, at start: seal the entries a gpufleet older than sealing on write
+    left for its seal loop, and say so in the chain (`audit.chain_upgraded`). Returns how
+    many were sealed. From then on an unsealed entry is never sealed."""
+    async with transaction(ctx) as tx:
+        await tx.q.lock_audit_chain()
+        if await tx.q.audit_event_exists(audit_chain.UPGRADED):
+            return 0
+        if recorded_head(head_file(ctx)) is not None:  # this server sealed on write before
+            log.error(
+                "the audit chain has no %s entry although %s records its head: it was "
+                "removed; unsealed entries stay unsealed (GET /api/audit/verify)",
+                audit_chain.UPGRADED,
+                head_file(ctx),
+            )
+            return 0
+        sealed = 0
+        while batch := await tx.q.unsealed_audit(_BATCH):
+            head = await tx.q.audit_chain_head() or audit_chain.START
+            seals = audit_chain.extend(ctx.audit_key, head, batch)
+            await tx.q.seal_audit([(e.id, s.seq, s.mac) for e, s in zip(batch, seals, strict=True)])
+            sealed += len(batch)
+        tx.audit(audit_chain.UPGRADED, "system", legacy_sealed=sealed)
+    if sealed:
+        log.warning("sealed %d audit entries written unsealed by an older gpufleet", sealed)
+    return sealed
 
 
-async def verify(ctx: Context) -> Verification:
-    assert ctx.audit_key is not None
-    await seal(ctx)
-    previous, expected, checked = audit_chain.GENESIS, 1, 0
+def head_file(ctx: Context) -> Path:
+    return ctx.settings.data_dir / "audit.head"
+
+
+def recorded_head(path: Path) -> audit_chain.Head | None:
+    """The head recorded in `path`, if any."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the audit head record {path}: {exc}") from exc
+    heads = [h for h in map(audit_chain.parse_head, lines) if h is not None]
+    return max(heads, key=lambda h: h.seq) if heads else None
+
+
+async def record_head(ctx: Context) -> bool:
+    """Record the newest entry this process sealed, unless the chain no longer holds the one
+    recorded before: then the old record stays, the evidence of the cut. Returns whether it
+    wrote."""
+    head, path = ctx.audit_head, head_file(ctx)
+    before = recorded_head(path)
+    if head is None or (before is not None and head.seq <= before.seq):
+        return False
+    if before is not None:
+        async with ctx.store.read() as q:
+            still = await q.audit_mac_at(before.seq)
+        if still != before.mac:
+            if not ctx.audit_cut:
+                log.error(
+                    "the audit chain no longer holds entry %d as recorded in %s: entries were "
+                    "cut from its end; the record is kept, GET /api/audit/verify reports it",
+                    before.seq,
+                    path,
+                )
+            ctx.audit_cut = True
+            return False
+    partial = path.with_name(f"{path.name}.{ctx.instance_id}.tmp")  # replicas may share a folder
+    partial.write_text(audit_chain.format_head(head))
+    os.replace(partial, path)  # a reader sees the old record or the new one, whole
+    return True
+
+
+async def verify(ctx: Context) -> audit_chain.Verdict:
+    walk = audit_chain.Walk(ctx.audit_key, recorded_head(head_file(ctx)))  # read first
     async with ctx.store.read() as q:
-        while True:
-            chunk = await q.audit_chain(expected - 1, _BATCH)
+        after = 0
+        while chunk := await q.audit_chain(after, _BATCH):
             for seq, mac, event in chunk:
-                broken = audit_chain.check(ctx.audit_key, previous, expected, seq, mac, event)
-                if broken is not None:
-                    unsealed = await q.count_unsealed_audit()
-                    return Verification(False, checked, unsealed, broken)
-                previous, expected, checked = mac, expected + 1, checked + 1
-            if len(chunk) < _BATCH:
-                break
+                walk.feed(seq, mac, event)
+            after = chunk[-1][0]
         unsealed = await q.count_unsealed_audit()
-    return Verification(True, checked, unsealed, None)
+        listed = [e.id for e in await q.unsealed_audit(_UNSEALED_LISTED)] if unsealed else []
+    return walk.verdict(unsealed, tuple(listed))
