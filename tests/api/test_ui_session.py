@@ -245,9 +245,7 @@ async def test_pages_forbid_inline_scripts_and_framing(fleet: Fleet) -> None:
 
 
 async def stream_events(fleet: Fleet, headers: dict[str, str]) -> EventStream:
-    stream = EventStream(fleet.app, "/api/events", "", headers)
-    fleet._streams.append(stream)
-    return await stream.open()
+    return await fleet.open_sse("/api/events", "", headers)
 
 
 async def test_the_events_stream_nudges_live_pages_when_workers_and_jobs_change(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gpufleet.domain.permissions import ALL, allows, check_permissions
@@ -11,6 +13,7 @@ from gpufleet.domain.records import ApiKey, Worker
 from gpufleet.domain.secrets import hash_secret, new_api_key, new_id, same_hash
 from gpufleet.errors import Forbidden, NotFound, TooManyRequests, Unauthenticated
 from gpufleet.server.context import Context, Tx, transaction
+from gpufleet.server.hub import Subscription, key_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,28 @@ async def revoke_api_key(ctx: Context, key_id: str, actor: str, client: str | No
         if not await tx.q.revoke_api_key(key_id, tx.now):
             raise NotFound(f"no active API key {key_id}; list keys with GET /api/admin/api-keys")
         tx.audit("apikey.revoked", actor, key_id, client)
+        tx.close.add(key_topic(key_id))  # its open streams end, on every replica
+
+
+async def active_key(ctx: Context, key_id: str) -> ApiKey | None:
+    """The key, unless it is unknown or revoked."""
+    async with ctx.store.read() as q:
+        key = await q.get_api_key(key_id)
+    return None if key is None or key.revoked else key
+
+
+@contextlib.asynccontextmanager
+async def subscription(
+    ctx: Context, principal: Principal, topic: str, *more: str
+) -> AsyncIterator[Subscription]:
+    """A stream's subscription to the topics, closed when the key that opened it is revoked.
+
+    The key is read again once subscribed, so that a revoke landing between the request's
+    authentication and now is not missed; after that only the revoke's close is heard."""
+    with ctx.hub.subscribe(topic, *more, key_topic(principal.key.id)) as sub:
+        if await active_key(ctx, principal.key.id) is None:
+            sub.close()
+        yield sub
 
 
 async def bootstrap_admin_key(ctx: Context) -> str | None:
