@@ -340,9 +340,13 @@ class Fleet:
         return httpx.AsyncClient(transport=transport, base_url="http://test", headers=headers)
 
     async def open_stream(self, token: str, worker_id: str) -> EventStream:
-        stream = EventStream(
-            self.app, "/api/workers/stream", f"worker_id={worker_id}", {"X-Worker-Token": token}
+        return await self.open_sse(
+            "/api/workers/stream", f"worker_id={worker_id}", {"X-Worker-Token": token}
         )
+
+    async def open_sse(self, path: str, query: str, headers: dict[str, str]) -> EventStream:
+        """Any event stream of the app, closed when the test ends."""
+        stream = EventStream(self.app, path, query, headers)
         self._streams.append(stream)
         return await stream.open()
 

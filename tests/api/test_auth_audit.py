@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 import pytest
@@ -84,6 +85,38 @@ async def test_a_revoked_key_stops_working(fleet: Fleet) -> None:
     assert revoked.status_code == 200
     answer = await fleet.http.get("/api/queue", headers={"X-API-Key": key["key"]})
     assert answer.status_code == 401
+
+
+async def test_revoking_a_key_ends_every_stream_it_opened_within_a_second(fleet: Fleet) -> None:
+    job = await fleet.submit()  # queued: its log stream stays open
+    revoked = await fleet.mint_key("queue.read", name="leaving")
+    kept = await fleet.mint_key("queue.read", name="staying")
+    signed_in = await fleet.http.post("/ui/session", json={"api_key": revoked["key"]})
+    as_revoked = {"Authorization": f"Bearer {revoked['key']}"}
+    doomed = [
+        await fleet.open_sse("/api/events", "", as_revoked),
+        await fleet.open_sse(f"/api/queue/{job['id']}/logs", "follow=true", as_revoked),
+        await fleet.open_sse(
+            "/api/events",
+            "",
+            {"Cookie": f"gpufleet_session={signed_in.cookies['gpufleet_session']}"},
+        ),
+    ]
+    other = await fleet.open_sse("/api/events", "", {"X-API-Key": kept["key"]})
+    assert [s.status for s in [*doomed, other]] == [200] * 4
+    assert (await other.next())["type"] == "hello"
+
+    answer = await fleet.admin.delete(f"/api/admin/api-keys/{revoked['id']}")
+    assert answer.status_code == 200
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    for stream in doomed:
+        assert await stream.wait_closed(within=1.0), stream.frames
+    assert loop.time() - started < 1.0
+
+    assert not other.ended
+    await fleet.submit()
+    assert (await other.expect("jobs"))["type"] == "jobs"  # another key's stream goes on
 
 
 @sqlite_only

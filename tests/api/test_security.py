@@ -20,16 +20,45 @@ async def test_a_client_that_keeps_failing_to_authenticate_is_refused_for_a_whil
         assert locked.status_code == 429
         assert int(locked.headers["Retry-After"]) == 60
         assert "too many failed authentications" in locked.json()["detail"]
-        # Even the right key waits until the window has passed.
-        right = {"Authorization": f"Bearer {fleet.admin_key}"}
-        assert (await anon.get("/api/queue", headers=right)).status_code == 429
         now[0] = 61.0
-        assert (await anon.get("/api/queue", headers=right)).status_code == 200
+        again = await anon.get("/api/queue", headers={"Authorization": "Bearer gfk_wrong"})
+        assert again.status_code == 401
     limited = await fleet.audit(type="auth.rate_limited")
     assert len(limited) == 1 and limited[0]["client_addr"] == "127.0.0.1"
     failures = await fleet.audit(type="auth.failed")
-    assert len(failures) == 3
+    assert len(failures) == 4  # three, then one once the window passed; the refused one not
     assert all(fleet.admin_key not in str(e) and "gfk_wrong" not in str(e) for e in failures)
+
+
+async def test_a_valid_key_token_or_session_is_never_throttled_by_the_failures_of_its_address(
+    fleet: Fleet,
+) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    session = await fleet.http.post("/ui/session", json={"api_key": fleet.admin_key})
+    cookie = {"Cookie": f"gpufleet_session={session.cookies['gpufleet_session']}"}
+    fleet.ctx.auth_failures = FailureLimiter(3, 60.0)
+    async with fleet.client() as anon:  # the workers' address, as every client here
+        for _ in range(21):
+            await anon.get("/api/queue", headers={"Authorization": "Bearer garbage"})
+        wrong_key = await anon.get("/api/queue", headers={"Authorization": "Bearer garbage"})
+        wrong_token = await anon.post(
+            "/api/workers/heartbeat", json={"worker_id": agent.id}, headers={"X-Worker-Token": "x"}
+        )
+        nothing = await anon.get("/api/queue")
+        admin = await anon.get("/api/queue", headers={"Authorization": f"Bearer {fleet.admin_key}"})
+        by_header = await anon.get("/api/queue", headers={"X-API-Key": fleet.admin_key})
+        signed_in = await anon.post("/ui/session", json={"api_key": fleet.admin_key})
+        page = await anon.get("/api/queue", headers=cookie)
+        heartbeat = await anon.post(
+            "/api/workers/heartbeat",
+            json={"worker_id": agent.id},
+            headers={"X-Worker-Token": f" {agent.token} "},
+        )
+    assert [wrong_key.status_code, wrong_token.status_code, nothing.status_code] == [429] * 3
+    assert admin.status_code == 200 and by_header.status_code == 200
+    assert signed_in.status_code == 200 and page.status_code == 200
+    assert heartbeat.status_code == 200, heartbeat.text
+    assert len(await fleet.audit(type="auth.failed")) == 3  # refusals while locked: not counted
 
 
 async def test_worker_token_guessing_is_limited_too(fleet: Fleet) -> None:

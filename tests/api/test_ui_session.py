@@ -140,6 +140,50 @@ async def test_the_sign_in_form_works_without_javascript(fleet: Fleet) -> None:
     assert offsite.headers["location"] == "/"
 
 
+# What a browser's URL parser (WHATWG) makes of each: another site, unless refused.
+OFFSITE_NEXT = [
+    "/\t/127.0.0.2:18399/phish",  # tabs and newlines are dropped: //127.0.0.2...
+    "/\n/evil.example",
+    "/\r\n/evil.example",
+    " /\t/evil.example",  # leading spaces and C0 controls are dropped too
+    "\x00\x1f//evil.example\x01 ",
+    "/\\evil.example",  # a backslash is a slash
+    "\\/evil.example",
+    "\\\\evil.example",
+    "//evil.example",
+    "https://evil.example",
+    "javascript:alert(1)",
+    "evil.example",
+    "",
+]
+
+
+@pytest.mark.parametrize("target", OFFSITE_NEXT, ids=repr)
+async def test_after_sign_in_only_a_path_on_this_site_is_followed(
+    fleet: Fleet, target: str
+) -> None:
+    as_json = await fleet.http.post(
+        "/ui/session", json={"api_key": fleet.admin_key, "next": target}
+    )
+    as_form = await fleet.http.post(
+        "/ui/session", data={"api_key": fleet.admin_key, "next": target}
+    )
+    page = await fleet.http.get("/signin", params={"next": target})
+
+    assert as_json.json()["next"] == "/"
+    assert as_form.status_code == 303 and as_form.headers["location"] == "/"
+    assert 'name="next" value="/"' in page.text
+
+
+async def test_a_path_on_this_site_is_followed_as_the_browser_reads_it(fleet: Fleet) -> None:
+    cases = {"/queue/j_1?tab=logs#end": "/queue/j_1?tab=logs#end", " /au\tdit\n": "/audit"}
+    for target, followed in cases.items():
+        answer = await fleet.http.post(
+            "/ui/session", json={"api_key": fleet.admin_key, "next": target}
+        )
+        assert answer.json()["next"] == followed
+
+
 async def test_a_sign_in_posted_from_another_site_is_refused(fleet: Fleet) -> None:
     answer = await fleet.http.post(
         "/ui/session",
@@ -201,9 +245,7 @@ async def test_pages_forbid_inline_scripts_and_framing(fleet: Fleet) -> None:
 
 
 async def stream_events(fleet: Fleet, headers: dict[str, str]) -> EventStream:
-    stream = EventStream(fleet.app, "/api/events", "", headers)
-    fleet._streams.append(stream)
-    return await stream.open()
+    return await fleet.open_sse("/api/events", "", headers)
 
 
 async def test_the_events_stream_nudges_live_pages_when_workers_and_jobs_change(

@@ -7,10 +7,11 @@ import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext, Locator, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
 from tests.browser.conftest import PHONE, screenshot, sign_in
 from tests.e2e.conftest import GPUFLEET, ServerProcess, unique
@@ -202,6 +203,35 @@ def test_a_post_with_the_session_cookie_but_no_csrf_header_is_refused(
     assert refused.status == 403
     assert "CSRF" in refused.json()["detail"]
     assert allowed.status == 201
+
+
+# `next` as it travels in the sign-in page's query: each would lead a browser off the site
+# were it followed as given (a browser drops tabs and newlines, and reads "\\" as "/").
+OFFSITE_NEXT = [
+    "%2F%09%2F127.0.0.2:18399/phish",
+    quote("/\\evil.example", safe=""),
+    "%2F%5Cevil.example",
+    "/%0A/evil.example",
+    "https://evil.example",
+    "//evil.example",
+    quote(" /\t/evil.example", safe=""),
+    quote("/.//evil.example", safe=""),  # resolves to the path //evil.example, on this site
+]
+
+
+@pytest.mark.parametrize("javascript", [True, False], ids=["script", "form"])
+@pytest.mark.parametrize("query", OFFSITE_NEXT)
+def test_signing_in_never_leads_the_browser_off_the_site(
+    server: ServerProcess, browser: Browser, query: str, javascript: bool
+) -> None:
+    context = browser.new_context(base_url=server.url, java_script_enabled=javascript)
+    try:
+        page = context.new_page()
+        sign_in(page, server.admin_key, then=f"/signin?next={query}")
+        ended = urlsplit(page.url)
+        assert f"{ended.scheme}://{ended.netloc}" == server.url, page.url
+    finally:
+        context.close()
 
 
 def test_a_key_without_admin_workers_is_not_offered_the_workers_page(

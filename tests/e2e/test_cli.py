@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpufleet.cli.main import _register_commands, cli
-from tests.e2e.conftest import GPUFLEET, ServerProcess, free_port, unique, wait_for
+from tests.e2e.conftest import GPUFLEET, ServerProcess, free_port, job_state, unique, wait_for
 
 PY = sys.executable
 
@@ -350,6 +350,32 @@ def test_jobs_logs_follow_prints_lines_as_they_come_until_the_job_ends(
     records = [json.loads(line) for line in as_lines]
     assert [r["text"] for r in records] == stored.splitlines()
     assert [r["seq"] for r in records] == sorted({r["seq"] for r in records})
+
+
+RAW_CONTROLS = ("\x1b", "\x9b", "\x07", "\x7f", "\x08")
+
+
+def test_job_output_reaches_the_terminal_with_its_control_characters_escaped(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    shout = r"print('\x1b]0;pwned\x07\x1b[31mred\x1b[0m [bold]loud[/bold] \x9b2J\x7f\x08over')"
+    job_id = submit_local(server, tmp_path, f"{shout}\nraise SystemExit(2)", "--max-retries", "0")
+    wait_for(lambda: job_state(server, job_id)["status"] == "failed", what="the job to fail")
+
+    printed = {
+        "logs": ok(gf(server, "jobs", "logs", job_id)),
+        "logs --json": ok(gf(server, "jobs", "logs", job_id, "--json")),
+        "show": ok(gf(server, "jobs", "show", job_id)),
+        "watch": gf(server, "jobs", "watch", job_id).stdout,
+    }
+
+    for command, text in printed.items():
+        assert not [c for c in RAW_CONTROLS if c in text], f"jobs {command}: {text!r}"
+    for command in ("logs", "show", "watch"):
+        assert r"\x1b[31mred\x1b[0m [bold]loud[/bold] \x9b2J\x7f\x08over" in printed[command]
+    with server.admin() as admin:  # stored and served as the job printed it
+        (line,) = admin.get(f"/api/queue/{job_id}/logs").json()["lines"]
+    assert line["text"].startswith("\x1b]0;pwned\x07\x1b[31mred")
 
 
 # ---- audit ------------------------------------------------------------------------------

@@ -80,7 +80,7 @@ def put_config(api: ApiClient, file: Path, name: str | None, as_json: bool) -> N
     if as_json:
         out.print_json(body)
     else:
-        click.echo(f"Stored config {body['name']}. Submit it: gpufleet jobs submit {body['name']}")
+        out.echo(f"Stored config {body['name']}. Submit it: gpufleet jobs submit {body['name']}")
 
 
 @configs.command("delete")
@@ -89,7 +89,7 @@ def put_config(api: ApiClient, file: Path, name: str | None, as_json: bool) -> N
 def delete_config(api: ApiClient, name: str) -> None:
     """Delete a stored config (jobs already submitted keep their copy)."""
     api.delete(f"/api/configs/{part(name)}")
-    click.echo(f"Deleted config {name}.")
+    out.echo(f"Deleted config {name}.")
 
 
 def _command(config: dict[str, Any]) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any
@@ -55,7 +54,7 @@ def _follow_logs(api: ApiClient, job_id: str, as_json: bool) -> None:
             _print_line(data, as_json)
         elif event == "end":
             status = data.get("status", "ended")
-            click.echo(f"Job {job_id} {status}.", err=True)
+            out.echo(f"Job {job_id} {status}.", err=True)
             sys.exit(0 if status == "completed" else 1)
     raise ClientError(  # no `end` event: the orchestrator closed the stream as it stopped
         f"the orchestrator ended the log stream before job {job_id} ended (it may be "
@@ -64,7 +63,10 @@ def _follow_logs(api: ApiClient, job_id: str, as_json: bool) -> None:
 
 
 def _print_line(line: dict[str, Any], as_json: bool) -> None:
-    click.echo(json.dumps(line) if as_json else line["text"])
+    if as_json:
+        out.print_json(line, indent=None)
+    else:
+        out.echo(line["text"])
 
 
 @click.command()
@@ -80,7 +82,7 @@ def watch(api: ApiClient, job_id: str) -> None:
     try:
         job = _watch(api, job)
     except KeyboardInterrupt:
-        click.echo(f"Stopped watching; job {job_id} goes on.", err=True)
+        out.echo(f"Stopped watching; job {job_id} goes on.", err=True)
         sys.exit(130)
     _print_result(job)
     sys.exit(0 if job["status"] == "completed" else 1)
@@ -88,10 +90,10 @@ def watch(api: ApiClient, job_id: str) -> None:
 
 def _watch(api: ApiClient, job: dict[str, Any]) -> dict[str, Any]:
     bar = Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[metrics]}"),
+        TextColumn("{task.fields[metrics]}", markup=False),
         TimeElapsedColumn(),
         console=out.console(),
     )
@@ -101,7 +103,7 @@ def _watch(api: ApiClient, job: dict[str, Any]) -> dict[str, Any]:
         while True:
             now = (job["status"], job["current_attempt_id"], _waiting(job))
             if now != seen:
-                bar.console.print(_moment(job), markup=False)
+                bar.console.print(out.text(_moment(job)))
                 seen = now
             _update(bar, task, job)
             if job["status"] in ENDED:
@@ -118,7 +120,7 @@ def _update(bar: Progress, task: TaskID, job: dict[str, Any]) -> None:
         step = total
     bar.update(
         task,
-        description=f"{job['id']} {job['status']}",
+        description=out.safe(f"{job['id']} {job['status']}"),
         total=total,
         completed=step,
         metrics=out.metrics_text(progress.get("metrics") or {}),
@@ -146,6 +148,6 @@ def _print_result(job: dict[str, Any]) -> None:
     line = f"Job {job['id']} {job['status']}: exit code {exit_code}, ran {took}"
     if job["worker_id"]:
         line += f" on {job['worker_id']}"
-    click.echo(line + ".")
+    out.echo(line + ".")
     if job["error"]:
-        click.echo(f"Error: {job['error'].rstrip()}")
+        out.echo(f"Error: {job['error'].rstrip()}")

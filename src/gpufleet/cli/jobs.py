@@ -106,12 +106,12 @@ def submit(
     if as_json:
         out.print_json(job)
         return
-    click.echo(f"Submitted job {job['id']} ({job['status']}, target {job['target']}).")
+    out.echo(f"Submitted job {job['id']} ({job['status']}, target {job['target']}).")
     if job["status"] == "queued":  # no worker took it at once: say what it waits for
         waiting = api.get(f"/api/queue/{part(job['id'])}")["waiting"]
         if waiting:
-            click.echo(f"Waiting: {waiting['summary']}.")
-    click.echo(f"Follow it: gpufleet jobs watch {job['id']}")
+            out.echo(f"Waiting: {waiting['summary']}.")
+    out.echo(f"Follow it: gpufleet jobs watch {job['id']}")
 
 
 @jobs.command("list")
@@ -186,14 +186,16 @@ def show(api: ApiClient, job_id: str, as_json: bool) -> None:
     console.print(out.fields(_job_fields(job)))
     if job["error"]:
         console.print(Text("\nerror", style="bold"))
-        console.print(Text(job["error"]))
+        console.print(out.text(job["error"]))
     if job["attempt_history"]:
         console.print(Text("\nattempts", style="bold"))
         console.print(_attempts(job["attempt_history"]))
     if job["waiting"]:
-        console.print(Text.assemble(("\nwaiting", "bold"), f": {job['waiting']['summary']}"))
+        console.print(
+            Text.assemble(("\nwaiting", "bold"), out.text(f": {job['waiting']['summary']}"))
+        )
         for w in job["waiting"]["workers"]:
-            console.print(Text(f"  {w['name']} ({w['status']}): {'; '.join(w['reasons'])}"))
+            console.print(out.text(f"  {w['name']} ({w['status']}): {'; '.join(w['reasons'])}"))
 
 
 def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -247,4 +249,4 @@ def cancel(api: ApiClient, job_id: str, as_json: bool) -> None:
     if as_json:
         out.print_json(job)
     else:
-        click.echo(f"Job {job['id']} is {job['status']}.")
+        out.echo(f"Job {job['id']} is {job['status']}.")

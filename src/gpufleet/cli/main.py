@@ -7,6 +7,7 @@ import sys
 import click
 
 from gpufleet import __version__
+from gpufleet.cli import output
 from gpufleet.errors import GpufleetError
 
 
@@ -33,5 +34,5 @@ def main() -> None:
     try:
         cli.main(standalone_mode=True)
     except GpufleetError as exc:  # a user's mistake: one line, no traceback
-        click.echo(f"Error: {exc.message}", err=True)
+        output.echo(f"Error: {exc.message}", err=True)
         sys.exit(1)

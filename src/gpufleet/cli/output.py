@@ -1,14 +1,22 @@
-"""How the operator commands print: rich tables for people, JSON for scripts, readable times."""
+"""How the operator commands print: rich tables for people, JSON for scripts, readable times.
+
+Whatever the orchestrator sends (a job's output, errors, names, labels, audit details) is
+printed through `safe`, `echo`, `text` or the tables here: a job that prints terminal escapes
+cannot recolour, retitle or rewrite the operator's terminal, and rich markup in it (`[bold]`)
+is printed as it is. The orchestrator keeps and serves the text unchanged.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import click
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -29,6 +37,26 @@ _STYLES = {
 }
 
 
+# C0 controls but tab and newline (ESC among them; CR rewrites the line), DEL, and C1 (0x9b
+# is a one-byte CSI to many terminals).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(value: str) -> str:
+    """The text with its control characters written out visibly (ESC as `\\x1b`)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
+
+
+def echo(message: str, err: bool = False) -> None:
+    """One line of plain output (to stderr with `err`), control characters escaped."""
+    click.echo(safe(message), err=err)
+
+
+def text(value: Any, style: str = "") -> Text:
+    """Text for rich to print as it is: control characters escaped, no markup read."""
+    return Text(safe(str(value)), style=style)
+
+
 @functools.cache
 def console() -> Console:
     """stdout; piped output gets a wide page so tables keep whole ids instead of folding."""
@@ -43,15 +71,16 @@ def errors() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def print_json(data: Any) -> None:
-    """Plain JSON on stdout, one document, for `jq` and scripts."""
-    print(json.dumps(data, indent=2, sort_keys=False))
+def print_json(data: Any, indent: int | None = 2) -> None:
+    """Plain JSON on stdout, one document, for `jq` and scripts (every control character
+    escaped: json escapes all but DEL)."""
+    print(json.dumps(data, indent=indent, sort_keys=False).replace("\x7f", "\\u007f"))
 
 
 def status(value: str | None) -> Text:
     """A status as text (coloured on a terminal, where colour is allowed)."""
-    text = value or "-"
-    return Text(text, style=_STYLES.get(text, ""))
+    shown = value or "-"
+    return text(shown, style=_STYLES.get(shown, ""))
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], wrap: str | None = None) -> Table:
@@ -61,7 +90,7 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], wrap: str | Non
     for name in columns:
         grid.add_column(name, no_wrap=name != flexible, overflow="fold")
     for row in rows:
-        grid.add_row(*(cell if isinstance(cell, Text) else Text(_cell(cell)) for cell in row))
+        grid.add_row(*(cell if isinstance(cell, Text) else text(_cell(cell)) for cell in row))
     return grid
 
 
@@ -71,7 +100,7 @@ def fields(pairs: Iterable[tuple[str, Any]]) -> Table:
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
     for name, value in pairs:
-        grid.add_row(name, value if isinstance(value, Text) else Text(_cell(value)))
+        grid.add_row(name, value if isinstance(value, Text) else text(_cell(value)))
     return grid
 
 
@@ -138,14 +167,16 @@ def progress_text(progress: dict[str, Any] | None, *, metrics: bool = True) -> s
     if not progress:
         return "-"
     step, total = progress.get("step"), progress.get("total")
-    text = f"{step}/{total}" if total else f"step {step}"
+    shown = f"{step}/{total}" if total else f"step {step}"
     if metrics:
-        text = f"{text} {metrics_text(progress.get('metrics') or {})}"
-    return text.strip()
+        shown = f"{shown} {metrics_text(progress.get('metrics') or {})}"
+    return safe(shown.strip())
 
 
 def metrics_text(metrics: dict[str, Any]) -> str:
-    return " ".join(
-        f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
-        for name, value in metrics.items()
+    return safe(
+        " ".join(
+            f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
+            for name, value in metrics.items()
+        )
     )

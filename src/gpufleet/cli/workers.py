@@ -56,9 +56,9 @@ def list_workers(api: ApiClient, statuses: tuple[str, ...], as_json: bool) -> No
             )
         )
         counts = ", ".join(f"{n} {s}" for s, n in body["counts"].items() if n)
-        console.print(f"\n{len(rows)} worker{'s' if len(rows) != 1 else ''}: {counts}")
+        console.print(out.text(f"\n{len(rows)} worker{'s' if len(rows) != 1 else ''}: {counts}"))
     for job in body["unmatched_jobs"]:  # what the fleet lacks, as each job says
-        console.print(f"Job {job['job_id']} waits: {job['summary']}", markup=False)
+        console.print(out.text(f"Job {job['job_id']} waits: {job['summary']}"))
 
 
 @workers.command("show")
@@ -136,10 +136,10 @@ def create_worker(
     ]
     if worker_type == "persistent":
         command.append("--persistent")
-    click.echo(f"Created worker {body['worker_id']} ({body['name']}, {worker_type}).")
-    click.echo(f"Token (shown only once): {body['token']}")
-    click.echo("Start it on the GPU machine:")
-    click.echo(f"  {shlex.join(command)}")
+    out.echo(f"Created worker {body['worker_id']} ({body['name']}, {worker_type}).")
+    out.echo(f"Token (shown only once): {body['token']}")
+    out.echo("Start it on the GPU machine:")
+    out.echo(f"  {shlex.join(command)}")
 
 
 @workers.command("drain")
@@ -152,12 +152,12 @@ def drain_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
     if as_json:
         out.print_json(w)
     elif w["current_job_id"]:
-        click.echo(
+        out.echo(
             f"Draining worker {w['id']} ({w['name']}): job {w['current_job_id']} finishes, "
             "then no new jobs."
         )
     else:
-        click.echo(f"Drained worker {w['id']} ({w['name']}): no new jobs.")
+        out.echo(f"Drained worker {w['id']} ({w['name']}): no new jobs.")
 
 
 @workers.command("undrain")
@@ -170,7 +170,7 @@ def undrain_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
     if as_json:
         out.print_json(w)
     else:
-        click.echo(f"Worker {w['id']} ({w['name']}) takes jobs again: {w['status']}.")
+        out.echo(f"Worker {w['id']} ({w['name']}) takes jobs again: {w['status']}.")
 
 
 @workers.command("rotate-token")
@@ -183,8 +183,8 @@ def rotate_token(api: ApiClient, worker_id: str, as_json: bool) -> None:
     if as_json:
         out.print_json(body)
         return
-    click.echo(f"New token for {body['worker_id']} (shown only once): {body['token']}")
-    click.echo("The old token no longer works: restart the worker with --worker-token NEW.")
+    out.echo(f"New token for {body['worker_id']} (shown only once): {body['token']}")
+    out.echo("The old token no longer works: restart the worker with --worker-token NEW.")
 
 
 @workers.command("delete")
@@ -196,7 +196,7 @@ def delete_worker(api: ApiClient, worker_id: str, yes: bool) -> None:
     if not yes:
         click.confirm(f"Delete worker {worker_id} and its token?", abort=True, err=True)
     api.delete(f"/api/admin/workers/{part(worker_id)}")
-    click.echo(f"Deleted worker {worker_id}.")
+    out.echo(f"Deleted worker {worker_id}.")
 
 
 def _gpus(w: dict[str, Any]) -> str:

@@ -121,3 +121,8 @@ def worker_topic(worker_id: str) -> str:
 
 def job_topic(job_id: str) -> str:
     return f"job:{job_id}"
+
+
+def key_topic(key_id: str) -> str:
+    """Closed when the API key is revoked: every stream it opened (a web session's too) ends."""
+    return f"key:{key_id}"

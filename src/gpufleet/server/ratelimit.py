@@ -1,4 +1,9 @@
-"""Failed authentication, limited per client address (a sliding window, per process)."""
+"""Failed authentication, limited per client address (a sliding window, per process).
+
+Credentials are checked before the limiter is asked (services/auth.py): only failed attempts
+count, and while an address is locked out only its failing requests are refused. A valid key
+or token is never throttled, so nobody behind the same NAT or proxy can lock a worker out.
+"""
 
 from __future__ import annotations
 

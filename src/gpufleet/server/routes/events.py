@@ -16,9 +16,9 @@ from starlette.responses import StreamingResponse
 from gpufleet.domain.permissions import ADMIN_WORKERS, QUEUE_READ, allows
 from gpufleet.server import sse
 from gpufleet.server.deps import Ctx, require
-from gpufleet.server.hub import Hub
 from gpufleet.server.jsonbody import api_router
 from gpufleet.server.schemas import SSE_RESPONSE
+from gpufleet.server.services import auth
 from gpufleet.server.services.auth import Principal
 
 router = api_router(tags=["events"])
@@ -32,16 +32,19 @@ async def events(ctx: Ctx, who: Reader) -> StreamingResponse:
     topics = ["jobs"]
     if allows(who.key.permissions, ADMIN_WORKERS):
         topics.append("workers")
-    return sse.stream(_nudges(ctx.hub, topics))
+    return sse.stream(_nudges(ctx, who, topics))
 
 
-async def _nudges(hub: Hub, topics: list[str]) -> AsyncIterator[bytes]:
-    with hub.subscribe(*topics) as sub:
+async def _nudges(ctx: Ctx, who: Principal, topics: list[str]) -> AsyncIterator[bytes]:
+    """Ends when the orchestrator stops or the key is revoked (the subscription closes)."""
+    async with auth.subscription(ctx, who, *topics) as sub:
         yield b"retry: 2000\n" + sse.frame({"type": "hello", "topics": topics}, event="hello")
         while not sub.closed:
             if not await sub.wait(sse.PING_SECONDS):
                 yield sse.ping()
                 continue
+            if sub.closed:
+                break
             await asyncio.sleep(COALESCE_SECONDS)
-            for topic in sorted(sub.take_fired()):
+            for topic in sorted(sub.take_fired().intersection(topics)):
                 yield sse.frame({"type": topic}, event=topic)

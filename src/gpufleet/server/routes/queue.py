@@ -30,7 +30,7 @@ from gpufleet.server.schemas import (
     Ok,
     SubmitIn,
 )
-from gpufleet.server.services import audit, queue
+from gpufleet.server.services import audit, auth, queue
 from gpufleet.server.services.auth import Principal
 from gpufleet.server.services.queue import Submission
 from gpufleet.store.queries import AuditFilter, JobFilter
@@ -106,7 +106,7 @@ async def job_logs(
 ) -> Any:
     if follow:
         await queue.get_job(ctx, job_id)  # 404 before the stream starts
-        return sse.stream(_follow(ctx, job_id, after))
+        return sse.stream(_follow(ctx, who, job_id, after))
     lines = await queue.read_logs(ctx, job_id, after, limit)
     return LogsOut(
         job_id=job_id,
@@ -125,10 +125,10 @@ def vars_of(line: Any) -> dict[str, Any]:
     }
 
 
-async def _follow(ctx: Ctx, job_id: str, after: int) -> AsyncIterator[bytes]:
+async def _follow(ctx: Ctx, who: Principal, job_id: str, after: int) -> AsyncIterator[bytes]:
     """Log lines as they arrive; ends with an `end` event once the job is over (without
-    one when the orchestrator shuts down)."""
-    with ctx.hub.subscribe(job_topic(job_id)) as sub:
+    one when the orchestrator shuts down or the key is revoked)."""
+    async with auth.subscription(ctx, who, job_topic(job_id)) as sub:
         while not sub.closed:
             lines = await queue.read_logs(ctx, job_id, after, 1000)
             for line in lines:

@@ -71,11 +71,20 @@ def _render(request: Request, template: str, status_code: int = 200, **context: 
     )
 
 
+_C0_AND_SPACE = "".join(map(chr, range(0x21)))
+_TAB_OR_NEWLINE = str.maketrans("", "", "\t\n\r")
+
+
 def _safe_next(target: str | None) -> str:
-    """Only paths on this site: never `//elsewhere` or `https://elsewhere`."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    """Only paths on this site: never `//elsewhere` or `https://elsewhere`, however written.
+
+    Read as a browser's URL parser reads it (WHATWG): leading and trailing C0 controls and
+    spaces go, tabs and newlines go anywhere (a tab between two slashes makes `//elsewhere`),
+    and a backslash counts as a slash, so none is let through."""
+    path = (target or "").strip(_C0_AND_SPACE).translate(_TAB_OR_NEWLINE)
+    if not path.startswith("/") or path.startswith("//") or "\\" in path:
         return "/"
-    return target
+    return path
 
 
 def _signin_redirect(request: Request) -> RedirectResponse:

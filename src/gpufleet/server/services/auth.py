@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gpufleet.domain.permissions import ALL, allows, check_permissions
@@ -11,6 +13,7 @@ from gpufleet.domain.records import ApiKey, Worker
 from gpufleet.domain.secrets import hash_secret, new_api_key, new_id, same_hash
 from gpufleet.errors import Forbidden, NotFound, TooManyRequests, Unauthenticated
 from gpufleet.server.context import Context, Tx, transaction
+from gpufleet.server.hub import Subscription, key_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +26,7 @@ class Principal:
 
 
 def _check_not_locked_out(ctx: Context, client: str | None) -> None:
+    """Refuse a failed attempt from an address that failed too often (never a valid one)."""
     wait = ctx.auth_failures.retry_after(client)
     if wait > 0:
         raise TooManyRequests(
@@ -58,19 +62,23 @@ async def _auth_failed(
 async def authenticate_key(
     ctx: Context, presented: str | None, needed: str | None, client: str | None
 ) -> Principal:
-    """The key's principal; `needed=None` accepts any valid key (signing in to the web UI)."""
+    """The key's principal; `needed=None` accepts any valid key (signing in to the web UI).
+
+    The credential is checked first: a valid key is never throttled, whoever else shares its
+    address (a NAT, a proxy). Only a missing or wrong one meets the failed-auth limiter."""
+    if presented:
+        async with ctx.store.read() as q:
+            found = await q.api_key_for_hash(hash_secret(presented))
+        if found is not None and same_hash(found[0], presented):
+            return permit(found[1], needed)
     _check_not_locked_out(ctx, client)
     if not presented:
         raise Unauthenticated(
             "no API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>' "
             "(the admin key is in <data-dir>/admin.token)"
         )
-    async with ctx.store.read() as q:
-        found = await q.api_key_for_hash(hash_secret(presented))
-    if found is None or not same_hash(found[0], presented):
-        await _auth_failed(ctx, "api_key", client, "unknown or revoked key")
-        raise Unauthenticated("invalid API key: it is unknown or was revoked; use a valid key")
-    return permit(found[1], needed)
+    await _auth_failed(ctx, "api_key", client, "unknown or revoked key")
+    raise Unauthenticated("invalid API key: it is unknown or was revoked; use a valid key")
 
 
 def permit(key: ApiKey, needed: str | None) -> Principal:
@@ -82,19 +90,21 @@ def permit(key: ApiKey, needed: str | None) -> Principal:
 async def authenticate_worker(
     ctx: Context, presented: str | None, client: str | None, action: str
 ) -> Worker:
+    """The worker a token names; checked before the limiter, like an API key."""
+    token = presented.strip() if presented else ""
+    if token:
+        async with ctx.store.read() as q:
+            found = await q.worker_for_token(hash_secret(token))
+        if found is not None and same_hash(found[0], token):
+            return found[1]
     _check_not_locked_out(ctx, client)
-    if not presented:
+    if not token:
         raise Unauthenticated("no worker token: send the 'X-Worker-Token' header")
-    token = presented.strip()
-    async with ctx.store.read() as q:
-        found = await q.worker_for_token(hash_secret(token))
-    if found is None or not same_hash(found[0], token):
-        event = "worker.register_failed" if action == "register" else "auth.failed"
-        await _auth_failed(ctx, "worker_token", client, "invalid token", event, action=action)
-        raise Unauthenticated(
-            "invalid token: it may have been rotated (request a new one) or contain whitespace"
-        )
-    return found[1]
+    event = "worker.register_failed" if action == "register" else "auth.failed"
+    await _auth_failed(ctx, "worker_token", client, "invalid token", event, action=action)
+    raise Unauthenticated(
+        "invalid token: it may have been rotated (request a new one) or contain whitespace"
+    )
 
 
 async def mint_api_key(
@@ -137,6 +147,28 @@ async def revoke_api_key(ctx: Context, key_id: str, actor: str, client: str | No
         if not await tx.q.revoke_api_key(key_id, tx.now):
             raise NotFound(f"no active API key {key_id}; list keys with GET /api/admin/api-keys")
         tx.audit("apikey.revoked", actor, key_id, client)
+        tx.close.add(key_topic(key_id))  # its open streams end, on every replica
+
+
+async def active_key(ctx: Context, key_id: str) -> ApiKey | None:
+    """The key, unless it is unknown or revoked."""
+    async with ctx.store.read() as q:
+        key = await q.get_api_key(key_id)
+    return None if key is None or key.revoked else key
+
+
+@contextlib.asynccontextmanager
+async def subscription(
+    ctx: Context, principal: Principal, topic: str, *more: str
+) -> AsyncIterator[Subscription]:
+    """A stream's subscription to the topics, closed when the key that opened it is revoked.
+
+    The key is read again once subscribed, so that a revoke landing between the request's
+    authentication and now is not missed; after that only the revoke's close is heard."""
+    with ctx.hub.subscribe(topic, *more, key_topic(principal.key.id)) as sub:
+        if await active_key(ctx, principal.key.id) is None:
+            sub.close()
+        yield sub
 
 
 async def bootstrap_admin_key(ctx: Context) -> str | None:

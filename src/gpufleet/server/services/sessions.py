@@ -87,9 +87,8 @@ async def current(ctx: Context, cookie: str | None) -> Principal | None:
     key_id = _key_id(ctx.ui_secret, cookie, ctx.clock()) if cookie else None
     if key_id is None:
         return None
-    async with ctx.store.read() as q:
-        key = await q.get_api_key(key_id)
-    return None if key is None or key.revoked else Principal(key)
+    key = await auth.active_key(ctx, key_id)
+    return None if key is None else Principal(key)
 
 
 async def authenticate(

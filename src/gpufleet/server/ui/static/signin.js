@@ -4,6 +4,19 @@ import { $ } from "./dom.js";
 const form = $("#signin");
 const error = $("#signin-error");
 
+// Where to go after signing in: a page of this site only. The browser's own URL parser
+// decides (it drops tabs, reads "\\" as "/"), and the whole URL it made is followed: its
+// path alone could read "//elsewhere" again ("/.//elsewhere" resolves to that path).
+function sameOrigin(next) {
+  try {
+    const url = new URL(next || "/", location.origin);
+    if (url.origin === location.origin) return url.href;
+  } catch {
+    // not a URL at all: go home
+  }
+  return "/";
+}
+
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   error.textContent = "";
@@ -18,7 +31,7 @@ form.addEventListener("submit", async (event) => {
     });
     const body = await resp.json();
     if (!resp.ok) throw new Error(body.detail || `sign-in failed (${resp.status})`);
-    location.assign(body.next || "/");
+    location.assign(sameOrigin(body.next));
   } catch (err) {
     error.textContent = err.message;
     button.disabled = false;
