@@ -17,6 +17,7 @@ from gpufleet.store import tables
 from tests.api.conftest import Fleet, post_raw, sqlite_only
 from tests.nasty import nested
 
+
 def refused_at(answer: httpx.Response, *where: str | int) -> None:
     assert answer.status_code == 422, answer.text
     body = answer.json()
@@ -153,9 +154,7 @@ async def test_an_exit_code_past_the_column_is_refused(fleet: Fleet, code: int) 
     job = await fleet.submit()
     offer = await agent.next_offer()
     await agent.run(offer)
-    answer = await agent.report(
-        job["id"], "failed", attempt_id=offer["attempt_id"], exit_code=code
-    )
+    answer = await agent.report(job["id"], "failed", attempt_id=offer["attempt_id"], exit_code=code)
     assert answer.status_code == 422, answer.text
     assert "exit_code" in answer.json()["detail"]
     done = await agent.finish(offer, "failed", exit_code=-9)
@@ -226,4 +225,3 @@ async def test_the_policy_is_reported_field_by_field(fleet: Fleet) -> None:
     locs = {tuple(e["loc"]) for e in answer.json()["errors"]}
     assert locs == {("body", "config", "a"), ("body", "config", "b", 0)}
     assert "config.a" in answer.json()["detail"] and "config.b.0" in answer.json()["detail"]
-

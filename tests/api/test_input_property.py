@@ -33,7 +33,7 @@ class Scene:
     @classmethod
     async def build(cls, fleet: Fleet) -> Scene:
         busy = await fleet.online_worker("busy", labels={"role": "busy"})
-        job = await fleet.submit(worker_labels={"role": "busy"})
+        await fleet.submit(worker_labels={"role": "busy"})
         offer = await busy.next_offer()
         await busy.run(offer)
         taker = await fleet.online_worker("taker", labels={"role": "taker"})

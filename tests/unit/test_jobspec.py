@@ -176,7 +176,7 @@ def test_a_posix_env_name_is_accepted(name):
 
 
 def test_a_nul_in_an_env_value_is_refused_naming_the_variable():
-    with pytest.raises(InvalidInput, match="'env.SEED' contains a NUL"):
+    with pytest.raises(InvalidInput, match=r"'env\.SEED' contains a NUL"):
         check_config({"env": {"SEED": "1\x002"}})
 
 

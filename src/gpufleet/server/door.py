@@ -26,7 +26,10 @@ class RefuseNulInUrl:
             "\x00" in scope["path"] or b"\x00" in unquote_to_bytes(scope["query_string"])
         ):
             body = orjson.dumps({"detail": NUL_IN_URL})
-            headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", b"%d" % len(body)),
+            ]
             await send({"type": "http.response.start", "status": 422, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
