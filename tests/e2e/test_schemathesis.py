@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -11,10 +12,12 @@ from pathlib import Path
 from tests.e2e.conftest import FakeWorker, ServerProcess, unique
 
 ST = str(Path(sys.executable).with_name("st"))
+ROOT = Path(__file__).resolve().parents[2]
+HOOKS = "tests.e2e.schemathesis_hooks"  # the nasty values of tests/nasty.py in every body
 
 
-def test_no_route_answers_5xx_or_off_its_schema(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "server", None, **{"auth-failure-limit": 0})
+def test_no_route_answers_5xx_or_off_its_schema(tmp_path: Path, database_url: str | None) -> None:
+    server = ServerProcess(tmp_path / "server", database_url, **{"auth-failure-limit": 0})
     server.start()
     try:
         worker = FakeWorker(server, unique("w"))
@@ -46,6 +49,7 @@ def test_no_route_answers_5xx_or_off_its_schema(tmp_path: Path) -> None:
             text=True,
             timeout=400,
             cwd=tmp_path,
+            env={**os.environ, "SCHEMATHESIS_HOOKS": HOOKS, "PYTHONPATH": str(ROOT)},
         )
     finally:
         server.kill(signal.SIGTERM)

@@ -1,7 +1,8 @@
 """A URL that names what no database can hold is refused before any route reads it.
 
 PostgreSQL cannot compare text with a NUL character in it (the query fails), so a `%00` in a
-path or a query parameter would be a 500 wherever the value reaches a query. Bodies have the
+path or a query parameter would be a 500 wherever the value reaches a query. Only the API's
+URLs reach the database; the web pages read theirs as text (`/signin?next=`, made safe there). Bodies have the
 same rule and more in `jsonbody`, checked against `domain.jsonpolicy`.
 """
 
@@ -22,8 +23,10 @@ class RefuseNulInUrl:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and (
-            "\x00" in scope["path"] or b"\x00" in unquote_to_bytes(scope["query_string"])
+        if (
+            scope["type"] == "http"
+            and scope["path"].startswith("/api/")
+            and ("\x00" in scope["path"] or b"\x00" in unquote_to_bytes(scope["query_string"]))
         ):
             body = orjson.dumps({"detail": NUL_IN_URL})
             headers = [
