@@ -466,3 +466,67 @@ async def test_a_retry_offered_while_the_worker_still_reports_goes_again_within_
     assert agent.stream is not None
     again = await agent.stream.expect("job_submit", within=3.0)
     assert again["attempt_id"] == retry["attempt_id"]
+
+
+async def _holder(fleet: Fleet, agents: list[Any], job_id: str) -> Any:
+    """The agent the job is offered to now, with the offer it got."""
+    worker_id = (await fleet.job(job_id))["worker_id"]
+    agent = next(a for a in agents if a.id == worker_id)
+    return agent, await agent.next_offer()
+
+
+async def test_a_job_that_cannot_start_on_three_workers_fails_whatever_its_retries(
+    fleet: Fleet,
+) -> None:
+    """The poison-job rule: failed before running, or lost between acknowledgement and
+    running (the worker died starting it), on 3 different workers ends the job."""
+    agents = [await fleet.online_worker(f"gpu-{n}") for n in range(3)]
+    job = await fleet.submit(max_retries=20, retry_on=["lost", "failed"])
+    tried: list[str] = []
+
+    agent, offer = await _holder(fleet, agents, job["id"])
+    tried.append(agent.id)
+    await agent.report(job["id"], "acknowledged", attempt_id=offer["attempt_id"])
+    answer = await agent.finish(offer, "failed", error="could not start: env BAD=KEY")
+    assert answer["job_status"] == "queued"
+
+    agent, offer = await _holder(fleet, agents, job["id"])
+    tried.append(agent.id)
+    await agent.report(job["id"], "acknowledged", attempt_id=offer["attempt_id"])
+    assert (await agent.disconnect()).status_code == 200  # died while starting it
+    assert (await fleet.job(job["id"]))["status"] == "offered"
+
+    agent, offer = await _holder(fleet, agents, job["id"])
+    tried.append(agent.id)
+    await agent.report(job["id"], "acknowledged", attempt_id=offer["attempt_id"])
+    answer = await agent.finish(offer, "failed", error="could not start: no such file")
+
+    assert answer["job_status"] == "failed"
+    assert len(set(tried)) == 3  # each retry went to a worker it had not failed on
+    final = await fleet.job(job["id"])
+    assert final["attempts"] == 3
+    assert [a["status"] for a in final["attempt_history"]] == ["failed", "lost", "failed"]
+    assert final["error"].startswith("could not start on 3 different workers")
+    assert final["error"].endswith("Last error: could not start: no such file")
+
+
+async def test_attempts_that_ran_or_were_never_acknowledged_are_no_start_failures(
+    fleet: Fleet,
+) -> None:
+    agents = [await fleet.online_worker(f"gpu-{n}") for n in range(4)]
+    job = await fleet.submit(max_retries=20, retry_on=["lost", "failed"])
+
+    for _ in range(3):  # ran, then failed: the job's own failure, retried as asked
+        agent, offer = await _holder(fleet, agents, job["id"])
+        await agent.run(offer)
+        answer = await agent.finish(offer, "failed", exit_code=1, error="boom")
+        assert answer["job_status"] == "queued"
+    for _ in range(3):  # vanished before acknowledging: not a failure to start
+        agent, offer = await _holder(fleet, agents, job["id"])
+        assert (await agent.disconnect()).status_code == 200
+        await agent.connect(gpu_count=1, gpu_name="Test GPU", gpu_vram_gb=24)
+
+    final = await fleet.job(job["id"])
+    assert final["status"] == "offered"
+    statuses = [a["status"] for a in final["attempt_history"]]
+    assert statuses == ["failed"] * 3 + ["withdrawn"] * 3 + ["offered"]

@@ -214,3 +214,49 @@ def test_replicas_killed_mid_dispatch_and_mid_run(replicated_fleet: Fleet) -> No
     report = conclude(fleet, submitter.acked, submits_unacknowledged=submitter.unacked_tries)
     assert report.faults_injected == 4
     assert len(fleet.workers) == sum(w.running() for w in fleet.workers)
+
+
+POISON_WORKERS = 3  # the orchestrator's --poison-after-workers default
+
+
+def submit_poison(fleet: Fleet) -> str:
+    """A job no worker can start (its executable is missing anywhere), with retries to spare
+    for failures and losses alike: only the poison-job rule can end it."""
+    body = {
+        "config": {"command": ["/nonexistent/gpufleet-poison-trainer", "--epochs", "3"]},
+        "target": "worker",
+        "worker_labels": fleet.labels,
+        "max_retries": 20,
+        "retry_on": ["lost", "failed"],
+    }
+    with fleet.server.admin() as admin:
+        resp = admin.post("/api/queue/submit", json=body)
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["id"])
+
+
+def test_poison_jobs_that_no_worker_can_start(fleet: Fleet) -> None:
+    """Poison jobs among ordinary ones: every worker they reach reports them failed and lives
+    on; each ends failed after failing to start on 3 different workers, retries left or not;
+    the other jobs run."""
+    workers = fleet.start(workers=4)
+    submitter = fleet.submit(fleet.plans(20, short), pace=0.08)
+    poison: list[str] = []
+    for _ in range(3):
+        wait_for_the_next_submit(submitter)
+        poison.append(submit_poison(fleet))
+        fleet.faults.instant("poison job submitted", None)
+    fleet.settle()
+    report = conclude(fleet, [*submitter.acked, *poison])
+    with fleet.server.admin() as admin:
+        jobs = [admin.get(f"/api/queue/{job_id}").json() for job_id in poison]
+    for job in jobs:
+        history = job["attempt_history"]
+        assert job["status"] == "failed", (job["id"], history)
+        assert job["error"].startswith(f"could not start on {POISON_WORKERS} different workers")
+        assert "/nonexistent/gpufleet-poison-trainer" in job["error"]
+        assert all(a["status"] == "failed" and a["started_at"] is None for a in history)
+        assert len({a["worker_id"] for a in history}) == POISON_WORKERS
+        assert len(history) < job["max_retries"] + 1
+    assert report.outcomes.get("completed", 0) >= 1
+    assert len(workers) == sum(w.running() for w in workers)

@@ -20,13 +20,15 @@ from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.detect import Capabilities
 from gpufleet.worker.settings import AgentSettings
 from gpufleet.worker.supervisor import LoopDied, Supervisor
+from tests.offers import NOT_EVENTS, nameless_offers, unrunnable_offers
 
 Call = tuple[str, dict[str, Any]]
 CPU = Capabilities(accelerator_type="cpu", gpus=(), cpu_cores=2, ram_gb=4.0)
 
 
-# What a stream is fed: an event, None (the server closes it) or an error (the link breaks).
-Feed = dict[str, Any] | None | Exception
+# What a stream is fed: an event, raw `data:` text, None (the server closes it) or an error
+# (the link breaks).
+Feed = dict[str, Any] | str | None | Exception
 
 
 class EventStream(httpx.AsyncByteStream):
@@ -37,6 +39,9 @@ class EventStream(httpx.AsyncByteStream):
         while (event := await self.events.get()) is not None:
             if isinstance(event, Exception):
                 raise event
+            if isinstance(event, str):
+                yield f"data: {event}\n\n".encode()
+                continue
             yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
 
@@ -90,6 +95,10 @@ class FakeOrchestrator:
         assert self.stream is not None, "no stream open"
         self.stream.put_nowait(event)
 
+    def send_raw(self, data: str) -> None:
+        assert self.stream is not None, "no stream open"
+        self.stream.put_nowait(data)
+
     def go_away(self) -> None:
         self.down = True
         if self.stream is not None:
@@ -115,11 +124,10 @@ class FakeOrchestrator:
         return await asyncio.wait_for(found(), within)
 
     def statuses(self, job_id: str = "j_1") -> list[str]:
-        return [
-            body["status"]
-            for path, body in self.calls
-            if path == f"/api/workers/job/{job_id}/status"
-        ]
+        return [body["status"] for body in self.status_bodies(job_id)]
+
+    def status_bodies(self, job_id: str = "j_1") -> list[dict[str, Any]]:
+        return [body for path, body in self.calls if path == f"/api/workers/job/{job_id}/status"]
 
     def log_lines(self, job_id: str = "j_1") -> list[str]:
         return [
@@ -134,6 +142,18 @@ def status(job_id: str, value: str) -> Callable[[Call], bool]:
     return lambda call: (
         call == (f"/api/workers/job/{job_id}/status", call[1]) and (call[1].get("status") == value)
     )
+
+
+def idle_after(fake: FakeOrchestrator, earlier: Call) -> Callable[[Call], bool]:
+    def match(call: Call) -> bool:
+        later = fake.calls[[id(c) for c in fake.calls].index(id(earlier)) :]
+        return (
+            call[0] == "/api/workers/heartbeat"
+            and call[1]["status"] == "idle"
+            and any(c is call for c in later)
+        )
+
+    return match
 
 
 def offer(fake: FakeOrchestrator, code: str, *args: str, job_id: str = "j_1") -> None:
@@ -318,6 +338,82 @@ async def test_shutdown_cancels_the_running_job_and_ends_the_agent(fake, start_a
 
     assert await asyncio.wait_for(agent, 10) == 0
     assert fake.statuses()[-1] == "cancelled"
+
+
+async def test_a_persistent_agent_reports_every_unrunnable_offer_failed_and_runs_the_next_job(
+    fake, start_agent, tmp_path
+):
+    agent = await start_agent()
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "j_blocked").write_text("a file where the job folder goes")
+    blocked = {
+        "type": "job_submit",
+        "job_id": "j_blocked",
+        "attempt_id": "a_blocked",
+        "command": [sys.executable, "-c", "print(1)"],
+    }
+    cases = [*unrunnable_offers(), ("job folder blocked", blocked)]
+
+    for case, event in cases:
+        fake.send(**event)
+        failed = await fake.wait_call(status(event["job_id"], "failed"))
+        await fake.wait_call(idle_after(fake, failed))  # free for the next offer
+        bodies = fake.status_bodies(event["job_id"])
+        assert [b["status"] for b in bodies] == ["acknowledged", "failed"], case
+        assert bodies[-1]["attempt_id"] == event["attempt_id"], case
+        assert bodies[-1]["error"].startswith("could not start: "), (case, bodies[-1])
+        assert not agent.done(), case
+    errors = {case: fake.status_bodies(e["job_id"])[-1]["error"] for case, e in cases}
+    assert "BAD=KEY" in errors["env name with ="]
+    assert "no-such-trainer-gpufleet-test" in errors["executable missing"]
+    assert "job folder" in errors["job folder blocked"]
+
+    for event in nameless_offers():
+        fake.send(**event)
+    for data in NOT_EVENTS:
+        fake.send_raw(data)
+    offer(fake, "print('still here')", job_id="j_good")
+
+    await fake.wait_call(status("j_good", "completed"), within=20)
+    assert fake.log_lines("j_good") == ["still here"]
+    assert not fake.statuses("j_nameless")  # named no attempt a report could speak for
+    assert not agent.done()
+
+
+@pytest.mark.parametrize("case", ["env name with =", "command with a NUL", "config a list"])
+async def test_an_ephemeral_agent_reports_an_unrunnable_offer_failed_and_exits_cleanly(
+    fake, start_agent, case
+):
+    agent = await start_agent(persistent=False)
+    event = dict(unrunnable_offers())[case]
+
+    fake.send(**event)
+
+    assert await asyncio.wait_for(agent, 10) == 0
+    assert fake.statuses(event["job_id"]) == ["acknowledged", "failed"]
+    assert fake.calls[-1][0] == "/api/workers/disconnect"
+
+
+async def test_output_and_progress_reach_the_orchestrator_in_a_form_it_stores(fake, start_agent):
+    """NUL becomes U+FFFD, NaN null; a progress line too deep to parse is skipped."""
+    await start_agent()
+    code = r"""
+import os, sys
+sys.stdout.write("nul\0here\n")
+with open(os.environ["GPUFLEET_PROGRESS_FILE"], "a") as f:
+    f.write("[" * 100000 + "]" * 100000 + "\n")
+    f.write('{"step": 1, "total": NaN, "metrics": {"lo\\u0000ss": "x\\u0000", "a": Infinity}}\n')
+"""
+    offer(fake, code)
+
+    done = await fake.wait_call(status("j_1", "completed"), within=20)
+    assert fake.log_lines() == ["nul\ufffdhere"]
+    assert done[1]["progress"] == {
+        "step": 1,
+        "total": None,
+        "metrics": {"lo\ufffdss": "x\ufffd", "a": None},
+    }
+    assert not any("\\u0000" in json.dumps(body) for _, body in fake.calls)
 
 
 async def test_a_background_loop_that_dies_stops_the_supervisor_loudly():

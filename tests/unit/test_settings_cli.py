@@ -478,3 +478,11 @@ def test_a_flag_wins_over_the_environment(monkeypatch):
         monkeypatch, "--heartbeat-timeout", "2m", GPUFLEET_HEARTBEAT_TIMEOUT="45"
     )
     assert params["heartbeat_timeout"] == 120.0
+
+
+def test_the_poison_job_rule_needs_at_least_one_worker():
+    result = CliRunner().invoke(server, [], env={"GPUFLEET_POISON_AFTER_WORKERS": "0"})
+    assert result.exit_code == 2
+    assert "'--poison-after-workers' (env var: 'GPUFLEET_POISON_AFTER_WORKERS')" in result.output
+    with pytest.raises(ValidationError):
+        ServerSettings(poison_after_workers=0)

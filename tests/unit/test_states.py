@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 
 import pytest
@@ -29,8 +31,10 @@ from gpufleet.domain.states import (
     can_move_worker,
     check_job_move,
     derive_worker_status,
+    failed_to_start,
     parse_reported_status,
     retry_after,
+    start_failure_workers,
 )
 from gpufleet.errors import Conflict, InvalidInput
 
@@ -243,6 +247,55 @@ def test_by_default_a_completed_or_failed_process_is_not_retried(outcome):
 def test_a_job_whose_attempt_is_retried_may_return_to_the_queue(outcome, job):
     assert retry_after(outcome)
     assert can_move_job(job, JobStatus.QUEUED)
+
+
+# ---- the poison-job rule ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ended:
+    worker_id: str
+    status: AttemptStatus
+    acknowledged_at: datetime | None
+    started_at: datetime | None
+
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+ended_attempts = st.builds(
+    Ended,
+    worker_id=st.sampled_from(["w_1", "w_2", "w_3", "w_4"]),
+    status=st.sampled_from(sorted(TERMINAL_ATTEMPT)),
+    acknowledged_at=st.none() | st.just(T0),
+    started_at=st.none() | st.just(T0),
+)
+
+
+@given(ended_attempts)
+def test_an_attempt_failed_to_start_when_it_failed_or_was_lost_after_its_ack_before_running(
+    attempt,
+):
+    expected = attempt.started_at is None and (
+        attempt.status is AttemptStatus.FAILED
+        or (attempt.status is AttemptStatus.LOST and attempt.acknowledged_at is not None)
+    )
+    assert failed_to_start(attempt) is expected
+
+
+@pytest.mark.parametrize(
+    "status",
+    [AttemptStatus.COMPLETED, AttemptStatus.CANCELLED, AttemptStatus.WITHDRAWN],
+)
+def test_completed_cancelled_or_withdrawn_attempts_never_failed_to_start(status):
+    assert not failed_to_start(Ended("w_1", status, None, None))
+    assert not failed_to_start(Ended("w_1", status, T0, None))
+
+
+@given(st.lists(ended_attempts, max_size=12))
+def test_the_start_failures_of_a_job_count_each_worker_once(history):
+    workers = start_failure_workers(history)
+    assert workers == {a.worker_id for a in history if failed_to_start(a)}
+    assert start_failure_workers(history + history) == workers  # repeats on one worker: one
+    assert len(workers) <= len({a.worker_id for a in history})
 
 
 # ---- what workers report --------------------------------------------------------------------

@@ -143,6 +143,16 @@ log = logging.getLogger("gpufleet.server")
     "refused with 429 for the rest of that minute (0: no limit).",
 )
 @click.option(
+    "--poison-after-workers",
+    default=3,
+    type=click.IntRange(min=1),
+    envvar=env("POISON_AFTER_WORKERS"),
+    show_envvar=True,
+    metavar="N",
+    help="A job that could not start on N different workers fails, whatever its retries "
+    "(the poison-job rule).",
+)
+@click.option(
     "--forwarded-allow-ips",
     default="127.0.0.1",
     envvar=env("FORWARDED_ALLOW_IPS"),
@@ -179,6 +189,7 @@ def server(
     ssl_key: Path | None,
     audit_key_file: Path | None,
     auth_failure_limit: int,
+    poison_after_workers: int,
     forwarded_allow_ips: str,
     log_level: str,
     log_format: logs.Format,
@@ -226,6 +237,7 @@ def server(
             tls_cert=tls.cert if tls else None,
             audit_key_file=audit_key_file,
             auth_failure_limit=auth_failure_limit,
+            poison_after_workers=poison_after_workers,
             # Printed, the raw key would land in the log collector with the JSON lines.
             print_admin_key=log_format == "text",
         )

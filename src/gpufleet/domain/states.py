@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
 from enum import StrEnum
+from typing import Protocol
 
 from gpufleet.errors import Conflict, InvalidInput
 
@@ -179,3 +182,36 @@ def retry_after(ended: AttemptStatus, retry_on: frozenset[RetryOn] = RETRY_DEFAU
     if ended is A.FAILED:
         return RetryOn.FAILED in retry_on
     return False
+
+
+class EndedAttempt(Protocol):
+    """What the poison-job rule reads of an attempt (`records.Attempt`)."""
+
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def status(self) -> AttemptStatus: ...
+    @property
+    def acknowledged_at(self) -> datetime | None: ...
+    @property
+    def started_at(self) -> datetime | None: ...
+
+
+def failed_to_start(attempt: EndedAttempt) -> bool:
+    """Whether an attempt ended without its process ever running (no `running` report).
+
+    Failed before running: the worker could not start it (a bad offer, a missing executable).
+    Lost after it was acknowledged but before running: the worker died starting it. An offer
+    never acknowledged does not count: its worker may just have vanished, not of this job.
+    """
+    if attempt.started_at is not None:
+        return False
+    if attempt.status is A.FAILED:
+        return True
+    return attempt.status is A.LOST and attempt.acknowledged_at is not None
+
+
+def start_failure_workers(history: Iterable[EndedAttempt]) -> frozenset[str]:
+    """The workers a job failed to start on: at `--poison-after-workers` of them, the job is
+    poison and fails, whatever its retries say (it would only go on to kill or fail more)."""
+    return frozenset(a.worker_id for a in history if failed_to_start(a))

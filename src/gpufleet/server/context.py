@@ -54,9 +54,10 @@ class Context:
 class Tx:
     """One write transaction: its queries, its clock reading, and what to notify on commit."""
 
-    def __init__(self, q: Queries, now: datetime) -> None:
+    def __init__(self, q: Queries, now: datetime, settings: ServerSettings) -> None:
         self.q = q
         self.now = now
+        self.settings = settings
         self.notify: set[str] = set()
         self.close: set[str] = set()
         self.handed: dict[str, list[dict[str, Any]]] = {}  # topic → events it was handed
@@ -126,7 +127,7 @@ async def transaction(ctx: Context) -> AsyncIterator[Tx]:
             ctx.hub.notify(topic)
 
     async with ctx.store.write(after_commit=committed) as q:
-        tx = Tx(q, ctx.clock())
+        tx = Tx(q, ctx.clock(), ctx.settings)
         yield tx
         if tx.audits:
             sealed = await _append_audit(q, ctx.audit_key, tx.audits)

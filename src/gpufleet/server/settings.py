@@ -33,6 +33,7 @@ class ServerSettings(BaseModel):
     audit_key_file: Path | None = None  # default: <data-dir>/audit.key
     auth_failure_limit: int = Field(20, ge=0)  # failed authentications per client per window
     auth_failure_window: float = Field(60.0, gt=0)
+    poison_after_workers: int = Field(3, ge=1)  # see domain.states.failed_to_start
     print_admin_key: bool = True
 
     @model_validator(mode="after")

@@ -20,6 +20,10 @@ Exit rules, all decided in `_reconcile`:
 | `shutdown` event                            | cancel, report     | disconnect, 0   |
 | first SIGTERM/SIGINT (or `stop`)            | finish it          | disconnect, 0   |
 | second SIGTERM/SIGINT                       | cancel, report     | disconnect, 0   |
+
+A job that could not start counts as the ephemeral worker's one job: it is reported `failed`
+and the worker exits 0. An offer that names no job or attempt the worker could report on is
+logged and ignored (the orchestrator withdraws it when no acknowledgement comes).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.detect import Capabilities
 from gpufleet.worker.errors import Fenced, InvalidToken, Rejected, Unreachable
-from gpufleet.worker.job import JobSpec
+from gpufleet.worker.job import BadOffer, JobSpec, Offer
 from gpufleet.worker.jobrun import JobRun, StopReason
 from gpufleet.worker.settings import AgentSettings
 from gpufleet.worker.supervisor import Supervisor
@@ -92,7 +96,7 @@ class Agent:
         if self._stop_requests == 1:
             log.warning("stopping: the running job may finish first (signal again to cancel it)")
         elif self._stop_requests == 2 and self._job is not None:
-            log.warning("stopping: cancelling job %s", self._job.spec.label)
+            log.warning("stopping: cancelling job %s", self._job.label)
             self._job.request_stop(StopReason.SIGNAL)
         self._wake.set()
 
@@ -175,7 +179,7 @@ class Agent:
         self.request_stop()
 
     async def _run_job(self, job: JobRun) -> None:
-        logs.bind(job_id=job.spec.job_id, attempt_id=job.spec.attempt_id)  # this task's lines
+        logs.bind(job_id=job.offer.job_id, attempt_id=job.offer.attempt_id)  # this task's lines
         try:
             started = await job.run()
         finally:
@@ -234,7 +238,7 @@ class Agent:
         if self._job is not None and abandon:
             self._job.request_stop(StopReason.ABANDONED)
         elif self._job is not None and resume:
-            log.info("the orchestrator resumes job %s on this worker", self._job.spec.label)
+            log.info("the orchestrator resumes job %s on this worker", self._job.label)
         elif self._job is None and resume:
             log.warning("the orchestrator thinks this worker runs %s; it does not", resume)
         caps = self._caps
@@ -258,34 +262,36 @@ class Agent:
         if handler is None:
             log.debug("ignoring event %r", kind)
             return
-        log.debug("event %s", event)
-        handler(self, event)
+        log.debug("event %.2000s", event)
+        try:
+            handler(self, event)
+        except Exception:  # whatever an event holds, the worker lives on to the next one
+            log.exception("ignoring a %s event the worker could not handle", kind)
 
     def _on_job_submit(self, event: Json) -> None:
-        job_id, attempt = event.get("job_id"), event.get("attempt_id")
-        if self._job is not None and self._job.spec.job_id == job_id:
-            log.debug("offer of %s/%s again: already ours", job_id, attempt)
+        try:
+            offer = Offer.from_event(event)
+        except BadOffer as exc:
+            log.error("ignoring an offer: %s", exc.message)
+            return
+        if self._job is not None and self._job.offer.job_id == offer.job_id:
+            log.debug("offer of %s again: already ours", offer.label)
             return
         if not self._accepting():
-            log.info("declining job %s: %s", job_id, self._state())
+            log.info("declining job %s: %s", offer.label, self._state())
             return
-        try:
-            spec = JobSpec.from_event(event)
-        except AgentError as exc:
-            log.error("cannot run the offered job: %s", exc.message)
-            return
-        job = JobRun(spec, self._settings, self._gpus_for(spec), self)
+        job = JobRun(offer, self._settings, self._gpus_for, self)
         self._job = job
-        log.info("accepted job %s: %s", spec.label, " ".join(spec.argv))
-        self._supervisor.spawn(f"job {spec.label}", self._run_job(job))
+        log.info("accepted job %s", offer.label)
+        self._supervisor.spawn(f"job {offer.label}", self._run_job(job))
         self._beat_now.set()
 
     def _on_job_cancel(self, event: Json) -> None:
         job = self._job
         attempt = event.get("attempt_id")
-        if job is None or job.spec.job_id != event.get("job_id"):
+        if job is None or job.offer.job_id != event.get("job_id"):
             return
-        if attempt and job.spec.attempt_id and attempt != job.spec.attempt_id:
+        if attempt and job.offer.attempt_id and attempt != job.offer.attempt_id:
             return
         job.request_stop(StopReason.CANCELLED, str(event.get("reason") or ""))
 
@@ -327,7 +333,7 @@ class Agent:
         if wanted > len(offered):
             log.warning(
                 "job %s asks for %d GPUs; this worker offers %d: it gets them all",
-                spec.label,
+                spec.job_id,
                 wanted,
                 len(offered),
             )
@@ -342,7 +348,7 @@ class Agent:
 
     def _state(self) -> str:
         if self._job is not None:
-            return f"busy with {self._job.spec.label}"
+            return f"busy with {self._job.label}"
         if self._server_draining:
             return "draining"
         if self._finishing or self._shutdown or self._stop_requests:
@@ -352,7 +358,7 @@ class Agent:
     def _current(self) -> tuple[str | None, str | None]:
         if self._job is None:
             return None, None
-        return self._job.spec.job_id, self._job.spec.attempt_id
+        return self._job.offer.job_id, self._job.offer.attempt_id
 
     def _register_body(self) -> Json:
         job_id, attempt_id = self._current()

@@ -9,12 +9,17 @@ them can serve any request. The client talks to one at a time and sticks with it
 answers. When it cannot be reached (refused, reset, timed out, or a proxy's 502/503/504), the
 client moves on to the next URL, round robin: a request tries each URL once before it gives
 up, and a broken event stream leaves the next URL for the agent's reconnect.
+
+Text the worker sends comes from its jobs (output lines, progress metrics, error tails) and
+may hold NUL characters, which the orchestrator refuses in anything it stores: every body is
+sent with NUL replaced by U+FFFD (`encode`), here and nowhere else.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import ssl
 from collections.abc import AsyncIterator, Iterator
@@ -44,6 +49,8 @@ Json = dict[str, Any]
 
 # What a proxy answers for a replica it cannot reach: try another one.
 GATEWAY_ERRORS = frozenset({502, 503, 504})
+# A NUL as JSON writes it, not preceded by an escaped backslash (`\\u0000` is text).
+_JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 class OrchestratorClient:
@@ -112,7 +119,7 @@ class OrchestratorClient:
                         continue
                     try:
                         payload = json.loads(event.data)
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         log.warning("ignoring a stream event that is not JSON: %.200s", event.data)
                         continue
                     if isinstance(payload, dict):
@@ -124,12 +131,15 @@ class OrchestratorClient:
             raise error from exc
 
     async def _post(self, path: str, body: Json) -> Json:
+        content = encode(body)
         tries_left = len(self._urls)
         while True:
             tries_left -= 1
             url = self.url
             try:
-                response = await self._http.post(f"{url}{path}", json=body)
+                response = await self._http.post(
+                    f"{url}{path}", content=content, headers={"Content-Type": "application/json"}
+                )
             except httpx.HTTPError as exc:
                 error = translate(exc, url)
                 if tries_left and isinstance(error, Unreachable):
@@ -153,6 +163,16 @@ class OrchestratorClient:
             return
         self._current = (self._current + 1) % len(self._urls)
         log.warning("orchestrator %s unreachable; trying %s", url, self.url)
+
+
+def encode(body: Json) -> bytes:
+    """`body` as JSON with every NUL replaced by U+FFFD; `Rejected` if it is not JSON at all
+    (nested too deep, NaN): the orchestrator could not take it either."""
+    try:
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise Rejected(f"the worker cannot write this report as JSON: {exc!r:.200}", 0) from exc
+    return _JSON_NUL.sub(r"\1\\ufffd", text).encode()
 
 
 def translate(exc: httpx.HTTPError, url: str) -> AgentError:

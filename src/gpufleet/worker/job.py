@@ -12,6 +12,7 @@ gpufleet installed), unless the job's `env` sets `PATH` itself.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -30,10 +31,50 @@ SIMPLETUNER_COMMAND = (sys.executable, "-m", "simpletuner.train")
 # The worker's own secrets stay out of the job's environment.
 _PRIVATE_ENV = ("GPUFLEET_WORKER_TOKEN", "SIMPLETUNER_WORKER_TOKEN")
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.-]")
+# An id the worker can put in a report's URL as it is: the orchestrator's ids are such.
+_WIRE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.~-]{0,199}")
 
 
 class BadOffer(AgentError):
     """A `job_submit` event this agent cannot make sense of."""
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A `job_submit` event whose job and attempt can be reported on, however odd the rest."""
+
+    job_id: str
+    attempt_id: str | None
+    event: Mapping[str, Any]
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> Offer:
+        """Raises `BadOffer` for an offer that names no job (or attempt) a report could name."""
+        job_id, attempt_id = event.get("job_id"), event.get("attempt_id")
+        if not isinstance(job_id, str) or not _WIRE_ID.fullmatch(job_id):
+            raise BadOffer(f"job_submit without a usable job_id: {_excerpt(event)}")
+        if attempt_id is not None and (
+            not isinstance(attempt_id, str) or not _WIRE_ID.fullmatch(attempt_id)
+        ):
+            raise BadOffer(
+                f"job_submit for {job_id} without a usable attempt_id: {_excerpt(event)}"
+            )
+        return cls(job_id, attempt_id, event)
+
+    @property
+    def label(self) -> str:
+        return f"{self.job_id}/{self.attempt_id}" if self.attempt_id else self.job_id
+
+    def spec(self) -> JobSpec:
+        """What to run; raises `BadOffer`, with what is wrong, for anything it cannot run."""
+        try:
+            return JobSpec.parse(self)
+        except BadOffer:
+            raise
+        except Exception as exc:  # whatever the offer holds, it is this job's failure
+            raise BadOffer(
+                f"job {self.job_id}: the offer cannot be read ({type(exc).__name__}: {exc})"
+            ) from exc
 
 
 @dataclass(frozen=True)
@@ -48,9 +89,11 @@ class JobSpec:
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> JobSpec:
-        job_id = event.get("job_id")
-        if not isinstance(job_id, str) or not job_id:
-            raise BadOffer(f"job_submit without a job_id: {dict(event)!r:.200}")
+        return Offer.from_event(event).spec()
+
+    @classmethod
+    def parse(cls, offer: Offer) -> JobSpec:
+        event, job_id = offer.event, offer.job_id
         config = event.get("config") or {}
         if not isinstance(config, Mapping):
             raise BadOffer(f"job {job_id}: config is not an object")
@@ -58,22 +101,15 @@ class JobSpec:
         env = event.get("env")
         if env is None:
             env = config.get("env") or {}
-        timeout = event.get("timeout_s", config.get("timeout_s"))
-        gpu_count = event.get("gpu_count")
-        attempt = event.get("attempt_id")
         return cls(
             job_id=job_id,
-            attempt_id=str(attempt) if attempt else None,
+            attempt_id=offer.attempt_id,
             argv=_argv(job_id, command),
             config=MappingProxyType(dict(config)),
-            env=MappingProxyType({str(k): _env_value(v) for k, v in dict(env).items()}),
-            gpu_count=None if gpu_count is None else int(gpu_count),
-            timeout_s=float(timeout) if timeout else None,
+            env=MappingProxyType(_env(job_id, env)),
+            gpu_count=_gpu_count(job_id, event.get("gpu_count")),
+            timeout_s=_timeout(job_id, event.get("timeout_s", config.get("timeout_s"))),
         )
-
-    @property
-    def label(self) -> str:
-        return f"{self.job_id}/{self.attempt_id}" if self.attempt_id else self.job_id
 
 
 @dataclass(frozen=True)
@@ -142,18 +178,62 @@ def _argv(job_id: str, command: Any) -> tuple[str, ...]:
     if command is None:
         return SIMPLETUNER_COMMAND
     if isinstance(command, str):
-        return tuple(shlex.split(command))
-    if isinstance(command, Sequence) and all(
-        isinstance(part, str | int | float) for part in command
+        argv = tuple(shlex.split(command))
+    elif isinstance(command, Sequence) and all(
+        isinstance(part, str | int | float) and not isinstance(part, bool) for part in command
     ):
-        return tuple(str(part) for part in command)
-    raise BadOffer(f"job {job_id}: command must be an argv list of strings, got {command!r:.200}")
+        argv = tuple(str(part) for part in command)
+    else:
+        raise BadOffer(
+            f"job {job_id}: command must be an argv list of strings, got {command!r:.200}"
+        )
+    if not argv or not argv[0]:
+        raise BadOffer(f"job {job_id}: the command is empty; give config.command as an argv list")
+    if any("\0" in part for part in argv):
+        raise BadOffer(f"job {job_id}: the command holds a NUL character")
+    return argv
 
 
-def _env_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
+def _env(job_id: str, env: Any) -> dict[str, str]:
+    if not isinstance(env, Mapping):
+        raise BadOffer(f"job {job_id}: env must be an object of strings, got {env!r:.200}")
+    result = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+            raise BadOffer(f"job {job_id}: {name!r:.200} is not an environment variable name")
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        elif isinstance(value, int | float):
+            value = str(value)
+        if not isinstance(value, str) or "\0" in value:
+            raise BadOffer(
+                f"job {job_id}: env {name} must be a string without NUL, got {value!r:.200}"
+            )
+        result[name] = value
+    return result
+
+
+def _gpu_count(job_id: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadOffer(f"job {job_id}: gpu_count must be a whole number, got {value!r:.200}")
+    return value
+
+
+def _timeout(job_id: str, value: Any) -> float | None:
+    if value is None or value == 0:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise BadOffer(f"job {job_id}: timeout_s must be a positive number, got {value!r:.200}")
+    return float(value)
+
+
+def _excerpt(event: Mapping[str, Any]) -> str:
+    try:
+        return f"{dict(event)!r:.200}"
+    except Exception:  # a repr too deep to write
+        return "(unprintable)"
 
 
 def _safe(part: str) -> str:

@@ -1,8 +1,12 @@
 """One attempt of one job on this worker, from the offer to the final report.
 
-    acknowledged ─▶ (folder, config.json, process) ─▶ running (+ progress) ─▶ completed
-                                                                            ├▶ failed
-                                                                            └▶ cancelled
+    acknowledged ─▶ (spec, folder, config.json, process) ─▶ running (+ progress) ─▶ completed
+                 │                                                                ├▶ failed
+                 └▶ failed ("could not start: …")                                 └▶ cancelled
+
+Whatever goes wrong between the acknowledgement and the process running (an offer the worker
+cannot read, an environment the OS refuses, a folder it cannot write) is that attempt's
+`failed` report, never the worker's end: a job must not kill the workers it is offered to.
 
 Logs and progress travel while the process runs. The final status is retried until the
 orchestrator takes it. A `Fenced` answer (409) at any point means the attempt is no longer
@@ -14,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import IO, Any, Protocol
 
 from gpufleet.errors import AgentError
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.errors import Fenced, Rejected, Unreachable
-from gpufleet.worker.job import JobSpec, job_environment, prepare_workspace
+from gpufleet.worker.job import JobSpec, Offer, job_environment, prepare_workspace
 from gpufleet.worker.logship import Line, LogBuffer, LogShipper
 from gpufleet.worker.relay import ProgressTail
 from gpufleet.worker.runner import JobProcess, JobResult, Outcome, run_to_end
@@ -52,14 +56,15 @@ class StopReason(enum.Enum):
 class JobRun:
     def __init__(
         self,
-        spec: JobSpec,
+        offer: Offer,
         settings: AgentSettings,
-        gpu_indices: Sequence[int],
+        gpus_for: Callable[[JobSpec], Sequence[int]],
         channel: Channel,
     ) -> None:
-        self.spec = spec
+        self.offer = offer
+        self.label = offer.label
         self._settings = settings
-        self._gpus = tuple(gpu_indices)
+        self._gpus_for = gpus_for
         self._channel = channel
         self._stop = asyncio.Event()
         self.stop_reason: StopReason | None = None
@@ -70,7 +75,7 @@ class JobRun:
 
     def request_stop(self, reason: StopReason, detail: str = "") -> None:
         if self.stop_reason is None:
-            log.info("stopping job %s: %s %s", self.spec.label, reason.value, detail)
+            log.info("stopping job %s: %s %s", self.label, reason.value, detail)
             self.stop_reason, self._stop_detail = reason, detail
         self._stop.set()
 
@@ -83,53 +88,70 @@ class JobRun:
         try:
             await self._status({"status": "acknowledged"}, must=True)
         except (Fenced, Rejected) as exc:
-            log.warning("job %s will not run: %s", self.spec.label, exc.message)
+            log.warning("job %s will not run: %s", self.label, exc.message)
             return False
         try:
             if self._stop.is_set():
                 await self._status({"status": "cancelled", "error": self._stop_message()})
                 return True
             try:
-                process, tail = await self._start()
-            except AgentError as exc:
-                log.error("job %s could not start: %s", self.spec.label, exc.message)
-                await self._status({"status": "failed", "error": f"could not start: {exc.message}"})
+                spec, process, tail = await self._start()
+            except Exception as exc:  # anything the offer holds: this attempt fails, we go on
+                await self._status({"status": "failed", "error": self._start_failure(exc)})
                 return True
-            result = await self._supervise(process, tail)
+            result = await self._supervise(spec, process, tail)
             if self.stop_reason is StopReason.FENCED:
                 return True
             await self._report(result, tail)
         except Fenced as exc:
-            log.warning("job %s is no longer ours: %s", self.spec.label, exc.message)
+            log.warning("job %s is no longer ours: %s", self.label, exc.message)
         finally:
             if self._output is not None:
                 self._output.close()
         return True
 
-    async def _start(self) -> tuple[JobProcess, ProgressTail]:
-        space = prepare_workspace(self._settings.work_dir, self.spec)
-        env = job_environment(self.spec, space, self._gpus)
+    async def _start(self) -> tuple[JobSpec, JobProcess, ProgressTail]:
+        spec = self.offer.spec()
+        space = prepare_workspace(self._settings.work_dir, spec)
+        env = job_environment(spec, space, self._gpus_for(spec))
         self._output = space.output_path.open("a", encoding="utf-8", errors="replace")
         process = await JobProcess.start(
-            self.spec.argv, cwd=space.folder, env=env, on_line=self._on_line
+            spec.argv, cwd=space.folder, env=env, on_line=self._on_line
         )
-        log.info("job %s runs as pid %s in %s", self.spec.label, process.pid, space.folder)
-        return process, ProgressTail(space.progress_path)
+        log.info(
+            "job %s runs %s as pid %s in %s",
+            self.label,
+            " ".join(spec.argv),
+            process.pid,
+            space.folder,
+        )
+        return spec, process, ProgressTail(space.progress_path)
 
-    async def _supervise(self, process: JobProcess, tail: ProgressTail) -> JobResult:
+    def _start_failure(self, exc: Exception) -> str:
+        """The error of an attempt that could not start; logged with a traceback when the
+        cause is not one the worker foresaw."""
+        if isinstance(exc, AgentError):
+            why = exc.message
+            log.error("job %s could not start: %s", self.label, why)
+        else:
+            why = f"{type(exc).__name__}: {exc}"
+            log.error("job %s could not start: %s", self.label, why, exc_info=exc)
+        return f"could not start: {why}"
+
+    async def _supervise(self, spec: JobSpec, process: JobProcess, tail: ProgressTail) -> JobResult:
         interval = self._settings.log_flush_interval
         shipper = LogShipper(self._logs, self._send_logs, interval=interval)
         try:
             async with asyncio.TaskGroup() as helpers:
                 logs = helpers.create_task(
-                    self._fenced_stops(shipper.run()), name=f"logs {self.spec.label}"
+                    self._fenced_stops(shipper.run()), name=f"logs {self.label}"
                 )
                 progress = helpers.create_task(
-                    self._fenced_stops(self._relay(tail)), name=f"progress {self.spec.label}"
+                    self._fenced_stops(self._relay(tail)), name=f"progress {self.label}"
                 )
                 result = await run_to_end(
                     process,
-                    timeout_s=self.spec.timeout_s,
+                    timeout_s=spec.timeout_s,
                     stop=self._stop,
                     grace=self._settings.cancel_grace,
                     stop_reason=self._stop_message,
@@ -145,7 +167,7 @@ class JobRun:
         log.log(
             level,
             "job %s %s (exit code %s)",
-            self.spec.label,
+            self.label,
             result.outcome.value,
             result.exit_code,
         )
@@ -165,7 +187,7 @@ class JobRun:
         if tail.latest is not None:
             body["progress"] = tail.latest
         await self._status(body)
-        log.info("reported job %s %s", self.spec.label, result.outcome.value)
+        log.info("reported job %s %s", self.label, result.outcome.value)
 
     async def _relay(self, tail: ProgressTail) -> None:
         await self._status({"status": "running"})
@@ -191,20 +213,20 @@ class JobRun:
                 await shipper.flush()
                 return
             except Unreachable as exc:
-                log.debug("final logs of %s wait: %s", self.spec.label, exc.message)
+                log.debug("final logs of %s wait: %s", self.label, exc.message)
                 await asyncio.sleep(backoff.next())
 
     async def _send_logs(self, lines: list[Line], first: int) -> None:
         await self._channel.send_logs(
-            self.spec.job_id,
-            {"attempt_id": self.spec.attempt_id, "first": first, "lines": lines},
+            self.offer.job_id,
+            {"attempt_id": self.offer.attempt_id, "first": first, "lines": lines},
         )
 
     async def _status(self, body: Json, *, must: bool = False) -> None:
         """Deliver a status; a refusal (4xx but 409) is logged, or raised when `must`."""
         try:
             await self._channel.deliver_status(
-                self.spec.job_id, {"attempt_id": self.spec.attempt_id, **body}
+                self.offer.job_id, {"attempt_id": self.offer.attempt_id, **body}
             )
         except Rejected as exc:
             if must:
@@ -212,7 +234,7 @@ class JobRun:
             log.error(
                 "the orchestrator refused status %s of %s: %s",
                 body["status"],
-                self.spec.label,
+                self.label,
                 exc.message,
             )
 
@@ -221,4 +243,4 @@ class JobRun:
         if self._output is not None:
             self._output.write(f"{text}\n")
             self._output.flush()
-        log.debug("[%s %s] %s", self.spec.label, stream, text)
+        log.debug("[%s %s] %s", self.label, stream, text)

@@ -52,8 +52,9 @@ def _parse(line: bytes) -> Progress | None:
     if not line.strip():
         return None
     try:
-        value = json.loads(line)
-    except ValueError:
+        # NaN and the infinities are no JSON the orchestrator takes: null, as report() writes.
+        value = json.loads(line, parse_constant=lambda _: None)
+    except (ValueError, RecursionError):
         log.debug("skipping a progress line that is not JSON: %.200r", line)
         return None
     if not isinstance(value, dict):

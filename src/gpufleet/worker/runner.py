@@ -15,6 +15,7 @@ import enum
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -82,6 +83,9 @@ class JobProcess:
             )
         except OSError as exc:
             raise LaunchError(f"could not start {argv[0]!r}: {exc.strerror or exc}") from exc
+        except (ValueError, TypeError, subprocess.SubprocessError) as exc:
+            # What the OS cannot take: a NUL in an argument, a bad environment name.
+            raise LaunchError(f"could not start {argv[0]!r}: {exc}") from exc
         log.info("started pid %s: %s", process.pid, " ".join(argv))
         return cls(process, on_line)
 

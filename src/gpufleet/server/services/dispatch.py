@@ -21,7 +21,13 @@ from gpufleet.domain.matching import (
 )
 from gpufleet.domain.records import Job, Worker
 from gpufleet.domain.secrets import new_id
-from gpufleet.domain.states import AttemptStatus, JobStatus, Target, WorkerStatus
+from gpufleet.domain.states import (
+    AttemptStatus,
+    JobStatus,
+    Target,
+    WorkerStatus,
+    start_failure_workers,
+)
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import job_topic, worker_topic
 from gpufleet.server.services.lifecycle import SYSTEM
@@ -152,8 +158,12 @@ async def dispatch_job(ctx: Context, job_id: str) -> bool:
     return await _retrying(lambda: _dispatch_job(ctx, job_id), False)
 
 
-async def first_fit(q: Queries, req: Requirement) -> Worker | None:
-    """The first idle worker, in offer order, that can run the job now.
+async def first_fit(
+    q: Queries, req: Requirement, avoid: frozenset[str] = frozenset()
+) -> Worker | None:
+    """The first idle worker, in offer order, that can run the job now; one not in `avoid`
+    if any fits (the workers the job failed to start on: the poison-job rule counts
+    different workers, and a worker that cannot start it may be the one at fault).
 
     The order is `choose_worker`'s (remote first, fewest GPUs, then id), so the first idle
     fit is the one it would choose; pages are read only until one fits.
@@ -161,15 +171,19 @@ async def first_fit(q: Queries, req: Requirement) -> Worker | None:
     local = None if req.target is Target.AUTO else req.target is Target.LOCAL
     after: tuple[bool, int, str] | None = None
     limit = _FIRST_PAGE  # usually the first worker fits: read few rows, then more each page
+    avoided: Worker | None = None
     while True:
         page = await q.idle_matching_workers(
             min_gpus=req.gpu_count, local=local, after=after, limit=limit
         )
         for worker in page:
-            if can_run_now(req, worker.capacity()):
+            if not can_run_now(req, worker.capacity()):
+                continue
+            if worker.id not in avoid:
                 return worker
+            avoided = avoided or worker
         if len(page) < limit:
-            return None
+            return avoided
         last = page[-1]
         after = (last.is_local, last.gpu_count, last.id)
         limit = min(limit * 4, _PAGE)
@@ -182,7 +196,8 @@ async def _dispatch_job(ctx: Context, job_id: str) -> bool:
         job = await tx.q.get_job(job_id)
         if job is None or job.status is not JobStatus.QUEUED:
             return False
-        worker = await first_fit(tx.q, job.requirement())
+        history = await tx.q.attempts_for_job(job.id) if job.attempts else []
+        worker = await first_fit(tx.q, job.requirement(), start_failure_workers(history))
         return worker is not None and bool(await claim(tx, job, worker))
 
 

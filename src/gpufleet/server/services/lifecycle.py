@@ -20,6 +20,7 @@ from gpufleet.domain.states import (
     check_job_move,
     derive_worker_status,
     retry_after,
+    start_failure_workers,
 )
 from gpufleet.errors import Conflict
 from gpufleet.server.context import Tx
@@ -148,6 +149,14 @@ async def end_attempt(
         )
         return JobStatus.FAILED
     history = await tx.q.attempts_for_job(job.id)
+    poisoned = start_failure_workers(history)
+    if len(poisoned) >= tx.settings.poison_after_workers:
+        why = (
+            f"could not start on {len(poisoned)} different workers, so it is not tried again "
+            f"(--poison-after-workers); fix the job and submit it again. Last error: {reason}"
+        )
+        await move_job(tx, job, JobStatus.FAILED, ended_at=tx.now, exit_code=exit_code, error=why)
+        return JobStatus.FAILED
     unacknowledged = sum(1 for a in history if a.status is AttemptStatus.WITHDRAWN)
     # An offer the worker never acknowledged never ran: it does not spend a retry, but a
     # job no worker ever acknowledges still ends.
