@@ -9,6 +9,7 @@ writes them as Python's `json` does, with `\\ud800` escapes and `NaN` literals.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
@@ -78,9 +79,9 @@ values = st.one_of(
 objects = st.dictionaries(texts, values, min_size=1, max_size=3)
 
 
-def dumps(value: Any) -> bytes:
+def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
     """A body as a careless client writes it: surrogates escaped, NaN as a bare literal."""
-    return json.dumps(value).encode()
+    return json.dumps(value, default=default).encode()
 
 
 def nasty_in(body: Any) -> st.SearchStrategy[Any]:

@@ -2,8 +2,8 @@
 
 PostgreSQL cannot compare text with a NUL character in it (the query fails), so a `%00` in a
 path or a query parameter would be a 500 wherever the value reaches a query. Only the API's
-URLs reach the database; the web pages read theirs as text (`/signin?next=`, made safe there). Bodies have the
-same rule and more in `jsonbody`, checked against `domain.jsonpolicy`.
+URLs reach the database; the web pages read theirs as text (`/signin?next=`, made safe
+there). Bodies have the same rule and more in `jsonbody`, checked against `domain.jsonpolicy`.
 """
 
 from __future__ import annotations
