@@ -48,7 +48,9 @@ class FakeOrchestrator(ThreadingHTTPServer):
     def wait_for(self, wanted: Report, after: int = 0, timeout: float = 20) -> int:
         """The index of the first report past `after` with the wanted path and fields."""
         with self.changed:
-            found = self.changed.wait_for(lambda: self._find(wanted, after), timeout)
+            # `is not None`: the first report has index 0, which would read as not found yet
+            self.changed.wait_for(lambda: self._find(wanted, after) is not None, timeout)
+            found = self._find(wanted, after)
         if found is None:
             raise AssertionError(f"no {wanted} within {timeout} s; got {self.reports}")
         return found
