@@ -244,3 +244,20 @@ async def test_output_lines_are_split_by_stream_with_redraws_and_huge_lines_hand
     assert [len(line) for line in out[2:4]] == [65536, 70000 - 65536]
     assert out[-1] == "last"
     assert sink.text("stderr") == ["err line"]
+
+
+async def test_the_error_of_a_job_printing_huge_lines_stays_within_what_is_stored(
+    tmp_path: Path,
+):
+    """Twenty lines of 60 KB in the error would be refused by the orchestrator (over 100,000
+    characters) and the job's end never recorded (#14)."""
+    code = "import sys\nfor i in range(25): print(str(i) * 60_000)\nsys.exit(2)"
+    process = await start(code, Collected(), tmp_path)
+
+    result = await run_to_end(
+        process, timeout_s=10, stop=asyncio.Event(), grace=1, stop_reason=lambda: "stopped"
+    )
+
+    assert result.outcome is Outcome.FAILED and result.error is not None
+    assert result.error.startswith("exited with code 2; last output:\n…")
+    assert len(result.error) < 20_000 and result.error.endswith("24" * 100)

@@ -95,7 +95,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def readable(value: Any, depth: int = 0) -> Any:
-    """A stored value made one that every reader can return: lone surrogates become U+FFFD,
+    """A value made one the policy takes: NUL and lone surrogates become U+FFFD,
     NaN and the infinities null, integers past 64 bits text, anything nested past the limit
     null. Rows written before the policy existed may hold these; nothing new can."""
     if isinstance(value, dict | list):
@@ -105,14 +105,14 @@ def readable(value: Any, depth: int = 0) -> Any:
             return {readable(str(k), depth): readable(v, depth + 1) for k, v in value.items()}
         return [readable(item, depth + 1) for item in value]
     if isinstance(value, str):
-        return _SURROGATE.sub(REPLACEMENT, value)
+        return _SURROGATE.sub(REPLACEMENT, value).replace("\x00", REPLACEMENT)
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
         return value if INT_MIN <= value <= INT_MAX else str(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    return None
+    return value  # not JSON: left for the encoder to refuse
 
 
 def loads_stored(text: str | bytes) -> Any:

@@ -227,7 +227,8 @@ class Replicas:
                 return None
             try:
                 rows = await self._conn.fetch(
-                    "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE $1",
+                    "SELECT application_name FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND application_name LIKE $1",
                     APPLICATION_PREFIX + "%",
                     timeout=_QUERY_SECONDS,
                 )

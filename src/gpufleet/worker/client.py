@@ -12,14 +12,13 @@ up, and a broken event stream leaves the next URL for the agent's reconnect.
 
 Text the worker sends comes from its jobs (output lines, progress metrics, error tails) and
 may hold NUL characters, which the orchestrator refuses in anything it stores: every body is
-sent with NUL replaced by U+FFFD (`encode`), here and nowhere else.
+sent through `encode`, here and nowhere else, made what the orchestrator takes.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import socket
 import ssl
 from collections.abc import AsyncIterator, Iterator
@@ -29,6 +28,7 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from gpufleet import __version__
+from gpufleet.domain import jsonpolicy
 from gpufleet.errors import AgentError
 from gpufleet.worker.errors import (
     CONNECTION_REFUSED,
@@ -49,8 +49,6 @@ Json = dict[str, Any]
 
 # What a proxy answers for a replica it cannot reach: try another one.
 GATEWAY_ERRORS = frozenset({502, 503, 504})
-# A NUL as JSON writes it, not preceded by an escaped backslash (`\\u0000` is text).
-_JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 class OrchestratorClient:
@@ -166,13 +164,17 @@ class OrchestratorClient:
 
 
 def encode(body: Json) -> bytes:
-    """`body` as JSON with every NUL replaced by U+FFFD; `Rejected` if it is not JSON at all
-    (nested too deep, NaN): the orchestrator could not take it either."""
+    """`body` as JSON the orchestrator's input policy takes (`domain.jsonpolicy`): a lone
+    surrogate as U+FFFD, NaN as null, an integer past 64 bits as text, anything nested too
+    deep as null, a NUL as U+FFFD. Job output and progress reach the
+    orchestrator whatever the job wrote; `Rejected` only for what is not JSON at all."""
     try:
-        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(
+            jsonpolicy.readable(body), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
     except (ValueError, TypeError, RecursionError) as exc:
         raise Rejected(f"the worker cannot write this report as JSON: {exc!r:.200}", 0) from exc
-    return _JSON_NUL.sub(r"\1\\ufffd", text).encode()
+    return text.encode()
 
 
 def translate(exc: httpx.HTTPError, url: str) -> AgentError:

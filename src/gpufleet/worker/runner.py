@@ -27,6 +27,9 @@ from gpufleet.errors import AgentError
 log = logging.getLogger(__name__)
 
 TAIL_LINES = 20
+# An error's output tail, at most: the orchestrator refuses an error past 100,000 characters,
+# and a refused final report would leave the job running there.
+MAX_ERROR_CHARS = 16_000
 MAX_LINE_BYTES = 64 * 1024
 _READ_CHUNK = 64 * 1024
 _PUMP_DRAIN_TIMEOUT = 2.0
@@ -195,7 +198,10 @@ def _exit_result(code: int, tail: deque[str]) -> JobResult:
 def _with_tail(what: str, tail: deque[str]) -> str:
     if not tail:
         return what
-    return f"{what}; last output:\n" + "\n".join(tail)
+    lines = "\n".join(tail)
+    if len(lines) > MAX_ERROR_CHARS:  # twenty long lines: their end says most
+        lines = "…" + lines[-MAX_ERROR_CHARS:]
+    return f"{what}; last output:\n{lines}"
 
 
 def _die_with_parent_hook() -> Callable[[], None] | None:
