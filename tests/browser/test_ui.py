@@ -286,3 +286,24 @@ def test_the_workers_page_names_queued_jobs_no_worker_can_run(
     with server.admin() as admin:  # cancelled: the page drops it without a reload
         assert admin.post(f"/api/queue/{job_id}/cancel").status_code == 200
     expect(item).to_have_count(0)
+
+
+def test_cancel_on_the_job_page_cancels_the_job(server: ServerProcess, page: Page) -> None:
+    """Clicked through to its effect, checked through the API (#15.1: the button read
+    `event.currentTarget` after the confirmation, when it is null, and sent nothing)."""
+    with server.admin() as admin:
+        resp = admin.post(
+            "/api/queue/submit",
+            json={"config": {"model_type": "lora"}, "worker_labels": {"zone": "neptune"}},
+        )
+        assert resp.status_code == 201, resp.text
+        job_id = resp.json()["id"]
+    sign_in(page, server.admin_key, then=f"/queue/{job_id}")
+    page.click("#cancel")
+    expect(page.locator("#confirm")).to_contain_text(f"Cancel {job_id}?")
+    page.click("#confirm-yes")
+    expect(page.locator("#cancel")).to_be_hidden()
+    expect(page.locator("#error")).to_be_hidden()
+    with server.admin() as admin:
+        job = admin.get(f"/api/queue/{job_id}").json()
+    assert job["status"] == "cancelled", job

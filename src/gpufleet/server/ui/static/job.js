@@ -84,10 +84,11 @@ const refresh = serial(async () => {
 });
 
 $("#cancel").addEventListener("click", async (event) => {
+  const button = event.currentTarget; // null once the handler has awaited anything
   const ok = await confirmDialog(`Cancel ${jobId}?`, "A running job is stopped on its worker.", "Cancel job");
   if (!ok) return;
   try {
-    await busy(event.currentTarget, () => post(`/api/queue/${jobId}/cancel`));
+    await busy(button, () => post(`/api/queue/${jobId}/cancel`));
   } catch (err) {
     showError(error, err);
   }
