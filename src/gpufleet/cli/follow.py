@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import datetime
 from typing import Any
 
 import click
@@ -132,14 +133,24 @@ def _waiting(job: dict[str, Any]) -> str | None:
 
 
 def _moment(job: dict[str, Any]) -> str:
-    """One line each time the job moves: queued (and why), offered, running, ended."""
-    stamp = time.strftime("%H:%M:%S")
+    """One line each time the job moves: queued (and why), offered, running, ended; stamped
+    with the time it ended, or else the time the move was seen."""
+    stamp = _clock(job["ended_at"]) if job["status"] in ENDED and job.get("ended_at") else None
+    stamp = stamp or time.strftime("%H:%M:%S")
     status = job["status"]
     if status == "queued" and _waiting(job):
         return f"{stamp} queued: {_waiting(job)}"
     if status in ("offered", "running"):
         return f"{stamp} {status} on {job['worker_id']} (attempt {job['attempts']})"
     return f"{stamp} {status}"
+
+
+def _clock(iso: str) -> str | None:
+    """An instant from the API as the local wall clock reads it (HH:MM:SS)."""
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%H:%M:%S")
+    except ValueError:
+        return None
 
 
 def _print_result(job: dict[str, Any]) -> None:
