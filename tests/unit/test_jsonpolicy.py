@@ -48,11 +48,6 @@ def test_ordinary_values_up_to_the_limits_pass(value: Any):
     assert first_problem(value) is None
 
 
-def test_the_place_reads_as_a_path():
-    (found,) = problems({"config": {"env": {"A": [1, "\x00"]}}}, ("body",))
-    assert found.where == "body.config.env.A[1]"
-
-
 @settings(max_examples=300)
 @given(value=values)
 def test_a_repaired_value_is_one_the_policy_accepts(value: Any):

@@ -19,7 +19,6 @@ import orjson
 
 MAX_DEPTH = 32  # objects and arrays inside one another
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # a 64-bit signed integer: SQLite's and orjson's range
-INT32_MAX = 2**31 - 1  # an INTEGER column on PostgreSQL
 
 
 @dataclass(frozen=True)
@@ -28,13 +27,6 @@ class Problem:
 
     loc: tuple[str | int, ...]
     msg: str
-
-    @property
-    def where(self) -> str:
-        out = ""
-        for part in self.loc:
-            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
-        return out or "the body"
 
 
 def text_problem(text: str) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from urllib.parse import unquote_to_bytes
 
-import orjson
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 NUL_IN_URL = (
@@ -28,12 +28,6 @@ class RefuseNulInUrl:
             and scope["path"].startswith("/api/")
             and ("\x00" in scope["path"] or b"\x00" in unquote_to_bytes(scope["query_string"]))
         ):
-            body = orjson.dumps({"detail": NUL_IN_URL})
-            headers = [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ]
-            await send({"type": "http.response.start", "status": 422, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            await JSONResponse({"detail": NUL_IN_URL}, status_code=422)(scope, receive, send)
             return
         await self.app(scope, receive, send)

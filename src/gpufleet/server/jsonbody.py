@@ -71,7 +71,7 @@ class JsonBodyRoute(APIRoute):
                 return await handler(request)
             declared = declares_json(request.headers.get("content-type"))
             try:
-                parsed = json.loads(body)
+                parsed = await request.json()  # kept on the request: FastAPI reads it from there
             except RecursionError:
                 raise InvalidInput(not_json("it is nested too deeply to read")) from None
             except ValueError:  # UnicodeDecodeError included

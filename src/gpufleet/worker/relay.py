@@ -52,8 +52,7 @@ def _parse(line: bytes) -> Progress | None:
     if not line.strip():
         return None
     try:
-        # NaN and the infinities are no JSON the orchestrator takes: null, as report() writes.
-        value = json.loads(line, parse_constant=lambda _: None)
+        value = json.loads(line)  # NaN and the like are made storable where reports are sent
     except (ValueError, RecursionError):
         log.debug("skipping a progress line that is not JSON: %.200r", line)
         return None
