@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from gpufleet.server.services import fleet as fleet_service
-from tests.api.conftest import Fleet
+from tests.api.conftest import Fleet, sqlite_only
 
 GPU_STATS = [
     {"index": 0, "utilization_pct": 87.0, "memory_used_gb": 61.5, "memory_total_gb": 80.0},
@@ -169,3 +170,29 @@ async def test_the_job_history_lists_the_workers_attempts_newest_first(fleet: Fl
     assert [h["job_id"] for h in history] == done[::-1]
     assert history[0]["status"] == "completed" and history[0]["job_status"] == "completed"
     assert history[0]["number"] == 1 and history[0]["exit_code"] == 0
+
+
+@sqlite_only
+async def test_the_job_history_reads_the_worker_attempts_index(fleet: Fleet) -> None:
+    """A worker's page reads its newest attempts through ix_attempts_worker, not a scan of
+    every attempt of the fleet."""
+    seen: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cur: Any, statement: str, params: Any, *_: Any) -> None:
+        if "FROM job_attempts JOIN jobs" in statement:
+            seen.append((statement, params))
+
+    engine = fleet.ctx.store.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        async with fleet.ctx.store.read() as q:
+            await q.attempts_of_worker("w_any", 25)
+            statement, params = seen[-1]
+            plan = " / ".join(
+                str(row[-1])
+                for row in await q.conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)
+            )
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    assert "ix_attempts_worker" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan

@@ -152,7 +152,7 @@ job_attempts = sa.Table(
     sa.UniqueConstraint("job_id", "number", name="uq_attempt_number"),
     sa.Index("ix_attempts_job", "job_id"),
     sa.Index("ix_attempts_status", "status", "offered_at"),
-    sa.Index("ix_attempts_worker", "worker_id", "offered_at"),  # a worker's job history
+    sa.Index("ix_attempts_worker", "worker_id", "offered_at", "id"),  # a worker's job history
 )
 
 job_logs = sa.Table(

@@ -34,7 +34,7 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("gpu_stats_at", gpufleet.store.tables.UTCDateTime(timezone=True))
         )
-    op.create_index("ix_attempts_worker", "job_attempts", ["worker_id", "offered_at"])
+    op.create_index("ix_attempts_worker", "job_attempts", ["worker_id", "offered_at", "id"])
 
 
 def downgrade() -> None:
