@@ -23,6 +23,7 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("post", "/api/admin/workers/{worker_id}/drain"): "admin.workers",
     ("post", "/api/admin/workers/{worker_id}/undrain"): "admin.workers",
     ("post", "/api/admin/workers/{worker_id}/token"): "admin.workers",
+    ("put", "/api/admin/workers/{worker_id}/labels"): "admin.workers",
     ("get", "/api/admin/api-keys"): "*",
     ("post", "/api/admin/api-keys"): "*",
     ("delete", "/api/admin/api-keys/{key_id}"): "*",
@@ -54,6 +55,7 @@ PERMISSIONS: dict[tuple[str, str], str] = {
 BODIES: dict[str, Any] = {
     "/api/admin/workers": {"name": "intruder"},
     "/api/admin/api-keys": {"name": "intruder", "permissions": ["*"]},
+    "/api/admin/workers/{worker_id}/labels": {"labels": {"pool": "intruder"}},
     "/api/queue/submit": {"config": {"command": ["true"]}, "target": "worker"},
     "/api/configs/{name}": {"command": ["rm", "-rf", "/"]},
     "/api/workers/register": {"name": "intruder", "gpu_count": 8},

@@ -15,10 +15,13 @@ from gpufleet.domain.records import (
     ApiKey,
     Attempt,
     AuditEvent,
+    GpuStat,
     Job,
     LogLine,
     StoredConfig,
+    WorkedAttempt,
     Worker,
+    effective_labels,
 )
 from gpufleet.domain.states import (
     AttemptStatus,
@@ -61,13 +64,14 @@ class AuditFilter:
 def _worker(row: sa.Row[Any]) -> Worker:
     m = row._mapping
     admin = dict(m["admin_labels"])
+    reported = dict(m["reported_labels"])
     return Worker(
         id=m["id"],
         name=m["name"],
         status=WorkerStatus(m["status"]),
         worker_type=WorkerType(m["worker_type"]),
         type_set_by_admin=m["type_set_by_admin"],
-        labels={**dict(m["reported_labels"]), **admin},
+        labels=effective_labels(reported, admin),
         admin_labels=admin,
         drained=m["drained"],
         is_local=m["is_local"],
@@ -85,6 +89,9 @@ def _worker(row: sa.Row[Any]) -> Worker:
         last_heartbeat=m["last_heartbeat"],
         connected_at=m["connected_at"],
         offline_since=m["offline_since"],
+        gpu_stats=tuple(GpuStat(**g) for g in m["gpu_stats"] or ()),
+        gpu_stats_at=m["gpu_stats_at"],
+        reported_labels=reported,
     )
 
 
@@ -214,6 +221,26 @@ class Queries:
             .values(last_heartbeat=sa.bindparam("beat"))
         )
         await self.conn.execute(stmt, [{"worker_id": w, "beat": at} for w, at in beats.items()])
+
+    async def record_gpu_stats(self, samples: dict[str, tuple[datetime, list[Any]]]) -> None:
+        """Keep each worker's newest GPU sample, one executemany; never for an offline
+        worker, nor older than the one stored."""
+        if not samples:
+            return
+        stmt = (
+            sa.update(workers)
+            .where(
+                workers.c.id == sa.bindparam("worker_id"),
+                workers.c.offline_since.is_(None),
+                sa.or_(
+                    workers.c.gpu_stats_at.is_(None),
+                    workers.c.gpu_stats_at < sa.bindparam("at"),
+                ),
+            )
+            .values(gpu_stats=sa.bindparam("stats"), gpu_stats_at=sa.bindparam("at"))
+        )
+        rows = [{"worker_id": w, "at": at, "stats": stats} for w, (at, stats) in samples.items()]
+        await self.conn.execute(stmt, rows)
 
     async def clear_stream_owner(self, worker_id: str, owner: str) -> bool:
         stmt = (
@@ -488,6 +515,24 @@ class Queries:
             .order_by(job_attempts.c.number)
         )
         return [_attempt(r) for r in await self.conn.execute(stmt)]
+
+    async def attempts_of_worker(self, worker_id: str, limit: int) -> list[WorkedAttempt]:
+        """The worker's newest attempts first (ix_attempts_worker), with their jobs."""
+        stmt = (
+            sa.select(job_attempts, jobs.c.config_name, jobs.c.status.label("job_status"))
+            .join(jobs, jobs.c.id == job_attempts.c.job_id)
+            .where(job_attempts.c.worker_id == worker_id)
+            .order_by(job_attempts.c.offered_at.desc(), job_attempts.c.id.desc())
+            .limit(limit)
+        )
+        return [
+            WorkedAttempt(
+                attempt=_attempt(row),
+                config_name=row._mapping["config_name"],
+                job_status=JobStatus(row._mapping["job_status"]),
+            )
+            for row in await self.conn.execute(stmt)
+        ]
 
     async def unacknowledged_offers(self, cutoff: datetime) -> list[Attempt]:
         stmt = sa.select(job_attempts).where(

@@ -60,6 +60,9 @@ workers = sa.Table(
     sa.Column("last_heartbeat", UTCDateTime),
     sa.Column("connected_at", UTCDateTime),
     sa.Column("offline_since", UTCDateTime),
+    # The newest GPU sample a heartbeat carried (domain.records.GpuStat, as JSON), and when.
+    sa.Column("gpu_stats", JSON),
+    sa.Column("gpu_stats_at", UTCDateTime),
     sa.Index("ix_workers_status", "status"),
     sa.Index("ix_workers_match", "status", "is_local", "gpu_count", "id"),
 )
@@ -149,6 +152,7 @@ job_attempts = sa.Table(
     sa.UniqueConstraint("job_id", "number", name="uq_attempt_number"),
     sa.Index("ix_attempts_job", "job_id"),
     sa.Index("ix_attempts_status", "status", "offered_at"),
+    sa.Index("ix_attempts_worker", "worker_id", "offered_at", "id"),  # a worker's job history
 )
 
 job_logs = sa.Table(

@@ -119,7 +119,7 @@ function actions(w) {
 function row(w) {
   const up = w.offline_since ? null : w.connected_at;
   return h("tr", { "data-worker": w.name, "data-status": w.status },
-    h("td", { "data-label": "Name" }, h("strong", { text: w.name }), h("div", { class: "muted mono", text: w.id })),
+    h("td", { "data-label": "Name" }, h("strong", {}, h("a", { href: `/workers/${w.id}`, text: w.name })), h("div", { class: "muted mono", text: w.id })),
     h("td", { "data-label": "Status", class: "status" }, badge(w.status)),
     h("td", { "data-label": "Type", text: w.worker_type }),
     h("td", { "data-label": "GPUs" }, gpus(w)),
