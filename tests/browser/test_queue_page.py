@@ -168,6 +168,8 @@ def test_cancel_and_rerun_from_the_queue_list_and_rerun_from_the_job_page(
     expect(page.locator("#facts")).to_contain_text(f"Re-run as{third}")
     page.locator("#facts a", has_text=first).click()
     expect(page.locator("#facts")).to_contain_text(f"Re-run as{second}")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    screenshot(page, "job-rerun")
 
 
 def test_bulk_cancel_then_bulk_rerun_of_the_selected_jobs(

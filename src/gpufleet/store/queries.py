@@ -409,7 +409,12 @@ class Queries:
 
     def _job_filter(self, stmt: sa.Select[Any], f: JobFilter) -> sa.Select[Any]:
         if f.statuses:
-            stmt = stmt.where(jobs.c.status.in_(list(f.statuses)))
+            status: Any = jobs.c.status
+            if not self._pg and (f.worker_id or f.worker or f.config_name):
+                # `+status` keeps SQLite off ix_jobs_queue, which walks every job of the
+                # status (every completed one), for ix_jobs_worker or ix_jobs_config.
+                status = sa.literal_column("+jobs.status", sa.String)
+            stmt = stmt.where(status.in_(list(f.statuses)))
         if f.worker_id:
             stmt = stmt.where(jobs.c.worker_id == f.worker_id)
         if f.target:
