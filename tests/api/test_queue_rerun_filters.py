@@ -127,6 +127,7 @@ async def test_the_queue_filters_by_worker_name_or_id_label_config_target_and_id
     await fleet.admin.put("/api/configs/cfg-a", json={"command": ["true"]})
     stored = await fleet.submit(config=None, config_name="cfg-a", worker_labels={"zone": "x"})
     other = await fleet.submit(worker_labels={"zone": "y", "team": "cv"}, target="auto")
+    dotted = await fleet.submit(worker_labels={"k8s.io/zone": "eu-1.a"})
 
     assert await _ids(fleet, worker="filter-w") == [ran["id"]]
     assert await _ids(fleet, worker=worker.id) == [ran["id"]]
@@ -134,8 +135,11 @@ async def test_the_queue_filters_by_worker_name_or_id_label_config_target_and_id
     assert await _ids(fleet, label="team=nlp") == [ran["id"]]
     assert await _ids(fleet, label=["team=cv", "zone=y"]) == [other["id"]]
     assert await _ids(fleet, label="zone=x") == [stored["id"]]
+    assert await _ids(fleet, label="k8s.io/zone=eu-1.a") == [dotted["id"]]
+    assert await _ids(fleet, label="k8s.io/zone=eu-1.*") == []  # exact, not a pattern
     assert await _ids(fleet, config_name="cfg-a") == [stored["id"]]
     assert await _ids(fleet, target="auto") == [other["id"]]
+    assert await _ids(fleet, label="zone=x", target="auto") == []
     assert await _ids(fleet, id_prefix=other["id"][:8]) == [other["id"]]
     assert await _ids(fleet, id_prefix="j_%") == []  # a wildcard is a character here
     assert await _ids(fleet, id_prefix=stored["id"], status="queued") == [stored["id"]]

@@ -199,6 +199,7 @@ def test_bulk_cancel_then_bulk_rerun_of_the_selected_jobs(
     expect(page.locator("#jobs tbody tr")).to_have_count(6)
     reruns = {j["rerun_of"] for j in jobs_labelled(server, label) if j["rerun_of"]}
     assert reruns == set(ids)
+    expect(page.locator("#jobs .rerun-of")).to_have_count(3)
     expect(page.locator("#error")).to_be_empty()
     screenshot(page, "queue-rerun")
 
@@ -216,3 +217,4 @@ def test_the_queue_and_job_pages_fit_a_phone_screen(
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
 
     assert overflow <= 0, f"{path} is {overflow} px wider than a phone screen"
+    screenshot(page, "phone-job" if path.startswith("/queue/") else "phone-queue-filtered")

@@ -62,7 +62,8 @@ function row(j) {
   });
   return h("tr", { "data-job": j.id, "data-status": j.status },
     canSubmit ? h("td", { "data-label": "Select" }, tick) : null,
-    h("td", { "data-label": "Job" }, h("a", { href: `/queue/${j.id}`, class: "mono", text: j.id })),
+    h("td", { "data-label": "Job" }, h("a", { href: `/queue/${j.id}`, class: "mono", text: j.id }),
+      j.rerun_of ? h("div", { class: "muted rerun-of" }, "re-run of ", h("a", { href: `/queue/${j.rerun_of}`, class: "mono", text: j.rerun_of })) : null),
     h("td", { "data-label": "Status" }, badge(j.status)),
     h("td", { "data-label": "Progress" }, progress(j.progress)),
     h("td", { "data-label": "Target", text: j.target }),
