@@ -85,3 +85,17 @@ def test_jobs_list_filters_by_worker_name_and_names_the_worker(server: ServerPro
     row = next(line for line in table.splitlines() if line.startswith(job_id))
     assert row.split()[4] == "local"
     assert "by admin (key:" in ok(gf(server, "jobs", "show", job_id))
+
+
+def test_rerunning_one_job_names_the_new_one_and_an_unknown_one_is_one_line(
+    server: ServerProcess,
+) -> None:
+    job_id = waiting_job(server, unique("one"))
+    ok(gf(server, "jobs", "cancel", job_id))
+
+    out = ok(gf(server, "jobs", "rerun", job_id))
+    still = one_line_error(gf(server, "jobs", "rerun", out.split()[4]))
+
+    assert out.startswith(f"Job {job_id} re-runs as j_") and "gpufleet jobs watch j_" in out
+    assert "cancel it first" in still
+    assert "no job j_nope" in one_line_error(gf(server, "jobs", "rerun", "j_nope"))

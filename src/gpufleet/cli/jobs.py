@@ -283,13 +283,20 @@ def cancel(api: ApiClient, job_ids: tuple[str, ...], as_json: bool) -> None:
 @api_options
 def rerun(api: ApiClient, job_ids: tuple[str, ...], as_json: bool) -> None:
     """Submit ended jobs again: same config and requirements, each linked to the old job."""
-    _bulk(
-        api,
-        "rerun",
-        job_ids,
-        as_json,
-        lambda j: f"Job {j['rerun_of']} re-runs as {j['id']} ({j['status']}).",
-    )
+
+    def said(j: dict[str, Any]) -> str:
+        return f"Job {j['rerun_of']} re-runs as {j['id']} ({j['status']}).\n" + (
+            f"Follow it: gpufleet jobs watch {j['id']}" if len(job_ids) == 1 else ""
+        )
+
+    if len(job_ids) == 1:
+        job = api.post(f"/api/queue/{part(job_ids[0])}/rerun")
+        if as_json:
+            out.print_json(job)
+        else:
+            out.echo(said(job).rstrip())
+        return
+    _bulk(api, "rerun", job_ids, as_json, lambda j: said(j).rstrip())
 
 
 def _bulk(
