@@ -136,6 +136,7 @@ class Job:
     updated_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
+    rerun_of: str | None = None  # the job this one re-runs
 
     def requirement(self) -> Requirement:
         return Requirement(

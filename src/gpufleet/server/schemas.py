@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -20,6 +21,7 @@ from gpufleet.domain.records import (
 )
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target, WorkerType, can_delete_worker
 
+_NO_NAMES: Mapping[str, str] = {}
 Name = Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")
 
 
@@ -352,13 +354,15 @@ class AttemptOut(BaseModel):
     ended_at: datetime | None
     error: str | None
     exit_code: int | None
+    worker_name: str | None = None
 
     @classmethod
-    def of(cls, a: Attempt) -> AttemptOut:
+    def of(cls, a: Attempt, names: Mapping[str, str] = _NO_NAMES) -> AttemptOut:
         return cls(
             id=a.id,
             number=a.number,
             worker_id=a.worker_id,
+            worker_name=names.get(a.worker_id),
             status=a.status.value,
             offered_at=a.offered_at,
             acknowledged_at=a.acknowledged_at,
@@ -391,10 +395,17 @@ class JobOut(BaseModel):
     updated_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
+    worker_name: str | None = None  # the worker's name, when it still exists
+    submitted_by_name: str | None = None  # the submitting key's name
+    rerun_of: str | None = None  # the job this one re-runs
 
     @classmethod
-    def of(cls, j: Job) -> JobOut:
+    def of(cls, j: Job, names: Mapping[str, str] = _NO_NAMES) -> JobOut:
+        """`names`: worker ids and actors to names (services.queue.names_of)."""
         return cls(
+            worker_name=names.get(j.worker_id) if j.worker_id else None,
+            submitted_by_name=names.get(j.submitted_by) if j.submitted_by else None,
+            rerun_of=j.rerun_of,
             id=j.id,
             job_id=j.id,
             status=j.status.value,
@@ -423,6 +434,24 @@ class JobDetail(JobOut):
     config: dict[str, Any]
     attempt_history: list[AttemptOut]
     waiting: dict[str, Any] | None
+    rerun_as: list[str] = Field(default_factory=list)  # the jobs that re-run this one
+
+
+class JobIds(Strict):
+    job_ids: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(max_length=1000)
+
+
+class BulkResult(BaseModel):
+    job_id: str
+    ok: bool
+    job: JobOut | None  # cancel: the job; re-run: the new job
+    error: str | None  # why this one was not done, in words
+
+
+class BulkOut(BaseModel):
+    results: list[BulkResult]
+    done: int
+    failed: int
 
 
 class JobList(BaseModel):

@@ -50,6 +50,9 @@ class JobFilter:
     worker_id: str | None = None
     target: str | None = None
     config_name: str | None = None
+    worker: str | None = None  # a worker's id, or its name
+    labels: Mapping[str, str] | None = None  # the job asks for each of these, exactly
+    id_prefix: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,7 @@ def _job(row: sa.Row[Any]) -> Job:
         updated_at=m["updated_at"],
         started_at=m["started_at"],
         ended_at=m["ended_at"],
+        rerun_of=m["rerun_of"],
     )
 
 
@@ -432,13 +436,25 @@ class Queries:
 
     def _job_filter(self, stmt: sa.Select[Any], f: JobFilter) -> sa.Select[Any]:
         if f.statuses:
-            stmt = stmt.where(jobs.c.status.in_(list(f.statuses)))
+            status: Any = jobs.c.status
+            if not self._pg and (f.worker_id or f.worker or f.config_name):
+                # `+status` keeps SQLite off ix_jobs_queue, which walks every job of the
+                # status (every completed one), for ix_jobs_worker or ix_jobs_config.
+                status = sa.literal_column("+jobs.status", sa.String)
+            stmt = stmt.where(status.in_(list(f.statuses)))
         if f.worker_id:
             stmt = stmt.where(jobs.c.worker_id == f.worker_id)
         if f.target:
             stmt = stmt.where(jobs.c.target == f.target)
         if f.config_name:
             stmt = stmt.where(jobs.c.config_name == f.config_name)
+        if f.worker:
+            named = sa.select(workers.c.id).where(workers.c.name == f.worker)
+            stmt = stmt.where(sa.or_(jobs.c.worker_id == f.worker, jobs.c.worker_id.in_(named)))
+        for key, value in (f.labels or {}).items():
+            stmt = stmt.where(jobs.c.worker_labels[key].as_string() == value)
+        if f.id_prefix:
+            stmt = stmt.where(jobs.c.id.startswith(f.id_prefix, autoescape=True))
         return stmt
 
     async def list_jobs(self, f: JobFilter, limit: int, offset: int) -> tuple[list[Job], int]:
@@ -448,6 +464,27 @@ class Queries:
         rows = await self.conn.execute(stmt)
         total = int((await self.conn.execute(total_stmt)).scalar_one())
         return [_job(r) for r in rows], total
+
+    async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        stmt = sa.select(jobs).where(jobs.c.id.in_(list(job_ids)))
+        return {r.id: _job(r) for r in await self.conn.execute(stmt)}
+
+    async def reruns_of(self, job_id: str) -> list[str]:
+        """The jobs that re-run this one, oldest first (ix_jobs_rerun_of)."""
+        stmt = (
+            sa.select(jobs.c.id)
+            .where(jobs.c.rerun_of == job_id)
+            .order_by(jobs.c.created_at, jobs.c.id)
+        )
+        return [r.id for r in await self.conn.execute(stmt)]
+
+    async def worker_names(self, worker_ids: Iterable[str]) -> dict[str, str]:
+        stmt = sa.select(workers.c.id, workers.c.name).where(workers.c.id.in_(set(worker_ids)))
+        return {r.id: r.name for r in await self.conn.execute(stmt)}
+
+    async def api_key_names(self, key_ids: Iterable[str]) -> dict[str, str]:
+        stmt = sa.select(api_keys.c.id, api_keys.c.name).where(api_keys.c.id.in_(set(key_ids)))
+        return {r.id: r.name for r in await self.conn.execute(stmt)}
 
     async def queued_jobs(
         self,

@@ -126,8 +126,12 @@ jobs = sa.Table(
     sa.Column("started_at", UTCDateTime),
     sa.Column("ended_at", UTCDateTime),
     sa.Column("match_key", sa.String(512)),  # domain.matching.match_key(worker_labels)
+    sa.Column("rerun_of", sa.String(32)),  # the job this one re-runs (0009)
     sa.Index("ix_jobs_match", "status", "match_key", "priority", "created_at"),
     sa.Index("ix_jobs_created", "created_at"),
+    sa.Index("ix_jobs_rerun_of", "rerun_of"),
+    sa.Index("ix_jobs_worker", "worker_id", "created_at"),
+    sa.Index("ix_jobs_config", "config_name", "created_at"),
 )
 # In dispatch order (priority high to low, then oldest, then id), so that reading the head of
 # the queue walks the index and stops, instead of sorting every queued job (0006).
