@@ -5,7 +5,7 @@ newest sample is kept on the worker's row (nothing for agents that send none). A
 job history reads its attempts newest first (ix_attempts_worker).
 
 Revision ID: 0010
-Revises: 0007
+Revises: 0009
 Create Date: 2026-11-23 08:00:00
 """
 
@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql
 import gpufleet.store.tables
 
 revision: str = "0010"
-down_revision: str | None = "0007"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
