@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpufleet.domain import history as rules
-from tests.api.conftest import Agent, Fleet, post_raw
+from tests.api.conftest import HEARTBEAT_TIMEOUT, Agent, Fleet, post_raw
 
 
 async def running_job(fleet: Fleet) -> tuple[Agent, dict[str, Any]]:
@@ -128,6 +128,36 @@ async def test_values_that_cannot_be_charted_are_skipped(fleet: Fleet) -> None:
     assert not {"huge", "none", "text", "flag", "nested", "list", "x" * 65} & set(charts)
     assert data["step"] is None  # the latest progress has no usable step
     assert (await fleet.job(offer["job_id"]))["progress"]["step"] == 2**60
+
+
+async def test_a_retried_job_keeps_each_attempts_points_and_paces_the_latest(
+    fleet: Fleet,
+) -> None:
+    lost, offer = await running_job(fleet)
+    for step in (10, 20):  # 10 steps a second on the first worker
+        await report(lost, offer, {"step": step, "total": 100, "metrics": {"loss": 1.0}})
+        fleet.clock.advance(1)
+    spare = await fleet.online_worker("spare")
+    fleet.clock.advance(HEARTBEAT_TIMEOUT + 1)
+    assert (await spare.heartbeat()).status_code == 200
+    assert await fleet.heartbeat_sweep() == [lost.id]
+    again = await spare.next_offer()
+    await spare.run(again)
+    for step in (0, 2, 4):  # 2 steps a second on the spare, from the start
+        await report(spare, again, {"step": step, "total": 100, "metrics": {"loss": 0.5}})
+        fleet.clock.advance(1)
+
+    data = await history(fleet, offer["job_id"])
+
+    assert series(data)["loss"] == [
+        [10, 1.0, 1],
+        [20, 1.0, 1],
+        [0, 0.5, 2],
+        [2, 0.5, 2],
+        [4, 0.5, 2],
+    ]
+    assert data["rate"] == pytest.approx(2.0)
+    assert data["eta_s"] == pytest.approx(48.0)
 
 
 async def test_a_job_without_progress_has_an_empty_history(fleet: Fleet) -> None:
