@@ -77,18 +77,18 @@ async def test_the_final_report_ends_the_eta_and_adds_no_repeated_point(fleet: F
 async def test_a_long_run_keeps_a_bounded_evenly_thinned_history(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(rules, "CAPACITY", 8)
+    monkeypatch.setattr(rules, "CAPACITY", 6)
     agent, offer = await running_job(fleet)
-    for step in range(100):
+    for step in range(50):
         await report(agent, offer, {"step": step, "metrics": {"loss": float(step)}})
 
     data = await history(fleet, offer["job_id"])
 
     steps = [p[0] for p in series(data)["loss"]]
-    assert steps == rules.kept(99, 8) == [0, 16, 32, 48, 64, 80, 96, 99]
-    assert data["capacity"] == 8
+    assert steps == rules.kept(49, 6) == [0, 16, 32, 48, 49]
+    assert data["capacity"] == 6
     stored = await fleet.all_stored_text()
-    assert stored.count("progress_points: ") == 2 * 8  # loss and the step itself
+    assert stored.count("progress_points: ") == 2 * 5  # loss and the step itself
 
 
 async def test_values_that_cannot_be_charted_are_skipped(fleet: Fleet) -> None:

@@ -30,18 +30,6 @@ RATE_WINDOW = 10  # kept step points the rate is averaged over
 
 
 @dataclass(frozen=True, slots=True)
-class Point:
-    """One kept point of one series."""
-
-    series: str
-    ordinal: int
-    attempt: int  # the attempt's number: a retried job starts its steps again
-    step: int
-    value: float
-    ts: datetime
-
-
-@dataclass(frozen=True, slots=True)
 class Sample:
     """What one progress report adds to the history."""
 

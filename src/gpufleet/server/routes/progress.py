@@ -31,8 +31,5 @@ async def job_progress(ctx: Ctx, who: Reader, job_id: str) -> ProgressHistoryOut
         eta_s=h.pace.eta_s,
         updated_at=h.updated_at,
         capacity=h.capacity,
-        series=[
-            SeriesOut(name=name, points=[(p.step, p.value, p.attempt) for p in points])
-            for name, points in h.series.items()
-        ],
+        series=[SeriesOut(name=name, points=points) for name, points in h.series.items()],
     )

@@ -10,7 +10,6 @@ from gpufleet.domain import history as rules
 from gpufleet.domain.history import (
     STEP_SERIES,
     Pace,
-    Point,
     Thinning,
     admitted,
     pace,
@@ -67,7 +66,7 @@ class History:
     pace: Pace
     capacity: int
     updated_at: datetime | None  # when the latest point was recorded
-    series: dict[str, list[Point]]  # metric name → its kept points, oldest first
+    series: dict[str, list[tuple[int, float, int]]]  # name → [(step, value, attempt)]
 
 
 async def read(ctx: Context, job_id: str) -> History:
@@ -75,20 +74,19 @@ async def read(ctx: Context, job_id: str) -> History:
         job = await q.get_job(job_id)
         if job is None:
             raise NotFound(f"no job {job_id}; list jobs with GET /api/queue")
-        points = await q.progress_points(job_id)
-    steps = [p for p in points if p.series == STEP_SERIES]
+        values = await q.progress_values(job_id)
+        steps = await q.progress_steps(job_id)
     now = sample_of(job.progress) if job.progress else None
     speed = Pace(None, None)
     if steps:
-        last = steps[-1].attempt
+        last = steps[-1][2]
         total = now.total if now else None
-        speed = pace([(p.ts, p.step) for p in steps if p.attempt == last], total)
+        speed = pace([(ts, step) for ts, step, attempt in steps if attempt == last], total)
         if job.status is not JobStatus.RUNNING:
             speed = Pace(speed.rate, None)
-    series: dict[str, list[Point]] = {}
-    for point in points:
-        if point.series != STEP_SERIES:
-            series.setdefault(point.series, []).append(point)
+    series: dict[str, list[tuple[int, float, int]]] = {}
+    for name, step, value, attempt in values:
+        series.setdefault(name, []).append((step, value, attempt))
     ordered = sorted(series, key=lambda name: (name != FIRST, name))
     return History(
         job=job,
@@ -96,6 +94,6 @@ async def read(ctx: Context, job_id: str) -> History:
         total=now.total if now else None,
         pace=speed,
         capacity=rules.CAPACITY,
-        updated_at=steps[-1].ts if steps else None,
+        updated_at=steps[-1][0] if steps else None,
         series={name: series[name] for name in ordered},
     )
