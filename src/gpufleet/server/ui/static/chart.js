@@ -8,7 +8,7 @@ import { duration, h, serial, showError } from "./dom.js";
 const SVG = "http://www.w3.org/2000/svg";
 const W = 320;
 const H = 150;
-const PAD = { left: 48, right: 8, top: 8, bottom: 22 };
+const PAD = { left: 58, right: 8, top: 8, bottom: 22 }; // room for "-1.23e+05"
 const MARKERS = 60; // beyond this many points a series is drawn as a line only
 
 function svg(tag, attrs = {}, ...children) {
