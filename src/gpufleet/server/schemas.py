@@ -587,3 +587,25 @@ SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
 
 class Ok(BaseModel):
     ok: bool = True
+
+
+# ---- progress history (charts) ------------------------------------------------------------
+
+
+class SeriesOut(BaseModel):
+    name: str
+    points: list[tuple[int, float, int]] = Field(
+        description="[step, value, attempt number], oldest first"
+    )
+
+
+class ProgressHistoryOut(BaseModel):
+    job_id: str
+    status: str
+    step: int | None
+    total: int | None
+    rate: float | None = Field(description="steps a second, over the latest points")
+    eta_s: float | None = Field(description="seconds left at that rate, while running")
+    updated_at: datetime | None = Field(description="when the latest progress was recorded")
+    capacity: int = Field(description="the most points kept per series")
+    series: list[SeriesOut]
