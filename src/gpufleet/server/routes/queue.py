@@ -153,12 +153,12 @@ async def list_configs(ctx: Ctx, who: Reader) -> ConfigList:
     return ConfigList(configs=[ConfigOut.of(c) for c in await queue.list_configs(ctx)])
 
 
-@router.get("/api/configs/{name}", response_model=ConfigOut)
+@router.get("/api/configs/{name:path}", response_model=ConfigOut)
 async def get_config(ctx: Ctx, who: Reader, name: str) -> ConfigOut:
     return ConfigOut.of(await queue.get_config(ctx, name))
 
 
-@router.put("/api/configs/{name}", response_model=ConfigOut)
+@router.put("/api/configs/{name:path}", response_model=ConfigOut)
 async def put_config(
     ctx: Ctx, who: Submitter, client: Client, name: str, body: Annotated[dict[str, Any], Body()]
 ) -> ConfigOut:
@@ -166,7 +166,7 @@ async def put_config(
     return ConfigOut.of(stored)
 
 
-@router.delete("/api/configs/{name}", response_model=Ok)
+@router.delete("/api/configs/{name:path}", response_model=Ok)
 async def delete_config(ctx: Ctx, who: Submitter, client: Client, name: str) -> Ok:
     await queue.delete_config(ctx, name, who.actor, client)
     return Ok()

@@ -78,6 +78,7 @@ async def put_config(
 
 
 async def get_config(ctx: Context, name: str) -> StoredConfig:
+    check_config_name(name)
     async with ctx.store.read() as q:
         stored = await q.get_config(name)
     if stored is None:
@@ -91,6 +92,7 @@ async def list_configs(ctx: Context) -> list[StoredConfig]:
 
 
 async def delete_config(ctx: Context, name: str, actor: str, client: str | None) -> None:
+    check_config_name(name)
     async with transaction(ctx) as tx:
         if not await tx.q.delete_config(name):
             raise NotFound(f"no config named {name!r}; list configs with GET /api/configs")

@@ -1,0 +1,129 @@
+"""Train, job and Audit pages in Chromium: long text stays in its box, errors sit beside their
+field, advice names buttons and pages, the audit log reads and filters well (#15.4-8)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import PHONE, screenshot, sign_in
+from tests.e2e.conftest import ServerProcess, unique
+
+DESKTOP = {"width": 1440, "height": 900}
+LONG = "x" * 300  # a label with no `=`, or a config value, with nowhere to break
+
+
+def sideways(page: Page) -> int:
+    """How many pixels the page is wider than the window (> 0: it scrolls sideways)."""
+    width = "document.scrollingElement.scrollWidth - document.documentElement.clientWidth"
+    return int(page.evaluate(width))
+
+
+def submit(server: ServerProcess, **body: Any) -> str:
+    with server.admin() as admin:
+        resp = admin.post("/api/queue/submit", json=body)
+        assert resp.status_code == 201, resp.text
+        return str(resp.json()["id"])
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
+def test_a_long_label_error_keeps_the_train_page_within_the_window(
+    server: ServerProcess, page: Page, viewport: dict[str, int]
+) -> None:
+    page.set_viewport_size(viewport)
+    sign_in(page, server.admin_key, then="/train")
+    page.fill("#labels", LONG)
+    page.click("#submit")
+    expect(page.get_by_role("alert").filter(has_text="is not key=value")).to_be_visible()
+
+    assert sideways(page) <= 0
+    expect(page.locator("#labels-error")).to_contain_text("is not key=value")  # beside it
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
+def test_a_long_config_line_keeps_the_job_page_within_the_window(
+    server: ServerProcess, page: Page, viewport: dict[str, int]
+) -> None:
+    job_id = submit(
+        server,
+        config={"model_type": "lora", "note": LONG, "path": "/" + "/".join(["deep"] * 60)},
+        worker_labels={"zone": "z" * 120},
+    )
+    page.set_viewport_size(viewport)
+    sign_in(page, server.admin_key, then=f"/queue/{job_id}")
+    expect(page.locator("#config")).to_contain_text(LONG)
+    expect(page.locator("#waiting-summary")).to_contain_text("zone=")
+
+    assert sideways(page) <= 0
+
+
+def test_save_config_stores_it_and_explains_a_bad_name_or_bad_json_beside_the_field(
+    server: ServerProcess, page: Page
+) -> None:
+    sign_in(page, server.admin_key, then="/train")
+    name_error = page.locator("#config-error")
+
+    page.fill("#config-name", "a/b")
+    page.click("#config-save")
+    expect(name_error).to_contain_text('config name "a/b" is not valid; use letters, digits')
+    expect(page.locator("#error")).to_be_hidden()  # beside the field, not in the far banner
+
+    page.fill("#config-json", '{\n  "command": ["python", "train.py"],\n  oops\n}')
+    page.fill("#config-name", "fine-name")
+    page.click("#config-save")
+    json_error = page.locator("#config-json-error")
+    expect(json_error).to_contain_text("not valid JSON at line 3, column 3")
+    expect(json_error).to_contain_text("fix the JSON and save again")
+    expect(json_error).not_to_contain_text("submit again")
+
+    name = unique("saved")
+    config = {"command": ["python", "-c", "print(1)"], "env": {"EPOCHS": "3"}}
+    page.fill("#config-json", '{"command": ["python", "-c", "print(1)"], "env": {"EPOCHS": "3"}}')
+    page.fill("#config-name", name)
+    page.click("#config-save")
+    expect(page.locator("#config-status")).to_have_text(f"Saved {name}.")
+    expect(json_error).to_be_hidden()
+    with server.admin() as admin:
+        stored = admin.get(f"/api/configs/{name}")
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["config"] == config
+    expect(page.locator("#config-pick")).to_have_value(name)
+    screenshot(page, "train-saved")
+
+
+def test_a_save_the_server_refuses_is_explained_beside_save_config(
+    server: ServerProcess, page: Page
+) -> None:
+    sign_in(page, server.admin_key, then="/train")
+    page.fill("#config-json", '{"gpu_count": "two"}')
+    page.fill("#config-name", unique("refused"))
+    page.click("#config-save")
+    expect(page.locator("#config-error")).to_contain_text("gpu_count")
+    expect(page.locator("#error")).to_be_hidden()
+
+
+def test_the_waiting_advice_on_the_job_page_names_buttons_not_endpoints(
+    server: ServerProcess, page: Page
+) -> None:
+    job_id = submit(server, config={"model_type": "lora"}, worker_labels={"zone": "io"})
+    sign_in(page, server.admin_key, then=f"/queue/{job_id}")
+    summary = page.locator("#waiting-summary")
+    expect(summary).to_contain_text("Create Worker on the Workers page")
+    expect(summary).not_to_contain_text("/api/")
+
+
+def test_a_local_job_wanting_more_gpus_than_the_local_runner_is_told_what_it_has(
+    server: ServerProcess, page: Page
+) -> None:
+    job_id = submit(server, config={"model_type": "lora"}, target="local", gpu_count=2)
+    sign_in(page, server.admin_key, then=f"/queue/{job_id}")
+    summary = page.locator("#waiting-summary")
+    expect(summary).to_contain_text(re.compile(r"the local runner has (no|\d+) GPU"))
+    expect(summary).to_contain_text("GPU count")
+    expect(summary).not_to_contain_text("Create Worker")
+    expect(summary).not_to_contain_text("/api/")
+    with server.admin() as admin:
+        assert admin.post(f"/api/queue/{job_id}/cancel").status_code == 200
