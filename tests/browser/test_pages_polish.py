@@ -127,3 +127,12 @@ def test_a_local_job_wanting_more_gpus_than_the_local_runner_is_told_what_it_has
     expect(summary).not_to_contain_text("/api/")
     with server.admin() as admin:
         assert admin.post(f"/api/queue/{job_id}/cancel").status_code == 200
+
+
+def test_an_unknown_job_page_points_at_the_queue_page_not_an_endpoint(
+    server: ServerProcess, page: Page
+) -> None:
+    sign_in(page, server.admin_key, then="/queue/j_nope")
+    error = page.locator("#error")
+    expect(error).to_contain_text("no job j_nope; the Queue page lists the jobs")
+    expect(error).not_to_contain_text("/api/")

@@ -97,6 +97,9 @@ class WorkerOut(BaseModel):
 class UnmatchedJob(BaseModel):
     job_id: str
     summary: str  # the job's `waiting.summary`
+    summaries: dict[str, str]  # and `waiting.summaries`: the same for the UI and the CLI
+    code: str
+    params: dict[str, Any]
 
 
 class WorkerList(BaseModel):
