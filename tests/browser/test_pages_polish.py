@@ -136,3 +136,102 @@ def test_an_unknown_job_page_points_at_the_queue_page_not_an_endpoint(
     error = page.locator("#error")
     expect(error).to_contain_text("no job j_nope; the Queue page lists the jobs")
     expect(error).not_to_contain_text("/api/")
+
+
+# ---- Audit (#15.6 actor, #15.8) ------------------------------------------------------------
+
+# For each text node in the Type and Target cells: on how many lines it is drawn. A word
+# broken in two is drawn on two.
+LINES_PER_WORD = """() => [...document.querySelectorAll(
+    '#events td[data-label=Type], #events td[data-label=Target], #events td[data-label=Actor]')]
+  .flatMap((td) => {
+    const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+    const out = [];
+    while (walker.nextNode()) {
+      const range = document.createRange();
+      range.selectNodeContents(walker.currentNode);
+      const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+      out.push([walker.currentNode.textContent, tops.size]);
+    }
+    return out;
+  })"""
+
+
+@pytest.fixture
+def audited(server: ServerProcess) -> dict[str, str]:
+    """A worker created and a job submitted through the API: audit events naming both."""
+    with server.admin() as admin:
+        worker = admin.post("/api/admin/workers", json={"name": unique("audited")})
+        assert worker.status_code == 201, worker.text
+    job_id = submit(server, config={"model_type": "lora"}, worker_labels={"zone": "audit"})
+    with server.admin() as admin:
+        assert admin.post(f"/api/queue/{job_id}/cancel").status_code == 200
+    return {"worker_id": worker.json()["worker_id"], "job_id": job_id}
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
+def test_audit_rows_link_jobs_and_workers_name_actors_and_fold_raw_json(
+    server: ServerProcess, page: Page, audited: dict[str, str], viewport: dict[str, int]
+) -> None:
+    page.set_viewport_size(viewport)
+    sign_in(page, server.admin_key, then="/audit")
+    job_link = page.locator(
+        f'#events tr[data-event="job.submitted"] a[href="/queue/{audited["job_id"]}"]'
+    )
+    expect(job_link).to_have_count(1)
+    worker_link = page.locator(
+        f'#events tr[data-event="worker.created"] a[href="/workers/{audited["worker_id"]}"]'
+    )
+    expect(worker_link).to_have_count(1)
+    actor = page.locator('#events tr[data-event="worker.created"] td[data-label=Actor] .id').first
+    expect(actor).to_have_text("admin")
+    expect(actor).to_have_attribute("title", re.compile(r"^key:k_"))
+    changed = page.locator('#events tr[data-event="job.status_changed"]').first
+    expect(changed.locator(".kv dt").first).to_have_text("old")  # key=value, not raw JSON
+    expect(changed.locator("details")).to_have_count(1)
+    expect(changed.locator("details pre")).to_be_hidden()  # the raw JSON, folded
+
+    broken = [(text, lines) for text, lines in page.evaluate(LINES_PER_WORD) if lines > 1]
+    assert broken == [], f"words broken across lines: {broken}"
+    assert sideways(page) <= 0
+    screenshot(page, "audit" if viewport is DESKTOP else "phone-audit-polish")
+
+    job_link.click()
+    expect(page).to_have_url(re.compile(f"/queue/{audited['job_id']}$"))
+
+
+def test_audit_filters_refuse_since_after_until_and_unknown_types_beside_the_filters(
+    server: ServerProcess, page: Page, audited: dict[str, str]
+) -> None:
+    sign_in(page, server.admin_key, then="/audit")
+    expect(page.locator("#events tbody tr").first).to_have_attribute("data-event", re.compile("."))
+    errors = page.locator("#filter-error")
+
+    page.fill("#f-since", "2026-03-02T10:00:00")
+    page.fill("#f-until", "2026-03-01T10:00:00")
+    page.click("#filters button[type=submit]")
+    expect(errors).to_contain_text("Since is after Until")
+
+    page.click("#clear")
+    expect(errors).to_be_hidden()
+    page.fill("#f-type", "wrker.")
+    page.click("#filters button[type=submit]")
+    expect(errors).to_contain_text("unknown event type 'wrker.'")
+    expect(page.locator("#error")).to_be_hidden()
+
+
+def test_the_audit_actor_filter_takes_a_key_name_and_says_when_no_one_has_it(
+    server: ServerProcess, page: Page, audited: dict[str, str]
+) -> None:
+    sign_in(page, server.admin_key, then="/audit?actor=admin")
+    actors = page.locator("#events td[data-label=Actor]")
+    expect(actors.first).to_have_text("admin")
+    assert set(actors.all_inner_texts()) == {"admin"}
+    with server.admin() as admin:
+        total = admin.get("/api/audit", params={"actor": "admin"}).json()["total"]
+    assert total > 0
+    expect(page.locator("#total")).to_contain_text(f"of {total} events")
+
+    page.fill("#f-actor", "nobody")
+    page.click("#filters button[type=submit]")
+    expect(page.locator("#no-events")).to_contain_text("No key or worker named 'nobody'")

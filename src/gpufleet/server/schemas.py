@@ -385,6 +385,8 @@ class AuditList(BaseModel):
     total: int
     limit: int
     offset: int
+    actor_names: dict[str, str] = {}  # actor (`key:k_…`, `worker:w_…`) -> its name
+    hint: str | None = None  # when nothing matches: what may be why
 
 
 class SeqGap(BaseModel):

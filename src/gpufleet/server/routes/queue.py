@@ -192,9 +192,14 @@ async def list_audit(
     f = AuditFilter(
         event_type=type, actor=actor, target=target, since=_utc(since), until=_utc(until)
     )
-    events, total = await audit.list_events(ctx, f, limit, offset)
+    page = await audit.list_events(ctx, f, limit, offset)
     return AuditList(
-        events=[AuditOut.of(e) for e in events], total=total, limit=limit, offset=offset
+        events=[AuditOut.of(e) for e in page.events],
+        total=page.total,
+        limit=limit,
+        offset=offset,
+        actor_names=page.names,
+        hint=page.hint,
     )
 
 

@@ -19,6 +19,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from gpufleet import __version__
+from gpufleet.domain.audit_events import EVENT_TYPES, FAMILIES
 from gpufleet.domain.jobspec import CONFIG_NAME, CONFIG_NAME_RULE
 from gpufleet.domain.permissions import ADMIN_AUDIT, ADMIN_WORKERS, QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.domain.permissions import allows as key_allows
@@ -152,7 +153,7 @@ async def job_page(ctx: Ctx, request: Request, job_id: str) -> Response:
 
 @router.get("/audit")
 async def audit_page(ctx: Ctx, request: Request) -> Response:
-    return await _page(ctx, request, AUDIT)
+    return await _page(ctx, request, AUDIT, audit_types=[*FAMILIES, *sorted(EVENT_TYPES)])
 
 
 # ---- the session ------------------------------------------------------------------------
