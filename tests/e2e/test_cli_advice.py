@@ -75,3 +75,16 @@ def test_an_unknown_job_is_pointed_at_gpufleet_jobs_list(server: ServerProcess) 
     assert "no job j_nope" in error
     assert "gpufleet jobs list" in error
     assert "/api/" not in error
+
+
+def test_audit_takes_a_key_name_as_actor_shows_names_and_says_when_no_one_has_it(
+    server: ServerProcess,
+) -> None:
+    ok(gf(server, "workers", "create", "audited-by-name"))
+
+    table = ok(gf(server, "audit", "--actor", "admin", "--type", "worker.created"))
+    assert "audited-by-name" in table and " admin " in table
+    assert "key:k_" not in table
+
+    none = ok(gf(server, "audit", "--actor", "nobody"))
+    assert "No audit events match. No key or worker named 'nobody'" in none
