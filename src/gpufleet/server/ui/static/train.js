@@ -32,14 +32,12 @@ class FieldError extends Error {
   }
 }
 
-// Where JSON.parse stopped, as line and column (Chromium says a position, or both).
+// Where JSON.parse stopped: V8 names the position (newer ones the line and column too).
 function whereJsonFails(err) {
-  const both = /line (\d+) column (\d+)/.exec(err.message);
-  if (both) return { line: Number(both[1]), column: Number(both[2]) };
   const at = /position (\d+)/.exec(err.message);
   const offset = at ? Number(at[1]) : text.value.length;
   const before = text.value.slice(0, offset).split("\n");
-  return { line: before.length, column: before[before.length - 1].length + 1, offset };
+  return { offset, line: before.length, column: before[before.length - 1].length + 1 };
 }
 
 function parseConfig(then) {
@@ -47,8 +45,9 @@ function parseConfig(then) {
   try {
     config = JSON.parse(text.value);
   } catch (err) {
-    const { line, column } = whereJsonFails(err);
-    const reason = err.message.replace(/^JSON\.parse: /, "").replace(/ in JSON at position.*$/, "");
+    const { offset, line, column } = whereJsonFails(err);
+    text.setSelectionRange(offset, offset + 1); // the culprit, selected for the fix
+    const reason = err.message.replace(/ in JSON at position.*$/, "").replace(/, ".*$/, "");
     throw new FieldError(jsonError,
       `the config is not valid JSON at line ${line}, column ${column} (${reason}); fix the JSON and ${then}`);
   }
