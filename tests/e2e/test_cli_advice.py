@@ -88,3 +88,11 @@ def test_audit_takes_a_key_name_as_actor_shows_names_and_says_when_no_one_has_it
 
     none = ok(gf(server, "audit", "--actor", "nobody"))
     assert "No audit events match. No key or worker named 'nobody'" in none
+
+
+def test_a_worker_started_without_a_token_is_told_which_command_makes_one() -> None:
+    result = gf(None, "worker", "--orchestrator-url", "http://127.0.0.1:9")
+
+    assert result.returncode != 0
+    assert "gpufleet workers create NAME" in result.stderr, result.stderr
+    assert "/api/" not in result.stderr
