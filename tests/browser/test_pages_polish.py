@@ -78,6 +78,7 @@ def test_save_config_stores_it_and_explains_a_bad_name_or_bad_json_beside_the_fi
     expect(json_error).to_contain_text("not valid JSON at line 3, column 3")
     expect(json_error).to_contain_text("fix the JSON and save again")
     expect(json_error).not_to_contain_text("submit again")
+    screenshot(page, "train-errors")
 
     name = unique("saved")
     config = {"command": ["python", "-c", "print(1)"], "env": {"EPOCHS": "3"}}
