@@ -148,11 +148,14 @@ class Reason:
                 return f"label {p['key']}={p['has']!r} does not match {p['wanted']!r}"
             case Why.BUSY:
                 return f"is busy with job {p['job_id']}" if p.get("job_id") else "is busy"
+            case Why.DRAINING:
+                return "is draining"
+            case Why.OFFLINE:
+                return "is offline"
             case Why.CONNECTING:
                 return "is connecting (its event stream is not open)"
             case Why.SPENT:
                 return "is ephemeral and has already run its one job"
-        return f"is {self.code.value}"  # draining, offline
 
 
 def label_mismatches(wanted: Mapping[str, str], have: Mapping[str, str]) -> list[Reason]:
