@@ -195,6 +195,9 @@ class SetLabelsIn(Strict):
 class UnmatchedJob(BaseModel):
     job_id: str
     summary: str  # the job's `waiting.summary`
+    summaries: dict[str, str]  # and `waiting.summaries`: the same for the UI and the CLI
+    code: str
+    params: dict[str, Any]
 
 
 class WorkerList(BaseModel):
@@ -517,6 +520,8 @@ class AuditList(BaseModel):
     total: int
     limit: int
     offset: int
+    actor_names: dict[str, str] = {}  # actor (`key:k_…`, `worker:w_…`) -> its name
+    hint: str | None = None  # when nothing matches: what may be why
 
 
 class SeqGap(BaseModel):

@@ -795,6 +795,17 @@ class Queries:
         )
         return int((await self.conn.execute(stmt)).scalar_one())
 
+    async def audit_type_exists(self, event_type: str) -> bool:
+        """Whether the log holds this type (or, for a prefix ending in '.', one under it)."""
+        col = audit_events.c.event_type
+        cond = (
+            col.startswith(event_type, autoescape=True)
+            if event_type.endswith(".")
+            else (col == event_type)
+        )
+        stmt = sa.select(sa.literal(1)).select_from(audit_events).where(cond).limit(1)
+        return (await self.conn.execute(stmt)).first() is not None
+
     async def list_audit(
         self, f: AuditFilter, limit: int, offset: int
     ) -> tuple[list[AuditEvent], int]:

@@ -87,7 +87,7 @@ const refresh = serial(async () => {
   const waiting = $("#waiting");
   waiting.hidden = !j.waiting;
   if (j.waiting) {
-    $("#waiting-summary").textContent = j.waiting.summary;
+    $("#waiting-summary").textContent = j.waiting.summaries.ui;
     $("#waiting-workers").replaceChildren(...j.waiting.workers.map((w) =>
       h("li", {}, h("strong", { text: w.name }), " ", badge(w.status), ": ", w.reasons.join("; "))));
   }
