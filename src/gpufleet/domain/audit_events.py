@@ -28,6 +28,7 @@ EVENT_TYPES = frozenset(
         "worker.deleted",
         "worker.disconnected",
         "worker.drained",
+        "worker.labels_set",
         "worker.lost",
         "worker.register_failed",
         "worker.registered",
