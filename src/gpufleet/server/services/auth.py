@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from gpufleet.domain.permissions import ALL, allows, check_permissions
 from gpufleet.domain.records import ApiKey, Worker
 from gpufleet.domain.secrets import hash_secret, new_api_key, new_id, same_hash
-from gpufleet.errors import Forbidden, NotFound, TooManyRequests, Unauthenticated
+from gpufleet.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthenticated
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import Subscription, key_topic
 
@@ -22,7 +22,11 @@ class Principal:
 
     @property
     def actor(self) -> str:
-        return f"key:{self.key.id}"
+        return self.actor_of(self.key.id)
+
+    @staticmethod
+    def actor_of(key_id: str) -> str:
+        return f"key:{key_id}"
 
 
 def _check_not_locked_out(ctx: Context, client: str | None) -> None:
@@ -143,9 +147,14 @@ async def list_api_keys(ctx: Context) -> list[ApiKey]:
 
 
 async def revoke_api_key(ctx: Context, key_id: str, actor: str, client: str | None) -> None:
+    if actor == Principal.actor_of(key_id):
+        raise Conflict(
+            f"{key_id} is the key this request is signed in with, and revoking it would lock "
+            "you out; sign in with another key that has the '*' permission to revoke it"
+        )
     async with transaction(ctx) as tx:
         if not await tx.q.revoke_api_key(key_id, tx.now):
-            raise NotFound(f"no active API key {key_id}; list keys with GET /api/admin/api-keys")
+            raise NotFound(f"no active API key {key_id}; it may already be revoked")
         tx.audit("apikey.revoked", actor, key_id, client)
         tx.close.add(key_topic(key_id))  # its open streams end, on every replica
 
