@@ -48,3 +48,31 @@ async def test_listed_keys_never_carry_their_secret(fleet: Fleet) -> None:
         "reader": ["queue.read"],
     }
     assert all("key" not in k for k in listed)
+
+
+@sqlite_only
+async def test_a_key_shows_when_it_was_last_used_to_the_minute(fleet: Fleet) -> None:
+    minted = await fleet.mint_key("queue.read", name="reader")
+    reader = {"X-API-Key": minted["key"]}
+
+    async def last_used() -> str | None:
+        listed = (await fleet.admin.get("/api/admin/api-keys")).json()
+        used: str | None = next(k for k in listed if k["id"] == minted["id"])["last_used_at"]
+        return used
+
+    assert minted["last_used_at"] is None and await last_used() is None
+    first = fleet.clock.now
+    assert (await fleet.http.get("/api/queue", headers=reader)).status_code == 200
+    assert await last_used() == first.isoformat().replace("+00:00", "Z")
+
+    fleet.clock.advance(30)  # within the minute: not written again
+    assert (await fleet.http.get("/api/queue", headers=reader)).status_code == 200
+    assert await last_used() == first.isoformat().replace("+00:00", "Z")
+
+    later = fleet.clock.advance(31)
+    assert (await fleet.http.get("/api/queue", headers=reader)).status_code == 200
+    assert await last_used() == later.isoformat().replace("+00:00", "Z")
+
+    fleet.clock.advance(120)  # a refused call is not a use
+    assert (await fleet.http.get("/api/admin/workers", headers=reader)).status_code == 403
+    assert await last_used() == later.isoformat().replace("+00:00", "Z")

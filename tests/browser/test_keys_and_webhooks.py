@@ -62,9 +62,12 @@ def test_an_admin_creates_a_key_copies_it_uses_it_and_revokes_it(
     row = page.locator('#keys tr[data-key="nightly-ci"]')
     expect(row).to_contain_text("queue.read")
     expect(row).not_to_contain_text(key)
+    expect(row.locator('[data-label="Last used"]')).to_have_text("never")
     with as_key(server, key) as client:
         assert client.get("/api/queue").status_code == 200
         assert client.post("/api/queue/submit", json={"config": {}}).status_code == 403
+    page.reload()
+    expect(row.locator('[data-label="Last used"]')).to_contain_text("ago")
     screenshot(page, "api-keys")
 
     row.locator("[data-action=revoke]").click()

@@ -156,6 +156,7 @@ def _api_key(row: sa.Row[Any]) -> ApiKey:
         permissions=frozenset(m["permissions"]),
         created_at=m["created_at"],
         revoked=m["revoked_at"] is not None,
+        last_used_at=m["last_used_at"],
     )
 
 
@@ -344,6 +345,11 @@ class Queries:
             .values(revoked_at=now)
         )
         return await self._rowcount(stmt) == 1
+
+    async def touch_api_key(self, key_id: str, now: datetime) -> None:
+        await self.conn.execute(
+            sa.update(api_keys).where(api_keys.c.id == key_id).values(last_used_at=now)
+        )
 
     async def count_api_keys(self) -> int:
         stmt = sa.select(sa.func.count()).select_from(api_keys)

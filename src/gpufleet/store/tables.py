@@ -86,6 +86,7 @@ api_keys = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("created_by", sa.String(64)),
     sa.Column("revoked_at", UTCDateTime),
+    sa.Column("last_used_at", UTCDateTime),  # to the minute (auth.note_use)
 )
 
 configs = sa.Table(

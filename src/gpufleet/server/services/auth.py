@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 from gpufleet.domain.permissions import ALL, allows, check_permissions
 from gpufleet.domain.records import ApiKey, Worker
 from gpufleet.domain.secrets import hash_secret, new_api_key, new_id, same_hash
-from gpufleet.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthenticated
+from gpufleet.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    StoreError,
+    TooManyRequests,
+    Unauthenticated,
+)
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import Subscription, key_topic
+
+log = logging.getLogger("gpufleet.server.auth")
+USE_RESOLUTION = timedelta(minutes=1)  # how finely `last_used_at` is kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +86,9 @@ async def authenticate_key(
         async with ctx.store.read() as q:
             found = await q.api_key_for_hash(hash_secret(presented))
         if found is not None and same_hash(found[0], presented):
-            return permit(found[1], needed)
+            principal = permit(found[1], needed)
+            await note_use(ctx, principal.key)
+            return principal
     _check_not_locked_out(ctx, client)
     if not presented:
         raise Unauthenticated(
@@ -83,6 +97,19 @@ async def authenticate_key(
         )
     await _auth_failed(ctx, "api_key", client, "unknown or revoked key")
     raise Unauthenticated("invalid API key: it is unknown or was revoked; use a valid key")
+
+
+async def note_use(ctx: Context, key: ApiKey) -> None:
+    """Record when the key was last used, to the minute: at most one write a minute a key,
+    and never one that fails the request it was noted for."""
+    now = ctx.clock()
+    if key.last_used_at is not None and now - key.last_used_at < USE_RESOLUTION:
+        return
+    try:
+        async with ctx.store.write() as q:
+            await q.touch_api_key(key.id, now)
+    except StoreError as exc:
+        log.warning("could not record the use of API key %s: %s", key.id, exc)
 
 
 def permit(key: ApiKey, needed: str | None) -> Principal:

@@ -1,6 +1,8 @@
 // Administration → API keys: create (shown once), list, revoke.
 import { del, get, post } from "./api.js";
-import { $, badge, busy, confirmDialog, h, showError, when, wireDialogs } from "./dom.js";
+import {
+  $, ago, badge, busy, confirmDialog, h, showError, startClock, when, wireDialogs,
+} from "./dom.js";
 import "./nav.js";
 
 const error = $("#error");
@@ -46,6 +48,7 @@ function row(key) {
     h("td", { "data-label": "Permissions" },
       h("div", {}, key.permissions.map((p) => h("span", { class: "label", text: p })))),
     h("td", { "data-label": "Created" }, when(key.created_at)),
+    h("td", { "data-label": "Last used", title: "kept to the minute" }, ago(key.last_used_at)),
     h("td", { "data-label": "Status" }, h("div", {}, badge(key.revoked ? "revoked" : "active"))),
     h("td", { "data-label": "Actions" }, revokeButton(key)),
   );
@@ -142,4 +145,5 @@ $("#key-copy").addEventListener("click", async () => {
 });
 
 wireDialogs();
+startClock();
 refresh();

@@ -1,4 +1,4 @@
-"""webhooks and their delivery outbox
+"""webhooks and their delivery outbox; when each API key was last used
 
 Revision ID: 0011
 Revises: 0007
@@ -22,6 +22,8 @@ JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("api_keys") as batch:
+        batch.add_column(sa.Column("last_used_at", UTCDateTime))
     op.create_table(
         "webhooks",
         sa.Column("id", sa.String(32), primary_key=True),
@@ -58,3 +60,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("webhook_deliveries")
     op.drop_table("webhooks")
+    with op.batch_alter_table("api_keys") as batch:
+        batch.drop_column("last_used_at")
