@@ -213,3 +213,22 @@ async def test_replicas_sending_at_once_send_each_delivery_once(
     ids = Counter(r.headers["x-gpufleet-delivery"] for r in receiver.wait_for(6))
     assert set(ids.values()) == {1} and len(ids) == 6
     assert {d["status"] for d in await deliveries(fleet, hook["id"])} == {"delivered"}
+
+
+@sqlite_only
+async def test_a_receiver_that_cannot_be_reached_is_logged_and_retried_not_fatal(
+    fleet: Fleet,
+) -> None:
+    hooks = [
+        await add_webhook(fleet, "http://127.0.0.1:9/refused", "job.ended"),
+        await add_webhook(fleet, "http://" + "a" * 300 + ".example/", "job.ended"),
+    ]
+    for hook in hooks:
+        await fleet.admin.post(f"/api/admin/webhooks/{hook['id']}/test")
+
+    assert await delivery.deliver_due(fleet.ctx) == 2
+
+    for hook in hooks:
+        [logged] = await deliveries(fleet, hook["id"])
+        assert logged["status"] == "pending" and logged["attempts"] == 1
+        assert logged["status_code"] is None and logged["error"]

@@ -75,8 +75,8 @@ async def _send(
         answer = await http.post(hook.url, content=delivery.body.encode(), headers=headers)
     except httpx.TimeoutException:
         return None, f"no answer within {rules.SEND_TIMEOUT_S:g} s"
-    except httpx.HTTPError as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
+    except Exception as exc:  # whatever the URL or the peer does, it is this try's outcome
+        return None, f"{type(exc).__name__}: {exc}"[:500]
     if 200 <= answer.status_code < 300:
         return answer.status_code, None
     return answer.status_code, f"the receiver answered {answer.status_code}"
