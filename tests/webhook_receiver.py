@@ -41,7 +41,10 @@ class Receiver:
             def log_message(self, *_args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 128  # the default 5 drops a batch's connections (1 s retries)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
     def wait_for(self, count: int, within: float = 10.0) -> list[Received]:
