@@ -176,8 +176,8 @@ async def list_api_keys(ctx: Context) -> list[ApiKey]:
 async def revoke_api_key(ctx: Context, key_id: str, actor: str, client: str | None) -> None:
     if actor == Principal.actor_of(key_id):
         raise Conflict(
-            f"{key_id} is the key this request is signed in with, and revoking it would lock "
-            "you out; sign in with another key that has the '*' permission to revoke it"
+            f"{key_id} is the key you are using now, and revoking it would lock you out; "
+            "revoke it while using another key that has the '*' permission"
         )
     async with transaction(ctx) as tx:
         if not await tx.q.revoke_api_key(key_id, tx.now):

@@ -114,10 +114,14 @@ async def deliver_due(ctx: Context, http: httpx.AsyncClient | None = None) -> in
     claimed = await _claim(ctx)
     if not claimed:
         return 0
-    async with _client(http) as client:
-        results = await asyncio.gather(*(_send(ctx, client, d, h) for d, h in claimed))
-    for (delivery, _hook), (status_code, error) in zip(claimed, results, strict=True):
+
+    async def one(client: httpx.AsyncClient, delivery: Delivery, hook: Webhook) -> None:
+        # recorded as soon as it is answered: a slow receiver holds back only its own log
+        status_code, error = await _send(ctx, client, delivery, hook)
         await _record(ctx, delivery, status_code, error)
+
+    async with _client(http) as client:
+        await asyncio.gather(*(one(client, d, h) for d, h in claimed))
     return len(claimed)
 
 
