@@ -22,7 +22,7 @@ PERMISSION_HELP: dict[str, str] = {
     ADMIN_WORKERS: "create, drain, rotate and delete workers",
     ADMIN_AUDIT: "read and verify the audit log",
     METRICS_READ: "scrape the Prometheus metrics",
-    ALL: "everything, including API keys and webhooks (a full administrator)",
+    ALL: "everything, API keys and webhooks included: a full administrator",
 }
 
 
