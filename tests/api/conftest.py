@@ -53,6 +53,7 @@ READS = [
     "/api/audit?limit=500",
     "/api/audit/verify",
     "/api/admin/api-keys",
+    "/api/admin/webhooks",
 ]
 
 

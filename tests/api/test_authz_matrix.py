@@ -27,6 +27,11 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("get", "/api/admin/api-keys"): "*",
     ("post", "/api/admin/api-keys"): "*",
     ("delete", "/api/admin/api-keys/{key_id}"): "*",
+    ("get", "/api/admin/webhooks"): "*",
+    ("post", "/api/admin/webhooks"): "*",
+    ("delete", "/api/admin/webhooks/{webhook_id}"): "*",
+    ("post", "/api/admin/webhooks/{webhook_id}/test"): "*",
+    ("get", "/api/admin/webhooks/{webhook_id}/deliveries"): "*",
     ("post", "/api/workers/register"): WORKER,
     ("get", "/api/workers/stream"): WORKER,
     ("post", "/api/workers/heartbeat"): WORKER,
@@ -60,6 +65,7 @@ BODIES: dict[str, Any] = {
     "/api/admin/workers": {"name": "intruder"},
     "/api/admin/api-keys": {"name": "intruder", "permissions": ["*"]},
     "/api/admin/workers/{worker_id}/labels": {"labels": {"pool": "intruder"}},
+    "/api/admin/webhooks": {"url": "https://attacker.example/", "events": ["job.ended"]},
     "/api/queue/submit": {"config": {"command": ["true"]}, "target": "worker"},
     "/api/queue/rerun": {"job_ids": ["j_any"]},
     "/api/queue/cancel": {"job_ids": ["j_any"]},
@@ -102,6 +108,10 @@ async def _setup(fleet: Fleet) -> dict[str, Any]:
     assert (await gone.disconnect()).status_code == 200  # only an offline worker is deleted
     assert (await fleet.admin.delete(f"/api/admin/workers/{gone.id}")).status_code == 200
     await fleet.admin.put("/api/configs/cfg", json={"command": ["true"]})
+    hook = await fleet.admin.post(
+        "/api/admin/webhooks", json={"url": "https://hooks.example/", "events": ["job.ended"]}
+    )
+    assert hook.status_code == 201, hook.text
     revoked = await fleet.mint_key("*", name="revoked")
     assert (await fleet.admin.delete(f"/api/admin/api-keys/{revoked['id']}")).status_code == 200
     keys = {
@@ -114,6 +124,7 @@ async def _setup(fleet: Fleet) -> dict[str, Any]:
             "job_id": job["id"],
             "name": "cfg",
             "key_id": revoked["id"],
+            "webhook_id": hook.json()["id"],
         },
         "owner": owner,
         "other_token": other.token,

@@ -36,6 +36,9 @@ EVENT_TYPES = frozenset(
         "worker.token_created",
         "worker.token_rotated",
         "worker.undrained",
+        "webhook.created",
+        "webhook.deleted",
+        "webhook.tested",
     }
 )
 FAMILIES = sorted({t.split(".", 1)[0] + "." for t in EVENT_TYPES})

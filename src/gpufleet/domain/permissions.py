@@ -15,6 +15,16 @@ ALL = "*"
 
 PERMISSIONS = frozenset({ADMIN_WORKERS, ADMIN_AUDIT, QUEUE_SUBMIT, QUEUE_READ, METRICS_READ, ALL})
 
+# What each permission allows, in a sentence (the API keys page offers them in this order).
+PERMISSION_HELP: dict[str, str] = {
+    QUEUE_READ: "see the queue, jobs, their logs and stored configs",
+    QUEUE_SUBMIT: "submit and cancel jobs, and store configs",
+    ADMIN_WORKERS: "create, drain, rotate and delete workers",
+    ADMIN_AUDIT: "read and verify the audit log",
+    METRICS_READ: "scrape the Prometheus metrics",
+    ALL: "everything, API keys and webhooks included: a full administrator",
+}
+
 
 def allows(granted: Iterable[str], needed: str) -> bool:
     granted = set(granted)

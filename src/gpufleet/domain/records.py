@@ -178,6 +178,7 @@ class ApiKey:
     permissions: frozenset[str]
     created_at: datetime
     revoked: bool
+    last_used_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,20 @@
-"""Tokens and keys: made with `secrets`, stored as SHA-256, compared in constant time."""
+"""Tokens and keys: made with `secrets`, stored as SHA-256, compared in constant time.
+
+Secrets the server must use again (a webhook's signing secret) cannot be hashed: they are
+sealed with AES-GCM under a key derived from the server's key material (the audit key,
+which every replica shares), bound to the row they belong to."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 WORKER_TOKEN_PREFIX = "wt_"
 API_KEY_PREFIX = "gfk_"
@@ -28,3 +38,32 @@ def same_hash(stored_hash: str, presented: str) -> bool:
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(6)}"
+
+
+_SEALED_PREFIX = "v1:"
+
+
+def _sealing_key(master: bytes, purpose: str) -> AESGCM:
+    derived = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=b"gpufleet " + purpose.encode()
+    ).derive(master)
+    return AESGCM(derived)
+
+
+def seal_secret(master: bytes, purpose: str, owner: str, secret: str) -> str:
+    """`secret` encrypted for storage, readable only with the same key, purpose and owner."""
+    nonce = secrets.token_bytes(12)
+    sealed = _sealing_key(master, purpose).encrypt(nonce, secret.encode(), owner.encode())
+    return _SEALED_PREFIX + base64.b64encode(nonce + sealed).decode()
+
+
+def open_secret(master: bytes, purpose: str, owner: str, stored: str) -> str | None:
+    """The secret `seal_secret` sealed; None if the key material changed since."""
+    if not stored.startswith(_SEALED_PREFIX):
+        return None
+    try:
+        raw = base64.b64decode(stored[len(_SEALED_PREFIX) :])
+        opened = _sealing_key(master, purpose).decrypt(raw[:12], raw[12:], owner.encode())
+    except (InvalidTag, ValueError):
+        return None
+    return opened.decode()

@@ -20,9 +20,18 @@ from gpufleet.server.door import RefuseNulInUrl
 from gpufleet.server.local import parse_local_gpus, start_local_runner
 from gpufleet.server.loops import Supervisor
 from gpufleet.server.ratelimit import FailureLimiter
-from gpufleet.server.routes import admin, events, ops, progress, queue, ui, workers
+from gpufleet.server.routes import (
+    admin,
+    events,
+    notifications,
+    ops,
+    progress,
+    queue,
+    ui,
+    workers,
+)
 from gpufleet.server.schemas import ERROR_RESPONSES
-from gpufleet.server.services import audit, auth, dispatch, fleet, health, sessions
+from gpufleet.server.services import audit, auth, delivery, dispatch, fleet, health, sessions
 from gpufleet.server.settings import ServerSettings
 from gpufleet.store import open_store
 from gpufleet.store.engine import data_dir_writable, default_database_url
@@ -144,6 +153,9 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
             min(1.0, settings.ack_timeout / 4),
             leader_only(health.withdraw_unacknowledged_offers),
         )
+        # every replica: each sends only the deliveries it claimed
+        supervisor.every("webhooks", delivery.INTERVAL_S, lambda: delivery.deliver_due(ctx))
+        supervisor.every("webhook-log-prune", 3600.0, lambda: delivery.prune(ctx))
         await start_local_runner(ctx, supervisor)
         if on_start is not None:
             await on_start(ctx, supervisor)
@@ -170,7 +182,14 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         dependencies=[Depends(deps.bind_log_ids)],
     )
     errors.install(app)
-    for api in (admin.router, workers.router, queue.router, events.router, ops.router):
+    for api in (
+        admin.router,
+        notifications.router,
+        workers.router,
+        queue.router,
+        events.router,
+        ops.router,
+    ):
         app.include_router(api, responses=ERROR_RESPONSES)
     app.include_router(progress.router, responses=ERROR_RESPONSES)
     app.include_router(ui.router)

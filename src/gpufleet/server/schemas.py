@@ -218,6 +218,7 @@ class ApiKeyOut(BaseModel):
     permissions: list[str]
     created_at: datetime
     revoked: bool
+    last_used_at: datetime | None = None  # to the minute
 
     @classmethod
     def of(cls, k: ApiKey) -> ApiKeyOut:
@@ -227,6 +228,7 @@ class ApiKeyOut(BaseModel):
             permissions=sorted(k.permissions),
             created_at=k.created_at,
             revoked=k.revoked,
+            last_used_at=k.last_used_at,
         )
 
 

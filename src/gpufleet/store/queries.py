@@ -32,6 +32,7 @@ from gpufleet.domain.states import (
     WorkerStatus,
     WorkerType,
 )
+from gpufleet.domain.webhooks import Delivery, DeliveryStatus, Subscription, Webhook
 from gpufleet.store.tables import (
     api_keys,
     audit_events,
@@ -41,6 +42,8 @@ from gpufleet.store.tables import (
     jobs,
     progress_points,
     progress_series,
+    webhook_deliveries,
+    webhooks,
     worker_events,
     worker_tokens,
     workers,
@@ -167,6 +170,7 @@ def _api_key(row: sa.Row[Any]) -> ApiKey:
         permissions=frozenset(m["permissions"]),
         created_at=m["created_at"],
         revoked=m["revoked_at"] is not None,
+        last_used_at=m["last_used_at"],
     )
 
 
@@ -375,6 +379,11 @@ class Queries:
             .values(revoked_at=now)
         )
         return await self._rowcount(stmt) == 1
+
+    async def touch_api_key(self, key_id: str, now: datetime) -> None:
+        await self.conn.execute(
+            sa.update(api_keys).where(api_keys.c.id == key_id).values(last_used_at=now)
+        )
 
     async def count_api_keys(self) -> int:
         stmt = sa.select(sa.func.count()).select_from(api_keys)
@@ -833,6 +842,120 @@ class Queries:
         total_stmt = sa.select(sa.func.count()).select_from(audit_events).where(*conds)
         events = [_audit(r) for r in await self.conn.execute(stmt)]
         return events, int((await self.conn.execute(total_stmt)).scalar_one())
+
+    # ---- webhooks and their outbox (domain/webhooks.py) ----------------------------------
+
+    async def insert_webhook(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(webhooks).values(**values))
+
+    async def list_webhooks(self) -> list[Webhook]:
+        stmt = sa.select(webhooks).order_by(webhooks.c.created_at, webhooks.c.id)
+        return [_webhook(r) for r in await self.conn.execute(stmt)]
+
+    async def get_webhook(self, webhook_id: str) -> Webhook | None:
+        stmt = sa.select(webhooks).where(webhooks.c.id == webhook_id)
+        row = (await self.conn.execute(stmt)).first()
+        return _webhook(row) if row else None
+
+    async def delete_webhook(self, webhook_id: str) -> bool:
+        await self.conn.execute(
+            sa.delete(webhook_deliveries).where(webhook_deliveries.c.webhook_id == webhook_id)
+        )
+        return await self._rowcount(sa.delete(webhooks).where(webhooks.c.id == webhook_id)) == 1
+
+    async def insert_deliveries(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            await self.conn.execute(sa.insert(webhook_deliveries), list(rows))
+
+    async def due_deliveries(self, now: datetime, limit: int) -> list[str]:
+        d = webhook_deliveries.c
+        stmt = (
+            sa.select(d.id)
+            .where(
+                d.status == DeliveryStatus.PENDING.value,
+                d.next_at <= now,
+                sa.or_(d.claimed_until.is_(None), d.claimed_until < now),
+            )
+            .order_by(d.next_at, d.id)
+            .limit(limit)
+        )
+        return list((await self.conn.execute(stmt)).scalars())
+
+    async def claim_delivery(self, delivery_id: str, now: datetime, until: datetime) -> bool:
+        """Take a due delivery for sending until `until`: one replica wins (the update is
+        conditional, and PostgreSQL re-reads the row for a second updater once the first
+        commits)."""
+        d = webhook_deliveries.c
+        stmt = (
+            sa.update(webhook_deliveries)
+            .where(
+                d.id == delivery_id,
+                d.status == DeliveryStatus.PENDING.value,
+                d.next_at <= now,
+                sa.or_(d.claimed_until.is_(None), d.claimed_until < now),
+            )
+            .values(claimed_until=until)
+        )
+        return await self._rowcount(stmt) == 1
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        stmt = sa.select(webhook_deliveries).where(webhook_deliveries.c.id == delivery_id)
+        row = (await self.conn.execute(stmt)).first()
+        return _delivery(row) if row else None
+
+    async def update_delivery(self, delivery_id: str, **values: Any) -> None:
+        await self.conn.execute(
+            sa.update(webhook_deliveries)
+            .where(webhook_deliveries.c.id == delivery_id)
+            .values(**values)
+        )
+
+    async def list_deliveries(self, webhook_id: str, limit: int) -> list[Delivery]:
+        d = webhook_deliveries.c
+        stmt = (
+            sa.select(webhook_deliveries)
+            .where(d.webhook_id == webhook_id)
+            .order_by(d.created_at.desc(), d.id.desc())
+            .limit(limit)
+        )
+        return [_delivery(r) for r in await self.conn.execute(stmt)]
+
+    async def prune_deliveries(self, before: datetime) -> int:
+        """Forget finished deliveries created before `before` (the log is kept bounded)."""
+        d = webhook_deliveries.c
+        stmt = sa.delete(webhook_deliveries).where(
+            d.status != DeliveryStatus.PENDING.value, d.created_at < before
+        )
+        return await self._rowcount(stmt)
+
+
+def _webhook(row: sa.Row[Any]) -> Webhook:
+    m = row._mapping
+    return Webhook(
+        id=m["id"],
+        url=m["url"],
+        events=frozenset(Subscription(e) for e in m["events"]),
+        secret_sealed=m["secret_sealed"],
+        created_at=m["created_at"],
+        created_by=m["created_by"],
+    )
+
+
+def _delivery(row: sa.Row[Any]) -> Delivery:
+    m = row._mapping
+    return Delivery(
+        id=m["id"],
+        webhook_id=m["webhook_id"],
+        event=m["event"],
+        body=m["body"],
+        status=DeliveryStatus(m["status"]),
+        attempts=m["attempts"],
+        created_at=m["created_at"],
+        next_at=m["next_at"],
+        last_attempt_at=m["last_attempt_at"],
+        status_code=m["status_code"],
+        error=m["error"],
+    )
 
 
 class _RowLike:

@@ -21,8 +21,16 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from gpufleet import __version__
 from gpufleet.domain.audit_events import EVENT_TYPES, FAMILIES
 from gpufleet.domain.jobspec import CONFIG_NAME, CONFIG_NAME_RULE
-from gpufleet.domain.permissions import ADMIN_AUDIT, ADMIN_WORKERS, QUEUE_READ, QUEUE_SUBMIT
+from gpufleet.domain.permissions import (
+    ADMIN_AUDIT,
+    ADMIN_WORKERS,
+    ALL,
+    PERMISSION_HELP,
+    QUEUE_READ,
+    QUEUE_SUBMIT,
+)
 from gpufleet.domain.permissions import allows as key_allows
+from gpufleet.domain.webhooks import SUBSCRIPTION_HELP
 from gpufleet.errors import Forbidden, InvalidInput, Unauthenticated
 from gpufleet.server.deps import Client, Ctx
 from gpufleet.server.jsonbody import api_router, declares_json, is_json
@@ -56,7 +64,9 @@ WORKERS = Page("/workers", "Workers", ADMIN_WORKERS)
 TRAIN = Page("/train", "Train", QUEUE_SUBMIT)
 QUEUE = Page("/queue", "Queue", QUEUE_READ)
 AUDIT = Page("/audit", "Audit", ADMIN_AUDIT)
-PAGES = (WORKERS, TRAIN, QUEUE, AUDIT)  # the navigation, in order
+KEYS = Page("/keys", "API keys", ALL)
+WEBHOOKS = Page("/webhooks", "Webhooks", ALL)
+PAGES = (WORKERS, TRAIN, QUEUE, AUDIT, KEYS, WEBHOOKS)  # the navigation, in order
 
 
 def static_files() -> StaticFiles:
@@ -105,6 +115,7 @@ async def _page(
         "page": page,
         "nav": [p for p in PAGES if key_allows(perms, p.permission)],
         "key_name": principal.key.name,
+        "key_id": principal.key.id,
         "can": {p: key_allows(perms, p) for p in (ADMIN_WORKERS, QUEUE_SUBMIT, ADMIN_AUDIT)},
         **extra,
     }
@@ -159,6 +170,16 @@ async def job_page(ctx: Ctx, request: Request, job_id: str) -> Response:
 @router.get("/audit")
 async def audit_page(ctx: Ctx, request: Request) -> Response:
     return await _page(ctx, request, AUDIT, audit_types=[*FAMILIES, *sorted(EVENT_TYPES)])
+
+
+@router.get("/keys")
+async def keys_page(ctx: Ctx, request: Request) -> Response:
+    return await _page(ctx, request, KEYS, permissions=PERMISSION_HELP)
+
+
+@router.get("/webhooks")
+async def webhooks_page(ctx: Ctx, request: Request) -> Response:
+    return await _page(ctx, request, WEBHOOKS, subscriptions=SUBSCRIPTION_HELP)
 
 
 # ---- the session ------------------------------------------------------------------------

@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 from gpufleet.domain.permissions import ALL, allows, check_permissions
 from gpufleet.domain.records import ApiKey, Worker
 from gpufleet.domain.secrets import hash_secret, new_api_key, new_id, same_hash
-from gpufleet.errors import Forbidden, NotFound, TooManyRequests, Unauthenticated
+from gpufleet.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    StoreError,
+    TooManyRequests,
+    Unauthenticated,
+)
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import Subscription, key_topic
 
 KEY_ACTOR = "key:"  # an API key's actor in the audit log and on jobs: key:k_…
+log = logging.getLogger("gpufleet.server.auth")
+USE_RESOLUTION = timedelta(minutes=1)  # how finely `last_used_at` is kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +35,11 @@ class Principal:
 
     @property
     def actor(self) -> str:
-        return f"{KEY_ACTOR}{self.key.id}"
+        return self.actor_of(self.key.id)
+
+    @staticmethod
+    def actor_of(key_id: str) -> str:
+        return f"{KEY_ACTOR}{key_id}"
 
 
 def _check_not_locked_out(ctx: Context, client: str | None) -> None:
@@ -72,7 +87,9 @@ async def authenticate_key(
         async with ctx.store.read() as q:
             found = await q.api_key_for_hash(hash_secret(presented))
         if found is not None and same_hash(found[0], presented):
-            return permit(found[1], needed)
+            principal = permit(found[1], needed)
+            await note_use(ctx, principal.key)
+            return principal
     _check_not_locked_out(ctx, client)
     if not presented:
         raise Unauthenticated(
@@ -81,6 +98,19 @@ async def authenticate_key(
         )
     await _auth_failed(ctx, "api_key", client, "unknown or revoked key")
     raise Unauthenticated("invalid API key: it is unknown or was revoked; use a valid key")
+
+
+async def note_use(ctx: Context, key: ApiKey) -> None:
+    """Record when the key was last used, to the minute: at most one write a minute a key,
+    and never one that fails the request it was noted for."""
+    now = ctx.clock()
+    if key.last_used_at is not None and now - key.last_used_at < USE_RESOLUTION:
+        return
+    try:
+        async with ctx.store.write() as q:
+            await q.touch_api_key(key.id, now)
+    except StoreError as exc:
+        log.warning("could not record the use of API key %s: %s", key.id, exc)
 
 
 def permit(key: ApiKey, needed: str | None) -> Principal:
@@ -145,9 +175,14 @@ async def list_api_keys(ctx: Context) -> list[ApiKey]:
 
 
 async def revoke_api_key(ctx: Context, key_id: str, actor: str, client: str | None) -> None:
+    if actor == Principal.actor_of(key_id):
+        raise Conflict(
+            f"{key_id} is the key you are using now, and revoking it would lock you out; "
+            "revoke it while using another key that has the '*' permission"
+        )
     async with transaction(ctx) as tx:
         if not await tx.q.revoke_api_key(key_id, tx.now):
-            raise NotFound(f"no active API key {key_id}; list keys with GET /api/admin/api-keys")
+            raise NotFound(f"no active API key {key_id}; it may already be revoked")
         tx.audit("apikey.revoked", actor, key_id, client)
         tx.close.add(key_topic(key_id))  # its open streams end, on every replica
 

@@ -11,7 +11,7 @@ from gpufleet import logs
 from gpufleet.domain.states import AttemptStatus, JobStatus
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import worker_topic
-from gpufleet.server.services import dispatch, fleet
+from gpufleet.server.services import dispatch, fleet, webhooks
 from gpufleet.server.services.lifecycle import (
     end_attempt,
     lose_current_attempt,
@@ -57,6 +57,7 @@ async def mark_silent_workers_offline(ctx: Context) -> list[str]:
                 current_attempt_id=None,
             )
             tx.audit("worker.lost", "system", worker.id, reason="heartbeat timeout", job_id=job_id)
+            await webhooks.worker_lost(tx, worker, why, job_id)
             tx.close.add(worker_topic(worker.id))
             tx.notify.add("workers")
         with logs.bound(worker_id=worker.id):

@@ -12,6 +12,7 @@ from typing import Any
 from gpufleet.domain.records import Attempt, Job, Worker
 from gpufleet.domain.states import (
     ACTIVE_ATTEMPT,
+    TERMINAL_JOB,
     AttemptStatus,
     JobStatus,
     WorkerStatus,
@@ -25,6 +26,7 @@ from gpufleet.domain.states import (
 from gpufleet.errors import Conflict
 from gpufleet.server.context import Tx
 from gpufleet.server.hub import job_topic
+from gpufleet.server.services import webhooks
 
 SYSTEM = "system"
 MAX_UNACKNOWLEDGED_OFFERS = 5  # withdrawn offers a job may have beyond its retries
@@ -59,6 +61,8 @@ async def move_job(tx: Tx, job: Job, new: JobStatus, actor: str = SYSTEM, **valu
     tx.audit("job.status_changed", actor, job.id, old=job.status.value, new=new.value)
     tx.notify.add(job_topic(job.id))
     tx.notify.add("jobs")
+    if new in TERMINAL_JOB:  # the webhooks' outbox row commits with the change, or neither
+        await webhooks.job_ended(tx, job, new, values)
 
 
 async def move_attempt(tx: Tx, attempt: Attempt, new: AttemptStatus, **values: Any) -> None:

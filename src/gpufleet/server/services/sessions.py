@@ -105,4 +105,6 @@ async def authenticate(
             f"missing or wrong CSRF token: send the '{CSRF_HEADER}' header with the value of "
             f"the '{CSRF_COOKIE}' cookie (reload the page to get a fresh one)"
         )
-    return auth.permit(principal.key, needed)
+    permitted = auth.permit(principal.key, needed)
+    await auth.note_use(ctx, permitted.key)
+    return permitted

@@ -1,0 +1,57 @@
+"""Webhook notifications (`*`: a webhook sends the fleet's news to any URL it names)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends
+
+from gpufleet.domain.permissions import ALL
+from gpufleet.domain.webhooks import SUBSCRIPTION_HELP
+from gpufleet.server.deps import Client, Ctx, require
+from gpufleet.server.jsonbody import api_router
+from gpufleet.server.schemas import Ok
+from gpufleet.server.services import webhooks
+from gpufleet.server.services.auth import Principal
+from gpufleet.server.webhook_schemas import (
+    CreateWebhook,
+    DeliveryList,
+    DeliveryOut,
+    WebhookList,
+    WebhookOut,
+)
+
+router = api_router(prefix="/api/admin/webhooks", tags=["admin"])
+Root = Annotated[Principal, Depends(require(ALL))]
+
+
+@router.get("", response_model=WebhookList)
+async def list_webhooks(ctx: Ctx, who: Root) -> WebhookList:
+    hooks = await webhooks.list_all(ctx)
+    return WebhookList(
+        webhooks=[WebhookOut.of(h) for h in hooks],
+        events={s.value: text for s, text in SUBSCRIPTION_HELP.items()},
+    )
+
+
+@router.post("", response_model=WebhookOut, status_code=201)
+async def create_webhook(ctx: Ctx, who: Root, client: Client, body: CreateWebhook) -> WebhookOut:
+    hook = await webhooks.create(ctx, body.url, body.events, body.secret, who.actor, client)
+    return WebhookOut.of(hook)
+
+
+@router.delete("/{webhook_id}", response_model=Ok)
+async def delete_webhook(ctx: Ctx, who: Root, client: Client, webhook_id: str) -> Ok:
+    await webhooks.delete(ctx, webhook_id, who.actor, client)
+    return Ok()
+
+
+@router.post("/{webhook_id}/test", response_model=DeliveryOut, status_code=202)
+async def test_webhook(ctx: Ctx, who: Root, client: Client, webhook_id: str) -> DeliveryOut:
+    return DeliveryOut.of(await webhooks.send_test(ctx, webhook_id, who.actor, client))
+
+
+@router.get("/{webhook_id}/deliveries", response_model=DeliveryList)
+async def list_deliveries(ctx: Ctx, who: Root, webhook_id: str) -> DeliveryList:
+    found = await webhooks.deliveries(ctx, webhook_id)
+    return DeliveryList(deliveries=[DeliveryOut.of(d) for d in found])

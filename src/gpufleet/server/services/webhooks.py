@@ -1,0 +1,181 @@
+"""Webhooks an admin configures, and the outbox rows that report events to them.
+
+An event is written to the outbox (`webhook_deliveries`) by the transaction that makes the
+change it reports (`lifecycle.move_job`, the health sweep), so it is sent if and only if
+the change commits; `services/delivery.py` sends it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from gpufleet.domain import webhooks as rules
+from gpufleet.domain.records import Job, Worker
+from gpufleet.domain.secrets import new_id, seal_secret
+from gpufleet.domain.states import JobStatus
+from gpufleet.domain.webhooks import Delivery, DeliveryStatus, Event, Webhook
+from gpufleet.errors import NotFound
+from gpufleet.server.context import Context, Tx, transaction
+
+SECRET_PURPOSE = "webhook secret"
+LOG_LENGTH = 50  # deliveries listed per webhook
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat().replace("+00:00", "Z") if when else None
+
+
+def _body(delivery_id: str, event: Event, now: datetime, subject: dict[str, Any]) -> str:
+    payload = {"id": delivery_id, "event": event.value, "occurred_at": _iso(now), **subject}
+    return orjson.dumps(payload).decode()
+
+
+def _row(hook: Webhook, event: Event, now: datetime, subject: dict[str, Any]) -> dict[str, Any]:
+    delivery_id = new_id("d")
+    return {
+        "id": delivery_id,
+        "webhook_id": hook.id,
+        "event": event.value,
+        "body": _body(delivery_id, event, now, subject),
+        "status": DeliveryStatus.PENDING.value,
+        "attempts": 0,
+        "created_at": now,
+        "next_at": now,
+    }
+
+
+async def enqueue(tx: Tx, event: Event, subject: dict[str, Any]) -> int:
+    """Write a delivery for every webhook that hears `event`, in this transaction."""
+    hooks = [hook for hook in await tx.q.list_webhooks() if hook.hears(event)]
+    await tx.q.insert_deliveries([_row(hook, event, tx.now, subject) for hook in hooks])
+    return len(hooks)
+
+
+async def job_ended(tx: Tx, job: Job, status: JobStatus, changes: dict[str, Any]) -> None:
+    """`move_job` moved the job to an end state (with `changes`): tell who listens."""
+    event = rules.JOB_END_EVENTS.get(status)
+    if event is None:
+        return
+
+    def now_(name: str) -> Any:
+        return changes.get(name, getattr(job, name))
+
+    worker_id = now_("worker_id")
+    worker = await tx.q.get_worker(worker_id) if worker_id else None
+    subject = {
+        "job": {
+            "id": job.id,
+            "status": status.value,
+            "config_name": job.config_name,
+            "target": job.target.value,
+            "worker_id": worker_id,
+            "worker_name": worker.name if worker else None,
+            "attempts": job.attempts,
+            "exit_code": now_("exit_code"),
+            "error": now_("error"),
+            "submitted_at": _iso(job.created_at),
+            "started_at": _iso(now_("started_at")),
+            "ended_at": _iso(now_("ended_at")),
+        }
+    }
+    await enqueue(tx, event, subject)
+
+
+async def worker_lost(tx: Tx, worker: Worker, reason: str, job_id: str | None) -> None:
+    subject = {
+        "worker": {
+            "id": worker.id,
+            "name": worker.name,
+            "last_heartbeat": _iso(worker.last_heartbeat),
+            "job_id": job_id,  # the job it was running, requeued or failed
+        },
+        "reason": reason,
+    }
+    await enqueue(tx, Event.WORKER_LOST, subject)
+
+
+# ---- what an admin does -------------------------------------------------------------------
+
+
+async def create(
+    ctx: Context,
+    url: str,
+    events: list[str],
+    secret: str | None,
+    actor: str,
+    client: str | None,
+) -> Webhook:
+    url = rules.check_url(url)
+    chosen = rules.check_subscriptions(events)
+    secret = rules.check_secret(secret)
+    webhook_id = new_id("wh")
+    sealed = seal_secret(ctx.audit_key, SECRET_PURPOSE, webhook_id, secret) if secret else None
+    async with transaction(ctx) as tx:
+        await tx.q.insert_webhook(
+            {
+                "id": webhook_id,
+                "url": url,
+                "secret_sealed": sealed,
+                "events": [e.value for e in chosen],
+                "created_at": tx.now,
+                "created_by": actor,
+            }
+        )
+        tx.audit(  # never the secret: only whether there is one
+            "webhook.created",
+            actor,
+            webhook_id,
+            client,
+            url=url,
+            events=[e.value for e in chosen],
+            signed=sealed is not None,
+        )
+        return Webhook(
+            id=webhook_id,
+            url=url,
+            events=frozenset(chosen),
+            secret_sealed=sealed,
+            created_at=tx.now,
+            created_by=actor,
+        )
+
+
+async def list_all(ctx: Context) -> list[Webhook]:
+    async with ctx.store.read() as q:
+        return await q.list_webhooks()
+
+
+def _missing(webhook_id: str) -> NotFound:
+    return NotFound(f"no webhook {webhook_id}; it may have been deleted: list the webhooks again")
+
+
+async def delete(ctx: Context, webhook_id: str, actor: str, client: str | None) -> None:
+    async with transaction(ctx) as tx:
+        if not await tx.q.delete_webhook(webhook_id):
+            raise _missing(webhook_id)
+        tx.audit("webhook.deleted", actor, webhook_id, client)
+
+
+async def send_test(ctx: Context, webhook_id: str, actor: str, client: str | None) -> Delivery:
+    """Queue a `test` event for this webhook alone; the delivery loop sends it at once."""
+    async with transaction(ctx) as tx:
+        hook = await tx.q.get_webhook(webhook_id)
+        if hook is None:
+            raise _missing(webhook_id)
+        subject = {"webhook_id": hook.id, "message": "a test event sent from gpufleet"}
+        row = _row(hook, Event.TEST, tx.now, subject)
+        await tx.q.insert_deliveries([row])
+        tx.audit("webhook.tested", actor, webhook_id, client, delivery_id=row["id"])
+        delivery = await tx.q.get_delivery(row["id"])
+    if delivery is None:  # written by this very transaction
+        raise RuntimeError(f"delivery {row['id']} vanished")
+    return delivery
+
+
+async def deliveries(ctx: Context, webhook_id: str) -> list[Delivery]:
+    async with ctx.store.read() as q:
+        if await q.get_webhook(webhook_id) is None:
+            raise _missing(webhook_id)
+        return await q.list_deliveries(webhook_id, LOG_LENGTH)

@@ -1,0 +1,234 @@
+"""Webhook notifications: configured by an admin, written to the outbox with the change they
+report, sent signed to a real HTTP receiver by the delivery loop, retried, and logged."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gpufleet.domain.states import JobStatus
+from gpufleet.domain.webhooks import FIRST_RETRY_S
+from gpufleet.server.context import transaction
+from gpufleet.server.services import delivery
+from gpufleet.server.services.lifecycle import move_job
+from tests.api.conftest import HEARTBEAT_TIMEOUT, Fleet, sqlite_only
+from tests.webhook_receiver import Receiver, receiving
+
+SECRET = "s3cret-for-signing"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with receiving() as running:
+        yield running
+
+
+async def add_webhook(fleet: Fleet, url: str, *events: str, secret: str | None = None) -> Any:
+    body: dict[str, Any] = {"url": url, "events": list(events)}
+    if secret is not None:
+        body["secret"] = secret
+        fleet.secrets.add(secret)
+    answer = await fleet.admin.post("/api/admin/webhooks", json=body)
+    assert answer.status_code == 201, answer.text
+    return answer.json()
+
+
+async def deliveries(fleet: Fleet, webhook_id: str) -> list[dict[str, Any]]:
+    answer = await fleet.admin.get(f"/api/admin/webhooks/{webhook_id}/deliveries")
+    assert answer.status_code == 200, answer.text
+    found: list[dict[str, Any]] = answer.json()["deliveries"]
+    return found
+
+
+def signature(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+async def test_an_admin_adds_lists_and_deletes_a_webhook_whose_secret_never_comes_back(
+    fleet: Fleet,
+) -> None:
+    hook = await add_webhook(
+        fleet, "https://hooks.example.com/gpufleet", "job.failed", "job.ended", secret=SECRET
+    )
+    assert hook["signed"] is True and "secret" not in hook
+    assert hook["events"] == ["job.ended", "job.failed"]
+
+    listed = (await fleet.admin.get("/api/admin/webhooks")).json()
+    assert [h["id"] for h in listed["webhooks"]] == [hook["id"]]
+    assert set(listed["events"]) == {"job.ended", "job.failed", "worker.lost"}
+    stored = await fleet.all_stored_text()
+    assert SECRET not in stored and SECRET not in json.dumps(listed)  # sealed, not plain
+    created = await fleet.audit(type="webhook.created", target=hook["id"])
+    assert created[0]["detail"]["signed"] is True and SECRET not in json.dumps(created)
+
+    assert (await fleet.admin.delete(f"/api/admin/webhooks/{hook['id']}")).status_code == 200
+    assert (await fleet.admin.get("/api/admin/webhooks")).json()["webhooks"] == []
+    again = await fleet.admin.delete(f"/api/admin/webhooks/{hook['id']}")
+    assert again.status_code == 404 and "list the webhooks again" in again.json()["detail"]
+    missing = await fleet.admin.get(f"/api/admin/webhooks/{hook['id']}/deliveries")
+    assert missing.status_code == 404
+
+
+@sqlite_only
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"url": "ftp://hooks.example.com/x", "events": ["job.ended"]}, "http:// or https://"),
+        ({"url": "javascript:alert(1)", "events": ["job.ended"]}, "http:// or https://"),
+        ({"url": "hooks.example.com/x", "events": ["job.ended"]}, "http:// or https://"),
+        ({"url": "https:///path", "events": ["job.ended"]}, "has no host"),
+        ({"url": "https://exa mple.com/", "events": ["job.ended"]}, "spaces"),
+        ({"url": "https://example.com:99999/", "events": ["job.ended"]}, "cannot be read"),
+        ({"url": "   ", "events": ["job.ended"]}, "needs a URL"),
+        ({"url": "https://example.com/", "events": ["job.started"]}, "unknown event"),
+        ({"url": "https://example.com/", "events": []}, "events"),
+        ({"url": "https://example.com/" + "a" * 3000, "events": ["job.ended"]}, "url"),
+        ({"url": "https://example.com/", "events": ["job.ended"], "secret": " x "}, "whitespace"),
+        ({"url": "https://example.com/", "events": ["job.ended"], "extra": 1}, "extra"),
+    ],
+)
+async def test_a_webhook_that_could_not_work_is_refused_saying_what_to_fix(
+    fleet: Fleet, body: dict[str, Any], says: str
+) -> None:
+    answer = await fleet.admin.post("/api/admin/webhooks", json=body)
+    assert answer.status_code == 422, answer.text
+    assert says in json.dumps(answer.json()["detail"])
+    assert (await fleet.admin.get("/api/admin/webhooks")).json()["webhooks"] == []
+
+
+async def test_a_failed_job_is_posted_signed_retried_after_a_500_and_logged(
+    fleet: Fleet, receiver: Receiver
+) -> None:
+    hook = await add_webhook(fleet, receiver.url, "job.failed", secret=SECRET)
+    deaf = await add_webhook(fleet, receiver.url, "worker.lost")  # hears nothing of jobs
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    await agent.finish(offer, "failed", exit_code=3, error="exited with code 3")
+
+    receiver.answers = [500]
+    assert await delivery.deliver_due(fleet.ctx) == 1
+    [first] = receiver.wait_for(1)
+    [logged] = await deliveries(fleet, hook["id"])
+    assert logged["status"] == "pending" and logged["attempts"] == 1
+    assert logged["status_code"] == 500 and "answered 500" in logged["error"]
+    assert await delivery.deliver_due(fleet.ctx) == 0  # its retry is not due yet
+
+    fleet.clock.advance(FIRST_RETRY_S)
+    assert await delivery.deliver_due(fleet.ctx) == 1
+    first, second = receiver.wait_for(2)
+    assert first.body == second.body  # the same bytes, the same delivery id, every try
+    for request in (first, second):
+        assert request.path == "/hook"
+        assert request.headers["x-gpufleet-signature"] == signature(SECRET, request.body)
+        assert request.headers["x-gpufleet-event"] == "job.failed"
+        assert request.headers["content-type"] == "application/json"
+    payload = json.loads(second.body)
+    assert payload["event"] == "job.failed"
+    assert payload["id"] == second.headers["x-gpufleet-delivery"] == logged["id"]
+    assert payload["job"]["id"] == job["id"]
+    assert payload["job"]["status"] == "failed" and payload["job"]["exit_code"] == 3
+    assert payload["job"]["error"] == "exited with code 3"
+    assert payload["job"]["worker_id"] == agent.id and payload["job"]["worker_name"] == "gpu-1"
+    assert payload["job"]["ended_at"].endswith("Z")
+
+    [done] = await deliveries(fleet, hook["id"])
+    assert done["status"] == "delivered" and done["attempts"] == 2
+    assert done["status_code"] == 200 and done["error"] is None and done["next_at"] is None
+    assert await deliveries(fleet, deaf["id"]) == []
+
+
+async def test_a_receiver_that_never_answers_2xx_is_given_up_on_after_the_last_try(
+    fleet: Fleet, receiver: Receiver
+) -> None:
+    hook = await add_webhook(fleet, receiver.url, "job.ended")
+    await fleet.admin.post(f"/api/admin/webhooks/{hook['id']}/test")
+    receiver.answers = [503] * 100
+    tries = 0
+    while (await deliveries(fleet, hook["id"]))[0]["status"] == "pending":
+        tries += await delivery.deliver_due(fleet.ctx)
+        fleet.clock.advance(600)
+        assert tries <= 20
+    [given_up] = await deliveries(fleet, hook["id"])
+    assert given_up["status"] == "failed" and given_up["attempts"] == tries == 8
+    assert given_up["status_code"] == 503
+
+
+async def test_the_outbox_row_is_written_with_the_change_or_not_at_all(fleet: Fleet) -> None:
+    hook = await add_webhook(fleet, "http://127.0.0.1:9/never", "job.ended")
+    job = await fleet.submit(target="worker")  # no worker: it stays queued
+
+    with pytest.raises(RuntimeError, match="crash"):
+        async with transaction(fleet.ctx) as tx:
+            found = await tx.q.get_job(job["id"], lock=True)
+            assert found is not None
+            await move_job(tx, found, JobStatus.CANCELLED, ended_at=tx.now)
+            raise RuntimeError("crash before the commit")
+    assert await deliveries(fleet, hook["id"]) == []
+    assert (await fleet.job(job["id"]))["status"] == "queued"
+
+    assert (await fleet.admin.post(f"/api/queue/{job['id']}/cancel")).status_code == 200
+    [queued] = await deliveries(fleet, hook["id"])
+    assert queued["event"] == "job.cancelled" and queued["status"] == "pending"
+    assert queued["attempts"] == 0
+
+
+async def test_a_lost_worker_is_reported_to_the_webhooks_that_listen(
+    fleet: Fleet, receiver: Receiver
+) -> None:
+    hook = await add_webhook(fleet, receiver.url, "worker.lost")
+    silent = await fleet.online_worker("silent")
+    fleet.clock.advance(HEARTBEAT_TIMEOUT + 1)
+    assert await fleet.heartbeat_sweep() == [silent.id]
+
+    assert await delivery.deliver_due(fleet.ctx) == 1
+    [request] = receiver.wait_for(1)
+    payload = json.loads(request.body)
+    assert payload["event"] == "worker.lost"
+    assert payload["worker"]["id"] == silent.id and payload["worker"]["name"] == "silent"
+    assert "no heartbeat" in payload["reason"]
+    assert "x-gpufleet-signature" not in request.headers  # no secret, no signature
+    assert (await deliveries(fleet, hook["id"]))[0]["status"] == "delivered"
+
+
+async def test_replicas_sending_at_once_send_each_delivery_once(
+    fleet: Fleet, receiver: Receiver
+) -> None:
+    hook = await add_webhook(fleet, receiver.url, "job.ended")
+    for _ in range(6):
+        answer = await fleet.admin.post(f"/api/admin/webhooks/{hook['id']}/test")
+        assert answer.status_code == 202 and answer.json()["status"] == "pending"
+
+    sent = await asyncio.gather(*(delivery.deliver_due(fleet.ctx) for _ in range(3)))
+
+    assert sum(sent) == 6
+    ids = Counter(r.headers["x-gpufleet-delivery"] for r in receiver.wait_for(6))
+    assert set(ids.values()) == {1} and len(ids) == 6
+    assert {d["status"] for d in await deliveries(fleet, hook["id"])} == {"delivered"}
+
+
+@sqlite_only
+async def test_a_receiver_that_cannot_be_reached_is_logged_and_retried_not_fatal(
+    fleet: Fleet,
+) -> None:
+    hooks = [
+        await add_webhook(fleet, "http://127.0.0.1:9/refused", "job.ended"),
+        await add_webhook(fleet, "http://" + "a" * 300 + ".example/", "job.ended"),
+    ]
+    for hook in hooks:
+        await fleet.admin.post(f"/api/admin/webhooks/{hook['id']}/test")
+
+    assert await delivery.deliver_due(fleet.ctx) == 2
+
+    for hook in hooks:
+        [logged] = await deliveries(fleet, hook["id"])
+        assert logged["status"] == "pending" and logged["attempts"] == 1
+        assert logged["status_code"] is None and logged["error"]

@@ -1,0 +1,83 @@
+"""`gpufleet keys` and `gpufleet webhooks` as a subprocess against a real orchestrator."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ServerProcess
+from tests.e2e.test_cli import as_json, gf, ok, one_line_error
+from tests.webhook_receiver import receiving
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("cli-admin"), None)
+    proc.start()
+    yield proc
+    proc.kill(signal.SIGTERM)
+
+
+def test_keys_create_list_use_and_revoke_by_name(server: ServerProcess) -> None:
+    created = ok(gf(server, "keys", "create", "ci-bot", "-p", "queue.read"))
+    assert "Key (shown only once): gfk_" in created
+    key = created.split("Key (shown only once): ")[1].split()[0]
+    listed = ok(gf(server, "keys", "list"))
+    assert "ci-bot" in listed and "queue.read" in listed and key not in listed
+
+    assert ok(gf(server, "jobs", "list", key=key))  # the key works
+    [bot] = [k for k in as_json(gf(server, "keys", "list", "--json")) if k["name"] == "ci-bot"]
+    assert bot["last_used_at"] is not None
+
+    assert "Revoked API key ci-bot" in ok(gf(server, "keys", "revoke", "ci-bot", "--yes"))
+    assert httpx.get(f"{server.url}/api/queue", headers={"X-API-Key": key}).status_code == 401
+    gone = one_line_error(gf(server, "keys", "revoke", "ci-bot", "--yes"))
+    assert "gpufleet keys list" in gone
+
+
+def test_revoking_the_key_in_use_is_refused_in_one_line(server: ServerProcess) -> None:
+    error = one_line_error(gf(server, "keys", "revoke", "admin", "--yes"))
+    assert "the key you are using now" in error
+    assert ok(gf(server, "keys", "list"))
+
+
+def test_webhooks_add_test_deliveries_and_delete(
+    server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused = one_line_error(gf(server, "webhooks", "add", "ftp://x.example/", "-e", "job.ended"))
+    assert "http:// or https://" in refused
+    monkeypatch.setenv("HOOK_SECRET", "cli-secret")
+    with receiving() as receiver:
+        added = as_json(
+            gf(
+                server,
+                "webhooks",
+                "add",
+                receiver.url,
+                "-e",
+                "job.ended",
+                "--secret-env",
+                "HOOK_SECRET",
+                "--json",
+            )
+        )
+        assert added["signed"] is True and "secret" not in added
+        assert receiver.url in ok(gf(server, "webhooks", "list"))
+
+        assert "Delivered" in ok(gf(server, "webhooks", "test", added["id"]))
+        [request] = receiver.wait_for(1)
+        digest = hmac.new(b"cli-secret", request.body, hashlib.sha256).hexdigest()
+        assert request.headers["x-gpufleet-signature"] == f"sha256={digest}"
+        assert json.loads(request.body)["event"] == "test"
+        log = ok(gf(server, "webhooks", "deliveries", added["id"]))
+        assert "delivered" in log and "answered 200" in log
+
+    ok(gf(server, "webhooks", "delete", added["id"], "--yes"))
+    assert as_json(gf(server, "webhooks", "list", "--json"))["webhooks"] == []
