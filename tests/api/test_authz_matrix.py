@@ -40,6 +40,7 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("get", "/api/queue/{job_id}"): "queue.read",
     ("post", "/api/queue/{job_id}/cancel"): "queue.submit",
     ("get", "/api/queue/{job_id}/logs"): "queue.read",
+    ("get", "/api/queue/{job_id}/logs/download"): "queue.read",
     ("get", "/api/configs"): "queue.read",
     ("get", "/api/configs/{name}"): "queue.read",
     ("put", "/api/configs/{name}"): "queue.submit",
