@@ -162,3 +162,17 @@ async def test_download_of_a_long_log_holds_every_line_once(
     lines = answer.text.splitlines()
     assert lines[0].startswith("==> attempt 1")
     assert lines[1:] == texts
+
+
+async def test_cursors_at_their_bounds_answer_an_empty_or_whole_page(fleet: Fleet) -> None:
+    job, _attempts, texts = await _two_attempts(fleet)
+
+    past = await _page(fleet, job["id"], after=2**62)
+    before_all = await _page(fleet, job["id"], before=1)
+    before_end = await _page(fleet, job["id"], before=2**62, limit=5000)
+    longest = await _page(fleet, job["id"], tail=2**31)
+
+    assert past["lines"] == [] and past["next_after"] == 2**62
+    assert before_all["lines"] == [] and before_all["next_before"] is None
+    assert [line["text"] for line in before_end["lines"]] == texts
+    assert [line["text"] for line in longest["lines"]] == texts

@@ -40,6 +40,10 @@ from gpufleet.store.tables import (
     workers,
 )
 
+# job_logs.seq is a 32-bit integer on PostgreSQL: a cursor past it is compared here, since
+# the driver refuses to send it.
+LOG_SEQ_MAX = 2**31 - 1
+
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
@@ -555,12 +559,15 @@ class Queries:
     ) -> list[LogLine]:
         """Lines after `after`, oldest first; with `before`, the newest `limit` lines between
         the two (still oldest first); with `attempt_id`, that attempt's only."""
+        if after >= LOG_SEQ_MAX:
+            return []
         where = [*_log_scope(job_id, attempt_id), job_logs.c.seq > after]
         if before is None:
             stmt = sa.select(job_logs).where(*where).order_by(job_logs.c.seq).limit(limit)
             rows = list(await self.conn.execute(stmt))
         else:
-            where.append(job_logs.c.seq < before)
+            if before <= LOG_SEQ_MAX:  # a cursor past every seq bounds nothing
+                where.append(job_logs.c.seq < before)
             stmt = sa.select(job_logs).where(*where).order_by(job_logs.c.seq.desc()).limit(limit)
             rows = list(await self.conn.execute(stmt))[::-1]
         return [

@@ -4,7 +4,7 @@
 // the reader scrolls up, and reads earlier lines a page at a time (?before=) as they scroll to
 // the top or press "Load earlier lines". Each attempt's lines sit under their own header.
 import { get } from "./api.js";
-import { h } from "./dom.js";
+import { h, when } from "./dom.js";
 
 const PAGE = 500; // lines a request
 const WINDOW = 2000; // the most line elements in the DOM
@@ -31,16 +31,14 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
 
   // ---- drawing -----------------------------------------------------------------------------
 
-  function headerText(id) {
+  function headerContent(id) {
     const a = attempts.get(id);
-    if (!a) return `Attempt ${id}`;
-    const worker = a.worker_name || a.worker_id;
+    if (!a) return [`Attempt ${id}`];
     const at = a.started_at || a.offered_at;
-    const started = at ? `, started ${new Date(at).toLocaleString()}` : "";
-    return `Attempt ${a.number} on ${worker}${started}`;
+    return [`Attempt ${a.number} on ${a.worker_name || a.worker_id}`, at ? ", started " : "", at ? when(at) : ""];
   }
 
-  const header = (id) => h("span", { class: "log-attempt", "data-attempt": id, text: headerText(id) });
+  const header = (id) => h("span", { class: "log-attempt", "data-attempt": id }, ...headerContent(id));
   const lineEl = (line) =>
     h("span", { class: `log-line ${line.stream}`, "data-seq": line.seq, "data-attempt": line.attempt_id }, `${line.text}\n`);
 
@@ -292,7 +290,7 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
     // The job's attempt_history, for the headers (attempt number, worker, start time).
     attempts(list) {
       for (const a of list) attempts.set(a.id, a);
-      for (const el of box.querySelectorAll(".log-attempt")) el.textContent = headerText(el.dataset.attempt);
+      for (const el of box.querySelectorAll(".log-attempt")) el.replaceChildren(...headerContent(el.dataset.attempt));
     },
   };
 }
