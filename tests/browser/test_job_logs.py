@@ -51,7 +51,7 @@ def test_a_200000_line_log_opens_at_its_end_follows_and_reads_back_on_demand(
     sign_in(page, server.admin_key, then="/queue")
     started = time.monotonic()
     page.goto(f"/queue/{big_job.job_id}")
-    expect(page.locator("#logs .log-line").last).to_have_text(line_text(LINES - 1))
+    expect(page.locator("#logs .log-line").last).to_have_text(line_text(LINES - 1), timeout=15_000)
     first_paint = time.monotonic() - started
     expect(page.locator("#log-state")).to_have_text("following")
     following = time.monotonic() - started
