@@ -11,9 +11,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpufleet.domain.records import Attempt, Job, LogLine
+from gpufleet.domain.records import Attempt, LogLine
 from gpufleet.errors import InvalidInput, NotFound
 from gpufleet.server.context import Context
+from gpufleet.server.services import queue
 from gpufleet.store.queries import Queries
 
 MAX_PAGE = 5000
@@ -48,13 +49,6 @@ def _check(query: PageQuery) -> None:
         raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
 
 
-async def _job(q: Queries, job_id: str) -> Job:
-    job = await q.get_job(job_id)
-    if job is None:
-        raise NotFound(f"no job {job_id}; list jobs with GET /api/queue")
-    return job
-
-
 async def _attempt_of(q: Queries, job_id: str, attempt_id: str) -> None:
     if not any(a.id == attempt_id for a in await q.attempts_for_job(job_id)):
         raise NotFound(
@@ -65,8 +59,8 @@ async def _attempt_of(q: Queries, job_id: str, attempt_id: str) -> None:
 
 async def read_page(ctx: Context, job_id: str, query: PageQuery) -> LogPage:
     _check(query)
+    await queue.get_job(ctx, job_id)
     async with ctx.store.read() as q:
-        await _job(q, job_id)
         if query.attempt_id is not None:
             await _attempt_of(q, job_id, query.attempt_id)
         after = query.after
@@ -100,8 +94,7 @@ def _iso(at: datetime) -> str:
 async def log_text(ctx: Context, job_id: str) -> AsyncIterator[str]:
     """The whole log as text, attempt headers included, read page by page as it is sent
     (memory stays one page whatever the log's length). Raises NotFound before any text."""
-    async with ctx.store.read() as q:
-        await _job(q, job_id)
+    await queue.get_job(ctx, job_id)
     return _text(ctx, job_id)
 
 
