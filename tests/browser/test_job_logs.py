@@ -20,6 +20,7 @@ from tests.logfill import RunningJob, line_text, running_job
 
 LINES = 200_000
 LIVE = 20_000  # shipped while the page follows
+DESKTOP = {"width": 1440, "height": 900}
 WINDOW = 2000  # logview.js: the most line elements the page keeps
 
 
@@ -37,10 +38,6 @@ def _lines(page: Page) -> int:
     return int(page.locator("#logs .log-line").count())
 
 
-def _last(page: Page) -> str:
-    return str(page.locator("#logs .log-line").last.text_content()).rstrip("\n")
-
-
 def _first(page: Page) -> str:
     return str(page.locator("#logs .log-line").first.text_content()).rstrip("\n")
 
@@ -48,6 +45,7 @@ def _first(page: Page) -> str:
 def test_a_200000_line_log_opens_at_its_end_follows_and_reads_back_on_demand(
     server: ServerProcess, page: Page, big_job: RunningJob, tmp_path: Path
 ) -> None:
+    page.set_viewport_size(DESKTOP)
     sign_in(page, server.admin_key, then="/queue")
     started = time.monotonic()
     page.goto(f"/queue/{big_job.job_id}")
@@ -90,6 +88,7 @@ def test_a_200000_line_log_opens_at_its_end_follows_and_reads_back_on_demand(
     big_job.ship(5000)  # while paused: counted, not drawn
     expect(page.locator("#log-state")).to_have_text("paused: 5000 new lines")
     assert _lines(page) <= WINDOW
+    assert _first(page) == line_text(earlier_top - 500)  # one page a click, no more
     clicked = time.monotonic()
     page.click("#log-resume")
     expect(page.locator("#log-state")).to_have_text("following")
@@ -109,6 +108,8 @@ def test_a_200000_line_log_opens_at_its_end_follows_and_reads_back_on_demand(
     assert head.startswith("==> attempt 1 (")
     assert count == total + 5000
     assert saved.read_text().splitlines()[-1] == line_text(total + 4999)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the job page is {overflow} px wider than the window"
     screenshot(page, "job-logs")
 
 

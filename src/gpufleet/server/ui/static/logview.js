@@ -28,6 +28,7 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
   let lastLive = 0; // the SSE cursor: the last seq it delivered
   let loading = false;
   let autoTop = 0; // where toBottom() left the view: above it, the reader scrolled up
+  let skipTop = false; // the next scroll is the one "Load earlier lines" made
 
   // ---- drawing -----------------------------------------------------------------------------
 
@@ -196,6 +197,7 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
       earlier = page.next_before;
       if (reveal) {
         setFollowing(false);
+        skipTop = box.scrollTop > 0; // the scroll to the top below reads no further page
         box.scrollTop = 0;
       }
     } catch (err) {
@@ -273,7 +275,8 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
       if (behind) loadLater();
       else if (!ended) resume();
     }
-    if (box.scrollTop < NEAR && earlier !== null) loadEarlier(false);
+    if (box.scrollTop < NEAR && earlier !== null && !skipTop) loadEarlier(false);
+    skipTop = false;
   }, { passive: true });
   earlierButton.addEventListener("click", () => loadEarlier(true));
   resumeButton.addEventListener("click", () => resume().catch(onError));
