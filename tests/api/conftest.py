@@ -425,6 +425,8 @@ class Fleet:
         paths += [f"/api/queue/{j['id']}" for j in jobs]
         paths += [f"/api/queue/{j['id']}/logs" for j in jobs]
         paths += [f"/api/queue/{j['id']}/progress" for j in jobs]
+        paths += [f"/api/queue/{j['id']}/logs?tail=100" for j in jobs]
+        paths += [f"/api/queue/{j['id']}/logs/download" for j in jobs]
         paths += [f"/api/admin/workers/{w['id']}" for w in workers]
         paths += [f"/api/configs/{c['name']}" for c in configs]
         for path in paths:

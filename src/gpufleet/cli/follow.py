@@ -23,34 +23,49 @@ from gpufleet.errors import ClientError
 
 ENDED = ("completed", "failed", "cancelled")
 POLL_SECONDS = 0.5
+PAGE = 1000  # lines a request; the most the CLI holds at once
 
 
 @click.command()
 @click.argument("job_id")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.option(
+    "-n",
+    "--tail",
+    type=click.IntRange(0, 2**31),
+    metavar="N",
+    help="Only the last N lines (with -f: then the new ones as they come).",
+)
 @json_option
 @api_options
-def logs(api: ApiClient, job_id: str, follow: bool, as_json: bool) -> None:
-    """Print a job's output (--json: one JSON object a line).
+def logs(api: ApiClient, job_id: str, follow: bool, tail: int | None, as_json: bool) -> None:
+    """Print a job's output, read and printed a page at a time (--json: one JSON object a
+    line).
 
     With -f, follows the job live and exits 0 when it completed, 1 when it failed or was
     cancelled.
     """
+    after = _print_pages(api, job_id, tail, as_json)
     if follow:
-        _follow_logs(api, job_id, as_json)
-        return
-    after = 0
+        _follow_logs(api, job_id, as_json, after)
+
+
+def _print_pages(api: ApiClient, job_id: str, tail: int | None, as_json: bool) -> int:
+    """Every line there is now (the last `tail` only, if given), one page in memory at a
+    time; returns the cursor to follow on from."""
+    cursor: dict[str, int] = {"after": 0} if tail is None else {"tail": tail}
     while True:
-        body = api.get(f"/api/queue/{part(job_id)}/logs", after=after, limit=1000)
+        body = api.get(f"/api/queue/{part(job_id)}/logs", limit=PAGE, **cursor)
         for line in body["lines"]:
             _print_line(line, as_json)
-        if len(body["lines"]) < 1000:
-            return
-        after = body["next_after"]
+        sys.stdout.flush()
+        if len(body["lines"]) < PAGE:
+            return int(body["next_after"])
+        cursor = {"after": body["next_after"]}
 
 
-def _follow_logs(api: ApiClient, job_id: str, as_json: bool) -> None:
-    for event, data in api.events(f"/api/queue/{part(job_id)}/logs", follow=True):
+def _follow_logs(api: ApiClient, job_id: str, as_json: bool, after: int) -> None:
+    for event, data in api.events(f"/api/queue/{part(job_id)}/logs", follow=True, after=after):
         if event == "log":
             _print_line(data, as_json)
         elif event == "end":

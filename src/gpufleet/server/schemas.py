@@ -478,6 +478,8 @@ class LogsOut(BaseModel):
     job_id: str
     lines: list[LogLineOut]
     next_after: int
+    # Pass as `before` to read the lines preceding this page; null at the log's first line.
+    next_before: int | None = None
 
 
 class ConfigOut(BaseModel):

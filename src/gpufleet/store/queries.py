@@ -49,6 +49,10 @@ from gpufleet.store.tables import (
     workers,
 )
 
+# job_logs.seq is a 32-bit integer on PostgreSQL: a cursor past it is compared here, since
+# the driver refuses to send it.
+LOG_SEQ_MAX = 2**31 - 1
+
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
@@ -698,17 +702,48 @@ class Queries:
         if rows:
             await self.conn.execute(sa.insert(job_logs), rows)
 
-    async def read_logs(self, job_id: str, after: int, limit: int) -> list[LogLine]:
-        stmt = (
-            sa.select(job_logs)
-            .where(job_logs.c.job_id == job_id, job_logs.c.seq > after)
-            .order_by(job_logs.c.seq)
-            .limit(limit)
-        )
+    async def read_logs(
+        self,
+        job_id: str,
+        after: int,
+        limit: int,
+        *,
+        before: int | None = None,
+        attempt_id: str | None = None,
+    ) -> list[LogLine]:
+        """Lines after `after`, oldest first; with `before`, the newest `limit` lines between
+        the two (still oldest first); with `attempt_id`, that attempt's only."""
+        if after >= LOG_SEQ_MAX:
+            return []
+        where = [*_log_scope(job_id, attempt_id), job_logs.c.seq > after]
+        if before is None:
+            stmt = sa.select(job_logs).where(*where).order_by(job_logs.c.seq).limit(limit)
+            rows = list(await self.conn.execute(stmt))
+        else:
+            if before <= LOG_SEQ_MAX:  # a cursor past every seq bounds nothing
+                where.append(job_logs.c.seq < before)
+            stmt = sa.select(job_logs).where(*where).order_by(job_logs.c.seq.desc()).limit(limit)
+            rows = list(await self.conn.execute(stmt))[::-1]
         return [
             LogLine(seq=r.seq, attempt_id=r.attempt_id, stream=r.stream, text=r.text, ts=r.ts)
-            for r in await self.conn.execute(stmt)
+            for r in rows
         ]
+
+    async def log_tail_cursor(self, job_id: str, count: int, attempt_id: str | None = None) -> int:
+        """The cursor after which the last `count` lines begin (0: the log is no longer)."""
+        stmt = (
+            sa.select(job_logs.c.seq)
+            .where(*_log_scope(job_id, attempt_id))
+            .order_by(job_logs.c.seq.desc())
+            .offset(count)
+            .limit(1)
+        )
+        return int((await self.conn.execute(stmt)).scalar_one_or_none() or 0)
+
+    async def first_log_seq(self, job_id: str, attempt_id: str | None = None) -> int | None:
+        stmt = sa.select(sa.func.min(job_logs.c.seq)).where(*_log_scope(job_id, attempt_id))
+        first = (await self.conn.execute(stmt)).scalar_one_or_none()
+        return None if first is None else int(first)
 
     async def count_logs(self, attempt_id: str) -> int:
         stmt = (
@@ -974,3 +1009,10 @@ _EMPTY_JOB: dict[str, Any] = {column.name: None for column in jobs.c}
 
 def _job_from(mapping: dict[str, Any]) -> Job:
     return _job(_RowLike(mapping))  # type: ignore[arg-type]
+
+
+def _log_scope(job_id: str, attempt_id: str | None) -> list[sa.ColumnElement[bool]]:
+    scope = [job_logs.c.job_id == job_id]
+    if attempt_id is not None:
+        scope.append(job_logs.c.attempt_id == attempt_id)
+    return scope

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, Query
+from starlette.responses import StreamingResponse
 
 from gpufleet.domain.permissions import ADMIN_AUDIT, QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.domain.states import JobStatus, Target
@@ -33,7 +35,7 @@ from gpufleet.server.schemas import (
     Ok,
     SubmitIn,
 )
-from gpufleet.server.services import audit, auth, queue, reruns
+from gpufleet.server.services import audit, auth, joblogs, queue, reruns
 from gpufleet.server.services.auth import Principal
 from gpufleet.server.services.queue import Submission
 from gpufleet.store.queries import AuditFilter, JobFilter
@@ -146,17 +148,44 @@ async def job_logs(
     who: Reader,
     job_id: str,
     after: Annotated[int, Query(ge=0, le=2**62)] = 0,
-    limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
+    limit: Annotated[int, Query(ge=1, le=joblogs.MAX_PAGE)] = 1000,
     follow: bool = False,
+    before: Annotated[int | None, Query(ge=1, le=2**62)] = None,
+    tail: Annotated[int | None, Query(ge=0, le=2**31)] = None,
+    attempt_id: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
 ) -> Any:
+    """A page of lines after `after`, before `before` (the newest ones before it) or the
+    last `tail` lines, oldest first, optionally one attempt's; with follow=true, an event
+    stream of the lines after `after` until the job ends."""
     if follow:
         await queue.get_job(ctx, job_id)  # 404 before the stream starts
         return sse.stream(_follow(ctx, who, job_id, after))
-    lines = await queue.read_logs(ctx, job_id, after, limit)
+    query = joblogs.PageQuery(
+        limit=limit, after=after, before=before, tail=tail, attempt_id=attempt_id
+    )
+    page = await joblogs.read_page(ctx, job_id, query)
     return LogsOut(
         job_id=job_id,
-        lines=[LogLineOut(**vars_of(line)) for line in lines],
-        next_after=lines[-1].seq if lines else after,
+        lines=[LogLineOut(**vars_of(line)) for line in page.lines],
+        next_after=page.next_after,
+        next_before=page.next_before,
+    )
+
+
+@router.get(
+    "/api/queue/{job_id}/logs/download",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/plain": {}}, "description": "The whole log as text."}},
+)
+async def download_job_logs(ctx: Ctx, who: Reader, job_id: str) -> StreamingResponse:
+    """The whole log as a text file, each attempt's lines under a `==> attempt N … <==`
+    line, streamed as it is read."""
+    text = await joblogs.log_text(ctx, job_id)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", job_id)
+    return StreamingResponse(
+        (chunk.encode("utf-8", "replace") async for chunk in text),
+        media_type="text/plain; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}.log"'},
     )
 
 

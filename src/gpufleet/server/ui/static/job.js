@@ -1,11 +1,12 @@
-// One job: its facts, progress and metrics, why it waits, its attempts, and its logs as
-// they arrive (GET /api/queue/{id}/logs?follow=true: `log` events, then `end`).
+// One job: its facts, progress and metrics, why it waits, its attempts, and its logs
+// (logview.js).
 import { get, post } from "./api.js";
 import { trainingCharts } from "./chart.js";
 import {
   $, badge, busy, confirmDialog, h, progress, serial, showError, span, startClock, when, wireDialogs,
 } from "./dom.js";
 import { live } from "./live.js";
+import { logView } from "./logview.js";
 import "./nav.js";
 
 const root = $("#job");
@@ -95,6 +96,7 @@ const refresh = serial(async () => {
     ? j.attempt_history.map(attemptRow)
     : [h("tr", { class: "empty" }, h("td", { colspan: 9, text: "Not offered to a worker yet." }))]));
   $("#config").textContent = JSON.stringify(j.config, null, 2);
+  logs.attempts(j.attempt_history);
 });
 
 $("#cancel").addEventListener("click", async (event) => {
@@ -119,44 +121,17 @@ $("#rerun").addEventListener("click", async (event) => {
   }
 });
 
-// ---- logs ---------------------------------------------------------------------------------
-
-const logs = $("#logs");
-const follow = $("#follow");
-const logState = $("#log-state");
-let lastSeq = 0;
-
-function followLogs() {
-  // A reconnect starts after the last line we have, so nothing is shown twice.
-  const source = new EventSource(`/api/queue/${jobId}/logs?follow=true&after=${lastSeq}`);
-  logState.textContent = "following";
-  source.addEventListener("log", (event) => {
-    const line = JSON.parse(event.data);
-    if (line.seq <= lastSeq) return;
-    lastSeq = line.seq;
-    logs.append(h("span", { class: line.stream, "data-seq": line.seq }, `${line.text}\n`));
-    if (follow.checked) logs.scrollTop = logs.scrollHeight;
-  });
-  source.addEventListener("end", (event) => {
-    source.close();
-    logState.textContent = `ended: ${JSON.parse(event.data).status}`;
-    refresh();
-  });
-  source.addEventListener("error", () => {
-    if (source.readyState === EventSource.CLOSED) {
-      logState.textContent = "reconnecting";
-      setTimeout(followLogs, 3000);
-    } else {
-      source.close(); // reopen ourselves, with `after`, rather than replay from the start
-      logState.textContent = "reconnecting";
-      setTimeout(followLogs, 1000);
-    }
-  });
-  window.addEventListener("pagehide", () => source.close(), { once: true });
-}
+const logs = logView({
+  jobId,
+  box: $("#logs"),
+  state: $("#log-state"),
+  earlierButton: $("#log-earlier"),
+  resumeButton: $("#log-resume"),
+  onEnd: () => refresh(),
+  onError: (err) => showError(error, err),
+});
 
 wireDialogs();
 startClock();
 refresh();
-followLogs();
 live({ jobs: refresh });

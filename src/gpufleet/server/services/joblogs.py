@@ -1,0 +1,129 @@
+"""A job's log read back: one bounded page at a time, or the whole of it as streamed text.
+
+A page is read after a cursor (oldest first), before one (the newest lines before it), or as
+the last `tail` lines; optionally one attempt's only. Cursors are line `seq` numbers, so a
+page never depends on lines arriving meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpufleet.domain.records import Attempt, LogLine
+from gpufleet.errors import InvalidInput, NotFound
+from gpufleet.server.context import Context
+from gpufleet.server.services import queue
+from gpufleet.store.queries import Queries
+
+MAX_PAGE = 5000
+DOWNLOAD_PAGE = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class LogPage:
+    lines: list[LogLine]
+    next_after: int  # read on from here (the last line's seq, or the cursor given)
+    next_before: int | None  # read back from here; None: the page starts at the first line
+
+
+@dataclass(frozen=True, slots=True)
+class PageQuery:
+    limit: int
+    after: int = 0
+    before: int | None = None
+    tail: int | None = None
+    attempt_id: str | None = None
+
+
+def _check(query: PageQuery) -> None:
+    if query.tail is not None and (query.before is not None or query.after):
+        raise InvalidInput("tail reads the end of the log: give it without after or before")
+    if query.before is not None and query.before <= query.after:
+        raise InvalidInput(
+            f"before ({query.before}) must be greater than after ({query.after}): before reads "
+            "the lines preceding a line, after the lines following one"
+        )
+    if not 1 <= query.limit <= MAX_PAGE:
+        raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}")
+
+
+async def _attempt_of(q: Queries, job_id: str, attempt_id: str) -> None:
+    if not any(a.id == attempt_id for a in await q.attempts_for_job(job_id)):
+        raise NotFound(
+            f"job {job_id} has no attempt {attempt_id}; its attempts are listed in "
+            f"attempt_history of GET /api/queue/{job_id}"
+        )
+
+
+async def read_page(ctx: Context, job_id: str, query: PageQuery) -> LogPage:
+    _check(query)
+    await queue.get_job(ctx, job_id)
+    async with ctx.store.read() as q:
+        if query.attempt_id is not None:
+            await _attempt_of(q, job_id, query.attempt_id)
+        after = query.after
+        if query.tail is not None:
+            after = await q.log_tail_cursor(job_id, query.tail, query.attempt_id)
+        lines = await q.read_logs(
+            job_id, after, query.limit, before=query.before, attempt_id=query.attempt_id
+        )
+        first = await q.first_log_seq(job_id, query.attempt_id) if lines else None
+    earlier = lines[0].seq if lines and first is not None and first < lines[0].seq else None
+    return LogPage(
+        lines=lines,
+        next_after=lines[-1].seq if lines else after,
+        next_before=earlier,
+    )
+
+
+def attempt_header(attempt: Attempt | None, attempt_id: str, worker_name: str | None) -> str:
+    """The line that opens an attempt's output in a downloaded log."""
+    if attempt is None:
+        return f"==> attempt {attempt_id} <=="
+    worker = f"{worker_name} ({attempt.worker_id})" if worker_name else attempt.worker_id
+    started = _iso(attempt.started_at or attempt.offered_at)
+    return f"==> attempt {attempt.number} ({attempt.id}) on {worker}, started {started} <=="
+
+
+def _iso(at: datetime) -> str:
+    return at.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+async def log_text(ctx: Context, job_id: str) -> AsyncIterator[str]:
+    """The whole log as text, attempt headers included, read page by page as it is sent
+    (memory stays one page whatever the log's length). Raises NotFound before any text."""
+    await queue.get_job(ctx, job_id)
+    return _text(ctx, job_id)
+
+
+async def _text(ctx: Context, job_id: str) -> AsyncIterator[str]:
+    after = 0
+    current: str | None = None
+    headers: dict[str, str] = {}
+    while True:
+        async with ctx.store.read() as q:
+            lines = await q.read_logs(job_id, after, DOWNLOAD_PAGE)
+            if any(line.attempt_id not in headers for line in lines):
+                headers = await _headers(q, job_id)
+        chunk: list[str] = []
+        for line in lines:
+            if line.attempt_id != current:
+                current = line.attempt_id
+                header = headers.get(current) or attempt_header(None, current, None)
+                chunk.append(("\n" if chunk or after else "") + header + "\n")
+            chunk.append(line.text + "\n")
+        if chunk:
+            yield "".join(chunk)
+        if len(lines) < DOWNLOAD_PAGE:
+            return
+        after = lines[-1].seq
+
+
+async def _headers(q: Queries, job_id: str) -> dict[str, str]:
+    headers = {}
+    for attempt in await q.attempts_for_job(job_id):
+        worker = await q.get_worker(attempt.worker_id)
+        headers[attempt.id] = attempt_header(attempt, attempt.id, worker.name if worker else None)
+    return headers

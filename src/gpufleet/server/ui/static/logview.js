@@ -1,0 +1,300 @@
+// The job page's log: whatever its length, the DOM holds a bounded window of lines, drawn in
+// batches (one per animation frame). It opens on the last page, follows the live tail over
+// SSE (GET /api/queue/{id}/logs?follow=true: `log` events, then `end`), stops following when
+// the reader scrolls up, and reads earlier lines a page at a time (?before=) as they scroll to
+// the top or press "Load earlier lines". Each attempt's lines sit under their own header.
+import { get } from "./api.js";
+import { h, when } from "./dom.js";
+
+const PAGE = 500; // lines a request
+const WINDOW = 2000; // the most line elements in the DOM
+const BATCH = 1000; // the most lines drawn a frame
+const NEAR = 48; // px from an edge that counts as being at it
+
+export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd, onError }) {
+  const base = `/api/queue/${jobId}/logs`;
+  const attempts = new Map(); // attempt id -> its row of attempt_history
+  let lineCount = 0; // line elements in the DOM
+  let bottom = 0; // seq of the last line drawn (0: none)
+  let earlier = null; // cursor for the lines before the first one drawn; null: none
+  let behind = false; // lines after `bottom` exist that the DOM does not hold
+  let following = true;
+  let syncing = true; // reading pages: live lines wait in `pending`
+  let ended = null; // the job's final status once the stream says so
+  let missed = 0; // live lines that arrived while not following
+  let pending = [];
+  let frame = 0;
+  let source = null;
+  let lastLive = 0; // the SSE cursor: the last seq it delivered
+  let loading = false;
+  let autoTop = 0; // where toBottom() left the view: above it, the reader scrolled up
+  let skipTop = false; // the next scroll is the one "Load earlier lines" made
+
+  // ---- drawing -----------------------------------------------------------------------------
+
+  function headerContent(id) {
+    const a = attempts.get(id);
+    if (!a) return [`Attempt ${id}`];
+    const at = a.started_at || a.offered_at;
+    const worker = h("span", { title: a.worker_id, text: a.worker_name || a.worker_id });
+    return [`Attempt ${a.number} on `, worker, at ? ", started " : "", at ? when(at) : ""];
+  }
+
+  const header = (id) => h("span", { class: "log-attempt", "data-attempt": id }, ...headerContent(id));
+  const lineEl = (line) =>
+    h("span", { class: `log-line ${line.stream}`, "data-seq": line.seq, "data-attempt": line.attempt_id }, `${line.text}\n`);
+
+  function lastLine() {
+    for (let el = box.lastElementChild; el; el = el.previousElementSibling) {
+      if (el.classList.contains("log-line")) return el;
+    }
+    return null;
+  }
+
+  // Lines newer than any drawn, at the bottom.
+  function append(lines) {
+    const fresh = lines.filter((line) => line.seq > bottom);
+    if (!fresh.length) return;
+    const fragment = document.createDocumentFragment();
+    let attempt = lastLine()?.dataset.attempt;
+    for (const line of fresh) {
+      if (line.attempt_id !== attempt) fragment.append(header(line.attempt_id));
+      attempt = line.attempt_id;
+      fragment.append(lineEl(line));
+    }
+    box.append(fragment);
+    lineCount += fresh.length;
+    bottom = fresh[fresh.length - 1].seq;
+    if (lineCount > WINDOW) trimTop(lineCount - WINDOW);
+  }
+
+  // Lines older than any drawn, at the top, keeping what the reader sees in place.
+  function prepend(lines) {
+    if (!lines.length) return;
+    const fragment = document.createDocumentFragment();
+    let attempt = null;
+    for (const line of lines) {
+      if (line.attempt_id !== attempt) fragment.append(header(line.attempt_id));
+      attempt = line.attempt_id;
+      fragment.append(lineEl(line));
+    }
+    const first = box.firstElementChild;
+    if (first && first.classList.contains("log-attempt") && first.dataset.attempt === attempt) first.remove();
+    const height = box.scrollHeight;
+    box.prepend(fragment);
+    box.scrollTop += box.scrollHeight - height;
+    lineCount += lines.length;
+    if (!bottom) bottom = lines[lines.length - 1].seq;
+    if (lineCount > WINDOW) trimBottom(lineCount - WINDOW);
+  }
+
+  function trimTop(count) {
+    const height = box.scrollHeight;
+    for (let removed = 0; removed < count && box.firstElementChild;) {
+      const el = box.firstElementChild;
+      if (el.classList.contains("log-line")) removed += 1;
+      el.remove();
+    }
+    lineCount -= count;
+    while (box.firstElementChild?.classList.contains("log-attempt") &&
+      !box.firstElementChild.nextElementSibling?.classList.contains("log-line")) {
+      box.firstElementChild.remove(); // a header whose lines all went
+    }
+    const first = box.firstElementChild;
+    if (first && first.classList.contains("log-line")) box.prepend(header(first.dataset.attempt));
+    earlier = Number(box.querySelector(".log-line")?.dataset.seq) || null;
+    if (!following) box.scrollTop -= height - box.scrollHeight;
+  }
+
+  function trimBottom(count) {
+    for (let removed = 0; removed < count && box.lastElementChild;) {
+      const el = box.lastElementChild;
+      if (el.classList.contains("log-line")) removed += 1;
+      el.remove();
+    }
+    while (box.lastElementChild?.classList.contains("log-attempt")) box.lastElementChild.remove();
+    lineCount -= count;
+    bottom = Number(lastLine()?.dataset.seq) || 0;
+    behind = true;
+    setFollowing(false);
+  }
+
+  function clear() {
+    box.replaceChildren();
+    lineCount = 0;
+    bottom = 0;
+    earlier = null;
+  }
+
+  function toBottom() {
+    box.scrollTop = box.scrollHeight;
+    autoTop = box.scrollTop;
+  }
+
+  function draw() {
+    frame = 0;
+    if (syncing || !pending.length) return;
+    if (pending.length > WINDOW) {
+      pending = pending.slice(-WINDOW); // older ones would be trimmed at once
+      clear();
+      earlier = pending[0].seq;
+    }
+    append(pending.splice(0, BATCH));
+    if (following) toBottom();
+    if (pending.length) schedule();
+  }
+
+  function schedule() {
+    if (!frame) frame = requestAnimationFrame(draw);
+  }
+
+  // ---- state -------------------------------------------------------------------------------
+
+  function show() {
+    if (ended) state.textContent = `ended: ${ended}`;
+    else if (following) state.textContent = "following";
+    else state.textContent = missed ? `paused: ${missed} new line${missed === 1 ? "" : "s"}` : "paused";
+    resumeButton.hidden = following || (ended !== null && !behind);
+    resumeButton.textContent = ended ? "Go to the end" : "Resume following";
+    earlierButton.hidden = earlier === null;
+    box.dataset.following = String(following);
+  }
+
+  function setFollowing(on) {
+    following = on;
+    if (on) missed = 0;
+    show();
+  }
+
+  // ---- reading -----------------------------------------------------------------------------
+
+  async function read(params) {
+    return get(`${base}?${new URLSearchParams({ limit: PAGE, ...params })}`);
+  }
+
+  // The last page; live lines that come meanwhile wait in `pending` and are drawn after it
+  // (a line is stored before the stream announces it, so the page misses none before them).
+  async function loadTail() {
+    syncing = true;
+    try {
+      const page = await read({ tail: PAGE });
+      clear();
+      append(page.lines);
+      earlier = page.next_before;
+      bottom = Math.max(bottom, page.next_after);
+    } finally {
+      syncing = false;
+    }
+    schedule();
+    toBottom();
+  }
+
+  async function loadEarlier(reveal) {
+    if (loading || earlier === null) return;
+    loading = true;
+    try {
+      const page = await read({ before: earlier });
+      prepend(page.lines);
+      earlier = page.next_before;
+      if (reveal) {
+        setFollowing(false);
+        skipTop = box.scrollTop > 0; // the scroll to the top below reads no further page
+        box.scrollTop = 0;
+      }
+    } catch (err) {
+      onError(err);
+    } finally {
+      loading = false;
+      show();
+    }
+  }
+
+  async function loadLater() {
+    if (loading || !behind) return;
+    loading = true;
+    try {
+      const page = await read({ after: bottom });
+      append(page.lines);
+      if (page.lines.length < PAGE) behind = false;
+    } catch (err) {
+      onError(err);
+    } finally {
+      loading = false;
+      show();
+    }
+  }
+
+  async function resume() {
+    const reload = behind;
+    behind = false;
+    setFollowing(true);
+    if (reload) {
+      pending = [];
+      await loadTail();
+    }
+    toBottom();
+    show();
+  }
+
+  // ---- the live tail -----------------------------------------------------------------------
+
+  function live() {
+    // A reconnect starts after the last line received, so nothing comes twice.
+    source = new EventSource(`${base}?follow=true&after=${lastLive}`);
+    source.addEventListener("open", show);
+    source.addEventListener("log", (event) => {
+      const line = JSON.parse(event.data);
+      if (line.seq <= lastLive) return;
+      lastLive = line.seq;
+      if (following && !behind) {
+        pending.push(line);
+        schedule();
+      } else {
+        behind = true;
+        missed += 1;
+        show();
+      }
+    });
+    source.addEventListener("end", (event) => {
+      source.close();
+      ended = JSON.parse(event.data).status;
+      show();
+      onEnd();
+    });
+    source.addEventListener("error", () => {
+      source.close(); // reopened by us, with `after`, rather than replayed from the start
+      if (ended) return;
+      state.textContent = "reconnecting";
+      setTimeout(live, 1000);
+    });
+  }
+
+  box.addEventListener("scroll", () => {
+    const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - NEAR;
+    if (following && box.scrollTop < autoTop - 4) setFollowing(false);
+    else if (!following && atBottom) {
+      if (behind) loadLater();
+      else if (!ended) resume();
+    }
+    if (box.scrollTop < NEAR && earlier !== null && !skipTop) loadEarlier(false);
+    skipTop = false;
+  }, { passive: true });
+  earlierButton.addEventListener("click", () => loadEarlier(true));
+  resumeButton.addEventListener("click", () => resume().catch(onError));
+  window.addEventListener("pagehide", () => source?.close(), { once: true });
+
+  state.textContent = "loading…";
+  loadTail().then(() => {
+    lastLive = bottom;
+    show();
+    live();
+  }, onError);
+
+  return {
+    // The job's attempt_history, for the headers (attempt number, worker, start time).
+    attempts(list) {
+      for (const a of list) attempts.set(a.id, a);
+      for (const el of box.querySelectorAll(".log-attempt")) el.replaceChildren(...headerContent(el.dataset.attempt));
+    },
+  };
+}

@@ -1,0 +1,153 @@
+"""The job page on long logs (#15.2): it appended and scrolled once a line, and froze on
+20,000. Now it opens on the log's end, follows the live tail, holds a bounded window of
+lines, reads earlier ones on demand, heads each attempt's lines, and downloads the whole log.
+
+The figures it measures are printed (run with -s) and recorded in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import PHONE, screenshot, sign_in
+from tests.e2e.conftest import FakeWorker, ServerProcess, submit_job, unique
+from tests.logfill import RunningJob, line_text, running_job
+
+LINES = 200_000
+LIVE = 20_000  # shipped while the page follows
+DESKTOP = {"width": 1440, "height": 900}
+WINDOW = 2000  # logview.js: the most line elements the page keeps
+
+
+@pytest.fixture(scope="module")
+def big_job(server: ServerProcess) -> Iterator[RunningJob]:
+    job = running_job(server, "big")
+    started = time.monotonic()
+    job.ship(LINES)
+    print(f"\n{LINES} lines shipped in {time.monotonic() - started:.1f} s")
+    yield job
+    job.worker.close()
+
+
+def _lines(page: Page) -> int:
+    return int(page.locator("#logs .log-line").count())
+
+
+def _first(page: Page) -> str:
+    return str(page.locator("#logs .log-line").first.text_content()).rstrip("\n")
+
+
+def test_a_200000_line_log_opens_at_its_end_follows_and_reads_back_on_demand(
+    server: ServerProcess, page: Page, big_job: RunningJob, tmp_path: Path
+) -> None:
+    page.set_viewport_size(DESKTOP)
+    sign_in(page, server.admin_key, then="/queue")
+    started = time.monotonic()
+    page.goto(f"/queue/{big_job.job_id}")
+    expect(page.locator("#logs .log-line").last).to_have_text(line_text(LINES - 1), timeout=15_000)
+    first_paint = time.monotonic() - started
+    expect(page.locator("#log-state")).to_have_text("following")
+    following = time.monotonic() - started
+    print(f"\nfirst paint {first_paint:.2f} s, following {following:.2f} s")
+    assert _lines(page) <= WINDOW
+    expect(page.locator(".log-attempt")).to_have_count(1)
+    expect(page.locator("#log-earlier")).to_be_visible()
+
+    # The live tail, drawn as it comes while the page answers clicks; the DOM stays bounded.
+    shipping = threading.Thread(target=big_job.ship, args=(LIVE,))
+    shipping.start()
+    clicked = time.monotonic()
+    page.click("#cancel")
+    expect(page.locator("#confirm")).to_be_visible()
+    page.click("#confirm [data-close]")
+    expect(page.locator("#confirm")).to_be_hidden()
+    answered = time.monotonic() - clicked
+    shipping.join()
+    total = LINES + LIVE
+    expect(page.locator("#logs .log-line").last).to_have_text(line_text(total - 1))
+    print(f"a dialog opened and closed in {answered:.2f} s while {LIVE} lines streamed in")
+    assert _lines(page) <= WINDOW
+    expect(page.locator("#log-state")).to_have_text("following")
+    heap = page.evaluate("performance.memory.usedJSHeapSize") / 2**20
+    print(f"JS heap {heap:.0f} MiB, {_lines(page)} line elements")
+
+    page.locator("#logs").evaluate("box => { box.scrollTop = 0; }")  # the reader scrolls up
+    expect(page.locator("#log-state")).to_have_text("paused")
+    expect(page.locator("#log-resume")).to_be_visible()
+    earlier_top = total - WINDOW - 500  # the window's top, then a page before it
+    expect(page.locator("#logs .log-line").first).to_have_text(line_text(earlier_top))
+    page.click("#log-earlier")
+    expect(page.locator("#logs .log-line").first).to_have_text(line_text(earlier_top - 500))
+    assert _lines(page) <= WINDOW
+
+    big_job.ship(5000)  # while paused: counted, not drawn
+    expect(page.locator("#log-state")).to_have_text("paused: 5000 new lines")
+    assert _lines(page) <= WINDOW
+    assert _first(page) == line_text(earlier_top - 500)  # one page a click, no more
+    clicked = time.monotonic()
+    page.click("#log-resume")
+    expect(page.locator("#log-state")).to_have_text("following")
+    expect(page.locator("#logs .log-line").last).to_have_text(line_text(total + 4999))
+    resumed = time.monotonic() - clicked
+    print(f"resume following answered in {resumed:.2f} s")
+    assert _lines(page) <= WINDOW
+
+    with page.expect_download() as download:
+        page.click("#log-download")
+    assert download.value.suggested_filename == f"{big_job.job_id}.log"
+    saved = tmp_path / "job.log"
+    download.value.save_as(saved)
+    with saved.open() as text:
+        head = text.readline()
+        count = sum(1 for _ in text)
+    assert head.startswith("==> attempt 1 (")
+    assert count == total + 5000
+    assert saved.read_text().splitlines()[-1] == line_text(total + 4999)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the job page is {overflow} px wider than the window"
+    screenshot(page, "job-logs")
+
+
+def test_each_attempts_lines_sit_under_its_own_header(server: ServerProcess, page: Page) -> None:
+    tag = {"pool": unique("retry")}
+    name = unique("retry")
+    worker = FakeWorker(server, name, labels=tag)
+    worker.register(labels=tag)
+    stream = worker.connect()
+    job_id = submit_job(server, tag, ["true"], max_retries=1, retry_on=["failed"])
+    for number, status in ((1, "failed"), (2, "completed")):
+        attempt = stream.next("job_submit")["attempt_id"]
+        for step in ("acknowledged", "running"):
+            assert worker.report(job_id, step, attempt_id=attempt).status_code == 200
+        lines = [{"text": f"attempt {number} line {i}"} for i in range(3)]
+        with worker.http() as c:
+            resp = c.post(
+                f"/api/workers/job/{job_id}/logs", json={"attempt_id": attempt, "lines": lines}
+            )
+            assert resp.status_code == 200, resp.text
+        resp = worker.report(job_id, status, attempt_id=attempt, exit_code=2 - number)
+        assert resp.status_code == 200, resp.text
+    worker.close()
+
+    page.set_viewport_size(PHONE)
+    sign_in(page, server.admin_key, then=f"/queue/{job_id}")
+    expect(page.locator("#log-state")).to_have_text("ended: completed")
+    headers = page.locator("#logs .log-attempt")
+    expect(headers).to_have_count(2)
+    # The worker by name (defect 6), its id on hover.
+    expect(headers.nth(0)).to_contain_text(f"Attempt 1 on {name}, started ")
+    expect(headers.nth(1)).to_contain_text(f"Attempt 2 on {name}, started ")
+    expect(headers.nth(0).locator("span[title]")).to_have_attribute("title", worker.id)
+    texts = page.locator("#logs > span").all_text_contents()
+    assert [t.rstrip("\n") for t in texts[5:]] == [f"attempt 2 line {i}" for i in range(3)]
+    assert texts[4].startswith("Attempt 2 on ")
+    expect(page.locator("#log-earlier")).to_be_hidden()
+    expect(page.locator("#log-resume")).to_be_hidden()
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the job page is {overflow} px wider than a phone screen"
+    screenshot(page, "phone-job-logs")

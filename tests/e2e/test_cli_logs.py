@@ -1,0 +1,78 @@
+"""`gpufleet jobs logs` reads a long log a page at a time and prints as it reads; `--tail N`
+prints the last N lines (#15.2: it printed all 20,001 lines at once, and had no --tail)."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.conftest import ServerProcess
+from tests.e2e.test_cli import gf, ok
+from tests.logfill import RunningJob, line_text, running_job
+
+LINES = 2500  # three pages of 1,000
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("cli-logs"), None)
+    proc.start()
+    yield proc
+    proc.kill(signal.SIGTERM)
+
+
+@pytest.fixture(scope="module")
+def job(server: ServerProcess) -> Iterator[RunningJob]:
+    running = running_job(server, "cli")
+    running.ship(LINES)
+    running.finish()
+    yield running
+    running.worker.close()
+
+
+def _log_reads(server: ServerProcess, job_id: str) -> list[str]:
+    """The log page requests the server saw for the job (its access log)."""
+    return re.findall(rf"GET /api/queue/{job_id}/logs\?[^ ]*", server.log_path.read_text())
+
+
+def test_jobs_logs_prints_a_long_log_whole_reading_it_a_page_at_a_time(
+    server: ServerProcess, job: RunningJob
+) -> None:
+    before = len(_log_reads(server, job.job_id))
+
+    printed = ok(gf(server, "jobs", "logs", job.job_id)).splitlines()
+
+    assert printed == [line_text(i) for i in range(LINES)]
+    reads = _log_reads(server, job.job_id)[before:]
+    assert len(reads) == 3 and all("limit=1000" in read for read in reads), reads
+
+
+@pytest.mark.parametrize("tail", [0, 3, 1500, 10_000])
+def test_jobs_logs_tail_prints_the_last_lines_only(
+    server: ServerProcess, job: RunningJob, tail: int
+) -> None:
+    printed = ok(gf(server, "jobs", "logs", job.job_id, "--tail", str(tail))).splitlines()
+
+    assert printed == [line_text(i) for i in range(max(0, LINES - tail), LINES)]
+
+
+def test_jobs_logs_tail_with_follow_prints_the_last_lines_then_the_end(
+    server: ServerProcess, job: RunningJob
+) -> None:
+    result = gf(server, "jobs", "logs", job.job_id, "-n", "2", "-f", "--json")
+
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["text"] for r in records] == [line_text(LINES - 2), line_text(LINES - 1)]
+    assert f"Job {job.job_id} completed." in result.stderr
+
+
+def test_jobs_logs_tail_refuses_a_negative_count(server: ServerProcess, job: RunningJob) -> None:
+    result = gf(server, "jobs", "logs", job.job_id, "--tail", "-1")
+
+    assert result.returncode == 2
+    assert "--tail" in result.stderr
