@@ -6,6 +6,7 @@ import shlex
 from typing import Any
 
 import click
+from rich.text import Text
 
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
@@ -35,7 +36,7 @@ def list_workers(api: ApiClient, statuses: tuple[str, ...], as_json: bool) -> No
         (
             w["id"],
             w["name"],
-            out.status(w["status"]),
+            _status(w),
             w["worker_type"] + (" (local)" if w["is_local"] else ""),
             _gpus(w),
             {**w["labels"], **w["admin_labels"]},
@@ -77,7 +78,7 @@ def show_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
             [
                 ("id", w["id"]),
                 ("name", w["name"]),
-                ("status", out.status(w["status"])),
+                ("status", _status(w)),
                 ("type", w["worker_type"] + (" (local)" if w["is_local"] else "")),
                 ("gpus", _gpus(w)),
                 ("driver", caps.get("driver_version")),
@@ -87,7 +88,7 @@ def show_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
                 ("current job", w["current_job_id"]),
                 ("jobs run", w["jobs_run"]),
                 ("last heartbeat", out.when(w["last_heartbeat"])),
-                ("connected", out.when(w["connected_at"])),
+                ("connected", out.when(w["up_since"])),
                 ("offline since", out.when(w["offline_since"])),
                 ("created", out.when(w["created_at"])),
             ]
@@ -197,6 +198,11 @@ def delete_worker(api: ApiClient, worker_id: str, yes: bool) -> None:
         click.confirm(f"Delete worker {worker_id} and its token?", abort=True, err=True)
     api.delete(f"/api/admin/workers/{part(worker_id)}")
     out.echo(f"Deleted worker {worker_id}.")
+
+
+def _status(w: dict[str, Any]) -> Text:
+    """The status in the server's words for it (`presence_text`: e.g. never connected)."""
+    return out.status(w["status"], w.get("presence_text"))
 
 
 def _gpus(w: dict[str, Any]) -> str:

@@ -44,6 +44,7 @@ class Worker:
     last_heartbeat: datetime | None
     connected_at: datetime | None
     offline_since: datetime | None
+    token_issued_at: datetime | None = None  # when its live token was made (create, rotate)
 
     @property
     def offline(self) -> bool:

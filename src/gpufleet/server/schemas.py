@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.domain import audit_chain
+from gpufleet.domain.presence import PRESENCE_TEXT, presence, up_since
 from gpufleet.domain.records import ApiKey, Attempt, AuditEvent, Job, StoredConfig, Worker
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target, WorkerType, can_delete_worker
 
@@ -66,10 +67,21 @@ class WorkerOut(BaseModel):
     connected_at: datetime | None
     offline_since: datetime | None
     capabilities: dict[str, Any]
+    # What an operator is told (domain.presence): `status` in finer words, e.g. a
+    # `connecting` worker that never connected, or whose token was rotated since it spoke.
+    presence: str
+    presence_text: str
+    up_since: datetime | None  # when its open stream opened; None while none is open
+    token_issued_at: datetime | None
 
     @classmethod
     def of(cls, w: Worker) -> WorkerOut:
+        seen = presence(w)
         return cls(
+            presence=seen.value,
+            presence_text=PRESENCE_TEXT[seen],
+            up_since=up_since(w),
+            token_issued_at=w.token_issued_at,
             id=w.id,
             name=w.name,
             status=w.status.value,

@@ -85,6 +85,7 @@ def _worker(row: sa.Row[Any]) -> Worker:
         last_heartbeat=m["last_heartbeat"],
         connected_at=m["connected_at"],
         offline_since=m["offline_since"],
+        token_issued_at=m["token_issued_at"],
     )
 
 
@@ -293,6 +294,9 @@ class Queries:
             sa.insert(worker_tokens).values(
                 worker_id=worker_id, token_hash=token_hash, created_at=now
             )
+        )
+        await self.conn.execute(
+            sa.update(workers).where(workers.c.id == worker_id).values(token_issued_at=now)
         )
 
     async def revoke_tokens(self, worker_id: str, now: datetime) -> None:

@@ -60,6 +60,7 @@ workers = sa.Table(
     sa.Column("last_heartbeat", UTCDateTime),
     sa.Column("connected_at", UTCDateTime),
     sa.Column("offline_since", UTCDateTime),
+    sa.Column("token_issued_at", UTCDateTime),
     sa.Index("ix_workers_status", "status"),
     sa.Index("ix_workers_match", "status", "is_local", "gpu_count", "id"),
 )

@@ -117,10 +117,13 @@ function actions(w) {
 }
 
 function row(w) {
-  const up = w.offline_since ? null : w.connected_at;
-  return h("tr", { "data-worker": w.name, "data-status": w.status },
+  // The words and the uptime are the server's (presence, up_since): one home for both.
+  const up = w.up_since;
+  const status = badge(w.status);
+  status.textContent = w.presence_text;
+  return h("tr", { "data-worker": w.name, "data-status": w.status, "data-presence": w.presence },
     h("td", { "data-label": "Name" }, h("strong", { text: w.name }), h("div", { class: "muted mono", text: w.id })),
-    h("td", { "data-label": "Status", class: "status" }, badge(w.status)),
+    h("td", { "data-label": "Status", class: "status" }, status),
     h("td", { "data-label": "Type", text: w.worker_type }),
     h("td", { "data-label": "GPUs" }, gpus(w)),
     h("td", { "data-label": "Labels" }, labels(w.labels)),
