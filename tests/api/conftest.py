@@ -48,6 +48,7 @@ READS = [
     "/api/queue?status=running",
     "/api/queue?status=failed",
     "/api/admin/workers",
+    "/api/admin/orchestrator",
     "/api/configs",
     "/api/audit?limit=500",
     "/api/audit/verify",

@@ -113,34 +113,48 @@ def show_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
     callback=parse_labels,
     help="An admin label (repeatable); admin labels win over the worker's own.",
 )
+@click.option(
+    "--orchestrator-url",
+    metavar="URL",
+    help="The URL the worker will call, in the printed command; default: the server's "
+    "--public-url.",
+)
 @json_option
 @api_options
 def create_worker(
-    api: ApiClient, name: str, worker_type: str, labels: dict[str, str], as_json: bool
+    api: ApiClient,
+    name: str,
+    worker_type: str,
+    labels: dict[str, str],
+    orchestrator_url: str | None,
+    as_json: bool,
 ) -> None:
     """Create a worker and print its token (shown only this once) and how to start it."""
+    where = api.get("/api/admin/orchestrator")
     body = api.post(
         "/api/admin/workers", {"name": name, "worker_type": worker_type, "labels": labels}
     )
     if as_json:
         out.print_json(body)
         return
-    command = [
-        "gpufleet",
+    args = [
         "worker",
         "--orchestrator-url",
-        api.url,
+        orchestrator_url or where["public_url"],
         "--worker-token",
         body["token"],
         "--name",
         body["name"],
     ]
     if worker_type == "persistent":
-        command.append("--persistent")
+        args.append("--persistent")
     out.echo(f"Created worker {body['worker_id']} ({body['name']}, {worker_type}).")
     out.echo(f"Token (shown only once): {body['token']}")
-    out.echo("Start it on the GPU machine:")
-    out.echo(f"  {shlex.join(command)}")
+    out.echo("Start it on the GPU machine (pip install gpufleet there first if need be):")
+    out.echo(f"  {shlex.join(['gpufleet', *args])}")
+    if where["gpufleet"] != "gpufleet":
+        out.echo("or on the orchestrator's machine, with its own copy:")
+        out.echo(f"  {shlex.join([where['gpufleet'], *args])}")
 
 
 @workers.command("drain")

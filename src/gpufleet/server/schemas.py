@@ -40,6 +40,12 @@ class CreatedWorker(BaseModel):
     name: str
 
 
+class OrchestratorOut(BaseModel):
+    public_url: str  # what workers elsewhere call (`--public-url`, or its default)
+    listening_on: str  # `--host`: 127.0.0.1 means no other machine can reach it
+    gpufleet: str  # this installation's `gpufleet`, by absolute path when found
+
+
 class RotatedToken(BaseModel):
     worker_id: str
     token: str
