@@ -26,9 +26,8 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(checkout: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(
-        checkout / ".gpufleet", None, **{"public-url": PUBLIC_URL, "heartbeat-timeout": 120}
-    )
+    env = {**os.environ, "GPUFLEET_PUBLIC_URL": PUBLIC_URL}  # the flag's environment variable
+    proc = ServerProcess(checkout / ".gpufleet", None, env=env, **{"heartbeat-timeout": 120})
     proc.start()  # on a free port, never 8001
     yield proc
     proc.kill(signal.SIGTERM)
