@@ -169,6 +169,12 @@ def test_the_token_dialog_does_not_lose_an_uncopied_token_to_esc_or_done(
     page.keyboard.press("Escape")  # copied: Esc closes it
     expect(secret).to_be_hidden()
 
+    create_in_the_dialog(page, unique("esc"))
+    page.locator("#secret-token").select_text()
+    page.keyboard.press("Control+C")  # copied by hand, as when the clipboard is refused
+    page.keyboard.press("Escape")
+    expect(secret).to_be_hidden()
+
 
 def test_create_worker_pastes_the_address_the_operator_picks_and_a_command_that_runs_here(
     server: ServerProcess, page: Page

@@ -88,7 +88,9 @@ $("#secret-keep").addEventListener("click", () => {
   $("#secret-unsaved").hidden = true;
   $("#copy-command").focus();
 });
-secret.addEventListener("copy", () => { copied = true; }); // Ctrl+C on a selection in it
+secret.addEventListener("copy", () => { // Ctrl+C (⌘C) on a selection with the token in it
+  if (shown && getSelection().toString().includes(shown.token)) copied = true;
+});
 
 async function copy(node) {
   try {
