@@ -236,10 +236,11 @@ async function loadOrchestrator() {
   $("#w-urls").replaceChildren(...choices.map((value) => h("option", { value })));
   $("#own-gpufleet").textContent = orchestrator.gpufleet;
   const local = ["127.0.0.1", "localhost", "::1"].includes(orchestrator.listening_on);
-  $("#w-url-hint").textContent = local
-    ? "The orchestrator listens on this machine only (--host 127.0.0.1): workers elsewhere "
-      + "need it started with --host 0.0.0.0."
-    : `Default: ${orchestrator.public_url} (the server's --public-url).`;
+  const flag = (text) => h("code", { text });
+  $("#w-url-hint").replaceChildren(...(local
+    ? ["The orchestrator listens on this machine only (", flag(`--host ${orchestrator.listening_on}`),
+      "): workers elsewhere need it started with ", flag("--host 0.0.0.0"), "."]
+    : ["Default: ", flag(orchestrator.public_url), " (the server's ", flag("--public-url"), ")."]));
 }
 
 function checkWorkerUrl(value) {
