@@ -47,6 +47,7 @@ READS = [
     "/api/queue?status=queued",
     "/api/queue?status=running",
     "/api/queue?status=failed",
+    "/api/queue?worker=local&label=team%3Dnlp&config_name=cfg&target=auto&id_prefix=j_",
     "/api/admin/workers",
     "/api/admin/orchestrator",
     "/api/configs",

@@ -16,7 +16,8 @@ async def view(fleet: Fleet, agent: Agent) -> dict[str, Any]:
     assert answer.status_code == 200, answer.text
     one: dict[str, Any] = answer.json()
     listed = (await fleet.admin.get("/api/admin/workers")).json()["workers"]
-    assert [w for w in listed if w["id"] == agent.id] == [one]  # the list says the same
+    (item,) = [w for w in listed if w["id"] == agent.id]
+    assert {k: one[k] for k in item} == item  # the list says the same
     return one
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +120,17 @@ def submit(
 @click.option(
     "--status", "statuses", multiple=True, type=click.Choice(STATUSES), help="Only these."
 )
-@click.option("--worker", "worker_id", metavar="ID", help="Only jobs of this worker.")
+@click.option("--worker", metavar="NAME|ID", help="Only jobs of this worker (its name or id).")
 @click.option("--target", type=click.Choice(["worker", "local", "auto"]), help="Only this target.")
 @click.option("--config", "config_name", metavar="NAME", help="Only jobs of this stored config.")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only jobs that ask for this label, exactly (repeatable).",
+)
+@click.option("--id", "id_prefix", metavar="PREFIX", help="Only jobs whose id starts so.")
 @click.option("--limit", type=click.IntRange(1, 500), default=50, help="At most this many.")
 @click.option("--offset", type=click.IntRange(0), default=0, help="Skip this many (newest first).")
 @json_option
@@ -128,9 +138,11 @@ def submit(
 def list_jobs(
     api: ApiClient,
     statuses: tuple[str, ...],
-    worker_id: str | None,
+    worker: str | None,
     target: str | None,
     config_name: str | None,
+    labels: tuple[str, ...],
+    id_prefix: str | None,
     limit: int,
     offset: int,
     as_json: bool,
@@ -139,9 +151,11 @@ def list_jobs(
     body = api.get(
         "/api/queue",
         status=list(statuses),
-        worker_id=worker_id,
+        worker=worker,
         target=target,
         config_name=config_name,
+        label=list(labels),
+        id_prefix=id_prefix,
         limit=limit,
         offset=offset,
     )
@@ -158,7 +172,7 @@ def list_jobs(
             out.status(j["status"]),
             j["config_name"] or "(inline)",
             j["target"],
-            j["worker_id"],
+            j.get("worker_name") or j["worker_id"],
             j["gpu_count"],
             j["priority"],
             out.progress_text(j["progress"], metrics=False),
@@ -198,7 +212,14 @@ def show(api: ApiClient, job_id: str, as_json: bool) -> None:
             console.print(out.text(f"  {w['name']} ({w['status']}): {'; '.join(w['reasons'])}"))
 
 
+def _named(name: str | None, ident: str | None) -> str | None:
+    """`name (id)`, or the id alone once the worker or key is gone."""
+    return f"{name} ({ident})" if name and ident else ident
+
+
 def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    by = _named(job.get("submitted_by_name"), job["submitted_by"]) or "-"
+    reruns = [("re-run of", job.get("rerun_of")), ("re-run as", ", ".join(job.get("rerun_as", [])))]
     return [
         ("id", job["id"]),
         ("status", out.status(job["status"])),
@@ -207,7 +228,7 @@ def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("labels", job["worker_labels"]),
         ("gpus", job["gpu_count"]),
         ("priority", job["priority"]),
-        ("worker", job["worker_id"]),
+        ("worker", _named(job.get("worker_name"), job["worker_id"])),
         (
             "attempts",
             f"{job['attempts']} (retries allowed: {job['max_retries']}, "
@@ -215,9 +236,10 @@ def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ),
         ("progress", out.progress_text(job["progress"])),
         ("exit code", job["exit_code"]),
-        ("submitted", f"{out.when(job['created_at'])} by {job['submitted_by'] or '-'}"),
+        ("submitted", f"{out.when(job['created_at'])} by {by}"),
         ("started", out.when(job["started_at"])),
         ("ended", out.when(job["ended_at"])),
+        *[(k, v) for k, v in reruns if v],
     ]
 
 
@@ -228,7 +250,7 @@ def _attempts(attempts: list[dict[str, Any]]) -> Table:
             (
                 a["number"],
                 a["id"],
-                a["worker_id"],
+                a.get("worker_name") or a["worker_id"],
                 out.status(a["status"]),
                 out.ago(a["offered_at"]),
                 out.duration(a["started_at"], a["ended_at"]),
@@ -240,13 +262,58 @@ def _attempts(attempts: list[dict[str, Any]]) -> Table:
 
 
 @jobs.command("cancel")
-@click.argument("job_id")
+@click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
 @json_option
 @api_options
-def cancel(api: ApiClient, job_id: str, as_json: bool) -> None:
-    """Cancel a job; a running one is stopped on its worker."""
-    job = api.post(f"/api/queue/{part(job_id)}/cancel")
+def cancel(api: ApiClient, job_ids: tuple[str, ...], as_json: bool) -> None:
+    """Cancel jobs; a running one is stopped on its worker."""
+    if len(job_ids) == 1:
+        job = api.post(f"/api/queue/{part(job_ids[0])}/cancel")
+        if as_json:
+            out.print_json(job)
+        else:
+            out.echo(f"Job {job['id']} is {job['status']}.")
+        return
+    _bulk(api, "cancel", job_ids, as_json, lambda j: f"Job {j['id']} is {j['status']}.")
+
+
+@jobs.command("rerun")
+@click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
+@json_option
+@api_options
+def rerun(api: ApiClient, job_ids: tuple[str, ...], as_json: bool) -> None:
+    """Submit ended jobs again: same config and requirements, each linked to the old job."""
+
+    def said(j: dict[str, Any]) -> str:
+        return f"Job {j['rerun_of']} re-runs as {j['id']} ({j['status']}).\n" + (
+            f"Follow it: gpufleet jobs watch {j['id']}" if len(job_ids) == 1 else ""
+        )
+
+    if len(job_ids) == 1:
+        job = api.post(f"/api/queue/{part(job_ids[0])}/rerun")
+        if as_json:
+            out.print_json(job)
+        else:
+            out.echo(said(job).rstrip())
+        return
+    _bulk(api, "rerun", job_ids, as_json, lambda j: said(j).rstrip())
+
+
+def _bulk(
+    api: ApiClient,
+    action: str,
+    job_ids: tuple[str, ...],
+    as_json: bool,
+    done: Callable[[dict[str, Any]], str],
+) -> None:
+    """One call for every job; a line each; exit code 1 if any was not done."""
+    body = api.post(f"/api/queue/{action}", {"job_ids": list(job_ids)})
     if as_json:
-        out.print_json(job)
+        out.print_json(body)
     else:
-        out.echo(f"Job {job['id']} is {job['status']}.")
+        for r in body["results"]:
+            out.echo(done(r["job"]) if r["ok"] else f"Job {r['job_id']}: {r['error']}")
+        if len(body["results"]) > 1:
+            out.echo(f"{body['done']} done, {body['failed']} not.")
+    if body["failed"]:
+        sys.exit(1)

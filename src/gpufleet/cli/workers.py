@@ -11,13 +11,16 @@ from rich.text import Text
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
 from gpufleet.cli.options import parse_labels
+from gpufleet.cli.resolve import worker_id as resolve_worker
 
 STATUSES = ("connecting", "idle", "busy", "draining", "offline")
 
 
 @click.group()
 def workers() -> None:
-    """Manage the fleet's workers (needs the admin.workers permission)."""
+    """Manage the fleet's workers (needs the admin.workers permission).
+
+    A WORKER argument is a worker's id, or its name when no other worker has it."""
 
 
 @workers.command("list")
@@ -63,12 +66,12 @@ def list_workers(api: ApiClient, statuses: tuple[str, ...], as_json: bool) -> No
 
 
 @workers.command("show")
-@click.argument("worker_id")
+@click.argument("worker")
 @json_option
 @api_options
-def show_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
-    """Show one worker: status, hardware, labels, job and times."""
-    w = api.get(f"/api/admin/workers/{part(worker_id)}")
+def show_worker(api: ApiClient, worker: str, as_json: bool) -> None:
+    """Show one WORKER (its id, or its name): status, hardware, labels, job and times."""
+    w = api.get(f"/api/admin/workers/{part(resolve_worker(api, worker))}")
     if as_json:
         out.print_json(w)
         return
@@ -158,12 +161,12 @@ def create_worker(
 
 
 @workers.command("drain")
-@click.argument("worker_id")
+@click.argument("worker")
 @json_option
 @api_options
-def drain_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
+def drain_worker(api: ApiClient, worker: str, as_json: bool) -> None:
     """Stop sending jobs to a worker; its running job finishes (undo: `workers undrain`)."""
-    w = api.post(f"/api/admin/workers/{part(worker_id)}/drain")
+    w = api.post(f"/api/admin/workers/{part(resolve_worker(api, worker))}/drain")
     if as_json:
         out.print_json(w)
     elif w["current_job_id"]:
@@ -176,12 +179,12 @@ def drain_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
 
 
 @workers.command("undrain")
-@click.argument("worker_id")
+@click.argument("worker")
 @json_option
 @api_options
-def undrain_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
+def undrain_worker(api: ApiClient, worker: str, as_json: bool) -> None:
     """Lift a drain: the worker takes jobs again."""
-    w = api.post(f"/api/admin/workers/{part(worker_id)}/undrain")
+    w = api.post(f"/api/admin/workers/{part(resolve_worker(api, worker))}/undrain")
     if as_json:
         out.print_json(w)
     else:
@@ -189,12 +192,12 @@ def undrain_worker(api: ApiClient, worker_id: str, as_json: bool) -> None:
 
 
 @workers.command("rotate-token")
-@click.argument("worker_id")
+@click.argument("worker")
 @json_option
 @api_options
-def rotate_token(api: ApiClient, worker_id: str, as_json: bool) -> None:
+def rotate_token(api: ApiClient, worker: str, as_json: bool) -> None:
     """Give a worker a new token; the old one and its connection stop working at once."""
-    body = api.post(f"/api/admin/workers/{part(worker_id)}/token")
+    body = api.post(f"/api/admin/workers/{part(resolve_worker(api, worker))}/token")
     if as_json:
         out.print_json(body)
         return
@@ -203,15 +206,17 @@ def rotate_token(api: ApiClient, worker_id: str, as_json: bool) -> None:
 
 
 @workers.command("delete")
-@click.argument("worker_id")
+@click.argument("worker")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @api_options
-def delete_worker(api: ApiClient, worker_id: str, yes: bool) -> None:
+def delete_worker(api: ApiClient, worker: str, yes: bool) -> None:
     """Delete a worker that is offline or has never connected, and its token."""
+    worker_id = resolve_worker(api, worker)
+    shown = worker_id if worker == worker_id else f"{worker_id} ({worker})"
     if not yes:
-        click.confirm(f"Delete worker {worker_id} and its token?", abort=True, err=True)
+        click.confirm(f"Delete worker {shown} and its token?", abort=True, err=True)
     api.delete(f"/api/admin/workers/{part(worker_id)}")
-    out.echo(f"Deleted worker {worker_id}.")
+    out.echo(f"Deleted worker {shown}.")
 
 
 def _status(w: dict[str, Any]) -> Text:

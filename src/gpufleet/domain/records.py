@@ -20,6 +20,23 @@ LOCAL_WORKER_ID = "w_local"
 
 
 @dataclass(frozen=True, slots=True)
+class GpuStat:
+    """One GPU's load as a heartbeat reported it (NVML, or nvidia-smi)."""
+
+    index: int
+    utilization_pct: float | None  # of the last sample period, 0-100
+    memory_used_gb: float | None
+    memory_total_gb: float | None
+
+
+def effective_labels(reported: dict[str, str], admin: dict[str, str]) -> dict[str, str]:
+    """The labels matching uses: the worker's own, and the admin's over them. On a clash the
+    admin label wins: an admin can correct or pin what a machine says of itself, and a worker
+    cannot take itself out of (or into) a pool an admin put it in."""
+    return {**reported, **admin}
+
+
+@dataclass(frozen=True, slots=True)
 class Worker:
     id: str
     name: str
@@ -44,6 +61,9 @@ class Worker:
     last_heartbeat: datetime | None
     connected_at: datetime | None
     offline_since: datetime | None
+    gpu_stats: tuple[GpuStat, ...] = ()  # the newest sample; () when the agent sends none
+    gpu_stats_at: datetime | None = None
+    reported_labels: dict[str, str] = field(default_factory=dict)  # as the worker sent them
     token_issued_at: datetime | None = None  # when its live token was made (create, rotate)
 
     @property
@@ -54,6 +74,22 @@ class Worker:
     def ever_connected(self) -> bool:
         """Whether an agent has ever used the token: registered, or opened a stream."""
         return self.registered or self.stream_owner is not None
+
+    @property
+    def agent(self) -> str:
+        """The agent in words, from what it sent at registration: `gpufleet/0.1.0` is
+        "gpufleet 0.1.0"; an agent that names none is SimpleTuner's (it never does)."""
+        if not self.registered:
+            return "not registered yet"
+        sent = self.capabilities.get("agent")
+        if not isinstance(sent, str) or not sent:
+            return "SimpleTuner agent"
+        return sent.replace("/", " ", 1)
+
+    @property
+    def live_gpu_stats(self) -> tuple[GpuStat, ...]:
+        """The newest GPU sample, while the worker is online (an old one would mislead)."""
+        return () if self.offline else self.gpu_stats
 
     @property
     def spent(self) -> bool:
@@ -101,6 +137,7 @@ class Job:
     updated_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
+    rerun_of: str | None = None  # the job this one re-runs
 
     def requirement(self) -> Requirement:
         return Requirement(
@@ -124,6 +161,15 @@ class Attempt:
     ended_at: datetime | None
     error: str | None
     exit_code: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkedAttempt:
+    """A line of a worker's job history: one attempt it was offered, and its job."""
+
+    attempt: Attempt
+    config_name: str | None
+    job_status: JobStatus
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,8 @@ class Context:
     # Heartbeats that changed nothing but the time, by worker, until the next flush writes
     # them in one statement (fleet.flush_heartbeats).
     heartbeats: dict[str, datetime] = field(default_factory=dict)
+    # The GPU samples those heartbeats carried (worker → when, GpuStat dicts), written with them.
+    gpu_stats: dict[str, tuple[datetime, list[dict[str, Any]]]] = field(default_factory=dict)
     # The other replicas on a shared PostgreSQL database (wake-ups, presence, leadership).
     replicas: Replicas = field(init=False)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -9,9 +10,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.domain import audit_chain
 from gpufleet.domain.presence import PRESENCE_TEXT, presence, up_since
-from gpufleet.domain.records import ApiKey, Attempt, AuditEvent, Job, StoredConfig, Worker
+from gpufleet.domain.records import (
+    ApiKey,
+    Attempt,
+    AuditEvent,
+    GpuStat,
+    Job,
+    StoredConfig,
+    WorkedAttempt,
+    Worker,
+)
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target, WorkerType, can_delete_worker
 
+_NO_NAMES: Mapping[str, str] = {}
 Name = Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")
 
 
@@ -112,6 +123,93 @@ class WorkerOut(BaseModel):
         )
 
 
+class GpuStatOut(BaseModel):
+    index: int
+    utilization_pct: float | None
+    memory_used_gb: float | None
+    memory_total_gb: float | None
+
+
+class WorkedAttemptOut(BaseModel):
+    job_id: str
+    attempt_id: str
+    number: int
+    status: str  # the attempt's
+    job_status: str
+    config_name: str | None
+    offered_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    exit_code: int | None
+    error: str | None
+
+    @classmethod
+    def of(cls, entry: WorkedAttempt) -> WorkedAttemptOut:
+        a = entry.attempt
+        return cls(
+            job_id=a.job_id,
+            attempt_id=a.id,
+            number=a.number,
+            status=a.status.value,
+            job_status=entry.job_status.value,
+            config_name=entry.config_name,
+            offered_at=a.offered_at,
+            started_at=a.started_at,
+            ended_at=a.ended_at,
+            exit_code=a.exit_code,
+            error=a.error,
+        )
+
+
+class WorkerDetail(WorkerOut):
+    """One worker for its page: what it reported, its live GPU load and its job history."""
+
+    reported_labels: dict[str, str]  # `labels` is these under `admin_labels` (admin wins)
+    agent: str  # "gpufleet 0.1.0", "SimpleTuner agent"
+    hostname: str | None
+    address: str | None  # where it registered from, as the orchestrator saw it
+    driver_version: str | None
+    cuda_version: str | None
+    cpu_cores: int | None
+    ram_gb: float | None
+    gpus: list[dict[str, Any]]  # each as the worker reported it: index, name, memory_gb, uuid
+    gpu_stats: list[GpuStatOut]  # the newest sample; empty when the worker sends none
+    gpu_stats_at: datetime | None
+    history: list[WorkedAttemptOut]  # its newest attempts first
+
+    @classmethod
+    def of_detail(cls, w: Worker, history: list[WorkedAttempt]) -> WorkerDetail:
+        caps = w.capabilities
+        return cls(
+            **WorkerOut.of(w).model_dump(),
+            reported_labels=w.reported_labels,
+            agent=w.agent,
+            hostname=caps.get("hostname"),
+            address=caps.get("address"),
+            driver_version=caps.get("driver_version"),
+            cuda_version=caps.get("cuda_version"),
+            cpu_cores=caps.get("cpu_cores"),
+            ram_gb=caps.get("ram_gb"),
+            gpus=list(caps.get("gpus") or []),
+            gpu_stats=[_gpu_stat(g) for g in w.live_gpu_stats],
+            gpu_stats_at=w.gpu_stats_at if w.live_gpu_stats else None,
+            history=[WorkedAttemptOut.of(entry) for entry in history],
+        )
+
+
+def _gpu_stat(g: GpuStat) -> GpuStatOut:
+    return GpuStatOut(
+        index=g.index,
+        utilization_pct=g.utilization_pct,
+        memory_used_gb=g.memory_used_gb,
+        memory_total_gb=g.memory_total_gb,
+    )
+
+
+class SetLabelsIn(Strict):
+    labels: dict[str, str] = Field(max_length=64)
+
+
 class UnmatchedJob(BaseModel):
     job_id: str
     summary: str  # the job's `waiting.summary`
@@ -182,6 +280,7 @@ class RegisterIn(Lenient):
     current_job_id: str | None = Field(None, max_length=64)
     current_attempt_id: str | None = Field(None, max_length=64)
     agent: str | None = Field(None, max_length=128)
+    hostname: str | None = Field(None, max_length=256)
     # What the agent does beyond running a SimpleTuner config (domain.matching.Feature).
     features: list[Annotated[str, Field(max_length=32)]] | None = Field(None, max_length=16)
 
@@ -196,11 +295,20 @@ class RegisterOut(BaseModel):
     abandon_job: bool
 
 
+class GpuStatIn(Lenient):
+    index: int = Field(ge=0, le=1023)
+    utilization_pct: float | None = Field(None, ge=0, le=100)
+    memory_used_gb: float | None = Field(None, ge=0, le=1e6)
+    memory_total_gb: float | None = Field(None, ge=0, le=1e6)
+
+
 class HeartbeatIn(Lenient):
     worker_id: str | None = None
     status: str | None = None
     current_job_id: str | None = Field(None, max_length=64)
     current_attempt_id: str | None = Field(None, max_length=64)
+    # `gpufleet worker` only: each GPU's load now (NVML). Agents that send none keep none.
+    gpu_stats: list[GpuStatIn] | None = Field(None, max_length=1024)
 
 
 class HeartbeatOut(BaseModel):
@@ -264,13 +372,15 @@ class AttemptOut(BaseModel):
     ended_at: datetime | None
     error: str | None
     exit_code: int | None
+    worker_name: str | None = None
 
     @classmethod
-    def of(cls, a: Attempt) -> AttemptOut:
+    def of(cls, a: Attempt, names: Mapping[str, str] = _NO_NAMES) -> AttemptOut:
         return cls(
             id=a.id,
             number=a.number,
             worker_id=a.worker_id,
+            worker_name=names.get(a.worker_id),
             status=a.status.value,
             offered_at=a.offered_at,
             acknowledged_at=a.acknowledged_at,
@@ -303,10 +413,17 @@ class JobOut(BaseModel):
     updated_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
+    worker_name: str | None = None  # the worker's name, when it still exists
+    submitted_by_name: str | None = None  # the submitting key's name
+    rerun_of: str | None = None  # the job this one re-runs
 
     @classmethod
-    def of(cls, j: Job) -> JobOut:
+    def of(cls, j: Job, names: Mapping[str, str] = _NO_NAMES) -> JobOut:
+        """`names`: worker ids and actors to names (services.queue.names_of)."""
         return cls(
+            worker_name=names.get(j.worker_id) if j.worker_id else None,
+            submitted_by_name=names.get(j.submitted_by) if j.submitted_by else None,
+            rerun_of=j.rerun_of,
             id=j.id,
             job_id=j.id,
             status=j.status.value,
@@ -335,6 +452,24 @@ class JobDetail(JobOut):
     config: dict[str, Any]
     attempt_history: list[AttemptOut]
     waiting: dict[str, Any] | None
+    rerun_as: list[str] = Field(default_factory=list)  # the jobs that re-run this one
+
+
+class JobIds(Strict):
+    job_ids: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(max_length=1000)
+
+
+class BulkResult(BaseModel):
+    job_id: str
+    ok: bool
+    job: JobOut | None  # cancel: the job; re-run: the new job
+    error: str | None  # why this one was not done, in words
+
+
+class BulkOut(BaseModel):
+    results: list[BulkResult]
+    done: int
+    failed: int
 
 
 class JobList(BaseModel):

@@ -15,10 +15,13 @@ from gpufleet.domain.records import (
     ApiKey,
     Attempt,
     AuditEvent,
+    GpuStat,
     Job,
     LogLine,
     StoredConfig,
+    WorkedAttempt,
     Worker,
+    effective_labels,
 )
 from gpufleet.domain.states import (
     AttemptStatus,
@@ -47,6 +50,9 @@ class JobFilter:
     worker_id: str | None = None
     target: str | None = None
     config_name: str | None = None
+    worker: str | None = None  # a worker's id, or its name
+    labels: Mapping[str, str] | None = None  # the job asks for each of these, exactly
+    id_prefix: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +67,14 @@ class AuditFilter:
 def _worker(row: sa.Row[Any]) -> Worker:
     m = row._mapping
     admin = dict(m["admin_labels"])
+    reported = dict(m["reported_labels"])
     return Worker(
         id=m["id"],
         name=m["name"],
         status=WorkerStatus(m["status"]),
         worker_type=WorkerType(m["worker_type"]),
         type_set_by_admin=m["type_set_by_admin"],
-        labels={**dict(m["reported_labels"]), **admin},
+        labels=effective_labels(reported, admin),
         admin_labels=admin,
         drained=m["drained"],
         is_local=m["is_local"],
@@ -85,6 +92,9 @@ def _worker(row: sa.Row[Any]) -> Worker:
         last_heartbeat=m["last_heartbeat"],
         connected_at=m["connected_at"],
         offline_since=m["offline_since"],
+        gpu_stats=tuple(GpuStat(**g) for g in m["gpu_stats"] or ()),
+        gpu_stats_at=m["gpu_stats_at"],
+        reported_labels=reported,
         token_issued_at=m["token_issued_at"],
     )
 
@@ -113,6 +123,7 @@ def _job(row: sa.Row[Any]) -> Job:
         updated_at=m["updated_at"],
         started_at=m["started_at"],
         ended_at=m["ended_at"],
+        rerun_of=m["rerun_of"],
     )
 
 
@@ -215,6 +226,26 @@ class Queries:
             .values(last_heartbeat=sa.bindparam("beat"))
         )
         await self.conn.execute(stmt, [{"worker_id": w, "beat": at} for w, at in beats.items()])
+
+    async def record_gpu_stats(self, samples: dict[str, tuple[datetime, list[Any]]]) -> None:
+        """Keep each worker's newest GPU sample, one executemany; never for an offline
+        worker, nor older than the one stored."""
+        if not samples:
+            return
+        stmt = (
+            sa.update(workers)
+            .where(
+                workers.c.id == sa.bindparam("worker_id"),
+                workers.c.offline_since.is_(None),
+                sa.or_(
+                    workers.c.gpu_stats_at.is_(None),
+                    workers.c.gpu_stats_at < sa.bindparam("at"),
+                ),
+            )
+            .values(gpu_stats=sa.bindparam("stats"), gpu_stats_at=sa.bindparam("at"))
+        )
+        rows = [{"worker_id": w, "at": at, "stats": stats} for w, (at, stats) in samples.items()]
+        await self.conn.execute(stmt, rows)
 
     async def clear_stream_owner(self, worker_id: str, owner: str) -> bool:
         stmt = (
@@ -409,13 +440,25 @@ class Queries:
 
     def _job_filter(self, stmt: sa.Select[Any], f: JobFilter) -> sa.Select[Any]:
         if f.statuses:
-            stmt = stmt.where(jobs.c.status.in_(list(f.statuses)))
+            status: Any = jobs.c.status
+            if not self._pg and (f.worker_id or f.worker or f.config_name):
+                # `+status` keeps SQLite off ix_jobs_queue, which walks every job of the
+                # status (every completed one), for ix_jobs_worker or ix_jobs_config.
+                status = sa.literal_column("+jobs.status", sa.String)
+            stmt = stmt.where(status.in_(list(f.statuses)))
         if f.worker_id:
             stmt = stmt.where(jobs.c.worker_id == f.worker_id)
         if f.target:
             stmt = stmt.where(jobs.c.target == f.target)
         if f.config_name:
             stmt = stmt.where(jobs.c.config_name == f.config_name)
+        if f.worker:
+            named = sa.select(workers.c.id).where(workers.c.name == f.worker)
+            stmt = stmt.where(sa.or_(jobs.c.worker_id == f.worker, jobs.c.worker_id.in_(named)))
+        for key, value in (f.labels or {}).items():
+            stmt = stmt.where(jobs.c.worker_labels[key].as_string() == value)
+        if f.id_prefix:
+            stmt = stmt.where(jobs.c.id.startswith(f.id_prefix, autoescape=True))
         return stmt
 
     async def list_jobs(self, f: JobFilter, limit: int, offset: int) -> tuple[list[Job], int]:
@@ -425,6 +468,27 @@ class Queries:
         rows = await self.conn.execute(stmt)
         total = int((await self.conn.execute(total_stmt)).scalar_one())
         return [_job(r) for r in rows], total
+
+    async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        stmt = sa.select(jobs).where(jobs.c.id.in_(list(job_ids)))
+        return {r.id: _job(r) for r in await self.conn.execute(stmt)}
+
+    async def reruns_of(self, job_id: str) -> list[str]:
+        """The jobs that re-run this one, oldest first (ix_jobs_rerun_of)."""
+        stmt = (
+            sa.select(jobs.c.id)
+            .where(jobs.c.rerun_of == job_id)
+            .order_by(jobs.c.created_at, jobs.c.id)
+        )
+        return [r.id for r in await self.conn.execute(stmt)]
+
+    async def worker_names(self, worker_ids: Iterable[str]) -> dict[str, str]:
+        stmt = sa.select(workers.c.id, workers.c.name).where(workers.c.id.in_(set(worker_ids)))
+        return {r.id: r.name for r in await self.conn.execute(stmt)}
+
+    async def api_key_names(self, key_ids: Iterable[str]) -> dict[str, str]:
+        stmt = sa.select(api_keys.c.id, api_keys.c.name).where(api_keys.c.id.in_(set(key_ids)))
+        return {r.id: r.name for r in await self.conn.execute(stmt)}
 
     async def queued_jobs(
         self,
@@ -492,6 +556,24 @@ class Queries:
             .order_by(job_attempts.c.number)
         )
         return [_attempt(r) for r in await self.conn.execute(stmt)]
+
+    async def attempts_of_worker(self, worker_id: str, limit: int) -> list[WorkedAttempt]:
+        """The worker's newest attempts first (ix_attempts_worker), with their jobs."""
+        stmt = (
+            sa.select(job_attempts, jobs.c.config_name, jobs.c.status.label("job_status"))
+            .join(jobs, jobs.c.id == job_attempts.c.job_id)
+            .where(job_attempts.c.worker_id == worker_id)
+            .order_by(job_attempts.c.offered_at.desc(), job_attempts.c.id.desc())
+            .limit(limit)
+        )
+        return [
+            WorkedAttempt(
+                attempt=_attempt(row),
+                config_name=row._mapping["config_name"],
+                job_status=JobStatus(row._mapping["job_status"]),
+            )
+            for row in await self.conn.execute(stmt)
+        ]
 
     async def unacknowledged_offers(self, cutoff: datetime) -> list[Attempt]:
         stmt = sa.select(job_attempts).where(

@@ -60,6 +60,9 @@ workers = sa.Table(
     sa.Column("last_heartbeat", UTCDateTime),
     sa.Column("connected_at", UTCDateTime),
     sa.Column("offline_since", UTCDateTime),
+    # The newest GPU sample a heartbeat carried (domain.records.GpuStat, as JSON), and when.
+    sa.Column("gpu_stats", JSON),
+    sa.Column("gpu_stats_at", UTCDateTime),
     sa.Column("token_issued_at", UTCDateTime),
     sa.Index("ix_workers_status", "status"),
     sa.Index("ix_workers_match", "status", "is_local", "gpu_count", "id"),
@@ -124,8 +127,12 @@ jobs = sa.Table(
     sa.Column("started_at", UTCDateTime),
     sa.Column("ended_at", UTCDateTime),
     sa.Column("match_key", sa.String(512)),  # domain.matching.match_key(worker_labels)
+    sa.Column("rerun_of", sa.String(32)),  # the job this one re-runs (0009)
     sa.Index("ix_jobs_match", "status", "match_key", "priority", "created_at"),
     sa.Index("ix_jobs_created", "created_at"),
+    sa.Index("ix_jobs_rerun_of", "rerun_of"),
+    sa.Index("ix_jobs_worker", "worker_id", "created_at"),
+    sa.Index("ix_jobs_config", "config_name", "created_at"),
 )
 # In dispatch order (priority high to low, then oldest, then id), so that reading the head of
 # the queue walks the index and stops, instead of sorting every queued job (0006).
@@ -150,6 +157,7 @@ job_attempts = sa.Table(
     sa.UniqueConstraint("job_id", "number", name="uq_attempt_number"),
     sa.Index("ix_attempts_job", "job_id"),
     sa.Index("ix_attempts_status", "status", "offered_at"),
+    sa.Index("ix_attempts_worker", "worker_id", "offered_at", "id"),  # a worker's job history
 )
 
 job_logs = sa.Table(

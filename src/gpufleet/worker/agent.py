@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,7 @@ from gpufleet.domain.matching import Feature
 from gpufleet.errors import AgentError
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.client import OrchestratorClient
-from gpufleet.worker.detect import Capabilities
+from gpufleet.worker.detect import Capabilities, UsageSampler
 from gpufleet.worker.errors import Fenced, InvalidToken, Rejected, Unreachable
 from gpufleet.worker.job import BadOffer, JobSpec, Offer
 from gpufleet.worker.jobrun import JobRun, StopReason
@@ -54,11 +55,19 @@ Json = dict[str, Any]
 
 class Agent:
     def __init__(
-        self, settings: AgentSettings, capabilities: Capabilities, client: OrchestratorClient
+        self,
+        settings: AgentSettings,
+        capabilities: Capabilities,
+        client: OrchestratorClient,
+        usage: UsageSampler | None = None,
     ) -> None:
         self._settings = settings
         self._caps = capabilities
         self._client = client
+        # NVIDIA GPUs' load goes with each heartbeat; other machines send none.
+        if usage is None and capabilities.accelerator_type == "cuda":
+            usage = UsageSampler([gpu.index for gpu in capabilities.gpus])
+        self._usage = usage
         self._supervisor = Supervisor()
         self._connected = asyncio.Event()
         self._wake = asyncio.Event()  # something changed that `_reconcile` must look at
@@ -156,7 +165,9 @@ class Agent:
             await self._connected.wait()
             try:
                 if not self._finishing:
-                    self._on_heartbeat_answer(await self._client.heartbeat(self._heartbeat_body()))
+                    stats = await asyncio.to_thread(self._usage.sample) if self._usage else None
+                    body = self._heartbeat_body(stats)
+                    self._on_heartbeat_answer(await self._client.heartbeat(body))
             except (Unreachable, Rejected, InvalidToken, Fenced) as exc:
                 # Fenced: marked offline while it was away (frozen, partitioned); the server
                 # closed its stream, so the session loop registers again.
@@ -370,17 +381,21 @@ class Agent:
             "current_job_id": job_id,
             "current_attempt_id": attempt_id,
             "agent": f"gpufleet/{__version__}",
+            "hostname": socket.gethostname(),
             "features": [feature.value for feature in Feature],
         }
 
-    def _heartbeat_body(self) -> Json:
+    def _heartbeat_body(self, gpu_stats: list[Json] | None = None) -> Json:
         job_id, attempt_id = self._current()
-        return {
+        body: Json = {
             "worker_id": self.worker_id,
             "status": "busy" if job_id else "idle",
             "current_job_id": job_id,
             "current_attempt_id": attempt_id,
         }
+        if gpu_stats:
+            body["gpu_stats"] = gpu_stats
+        return body
 
 
 async def run_agent(

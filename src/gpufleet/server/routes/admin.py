@@ -21,7 +21,9 @@ from gpufleet.server.schemas import (
     Ok,
     OrchestratorOut,
     RotatedToken,
+    SetLabelsIn,
     UnmatchedJob,
+    WorkerDetail,
     WorkerList,
     WorkerOut,
 )
@@ -67,9 +69,19 @@ async def create_worker(ctx: Ctx, who: Admin, client: Client, body: CreateWorker
     return CreatedWorker(worker_id=worker.id, token=token, name=worker.name)
 
 
-@router.get("/workers/{worker_id}", response_model=WorkerOut)
-async def get_worker(ctx: Ctx, who: Admin, worker_id: str) -> WorkerOut:
-    return WorkerOut.of(await fleet.get_worker(ctx, worker_id))
+@router.get("/workers/{worker_id}", response_model=WorkerDetail)
+async def get_worker(ctx: Ctx, who: Admin, worker_id: str) -> WorkerDetail:
+    return WorkerDetail.of_detail(*await fleet.worker_detail(ctx, worker_id))
+
+
+@router.put("/workers/{worker_id}/labels", response_model=WorkerOut)
+async def set_worker_labels(
+    ctx: Ctx, who: Admin, client: Client, worker_id: str, body: SetLabelsIn
+) -> WorkerOut:
+    """Replace the worker's admin labels; on a clash they win over the labels it reports."""
+    return WorkerOut.of(
+        await fleet.set_admin_labels(ctx, worker_id, body.labels, who.actor, client)
+    )
 
 
 @router.post("/workers/{worker_id}/drain", response_model=WorkerOut)

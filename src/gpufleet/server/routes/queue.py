@@ -20,9 +20,12 @@ from gpufleet.server.schemas import (
     AuditList,
     AuditOut,
     AuditVerification,
+    BulkOut,
+    BulkResult,
     ConfigList,
     ConfigOut,
     JobDetail,
+    JobIds,
     JobList,
     JobOut,
     LogLineOut,
@@ -30,7 +33,7 @@ from gpufleet.server.schemas import (
     Ok,
     SubmitIn,
 )
-from gpufleet.server.services import audit, auth, queue
+from gpufleet.server.services import audit, auth, queue, reruns
 from gpufleet.server.services.auth import Principal
 from gpufleet.server.services.queue import Submission
 from gpufleet.store.queries import AuditFilter, JobFilter
@@ -58,14 +61,22 @@ async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> Jo
     return JobOut.of(await queue.submit(ctx, sub, who.actor, client))
 
 
+Text = Annotated[str | None, Query(max_length=128)]
+
+
 @router.get("/api/queue", response_model=JobList)
 async def list_jobs(
     ctx: Ctx,
     who: Reader,
     status: Annotated[list[JobStatus] | None, Query()] = None,
-    worker_id: str | None = None,
+    worker_id: Text = None,
+    worker: Annotated[str | None, Query(max_length=128, description="id or name")] = None,
     target: Target | None = None,
-    config_name: str | None = None,
+    config_name: Text = None,
+    label: Annotated[
+        list[str] | None, Query(max_length=16, description="key=value, asked for exactly")
+    ] = None,
+    id_prefix: Annotated[str | None, Query(max_length=32, description="a job id's start")] = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> JobList:
@@ -74,25 +85,59 @@ async def list_jobs(
         worker_id=worker_id,
         target=target.value if target else None,
         config_name=config_name,
+        worker=worker,
+        labels=queue.label_filter(label or []),
+        id_prefix=id_prefix,
     )
     jobs, total = await queue.list_jobs(ctx, f, limit, offset)
-    return JobList(jobs=[JobOut.of(j) for j in jobs], total=total, limit=limit, offset=offset)
+    names = await queue.job_names(ctx, jobs)
+    return JobList(
+        jobs=[JobOut.of(j, names) for j in jobs], total=total, limit=limit, offset=offset
+    )
+
+
+@router.post("/api/queue/rerun", response_model=BulkOut)
+async def rerun_jobs(ctx: Ctx, who: Submitter, client: Client, body: JobIds) -> BulkOut:
+    return _bulk(await reruns.rerun_many(ctx, body.job_ids, who.actor, client))
+
+
+@router.post("/api/queue/cancel", response_model=BulkOut)
+async def cancel_jobs(ctx: Ctx, who: Submitter, client: Client, body: JobIds) -> BulkOut:
+    return _bulk(await reruns.cancel_many(ctx, body.job_ids, who.actor, client))
+
+
+def _bulk(outcomes: list[reruns.Outcome]) -> BulkOut:
+    results = [
+        BulkResult(
+            job_id=o.job_id, ok=o.job is not None, job=o.job and JobOut.of(o.job), error=o.error
+        )
+        for o in outcomes
+    ]
+    done = sum(r.ok for r in results)
+    return BulkOut(results=results, done=done, failed=len(results) - done)
 
 
 @router.get("/api/queue/{job_id}", response_model=JobDetail)
 async def get_job(ctx: Ctx, who: Reader, job_id: str) -> JobDetail:
     view = await queue.view_job(ctx, job_id)
     return JobDetail(
-        **JobOut.of(view.job).model_dump(),
+        **JobOut.of(view.job, view.names).model_dump(),
         config=view.job.config,
-        attempt_history=[AttemptOut.of(a) for a in view.attempts],
+        attempt_history=[AttemptOut.of(a, view.names) for a in view.attempts],
         waiting=view.waiting,
+        rerun_as=view.reruns,
     )
 
 
 @router.post("/api/queue/{job_id}/cancel", response_model=JobOut)
 async def cancel_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> JobOut:
     return JobOut.of(await queue.cancel(ctx, job_id, who.actor, client))
+
+
+@router.post("/api/queue/{job_id}/rerun", response_model=JobOut, status_code=201)
+async def rerun_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> JobOut:
+    """A new job with this one's config and requirements, linked to it."""
+    return JobOut.of(await reruns.rerun(ctx, job_id, who.actor, client))
 
 
 @router.get("/api/queue/{job_id}/logs", response_model=LogsOut, responses=SSE_RESPONSE)

@@ -132,6 +132,11 @@ async def workers_page(ctx: Ctx, request: Request) -> Response:
     return await _page(ctx, request, WORKERS)
 
 
+@router.get("/workers/{worker_id}")
+async def worker_page(ctx: Ctx, request: Request, worker_id: str) -> Response:
+    return await _page(ctx, request, WORKERS, "worker.html", worker_id=worker_id)
+
+
 @router.get("/train")
 async def train_page(ctx: Ctx, request: Request) -> Response:
     return await _page(ctx, request, TRAIN)

@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Query, Request
 from starlette.responses import StreamingResponse
 
+from gpufleet.domain.records import GpuStat
 from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, CurrentWorker
 from gpufleet.server.hub import worker_topic
@@ -31,6 +32,7 @@ from gpufleet.server.services.fleet import Registration
 from gpufleet.server.services.reports import StatusReport
 
 router = api_router(prefix="/api/workers", tags=["workers"])
+_GPU_STAT_FIELDS = {"index", "utilization_pct", "memory_used_gb", "memory_total_gb"}
 
 
 def _registration(body: RegisterIn) -> Registration:
@@ -46,6 +48,7 @@ def _registration(body: RegisterIn) -> Registration:
             "cpu_cores",
             "ram_gb",
             "agent",
+            "hostname",
             "features",
         },
         exclude_none=True,
@@ -179,7 +182,12 @@ async def heartbeat(ctx: Ctx, worker: CurrentWorker, body: HeartbeatIn) -> Heart
     says_no_job = body.status == "idle" or (
         "current_job_id" in body.model_fields_set and body.current_job_id is None
     )
-    w = await fleet.heartbeat(ctx, worker, body.worker_id, body.current_job_id, says_no_job)
+    stats = None
+    if body.gpu_stats is not None:
+        stats = [GpuStat(**g.model_dump(include=_GPU_STAT_FIELDS)) for g in body.gpu_stats]
+    w = await fleet.heartbeat(
+        ctx, worker, body.worker_id, body.current_job_id, says_no_job, gpu_stats=stats
+    )
     return HeartbeatOut(ok=True, status=w.status.value, draining=w.drained)
 
 

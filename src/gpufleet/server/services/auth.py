@@ -15,6 +15,8 @@ from gpufleet.errors import Forbidden, NotFound, TooManyRequests, Unauthenticate
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import Subscription, key_topic
 
+KEY_ACTOR = "key:"  # an API key's actor in the audit log and on jobs: key:k_…
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
@@ -22,7 +24,7 @@ class Principal:
 
     @property
     def actor(self) -> str:
-        return f"key:{self.key.id}"
+        return f"{KEY_ACTOR}{self.key.id}"
 
 
 def _check_not_locked_out(ctx: Context, client: str | None) -> None:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpufleet.domain.matching import Feature, fits
-from gpufleet.domain.records import Attempt, Worker
+from gpufleet.domain.records import Attempt, GpuStat, WorkedAttempt, Worker
 from gpufleet.domain.secrets import hash_secret, new_id, new_worker_token
 from gpufleet.domain.states import (
     ACTIVE_ATTEMPT,
@@ -140,6 +140,37 @@ async def get_worker(ctx: Context, worker_id: str) -> Worker:
     return worker
 
 
+HISTORY_LENGTH = 25  # attempts on a worker's page
+
+
+async def worker_detail(
+    ctx: Context, worker_id: str, history: int = HISTORY_LENGTH
+) -> tuple[Worker, list[WorkedAttempt]]:
+    """A worker and its newest attempts (its job history)."""
+    async with ctx.store.read() as q:
+        worker = await q.get_worker(worker_id)
+        if worker is None:
+            raise NotFound(f"no worker {worker_id}; list workers with GET /api/admin/workers")
+        return worker, await q.attempts_of_worker(worker_id, history)
+
+
+async def set_admin_labels(
+    ctx: Context, worker_id: str, labels: dict[str, str], actor: str, client: str | None
+) -> Worker:
+    """Replace the worker's admin labels (matched over its own: `effective_labels`); queued
+    jobs it now matches are offered to it at once."""
+    labels = check_labels(labels)
+    async with transaction(ctx) as tx:
+        worker = await _get(tx, worker_id)
+        if labels != worker.admin_labels:
+            await save_worker(tx, worker, actor, admin_labels=labels)
+            tx.audit(
+                "worker.labels_set", actor, worker.id, client, old=worker.admin_labels, new=labels
+            )
+    await dispatch.dispatch_worker(ctx, worker_id)
+    return await get_worker(ctx, worker_id)
+
+
 async def drain(ctx: Context, worker_id: str, actor: str, client: str | None) -> Worker:
     async with transaction(ctx) as tx:
         worker = await _get(tx, worker_id)
@@ -218,10 +249,12 @@ async def register(
             "gpu_name": reg.gpu_name,
             "gpu_vram_gb": reg.gpu_vram_gb,
             "accelerator_type": reg.accelerator_type,
-            "capabilities": {**reg.extra, "reported_name": reg.name},
+            "capabilities": {**reg.extra, "reported_name": reg.name, "address": client},
             "reported_labels": check_labels(reg.labels),
             "last_heartbeat": tx.now,
             "offline_since": None,
+            "gpu_stats": None,  # until its next heartbeat says (if it reports any)
+            "gpu_stats_at": None,
         }
         if not worker.type_set_by_admin and reg.persistent is not None:
             changes["worker_type"] = (
@@ -398,6 +431,7 @@ async def heartbeat(
     claimed_id: str | None,
     current_job_id: str | None,
     says_no_job: bool = False,
+    gpu_stats: list[GpuStat] | None = None,
 ) -> Worker:
     """A sign of life, and the job the worker says it runs (`says_no_job`: it said outright
     that it runs none, as both agents do when idle; a heartbeat that says nothing of its job
@@ -405,7 +439,8 @@ async def heartbeat(
 
     Most heartbeats change nothing but the time: those are kept in memory and written
     together by `flush_heartbeats` (one statement for all of them, every fraction of the
-    heartbeat timeout), not one write transaction each. A heartbeat that changes something
+    heartbeat timeout), not one write transaction each, and so is the GPU sample one may
+    carry (`gpu_stats`; None: the agent sends none). A heartbeat that changes something
     (the worker was marked offline, names a job it no longer holds, frees it, or disowns the
     job it holds) is a transaction of its own at once.
     """
@@ -423,6 +458,8 @@ async def heartbeat(
         ):
             now = ctx.clock()
             ctx.heartbeats[worker.id] = now
+            if gpu_stats is not None:
+                ctx.gpu_stats[worker.id] = (now, [dataclasses.asdict(g) for g in gpu_stats])
             ctx.metrics.apply([("heartbeat", 1.0, ())])
             return dataclasses.replace(worker, last_heartbeat=now)
     async with transaction(ctx) as tx:
@@ -431,6 +468,10 @@ async def heartbeat(
             tx.close.add(worker_topic(worker.id))
             raise Conflict(f"worker {worker.id} was marked offline; register again")
         changes: dict[str, Any] = {"last_heartbeat": tx.now}
+        if gpu_stats is not None:
+            changes.update(
+                gpu_stats=[dataclasses.asdict(g) for g in gpu_stats], gpu_stats_at=tx.now
+            )
         tx.observe("heartbeat")
         held = (
             await tx.q.get_attempt(worker.current_attempt_id) if worker.current_attempt_id else None
@@ -491,15 +532,19 @@ def _lets_go(held: Attempt | None, current_job_id: str | None) -> bool:
 async def flush_heartbeats(ctx: Context) -> int:
     """Write the heartbeats kept since the last flush. Returns how many workers."""
     beats, ctx.heartbeats = ctx.heartbeats, {}
-    if not beats:
+    samples, ctx.gpu_stats = ctx.gpu_stats, {}
+    if not beats and not samples:
         return 0
     try:
         async with transaction(ctx) as tx:
             await tx.q.touch_workers(beats)
+            await tx.q.record_gpu_stats(samples)
             tx.notify.add("workers")  # live views show the new times
     except BaseException:
         for worker_id, at in beats.items():  # kept for the next flush, unless newer came
             ctx.heartbeats.setdefault(worker_id, at)
+        for worker_id, sample in samples.items():
+            ctx.gpu_stats.setdefault(worker_id, sample)
         raise
     return len(beats)
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.domain.jobspec import (
@@ -35,9 +36,10 @@ from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import worker_topic
 from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.services import dispatch
+from gpufleet.server.services.auth import KEY_ACTOR
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job
-from gpufleet.store.queries import JobFilter
+from gpufleet.store.queries import JobFilter, Queries
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,8 @@ class JobView:
     job: Job
     attempts: list[Attempt]
     waiting: dict[str, Any] | None
+    reruns: list[str] = field(default_factory=list)  # jobs that re-run this one
+    names: dict[str, str] = field(default_factory=dict)  # see `names_of`
 
 
 # ---- configs ----------------------------------------------------------------------------
@@ -119,6 +123,20 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
         config = (await get_config(ctx, sub.config_name)).body
     else:
         config = check_config(sub.config)
+    return await enqueue(ctx, sub, config, actor, client)
+
+
+async def enqueue(
+    ctx: Context,
+    sub: Submission,
+    config: dict[str, Any],
+    actor: str,
+    client: str | None,
+    *,
+    rerun_of: str | None = None,
+) -> Job:
+    """Queue a job of this config (checked already), and offer it if a worker fits now;
+    `rerun_of`: the job it repeats."""
     gpu_count = sub.gpu_count if sub.gpu_count is not None else config_gpu_count(config)
     labels = check_labels(sub.worker_labels)
     _check_target(ctx, sub.target)
@@ -145,8 +163,10 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
                 "submitted_by": actor,
                 "created_at": tx.now,
                 "updated_at": tx.now,
+                "rerun_of": rerun_of,
             }
         )
+        extra = {"rerun_of": rerun_of} if rerun_of else {}
         tx.audit(
             "job.submitted",
             actor,
@@ -157,6 +177,7 @@ async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) 
             gpu_count=gpu_count,
             labels=labels,
             priority=sub.priority,
+            **extra,
         )
         tx.notify.add("jobs")
         offered = worker is not None and await dispatch.claim_new(tx, job, worker)
@@ -190,7 +211,29 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
         waiting = None
         if job.status is JobStatus.QUEUED:
             waiting = explain_wait(job, await q.list_workers())
-    return JobView(job=job, attempts=attempts, waiting=waiting)
+        reruns = await q.reruns_of(job_id)
+        names = await names_of(q, [job], attempts)
+    return JobView(job=job, attempts=attempts, waiting=waiting, reruns=reruns, names=names)
+
+
+async def names_of(
+    q: Queries, jobs: Sequence[Job], attempts: Sequence[Attempt] = ()
+) -> dict[str, str]:
+    """What a person calls the workers and keys these jobs name: worker id → worker name,
+    actor (`key:k_…`) → the key's name. Ids of deleted workers or keys are left out."""
+    worker_ids = {j.worker_id for j in jobs if j.worker_id} | {a.worker_id for a in attempts}
+    actors = {j.submitted_by for j in jobs if j.submitted_by}
+    key_ids = {a.removeprefix(KEY_ACTOR) for a in actors if a.startswith(KEY_ACTOR)}
+    names: dict[str, str] = dict(await q.worker_names(worker_ids)) if worker_ids else {}
+    if key_ids:
+        keys = await q.api_key_names(key_ids)
+        names.update({f"{KEY_ACTOR}{key_id}": name for key_id, name in keys.items()})
+    return names
+
+
+async def job_names(ctx: Context, jobs: Sequence[Job]) -> dict[str, str]:
+    async with ctx.store.read() as q:
+        return await names_of(q, jobs)
 
 
 UNMATCHED_SHOWN = 20  # queued jobs, from the head of the queue, the workers list looks at
@@ -230,6 +273,17 @@ def explain_wait(job: Job, workers: list[Worker]) -> dict[str, Any]:
             }
         )
     return {"summary": wait_summary(req, [w.capacity() for w in workers]), "workers": rows}
+
+
+def label_filter(pairs: Sequence[str]) -> dict[str, str]:
+    """`key=value` filters of the Queue: the jobs that ask for exactly that label."""
+    out = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise InvalidInput(f"label filter {pair!r} is not key=value; write e.g. gpu_type=a100")
+        out[key.strip()] = value.strip()
+    return check_labels(out)
 
 
 async def list_jobs(ctx: Context, f: JobFilter, limit: int, offset: int) -> tuple[list[Job], int]:

@@ -13,21 +13,31 @@ const canCancel = root.dataset.canCancel === "true";
 const error = $("#error");
 const FINAL = new Set(["completed", "failed", "cancelled"]);
 
+// A name a person knows, with the id on hover; the id alone once the thing is gone.
+function named(name, id) {
+  if (!id) return "—";
+  return name ? h("span", { title: id, text: name }) : h("span", { class: "mono", text: id });
+}
+
+const jobLink = (id) => h("a", { href: `/queue/${id}`, class: "mono", text: id });
+
 function facts(j) {
   const pairs = [
     ["Status", badge(j.status)],
     ["Target", j.target],
     ["Config", j.config_name || "inline"],
-    ["Worker", j.worker_id ? h("span", { class: "mono", text: j.worker_id }) : "—"],
+    ["Worker", named(j.worker_name, j.worker_id)],
     ["GPUs", String(j.gpu_count)],
     ["Labels", Object.entries(j.worker_labels).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
     ["Priority", String(j.priority)],
     ["Attempts", `${j.attempts} of ${j.max_retries + 1}`],
     ["Submitted", when(j.created_at)],
-    ["By", j.submitted_by || "—"],
+    ["By", named(j.submitted_by_name, j.submitted_by)],
     ["Waited", span(j.created_at, j.started_at || (FINAL.has(j.status) ? j.ended_at : null))],
     ["Ran", span(j.started_at, j.ended_at)],
   ];
+  if (j.rerun_of) pairs.push(["Re-run of", jobLink(j.rerun_of)]);
+  if (j.rerun_as.length) pairs.push(["Re-run as", j.rerun_as.flatMap((id, i) => [i ? ", " : null, jobLink(id)])]);
   if (j.exit_code !== null) pairs.push(["Exit code", String(j.exit_code)]);
   if (j.error) pairs.push(["Error", h("pre", { class: "mono", text: j.error })]);
   return pairs.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", {}, v)]);
@@ -49,7 +59,7 @@ function attemptRow(a) {
   return h("tr", {},
     h("td", { "data-label": "#", text: String(a.number) }),
     h("td", { "data-label": "Attempt", class: "mono", text: a.id }),
-    h("td", { "data-label": "Worker", class: "mono", text: a.worker_id }),
+    h("td", { "data-label": "Worker" }, named(a.worker_name, a.worker_id)),
     h("td", { "data-label": "Status" }, badge(a.status)),
     h("td", { "data-label": "Offered" }, when(a.offered_at)),
     h("td", { "data-label": "Started" }, when(a.started_at)),
@@ -70,6 +80,7 @@ const refresh = serial(async () => {
   $("#facts").replaceChildren(...facts(j));
   $("#progress").replaceChildren(...progressView(j.progress));
   $("#cancel").hidden = !canCancel || FINAL.has(j.status);
+  $("#rerun").hidden = !canCancel || !FINAL.has(j.status);
   const waiting = $("#waiting");
   waiting.hidden = !j.waiting;
   if (j.waiting) {
@@ -93,6 +104,16 @@ $("#cancel").addEventListener("click", async (event) => {
     showError(error, err);
   }
   refresh();
+});
+
+$("#rerun").addEventListener("click", async (event) => {
+  const button = event.currentTarget;
+  try {
+    const job = await busy(button, () => post(`/api/queue/${jobId}/rerun`));
+    location.assign(`/queue/${job.id}`);
+  } catch (err) {
+    showError(error, err);
+  }
 });
 
 // ---- logs ---------------------------------------------------------------------------------

@@ -1,12 +1,21 @@
-// Queue: every job, live, newest first.
-import { get } from "./api.js";
-import { $, badge, h, progress, serial, showError, span, startClock, when } from "./dom.js";
+// Queue: every job, live, newest first; filters live in the URL; re-run and cancel one job
+// or the selected ones.
+import { get, post } from "./api.js";
+import {
+  $, badge, busy, confirmDialog, h, progress, serial, showError, span, startClock, when, wireDialogs,
+} from "./dom.js";
 import { live } from "./live.js";
 import "./nav.js";
 
+const form = $("#filters");
 const error = $("#error");
-const filter = $("#status-filter");
-let names = {}; // worker id → name, when this key may read the fleet
+const canSubmit = form.dataset.canSubmit === "true";
+const FINAL = new Set(["completed", "failed", "cancelled"]);
+// The page's URL names (short, for links people share) → the list endpoint's parameters.
+const FILTERS = { status: "status", worker: "worker", target: "target", config: "config_name", q: "id_prefix" };
+const selected = new Set(); // ids of the shown jobs that are ticked
+let shown = []; // the jobs in the table now
+let applied = null; // the filters in force: set from the URL, then by Filter and Clear
 
 // Queued until it started (still counting while queued); running until it ended.
 function waitSpan(j) {
@@ -14,46 +23,168 @@ function waitSpan(j) {
   return span(j.created_at, until);
 }
 
+const labelsOf = (text) => text.split(",").map((s) => s.trim()).filter(Boolean);
+
+function fromUrl() {
+  const params = new URLSearchParams(location.search);
+  for (const name of Object.keys(FILTERS)) form.elements[name].value = params.get(name) || "";
+  form.elements.label.value = params.getAll("label").join(", ");
+}
+
+// The page's own query (what the address bar keeps) and the API's.
+function queries() {
+  const page = new URLSearchParams();
+  const api = new URLSearchParams({ limit: "100" });
+  for (const [name, param] of Object.entries(FILTERS)) {
+    const value = form.elements[name].value.trim();
+    if (!value) continue;
+    page.set(name, value);
+    api.set(param, value);
+  }
+  for (const label of labelsOf(form.elements.label.value)) {
+    page.append("label", label);
+    api.append("label", label);
+  }
+  return { page, api };
+}
+
+function actions(j) {
+  if (FINAL.has(j.status)) {
+    return h("button", { type: "button", class: "small", "data-action": "rerun", onclick: (e) => rerunOne(j.id, e.currentTarget) }, "Re-run");
+  }
+  return h("button", { type: "button", class: "small danger", "data-action": "cancel", onclick: (e) => cancelOne(j.id, e.currentTarget) }, "Cancel");
+}
+
 function row(j) {
+  const tick = h("input", {
+    type: "checkbox", class: "pick", "aria-label": `Select ${j.id}`, checked: selected.has(j.id),
+    onchange: (e) => { if (e.currentTarget.checked) selected.add(j.id); else selected.delete(j.id); updateBulk(); },
+  });
   return h("tr", { "data-job": j.id, "data-status": j.status },
-    h("td", { "data-label": "Job" }, h("a", { href: `/queue/${j.id}`, class: "mono", text: j.id })),
+    canSubmit ? h("td", { "data-label": "Select" }, tick) : null,
+    h("td", { "data-label": "Job" }, h("a", { href: `/queue/${j.id}`, class: "mono", text: j.id }),
+      j.rerun_of ? h("div", { class: "muted rerun-of" }, "re-run of ", h("a", { href: `/queue/${j.rerun_of}`, class: "mono", text: j.rerun_of })) : null),
     h("td", { "data-label": "Status" }, badge(j.status)),
     h("td", { "data-label": "Progress" }, progress(j.progress)),
+    h("td", { "data-label": "Target", text: j.target }),
     h("td", { "data-label": "Worker" }, j.worker_id
-      ? h("span", { title: j.worker_id, text: names[j.worker_id] || j.worker_id })
-      : h("span", { class: "muted", text: j.target })),
+      ? h("span", { class: "worker", title: j.worker_id, text: j.worker_name || j.worker_id })
+      : h("span", { class: "muted", text: "—" })),
     h("td", { "data-label": "Attempts", class: "num", text: `${j.attempts} / ${j.max_retries + 1}` }),
     h("td", { "data-label": "Wait" }, waitSpan(j)),
     h("td", { "data-label": "Run" }, span(j.started_at, j.ended_at)),
     h("td", { "data-label": "Config", text: j.config_name || "inline" }),
     h("td", { "data-label": "Submitted" }, when(j.created_at)),
+    canSubmit ? h("td", { "data-label": "Actions" }, actions(j)) : null,
   );
 }
 
-async function loadNames() {
-  try {
-    const { workers } = await get("/api/admin/workers");
-    names = Object.fromEntries(workers.map((w) => [w.id, w.name]));
-  } catch {
-    names = {}; // a key without admin.workers sees worker ids
-  }
+function updateBulk() {
+  if (!canSubmit) return;
+  const n = selected.size;
+  $("#selected-count").textContent = n ? `${n} selected` : "";
+  $("#bulk-rerun").disabled = !n;
+  $("#bulk-cancel").disabled = !n;
+  const all = $("#select-all");
+  all.checked = n > 0 && n === shown.length;
+  all.indeterminate = n > 0 && n < shown.length;
+}
+
+// Filters apply when chosen (a select) or sent (Enter, Filter), not while being typed.
+function apply() {
+  applied = queries();
+  const { page } = applied;
+  history.replaceState(null, "", page.toString() ? `?${page}` : location.pathname);
+  refresh();
 }
 
 const refresh = serial(async () => {
-  const query = new URLSearchParams({ limit: "100" });
-  if (filter.value) query.set("status", filter.value);
+  const { api } = applied;
   try {
-    const [{ jobs, total }] = await Promise.all([get(`/api/queue?${query}`), loadNames()]);
+    const { jobs, total } = await get(`/api/queue?${api}`);
+    shown = jobs;
+    const ids = new Set(jobs.map((j) => j.id));
+    for (const id of [...selected]) if (!ids.has(id)) selected.delete(id);
     $("#total").textContent = `${total} job${total === 1 ? "" : "s"}${total > jobs.length ? `, newest ${jobs.length} shown` : ""}`;
     $("#jobs tbody").replaceChildren(...(jobs.length ? jobs.map(row)
-      : [h("tr", { class: "empty" }, h("td", { colspan: 9, text: "No jobs." }))]));
+      : [h("tr", { class: "empty" }, h("td", { colspan: 12, text: "No jobs." }))]));
+    updateBulk();
     showError(error, null);
   } catch (err) {
     showError(error, err);
   }
 });
 
-filter.addEventListener("change", refresh);
+// ---- actions ------------------------------------------------------------------------------
+
+async function rerunOne(jobId, button) {
+  try {
+    const job = await busy(button, () => post(`/api/queue/${jobId}/rerun`));
+    location.assign(`/queue/${job.id}`);
+  } catch (err) {
+    showError(error, err);
+  }
+}
+
+async function cancelOne(jobId, button) {
+  const ok = await confirmDialog(`Cancel ${jobId}?`, "A running job is stopped on its worker.", "Cancel job");
+  if (!ok) return;
+  try {
+    await busy(button, () => post(`/api/queue/${jobId}/cancel`));
+  } catch (err) {
+    showError(error, err);
+  }
+  refresh();
+}
+
+const plural = (n) => `${n} job${n === 1 ? "" : "s"}`;
+
+async function bulk(action, button) {
+  const ids = [...selected];
+  const [title, text, yes] = action === "cancel"
+    ? [`Cancel ${plural(ids.length)}?`, "Running jobs are stopped on their workers; jobs already ended are left as they are.", `Cancel ${plural(ids.length)}`]
+    : [`Re-run ${plural(ids.length)}?`, "Each ended job is submitted again with the same config and requirements.", `Re-run ${plural(ids.length)}`];
+  if (!(await confirmDialog(title, text, yes))) return;
+  try {
+    const { done, results } = await busy(button, () => post(`/api/queue/${action}`, { job_ids: ids }));
+    selected.clear();
+    const failed = results.filter((r) => !r.ok);
+    const verb = action === "cancel" ? "Cancelled" : "Re-ran";
+    showError(error, failed.length
+      ? `${verb} ${plural(done)}; ${failed.length} not: ${failed.map((r) => `${r.job_id}: ${r.error}`).join("; ")}`
+      : null);
+  } catch (err) {
+    showError(error, err);
+  }
+  refresh();
+}
+
+if (canSubmit) {
+  $("#select-all").addEventListener("change", (event) => {
+    selected.clear();
+    if (event.currentTarget.checked) for (const j of shown) selected.add(j.id);
+    for (const box of document.querySelectorAll("#jobs .pick")) box.checked = event.currentTarget.checked;
+    updateBulk();
+  });
+  $("#bulk-cancel").addEventListener("click", (event) => bulk("cancel", event.currentTarget));
+  $("#bulk-rerun").addEventListener("click", (event) => bulk("rerun", event.currentTarget));
+}
+
+form.addEventListener("submit", (event) => {
+  event.preventDefault();
+  apply();
+});
+form.addEventListener("change", (event) => {
+  if (event.target.tagName === "SELECT") apply();
+});
+$("#clear").addEventListener("click", () => {
+  form.reset();
+  apply();
+});
+
+fromUrl();
+applied = queries();
+wireDialogs();
 startClock();
 refresh();
 live({ jobs: refresh });

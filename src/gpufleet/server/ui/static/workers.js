@@ -1,8 +1,8 @@
 // Administration → Workers: the live fleet, and what an admin does to it.
 import { del, get, post } from "./api.js";
 import {
-  $, ago, badge, busy, confirmDialog, h, labels, parseLabels, serial, showError, span,
-  startClock, wireDialogs,
+  $, ago, busy, confirmDialog, h, labels, parseLabels, serial, showError, span,
+  startClock, wireDialogs, workerBadge,
 } from "./dom.js";
 import { live } from "./live.js";
 import "./nav.js";
@@ -179,11 +179,9 @@ function actions(w) {
 function row(w) {
   // The words and the uptime are the server's (presence, up_since): one home for both.
   const up = w.up_since;
-  const status = badge(w.status);
-  status.textContent = w.presence_text;
   return h("tr", { "data-worker": w.name, "data-status": w.status, "data-presence": w.presence },
-    h("td", { "data-label": "Name" }, h("strong", { text: w.name }), h("div", { class: "muted mono", text: w.id })),
-    h("td", { "data-label": "Status", class: "status" }, status),
+    h("td", { "data-label": "Name" }, h("strong", {}, h("a", { href: `/workers/${w.id}`, text: w.name })), h("div", { class: "muted mono", text: w.id })),
+    h("td", { "data-label": "Status", class: "status" }, workerBadge(w)),
     h("td", { "data-label": "Type", text: w.worker_type }),
     h("td", { "data-label": "GPUs" }, gpus(w)),
     h("td", { "data-label": "Labels" }, labels(w.labels)),

@@ -5,7 +5,7 @@ rotated, waiting for the worker") from one whose process merely exited. Workers 
 before take the time of their live token.
 
 Revision ID: 0013
-Revises: 0007
+Revises: 0010
 Create Date: 2026-11-23 08:00:00
 """
 
@@ -17,7 +17,7 @@ from alembic import op
 import gpufleet.store.tables
 
 revision: str = "0013"
-down_revision: str | None = "0007"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,79 @@
+"""Re-running jobs, and cancelling or re-running many at once (the Queue's bulk actions)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from gpufleet.domain.records import Job
+from gpufleet.domain.states import TERMINAL_JOB
+from gpufleet.errors import Conflict, DomainError, InvalidInput
+from gpufleet.server.context import Context
+from gpufleet.server.services import queue
+from gpufleet.server.services.queue import Submission
+
+MAX_BULK = 100  # jobs one bulk action takes: the Queue shows 100 at a time
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one job of a bulk action came to: the job (re-run: the new one), or why not."""
+
+    job_id: str
+    job: Job | None = None
+    error: str | None = None
+
+
+async def rerun(ctx: Context, job_id: str, actor: str, client: str | None) -> Job:
+    """A new job with the old one's config and requirements, linked to it (`rerun_of`).
+    The config is the one the old job ran, even if its stored config changed since."""
+    old = await queue.get_job(ctx, job_id)
+    if old.status not in TERMINAL_JOB:
+        raise Conflict(
+            f"job {job_id} is still {old.status.value}; cancel it first, or re-run it once "
+            "it has ended"
+        )
+    sub = Submission(
+        config_name=old.config_name,
+        config=old.config,
+        target=old.target,
+        worker_labels=old.worker_labels,
+        gpu_count=old.gpu_count,
+        priority=old.priority,
+        max_retries=old.max_retries,
+        retry_on=old.retry_on,
+    )
+    return await queue.enqueue(ctx, sub, old.config, actor, client, rerun_of=old.id)
+
+
+def check_ids(job_ids: Sequence[str]) -> list[str]:
+    """The ids once each, in the order given; refuses none and too many."""
+    unique = list(dict.fromkeys(job_ids))
+    if not unique:
+        raise InvalidInput("select at least one job: 'job_ids' is empty")
+    if len(unique) > MAX_BULK:
+        raise InvalidInput(f"{len(unique)} jobs selected; act on at most {MAX_BULK} at a time")
+    return unique
+
+
+async def _each(job_ids: Sequence[str], act: Callable[[str], Awaitable[Job]]) -> list[Outcome]:
+    """Each job on its own: one that cannot be done is reported, and the rest go on."""
+    outcomes = []
+    for job_id in check_ids(job_ids):
+        try:
+            outcomes.append(Outcome(job_id, job=await act(job_id)))
+        except DomainError as exc:
+            outcomes.append(Outcome(job_id, error=exc.message))
+    return outcomes
+
+
+async def rerun_many(
+    ctx: Context, job_ids: Sequence[str], actor: str, client: str | None
+) -> list[Outcome]:
+    return await _each(job_ids, lambda job_id: rerun(ctx, job_id, actor, client))
+
+
+async def cancel_many(
+    ctx: Context, job_ids: Sequence[str], actor: str, client: str | None
+) -> list[Outcome]:
+    return await _each(job_ids, lambda job_id: queue.cancel(ctx, job_id, actor, client))
