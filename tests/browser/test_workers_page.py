@@ -204,7 +204,7 @@ def test_create_worker_pastes_the_address_the_operator_picks_and_a_command_that_
     assert here[0] == where["gpufleet"] and here[1] == "worker"
     assert Path(here[0]).is_absolute() and Path(here[0]).is_file()
     expect(page.locator("#own-gpufleet")).to_have_text(where["gpufleet"])
-    screenshot(page, "workers-created")
+    screenshot(page, "workers-create-command")
     copy(page, "#copy-command")
     page.click("#secret-done")
 
