@@ -18,7 +18,10 @@
 
 The operator CLI turns an HTTP error answer back into the DomainError of its status code.
 
-Every message says what happened and what to do next, in one sentence.
+Every message says what happened and what to do next, in one sentence. The message is in the
+API's terms (it may name an endpoint); where the next step reads differently elsewhere, the
+error also carries it in the web UI's terms (a button, a page) and the CLI's (a command), as
+`detail_for` in the answer, which the UI and the CLI show instead.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ class GpufleetError(Exception):
 
 class DomainError(GpufleetError):
     status_code = 400
+
+    def __init__(self, message: str, *, ui: str | None = None, cli: str | None = None) -> None:
+        super().__init__(message)
+        self.detail_for = {k: v for k, v in (("ui", ui), ("cli", cli)) if v is not None}
 
 
 class InvalidInput(DomainError):

@@ -424,6 +424,7 @@ class Fleet:
         paths = [*READS]
         paths += [f"/api/queue/{j['id']}" for j in jobs]
         paths += [f"/api/queue/{j['id']}/logs" for j in jobs]
+        paths += [f"/api/queue/{j['id']}/progress" for j in jobs]
         paths += [f"/api/admin/workers/{w['id']}" for w in workers]
         paths += [f"/api/configs/{c['name']}" for c in configs]
         for path in paths:

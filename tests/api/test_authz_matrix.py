@@ -45,6 +45,7 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("post", "/api/queue/rerun"): "queue.submit",
     ("post", "/api/queue/cancel"): "queue.submit",
     ("get", "/api/queue/{job_id}/logs"): "queue.read",
+    ("get", "/api/queue/{job_id}/progress"): "queue.read",
     ("get", "/api/configs"): "queue.read",
     ("get", "/api/configs/{name}"): "queue.read",
     ("put", "/api/configs/{name}"): "queue.submit",

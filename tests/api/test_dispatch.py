@@ -664,10 +664,11 @@ async def test_the_workers_list_names_queued_jobs_no_registered_worker_can_run(
     waits = await fleet.submit(worker_labels={"team": "cv"})  # waits for gpu-1, which fits
 
     listed = (await fleet.admin.get("/api/admin/workers")).json()["unmatched_jobs"]
+    waiting = (await fleet.job(stranded["id"]))["waiting"]
     assert listed == [
         {
             "job_id": stranded["id"],
-            "summary": (await fleet.job(stranded["id"]))["waiting"]["summary"],
+            **{k: waiting[k] for k in ("summary", "summaries", "code", "params")},
         }
     ]
     assert listed[0]["summary"].startswith("no remote worker registered has 2 GPUs and team=nlp")

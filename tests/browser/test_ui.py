@@ -245,7 +245,7 @@ def test_the_workers_page_names_queued_jobs_no_worker_can_run(
         )
         assert resp.status_code == 201, resp.text
         job_id = resp.json()["id"]
-        summary = admin.get(f"/api/queue/{job_id}").json()["waiting"]["summary"]
+        summary = admin.get(f"/api/queue/{job_id}").json()["waiting"]["summaries"]["ui"]
     page.goto("/signin")
     sign_in(page, server.admin_key)
     item = page.locator(f'#unmatched li[data-job="{job_id}"]')

@@ -219,8 +219,10 @@ def _is_tls_failure(exc: BaseException) -> bool:
 
 
 def _detail(response: httpx.Response) -> str:
+    """The answer's `detail`, or its `detail_for.cli`: the same in the CLI's terms."""
     try:
-        detail = response.json().get("detail")
+        body = response.json()
+        detail = (body.get("detail_for") or {}).get("cli") or body.get("detail")
     except (ValueError, AttributeError):
         detail = None
     if isinstance(detail, str) and detail:

@@ -62,10 +62,20 @@ def audit(
         return
     console = out.console()
     if not body["events"]:
-        console.print("No audit events match.")
+        hint = body.get("hint")
+        console.print(
+            out.text("No audit events match." + (f" {hint[0].upper()}{hint[1:]}." if hint else ""))
+        )
         return
+    names = body.get("actor_names", {})  # an actor by its key's or worker's name
     rows = [
-        (out.clock(e["ts"]), e["event_type"], e["actor"], e["target"], _brief(e["detail"]))
+        (
+            out.clock(e["ts"]),
+            e["event_type"],
+            names.get(e["actor"], e["actor"]),
+            e["target"],
+            _brief(e["detail"]),
+        )
         for e in body["events"]
     ]
     console.print(out.table(("TIME", "TYPE", "ACTOR", "TARGET", "DETAIL"), rows))

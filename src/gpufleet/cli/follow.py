@@ -129,7 +129,7 @@ def _update(bar: Progress, task: TaskID, job: dict[str, Any]) -> None:
 
 
 def _waiting(job: dict[str, Any]) -> str | None:
-    return job["waiting"]["summary"] if job.get("waiting") else None
+    return out.waiting(job["waiting"]) if job.get("waiting") else None
 
 
 def _moment(job: dict[str, Any]) -> str:

@@ -16,6 +16,8 @@ from gpufleet.cli.api import ApiClient, api_options, json_option, part
 from gpufleet.cli.configs import read_config_file
 from gpufleet.cli.follow import logs, watch
 from gpufleet.cli.options import parse_labels
+from gpufleet.domain.jobspec import could_be_config_name
+from gpufleet.errors import NotFound
 
 STATUSES = ("queued", "offered", "running", "completed", "failed", "cancelled")
 LIST_COLUMNS = [
@@ -102,9 +104,23 @@ def submit(
     path = Path(config)
     if path.is_file():
         body["config"] = read_config_file(path)
+    elif not could_be_config_name(config):
+        raise NotFound(
+            f"there is no file {config} (CONFIG is a JSON file, or a stored config's name: "
+            "see `gpufleet configs list`)"
+        )
     else:
         body["config_name"] = config
-    job = api.post("/api/queue/submit", body)
+    try:
+        job = api.post("/api/queue/submit", body)
+    except NotFound:
+        if "config_name" not in body:
+            raise
+        raise NotFound(
+            f"there is no file {config}, and no stored config named {config!r}: give the path "
+            "of a JSON file, or see `gpufleet configs list` (store one with "
+            "`gpufleet configs put FILE`)"
+        ) from None
     if as_json:
         out.print_json(job)
         return
@@ -112,7 +128,7 @@ def submit(
     if job["status"] == "queued":  # no worker took it at once: say what it waits for
         waiting = api.get(f"/api/queue/{part(job['id'])}")["waiting"]
         if waiting:
-            out.echo(f"Waiting: {waiting['summary']}.")
+            out.echo(f"Waiting: {out.waiting(waiting)}.")
     out.echo(f"Follow it: gpufleet jobs watch {job['id']}")
 
 
@@ -206,7 +222,7 @@ def show(api: ApiClient, job_id: str, as_json: bool) -> None:
         console.print(_attempts(job["attempt_history"]))
     if job["waiting"]:
         console.print(
-            Text.assemble(("\nwaiting", "bold"), out.text(f": {job['waiting']['summary']}"))
+            Text.assemble(("\nwaiting", "bold"), out.text(f": {out.waiting(job['waiting'])}"))
         )
         for w in job["waiting"]["workers"]:
             console.print(out.text(f"  {w['name']} ({w['status']}): {'; '.join(w['reasons'])}"))

@@ -181,3 +181,9 @@ def metrics_text(metrics: dict[str, Any]) -> str:
             for name, value in metrics.items()
         )
     )
+
+
+def waiting(wait: dict[str, Any]) -> str:
+    """A job's `waiting` (or an unmatched job) in the CLI's words: commands, not endpoints."""
+    summary: str = wait["summaries"]["cli"]
+    return summary

@@ -166,7 +166,8 @@ def worker(
     if not worker_token:
         raise ConfigurationError(
             "No worker token: pass --worker-token or set GPUFLEET_WORKER_TOKEN "
-            "(create one with POST /api/admin/workers)"
+            "(make one on the orchestrator with `gpufleet workers create NAME`, or Create Worker "
+            "on the Workers page)"
         )
     if worker_token != worker_token.strip():
         logging.getLogger(__name__).warning("the worker token had surrounding whitespace: ignored")

@@ -62,7 +62,7 @@ def list_workers(api: ApiClient, statuses: tuple[str, ...], as_json: bool) -> No
         counts = ", ".join(f"{n} {s}" for s, n in body["counts"].items() if n)
         console.print(out.text(f"\n{len(rows)} worker{'s' if len(rows) != 1 else ''}: {counts}"))
     for job in body["unmatched_jobs"]:  # what the fleet lacks, as each job says
-        console.print(out.text(f"Job {job['job_id']} waits: {job['summary']}"))
+        console.print(out.text(f"Job {job['job_id']} waits: {out.waiting(job)}"))
 
 
 @workers.command("show")

@@ -9,16 +9,23 @@ from typing import Any
 from gpufleet.errors import InvalidInput
 
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+# The rule in words: the API, the CLI and the Train page (which checks names with the same
+# pattern before it saves) all say this.
+CONFIG_NAME_RULE = (
+    "use letters, digits, '_', '-' and '.' (at most 128 characters, starting with a letter "
+    "or digit; no '/' or spaces)"
+)
 MAX_CONFIG_BYTES = 1_000_000
 
 
 def check_config_name(name: str) -> str:
     if not CONFIG_NAME.fullmatch(name):
-        raise InvalidInput(
-            f"config name {name!r} is not valid; use letters, digits, '_', '-' and '.' "
-            "(at most 128 characters, starting with a letter or digit)"
-        )
+        raise InvalidInput(f"config name {name!r} is not valid; {CONFIG_NAME_RULE}")
     return name
+
+
+def could_be_config_name(name: str) -> bool:
+    return CONFIG_NAME.fullmatch(name) is not None
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from itertools import combinations
@@ -100,13 +100,73 @@ def labels_match(wanted: Mapping[str, str], have: Mapping[str, str]) -> bool:
     return all(k in have and fnmatchcase(have[k], pattern) for k, pattern in wanted.items())
 
 
-def label_mismatches(wanted: Mapping[str, str], have: Mapping[str, str]) -> list[str]:
+class Why(StrEnum):
+    """Why one worker does not take a job now: the code of a `Reason`."""
+
+    LOCAL_BUT_TARGET_WORKER = "local_but_target_worker"
+    REMOTE_BUT_TARGET_LOCAL = "remote_but_target_local"
+    NEVER_REGISTERED = "never_registered"
+    TOO_FEW_GPUS = "too_few_gpus"
+    SIMPLETUNER_ONLY = "simpletuner_only"
+    NO_LABEL = "no_label"
+    LABEL_MISMATCH = "label_mismatch"
+    BUSY = "busy"
+    DRAINING = "draining"
+    OFFLINE = "offline"
+    CONNECTING = "connecting"
+    SPENT = "spent"
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """One reason, as a code and its parameters; `str()` says it in words (every surface
+    says a worker's reasons alike: they are facts about it, with no advice in them)."""
+
+    code: Why
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        p = self.params
+        match self.code:
+            case Why.LOCAL_BUT_TARGET_WORKER:
+                return "is the orchestrator's local runner and the job's target is 'worker'"
+            case Why.REMOTE_BUT_TARGET_LOCAL:
+                return "is a remote worker and the job's target is 'local'"
+            case Why.NEVER_REGISTERED:
+                return "has never registered, so its GPUs are unknown"
+            case Why.TOO_FEW_GPUS:
+                return f"has {p['has']} GPU(s), the job needs {p['needs']}"
+            case Why.SIMPLETUNER_ONLY:
+                return (
+                    f"runs SimpleTuner configs only (a SimpleTuner agent ignores "
+                    f"{'/'.join(COMMAND_KEYS)}); the job has a command, a timeout or env: run "
+                    "it on a `gpufleet worker`"
+                )
+            case Why.NO_LABEL:
+                return f"has no label {p['key']!r} (wanted {p['key']}={p['wanted']})"
+            case Why.LABEL_MISMATCH:
+                return f"label {p['key']}={p['has']!r} does not match {p['wanted']!r}"
+            case Why.BUSY:
+                return f"is busy with job {p['job_id']}" if p.get("job_id") else "is busy"
+            case Why.DRAINING:
+                return "is draining"
+            case Why.OFFLINE:
+                return "is offline"
+            case Why.CONNECTING:
+                return "is connecting (its event stream is not open)"
+            case Why.SPENT:
+                return "is ephemeral and has already run its one job"
+
+
+def label_mismatches(wanted: Mapping[str, str], have: Mapping[str, str]) -> list[Reason]:
     out = []
     for key, pattern in sorted(wanted.items()):
         if key not in have:
-            out.append(f"has no label {key!r} (wanted {key}={pattern})")
+            out.append(Reason(Why.NO_LABEL, {"key": key, "wanted": pattern}))
         elif not fnmatchcase(have[key], pattern):
-            out.append(f"label {key}={have[key]!r} does not match {pattern!r}")
+            out.append(
+                Reason(Why.LABEL_MISMATCH, {"key": key, "has": have[key], "wanted": pattern})
+            )
     return out
 
 
@@ -148,60 +208,70 @@ def choose_worker(req: Requirement, caps: Iterable[Capacity]) -> Capacity | None
     return min(ready, key=lambda c: (c.is_local, c.gpu_count or 0, c.worker_id))
 
 
-def reasons_not_running(req: Requirement, cap: Capacity) -> list[str]:
-    """Why this worker does not take the job now, in words an operator can act on."""
-    reasons: list[str] = []
+def reasons_not_running(req: Requirement, cap: Capacity) -> list[Reason]:
+    """Why this worker does not take the job now, as facts an operator can act on."""
+    reasons: list[Reason] = []
     if req.target is Target.WORKER and cap.is_local:
-        reasons.append("is the orchestrator's local runner and the job's target is 'worker'")
+        reasons.append(Reason(Why.LOCAL_BUT_TARGET_WORKER))
     elif req.target is Target.LOCAL and not cap.is_local:
-        reasons.append("is a remote worker and the job's target is 'local'")
+        reasons.append(Reason(Why.REMOTE_BUT_TARGET_LOCAL))
     if cap.gpu_count is None:
-        reasons.append("has never registered, so its GPUs are unknown")
+        reasons.append(Reason(Why.NEVER_REGISTERED))
     elif cap.gpu_count < req.gpu_count:
-        reasons.append(f"has {cap.gpu_count} GPU(s), the job needs {req.gpu_count}")
+        reasons.append(Reason(Why.TOO_FEW_GPUS, {"has": cap.gpu_count, "needs": req.gpu_count}))
     if cap.features is not None and Feature.COMMAND in req.needs - cap.features:
-        keys = "/".join(COMMAND_KEYS)
-        reasons.append(
-            f"runs SimpleTuner configs only (a SimpleTuner agent ignores {keys}); the job has "
-            "a command, a timeout or env: run it on a `gpufleet worker`"
-        )
+        reasons.append(Reason(Why.SIMPLETUNER_ONLY))
     reasons.extend(label_mismatches(req.labels, cap.labels))
-    if cap.status is WorkerStatus.BUSY:
-        job = f" with job {cap.current_job_id}" if cap.current_job_id else ""
-        reasons.append(f"is busy{job}")
-    elif cap.status is WorkerStatus.DRAINING:
-        reasons.append("is draining")
-    elif cap.status is WorkerStatus.OFFLINE:
-        reasons.append("is offline")
-    elif cap.status is WorkerStatus.CONNECTING:
-        reasons.append("is connecting (its event stream is not open)")
+    unavailable = {
+        WorkerStatus.BUSY: Reason(Why.BUSY, {"job_id": cap.current_job_id}),
+        WorkerStatus.DRAINING: Reason(Why.DRAINING),
+        WorkerStatus.OFFLINE: Reason(Why.OFFLINE),
+        WorkerStatus.CONNECTING: Reason(Why.CONNECTING),
+    }
+    if cap.status in unavailable:
+        reasons.append(unavailable[cap.status])
     if cap.spent and cap.status is not WorkerStatus.OFFLINE:
-        reasons.append("is ephemeral and has already run its one job")
+        reasons.append(Reason(Why.SPENT))
     return reasons
 
 
-def wait_summary(req: Requirement, caps: list[Capacity]) -> str:
-    """One line on what a queued job waits for, naming what no registered worker offers."""
+class WaitCode(StrEnum):
+    """What a queued job waits for, as a whole: the code of a `Wait`."""
+
+    ABOUT_TO_BE_OFFERED = "about_to_be_offered"
+    ALL_UNAVAILABLE = "all_unavailable"  # some worker fits, and is busy, draining, ...
+    NOT_REGISTERED_YET = "not_registered_yet"  # some may fit, once they register
+    LOCAL_TOO_SMALL = "local_too_small"  # target local: the local runner has fewer GPUs
+    NO_WORKER_MATCHES = "no_worker_matches"
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Why a queued job waits, as a code and its parameters. The words, and the advice in
+    each surface's own terms (an endpoint, a button, a command), are `domain.advice`'s."""
+
+    code: WaitCode
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+def why_waiting(req: Requirement, caps: list[Capacity]) -> Wait:
+    """What a queued job waits for, naming what no registered worker offers."""
     fitting = [c for c in caps if fits(req, c)]
     if any(can_run_now(req, c) for c in fitting):
-        return "a worker can run it now: it is about to be offered"
+        return Wait(WaitCode.ABOUT_TO_BE_OFFERED)
     if any(c.gpu_count is not None for c in fitting):
-        return "every worker that could run it is busy, draining, offline or connecting"
-    scope = {"worker": "remote worker", "local": "local runner", "auto": "worker"}[req.target]
-    wanted = _wanted(req)
-    head = f"no {scope} registered has {wanted}" if wanted else f"no {scope} is registered"
+        return Wait(WaitCode.ALL_UNAVAILABLE)
+    params: dict[str, Any] = {
+        "target": req.target.value,
+        "wanted": _wanted(req),
+        "gpu_count": req.gpu_count,
+    }
     if fitting:  # none registered yet: what they offer is unknown
-        names = [c.name for c in fitting]
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        one = len(names) == 1
-        return (
-            f"{head}; {shown} may, once {'it registers' if one else 'they register'} "
-            f"({'its' if one else 'their'} GPUs are not known yet)"
-        )
-    return (
-        f"{head}; it waits until one does: create and start a worker that matches "
-        "(POST /api/admin/workers), or relax gpu_count / worker_labels"
-    )
+        return Wait(WaitCode.NOT_REGISTERED_YET, {**params, "names": [c.name for c in fitting]})
+    local = [c for c in caps if c.is_local and c.gpu_count is not None]
+    if req.target is Target.LOCAL and local and (local[0].gpu_count or 0) < req.gpu_count:
+        return Wait(WaitCode.LOCAL_TOO_SMALL, {**params, "local_gpus": local[0].gpu_count})
+    return Wait(WaitCode.NO_WORKER_MATCHES, params)
 
 
 def _wanted(req: Requirement) -> str:

@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         model.step(args.lr)
         if i % every == 0 or i == args.steps:
             loss, accuracy = model.evaluate()
-            report(step=i, total=args.steps, loss=round(loss, 5), accuracy=accuracy)
+            report(step=i, total=args.steps, loss=round(loss, 5), accuracy=accuracy, lr=args.lr)
             print(f"step {i}/{args.steps} loss={loss:.4f} accuracy={accuracy:.3f}", flush=True)
         if args.step_delay:
             time.sleep(args.step_delay)

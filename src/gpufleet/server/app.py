@@ -20,7 +20,7 @@ from gpufleet.server.door import RefuseNulInUrl
 from gpufleet.server.local import parse_local_gpus, start_local_runner
 from gpufleet.server.loops import Supervisor
 from gpufleet.server.ratelimit import FailureLimiter
-from gpufleet.server.routes import admin, events, ops, queue, ui, workers
+from gpufleet.server.routes import admin, events, ops, progress, queue, ui, workers
 from gpufleet.server.schemas import ERROR_RESPONSES
 from gpufleet.server.services import audit, auth, dispatch, fleet, health, sessions
 from gpufleet.server.settings import ServerSettings
@@ -172,6 +172,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
     errors.install(app)
     for api in (admin.router, workers.router, queue.router, events.router, ops.router):
         app.include_router(api, responses=ERROR_RESPONSES)
+    app.include_router(progress.router, responses=ERROR_RESPONSES)
     app.include_router(ui.router)
     app.mount("/static", ui.static_files(), name="static")
     app.add_middleware(BodyLimit)

@@ -27,7 +27,10 @@ async def _domain(_request: Request, exc: Exception) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
     if isinstance(exc, TooManyRequests):
         headers = {"Retry-After": str(math.ceil(exc.retry_after))}
-    return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=headers)
+    body: dict[str, Any] = {"detail": exc.message}
+    if exc.detail_for:  # the same, in the web UI's and the CLI's own terms
+        body["detail_for"] = exc.detail_for
+    return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
 def _broken_json(err: dict[str, Any]) -> str:

@@ -213,6 +213,9 @@ class SetLabelsIn(Strict):
 class UnmatchedJob(BaseModel):
     job_id: str
     summary: str  # the job's `waiting.summary`
+    summaries: dict[str, str]  # and `waiting.summaries`: the same for the UI and the CLI
+    code: str
+    params: dict[str, Any]
 
 
 class WorkerList(BaseModel):
@@ -535,6 +538,8 @@ class AuditList(BaseModel):
     total: int
     limit: int
     offset: int
+    actor_names: dict[str, str] = {}  # actor (`key:k_…`, `worker:w_…`) -> its name
+    hint: str | None = None  # when nothing matches: what may be why
 
 
 class SeqGap(BaseModel):
@@ -605,3 +610,25 @@ SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
 
 class Ok(BaseModel):
     ok: bool = True
+
+
+# ---- progress history (charts) ------------------------------------------------------------
+
+
+class SeriesOut(BaseModel):
+    name: str
+    points: list[tuple[int, float, int]] = Field(
+        description="[step, value, attempt number], oldest first"
+    )
+
+
+class ProgressHistoryOut(BaseModel):
+    job_id: str
+    status: str
+    step: int | None
+    total: int | None
+    rate: float | None = Field(description="steps a second, over the latest points")
+    eta_s: float | None = Field(description="seconds left at that rate, while running")
+    updated_at: datetime | None = Field(description="when the latest progress was recorded")
+    capacity: int = Field(description="the most points kept per series")
+    series: list[SeriesOut]

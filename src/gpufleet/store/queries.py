@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gpufleet.domain.audit_chain import Head
+from gpufleet.domain.history import STEP_SERIES, Thinning
 from gpufleet.domain.records import (
     ApiKey,
     Attempt,
@@ -38,6 +39,8 @@ from gpufleet.store.tables import (
     job_attempts,
     job_logs,
     jobs,
+    progress_points,
+    progress_series,
     worker_events,
     worker_tokens,
     workers,
@@ -624,6 +627,66 @@ class Queries:
             await self.conn.execute(sa.delete(worker_events).where(worker_events.c.id.in_(ids)))
         return [dict(r.payload) for r in rows]
 
+    # ---- progress history (domain.history) ------------------------------------------------
+
+    async def progress_counts(self, job_id: str) -> dict[str, int]:
+        """Each of the job's series and how many points it was sent."""
+        t = progress_series
+        stmt = sa.select(t.c.series, t.c.received).where(t.c.job_id == job_id)
+        return {r.series: r.received for r in await self.conn.execute(stmt)}
+
+    async def add_progress(
+        self, job_id: str, counts: dict[str, int], points: list[dict[str, Any]]
+    ) -> None:
+        """Store points and the series' new counts (`counts`: series → received before)."""
+        t = progress_series
+        old = [name for name, n in counts.items() if n > 0]
+        new = [name for name, n in counts.items() if n == 0]
+        if old:
+            await self.conn.execute(
+                sa.update(t)
+                .where(t.c.job_id == job_id, t.c.series.in_(old))
+                .values(received=t.c.received + 1)
+            )
+        if new:
+            await self.conn.execute(
+                sa.insert(t), [{"job_id": job_id, "series": s, "received": 1} for s in new]
+            )
+        await self.conn.execute(sa.insert(progress_points), points)
+
+    async def thin_progress(self, job_id: str, series: list[str], plan: Thinning) -> None:
+        p = progress_points
+        await self.conn.execute(
+            sa.delete(p).where(
+                p.c.job_id == job_id,
+                p.c.series.in_(series),
+                p.c.ordinal >= plan.start,
+                p.c.ordinal < plan.stop,
+                p.c.ordinal % plan.stride != 0,
+            )
+        )
+
+    async def progress_values(self, job_id: str) -> list[tuple[str, int, float, int]]:
+        """The metric series' kept points: (series, step, value, attempt), oldest first.
+        Without their times: parsing 16,000 of them is most of the read on SQLite."""
+        p = progress_points
+        stmt = (
+            sa.select(p.c.series, p.c.step, p.c.value, p.c.attempt)
+            .where(p.c.job_id == job_id, p.c.series != STEP_SERIES)
+            .order_by(p.c.series, p.c.ordinal)
+        )
+        return [(r.series, r.step, r.value, r.attempt) for r in await self.conn.execute(stmt)]
+
+    async def progress_steps(self, job_id: str) -> list[tuple[datetime, int, int]]:
+        """The step series' kept points: (time, step, attempt), oldest first."""
+        p = progress_points
+        stmt = (
+            sa.select(p.c.ts, p.c.step, p.c.attempt)
+            .where(p.c.job_id == job_id, p.c.series == STEP_SERIES)
+            .order_by(p.c.ordinal)
+        )
+        return [(r.ts, r.step, r.attempt) for r in await self.conn.execute(stmt)]
+
     # ---- logs ----------------------------------------------------------------------------
 
     async def insert_logs(self, rows: list[dict[str, Any]]) -> None:
@@ -735,6 +798,17 @@ class Queries:
             .where(audit_events.c.chain_seq.is_(None))
         )
         return int((await self.conn.execute(stmt)).scalar_one())
+
+    async def audit_type_exists(self, event_type: str) -> bool:
+        """Whether the log holds this type (or, for a prefix ending in '.', one under it)."""
+        col = audit_events.c.event_type
+        cond = (
+            col.startswith(event_type, autoescape=True)
+            if event_type.endswith(".")
+            else (col == event_type)
+        )
+        stmt = sa.select(sa.literal(1)).select_from(audit_events).where(cond).limit(1)
+        return (await self.conn.execute(stmt)).first() is not None
 
     async def list_audit(
         self, f: AuditFilter, limit: int, offset: int

@@ -201,3 +201,29 @@ audit_events = sa.Table(
     sa.Index("ix_audit_chain_seq", "chain_seq", unique=True),
     sa.Index("ix_audit_type", "event_type", "ts"),
 )
+
+# A job's progress history, thinned by domain.history (0008): per series (a metric, or ""
+# for the step itself) how many points it was sent, and the points it keeps.
+progress_series = sa.Table(
+    "progress_series",
+    metadata,
+    sa.Column(
+        "job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("series", sa.String(64), primary_key=True),
+    sa.Column("received", sa.BigInteger, nullable=False),
+)
+
+progress_points = sa.Table(
+    "progress_points",
+    metadata,
+    sa.Column(
+        "job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("series", sa.String(64), primary_key=True),
+    sa.Column("ordinal", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("step", sa.BigInteger, nullable=False),
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Column("ts", UTCDateTime, nullable=False),
+)

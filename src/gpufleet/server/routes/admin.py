@@ -46,7 +46,9 @@ async def list_workers(
     return WorkerList(
         workers=[WorkerOut.of(w) for w in workers],
         counts={s.value: counts.get(s.value, 0) for s in WorkerStatus},
-        unmatched_jobs=[UnmatchedJob(job_id=job.id, summary=why) for job, why in unmatched],
+        unmatched_jobs=[
+            UnmatchedJob(job_id=job.id, **queue.waiting_fields(why)) for job, why in unmatched
+        ],
     )
 
 

@@ -198,12 +198,12 @@ async def list_configs(ctx: Ctx, who: Reader) -> ConfigList:
     return ConfigList(configs=[ConfigOut.of(c) for c in await queue.list_configs(ctx)])
 
 
-@router.get("/api/configs/{name}", response_model=ConfigOut)
+@router.get("/api/configs/{name:path}", response_model=ConfigOut)
 async def get_config(ctx: Ctx, who: Reader, name: str) -> ConfigOut:
     return ConfigOut.of(await queue.get_config(ctx, name))
 
 
-@router.put("/api/configs/{name}", response_model=ConfigOut)
+@router.put("/api/configs/{name:path}", response_model=ConfigOut)
 async def put_config(
     ctx: Ctx, who: Submitter, client: Client, name: str, body: Annotated[dict[str, Any], Body()]
 ) -> ConfigOut:
@@ -211,7 +211,7 @@ async def put_config(
     return ConfigOut.of(stored)
 
 
-@router.delete("/api/configs/{name}", response_model=Ok)
+@router.delete("/api/configs/{name:path}", response_model=Ok)
 async def delete_config(ctx: Ctx, who: Submitter, client: Client, name: str) -> Ok:
     await queue.delete_config(ctx, name, who.actor, client)
     return Ok()
@@ -237,9 +237,14 @@ async def list_audit(
     f = AuditFilter(
         event_type=type, actor=actor, target=target, since=_utc(since), until=_utc(until)
     )
-    events, total = await audit.list_events(ctx, f, limit, offset)
+    page = await audit.list_events(ctx, f, limit, offset)
     return AuditList(
-        events=[AuditOut.of(e) for e in events], total=total, limit=limit, offset=offset
+        events=[AuditOut.of(e) for e in page.events],
+        total=page.total,
+        limit=limit,
+        offset=offset,
+        actor_names=page.names,
+        hint=page.hint,
     )
 
 

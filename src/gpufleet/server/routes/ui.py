@@ -19,6 +19,8 @@ from fastapi.templating import Jinja2Templates
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from gpufleet import __version__
+from gpufleet.domain.audit_events import EVENT_TYPES, FAMILIES
+from gpufleet.domain.jobspec import CONFIG_NAME, CONFIG_NAME_RULE
 from gpufleet.domain.permissions import ADMIN_AUDIT, ADMIN_WORKERS, QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.domain.permissions import allows as key_allows
 from gpufleet.errors import Forbidden, InvalidInput, Unauthenticated
@@ -139,7 +141,9 @@ async def worker_page(ctx: Ctx, request: Request, worker_id: str) -> Response:
 
 @router.get("/train")
 async def train_page(ctx: Ctx, request: Request) -> Response:
-    return await _page(ctx, request, TRAIN)
+    # The page checks a name with the domain's own pattern and says the domain's rule.
+    rule = {"config_name_pattern": CONFIG_NAME.pattern, "config_name_rule": CONFIG_NAME_RULE}
+    return await _page(ctx, request, TRAIN, **rule)
 
 
 @router.get("/queue")
@@ -154,7 +158,7 @@ async def job_page(ctx: Ctx, request: Request, job_id: str) -> Response:
 
 @router.get("/audit")
 async def audit_page(ctx: Ctx, request: Request) -> Response:
-    return await _page(ctx, request, AUDIT)
+    return await _page(ctx, request, AUDIT, audit_types=[*FAMILIES, *sorted(EVENT_TYPES)])
 
 
 # ---- the session ------------------------------------------------------------------------

@@ -10,9 +10,18 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpufleet.domain import audit_chain
+from gpufleet.domain.audit_events import (
+    KEY_ACTOR,
+    SYSTEM_ACTOR,
+    WORKER_ACTOR,
+    check_period,
+    is_known_type,
+    unknown_type,
+)
 from gpufleet.domain.records import AuditEvent
 from gpufleet.errors import ConfigurationError
 from gpufleet.server.context import Context, transaction
@@ -23,11 +32,50 @@ _BATCH = 1000
 _UNSEALED_LISTED = 20
 
 
-async def list_events(
-    ctx: Context, f: AuditFilter, limit: int, offset: int
-) -> tuple[list[AuditEvent], int]:
+@dataclass(frozen=True, slots=True)
+class AuditPage:
+    events: list[AuditEvent]
+    total: int
+    names: dict[str, str]  # actor (`key:k_…`, `worker:w_…`) -> the key's or worker's name
+    hint: str | None  # when nothing matches: what may be why
+
+
+async def list_events(ctx: Context, f: AuditFilter, limit: int, offset: int) -> AuditPage:
+    """A page of the log. The actor filter takes an actor as recorded (`key:k_…`), a key's
+    id or name, or a worker's name."""
+    check_period(f.since, f.until)
     async with ctx.store.read() as q:
-        return await q.list_audit(f, limit, offset)
+        known = not f.event_type or is_known_type(f.event_type)
+        # A type the catalogue lacks is one a newer module records, if the log holds it.
+        if f.event_type and not known and not await q.audit_type_exists(f.event_type):
+            raise unknown_type(f.event_type)
+        names = {f"{KEY_ACTOR}{k.id}": k.name for k in await q.list_api_keys()}
+        names |= {f"{WORKER_ACTOR}{w.id}": w.name for w in await q.list_workers()}
+        actor, hint = _resolve_actor(f.actor, names)
+        events, total = await q.list_audit(replace(f, actor=actor), limit, offset)
+    shown = {e.actor: names[e.actor] for e in events if e.actor in names}
+    return AuditPage(events, total, shown, hint if total == 0 else None)
+
+
+def _resolve_actor(value: str | None, names: dict[str, str]) -> tuple[str | None, str | None]:
+    """The actor a filter means, and a hint in case it finds nothing."""
+    if not value:
+        return None, None
+    if value in names or ":" in value or value == SYSTEM_ACTOR:
+        return value, f"{value} recorded nothing that matches the other filters"
+    if value.startswith("k_"):
+        return f"{KEY_ACTOR}{value}", f"no events by the key {value}; is the id right?"
+    named = [actor for actor, name in names.items() if name == value]
+    if len(named) == 1:
+        return named[0], f"{value} ({named[0]}) recorded nothing that matches the other filters"
+    if len(named) > 1:
+        return named[0], (
+            f"several keys or workers are named {value!r}; filter by id: {', '.join(named)}"
+        )
+    return value, (
+        f"no key or worker named {value!r}; the actor is a key's name or id (k_…), a worker's "
+        "name, worker:w_…, or system"
+    )
 
 
 def load_key(path: Path) -> bytes:

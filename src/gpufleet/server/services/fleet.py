@@ -61,10 +61,18 @@ def check_labels(labels: dict[str, str]) -> dict[str, str]:
     return dict(labels)
 
 
+def _no_worker(worker_id: str) -> NotFound:
+    return NotFound(
+        f"no worker {worker_id}; list workers with GET /api/admin/workers",
+        ui=f"no worker {worker_id}; the Workers page lists the workers",
+        cli=f"no worker {worker_id}; list workers with `gpufleet workers list`",
+    )
+
+
 async def _get(tx: Tx, worker_id: str) -> Worker:
     worker = await tx.q.get_worker(worker_id, lock=True)
     if worker is None:
-        raise NotFound(f"no worker {worker_id}; list workers with GET /api/admin/workers")
+        raise _no_worker(worker_id)
     return worker
 
 
@@ -136,7 +144,7 @@ async def get_worker(ctx: Context, worker_id: str) -> Worker:
     async with ctx.store.read() as q:
         worker = await q.get_worker(worker_id)
     if worker is None:
-        raise NotFound(f"no worker {worker_id}; list workers with GET /api/admin/workers")
+        raise _no_worker(worker_id)
     return worker
 
 

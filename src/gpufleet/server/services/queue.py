@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.domain.advice import say_wait_everywhere
 from gpufleet.domain.jobspec import (
     MAX_CONFIG_BYTES,
     check_config,
@@ -15,11 +16,12 @@ from gpufleet.domain.jobspec import (
 )
 from gpufleet.domain.matching import (
     Requirement,
+    Wait,
     fits,
     match_key,
     needs_of,
     reasons_not_running,
-    wait_summary,
+    why_waiting,
 )
 from gpufleet.domain.records import Attempt, Job, LogLine, StoredConfig, Worker
 from gpufleet.domain.secrets import new_id
@@ -82,10 +84,16 @@ async def put_config(
 
 
 async def get_config(ctx: Context, name: str) -> StoredConfig:
+    check_config_name(name)
     async with ctx.store.read() as q:
         stored = await q.get_config(name)
     if stored is None:
-        raise NotFound(f"no config named {name!r}; store one with PUT /api/configs/{name}")
+        raise NotFound(
+            f"no config named {name!r}; store one with PUT /api/configs/{name}",
+            ui=f"no config named {name!r}; save one with Save config on the Train page",
+            cli=f"no config named {name!r}; store one with `gpufleet configs put FILE --name "
+            f"{name}`",
+        )
     return stored
 
 
@@ -95,9 +103,14 @@ async def list_configs(ctx: Context) -> list[StoredConfig]:
 
 
 async def delete_config(ctx: Context, name: str, actor: str, client: str | None) -> None:
+    check_config_name(name)
     async with transaction(ctx) as tx:
         if not await tx.q.delete_config(name):
-            raise NotFound(f"no config named {name!r}; list configs with GET /api/configs")
+            raise NotFound(
+                f"no config named {name!r}; list configs with GET /api/configs",
+                ui=f"no config named {name!r}; the Train page lists the stored configs",
+                cli=f"no config named {name!r}; list them with `gpufleet configs list`",
+            )
         tx.audit("config.deleted", actor, name, client)
 
 
@@ -194,11 +207,19 @@ async def enqueue(
 # ---- read -------------------------------------------------------------------------------
 
 
+def _no_job(job_id: str) -> NotFound:
+    return NotFound(
+        f"no job {job_id}; list jobs with GET /api/queue",
+        ui=f"no job {job_id}; the Queue page lists the jobs",
+        cli=f"no job {job_id}; list jobs with `gpufleet jobs list`",
+    )
+
+
 async def get_job(ctx: Context, job_id: str) -> Job:
     async with ctx.store.read() as q:
         job = await q.get_job(job_id)
     if job is None:
-        raise NotFound(f"no job {job_id}; list jobs with GET /api/queue")
+        raise _no_job(job_id)
     return job
 
 
@@ -206,7 +227,7 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
     async with ctx.store.read() as q:
         job = await q.get_job(job_id)
         if job is None:
-            raise NotFound(f"no job {job_id}; list jobs with GET /api/queue")
+            raise _no_job(job_id)
         attempts = await q.attempts_for_job(job_id)
         waiting = None
         if job.status is JobStatus.QUEUED:
@@ -240,7 +261,7 @@ UNMATCHED_SHOWN = 20  # queued jobs, from the head of the queue, the workers lis
 ANY_GPU_COUNT = 2**31 - 1  # the most a job's gpu_count column holds (32 bits)
 
 
-async def unmatched_jobs(ctx: Context, workers: list[Worker]) -> list[tuple[Job, str]]:
+async def unmatched_jobs(ctx: Context, workers: list[Worker]) -> list[tuple[Job, Wait]]:
     """Queued jobs, from the head of the queue, that no registered worker can run, each
     with its `waiting` summary: what the fleet lacks, shown beside the workers list in the
     same words as on each job. `workers`: the whole fleet."""
@@ -251,7 +272,7 @@ async def unmatched_jobs(ctx: Context, workers: list[Worker]) -> list[tuple[Job,
     caps = [w.capacity() for w in workers]
     registered = [c for c in caps if c.gpu_count is not None]
     return [
-        (job, wait_summary(job.requirement(), caps))
+        (job, why_waiting(job.requirement(), caps))
         for job in head
         if not any(fits(job.requirement(), c) for c in registered)
     ]
@@ -269,10 +290,24 @@ def explain_wait(job: Job, workers: list[Worker]) -> dict[str, Any]:
                 "worker_id": w.id,
                 "name": w.name,
                 "status": w.status.value,
-                "reasons": reasons or ["matches: the job is about to be offered to it"],
+                "reasons": [str(r) for r in reasons]
+                or ["matches: the job is about to be offered to it"],
+                "reason_codes": [r.code.value for r in reasons],
             }
         )
-    return {"summary": wait_summary(req, [w.capacity() for w in workers]), "workers": rows}
+    return {**waiting_fields(why_waiting(req, [w.capacity() for w in workers])), "workers": rows}
+
+
+def waiting_fields(wait: Wait) -> dict[str, Any]:
+    """A wait as the API answers it: `summary` in the API's words, `summaries` for the UI and
+    the CLI in theirs, and the code and parameters they come from."""
+    summaries = say_wait_everywhere(wait)
+    return {
+        "summary": summaries["api"],
+        "summaries": summaries,
+        "code": wait.code.value,
+        "params": dict(wait.params),
+    }
 
 
 def label_filter(pairs: Sequence[str]) -> dict[str, str]:
@@ -298,7 +333,7 @@ async def list_jobs(ctx: Context, f: JobFilter, limit: int, offset: int) -> tupl
 async def read_logs(ctx: Context, job_id: str, after: int, limit: int) -> list[LogLine]:
     async with ctx.store.read() as q:
         if await q.get_job(job_id) is None:
-            raise NotFound(f"no job {job_id}; list jobs with GET /api/queue")
+            raise _no_job(job_id)
         return await q.read_logs(job_id, after, limit)
 
 
@@ -309,7 +344,7 @@ async def cancel(ctx: Context, job_id: str, actor: str, client: str | None) -> J
     async with transaction(ctx) as tx:
         job = await tx.q.get_job(job_id, lock=True)
         if job is None:
-            raise NotFound(f"no job {job_id}; list jobs with GET /api/queue")
+            raise _no_job(job_id)
         if job.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
             raise Conflict(f"job {job_id} is already {job.status.value}; nothing to cancel")
         attempt = await tx.q.get_attempt(job.current_attempt_id) if job.current_attempt_id else None

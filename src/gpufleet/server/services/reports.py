@@ -15,7 +15,7 @@ from gpufleet.domain.states import (
 from gpufleet.errors import Forbidden, NotFound, NotHolder, NotImplementedYet
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import job_topic, worker_topic
-from gpufleet.server.services import dispatch
+from gpufleet.server.services import dispatch, history
 from gpufleet.server.services.lifecycle import end_attempt, move_attempt, move_job, release_worker
 
 MAX_ERROR_CHARS = 8_000
@@ -156,6 +156,7 @@ async def _apply(
             progress: dict[str, Any] = (
                 {"progress": report.progress} if report.progress is not None else {}
             )
+            await history.record(tx, job, attempt, report.progress)
             if job.status is JobStatus.OFFERED:
                 await move_job(tx, job, JobStatus.RUNNING, started_at=tx.now, **progress)
                 tx.observe("time_to_gpu", max(0.0, (tx.now - job.created_at).total_seconds()))
@@ -165,6 +166,7 @@ async def _apply(
             return JobStatus.RUNNING
         return job.status
     if report.progress is not None:
+        await history.record(tx, job, attempt, report.progress)
         await tx.q.update_job(job.id, progress=report.progress)
     if new is AttemptStatus.FAILED and error is None:
         lines = await tx.q.last_log_lines(attempt.id, 20)

@@ -42,7 +42,9 @@ export async function api(method, path, body) {
   const json = (resp.headers.get("content-type") || "").includes("json");
   const data = json ? await resp.json() : null;
   if (!resp.ok) {
-    throw new ApiError(resp.status, (data && data.detail) || `${resp.status} ${resp.statusText}`);
+    // `detail_for.ui`: the same as `detail`, in the page's terms (a button, not an endpoint)
+    const detail = data && ((data.detail_for && data.detail_for.ui) || data.detail);
+    throw new ApiError(resp.status, detail || `${resp.status} ${resp.statusText}`);
   }
   return data;
 }

@@ -1,6 +1,7 @@
 // One job: its facts, progress and metrics, why it waits, its attempts, and its logs as
 // they arrive (GET /api/queue/{id}/logs?follow=true: `log` events, then `end`).
 import { get, post } from "./api.js";
+import { trainingCharts } from "./chart.js";
 import {
   $, badge, busy, confirmDialog, h, progress, serial, showError, span, startClock, when, wireDialogs,
 } from "./dom.js";
@@ -12,6 +13,7 @@ const jobId = root.dataset.jobId;
 const canCancel = root.dataset.canCancel === "true";
 const error = $("#error");
 const FINAL = new Set(["completed", "failed", "cancelled"]);
+const charts = trainingCharts($("#charts-panel"), jobId);
 
 // A name a person knows, with the id on hover; the id alone once the thing is gone.
 function named(name, id) {
@@ -79,12 +81,13 @@ const refresh = serial(async () => {
   $("#status").replaceChildren(badge(j.status));
   $("#facts").replaceChildren(...facts(j));
   $("#progress").replaceChildren(...progressView(j.progress));
+  charts.update(j);
   $("#cancel").hidden = !canCancel || FINAL.has(j.status);
   $("#rerun").hidden = !canCancel || !FINAL.has(j.status);
   const waiting = $("#waiting");
   waiting.hidden = !j.waiting;
   if (j.waiting) {
-    $("#waiting-summary").textContent = j.waiting.summary;
+    $("#waiting-summary").textContent = j.waiting.summaries.ui;
     $("#waiting-workers").replaceChildren(...j.waiting.workers.map((w) =>
       h("li", {}, h("strong", { text: w.name }), " ", badge(w.status), ": ", w.reasons.join("; "))));
   }

@@ -16,22 +16,64 @@ const text = $("#config-json");
 const nameInput = $("#config-name");
 const status = $("#config-status");
 const error = $("#error");
+const jsonError = $("#config-json-error");
+const saveError = $("#config-error");
+const labelsError = $("#labels-error");
 const form = $("#train");
 let loaded = null; // the stored config's text as it came, to tell edits apart
 
 const pretty = (value) => JSON.stringify(value, null, 2);
 
-function parseConfig() {
+// An error that belongs beside one field: shown there, not in the page's banner.
+class FieldError extends Error {
+  constructor(field, message) {
+    super(message);
+    this.field = field;
+  }
+}
+
+// Where JSON.parse stopped: V8 names the position (newer ones the line and column too).
+function whereJsonFails(err) {
+  const at = /position (\d+)/.exec(err.message);
+  const offset = at ? Number(at[1]) : text.value.length;
+  const before = text.value.slice(0, offset).split("\n");
+  return { offset, line: before.length, column: before[before.length - 1].length + 1 };
+}
+
+function parseConfig(then) {
   let config;
   try {
     config = JSON.parse(text.value);
   } catch (err) {
-    throw new Error(`the config is not valid JSON (${err.message}); fix it and submit again`);
+    const { offset, line, column } = whereJsonFails(err);
+    text.setSelectionRange(offset, offset + 1); // the culprit, selected for the fix
+    const reason = err.message.replace(/ in JSON at position.*$/, "").replace(/, ".*$/, "");
+    throw new FieldError(jsonError,
+      `the config is not valid JSON at line ${line}, column ${column} (${reason}); fix the JSON and ${then}`);
   }
   if (!config || typeof config !== "object" || Array.isArray(config)) {
-    throw new Error("the config must be a JSON object, such as {\"command\": [\"python\", \"train.py\"]}");
+    throw new FieldError(jsonError,
+      `the config must be a JSON object, such as {"command": ["python", "train.py"]}; fix the JSON and ${then}`);
   }
   return config;
+}
+
+// The domain's config name rule, as the page was given it.
+function checkName(name) {
+  if (!name) throw new FieldError(saveError, "name the config in Save as, then Save config");
+  if (!new RegExp(nameInput.dataset.pattern).test(name)) {
+    throw new FieldError(saveError, `config name "${name}" is not valid; ${nameInput.dataset.rule}`);
+  }
+  return name;
+}
+
+function clearErrors() {
+  for (const el of [error, jsonError, saveError, labelsError]) showError(el, null);
+}
+
+// Field errors beside their field; anything else in `fallback`.
+function report(err, fallback) {
+  showError(err instanceof FieldError ? err.field : fallback, err);
 }
 
 async function loadConfigs(select) {
@@ -44,7 +86,7 @@ async function loadConfigs(select) {
 }
 
 pick.addEventListener("change", async () => {
-  showError(error, null);
+  clearErrors();
   status.textContent = "";
   if (!pick.value) {
     loaded = null;
@@ -65,17 +107,18 @@ text.addEventListener("input", () => {
 });
 
 $("#config-save").addEventListener("click", async (event) => {
-  showError(error, null);
-  const name = nameInput.value.trim();
+  const button = event.currentTarget;
+  clearErrors();
+  status.textContent = "";
   try {
-    if (!name) throw new Error("name the config in Save as, then save it");
-    const config = parseConfig();
-    await busy(event.currentTarget, () => put(`/api/configs/${encodeURIComponent(name)}`, config));
+    const name = checkName(nameInput.value.trim());
+    const config = parseConfig("save again");
+    await busy(button, () => put(`/api/configs/${encodeURIComponent(name)}`, config));
     await loadConfigs(name);
     text.value = loaded = pretty(config);
     status.textContent = `Saved ${name}.`;
   } catch (err) {
-    showError(error, err);
+    report(err, saveError); // the server's refusals of a save show beside Save config
   }
 });
 
@@ -84,28 +127,36 @@ for (const radio of form.querySelectorAll("input[name=target]")) {
   radio.addEventListener("change", () => { $("#submit").textContent = BUTTON[target()]; });
 }
 
+function labelsOf(value) {
+  try {
+    return parseLabels(value);
+  } catch (err) {
+    throw new FieldError(labelsError, err.message);
+  }
+}
+
 function submission() {
   const body = {
     target: target(),
-    worker_labels: parseLabels($("#labels").value),
+    worker_labels: labelsOf($("#labels").value),
     priority: Number($("#priority").value || 0),
     max_retries: Number($("#retries").value || 3),
   };
   const gpus = $("#gpu-count").value.trim();
   if (gpus !== "") body.gpu_count = Number(gpus);
   if (pick.value && text.value === loaded) body.config_name = pick.value;
-  else body.config = parseConfig(); // pasted, or a stored one edited and not saved
+  else body.config = parseConfig(`press ${BUTTON[body.target]} again`); // pasted, or edited
   return body;
 }
 
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
-  showError(error, null);
+  clearErrors();
   try {
     const job = await busy($("#submit"), () => post("/api/queue/submit", submission()));
     location.assign(`/queue/${job.id}`);
   } catch (err) {
-    showError(error, err);
+    report(err, error);
   }
 });
 

@@ -206,7 +206,7 @@ const refresh = serial(async () => {
   // Queued jobs no registered worker can run: what the fleet lacks, as each job page says.
   $("#unmatched").replaceChildren(...body.unmatched_jobs.map((job) =>
     h("li", { "data-job": job.job_id },
-      h("a", { href: `/queue/${job.job_id}`, text: job.job_id }), ` waits: ${job.summary}`)));
+      h("a", { href: `/queue/${job.job_id}`, text: job.job_id }), ` waits: ${job.summaries.ui}`)));
   const rows = body.workers.map(row);
   $("#workers tbody").replaceChildren(...(rows.length ? rows
     : [h("tr", { class: "empty" }, h("td", { colspan: 9, text: "No workers yet: create one." }))]));

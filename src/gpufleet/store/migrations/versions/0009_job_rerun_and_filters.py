@@ -5,7 +5,7 @@ re-runs through ix_jobs_rerun_of. The Queue filters by worker and by config, new
 ix_jobs_worker and ix_jobs_config serve those lists without reading every job.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-11-23 08:00:00
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009"
-down_revision: str | None = "0007"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

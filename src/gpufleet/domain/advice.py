@@ -1,0 +1,88 @@
+"""What a queued job waits for, said to each surface in its own terms.
+
+The API may name endpoints and fields; the web UI names its buttons and pages; the CLI names
+commands and flags. The facts (`matching.why_waiting`) are the same for all three.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from gpufleet.domain.matching import Capacity, Requirement, Wait, WaitCode, why_waiting
+
+
+class Surface(StrEnum):
+    API = "api"
+    UI = "ui"
+    CLI = "cli"
+
+
+_SCOPE = {"worker": "remote worker", "local": "local runner", "auto": "worker"}
+
+# What to do when no worker matches: create one, or ask for less.
+_NO_MATCH = {
+    Surface.API: "create and start a worker that matches (POST /api/admin/workers), or relax "
+    "gpu_count / worker_labels",
+    Surface.UI: "create one with Create Worker on the Workers page and start it, or submit "
+    "again from Train with a lower GPU count or other worker labels",
+    Surface.CLI: "create one with `gpufleet workers create NAME --label KEY=VALUE` and start "
+    "it, or submit again with fewer --gpus or other --label",
+}
+# A job for the local runner no remote worker may take: drop the labels, or go remote.
+_LOCAL_NO_MATCH = {
+    Surface.API: "submit again without worker_labels the local runner lacks, or with target "
+    "'worker' or 'auto'",
+    Surface.UI: "submit again from Train without the worker labels the local runner lacks, or "
+    "with target Worker or Auto",
+    Surface.CLI: "submit again without the --label the local runner lacks, or with "
+    "--target worker or --target auto",
+}
+
+
+def _local_too_small(surface: Surface, local_gpus: int) -> str:
+    return {
+        Surface.API: f"submit again with gpu_count {local_gpus} or less, or with target "
+        "'worker' or 'auto'",
+        Surface.UI: f"submit again from Train with GPU count {local_gpus} or less, or with "
+        "target Worker or Auto",
+        Surface.CLI: f"submit again with --gpus {local_gpus} or less, or with --target worker "
+        "or --target auto",
+    }[surface]
+
+
+def say_wait(wait: Wait, surface: Surface) -> str:
+    """One line on what a queued job waits for, with advice in the surface's terms."""
+    p = wait.params
+    if wait.code is WaitCode.ABOUT_TO_BE_OFFERED:
+        return "a worker can run it now: it is about to be offered"
+    if wait.code is WaitCode.ALL_UNAVAILABLE:
+        return "every worker that could run it is busy, draining, offline or connecting"
+    scope = _SCOPE[p["target"]]
+    wanted = p["wanted"]
+    head = f"no {scope} registered has {wanted}" if wanted else f"no {scope} is registered"
+    if wait.code is WaitCode.NOT_REGISTERED_YET:
+        names = p["names"]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        one = len(names) == 1
+        return (
+            f"{head}; {shown} may, once {'it registers' if one else 'they register'} "
+            f"({'its' if one else 'their'} GPUs are not known yet)"
+        )
+    if wait.code is WaitCode.LOCAL_TOO_SMALL:
+        n = p["local_gpus"]
+        has = f"{n} GPU{'s' if n != 1 else ''}" if n else "no GPU"
+        return (
+            f"the local runner has {has} and the job needs {wanted}: {_local_too_small(surface, n)}"
+        )
+    advice = _LOCAL_NO_MATCH if p["target"] == "local" else _NO_MATCH
+    return f"{head}; it waits until one does: {advice[surface]}"
+
+
+def say_wait_everywhere(wait: Wait) -> dict[str, str]:
+    """The line for every surface, as the API hands it on (`waiting.summaries`)."""
+    return {surface.value: say_wait(wait, surface) for surface in Surface}
+
+
+def wait_summary(req: Requirement, caps: list[Capacity]) -> str:
+    """What a queued job waits for, in the API's words (`waiting.summary`)."""
+    return say_wait(why_waiting(req, caps), Surface.API)

@@ -1,0 +1,68 @@
+"""What the audit log's filters accept: the event types it records, a period, an actor."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from gpufleet.errors import InvalidInput
+
+# Every event type gpufleet records today. A type recorded since (by a newer module) is
+# accepted all the same when the log holds it: see `services/audit.py`.
+EVENT_TYPES = frozenset(
+    {
+        "apikey.created",
+        "apikey.revoked",
+        "attempt.ended",
+        "audit.chain_upgraded",
+        "auth.failed",
+        "auth.rate_limited",
+        "config.created",
+        "config.deleted",
+        "config.updated",
+        "job.cancelled",
+        "job.dispatched",
+        "job.report_refused",
+        "job.status_changed",
+        "job.submitted",
+        "worker.created",
+        "worker.deleted",
+        "worker.disconnected",
+        "worker.drained",
+        "worker.labels_set",
+        "worker.lost",
+        "worker.register_failed",
+        "worker.registered",
+        "worker.status_changed",
+        "worker.token_created",
+        "worker.token_rotated",
+        "worker.undrained",
+    }
+)
+FAMILIES = sorted({t.split(".", 1)[0] + "." for t in EVENT_TYPES})
+
+
+def is_known_type(value: str, known: frozenset[str] = EVENT_TYPES) -> bool:
+    """A type filter names a known type, or a prefix ending in '.' of one."""
+    if value.endswith("."):
+        return any(t.startswith(value) for t in known)
+    return value in known
+
+
+def unknown_type(value: str) -> InvalidInput:
+    return InvalidInput(
+        f"unknown event type {value!r}; use a type such as worker.drained, or a prefix ending "
+        f"in '.': {', '.join(FAMILIES)}"
+    )
+
+
+def check_period(since: datetime | None, until: datetime | None) -> None:
+    if since is not None and until is not None and since > until:
+        raise InvalidInput(
+            f"since ({since.isoformat()}) is after until ({until.isoformat()}); choose a since "
+            "before until, or leave one of them empty"
+        )
+
+
+KEY_ACTOR = "key:"  # an API key's actor: `key:<key id>`
+WORKER_ACTOR = "worker:"  # a worker's: `worker:<worker id>`
+SYSTEM_ACTOR = "system"  # the orchestrator itself

@@ -1,0 +1,99 @@
+"""A job's progress history: appended with each progress report, read for the charts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpufleet.domain import history as rules
+from gpufleet.domain.history import (
+    STEP_SERIES,
+    Pace,
+    Thinning,
+    admitted,
+    pace,
+    sample_of,
+    thinning,
+)
+from gpufleet.domain.records import Attempt, Job
+from gpufleet.domain.states import JobStatus
+from gpufleet.errors import NotFound
+from gpufleet.server.context import Context, Tx
+
+FIRST = "loss"  # charted first: what an operator looks at first
+
+
+async def record(tx: Tx, job: Job, attempt: Attempt, progress: dict[str, Any] | None) -> None:
+    """Append a report's points in the transaction that records it as the job's progress;
+    a repeat of the job's last report (the final status carries it again) adds none."""
+    if progress is None or progress == job.progress:
+        return
+    sample = sample_of(progress)
+    if sample is None:
+        return
+    counts = await tx.q.progress_counts(job.id)
+    names = admitted(list(sample.values), [n for n in counts if n != STEP_SERIES])
+    values = {STEP_SERIES: float(sample.step), **{n: sample.values[n] for n in names}}
+    before = {name: counts.get(name, 0) for name in values}
+    points = [
+        {
+            "job_id": job.id,
+            "series": name,
+            "ordinal": before[name],
+            "attempt": attempt.number,
+            "step": sample.step,
+            "value": value,
+            "ts": tx.now,
+        }
+        for name, value in values.items()
+    ]
+    await tx.q.add_progress(job.id, before, points)
+    plans: dict[Thinning, list[str]] = {}
+    for name, received in before.items():
+        plan = thinning(received, rules.CAPACITY)
+        if plan is not None:
+            plans.setdefault(plan, []).append(name)
+    for plan, series in plans.items():  # series sent equally often share one statement
+        await tx.q.thin_progress(job.id, series, plan)
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    job: Job
+    step: int | None
+    total: int | None
+    pace: Pace
+    capacity: int
+    updated_at: datetime | None  # when the latest point was recorded
+    series: dict[str, list[tuple[int, float, int]]]  # name → [(step, value, attempt)]
+
+
+async def read(ctx: Context, job_id: str) -> History:
+    async with ctx.store.read() as q:
+        job = await q.get_job(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id}; list jobs with GET /api/queue")
+        values = await q.progress_values(job_id)
+        steps = await q.progress_steps(job_id)
+    now = sample_of(job.progress) if job.progress else None
+    speed = Pace(None, None)
+    if steps:
+        last = steps[-1][2]
+        total = now.total if now else None
+        speed = pace([(ts, step) for ts, step, attempt in steps if attempt == last], total)
+        if job.status is not JobStatus.RUNNING:
+            speed = Pace(speed.rate, None)
+    series: dict[str, list[tuple[int, float, int]]] = {}
+    for name, step, value, attempt in values:
+        series.setdefault(name, []).append((step, value, attempt))
+    ordered = sorted(series, key=lambda name: (name != FIRST, name))
+    return History(
+        job=job,
+        step=now.step if now else None,
+        total=now.total if now else None,
+        pace=speed,
+        capacity=rules.CAPACITY,
+        updated_at=steps[-1][0] if steps else None,
+        series={name: series[name] for name in ordered},
+    )

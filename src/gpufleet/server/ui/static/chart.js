@@ -1,0 +1,115 @@
+// Training charts on the job page: each metric the job reports, over its steps, as a small
+// SVG line chart, with step / total, rate and ETA. Drawn from the stored, thinned history
+// (GET /api/queue/{id}/progress); re-read when the job's progress changes (the page's
+// `jobs` nudges on /api/events), never per report.
+import { get } from "./api.js";
+import { duration, h, serial, showError } from "./dom.js";
+
+const SVG = "http://www.w3.org/2000/svg";
+const W = 320;
+const H = 150;
+const PAD = { left: 58, right: 8, top: 8, bottom: 22 }; // room for "-1.23e+05"
+const MARKERS = 60; // beyond this many points a series is drawn as a line only
+
+function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs)) el.setAttribute(name, String(value));
+  for (const child of children) if (child) el.append(child);
+  return el;
+}
+
+// A number short enough for an axis: 4 significant digits, exponents for the very large
+// and the very small.
+export function fmt(v) {
+  if (v === null || v === undefined) return "—";
+  const a = Math.abs(v);
+  if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(2);
+  return String(Number(v.toPrecision(4)));
+}
+
+function range(values) {
+  let lo = Math.min(...values);
+  let hi = Math.max(...values);
+  if (lo === hi) {
+    const pad = Math.abs(lo) * 0.1 || 1;
+    lo -= pad;
+    hi += pad;
+  }
+  return [lo, hi];
+}
+
+function chart(name, points) {
+  // points: [step, value, attempt], oldest first; each attempt is its own line.
+  const [x0, x1] = range(points.map((p) => p[0]));
+  const [y0, y1] = range(points.map((p) => p[1]));
+  const x = (step) => PAD.left + ((step - x0) / (x1 - x0)) * (W - PAD.left - PAD.right);
+  const y = (v) => H - PAD.bottom - ((v - y0) / (y1 - y0)) * (H - PAD.top - PAD.bottom);
+  const last = points[points.length - 1];
+  const attempts = [...new Set(points.map((p) => p[2]))];
+  const lines = attempts.map((attempt) => {
+    const mine = points.filter((p) => p[2] === attempt);
+    const d = mine.map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`);
+    return svg("path", { d: d.join(""), class: attempt === last[2] ? "line" : "line earlier" });
+  });
+  const dots = points.length <= MARKERS
+    ? points.filter((p) => p[2] === last[2]).map((p) =>
+      svg("circle", { cx: x(p[0]).toFixed(1), cy: y(p[1]).toFixed(1), r: 2.2, class: "dot" },
+        svg("title", {}, document.createTextNode(`step ${p[0]}: ${fmt(p[1])}`))))
+    : [];
+  const text = (tx, ty, anchor, words) =>
+    svg("text", { x: tx, y: ty, "text-anchor": anchor, class: "tick" }, document.createTextNode(words));
+  const frame = svg("g", { class: "axes" },
+    svg("line", { x1: PAD.left, y1: H - PAD.bottom, x2: W - PAD.right, y2: H - PAD.bottom }),
+    svg("line", { x1: PAD.left, y1: PAD.top, x2: PAD.left, y2: H - PAD.bottom }),
+    text(PAD.left - 4, PAD.top + 8, "end", fmt(y1)),
+    text(PAD.left - 4, H - PAD.bottom, "end", fmt(y0)),
+    text(PAD.left, H - 6, "start", `step ${fmt(x0)}`),
+    text(W - PAD.right, H - 6, "end", fmt(x1)));
+  const label = `${name} over steps ${x0} to ${x1}: latest ${fmt(last[1])} at step ${last[0]}`;
+  const picture = svg("svg", {
+    viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": label, "data-points": points.length,
+  }, frame, ...lines, ...dots);
+  return h("figure", { class: "chart", dataset: { series: name } },
+    h("figcaption", {},
+      h("span", { class: "name", text: name }),
+      h("span", { class: "latest mono", text: fmt(last[1]) })),
+    picture);
+}
+
+function paceFacts(p) {
+  const step = p.step === null ? "—" : p.total ? `${p.step} / ${p.total}` : String(p.step);
+  const rate = p.rate === null ? "—" : `${fmt(p.rate)} steps/s`;
+  let eta = "—";
+  if (p.eta_s !== null) eta = duration(p.eta_s);
+  else if (p.status === "completed") eta = "done";
+  return [["Step", step, "pace-step"], ["Rate", rate, "pace-rate"], ["ETA", eta, "pace-eta"]]
+    .flatMap(([k, v, id]) => [h("dt", { text: k }), h("dd", { id, class: "mono", text: v })]);
+}
+
+// The charts panel of one job: `update(job)` with each fresh read of the job.
+export function trainingCharts(panel, jobId) {
+  const box = panel.querySelector(".charts");
+  const facts = panel.querySelector(".pace");
+  const error = panel.querySelector(".error");
+  let seen = null;
+  const load = serial(async () => {
+    let p;
+    try {
+      p = await get(`/api/queue/${jobId}/progress`);
+    } catch (err) {
+      return showError(error, err);
+    }
+    showError(error, null);
+    panel.hidden = p.step === null && !p.series.length;
+    facts.replaceChildren(...paceFacts(p));
+    box.replaceChildren(...p.series.map((s) => chart(s.name, s.points)));
+  });
+  return {
+    update(job) {
+      const key = `${job.status} ${JSON.stringify(job.progress)}`;
+      if (key === seen) return;
+      seen = key;
+      load();
+    },
+  };
+}

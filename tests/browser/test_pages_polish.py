@@ -1,0 +1,238 @@
+"""Train, job and Audit pages in Chromium: long text stays in its box, errors sit beside their
+field, advice names buttons and pages, the audit log reads and filters well (#15.4-8)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import PHONE, screenshot, sign_in
+from tests.e2e.conftest import ServerProcess, unique
+
+DESKTOP = {"width": 1440, "height": 900}
+LONG = "x" * 300  # a label with no `=`, or a config value, with nowhere to break
+
+
+def sideways(page: Page) -> int:
+    """How many pixels the page is wider than the window (> 0: it scrolls sideways)."""
+    width = "document.scrollingElement.scrollWidth - document.documentElement.clientWidth"
+    return int(page.evaluate(width))
+
+
+def submit(server: ServerProcess, **body: Any) -> str:
+    with server.admin() as admin:
+        resp = admin.post("/api/queue/submit", json=body)
+        assert resp.status_code == 201, resp.text
+        return str(resp.json()["id"])
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
+def test_a_long_label_error_keeps_the_train_page_within_the_window(
+    server: ServerProcess, page: Page, viewport: dict[str, int]
+) -> None:
+    page.set_viewport_size(viewport)
+    sign_in(page, server.admin_key, then="/train")
+    page.fill("#labels", LONG)
+    page.click("#submit")
+    expect(page.get_by_role("alert").filter(has_text="is not key=value")).to_be_visible()
+
+    assert sideways(page) <= 0
+    expect(page.locator("#labels-error")).to_contain_text("is not key=value")  # beside it
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
+def test_a_long_config_line_keeps_the_job_page_within_the_window(
+    server: ServerProcess, page: Page, viewport: dict[str, int]
+) -> None:
+    job_id = submit(
+        server,
+        config={"model_type": "lora", "note": LONG, "path": "/" + "/".join(["deep"] * 60)},
+        worker_labels={"zone": "z" * 120},
+    )
+    page.set_viewport_size(viewport)
+    sign_in(page, server.admin_key, then=f"/queue/{job_id}")
+    expect(page.locator("#config")).to_contain_text(LONG)
+    expect(page.locator("#waiting-summary")).to_contain_text("zone=")
+
+    assert sideways(page) <= 0
+
+
+def test_save_config_stores_it_and_explains_a_bad_name_or_bad_json_beside_the_field(
+    server: ServerProcess, page: Page
+) -> None:
+    sign_in(page, server.admin_key, then="/train")
+    name_error = page.locator("#config-error")
+
+    page.fill("#config-name", "a/b")
+    page.click("#config-save")
+    expect(name_error).to_contain_text('config name "a/b" is not valid; use letters, digits')
+    expect(page.locator("#error")).to_be_hidden()  # beside the field, not in the far banner
+
+    page.fill("#config-json", '{\n  "command": ["python", "train.py"],\n  oops\n}')
+    page.fill("#config-name", "fine-name")
+    page.click("#config-save")
+    json_error = page.locator("#config-json-error")
+    expect(json_error).to_contain_text("not valid JSON at line 3, column 3")
+    expect(json_error).to_contain_text("fix the JSON and save again")
+    expect(json_error).not_to_contain_text("submit again")
+    screenshot(page, "train-errors")
+
+    name = unique("saved")
+    config = {"command": ["python", "-c", "print(1)"], "env": {"EPOCHS": "3"}}
+    page.fill("#config-json", '{"command": ["python", "-c", "print(1)"], "env": {"EPOCHS": "3"}}')
+    page.fill("#config-name", name)
+    page.click("#config-save")
+    expect(page.locator("#config-status")).to_have_text(f"Saved {name}.")
+    expect(json_error).to_be_hidden()
+    with server.admin() as admin:
+        stored = admin.get(f"/api/configs/{name}")
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["config"] == config
+    expect(page.locator("#config-pick")).to_have_value(name)
+    screenshot(page, "train-saved")
+
+
+def test_a_save_the_server_refuses_is_explained_beside_save_config(
+    server: ServerProcess, page: Page
+) -> None:
+    sign_in(page, server.admin_key, then="/train")
+    page.fill("#config-json", '{"gpu_count": "two"}')
+    page.fill("#config-name", unique("refused"))
+    page.click("#config-save")
+    expect(page.locator("#config-error")).to_contain_text("gpu_count")
+    expect(page.locator("#error")).to_be_hidden()
+
+
+def test_the_waiting_advice_on_the_job_page_names_buttons_not_endpoints(
+    server: ServerProcess, page: Page
+) -> None:
+    job_id = submit(server, config={"model_type": "lora"}, worker_labels={"zone": "io"})
+    sign_in(page, server.admin_key, then=f"/queue/{job_id}")
+    summary = page.locator("#waiting-summary")
+    expect(summary).to_contain_text("Create Worker on the Workers page")
+    expect(summary).not_to_contain_text("/api/")
+
+
+def test_a_local_job_wanting_more_gpus_than_the_local_runner_is_told_what_it_has(
+    server: ServerProcess, page: Page
+) -> None:
+    job_id = submit(server, config={"model_type": "lora"}, target="local", gpu_count=2)
+    sign_in(page, server.admin_key, then=f"/queue/{job_id}")
+    summary = page.locator("#waiting-summary")
+    expect(summary).to_contain_text(re.compile(r"the local runner has (no|\d+) GPU"))
+    expect(summary).to_contain_text("GPU count")
+    expect(summary).not_to_contain_text("Create Worker")
+    expect(summary).not_to_contain_text("/api/")
+    with server.admin() as admin:
+        assert admin.post(f"/api/queue/{job_id}/cancel").status_code == 200
+
+
+def test_an_unknown_job_page_points_at_the_queue_page_not_an_endpoint(
+    server: ServerProcess, page: Page
+) -> None:
+    sign_in(page, server.admin_key, then="/queue/j_nope")
+    error = page.locator("#error")
+    expect(error).to_contain_text("no job j_nope; the Queue page lists the jobs")
+    expect(error).not_to_contain_text("/api/")
+
+
+# ---- Audit (#15.6 actor, #15.8) ------------------------------------------------------------
+
+# For each text node in the Type and Target cells: on how many lines it is drawn. A word
+# broken in two is drawn on two.
+LINES_PER_WORD = """() => [...document.querySelectorAll(
+    '#events td[data-label=Type], #events td[data-label=Target], #events td[data-label=Actor]')]
+  .flatMap((td) => {
+    const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+    const out = [];
+    while (walker.nextNode()) {
+      const range = document.createRange();
+      range.selectNodeContents(walker.currentNode);
+      const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+      out.push([walker.currentNode.textContent, tops.size]);
+    }
+    return out;
+  })"""
+
+
+@pytest.fixture
+def audited(server: ServerProcess) -> dict[str, str]:
+    """A worker created and a job submitted through the API: audit events naming both."""
+    with server.admin() as admin:
+        worker = admin.post("/api/admin/workers", json={"name": unique("audited")})
+        assert worker.status_code == 201, worker.text
+    job_id = submit(server, config={"model_type": "lora"}, worker_labels={"zone": "audit"})
+    with server.admin() as admin:
+        assert admin.post(f"/api/queue/{job_id}/cancel").status_code == 200
+    return {"worker_id": worker.json()["worker_id"], "job_id": job_id}
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
+def test_audit_rows_link_jobs_and_workers_name_actors_and_fold_raw_json(
+    server: ServerProcess, page: Page, audited: dict[str, str], viewport: dict[str, int]
+) -> None:
+    page.set_viewport_size(viewport)
+    sign_in(page, server.admin_key, then="/audit")
+    job_link = page.locator(
+        f'#events tr[data-event="job.submitted"] a[href="/queue/{audited["job_id"]}"]'
+    )
+    expect(job_link).to_have_count(1)
+    worker_link = page.locator(
+        f'#events tr[data-event="worker.created"] a[href="/workers/{audited["worker_id"]}"]'
+    )
+    expect(worker_link).to_have_count(1)
+    actor = page.locator('#events tr[data-event="worker.created"] td[data-label=Actor] .id').first
+    expect(actor).to_have_text("admin")
+    expect(actor).to_have_attribute("title", re.compile(r"^key:k_"))
+    changed = page.locator('#events tr[data-event="job.status_changed"]').first
+    expect(changed.locator(".kv dt").first).to_have_text("old")  # key=value, not raw JSON
+    expect(changed.locator("details")).to_have_count(1)
+    expect(changed.locator("details pre")).to_be_hidden()  # the raw JSON, folded
+
+    broken = [(text, lines) for text, lines in page.evaluate(LINES_PER_WORD) if lines > 1]
+    assert broken == [], f"words broken across lines: {broken}"
+    assert sideways(page) <= 0
+    screenshot(page, "audit" if viewport is DESKTOP else "phone-audit-polish")
+
+    job_link.click()
+    expect(page).to_have_url(re.compile(f"/queue/{audited['job_id']}$"))
+
+
+def test_audit_filters_refuse_since_after_until_and_unknown_types_beside_the_filters(
+    server: ServerProcess, page: Page, audited: dict[str, str]
+) -> None:
+    sign_in(page, server.admin_key, then="/audit")
+    expect(page.locator("#events tbody tr").first).to_have_attribute("data-event", re.compile("."))
+    errors = page.locator("#filter-error")
+
+    page.fill("#f-since", "2026-03-02T10:00:00")
+    page.fill("#f-until", "2026-03-01T10:00:00")
+    page.click("#filters button[type=submit]")
+    expect(errors).to_contain_text("Since is after Until")
+
+    page.click("#clear")
+    expect(errors).to_be_hidden()
+    page.fill("#f-type", "wrker.")
+    page.click("#filters button[type=submit]")
+    expect(errors).to_contain_text("unknown event type 'wrker.'")
+    expect(page.locator("#error")).to_be_hidden()
+
+
+def test_the_audit_actor_filter_takes_a_key_name_and_says_when_no_one_has_it(
+    server: ServerProcess, page: Page, audited: dict[str, str]
+) -> None:
+    sign_in(page, server.admin_key, then="/audit?actor=admin")
+    actors = page.locator("#events td[data-label=Actor]")
+    expect(actors.first).to_have_text("admin")
+    assert set(actors.all_inner_texts()) == {"admin"}
+    with server.admin() as admin:
+        total = admin.get("/api/audit", params={"actor": "admin"}).json()["total"]
+    assert total > 0
+    expect(page.locator("#total")).to_contain_text(f"of {total} events")
+
+    page.fill("#f-actor", "nobody")
+    page.click("#filters button[type=submit]")
+    expect(page.locator("#no-events")).to_contain_text("No key or worker named 'nobody'")

@@ -1,0 +1,98 @@
+"""The CLI's advice names commands and flags, never endpoints (#15.7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.e2e.conftest import ServerProcess
+from tests.e2e.test_cli import gf, job_file, ok, one_line_error, server
+
+__all__ = ["server"]  # the module's orchestrator, shared with test_cli's fixture
+
+
+def test_submitting_a_file_that_does_not_exist_says_so_in_cli_terms(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    error = one_line_error(gf(server, "jobs", "submit", "missing.json"))
+
+    assert "there is no file missing.json" in error
+    assert "no stored config named 'missing.json'" in error
+    assert "gpufleet configs list" in error
+    assert "/api/" not in error
+
+
+def test_a_path_that_cannot_name_a_stored_config_is_only_said_not_to_exist(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nested" / "missing.json"
+
+    error = one_line_error(gf(server, "jobs", "submit", str(missing)))
+
+    assert f"there is no file {missing}" in error
+    assert "no stored config named" not in error
+    assert "/api/" not in error
+
+
+def test_a_local_job_wanting_more_gpus_than_the_local_runner_is_told_to_lower_gpus(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    out = ok(
+        gf(
+            server,
+            "jobs",
+            "submit",
+            str(job_file(tmp_path, "0")),
+            "--target",
+            "local",
+            "--gpus",
+            "2",
+        )
+    )
+    job_id = next(w for w in out.split() if w.startswith("j_"))
+
+    assert "Waiting: the local runner has " in out
+    assert "submit again with --gpus " in out and "--target worker" in out
+    assert "create" not in out.split("Waiting:")[1].split("\n")[0].lower()
+    ok(gf(server, "jobs", "cancel", job_id))
+
+
+def test_a_job_no_worker_matches_is_told_which_command_creates_one(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    out = ok(gf(server, "jobs", "submit", str(job_file(tmp_path, "0")), "--label", "zone=moon"))
+    job_id = next(w for w in out.split() if w.startswith("j_"))
+
+    assert "`gpufleet workers create NAME --label KEY=VALUE`" in out
+    assert "/api/" not in out
+    assert "/api/" not in ok(gf(server, "jobs", "show", job_id))
+    assert "/api/" not in ok(gf(server, "workers", "list"))
+    ok(gf(server, "jobs", "cancel", job_id))
+
+
+def test_an_unknown_job_is_pointed_at_gpufleet_jobs_list(server: ServerProcess) -> None:
+    error = one_line_error(gf(server, "jobs", "show", "j_nope"))
+
+    assert "no job j_nope" in error
+    assert "gpufleet jobs list" in error
+    assert "/api/" not in error
+
+
+def test_audit_takes_a_key_name_as_actor_shows_names_and_says_when_no_one_has_it(
+    server: ServerProcess,
+) -> None:
+    ok(gf(server, "workers", "create", "audited-by-name"))
+
+    table = ok(gf(server, "audit", "--actor", "admin", "--type", "worker.created"))
+    assert "audited-by-name" in table and " admin " in table
+    assert "key:k_" not in table
+
+    none = ok(gf(server, "audit", "--actor", "nobody"))
+    assert "No audit events match. No key or worker named 'nobody'" in none
+
+
+def test_a_worker_started_without_a_token_is_told_which_command_makes_one() -> None:
+    result = gf(None, "worker", "--orchestrator-url", "http://127.0.0.1:9")
+
+    assert result.returncode != 0
+    assert "gpufleet workers create NAME" in result.stderr, result.stderr
+    assert "/api/" not in result.stderr
