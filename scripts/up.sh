@@ -20,10 +20,16 @@ for _ in $(seq 1 300); do
 done
 ready || { echo "the local worker did not come up within 30 s"; exit 1; }
 
+# Where workers on other machines reach it (--public-url; Create Worker pastes it).
+PUBLIC=$("$BIN/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["public_url"])' \
+  "$DATA/server.json" 2>/dev/null || echo "$URL")
+
 cat <<MSG
 
 gpufleet is up: orchestrator on $URL, local worker "local" idle.
+  Workers reach it at: $PUBLIC (set --public-url / GPUFLEET_PUBLIC_URL to change it)
   Admin key:     $DATA/admin.token
+  CLI:           $BIN/gpufleet workers list   (run here: it reads $DATA/server.json and admin.token)
   Submit a job:  curl -s -X POST $URL/api/queue/submit -H "Authorization: Bearer \$(cat $DATA/admin.token)" \\
                    -H 'Content-Type: application/json' -d '{"config": {"command": ["echo", "hello"]}, "target": "local"}'
 Press Ctrl-C to stop.

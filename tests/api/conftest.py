@@ -49,6 +49,7 @@ READS = [
     "/api/queue?status=failed",
     "/api/queue?worker=local&label=team%3Dnlp&config_name=cfg&target=auto&id_prefix=j_",
     "/api/admin/workers",
+    "/api/admin/orchestrator",
     "/api/configs",
     "/api/audit?limit=500",
     "/api/audit/verify",

@@ -17,6 +17,7 @@ OPEN = "open"  # liveness and readiness for load balancers
 # (method, path) -> the API key permission it needs, or WORKER for the worker protocol.
 PERMISSIONS: dict[tuple[str, str], str] = {
     ("get", "/api/admin/workers"): "admin.workers",
+    ("get", "/api/admin/orchestrator"): "admin.workers",
     ("post", "/api/admin/workers"): "admin.workers",
     ("get", "/api/admin/workers/{worker_id}"): "admin.workers",
     ("delete", "/api/admin/workers/{worker_id}"): "admin.workers",

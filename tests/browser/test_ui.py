@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
@@ -61,7 +60,7 @@ def worker_row(page: Page, name: str) -> Locator:
     return page.locator(f'#workers tr[data-worker="{name}"]')
 
 
-def test_an_admin_runs_a_worker_and_a_job_from_the_browser_and_retires_the_worker(
+def test_an_admin_runs_a_worker_and_a_job_from_the_browser(
     server: ServerProcess,
     page: Page,
     tmp_path: Path,
@@ -90,13 +89,13 @@ def test_an_admin_runs_a_worker_and_a_job_from_the_browser_and_retires_the_worke
     command = page.evaluate("navigator.clipboard.readText()")
     assert f"--worker-token {token}" in command and "--persistent" in command
     assert f"--orchestrator-url {server.url}" in command
-    secret.locator("[data-close]").click()
+    page.click("#secret-done")
     expect(page.locator("#secret-token")).to_have_text("")  # gone from the page
     row = worker_row(page, name)
     expect(row).to_have_attribute("data-status", "connecting")
 
     # The pasted command starts a real worker; the table turns idle without a reload.
-    log = start_copied_command(command, tmp_path / name, processes)
+    start_copied_command(command, tmp_path / name, processes)
     expect(row).to_have_attribute("data-status", "idle", timeout=20_000)
     expect(row.locator(".badge")).to_have_text("idle")
     expect(row).to_contain_text("pool=browser")
@@ -136,37 +135,6 @@ def test_an_admin_runs_a_worker_and_a_job_from_the_browser_and_retires_the_worke
     expect(queued).to_have_attribute("data-status", "completed")
     expect(queued).to_contain_text(name)
     screenshot(page, "queue")
-
-    # Drain, rotate the token, and delete once it is offline.
-    page.click("nav >> text=Workers")
-    expect(row).to_have_attribute("data-status", "idle")
-    screenshot(page, "workers")
-    row.locator("[data-action=drain]").click()
-    expect(row).to_have_attribute("data-status", "draining")
-    expect(row.locator("[data-action=undrain]")).to_be_visible()
-    expect(row.locator("[data-action=delete]")).to_have_count(0)  # only offline ones
-
-    row.locator("[data-action=rotate]").click()
-    page.click("#confirm-yes")
-    expect(secret).to_be_visible()
-    rotated = page.locator("#secret-token").inner_text()
-    assert rotated.startswith("wt_") and rotated != token
-    expect(page.locator("#secret-command")).to_contain_text(rotated)
-    secret.locator("[data-close]").click()
-    old = httpx.post(
-        f"{server.url}/api/workers/heartbeat", headers={"X-Worker-Token": token}, json={}
-    )
-    assert old.status_code == 401
-
-    processes[0].kill()  # the worker, its token rotated away, goes silent
-    expect(row).to_have_attribute("data-status", "offline", timeout=20_000)
-    row.locator("[data-action=delete]").click()
-    expect(page.locator("#confirm")).to_contain_text(f"Delete {name}?")
-    page.click("#confirm-yes")
-    expect(row).to_have_count(0)
-    with server.admin() as admin:
-        names = [w["name"] for w in admin.get("/api/admin/workers").json()["workers"]]
-    assert name not in names, log.read_text()[-2000:]
 
     page.click("nav >> text=Audit")
     # Typed only once the page's script has read its filters from the URL (it sets every

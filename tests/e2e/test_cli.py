@@ -147,7 +147,7 @@ def test_workers_create_prints_the_token_once_and_a_command_that_starts_the_work
     name = unique("gpu")
     out = ok(gf(server, "workers", "create", name, "--label", "gpu_type=a100"))
     token = next(w for w in out.split() if w.startswith("wt_"))
-    assert out.count(token) == 2  # once as the token, once in the command
+    assert out.count(token) == 3  # the token, the command, the command with the server's copy
     assert (
         f"gpufleet worker --orchestrator-url {server.url} --worker-token {token} "
         f"--name {name} --persistent" in out

@@ -20,6 +20,7 @@ import click
 import httpx
 from httpx_sse import connect_sse
 
+from gpufleet import address
 from gpufleet.cli.options import env
 from gpufleet.errors import (
     ClientError,
@@ -42,6 +43,15 @@ _BY_STATUS: dict[int, type[DomainError]] = {
     413: PayloadTooLarge,
     422: InvalidInput,
 }
+
+
+def resolve_url(url: str | None, data_dir: Path) -> str:
+    """The URL given, else the one the orchestrator left in its data folder (#15.11), else
+    the default port on this machine."""
+    if url and url.strip():
+        return url
+    left = address.read(data_dir)
+    return left.url if left else DEFAULT_URL
 
 
 def resolve_key(api_key: str | None, data_dir: Path) -> str:
@@ -229,11 +239,12 @@ def _drop_none(params: dict[str, Any]) -> dict[str, Any]:
 _API_OPTIONS = (
     click.option(
         "--url",
-        default=DEFAULT_URL,
+        default=None,
         envvar=env("URL"),
         show_envvar=True,
         metavar="URL",
-        help="The orchestrator's URL.",
+        help="The orchestrator's URL; default: the address the orchestrator left in "
+        f"<data-dir>/{address.ADDRESS_FILE}, else {DEFAULT_URL}.",
     ),
     click.option(
         "--api-key",
@@ -274,7 +285,7 @@ def api_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(command)
     def run(
         *args: Any,
-        url: str,
+        url: str | None,
         api_key: str | None,
         data_dir: Path,
         ca_cert: Path | None,
@@ -285,7 +296,7 @@ def api_options(command: Callable[..., Any]) -> Callable[..., Any]:
         verify: ssl.SSLContext | bool = not ssl_no_verify
         if ca_cert is not None and not ssl_no_verify:
             verify = ssl.create_default_context(cafile=str(ca_cert))
-        with ApiClient(url, key, data_dir=data_dir, verify=verify) as api:
+        with ApiClient(resolve_url(url, data_dir), key, data_dir=data_dir, verify=verify) as api:
             return command(*args, api=api, **kwargs)
 
     for option in reversed(_API_OPTIONS):

@@ -77,10 +77,11 @@ def print_json(data: Any, indent: int | None = 2) -> None:
     print(json.dumps(data, indent=indent, sort_keys=False).replace("\x7f", "\\u007f"))
 
 
-def status(value: str | None) -> Text:
-    """A status as text (coloured on a terminal, where colour is allowed)."""
+def status(value: str | None, words: str | None = None) -> Text:
+    """A status as text (coloured on a terminal, where colour is allowed); `words`: what to
+    print in its colour instead (a worker's presence)."""
     shown = value or "-"
-    return text(shown, style=_STYLES.get(shown, ""))
+    return text(words or shown, style=_STYLES.get(shown, ""))
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], wrap: str | None = None) -> Table:

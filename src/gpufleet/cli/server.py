@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpufleet import logs
+from gpufleet import address, logs
+from gpufleet.address import check_public_url, default_public_url
 from gpufleet.cli.options import DURATION, env, log_format_option
 from gpufleet.errors import ConfigurationError
 
@@ -35,6 +36,16 @@ log = logging.getLogger("gpufleet.server")
     envvar=env("PORT"),
     show_envvar=True,
     help="Port to listen on.",
+)
+@click.option(
+    "--public-url",
+    default=None,
+    envvar=env("PUBLIC_URL"),
+    show_envvar=True,
+    metavar="URL",
+    help="The address workers on other machines reach this orchestrator at, pasted into "
+    "the worker commands of Create Worker. Default: the --host address; with 0.0.0.0, this "
+    "machine's first non-loopback address (http(s)://ADDRESS:PORT).",
 )
 @click.option(
     "--data-dir",
@@ -176,6 +187,7 @@ log = logging.getLogger("gpufleet.server")
 def server(
     host: str,
     port: int,
+    public_url: str | None,
     data_dir: Path,
     database_url: str | None,
     heartbeat_timeout: float,
@@ -238,6 +250,9 @@ def server(
             audit_key_file=audit_key_file,
             auth_failure_limit=auth_failure_limit,
             poison_after_workers=poison_after_workers,
+            public_url=check_public_url(public_url)
+            if public_url
+            else default_public_url(host, port, tls=tls is not None),
             # Printed, the raw key would land in the log collector with the JSON lines.
             print_admin_key=log_format == "text",
         )
@@ -263,11 +278,28 @@ def server(
         ssl_certfile=str(tls.cert) if tls else None,
         ssl_keyfile=str(tls.key) if tls else None,
     )
-    server = Server(config, on_shutdown=lambda: end_streams(app))
+    server = Server(
+        config,
+        on_shutdown=lambda: end_streams(app),
+        on_listening=lambda bound: _leave_address(settings, bound),
+    )
     _tune_gc()
     server.run()
     if not server.started:
         raise SystemExit(1)
+
+
+def _leave_address(settings: ServerSettings, port: int) -> None:
+    """Where this server listens, for the operator commands on this machine (defect #15.11:
+    they called port 8001 whatever --port said)."""
+    tls = settings.tls_cert is not None
+    public = settings.worker_url() if port == settings.port else None
+    found = address.Address(
+        url=address.local_url(settings.host, port, tls),
+        public_url=public or address.default_public_url(settings.host, port, tls),
+    )
+    address.write(settings.data_dir, found)
+    log.info("workers reach this orchestrator at %s (--public-url)", found.public_url)
 
 
 def _tune_gc() -> None:

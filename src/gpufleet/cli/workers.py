@@ -6,6 +6,7 @@ import shlex
 from typing import Any
 
 import click
+from rich.text import Text
 
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
@@ -38,7 +39,7 @@ def list_workers(api: ApiClient, statuses: tuple[str, ...], as_json: bool) -> No
         (
             w["id"],
             w["name"],
-            out.status(w["status"]),
+            _status(w),
             w["worker_type"] + (" (local)" if w["is_local"] else ""),
             _gpus(w),
             {**w["labels"], **w["admin_labels"]},
@@ -80,7 +81,7 @@ def show_worker(api: ApiClient, worker: str, as_json: bool) -> None:
             [
                 ("id", w["id"]),
                 ("name", w["name"]),
-                ("status", out.status(w["status"])),
+                ("status", _status(w)),
                 ("type", w["worker_type"] + (" (local)" if w["is_local"] else "")),
                 ("gpus", _gpus(w)),
                 ("driver", caps.get("driver_version")),
@@ -90,7 +91,7 @@ def show_worker(api: ApiClient, worker: str, as_json: bool) -> None:
                 ("current job", w["current_job_id"]),
                 ("jobs run", w["jobs_run"]),
                 ("last heartbeat", out.when(w["last_heartbeat"])),
-                ("connected", out.when(w["connected_at"])),
+                ("connected", out.when(w["up_since"])),
                 ("offline since", out.when(w["offline_since"])),
                 ("created", out.when(w["created_at"])),
             ]
@@ -115,34 +116,48 @@ def show_worker(api: ApiClient, worker: str, as_json: bool) -> None:
     callback=parse_labels,
     help="An admin label (repeatable); admin labels win over the worker's own.",
 )
+@click.option(
+    "--orchestrator-url",
+    metavar="URL",
+    help="The URL the worker will call, in the printed command; default: the server's "
+    "--public-url.",
+)
 @json_option
 @api_options
 def create_worker(
-    api: ApiClient, name: str, worker_type: str, labels: dict[str, str], as_json: bool
+    api: ApiClient,
+    name: str,
+    worker_type: str,
+    labels: dict[str, str],
+    orchestrator_url: str | None,
+    as_json: bool,
 ) -> None:
     """Create a worker and print its token (shown only this once) and how to start it."""
+    where = api.get("/api/admin/orchestrator")
     body = api.post(
         "/api/admin/workers", {"name": name, "worker_type": worker_type, "labels": labels}
     )
     if as_json:
         out.print_json(body)
         return
-    command = [
-        "gpufleet",
+    args = [
         "worker",
         "--orchestrator-url",
-        api.url,
+        orchestrator_url or where["public_url"],
         "--worker-token",
         body["token"],
         "--name",
         body["name"],
     ]
     if worker_type == "persistent":
-        command.append("--persistent")
+        args.append("--persistent")
     out.echo(f"Created worker {body['worker_id']} ({body['name']}, {worker_type}).")
     out.echo(f"Token (shown only once): {body['token']}")
-    out.echo("Start it on the GPU machine:")
-    out.echo(f"  {shlex.join(command)}")
+    out.echo("Start it on the GPU machine (pip install gpufleet there first if need be):")
+    out.echo(f"  {shlex.join(['gpufleet', *args])}")
+    if where["gpufleet"] != "gpufleet":
+        out.echo("or on the orchestrator's machine, with its own copy:")
+        out.echo(f"  {shlex.join([where['gpufleet'], *args])}")
 
 
 @workers.command("drain")
@@ -202,6 +217,11 @@ def delete_worker(api: ApiClient, worker: str, yes: bool) -> None:
         click.confirm(f"Delete worker {shown} and its token?", abort=True, err=True)
     api.delete(f"/api/admin/workers/{part(worker_id)}")
     out.echo(f"Deleted worker {shown}.")
+
+
+def _status(w: dict[str, Any]) -> Text:
+    """The status in the server's words for it (`presence_text`: e.g. never connected)."""
+    return out.status(w["status"], w.get("presence_text"))
 
 
 def _gpus(w: dict[str, Any]) -> str:

@@ -64,6 +64,7 @@ class Worker:
     gpu_stats: tuple[GpuStat, ...] = ()  # the newest sample; () when the agent sends none
     gpu_stats_at: datetime | None = None
     reported_labels: dict[str, str] = field(default_factory=dict)  # as the worker sent them
+    token_issued_at: datetime | None = None  # when its live token was made (create, rotate)
 
     @property
     def offline(self) -> bool:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.domain import audit_chain
+from gpufleet.domain.presence import PRESENCE_TEXT, presence, up_since
 from gpufleet.domain.records import (
     ApiKey,
     Attempt,
@@ -50,6 +51,12 @@ class CreatedWorker(BaseModel):
     name: str
 
 
+class OrchestratorOut(BaseModel):
+    public_url: str  # what workers elsewhere call (`--public-url`, or its default)
+    listening_on: str  # `--host`: 127.0.0.1 means no other machine can reach it
+    gpufleet: str  # this installation's `gpufleet`, by absolute path when found
+
+
 class RotatedToken(BaseModel):
     worker_id: str
     token: str
@@ -77,10 +84,21 @@ class WorkerOut(BaseModel):
     connected_at: datetime | None
     offline_since: datetime | None
     capabilities: dict[str, Any]
+    # What an operator is told (domain.presence): `status` in finer words, e.g. a
+    # `connecting` worker that never connected, or whose token was rotated since it spoke.
+    presence: str
+    presence_text: str
+    up_since: datetime | None  # when its open stream opened; None while none is open
+    token_issued_at: datetime | None
 
     @classmethod
     def of(cls, w: Worker) -> WorkerOut:
+        seen = presence(w)
         return cls(
+            presence=seen.value,
+            presence_text=PRESENCE_TEXT[seen],
+            up_since=up_since(w),
+            token_issued_at=w.token_issued_at,
             id=w.id,
             name=w.name,
             status=w.status.value,

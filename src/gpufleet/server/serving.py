@@ -15,9 +15,21 @@ import uvicorn
 
 
 class Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        on_shutdown: Callable[[], None],
+        on_listening: Callable[[int], None] | None = None,
+    ) -> None:
         super().__init__(config)
         self._on_shutdown = on_shutdown
+        self._on_listening = on_listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._on_listening is not None:  # told the port it really got
+            bound = [s.getsockname()[1] for srv in self.servers for s in srv.sockets or ()]
+            self._on_listening(int(bound[0]) if bound else self.config.port)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._on_shutdown()  # before uvicorn waits for the connections the streams hold

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpufleet.address import default_public_url
 from gpufleet.errors import ConfigurationError
 
 # A worker may miss one heartbeat (a slow request, a busy machine) without being marked
@@ -35,6 +36,8 @@ class ServerSettings(BaseModel):
     auth_failure_window: float = Field(60.0, gt=0)
     poison_after_workers: int = Field(3, ge=1)  # see domain.states.failed_to_start
     print_admin_key: bool = True
+    # The address workers elsewhere use (`--public-url`); None: `default_public_url`.
+    public_url: str | None = None
 
     @model_validator(mode="after")
     def _timeout_spans_heartbeats(self) -> ServerSettings:
@@ -47,6 +50,12 @@ class ServerSettings(BaseModel):
                 f"{least:g} s or lower --heartbeat-interval"
             )
         return self
+
+    def worker_url(self) -> str:
+        """The orchestrator URL pasted into worker commands, as told or guessed."""
+        if self.public_url:
+            return self.public_url
+        return default_public_url(self.host, self.port, tls=self.tls_cert is not None)
 
     def simpletuner_agent_warning(self) -> str | None:
         """Why released SimpleTuner agents would flap under these settings, if they would."""

@@ -105,6 +105,7 @@ def _worker(row: sa.Row[Any]) -> Worker:
         gpu_stats=tuple(GpuStat(**g) for g in m["gpu_stats"] or ()),
         gpu_stats_at=m["gpu_stats_at"],
         reported_labels=reported,
+        token_issued_at=m["token_issued_at"],
     )
 
 
@@ -335,6 +336,9 @@ class Queries:
             sa.insert(worker_tokens).values(
                 worker_id=worker_id, token_hash=token_hash, created_at=now
             )
+        )
+        await self.conn.execute(
+            sa.update(workers).where(workers.c.id == worker_id).values(token_issued_at=now)
         )
 
     async def revoke_tokens(self, worker_id: str, now: datetime) -> None:

@@ -63,6 +63,7 @@ workers = sa.Table(
     # The newest GPU sample a heartbeat carried (domain.records.GpuStat, as JSON), and when.
     sa.Column("gpu_stats", JSON),
     sa.Column("gpu_stats_at", UTCDateTime),
+    sa.Column("token_issued_at", UTCDateTime),
     sa.Index("ix_workers_status", "status"),
     sa.Index("ix_workers_match", "status", "is_local", "gpu_count", "id"),
 )

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Query
 
+from gpufleet.address import own_executable
 from gpufleet.domain.permissions import ADMIN_WORKERS, ALL
 from gpufleet.domain.states import WorkerStatus
 from gpufleet.server.deps import Client, Ctx, require
@@ -18,6 +19,7 @@ from gpufleet.server.schemas import (
     CreatedWorker,
     CreateWorker,
     Ok,
+    OrchestratorOut,
     RotatedToken,
     SetLabelsIn,
     UnmatchedJob,
@@ -47,6 +49,17 @@ async def list_workers(
         unmatched_jobs=[
             UnmatchedJob(job_id=job.id, **queue.waiting_fields(why)) for job, why in unmatched
         ],
+    )
+
+
+@router.get("/orchestrator", response_model=OrchestratorOut)
+async def orchestrator(ctx: Ctx, who: Admin) -> OrchestratorOut:
+    """What a new worker's command needs: the URL workers reach this orchestrator at
+    (`--public-url`), and this installation's own `gpufleet` for a worker on this machine."""
+    return OrchestratorOut(
+        public_url=ctx.settings.worker_url(),
+        listening_on=ctx.settings.host,
+        gpufleet=own_executable(),
     )
 
 

@@ -214,6 +214,7 @@ async def rotate_token(ctx: Context, worker_id: str, actor: str, client: str | N
         await tx.q.insert_token(worker.id, hash_secret(token), tx.now)
         tx.audit("worker.token_rotated", actor, worker.id, client)
         tx.close.add(worker_topic(worker.id))  # a stream opened with the old token ends now
+        tx.notify.add("workers")  # live views say the token was rotated
     return token
 
 

@@ -29,6 +29,13 @@ export function badge(status) {
   return h("span", { class: `badge status-${status}`, text: status });
 }
 
+// A worker's status badge in the server's words for it (`presence_text`: "never connected").
+export function workerBadge(w) {
+  const el = badge(w.status);
+  el.textContent = w.presence_text || w.status;
+  return el;
+}
+
 export function labels(map) {
   const entries = Object.entries(map || {});
   if (!entries.length) return h("span", { class: "muted", text: "—" });

@@ -3,6 +3,7 @@
 import { get, put } from "./api.js";
 import {
   $, ago, badge, busy, h, parseLabels, serial, showError, span, startClock, when, wireDialogs,
+  workerBadge,
 } from "./dom.js";
 import { live } from "./live.js";
 import "./nav.js";
@@ -17,8 +18,9 @@ const gb = (value) => `${Number(value).toFixed(value < 10 ? 1 : 0)} GB`;
 
 function connection(w) {
   if (w.offline_since) return ["Offline since", when(w.offline_since)];
-  if (!w.connected_at) return ["Connected since", h("span", { class: "muted", text: "never connected" })];
-  return ["Connected since", h("span", {}, when(w.connected_at), " (", span(w.connected_at, null), ")")];
+  // Counting only while its stream is open (up_since); else the server's words for why not.
+  if (!w.up_since) return ["Connected since", h("span", { class: "muted", text: w.presence_text })];
+  return ["Connected since", h("span", {}, when(w.up_since), " (", span(w.up_since, null), ")")];
 }
 
 function facts(w) {
@@ -28,7 +30,7 @@ function facts(w) {
   ].filter(Boolean).join(", ");
   const pairs = [
     ["ID", h("span", { class: "mono", text: w.id })],
-    ["Status", h("span", {}, badge(w.status), w.drained ? " drained" : "")],
+    ["Status", h("span", {}, workerBadge(w), w.drained ? " drained" : "")],
     ["Type", w.is_local ? `${w.worker_type} (the orchestrator's local runner)` : w.worker_type],
     ["Agent", h("span", { "data-fact": "agent", text: w.agent })],
     ["Hostname", w.hostname ? h("span", { class: "mono", text: w.hostname }) : dash()],
@@ -125,7 +127,7 @@ const refresh = serial(async () => {
   current = w;
   document.title = `${w.name} · gpufleet`;
   $("#name").textContent = w.name;
-  $("#status").replaceChildren(badge(w.status));
+  $("#status").replaceChildren(workerBadge(w));
   $("#facts").replaceChildren(...facts(w));
   $("#labels").replaceChildren(...labelList(w));
   $("#gpu-versions").textContent = versions(w);

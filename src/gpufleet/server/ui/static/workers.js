@@ -1,8 +1,8 @@
 // Administration → Workers: the live fleet, and what an admin does to it.
 import { del, get, post } from "./api.js";
 import {
-  $, ago, badge, busy, confirmDialog, h, labels, parseLabels, serial, showError, span,
-  startClock, wireDialogs,
+  $, ago, busy, confirmDialog, h, labels, parseLabels, serial, showError, span,
+  startClock, wireDialogs, workerBadge,
 } from "./dom.js";
 import { live } from "./live.js";
 import "./nav.js";
@@ -21,44 +21,94 @@ function shellWord(word) {
   return /^[\w.@%+=:,/-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`;
 }
 
-function workerCommand(token, name, persistent) {
+// ---- the one-time token and the command that starts the worker -----------------------------
+
+// Where this orchestrator is, as the server knows it (`--public-url`) (#15.12).
+const orchestrator = { public_url: location.origin, listening_on: "", gpufleet: "gpufleet" };
+const URL_KEY = "gpufleet.workerUrl"; // the address last chosen in Create Worker
+const secret = $("#secret");
+let shown = null; // {token, name, persistent} while the secret dialog is open
+let copied = false;
+
+function workerUrl() {
+  return ($("#w-url").value || localStorage.getItem(URL_KEY) || orchestrator.public_url).trim();
+}
+
+function workerCommand() {
+  const here = $("input[name=run_with]:checked", secret).value === "here";
   const words = [
-    "gpufleet", "worker",
-    "--orchestrator-url", location.origin,
-    "--worker-token", token,
-    "--name", name,
+    here ? orchestrator.gpufleet : "gpufleet", "worker",
+    "--orchestrator-url", workerUrl(),
+    "--worker-token", shown.token,
+    "--name", shown.name,
   ];
-  if (persistent) words.push("--persistent");
+  if (shown.persistent) words.push("--persistent");
   return words.map(shellWord).join(" ");
 }
 
 function showSecret(title, token, name, persistent) {
-  const dialog = $("#secret");
+  shown = { token, name, persistent };
+  copied = false;
   $("#secret-title").textContent = title;
   $("#secret-token").textContent = token;
-  $("#secret-command").textContent = workerCommand(token, name, persistent);
+  $("#secret-command").textContent = workerCommand();
   $("#copied").textContent = "";
-  // The token must not linger in the page once the dialog is gone.
-  dialog.addEventListener("close", () => {
-    $("#secret-token").textContent = "";
-    $("#secret-command").textContent = "";
-  }, { once: true });
-  dialog.showModal();
+  $("#secret-unsaved").hidden = true;
+  secret.showModal();
 }
 
-$("#copy-command").addEventListener("click", async () => {
-  const text = $("#secret-command").textContent;
+for (const radio of secret.querySelectorAll("input[name=run_with]")) {
+  radio.addEventListener("change", () => {
+    if (shown) $("#secret-command").textContent = workerCommand();
+  });
+}
+
+// The token must not linger in the page once the dialog is gone.
+secret.addEventListener("close", () => {
+  shown = null;
+  $("#secret-token").textContent = "";
+  $("#secret-command").textContent = "";
+  $("#secret-unsaved").hidden = true;
+});
+
+// Esc, Done: not before the token is copied, or its loss confirmed (#15.9).
+function closeSecret() {
+  if (copied) return secret.close();
+  $("#secret-unsaved").hidden = false;
+  $("#secret-keep").focus();
+}
+secret.addEventListener("cancel", (event) => {
+  if (copied) return;
+  event.preventDefault();
+  closeSecret();
+});
+$("#secret-done").addEventListener("click", closeSecret);
+$("#secret-discard").addEventListener("click", () => secret.close());
+$("#secret-keep").addEventListener("click", () => {
+  $("#secret-unsaved").hidden = true;
+  $("#copy-command").focus();
+});
+secret.addEventListener("copy", () => { // Ctrl+C (⌘C) on a selection with the token in it
+  if (shown && getSelection().toString().includes(shown.token)) copied = true;
+});
+
+async function copy(node) {
   try {
-    await navigator.clipboard.writeText(text);
+    await navigator.clipboard.writeText(node.textContent);
     $("#copied").textContent = "Copied to the clipboard.";
   } catch {
     const range = document.createRange();
-    range.selectNodeContents($("#secret-command"));
+    range.selectNodeContents(node);
     getSelection().removeAllRanges();
     getSelection().addRange(range);
     $("#copied").textContent = "Selected: press Ctrl+C (⌘C) to copy.";
+    return;
   }
-});
+  copied = true;
+  $("#secret-unsaved").hidden = true;
+}
+$("#copy-command").addEventListener("click", () => copy($("#secret-command")));
+$("#copy-token").addEventListener("click", () => copy($("#secret-token")));
 
 async function act(button, work) {
   showError(error, null);
@@ -75,7 +125,17 @@ function actions(w) {
   if (!w.offline_since && !w.drained) {
     buttons.push(h("button", {
       class: "small", type: "button", "data-action": "drain", text: "Drain",
-      onclick: (e) => act(e.currentTarget, () => post(`/api/admin/workers/${w.id}/drain`)),
+      onclick: (e) => act(e.currentTarget, async () => {
+        const ok = await confirmDialog(
+          `Drain ${w.name}?`,
+          w.current_job_id
+            ? `It finishes ${w.current_job_id}, then takes no new jobs until you undrain it.`
+            : "It takes no new jobs until you undrain it"
+              + (w.worker_type === "ephemeral" ? "; an ephemeral worker with no job exits." : "."),
+          "Drain worker",
+        );
+        if (ok) await post(`/api/admin/workers/${w.id}/drain`);
+      }),
     }));
   }
   if (w.drained) {
@@ -117,10 +177,11 @@ function actions(w) {
 }
 
 function row(w) {
-  const up = w.offline_since ? null : w.connected_at;
-  return h("tr", { "data-worker": w.name, "data-status": w.status },
+  // The words and the uptime are the server's (presence, up_since): one home for both.
+  const up = w.up_since;
+  return h("tr", { "data-worker": w.name, "data-status": w.status, "data-presence": w.presence },
     h("td", { "data-label": "Name" }, h("strong", {}, h("a", { href: `/workers/${w.id}`, text: w.name })), h("div", { class: "muted mono", text: w.id })),
-    h("td", { "data-label": "Status", class: "status" }, badge(w.status)),
+    h("td", { "data-label": "Status", class: "status" }, workerBadge(w)),
     h("td", { "data-label": "Type", text: w.worker_type }),
     h("td", { "data-label": "GPUs" }, gpus(w)),
     h("td", { "data-label": "Labels" }, labels(w.labels)),
@@ -157,9 +218,42 @@ const createDialog = $("#create");
 const createForm = $("#create-form");
 $("#create-open").addEventListener("click", () => {
   createForm.reset();
+  $("#w-url").value = localStorage.getItem(URL_KEY) || orchestrator.public_url;
   showError($("#create-error"), null);
   createDialog.showModal();
 });
+
+// The address choices: the server's --public-url, and this page's own address.
+async function loadOrchestrator() {
+  try {
+    Object.assign(orchestrator, await get("/api/admin/orchestrator"));
+  } catch (err) {
+    return showError(error, err);
+  }
+  const choices = [...new Set([orchestrator.public_url, location.origin])];
+  $("#w-urls").replaceChildren(...choices.map((value) => h("option", { value })));
+  $("#own-gpufleet").textContent = orchestrator.gpufleet;
+  const local = ["127.0.0.1", "localhost", "::1"].includes(orchestrator.listening_on);
+  const flag = (text) => h("code", { text });
+  $("#w-url-hint").replaceChildren(...(local
+    ? ["The orchestrator listens on this machine only (", flag(`--host ${orchestrator.listening_on}`),
+      "): workers elsewhere need it started with ", flag("--host 0.0.0.0"), "."]
+    : ["Default: ", flag(orchestrator.public_url), " (the server's ", flag("--public-url"), ")."]));
+}
+
+function checkWorkerUrl(value) {
+  let url;
+  try {
+    url = new URL(value);
+  } catch {
+    url = null;
+  }
+  if (!url || !["http:", "https:"].includes(url.protocol) || url.search || url.hash) {
+    throw new Error("The orchestrator address must be an http(s) URL such as "
+      + `${orchestrator.public_url}: the address the GPU machine reaches this server at.`);
+  }
+  return value.replace(/\/+$/, "");
+}
 
 createForm.addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -168,6 +262,9 @@ createForm.addEventListener("submit", async (event) => {
   const persistent = createForm.worker_type.value === "persistent";
   try {
     await busy(submit, async () => {
+      const url = checkWorkerUrl($("#w-url").value.trim());
+      $("#w-url").value = url;
+      localStorage.setItem(URL_KEY, url);
       const answer = await post("/api/admin/workers", {
         name,
         worker_type: createForm.worker_type.value,
@@ -184,5 +281,6 @@ createForm.addEventListener("submit", async (event) => {
 
 wireDialogs();
 startClock();
+loadOrchestrator();
 refresh();
 live({ workers: refresh, jobs: refresh });

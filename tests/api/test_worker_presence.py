@@ -1,0 +1,102 @@
+"""What the worker view tells an operator about a worker's connection (#15.3): a worker that
+never started, one whose token was rotated, and one whose process exited are not all
+"connecting", and only an open stream has an uptime."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gpufleet.server.services import health
+from tests.api.conftest import Agent, Fleet
+
+
+async def view(fleet: Fleet, agent: Agent) -> dict[str, Any]:
+    answer = await fleet.admin.get(f"/api/admin/workers/{agent.id}")
+    assert answer.status_code == 200, answer.text
+    one: dict[str, Any] = answer.json()
+    listed = (await fleet.admin.get("/api/admin/workers")).json()["workers"]
+    (item,) = [w for w in listed if w["id"] == agent.id]
+    assert {k: one[k] for k in item} == item  # the list says the same
+    return one
+
+
+async def test_a_worker_that_never_started_says_never_connected_even_once_offline(
+    fleet: Fleet,
+) -> None:
+    agent = await fleet.create_worker("never-started", worker_type="persistent")
+
+    created = await view(fleet, agent)
+    fleet.clock.advance(fleet.ctx.settings.heartbeat_timeout + 1)
+    await health.mark_silent_workers_offline(fleet.ctx)
+    later = await view(fleet, agent)
+
+    assert created["status"] == "connecting"
+    assert (created["presence"], created["presence_text"]) == ("never_connected", "never connected")
+    assert created["up_since"] is None
+    assert later["status"] == "offline"
+    assert later["presence_text"] == "never connected"
+
+
+async def test_a_connected_worker_counts_its_uptime_from_its_stream(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("streaming")
+
+    seen = await view(fleet, agent)
+
+    assert (seen["status"], seen["presence"], seen["presence_text"]) == ("idle", "idle", "idle")
+    assert seen["up_since"] == seen["connected_at"] is not None
+
+
+async def test_a_rotated_token_says_the_worker_is_awaited_and_stops_its_uptime(
+    fleet: Fleet,
+) -> None:
+    agent = await fleet.online_worker("rotated")
+    assert agent.stream is not None
+    fleet.clock.advance(5)
+
+    await fleet.rotate_token(agent)
+    assert await agent.stream.wait_closed()
+    seen = await view(fleet, agent)
+    fleet.clock.advance(fleet.ctx.settings.heartbeat_timeout + 1)
+    await health.mark_silent_workers_offline(fleet.ctx)
+    offline = await view(fleet, agent)
+
+    assert seen["status"] == "connecting"
+    assert seen["presence"] == "token_rotated"
+    assert seen["presence_text"] == "token rotated, waiting for the worker"
+    assert seen["up_since"] is None and seen["token_issued_at"] > seen["connected_at"]
+    assert offline["status"] == "offline"
+    assert offline["presence_text"] == "token rotated, waiting for the worker"
+
+
+async def test_a_worker_back_with_its_new_token_is_idle_again(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("restarted")
+    fleet.clock.advance(5)
+    agent.token = await fleet.rotate_token(agent)
+    fleet.clock.advance(5)
+
+    await agent.connect(gpu_count=1)
+    seen = await view(fleet, agent)
+
+    assert (seen["status"], seen["presence"]) == ("idle", "idle")
+    assert seen["up_since"] is not None
+
+
+async def test_a_worker_whose_stream_ended_says_disconnected_without_an_uptime(
+    fleet: Fleet,
+) -> None:
+    agent = await fleet.online_worker("exited")
+    assert agent.stream is not None
+    fleet.clock.advance(5)
+
+    await agent.stream.close()
+    seen = await fleet.admin.get(f"/api/admin/workers/{agent.id}")
+    for _ in range(50):  # the server notices the client gone in its own time
+        if seen.json()["presence"] == "disconnected":
+            break
+        await asyncio.sleep(0.05)
+        seen = await fleet.admin.get(f"/api/admin/workers/{agent.id}")
+
+    assert seen.json()["status"] == "connecting"
+    assert seen.json()["presence_text"] == "disconnected, waiting for it to reconnect"
+    assert seen.json()["up_since"] is None
