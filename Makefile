@@ -7,7 +7,7 @@ WHEELS := $(VENV)/wheelhouse
 PORT   ?= 8001
 DATA   ?= .gpufleet
 
-.PHONY: up test lint venv wheelhouse agent-wheel postgres system-packages clean
+.PHONY: up test lint venv wheelhouse agent-wheel postgres system-packages clean screenshots
 
 venv: $(STAMP)
 
@@ -62,6 +62,11 @@ system-packages:
 
 test: venv wheelhouse agent-wheel postgres system-packages
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -n 2 --dist loadfile
+
+# The README's screenshots, retaken by the browser tests in Debian's Chromium.
+screenshots: venv postgres system-packages
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/browser
+	scripts/screenshots.sh
 
 lint: venv
 	$(BIN)/ruff check src tests

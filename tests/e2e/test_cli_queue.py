@@ -99,3 +99,29 @@ def test_rerunning_one_job_names_the_new_one_and_an_unknown_one_is_one_line(
     assert out.startswith(f"Job {job_id} re-runs as j_") and "gpufleet jobs watch j_" in out
     assert "cancel it first" in still
     assert "no job j_nope" in one_line_error(gf(server, "jobs", "rerun", "j_nope"))
+
+
+def test_workers_label_sets_admin_labels_that_win_and_none_removes_them(
+    server: ServerProcess,
+) -> None:
+    name = unique("labelled")
+    worker_id = as_json(gf(server, "workers", "create", name, "--label", "pool=red", "--json"))[
+        "worker_id"
+    ]
+
+    said = ok(gf(server, "workers", "label", name, "pool=blue", "zone=b"))
+    with server.admin() as admin:
+        after = admin.get(f"/api/admin/workers/{worker_id}").json()
+    bad = gf(server, "workers", "label", name, "no-equals-sign")
+    cleared = as_json(gf(server, "workers", "label", name, "--json"))
+
+    assert f"Worker {worker_id} ({name}): admin labels pool=blue, zone=b" in said
+    assert after["admin_labels"] == {"pool": "blue", "zone": "b"}
+    assert after["labels"]["pool"] == "blue"  # the admin's label wins the clash
+    assert bad.returncode == 2  # a usage error, as for --label
+    assert "'no-equals-sign' is not key=value" in bad.stderr
+    assert cleared["admin_labels"] == {}
+    with server.admin() as admin:
+        events = admin.get("/api/audit", params={"type": "worker.labels_set"}).json()
+    assert sum(e["target"] == worker_id for e in events["events"]) == 2
+    ok(gf(server, "workers", "delete", name, "-y"))

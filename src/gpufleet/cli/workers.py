@@ -205,6 +205,25 @@ def rotate_token(api: ApiClient, worker: str, as_json: bool) -> None:
     out.echo("The old token no longer works: restart the worker with --worker-token NEW.")
 
 
+@workers.command("label")
+@click.argument("worker")
+@click.argument("labels", nargs=-1, metavar="[KEY=VALUE]...", callback=parse_labels)
+@json_option
+@api_options
+def label_worker(api: ApiClient, worker: str, labels: dict[str, str], as_json: bool) -> None:
+    """Set a worker's admin labels (the whole set; none given removes them).
+
+    Admin labels are merged over the labels the worker reports; on a clash the admin's win."""
+    worker_id = resolve_worker(api, worker)
+    w = api.put(f"/api/admin/workers/{part(worker_id)}/labels", {"labels": labels})
+    if as_json:
+        out.print_json(w)
+        return
+    given = ", ".join(f"{k}={v}" for k, v in sorted(w["admin_labels"].items())) or "none"
+    matched = ", ".join(f"{k}={v}" for k, v in sorted(w["labels"].items())) or "none"
+    out.echo(f"Worker {w['id']} ({w['name']}): admin labels {given}; matched on {matched}.")
+
+
 @workers.command("delete")
 @click.argument("worker")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")

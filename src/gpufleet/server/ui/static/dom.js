@@ -129,6 +129,18 @@ export async function busy(button, work) {
   }
 }
 
+// A button's action: the work while the button is busy, its error in `error`, then `after`
+// (the page's refresh) whatever became of it.
+export async function act(button, work, error, after) {
+  showError(error, null);
+  try {
+    await busy(button, work);
+  } catch (err) {
+    showError(error, err);
+  }
+  after();
+}
+
 // Resolves true when the user confirms in the page's #confirm dialog.
 export function confirmDialog(title, text, yesLabel) {
   const dialog = $("#confirm");

@@ -1,10 +1,11 @@
 // One job: its facts, progress and metrics, why it waits, its attempts, and its logs
 // (logview.js).
-import { get, post } from "./api.js";
+import { get } from "./api.js";
 import { trainingCharts } from "./chart.js";
 import {
-  $, badge, busy, confirmDialog, h, progress, serial, showError, span, startClock, when, wireDialogs,
+  $, badge, h, progress, serial, showError, span, startClock, when, wireDialogs,
 } from "./dom.js";
+import { cancelJob, rerunJob } from "./jobactions.js";
 import { live } from "./live.js";
 import { logView } from "./logview.js";
 import "./nav.js";
@@ -99,27 +100,11 @@ const refresh = serial(async () => {
   logs.attempts(j.attempt_history);
 });
 
-$("#cancel").addEventListener("click", async (event) => {
-  const button = event.currentTarget; // null once the handler has awaited anything
-  const ok = await confirmDialog(`Cancel ${jobId}?`, "A running job is stopped on its worker.", "Cancel job");
-  if (!ok) return;
-  try {
-    await busy(button, () => post(`/api/queue/${jobId}/cancel`));
-  } catch (err) {
-    showError(error, err);
-  }
-  refresh();
-});
+$("#cancel").addEventListener("click", (event) =>
+  // currentTarget is taken now: it is null once the handler has awaited anything
+  cancelJob(jobId, event.currentTarget, error, refresh));
 
-$("#rerun").addEventListener("click", async (event) => {
-  const button = event.currentTarget;
-  try {
-    const job = await busy(button, () => post(`/api/queue/${jobId}/rerun`));
-    location.assign(`/queue/${job.id}`);
-  } catch (err) {
-    showError(error, err);
-  }
-});
+$("#rerun").addEventListener("click", (event) => rerunJob(jobId, event.currentTarget, error));
 
 const logs = logView({
   jobId,

@@ -4,6 +4,7 @@ import { get, post } from "./api.js";
 import {
   $, badge, busy, confirmDialog, h, progress, serial, showError, span, startClock, when, wireDialogs,
 } from "./dom.js";
+import { cancelJob, rerunJob } from "./jobactions.js";
 import { live } from "./live.js";
 import "./nav.js";
 
@@ -117,25 +118,9 @@ const refresh = serial(async () => {
 
 // ---- actions ------------------------------------------------------------------------------
 
-async function rerunOne(jobId, button) {
-  try {
-    const job = await busy(button, () => post(`/api/queue/${jobId}/rerun`));
-    location.assign(`/queue/${job.id}`);
-  } catch (err) {
-    showError(error, err);
-  }
-}
+const rerunOne = (jobId, button) => rerunJob(jobId, button, error);
 
-async function cancelOne(jobId, button) {
-  const ok = await confirmDialog(`Cancel ${jobId}?`, "A running job is stopped on its worker.", "Cancel job");
-  if (!ok) return;
-  try {
-    await busy(button, () => post(`/api/queue/${jobId}/cancel`));
-  } catch (err) {
-    showError(error, err);
-  }
-  refresh();
-}
+const cancelOne = (jobId, button) => cancelJob(jobId, button, error, refresh);
 
 const plural = (n) => `${n} job${n === 1 ? "" : "s"}`;
 

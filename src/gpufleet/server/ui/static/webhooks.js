@@ -1,6 +1,6 @@
 // Administration → Webhooks: add, send a test, delete, and each webhook's delivery log.
 import { ApiError, del, get, post } from "./api.js";
-import { $, badge, busy, confirmDialog, h, showError, when, wireDialogs } from "./dom.js";
+import { $, act as actOn, badge, busy, confirmDialog, h, showError, when, wireDialogs } from "./dom.js";
 import "./nav.js";
 
 const error = $("#error");
@@ -35,15 +35,7 @@ function deliveryLog(deliveries) {
       h("tbody", {}, deliveries.map(deliveryRow))));
 }
 
-async function act(button, work) {
-  showError(error, null);
-  try {
-    await busy(button, work);
-  } catch (err) {
-    showError(error, err);
-  }
-  refresh();
-}
+const act = (button, work) => actOn(button, work, error, refresh);
 
 function card(hook, deliveries) {
   return h("section", { class: "panel hook", "data-webhook": hook.id },

@@ -1,7 +1,7 @@
 // Administration → Workers: the live fleet, and what an admin does to it.
 import { del, get, post } from "./api.js";
 import {
-  $, ago, busy, confirmDialog, h, labels, parseLabels, serial, showError, span,
+  $, act as actOn, ago, busy, confirmDialog, h, labels, parseLabels, serial, showError, span,
   startClock, wireDialogs, workerBadge,
 } from "./dom.js";
 import { live } from "./live.js";
@@ -110,15 +110,7 @@ async function copy(node) {
 $("#copy-command").addEventListener("click", () => copy($("#secret-command")));
 $("#copy-token").addEventListener("click", () => copy($("#secret-token")));
 
-async function act(button, work) {
-  showError(error, null);
-  try {
-    await busy(button, work);
-  } catch (err) {
-    showError(error, err);
-  }
-  refresh();
-}
+const act = (button, work) => actOn(button, work, error, refresh);
 
 function actions(w) {
   const buttons = [];

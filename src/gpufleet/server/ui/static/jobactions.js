@@ -1,0 +1,19 @@
+// What the Queue and a job's page both do to a job.
+import { post } from "./api.js";
+import { act, busy, confirmDialog, showError } from "./dom.js";
+
+// Cancel after a confirmation; `after` (the page's refresh) runs once it is done.
+export async function cancelJob(jobId, button, error, after) {
+  const ok = await confirmDialog(`Cancel ${jobId}?`, "A running job is stopped on its worker.", "Cancel job");
+  if (ok) await act(button, () => post(`/api/queue/${jobId}/cancel`), error, after);
+}
+
+// Re-run an ended job and open the new job's page.
+export async function rerunJob(jobId, button, error) {
+  try {
+    const job = await busy(button, () => post(`/api/queue/${jobId}/rerun`));
+    location.assign(`/queue/${job.id}`);
+  } catch (err) {
+    showError(error, err);
+  }
+}
