@@ -25,6 +25,34 @@ PG_USERS = ("root", "postgres")
 START_PG = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 
 
+# The longest test files first (their time in `make test`, measured with --junitxml), a file
+# that mostly waits (on timeouts, on the SimpleTuner agent's own pace) between files that keep
+# a CPU busy. `make test` runs two files at a time (-n 2 --dist loadfile
+# --no-loadscope-reorder): so one process waits while the other computes, and neither is left
+# running one long file alone at the tail. The rest keep their collection order.
+LONGEST_FIRST = (
+    "tests/chaos/test_faults.py",  # waits
+    "tests/e2e/test_schemathesis.py",
+    "tests/api/test_dispatch.py",
+    "tests/bench/test_smoke.py",
+    "tests/e2e/test_simpletuner_agent.py",  # waits
+    "tests/browser/test_ui.py",
+    "tests/api/test_failures.py",
+    "tests/e2e/test_orchestrator.py",  # waits
+    "tests/e2e/test_cli.py",
+    "tests/api/test_input_property.py",
+    "tests/e2e/test_replicas.py",  # waits
+    "tests/browser/test_job_logs.py",
+    "tests/browser/test_workers_page.py",
+    "tests/e2e/test_worker_failover.py",  # waits
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 async def _pg_admin_connection() -> tuple[asyncpg.Connection, str]:
     problems = []
     for user in PG_USERS:

@@ -208,8 +208,10 @@ def test_a_job_in_flight_survives_an_orchestrator_restart(server: ServerProcess)
     offer = stream.next("job_submit")
     w.report(job["id"], "running", attempt_id=offer["attempt_id"])
     server.kill()
-    server.start()  # same port, data folder and database
     assert stream.closed.wait(5)
+    # Register as soon as it is back: a restarted orchestrator gives its workers one heartbeat
+    # timeout (3 s here) before it counts them lost, so nothing slow may come in between.
+    server.start()  # same port, data folder and database
     answer = w.register(current_job_id=job["id"], current_attempt_id=offer["attempt_id"])
     assert answer["resume_job"] == {"job_id": job["id"], "attempt_id": offer["attempt_id"]}
     assert answer["abandon_job"] is False
