@@ -236,3 +236,37 @@ def test_the_audit_actor_filter_takes_a_key_name_and_says_when_no_one_has_it(
     page.fill("#f-actor", "nobody")
     page.click("#filters button[type=submit]")
     expect(page.locator("#no-events")).to_contain_text("No key or worker named 'nobody'")
+
+
+def test_older_and_newer_page_through_the_audit_log_as_the_api_counts_it(
+    server: ServerProcess, page: Page
+) -> None:
+    """Every button is clicked (#15.1): the audit log's paging."""
+    with server.admin() as admin:
+        for _ in range(101):  # one more than a page
+            name = unique("paged")
+            assert admin.put(f"/api/configs/{name}", json={"command": ["true"]}).status_code < 300
+        total = admin.get("/api/audit", params={"type": "config.created"}).json()["total"]
+    assert total > 100
+    sign_in(page, server.admin_key, then="/audit?type=config.created")
+    shown = page.locator("#total")
+    dash = "\N{EN DASH}"
+    expect(shown).to_have_text(f"1{dash}100 of {total} events")
+    expect(page.locator("#newer")).to_be_disabled()
+
+    page.click("#older")
+    expect(shown).to_have_text(f"101{dash}{min(200, total)} of {total} events")
+    expect(page).to_have_url(re.compile(r"offset=100"))
+    page.click("#newer")
+    expect(shown).to_have_text(f"1{dash}100 of {total} events")
+
+
+def test_sign_out_ends_the_pages_session(server: ServerProcess, page: Page) -> None:
+    """Every button is clicked (#15.1): Sign out."""
+    sign_in(page, server.admin_key, then="/queue")
+    assert page.request.get("/api/queue").status == 200
+    page.click("#signout")
+    page.wait_for_url("**/signin**")
+    assert page.request.get("/api/queue").status == 401
+    page.goto("/queue")
+    page.wait_for_url(re.compile(r"/signin\?next=(/|%2F)queue$"))
