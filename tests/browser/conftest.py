@@ -6,12 +6,20 @@ Playwright drives `/usr/bin/chromium`. Screenshots land in `test-output/screensh
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Page,
+    Playwright,
+    expect,
+    sync_playwright,
+)
 
 from tests.e2e.conftest import ServerProcess
 
@@ -84,6 +92,12 @@ def sign_in(page: Page, key: str, then: str = "/") -> None:
     page.fill("#api_key", key)
     page.click("form#signin button[type=submit]")
     page.wait_for_url(lambda url: "/signin" not in url)
+
+
+def train_ready(page: Page) -> None:
+    """Wait for the Train page's script, as a person waits for the example config to show:
+    typed or clicked before it runs, the page has no handlers yet."""
+    expect(page.locator("#config-json")).to_have_value(re.compile("gpufleet.examples.train"))
 
 
 def screenshot(page: Page, name: str) -> Path:

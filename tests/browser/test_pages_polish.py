@@ -7,9 +7,9 @@ import re
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
-from tests.browser.conftest import PHONE, screenshot, sign_in
+from tests.browser.conftest import PHONE, screenshot, sign_in, train_ready
 from tests.e2e.conftest import ServerProcess, unique
 
 DESKTOP = {"width": 1440, "height": 900}
@@ -35,6 +35,7 @@ def test_a_long_label_error_keeps_the_train_page_within_the_window(
 ) -> None:
     page.set_viewport_size(viewport)
     sign_in(page, server.admin_key, then="/train")
+    train_ready(page)
     page.fill("#labels", LONG)
     page.click("#submit")
     expect(page.get_by_role("alert").filter(has_text="is not key=value")).to_be_visible()
@@ -64,6 +65,7 @@ def test_save_config_stores_it_and_explains_a_bad_name_or_bad_json_beside_the_fi
     server: ServerProcess, page: Page
 ) -> None:
     sign_in(page, server.admin_key, then="/train")
+    train_ready(page)
     name_error = page.locator("#config-error")
 
     page.fill("#config-name", "a/b")
@@ -95,10 +97,27 @@ def test_save_config_stores_it_and_explains_a_bad_name_or_bad_json_beside_the_fi
     screenshot(page, "train-saved")
 
 
+def test_a_config_typed_before_the_page_script_runs_is_kept(
+    server: ServerProcess, page: Page
+) -> None:
+    # A slow connection: the page shows before its script has run, and a person types.
+    held: list[Route] = []
+    page.route("**/static/train.js", lambda route: held.append(route))
+    sign_in(page, server.admin_key)
+    page.goto("/train", wait_until="commit")
+    typed = '{"command": ["python", "mine.py"]}'
+    page.fill("#config-json", typed)
+    assert len(held) == 1
+    with page.expect_response("**/api/configs"):  # the script's first request
+        held[0].continue_()
+    expect(page.locator("#config-json")).to_have_value(typed)  # the example overwrote it
+
+
 def test_a_save_the_server_refuses_is_explained_beside_save_config(
     server: ServerProcess, page: Page
 ) -> None:
     sign_in(page, server.admin_key, then="/train")
+    train_ready(page)
     page.fill("#config-json", '{"gpu_count": "two"}')
     page.fill("#config-name", unique("refused"))
     page.click("#config-save")

@@ -12,7 +12,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
-from tests.browser.conftest import PHONE, screenshot, sign_in
+from tests.browser.conftest import PHONE, screenshot, sign_in, train_ready
 from tests.e2e.conftest import GPUFLEET, ServerProcess, unique
 
 TRAINING = {
@@ -103,6 +103,7 @@ def test_an_admin_runs_a_worker_and_a_job_from_the_browser(
 
     # Train: store a config, then train it in the cloud on our worker.
     page.click("nav >> text=Train")
+    train_ready(page)
     page.fill("#config-json", json.dumps(TRAINING, indent=2))
     page.fill("#config-name", "browser-training")
     page.click("#config-save")

@@ -160,5 +160,6 @@ form.addEventListener("submit", async (event) => {
   }
 });
 
-text.value = pretty(EXAMPLE);
+// The example fills an empty box only: a person who typed before this module ran keeps it.
+if (!text.value.trim()) text.value = pretty(EXAMPLE);
 loadConfigs().catch((err) => showError(error, err));
