@@ -115,7 +115,8 @@ class BenchServer:
         return self
 
     def _ready(self) -> bool:
-        assert self.proc is not None
+        if self.proc is None:
+            raise RuntimeError("the bench server was stopped while it started")
         if self.proc.poll() is not None:
             tail = self.log_path.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"server exited early:\n{tail}")
@@ -148,22 +149,26 @@ class BenchServer:
 
     def mark(self) -> None:
         """Start a measurement window for usage()."""
-        assert self._ps is not None
-        times = self._ps.cpu_times()
+        times = self._process().cpu_times()
         self._mark = (times.user + times.system, time.monotonic())
         for other in self.others:
             other.mark()
 
     def usage(self) -> Usage:
         """CPU used since mark(), and resident memory now."""
-        assert self._ps is not None
-        times = self._ps.cpu_times()
+        process = self._process()
+        times = process.cpu_times()
         cpu0, t0 = self._mark
         return Usage(
             cpu_seconds=times.user + times.system - cpu0,
             wall_seconds=time.monotonic() - t0,
-            rss_bytes=self._ps.memory_info().rss,
+            rss_bytes=process.memory_info().rss,
         )
+
+    def _process(self) -> psutil.Process:
+        if self._ps is None:
+            raise RuntimeError("the bench server has not started; measure after start()")
+        return self._ps
 
     def log_tail(self, chars: int = 2000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:]

@@ -3,6 +3,8 @@
     GpufleetError
     ├── DomainError                 rules of the fleet (domain/, services)
     │   ├── InvalidInput            422: the request is well-formed but says something impossible
+    │   │   ├── UnsafeArtifactPath  422: an artifact path that could leave its job's folder
+    │   │   └── ArtifactCorrupt     422: an upload whose size or sha256 is not the announced one
     │   ├── NotFound                404: the named worker, job, config or key does not exist
     │   ├── Conflict                409: the thing exists but is in a state that forbids this
     │   │   └── NotHolder           409: a worker reported on an attempt it no longer holds
@@ -12,8 +14,10 @@
     │   ├── NotImplementedYet       501: a route that exists for the wire's sake, not yet served
     │   └── TooManyRequests         429: too many failed authentications from one address
     ├── StoreError                  the database failed underneath us
+    │   └── ArtifactStoreError      the artifact store (data folder or bucket) failed
     ├── ConfigurationError          settings that cannot work (bad URL, unreadable data dir)
     ├── AgentError                  the worker agent cannot go on (see gpufleet.worker)
+    ├── LoopDied                    a supervised background loop died (gpufleet.supervisor)
     └── ClientError                 the operator CLI cannot talk to the orchestrator (cli/api.py)
 
 The operator CLI turns an HTTP error answer back into the DomainError of its status code.
@@ -45,6 +49,14 @@ class DomainError(GpufleetError):
 
 class InvalidInput(DomainError):
     status_code = 422
+
+
+class UnsafeArtifactPath(InvalidInput):
+    """An artifact path that is absolute, climbs with `..`, or cannot be stored as a key."""
+
+
+class ArtifactCorrupt(InvalidInput):
+    """The uploaded bytes are not the ones announced; nothing was stored."""
 
 
 class NotFound(DomainError):
@@ -91,12 +103,20 @@ class WriteConflict(StoreError):
     """PostgreSQL aborted the transaction (deadlock or serialization failure); retry it."""
 
 
+class ArtifactStoreError(StoreError):
+    """The artifact store failed; nothing was stored or deleted by the failed call."""
+
+
 class ConfigurationError(GpufleetError):
     """Settings that cannot work; the message names the setting to change."""
 
 
 class AgentError(GpufleetError):
     """The worker agent cannot go on; the message says what the operator should check."""
+
+
+class LoopDied(GpufleetError):
+    """A background loop raised or returned; the process stops rather than run half-dead."""
 
 
 class ClientError(GpufleetError):

@@ -26,9 +26,9 @@ from fastapi import FastAPI
 
 from gpufleet.server.app import create_app
 from gpufleet.server.context import Context
-from gpufleet.server.loops import Supervisor
 from gpufleet.server.services import health
 from gpufleet.server.settings import ServerSettings
+from gpufleet.supervisor import Supervisor
 from tests.nasty import dumps
 
 HEARTBEAT_TIMEOUT = 120.0
@@ -305,7 +305,7 @@ class Fleet:
 
     async def start(self) -> Fleet:
         async def quiet(_ctx: Context, supervisor: Supervisor) -> None:
-            await supervisor.stop()  # tests run the sweeps themselves, on the fake clock
+            await supervisor.close()  # tests run the sweeps themselves, on the fake clock
 
         self.app = create_app(self.settings, on_start=quiet)
         await self._stack.enter_async_context(LifespanManager(self.app))

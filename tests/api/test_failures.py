@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from gpufleet.server.services import fleet as fleet_service
+from gpufleet.server.services import agents as agents_service
 from gpufleet.server.services import health
 from gpufleet.store.queries import Queries
 from tests.api.conftest import ACK_TIMEOUT, HEARTBEAT_TIMEOUT, Fleet
@@ -109,10 +109,10 @@ async def test_plain_heartbeats_are_written_together_by_the_flush(fleet: Fleet) 
         assert (await agent.heartbeat(status="idle")).status_code == 200
 
     assert {a.id: (await a.info())["last_heartbeat"] for a in agents} == opened
-    assert await fleet_service.flush_heartbeats(fleet.ctx) == 3
+    assert await agents_service.flush_heartbeats(fleet.ctx) == 3
     for agent in agents:
         assert _parse_time((await agent.info())["last_heartbeat"]) == beat_at
-    assert await fleet_service.flush_heartbeats(fleet.ctx) == 0
+    assert await agents_service.flush_heartbeats(fleet.ctx) == 0
 
 
 async def test_a_kept_heartbeat_never_revives_an_offline_worker_nor_goes_back_in_time(
@@ -128,9 +128,9 @@ async def test_a_kept_heartbeat_never_revives_an_offline_worker_nor_goes_back_in
 
     assert await fleet.heartbeat_sweep() == [lost.id]
     newest = _parse_time((await fresh.info())["last_heartbeat"])
-    await fleet_service.flush_heartbeats(fleet.ctx)
+    await agents_service.flush_heartbeats(fleet.ctx)
     fleet.ctx.heartbeats[fresh.id] = stale
-    await fleet_service.flush_heartbeats(fleet.ctx)
+    await agents_service.flush_heartbeats(fleet.ctx)
 
     assert (await lost.info())["status"] == "offline"
     assert (await lost.heartbeat()).status_code == 409

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from gpufleet.store.queries import JobFilter, Queries
+from gpufleet.domain.records import JobFilter
+from gpufleet.store.queries import Queries
 from gpufleet.store.tables import jobs
 from tests.api.conftest import Fleet, sqlite_only
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from gpufleet.server.services import fleet as fleet_service
+from gpufleet.server.services import agents as agents_service
 from tests.api.conftest import Fleet, sqlite_only
 
 GPU_STATS = [
@@ -93,7 +93,7 @@ async def test_gpu_load_from_heartbeats_shows_while_the_worker_is_online(fleet: 
     )
 
     beat = await agent.heartbeat(status="idle", gpu_stats=GPU_STATS)
-    await fleet_service.flush_heartbeats(fleet.ctx)
+    await agents_service.flush_heartbeats(fleet.ctx)
 
     assert beat.status_code == 200, beat.text
     detail = await _detail(fleet, agent.id)
@@ -125,7 +125,7 @@ async def test_a_simpletuner_heartbeat_is_accepted_unchanged_and_shows_no_gpu_lo
     )
 
     beat = await agent.heartbeat(status="idle", current_job_id=None)
-    await fleet_service.flush_heartbeats(fleet.ctx)
+    await agents_service.flush_heartbeats(fleet.ctx)
 
     assert beat.status_code == 200, beat.text
     detail = await _detail(fleet, agent.id)

@@ -7,7 +7,6 @@ Playwright drives `/usr/bin/chromium`. Screenshots land in `test-output/screensh
 from __future__ import annotations
 
 import re
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, serving
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -40,10 +39,7 @@ PHONE = {"width": 390, "height": 844}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """An orchestrator on SQLite with its embedded local worker."""
-    proc = ServerProcess(tmp_path_factory.mktemp("orchestrator"), None, **{"local-gpus": "auto"})
-    proc.start()
-    yield proc
-    proc.kill(signal.SIGTERM)
+    yield from serving(tmp_path_factory.mktemp("orchestrator"), None, **{"local-gpus": "auto"})
 
 
 @pytest.fixture(scope="module")

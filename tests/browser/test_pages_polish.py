@@ -113,6 +113,21 @@ def test_a_config_typed_before_the_page_script_runs_is_kept(
     expect(page.locator("#config-json")).to_have_value(typed)  # the example overwrote it
 
 
+def test_the_train_buttons_wait_for_the_page_script(server: ServerProcess, page: Page) -> None:
+    held: list[Route] = []
+    page.route("**/static/train.js", lambda route: held.append(route))
+    sign_in(page, server.admin_key)
+    page.goto("/train", wait_until="commit")
+    expect(page.locator("#submit")).to_be_disabled()
+    expect(page.locator("#config-save")).to_be_disabled()
+    page.press("#config-name", "Enter")  # no native GET of the form before the script runs
+    assert page.url.endswith("/train"), page.url
+    with page.expect_response("**/api/configs"):
+        held[0].continue_()
+    expect(page.locator("#submit")).to_be_enabled()
+    expect(page.locator("#config-save")).to_be_enabled()
+
+
 def test_a_save_the_server_refuses_is_explained_beside_save_config(
     server: ServerProcess, page: Page
 ) -> None:

@@ -257,7 +257,9 @@ def test_poison_jobs_that_no_worker_can_start(fleet: Fleet) -> None:
         assert all(a["status"] == "failed" and a["started_at"] is None for a in history)
         if job["error"].startswith(f"could not start on {POISON_WORKERS} different workers"):
             assert len({a["worker_id"] for a in history}) == POISON_WORKERS
-            assert len(history) < job["max_retries"] + 1
+            # The rule may end it on its very last retry too: both rules hold, the poison
+            # reason is the one given (`outcomes.decide`).
+            assert len(history) <= job["max_retries"] + 1
         else:  # no other worker was idle when it came back: it went on where it failed
             assert "no retries left" in job["error"], job["error"]
             assert len({a["worker_id"] for a in history}) < POISON_WORKERS, history

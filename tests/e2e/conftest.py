@@ -150,6 +150,17 @@ class ServerProcess:
         )
 
 
+def serving(
+    data_dir: Path, database_url: str | None = None, **flags: Any
+) -> Iterator[ServerProcess]:
+    """A started orchestrator for a module's fixture (`yield from serving(...)`), stopped with
+    SIGTERM when the module is done."""
+    proc = ServerProcess(data_dir, database_url, **flags)
+    proc.start()
+    yield proc
+    proc.kill(signal.SIGTERM)
+
+
 class EventReader:
     """Reads a worker's SSE stream on a thread; `data:` payloads land in a queue."""
 
@@ -313,10 +324,7 @@ def pg_database() -> Iterator[str]:
 def server(
     tmp_path_factory: pytest.TempPathFactory, database_url: str | None
 ) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("orchestrator"), database_url)
-    proc.start()
-    yield proc
-    proc.kill(signal.SIGTERM)
+    yield from serving(tmp_path_factory.mktemp("orchestrator"), database_url)
 
 
 def unique(prefix: str) -> str:

@@ -5,24 +5,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, serving
 from tests.e2e.test_cli import as_json, gf, ok, one_line_error
 from tests.webhook_receiver import receiving
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("cli-admin"), None)
-    proc.start()
-    yield proc
-    proc.kill(signal.SIGTERM)
+    yield from serving(tmp_path_factory.mktemp("cli-admin"), None)
 
 
 def test_keys_create_list_use_and_revoke_by_name(server: ServerProcess) -> None:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, serving
 from tests.e2e.test_cli import gf, ok
 from tests.logfill import RunningJob, line_text, running_job
 
@@ -19,10 +18,7 @@ LINES = 2500  # three pages of 1,000
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("cli-logs"), None)
-    proc.start()
-    yield proc
-    proc.kill(signal.SIGTERM)
+    yield from serving(tmp_path_factory.mktemp("cli-logs"), None)
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, serving
 
 SPEC = Path(__file__).resolve().parents[2] / ".." / "shared" / "spec" / "worker-orchestration.md"
 SPEC_URL = "http://localhost:8001"
@@ -71,10 +70,7 @@ def spec_text() -> str:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("spec"), None)
-    proc.start()
-    yield proc
-    proc.kill(signal.SIGTERM)
+    yield from serving(tmp_path_factory.mktemp("spec"), None)
 
 
 def test_every_curl_line_of_the_specification_is_found(spec_text: str) -> None:

@@ -13,15 +13,12 @@ import pytest
 import trustme
 
 from gpufleet.server.tls import fingerprint
-from tests.e2e.conftest import GPUFLEET, ServerProcess, WorkerProcess, unique, wait_for
+from tests.e2e.conftest import GPUFLEET, ServerProcess, WorkerProcess, serving, unique, wait_for
 
 
 @pytest.fixture(scope="module")
 def self_signed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("tls"), None, ssl=True)
-    server.start()
-    yield server
-    server.kill(signal.SIGTERM)
+    yield from serving(tmp_path_factory.mktemp("tls"), None, ssl=True)
 
 
 def test_ssl_makes_a_self_signed_certificate_and_prints_its_fingerprint(

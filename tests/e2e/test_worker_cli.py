@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import ssl
 import subprocess
 import threading
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import GPUFLEET, ServerProcess, free_port
+from tests.e2e.conftest import GPUFLEET, ServerProcess, free_port, serving
 
 
 def run_worker(*args: str, env: dict[str, str] | None = None, cwd: Path) -> tuple[int, str]:
@@ -41,10 +40,7 @@ def one_error_line(stderr: str) -> str:
 
 @pytest.fixture(scope="module")
 def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("orchestrator"), None)
-    server.start()
-    yield server
-    server.kill(signal.SIGTERM)
+    yield from serving(tmp_path_factory.mktemp("orchestrator"), None)
 
 
 class NotHere(BaseHTTPRequestHandler):

@@ -20,6 +20,7 @@ from tests.e2e.conftest import (
     free_port,
     job_log_lines,
     process_alive,
+    serving,
     submit_job,
     unique,
     wait_for,
@@ -125,10 +126,7 @@ def orchestrator(
     flags: dict[str, Any] = {"heartbeat-timeout": 15}
     if request.param == "https":
         flags["ssl"] = True
-    server = ServerProcess(tmp_path_factory.mktemp("orchestrator"), None, **flags)
-    server.start()
-    yield server
-    server.kill(signal.SIGTERM)
+    yield from serving(tmp_path_factory.mktemp("orchestrator"), None, **flags)
 
 
 class Relay(Proxy):

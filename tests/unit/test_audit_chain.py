@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from gpufleet.cli.audit import findings
 from gpufleet.domain import audit_chain
 from gpufleet.domain.records import AuditEvent
-from gpufleet.server.schemas import AuditVerification
+from gpufleet.server.schemas.admin import AuditVerification
 
 KEY = b"k" * 32
 

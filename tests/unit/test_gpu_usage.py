@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpufleet.worker.detect import UsageSampler, run_command
+from gpufleet.worker.detect import run_command
+from gpufleet.worker.gpu_load import UsageSampler
 from tests.unit.test_detect import NO_NVML, FakeNvml, bare_path, put_tool_on_path
 
 __all__ = ["bare_path"]  # the fixture, used by name

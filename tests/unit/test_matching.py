@@ -23,6 +23,7 @@ from gpufleet.domain.matching import (
     match_key,
     match_keys_for,
     reasons_not_running,
+    targets_served,
 )
 from gpufleet.domain.states import Target, WorkerStatus, WorkerType
 
@@ -451,3 +452,16 @@ def test_every_reason_is_given_at_once():
     cap = capacity(is_local=True, gpu_count=1, labels={}, status=WorkerStatus.DRAINING, spent=True)
     req = requirement(Target.WORKER, gpu_count=2, labels={"zone": "eu"})
     assert len(reasons_not_running(req, cap)) == 5
+
+
+@pytest.mark.parametrize("is_local", [False, True])
+@pytest.mark.parametrize("target", list(Target))
+def test_a_worker_is_asked_for_exactly_the_targets_it_fits(target, is_local):
+    cap = capacity(is_local=is_local)
+    served = targets_served(cap)
+    assert (target.value in served) == fits(requirement(target=target, gpu_count=0), cap)
+
+
+def test_the_local_runner_serves_local_and_auto_jobs_and_a_remote_worker_worker_and_auto():
+    assert targets_served(capacity(is_local=True)) == ["local", "auto"]
+    assert targets_served(capacity(is_local=False)) == ["worker", "auto"]

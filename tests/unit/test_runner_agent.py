@@ -19,7 +19,6 @@ from gpufleet.worker.agent import Agent
 from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.detect import Capabilities
 from gpufleet.worker.settings import AgentSettings
-from gpufleet.worker.supervisor import LoopDied, Supervisor
 from tests.offers import NOT_EVENTS, nameless_offers, unrunnable_offers
 
 Call = tuple[str, dict[str, Any]]
@@ -414,31 +413,3 @@ with open(os.environ["GPUFLEET_PROGRESS_FILE"], "a") as f:
         "metrics": {"lo\ufffdss": "x\ufffd", "a": None},
     }
     assert not any("\\u0000" in json.dumps(body) for _, body in fake.calls)
-
-
-async def test_a_background_loop_that_dies_stops_the_supervisor_loudly():
-    supervisor = Supervisor()
-
-    async def broken() -> None:
-        raise RuntimeError("bug in a loop")
-
-    async def forever() -> None:
-        await asyncio.sleep(60)
-
-    supervisor.spawn("steady", forever(), forever=True)
-    supervisor.spawn("broken", broken())
-
-    with pytest.raises(LoopDied, match="bug in a loop"):
-        await asyncio.wait_for(supervisor.run(), 5)
-
-
-async def test_a_forever_loop_that_returns_counts_as_dead():
-    supervisor = Supervisor()
-
-    async def quits() -> None:
-        return None
-
-    supervisor.spawn("heartbeat", quits(), forever=True)
-
-    with pytest.raises(LoopDied, match="heartbeat"):
-        await asyncio.wait_for(supervisor.run(), 5)

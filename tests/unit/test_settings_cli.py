@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gpufleet.cli.main import cli, main
-from gpufleet.cli.options import DURATION, env
+from gpufleet.cli.options import DURATION, MAX_SECONDS, env
 from gpufleet.cli.server import server
 from gpufleet.cli.worker import worker
 from gpufleet.errors import ConfigurationError
@@ -75,14 +75,32 @@ def test_anything_else_is_not_a_duration_and_the_error_shows_examples(text):
     assert "120, 120s, 2m or 1h" in info.value.message
 
 
-@settings(max_examples=200)
-@given(text=st.text(max_size=8))
-def test_a_duration_is_never_negative(text):
+@settings(max_examples=300)
+@given(value=st.text(max_size=8) | st.integers() | st.floats() | st.booleans())
+def test_a_duration_is_never_negative_nor_endless_whether_text_or_a_number(value):
     try:
-        seconds = DURATION.convert(text, None, None)
+        seconds = DURATION.convert(value, None, None)
     except click.BadParameter:
         return
-    assert seconds >= 0
+    assert 0 <= seconds <= MAX_SECONDS
+
+
+@pytest.mark.parametrize("value", [-5, -0.5, float("nan"), float("-inf"), True, False])
+def test_a_number_that_is_no_duration_is_refused_as_its_text_would_be(value):
+    with pytest.raises(click.BadParameter) as info:
+        DURATION.convert(value, None, None)
+    assert "is not a duration" in info.value.message
+
+
+@pytest.mark.parametrize("value", ["9" * 400, "9" * 400 + "h", 10**400, 1e300, float("inf")])
+def test_a_duration_too_long_to_wait_is_refused(value):
+    with pytest.raises(click.BadParameter, match="longer than any duration can be"):
+        DURATION.convert(value, None, None)
+
+
+@pytest.mark.parametrize("value", [0, 0.0, "0", "0s"])
+def test_zero_is_a_duration_whether_text_or_a_number(value):
+    assert DURATION.convert(value, None, None) == 0.0
 
 
 def test_env_names_the_gpufleet_variable_first_then_simpletuner_aliases():

@@ -15,15 +15,16 @@ from hypothesis import strategies as st
 from gpufleet.domain.states import (
     ACTIVE_ATTEMPT,
     ATTEMPT_TRANSITIONS,
-    JOB_FOR_ATTEMPT,
     JOB_TRANSITIONS,
+    PLACED_JOB,
+    REPORTED_ATTEMPT,
     REPORTED_STATUS,
+    TAKEN_ATTEMPT,
     TERMINAL_ATTEMPT,
     TERMINAL_JOB,
     WORKER_TRANSITIONS,
     AttemptStatus,
     JobStatus,
-    RetryOn,
     WorkerStatus,
     can_delete_worker,
     can_move_attempt,
@@ -33,7 +34,6 @@ from gpufleet.domain.states import (
     derive_worker_status,
     failed_to_start,
     parse_reported_status,
-    retry_after,
     start_failure_workers,
 )
 from gpufleet.errors import Conflict, InvalidInput
@@ -102,6 +102,22 @@ def test_active_and_terminal_attempt_states_split_the_attempt_lifecycle_in_two()
     assert set(AttemptStatus) == ACTIVE_ATTEMPT | TERMINAL_ATTEMPT
 
 
+def test_a_placed_job_is_one_neither_waiting_nor_ended():
+    assert set(JobStatus) - {JobStatus.QUEUED} - TERMINAL_JOB == PLACED_JOB
+
+
+def test_a_taken_attempt_is_an_active_one_its_worker_has_acknowledged():
+    assert ACTIVE_ATTEMPT - {AttemptStatus.OFFERED} == TAKEN_ATTEMPT
+
+
+def test_only_a_worker_report_brings_an_attempt_to_a_reported_status():
+    assert set(AttemptStatus) - REPORTED_ATTEMPT == {
+        AttemptStatus.OFFERED,
+        AttemptStatus.LOST,
+        AttemptStatus.WITHDRAWN,
+    }
+
+
 def test_every_worker_status_can_be_left():
     assert all(WORKER_TRANSITIONS[status] for status in WorkerStatus)
 
@@ -122,11 +138,6 @@ def test_a_terminal_attempt_can_never_move(old, new):
 def test_every_non_terminal_job_or_attempt_state_can_still_reach_an_ending(enum, table, start):
     for status in enum:
         assert any(not table[s] for s in reachable(table, status)), status
-
-
-@given(old=st.sampled_from(WorkerStatus), new=st.sampled_from(WorkerStatus))
-def test_can_move_worker_allows_staying_put_and_otherwise_follows_the_table(old, new):
-    assert can_move_worker(old, new) == (old == new or new in WORKER_TRANSITIONS[old])
 
 
 @given(old=st.sampled_from(JobStatus), new=st.sampled_from(JobStatus))
@@ -201,52 +212,6 @@ def test_a_queued_job_can_only_be_offered_or_cancelled():
         JobStatus.OFFERED,
         JobStatus.CANCELLED,
     }
-
-
-# ---- attempts and the job they drive -------------------------------------------------------
-
-
-@given(old=st.sampled_from(AttemptStatus), new=st.sampled_from(AttemptStatus))
-def test_a_job_can_follow_every_move_of_its_current_attempt(old, new):
-    if not can_move_attempt(old, new) or old not in JOB_FOR_ATTEMPT or new not in JOB_FOR_ATTEMPT:
-        return
-    job_old, job_new = JOB_FOR_ATTEMPT[old], JOB_FOR_ATTEMPT[new]
-    assert job_old == job_new or can_move_job(job_old, job_new)
-
-
-def test_every_active_attempt_maps_to_an_active_job():
-    for status in ACTIVE_ATTEMPT:
-        assert JOB_FOR_ATTEMPT[status] not in TERMINAL_JOB
-
-
-@pytest.mark.parametrize("outcome", [AttemptStatus.LOST, AttemptStatus.WITHDRAWN])
-def test_lost_and_withdrawn_attempts_have_no_job_status_of_their_own(outcome):
-    assert outcome not in JOB_FOR_ATTEMPT
-
-
-@given(
-    outcome=st.sampled_from(AttemptStatus),
-    retry_on=st.frozensets(st.sampled_from(RetryOn)),
-)
-def test_an_ended_attempt_is_retried_only_as_retry_on_says(outcome, retry_on):
-    expected = (
-        outcome is AttemptStatus.WITHDRAWN  # it never ran: offered again whatever retry_on says
-        or (outcome in {AttemptStatus.LOST, AttemptStatus.CANCELLED} and RetryOn.LOST in retry_on)
-        or (outcome is AttemptStatus.FAILED and RetryOn.FAILED in retry_on)
-    )
-    assert retry_after(outcome, retry_on) is expected
-
-
-@pytest.mark.parametrize("outcome", [AttemptStatus.COMPLETED, AttemptStatus.FAILED])
-def test_by_default_a_completed_or_failed_process_is_not_retried(outcome):
-    assert retry_after(outcome) is False
-
-
-@pytest.mark.parametrize("outcome", [AttemptStatus.LOST, AttemptStatus.WITHDRAWN])
-@pytest.mark.parametrize("job", [JobStatus.OFFERED, JobStatus.RUNNING])
-def test_a_job_whose_attempt_is_retried_may_return_to_the_queue(outcome, job):
-    assert retry_after(outcome)
-    assert can_move_job(job, JobStatus.QUEUED)
 
 
 # ---- the poison-job rule ------------------------------------------------------------------
@@ -399,55 +364,81 @@ def test_a_connected_idle_worker_may_not_be_deleted_and_an_offline_one_may():
     assert can_delete_worker(WorkerStatus.DRAINING, ever_connected=False)
 
 
-def one_fact_changes():
-    for before in ALL_FACTS:
-        for name in FACT_NAMES:
-            yield before, {**before, name: not before[name]}
+# What the server does to a worker's facts (`services/fleet.py`, `health.py`, `dispatch.py`,
+# `lifecycle.release_worker`): each operation, whether it applies, and the facts after it.
+Facts = dict[str, bool]
 
 
-def flipped(before: dict, after: dict) -> str:
-    return next(name for name in FACT_NAMES if before[name] != after[name])
+def _status(f: Facts) -> WorkerStatus:
+    return derive_worker_status(**f)
 
 
-def consistent(fact_set: dict) -> bool:
-    """What the server keeps true: going offline clears the stream and the job in one save."""
-    return not (fact_set["offline"] and (fact_set["has_job"] or fact_set["stream_open"]))
+SERVER_OPERATIONS: dict[str, tuple] = {
+    "register": (lambda f: True, lambda f: {**f, "offline": False}),
+    "register without its job": (
+        lambda f: True,
+        lambda f: {**f, "offline": False, "has_job": False},
+    ),
+    "open stream": (lambda f: not f["offline"], lambda f: {**f, "stream_open": True}),
+    "close stream": (lambda f: True, lambda f: {**f, "stream_open": False}),
+    "claim": (lambda f: _status(f) is WorkerStatus.IDLE, lambda f: {**f, "has_job": True}),
+    "release": (lambda f: True, lambda f: {**f, "has_job": False}),
+    "drain": (lambda f: True, lambda f: {**f, "drained": True}),
+    "undrain": (lambda f: True, lambda f: {**f, "drained": False}),
+    "go offline": (
+        lambda f: True,
+        lambda f: {**f, "offline": True, "has_job": False, "stream_open": False},
+    ),
+}
+NEW_WORKER: Facts = dict.fromkeys(FACT_NAMES, False)
 
 
-def test_changing_one_fact_of_a_worker_the_server_can_hold_is_an_allowed_move():
-    for before, after in one_fact_changes():
-        if not (consistent(before) and consistent(after)):
-            continue
-        old, new = derive_worker_status(**before), derive_worker_status(**after)
-        assert can_move_worker(old, new), (before, flipped(before, after), old, new)
+def server_moves() -> set[tuple[WorkerStatus, WorkerStatus, str]]:
+    """Every status change the server's operations make, from every fact set they reach."""
+    seen = [NEW_WORKER]
+    todo = deque(seen)
+    moves = set()
+    while todo:
+        before = todo.popleft()
+        for name, (applies, apply) in SERVER_OPERATIONS.items():
+            if not applies(before):
+                continue
+            after = apply(before)
+            moves.add((_status(before), _status(after), name))
+            if after not in seen:
+                seen.append(after)
+                todo.append(after)
+    return moves
 
 
-def test_a_worker_going_offline_with_its_job_and_stream_in_one_save_is_allowed():
-    for before in ALL_FACTS:
-        after = {**before, "offline": True, "has_job": False, "stream_open": False}
-        assert can_move_worker(derive_worker_status(**before), derive_worker_status(**after))
-
-
-def test_changing_any_one_fact_of_any_worker_is_an_allowed_move():
-    refused = [
-        (before, flipped(before, after), old, new)
-        for before, after in one_fact_changes()
-        if not can_move_worker(
-            old := derive_worker_status(**before), new := derive_worker_status(**after)
-        )
-    ]
+def test_every_status_change_the_server_makes_is_allowed():
+    refused = [m for m in server_moves() if not can_move_worker(m[0], m[1])]
     assert refused == []
 
 
-def test_an_offline_worker_comes_back_through_any_status_the_facts_can_derive():
-    assert WORKER_TRANSITIONS[WorkerStatus.OFFLINE] == {
-        WorkerStatus.CONNECTING,
-        WorkerStatus.DRAINING,
-        WorkerStatus.IDLE,
-        WorkerStatus.BUSY,
-    }
-    for drained in (False, True):
-        back = derive_worker_status(
-            offline=False, drained=drained, has_job=False, stream_open=False
-        )
-        assert can_move_worker(WorkerStatus.OFFLINE, back)
+def test_the_worker_table_allows_no_move_the_server_never_makes():
+    made = {(old, new) for old, new, _ in server_moves() if old != new}
+    listed = {(old, new) for old, targets in WORKER_TRANSITIONS.items() for new in targets}
+    assert listed == made
+
+
+@pytest.mark.parametrize("new", [WorkerStatus.IDLE, WorkerStatus.BUSY])
+def test_an_offline_worker_cannot_become_idle_or_busy_without_registering(new):
+    assert not can_move_worker(WorkerStatus.OFFLINE, new)
+
+
+@pytest.mark.parametrize("drained", [False, True])
+def test_an_offline_worker_that_registers_connects_or_drains(drained):
+    back = derive_worker_status(offline=False, drained=drained, has_job=False, stream_open=False)
+    assert back in {WorkerStatus.CONNECTING, WorkerStatus.DRAINING}
+    assert can_move_worker(WorkerStatus.OFFLINE, back)
+
+
+def test_a_connecting_worker_cannot_be_given_a_job_before_its_stream_opens():
+    assert not can_move_worker(WorkerStatus.CONNECTING, WorkerStatus.BUSY)
+    assert can_move_worker(WorkerStatus.IDLE, WorkerStatus.BUSY)
+
+
+@given(status=st.sampled_from(WorkerStatus))
+def test_a_worker_may_always_stay_as_it_is(status):
+    assert can_move_worker(status, status)

@@ -21,7 +21,7 @@ import httpx
 from httpx_sse import connect_sse
 
 from gpufleet import address
-from gpufleet.cli.options import env
+from gpufleet.cli.options import CA_CERT, SSL_NO_VERIFY, setting
 from gpufleet.errors import (
     ClientError,
     ConfigurationError,
@@ -237,45 +237,29 @@ def _drop_none(params: dict[str, Any]) -> dict[str, Any]:
 
 
 _API_OPTIONS = (
-    click.option(
+    setting(
         "--url",
         default=None,
-        envvar=env("URL"),
-        show_envvar=True,
+        var="URL",
         metavar="URL",
         help="The orchestrator's URL; default: the address the orchestrator left in "
         f"<data-dir>/{address.ADDRESS_FILE}, else {DEFAULT_URL}.",
     ),
-    click.option(
+    setting(
         "--api-key",
-        envvar=env("API_KEY"),
-        show_envvar=True,
+        var="API_KEY",
         metavar="KEY",
         help="API key; default: the admin key in <data-dir>/admin.token.",
     ),
-    click.option(
+    setting(
         "--data-dir",
         default=DEFAULT_DATA_DIR,
         type=click.Path(file_okay=False, path_type=Path),
-        envvar=env("DATA_DIR"),
-        show_envvar=True,
+        var="DATA_DIR",
         help="The orchestrator's data folder, read for admin.token when no key is given.",
     ),
-    click.option(
-        "--ca-cert",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        envvar=env("CA_CERT"),
-        show_envvar=True,
-        metavar="FILE",
-        help="CA certificate to trust for the orchestrator's TLS certificate.",
-    ),
-    click.option(
-        "--ssl-no-verify",
-        is_flag=True,
-        envvar=env("SSL_NO_VERIFY"),
-        show_envvar=True,
-        help="Do not verify the orchestrator's TLS certificate (development only).",
-    ),
+    CA_CERT,
+    SSL_NO_VERIFY,
 )
 
 

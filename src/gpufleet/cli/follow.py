@@ -19,9 +19,9 @@ from rich.progress import (
 
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
+from gpufleet.domain.states import PLACED_JOB, TERMINAL_JOB, JobStatus
 from gpufleet.errors import ClientError
 
-ENDED = ("completed", "failed", "cancelled")
 POLL_SECONDS = 0.5
 PAGE = 1000  # lines a request; the most the CLI holds at once
 
@@ -71,7 +71,7 @@ def _follow_logs(api: ApiClient, job_id: str, as_json: bool, after: int) -> None
         elif event == "end":
             status = data.get("status", "ended")
             out.echo(f"Job {job_id} {status}.", err=True)
-            sys.exit(0 if status == "completed" else 1)
+            sys.exit(0 if status == JobStatus.COMPLETED else 1)
     raise ClientError(  # no `end` event: the orchestrator closed the stream as it stopped
         f"the orchestrator ended the log stream before job {job_id} ended (it may be "
         "restarting); run the command again to follow on"
@@ -122,7 +122,7 @@ def _watch(api: ApiClient, job: dict[str, Any]) -> dict[str, Any]:
                 bar.console.print(out.text(_moment(job)))
                 seen = now
             _update(bar, task, job)
-            if job["status"] in ENDED:
+            if job["status"] in TERMINAL_JOB:
                 return job
             time.sleep(POLL_SECONDS)
             job = api.get(f"/api/queue/{job['id']}")
@@ -150,12 +150,14 @@ def _waiting(job: dict[str, Any]) -> str | None:
 def _moment(job: dict[str, Any]) -> str:
     """One line each time the job moves: queued (and why), offered, running, ended; stamped
     with the time it ended, or else the time the move was seen."""
-    stamp = _clock(job["ended_at"]) if job["status"] in ENDED and job.get("ended_at") else None
+    stamp = (
+        _clock(job["ended_at"]) if job["status"] in TERMINAL_JOB and job.get("ended_at") else None
+    )
     stamp = stamp or time.strftime("%H:%M:%S")
     status = job["status"]
     if status == "queued" and _waiting(job):
         return f"{stamp} queued: {_waiting(job)}"
-    if status in ("offered", "running"):
+    if status in PLACED_JOB:
         return f"{stamp} {status} on {job['worker_id']} (attempt {job['attempts']})"
     return f"{stamp} {status}"
 

@@ -17,9 +17,10 @@ from gpufleet.cli.configs import read_config_file
 from gpufleet.cli.follow import logs, watch
 from gpufleet.cli.options import parse_labels
 from gpufleet.domain.jobspec import could_be_config_name
+from gpufleet.domain.states import JobStatus
 from gpufleet.errors import NotFound
 
-STATUSES = ("queued", "offered", "running", "completed", "failed", "cancelled")
+STATUSES = tuple(s.value for s in JobStatus)
 LIST_COLUMNS = [
     "ID",
     "STATUS",

@@ -12,7 +12,7 @@ import click
 
 from gpufleet import address, logs
 from gpufleet.address import check_public_url, default_public_url
-from gpufleet.cli.options import DURATION, env, log_format_option
+from gpufleet.cli.options import DURATION, log_format_option, setting
 from gpufleet.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -22,162 +22,144 @@ log = logging.getLogger("gpufleet.server")
 
 
 @click.command()
-@click.option(
+@setting(
     "--host",
     default="127.0.0.1",
-    envvar=env("HOST"),
-    show_envvar=True,
+    var="HOST",
     help="Address to listen on; 0.0.0.0 accepts remote workers.",
 )
-@click.option(
+@setting(
     "--port",
     default=8001,
     type=int,
-    envvar=env("PORT"),
-    show_envvar=True,
+    var="PORT",
     help="Port to listen on.",
 )
-@click.option(
+@setting(
     "--public-url",
     default=None,
-    envvar=env("PUBLIC_URL"),
-    show_envvar=True,
+    var="PUBLIC_URL",
     metavar="URL",
     help="The address workers on other machines reach this orchestrator at, pasted into "
     "the worker commands of Create Worker. Default: the --host address; with 0.0.0.0, this "
     "machine's first non-loopback address (http(s)://ADDRESS:PORT).",
 )
-@click.option(
+@setting(
     "--data-dir",
     default=".gpufleet",
     type=click.Path(path_type=Path),
-    envvar=env("DATA_DIR"),
-    show_envvar=True,
+    var="DATA_DIR",
     help="Folder for the SQLite database, admin.token and certificates.",
 )
-@click.option(
+@setting(
     "--database-url",
     default=None,
-    envvar=env("DATABASE_URL"),
-    show_envvar=True,
+    var="DATABASE_URL",
     help="Database URL; default SQLite in the data folder. "
     "PostgreSQL: postgresql+asyncpg://user@host/db",
 )
-@click.option(
+@setting(
     "--heartbeat-timeout",
     default="120",
     type=DURATION,
-    envvar=env("HEARTBEAT_TIMEOUT", "HEARTBEAT_TIMEOUT"),
-    show_envvar=True,
+    var="HEARTBEAT_TIMEOUT",
+    simpletuner=True,
     help="A worker silent this long goes offline and its job is requeued. At least twice "
     "--heartbeat-interval; 60 s or more when released SimpleTuner agents connect (they "
     "heartbeat every 30 s whatever they are told).",
 )
-@click.option(
+@setting(
     "--health-interval",
     default="60",
     type=DURATION,
-    envvar=env("HEALTH_INTERVAL"),
-    show_envvar=True,
+    var="HEALTH_INTERVAL",
     help="How often the health loop runs.",
 )
-@click.option(
+@setting(
     "--ack-timeout",
     default="30",
     type=DURATION,
-    envvar=env("ACK_TIMEOUT"),
-    show_envvar=True,
+    var="ACK_TIMEOUT",
     help="An offer not acknowledged this fast is withdrawn and offered elsewhere.",
 )
-@click.option(
+@setting(
     "--ephemeral-cleanup-after",
     default="1h",
     type=DURATION,
-    envvar=env("EPHEMERAL_CLEANUP_AFTER"),
-    show_envvar=True,
+    var="EPHEMERAL_CLEANUP_AFTER",
     help="Ephemeral workers offline this long are deleted.",
 )
-@click.option(
+@setting(
     "--heartbeat-interval",
     default="30",
     type=DURATION,
-    envvar=env("HEARTBEAT_INTERVAL"),
-    show_envvar=True,
+    var="HEARTBEAT_INTERVAL",
     help="Heartbeat interval told to workers when they register.",
 )
-@click.option(
+@setting(
     "--local-gpus",
     default="none",
-    envvar=env("LOCAL_GPUS"),
-    show_envvar=True,
+    var="LOCAL_GPUS",
     help="Run jobs with target local/auto on this machine: auto (every GPU found, or the "
     "CPU), none, or GPU indices like 0,1.",
 )
-@click.option(
+@setting(
     "--ssl",
     "use_ssl",
     is_flag=True,
-    envvar=env("SSL"),
-    show_envvar=True,
+    var="SSL",
     help="Serve HTTPS. Without --ssl-cert/--ssl-key, a self-signed certificate is made in "
     "the data folder on first start and reused; its SHA-256 fingerprint is printed.",
 )
-@click.option(
+@setting(
     "--ssl-cert",
     type=click.Path(path_type=Path),
-    envvar=env("SSL_CERT"),
-    show_envvar=True,
+    var="SSL_CERT",
     help="PEM certificate (chain) to serve with --ssl.",
 )
-@click.option(
+@setting(
     "--ssl-key",
     type=click.Path(path_type=Path),
-    envvar=env("SSL_KEY"),
-    show_envvar=True,
+    var="SSL_KEY",
     help="PEM private key of --ssl-cert.",
 )
-@click.option(
+@setting(
     "--audit-key-file",
     type=click.Path(path_type=Path),
-    envvar=env("AUDIT_KEY_FILE"),
-    show_envvar=True,
+    var="AUDIT_KEY_FILE",
     help="Key of the audit log's HMAC chain; default <data-dir>/audit.key, made on first "
     "start. Replicas must share it.",
 )
-@click.option(
+@setting(
     "--auth-failure-limit",
     default=20,
     type=click.IntRange(min=0),
-    envvar=env("AUTH_FAILURE_LIMIT"),
-    show_envvar=True,
+    var="AUTH_FAILURE_LIMIT",
     help="Failed authentications one client address may make per minute before it is "
     "refused with 429 for the rest of that minute (0: no limit).",
 )
-@click.option(
+@setting(
     "--poison-after-workers",
     default=3,
     type=click.IntRange(min=1),
-    envvar=env("POISON_AFTER_WORKERS"),
-    show_envvar=True,
+    var="POISON_AFTER_WORKERS",
     metavar="N",
     help="A job that could not start on N different workers fails, whatever its retries "
     "(the poison-job rule).",
 )
-@click.option(
+@setting(
     "--forwarded-allow-ips",
     default="127.0.0.1",
-    envvar=env("FORWARDED_ALLOW_IPS"),
-    show_envvar=True,
+    var="FORWARDED_ALLOW_IPS",
     metavar="ADDRESSES",
     help="Proxies (comma-separated addresses or networks, * for any) whose X-Forwarded-For "
     "names the client: the address audited and rate-limited. Default: a proxy on this "
     "host (docs/deploy.md).",
 )
-@click.option(
+@setting(
     "--log-level",
     default="info",
-    envvar=env("LOG_LEVEL"),
-    show_envvar=True,
+    var="LOG_LEVEL",
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
 @log_format_option(

@@ -11,7 +11,14 @@ from pathlib import Path
 import click
 
 from gpufleet import logs
-from gpufleet.cli.options import DURATION, env, log_format_option, parse_labels
+from gpufleet.cli.options import (
+    CA_CERT,
+    DURATION,
+    SSL_NO_VERIFY,
+    log_format_option,
+    parse_labels,
+    setting,
+)
 from gpufleet.errors import ConfigurationError
 
 
@@ -31,104 +38,85 @@ def _parse_gpus(
 
 
 @click.command()
-@click.option(
+@setting(
     "--orchestrator-url",
     metavar="URL[,URL…]",
-    envvar=env("ORCHESTRATOR_URL", "ORCHESTRATOR_URL"),
-    show_envvar=True,
+    var="ORCHESTRATOR_URL",
+    simpletuner=True,
     help=(
         "Orchestrator panel URL, e.g. https://host:8001; several, comma-separated, for "
         "replicas: the worker fails over to the next when one is unreachable."
     ),
 )
-@click.option(
+@setting(
     "--worker-token",
     metavar="TOKEN",
-    envvar=env("WORKER_TOKEN", "WORKER_TOKEN"),
-    show_envvar=True,
+    var="WORKER_TOKEN",
+    simpletuner=True,
     help="The worker's authentication token (wt_…).",
 )
-@click.option(
+@setting(
     "--name",
     metavar="NAME",
-    envvar=env("WORKER_NAME", "WORKER_NAME"),
-    show_envvar=True,
+    var="WORKER_NAME",
+    simpletuner=True,
     default=socket.gethostname,
     show_default="hostname",
     help="Worker name.",
 )
-@click.option(
+@setting(
     "--persistent",
     is_flag=True,
-    envvar=env("WORKER_PERSISTENT", "WORKER_PERSISTENT"),
-    show_envvar=True,
+    var="WORKER_PERSISTENT",
+    simpletuner=True,
     help="Stay online between jobs (default: ephemeral, exit after one job).",
 )
-@click.option(
+@setting(
     "-v",
     "--verbose",
     is_flag=True,
-    envvar=env("VERBOSE"),
-    show_envvar=True,
+    var="VERBOSE",
     help="Enable debug logging.",
 )
-@click.option(
+@setting(
     "--work-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".gpufleet/worker"),
-    envvar=env("WORK_DIR"),
-    show_envvar=True,
+    var="WORK_DIR",
     help="Folder for job folders (jobs/<job_id>/<attempt_id>/).",
 )
-@click.option(
-    "--ca-cert",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    envvar=env("CA_CERT"),
-    show_envvar=True,
-    metavar="FILE",
-    help="CA certificate to trust for the orchestrator's TLS certificate.",
-)
-@click.option(
-    "--ssl-no-verify",
-    is_flag=True,
-    envvar=env("SSL_NO_VERIFY"),
-    show_envvar=True,
-    help="Do not verify the orchestrator's TLS certificate (development only).",
-)
-@click.option(
+@CA_CERT
+@SSL_NO_VERIFY
+@setting(
     "--label",
     "labels",
     multiple=True,
     metavar="KEY=VALUE",
     callback=parse_labels,
-    envvar=env("WORKER_LABELS"),
-    show_envvar=True,
+    var="WORKER_LABELS",
     help="A label to report (repeatable; the env var takes space-separated pairs).",
 )
-@click.option(
+@setting(
     "--gpus",
     metavar="0,1",
     callback=_parse_gpus,
-    envvar=env("GPUS"),
-    show_envvar=True,
+    var="GPUS",
     help="Offer only these GPU indices (default: all).",
 )
-@click.option(
+@setting(
     "--heartbeat-interval",
     type=DURATION,
     default=30.0,
-    envvar=env("HEARTBEAT_INTERVAL"),
-    show_envvar=True,
+    var="HEARTBEAT_INTERVAL",
     metavar="SECONDS",
     help="Seconds between heartbeats (shorter if the orchestrator asks).",
 )
 @log_format_option("ts, level, logger, message and the worker and job ids")
-@click.option(
+@setting(
     "--cancel-grace",
     type=DURATION,
     default=30.0,
-    envvar=env("CANCEL_GRACE"),
-    show_envvar=True,
+    var="CANCEL_GRACE",
     metavar="SECONDS",
     help="Seconds between SIGTERM and SIGKILL when a job is stopped.",
 )
@@ -152,8 +140,8 @@ def worker(
     SIGTERM or Ctrl-C once: finish the running job, then exit. Twice: cancel it, then exit.
     """
     # Imported here: the operator commands start faster without the agent's modules.
-    from gpufleet.worker.agent import run_agent
     from gpufleet.worker.detect import detect
+    from gpufleet.worker.main import run_agent
     from gpufleet.worker.settings import AgentSettings
 
     logs.configure("debug" if verbose else "info", log_format)

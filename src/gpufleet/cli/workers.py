@@ -12,8 +12,9 @@ from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
 from gpufleet.cli.options import parse_labels
 from gpufleet.cli.resolve import worker_id as resolve_worker
+from gpufleet.domain.states import WorkerStatus
 
-STATUSES = ("connecting", "idle", "busy", "draining", "offline")
+STATUSES = tuple(s.value for s in WorkerStatus)
 
 
 @click.group()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from gpufleet.domain.matching import Capacity, Requirement, Wait, WaitCode, why_waiting
+from gpufleet.domain.states import Target
 
 
 class Surface(StrEnum):
@@ -74,7 +75,7 @@ def say_wait(wait: Wait, surface: Surface) -> str:
         return (
             f"the local runner has {has} and the job needs {wanted}: {_local_too_small(surface, n)}"
         )
-    advice = _LOCAL_NO_MATCH if p["target"] == "local" else _NO_MATCH
+    advice = _LOCAL_NO_MATCH if p["target"] == Target.LOCAL else _NO_MATCH
     return f"{head}; it waits until one does: {advice[surface]}"
 
 

@@ -69,3 +69,11 @@ def check_period(since: datetime | None, until: datetime | None) -> None:
 KEY_ACTOR = "key:"  # an API key's actor: `key:<key id>`
 WORKER_ACTOR = "worker:"  # a worker's: `worker:<worker id>`
 SYSTEM_ACTOR = "system"  # the orchestrator itself
+
+
+def worker_actor(worker_id: str) -> str:
+    return f"{WORKER_ACTOR}{worker_id}"
+
+
+def key_actor(key_id: str) -> str:
+    return f"{KEY_ACTOR}{key_id}"

@@ -193,6 +193,12 @@ def available(cap: Capacity) -> bool:
     return cap.status is WorkerStatus.IDLE and not cap.spent
 
 
+def targets_served(cap: Capacity) -> list[str]:
+    """The job targets a worker takes: the local runner `local` and `auto` jobs, a remote
+    worker `worker` and `auto` jobs."""
+    return [t.value for t in Target if _target_allows(t, cap.is_local)]
+
+
 def can_run_now(req: Requirement, cap: Capacity) -> bool:
     return available(cap) and cap.gpu_count is not None and fits(req, cap)
 

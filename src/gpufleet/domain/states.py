@@ -60,14 +60,16 @@ class WorkerType(StrEnum):
 
 
 W = WorkerStatus
+# The moves the server's changes of a worker's facts make (see `derive_worker_status`):
+# only a claim gives an idle worker a job (a connecting one has no stream to be offered on),
+# and an offline worker comes back only by registering, which opens no stream and gives no
+# job: it is connecting (or draining) until its stream opens.
 WORKER_TRANSITIONS: dict[WorkerStatus, frozenset[WorkerStatus]] = {
-    W.CONNECTING: frozenset({W.IDLE, W.BUSY, W.DRAINING, W.OFFLINE}),
+    W.CONNECTING: frozenset({W.IDLE, W.DRAINING, W.OFFLINE}),
     W.IDLE: frozenset({W.BUSY, W.DRAINING, W.OFFLINE, W.CONNECTING}),
     W.BUSY: frozenset({W.IDLE, W.DRAINING, W.OFFLINE, W.CONNECTING}),
     W.DRAINING: frozenset({W.IDLE, W.BUSY, W.CONNECTING, W.OFFLINE}),
-    # Coming back from offline goes through registration, which clears a stale stream and job;
-    # the direct moves are listed so that the table covers every status the facts can derive.
-    W.OFFLINE: frozenset({W.CONNECTING, W.DRAINING, W.IDLE, W.BUSY}),
+    W.OFFLINE: frozenset({W.CONNECTING, W.DRAINING}),
 }
 
 J = JobStatus
@@ -95,7 +97,9 @@ ATTEMPT_TRANSITIONS: dict[AttemptStatus, frozenset[AttemptStatus]] = {
 }
 
 TERMINAL_JOB = frozenset(s for s, nxt in JOB_TRANSITIONS.items() if not nxt)
+PLACED_JOB = frozenset({J.OFFERED, J.RUNNING})  # on a worker: offered to it or running there
 ACTIVE_ATTEMPT = frozenset({A.OFFERED, A.ACKNOWLEDGED, A.RUNNING})
+TAKEN_ATTEMPT = frozenset({A.ACKNOWLEDGED, A.RUNNING})  # its worker has it, and it goes on
 TERMINAL_ATTEMPT = frozenset(s for s, nxt in ATTEMPT_TRANSITIONS.items() if not nxt)
 
 
@@ -146,16 +150,8 @@ REPORTED_STATUS: dict[str, AttemptStatus] = {
     "failed": A.FAILED,
     "cancelled": A.CANCELLED,
 }
-
-# The job status that follows from an attempt status, while the attempt is current.
-JOB_FOR_ATTEMPT: dict[AttemptStatus, JobStatus] = {
-    A.OFFERED: J.OFFERED,
-    A.ACKNOWLEDGED: J.OFFERED,
-    A.RUNNING: J.RUNNING,
-    A.COMPLETED: J.COMPLETED,
-    A.FAILED: J.FAILED,
-    A.CANCELLED: J.CANCELLED,
-}
+# The attempt statuses only a worker's report sets: an attempt in one reached its worker.
+REPORTED_ATTEMPT = frozenset(REPORTED_STATUS.values())
 
 
 def parse_reported_status(value: str) -> AttemptStatus:
@@ -164,24 +160,6 @@ def parse_reported_status(value: str) -> AttemptStatus:
     except KeyError:
         allowed = ", ".join(sorted(REPORTED_STATUS))
         raise InvalidInput(f"unknown job status {value!r}; send one of: {allowed}") from None
-
-
-def retry_after(ended: AttemptStatus, retry_on: frozenset[RetryOn] = RETRY_DEFAULT) -> bool:
-    """Whether a job whose attempt ended this way (not by its user) goes back to the queue,
-    while retries remain.
-
-    An offer never acknowledged never ran: it is offered again (withdrawn offers are bounded
-    on their own). A lost attempt, or one the worker stopped itself (`cancelled` without a
-    user's cancel: preempted, shut down), is retried when `lost` is in `retry_on` (the
-    default); a failed process only when `failed` is.
-    """
-    if ended is A.WITHDRAWN:
-        return True
-    if ended in (A.LOST, A.CANCELLED):
-        return RetryOn.LOST in retry_on
-    if ended is A.FAILED:
-        return RetryOn.FAILED in retry_on
-    return False
 
 
 class EndedAttempt(Protocol):

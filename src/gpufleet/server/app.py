@@ -14,11 +14,10 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufleet import __version__, logs
-from gpufleet.server import deps, errors
+from gpufleet.server import deps, errors, streams
 from gpufleet.server.context import Context
 from gpufleet.server.door import RefuseNulInUrl
 from gpufleet.server.local import parse_local_gpus, start_local_runner
-from gpufleet.server.loops import Supervisor
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.routes import (
     admin,
@@ -30,11 +29,12 @@ from gpufleet.server.routes import (
     ui,
     workers,
 )
-from gpufleet.server.schemas import ERROR_RESPONSES
-from gpufleet.server.services import audit, auth, delivery, dispatch, fleet, health, sessions
+from gpufleet.server.schemas.base import ERROR_RESPONSES
+from gpufleet.server.services import agents, audit, auth, delivery, dispatch, health, sessions
 from gpufleet.server.settings import ServerSettings
 from gpufleet.store import open_store
 from gpufleet.store.engine import data_dir_writable, default_database_url
+from gpufleet.supervisor import Supervisor
 
 log = logging.getLogger("gpufleet.server")
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -128,7 +128,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
             )
         supervisor = Supervisor(_die)
         if ctx.replicas.shared:
-            supervisor.start("replicas", ctx.replicas.listen())
+            supervisor.spawn("replicas", ctx.replicas.listen(), forever=True)
             await ctx.replicas.wait_connected()
         await health.reset_streams_after_start(ctx)
 
@@ -144,7 +144,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         supervisor.every(  # every replica writes the heartbeats it heard
             "heartbeat-flush",
             min(0.5, settings.heartbeat_timeout / 8),
-            lambda: fleet.flush_heartbeats(ctx),
+            lambda: agents.flush_heartbeats(ctx),
         )
         if store.checkpoints:
             supervisor.every("wal-checkpoint", 1.0, store.checkpoint)
@@ -163,10 +163,10 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         try:
             yield {}
         finally:
-            await workers.finish_stream_calls()
-            await supervisor.stop()
+            await streams.finish_calls(ctx)
+            await supervisor.close()
             try:
-                await fleet.flush_heartbeats(ctx)
+                await agents.flush_heartbeats(ctx)
             except Exception as exc:  # the next start gives every worker a timeout anyway
                 log.warning("could not write the last heartbeats: %s", exc)
             try:

@@ -1,43 +1,30 @@
-"""Replicas on one PostgreSQL database: wake-ups, presence and leadership between them.
+"""Replicas on one database: wake-ups, presence and leadership between them.
 
-Each replica's `Hub` wakes only its own streams. On PostgreSQL every write transaction also
-sends its topics with `NOTIFY` (delivered when it commits, never for a rollback), and every
-replica `LISTEN`s on one dedicated connection and wakes its own subscribers: a job submitted
-on one replica reaches a worker whose stream lives on another as fast as one on its own.
+Each replica's `Hub` wakes only its own streams. Every write transaction also sends its
+topics to the other replicas, which hear them on commit and wake their own subscribers: a
+job submitted on one replica reaches a worker whose stream lives on another as fast as one
+on its own. Leadership decides which one replica runs the sweeps.
 
-The same connection carries the replica's presence (its `application_name` names its
-instance id, so `pg_stat_activity` lists the replicas alive) and its leadership: the session
-advisory lock that lets exactly one replica run the sweeps. When a replica dies, PostgreSQL
-ends its session: the lock passes to the next replica that asks, and the streams it owned are
-known to be gone.
-
-SQLite serves one replica (the store refuses a second), which always leads.
+How the topics travel, and how the replicas see each other, is the store's backend
+(`store/backends.py`): NOTIFY and a session lock on PostgreSQL; on SQLite, one process that
+always leads.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import asyncpg
 import orjson
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gpufleet.server.hub import Hub
+from gpufleet.store.backends import Backend
 
 log = logging.getLogger("gpufleet.server.bus")
 
-CHANNEL = "gpufleet"
-APPLICATION_PREFIX = "gpufleet-replica:"
-LEADER_LOCK = 0x6770_666D  # "gpfm": the replica that runs the sweeps
 _MAX_PAYLOAD = 7_000  # PostgreSQL refuses NOTIFY payloads of 8,000 bytes or more
-_RECONNECT_SECONDS = 1.0
-_QUERY_SECONDS = 5.0  # a query on the link that takes longer means the link is dead
 
 
 def payloads(
@@ -84,27 +71,18 @@ def payloads(
 
 
 class Replicas:
-    """This replica's link to the others; on SQLite, a stand-in that always leads."""
+    """This replica's link to the others: what it sends, what it hears, whether it leads."""
 
-    def __init__(self, hub: Hub, instance_id: str, database_url: str) -> None:
+    def __init__(self, hub: Hub, instance_id: str, backend: Backend) -> None:
         self.hub = hub
         self.instance_id = instance_id
-        self.shared = database_url.startswith("postgresql")
-        self._dsn = (
-            make_url(database_url).set(drivername="postgresql").render_as_string(False)
-            if self.shared
-            else ""
-        )
-        self._conn: asyncpg.Connection | None = None
-        self._conn_lock = asyncio.Lock()
-        self._leading = not self.shared
-        self._connected = asyncio.Event()
+        self.backend = backend
+        self._leading = not backend.shared  # alone, it leads from the start
 
     @property
-    def application_name(self) -> str:
-        return APPLICATION_PREFIX + self.instance_id
-
-    # ---- sending ---------------------------------------------------------------------
+    def shared(self) -> bool:
+        """Whether other replicas can share the database."""
+        return self.backend.shared
 
     async def send_in(
         self,
@@ -113,19 +91,19 @@ class Replicas:
         close: set[str],
         handed: Mapping[str, list[dict[str, Any]]],
     ) -> None:
-        """NOTIFY the other replicas from inside a write transaction: they hear it on commit."""
-        if not self.shared or not (notify or close or handed):
-            return
-        for payload in payloads(self.instance_id, notify, close, handed):
-            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": payload})
+        """Tell the other replicas from inside a write transaction: they hear it on commit."""
+        if notify or close or handed:
+            await self.backend.notify(
+                conn, lambda: payloads(self.instance_id, notify, close, handed)
+            )
 
-    # ---- hearing ---------------------------------------------------------------------
+    # ---- hearing (backends.Listener) --------------------------------------------------
 
-    def _heard(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+    def heard(self, payload: str) -> None:
         try:
             message = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            log.warning("ignored a malformed notification on %s", CHANNEL)
+            log.warning("ignored a malformed notification from another replica")
             return
         if message.get("o") == self.instance_id:
             return  # our own transaction: the hub was told on commit already
@@ -136,60 +114,19 @@ class Replicas:
         for topic in message.get("n", ()):
             self.hub.notify(topic)
 
-    async def listen(self) -> None:
-        """The supervised loop: hold the LISTEN connection, reconnecting when it drops."""
-        if not self.shared:
-            return
-        while True:
-            try:
-                conn = await asyncpg.connect(
-                    self._dsn, server_settings={"application_name": self.application_name}
-                )
-            except (OSError, asyncpg.PostgresError) as exc:
-                log.warning("cannot listen for other replicas (%s); retrying", exc)
-            else:
-                try:
-                    await self._hold(conn)
-                except (
-                    OSError,
-                    TimeoutError,
-                    asyncpg.PostgresError,
-                    asyncpg.InterfaceError,
-                ) as exc:
-                    log.warning("lost the link to the other replicas (%s); reconnecting", exc)
-                finally:
-                    async with self._conn_lock:
-                        self._conn = None
-                        self._leading = False  # the session lock went with the session
-                    self._connected.clear()
-                    with contextlib.suppress(Exception):
-                        await conn.close(timeout=1.0)
-            await asyncio.sleep(_RECONNECT_SECONDS)
-
-    async def _hold(self, conn: asyncpg.Connection) -> None:
-        lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def terminated(_conn: object) -> None:
-            if not lost.done():
-                lost.set_result(None)
-
-        conn.add_termination_listener(terminated)
-        await conn.add_listener(CHANNEL, self._heard)
-        async with self._conn_lock:
-            self._conn = conn
-            self._leading = False
-        self._connected.set()
+    def linked(self) -> None:
+        self._leading = False  # a new session holds no lock
         self.hub.notify_all()  # what was sent while nobody listened is lost: re-read it all
-        while not lost.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(lost), timeout=5.0)
-            if not lost.done():
-                async with self._conn_lock:
-                    await conn.execute("SELECT 1", timeout=_QUERY_SECONDS)  # a dead link
+
+    def unlinked(self) -> None:
+        self._leading = False  # the session lock went with the session
+
+    async def listen(self) -> None:
+        """The supervised loop: hold the link to the other replicas."""
+        await self.backend.listen(self)
 
     async def wait_connected(self, within: float = 10.0) -> None:
-        if self.shared:
-            await asyncio.wait_for(self._connected.wait(), within)
+        await self.backend.wait_linked(within)
 
     # ---- leadership and presence ---------------------------------------------------------
 
@@ -200,38 +137,13 @@ class Replicas:
 
     async def leading(self) -> bool:
         """Whether this replica runs the sweeps now; asks for the lock when it does not."""
-        if not self.shared or self._leading:
-            return self._leading
-        async with self._conn_lock:
-            if self._conn is None or self._conn.is_closed():
-                return False
-            try:
-                self._leading = bool(
-                    await self._conn.fetchval(
-                        "SELECT pg_try_advisory_lock($1)", LEADER_LOCK, timeout=_QUERY_SECONDS
-                    )
-                )
-            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                return False
-        if self._leading:
-            log.info("this replica (%s) now runs the sweeps", self.instance_id)
+        if not self._leading:
+            self._leading = await self.backend.try_lead()
+            if self._leading:
+                log.info("this replica (%s) now runs the sweeps", self.instance_id)
         return self._leading
 
     async def alive(self) -> set[str] | None:
         """Instance ids of the replicas whose link is up (this one included); None where that
         cannot be told: on SQLite (one replica), or while this replica's own link is down."""
-        if not self.shared:
-            return None
-        async with self._conn_lock:
-            if self._conn is None or self._conn.is_closed():
-                return None
-            try:
-                rows = await self._conn.fetch(
-                    "SELECT application_name FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND application_name LIKE $1",
-                    APPLICATION_PREFIX + "%",
-                    timeout=_QUERY_SECONDS,
-                )
-            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                return None  # the link is failing: the listen loop reconnects
-        return {r["application_name"].removeprefix(APPLICATION_PREFIX) for r in rows}
+        return await self.backend.alive()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -10,12 +11,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.domain import audit_chain
+from gpufleet.errors import StoreError
+from gpufleet.protocol import Event
 from gpufleet.server.bus import Replicas
-from gpufleet.server.hub import Hub
+from gpufleet.server.hub import Hub, worker_topic
 from gpufleet.server.metrics import Metrics, Observation
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.settings import ServerSettings
 from gpufleet.store import Queries, Store
+from gpufleet.store.backends import backend_for
 
 
 def utcnow() -> datetime:
@@ -41,16 +45,19 @@ class Context:
     # a restart and any replica on the same data folder accepts them.
     ui_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     # Heartbeats that changed nothing but the time, by worker, until the next flush writes
-    # them in one statement (fleet.flush_heartbeats).
+    # them in one statement (agents.flush_heartbeats).
     heartbeats: dict[str, datetime] = field(default_factory=dict)
     # The GPU samples those heartbeats carried (worker → when, GpuStat dicts), written with them.
     gpu_stats: dict[str, tuple[datetime, list[dict[str, Any]]]] = field(default_factory=dict)
     # The other replicas on a shared PostgreSQL database (wake-ups, presence, leadership).
     replicas: Replicas = field(init=False)
+    # The worker streams' database calls still running (streams.WorkerStream), which
+    # shutdown lets finish before the database goes.
+    stream_calls: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        url = self.store.engine.url.render_as_string(hide_password=False)
-        self.replicas = Replicas(self.hub, self.instance_id, url)
+        backend = backend_for(self.store.engine.url, self.instance_id)
+        self.replicas = Replicas(self.hub, self.instance_id, backend)
 
 
 class Tx:
@@ -65,6 +72,19 @@ class Tx:
         self.handed: dict[str, list[dict[str, Any]]] = {}  # topic → events it was handed
         self.observations: list[Observation] = []
         self.audits: list[dict[str, Any]] = []
+
+    def wake(self, *topics: str) -> None:
+        """Notify the topics' subscribers on commit: they re-read what they wait for."""
+        self.notify.update(topics)
+
+    def end_streams(self, *topics: str) -> None:
+        """Close the topics' subscriptions on commit, on every replica: their streams end."""
+        self.close.update(topics)
+
+    async def send_to_worker(self, worker_id: str, event: Event) -> None:
+        """Queue a command for the worker: its stream sends it once this commits."""
+        await self.q.push_event(worker_id, event, self.now)
+        self.wake(worker_topic(worker_id))
 
     def hand_over(self, topic: str, event: dict[str, Any]) -> None:
         """Notify `topic` on commit with an event this transaction wrote, so that its
@@ -117,7 +137,8 @@ async def transaction(ctx: Context) -> AsyncIterator[Tx]:
     def committed() -> None:
         # Before the next writer on SQLite goes on (a freed worker's look at a deep queue
         # can hold the loop for milliseconds): the offer this transaction made goes first.
-        assert tx is not None
+        if tx is None:
+            raise StoreError("a transaction committed before it began; this is a bug")
         ctx.metrics.apply(tx.observations)
         if sealed is not None and (ctx.audit_head is None or sealed.seq > ctx.audit_head.seq):
             ctx.audit_head = sealed

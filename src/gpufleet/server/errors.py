@@ -23,7 +23,8 @@ def _where(loc: tuple[object, ...]) -> str:
 
 
 async def _domain(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, DomainError)
+    if not isinstance(exc, DomainError):
+        raise exc  # registered for DomainError only; anything else is not ours to answer
     headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
     if isinstance(exc, TooManyRequests):
         headers = {"Retry-After": str(math.ceil(exc.retry_after))}
@@ -41,7 +42,8 @@ def _broken_json(err: dict[str, Any]) -> str:
 
 
 async def _validation(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
+    if not isinstance(exc, RequestValidationError):
+        raise exc
     problems = []
     for err in exc.errors():
         where = _where(tuple(err.get("loc", ())))
@@ -64,7 +66,8 @@ async def _validation(_request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _http(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, HTTPException)
+    if not isinstance(exc, HTTPException):
+        raise exc
     detail = exc.detail
     if exc.status_code == 404 and detail == "Not Found":
         detail = "no such endpoint; see /docs for the API"

@@ -115,8 +115,14 @@ class Hub:
         return len(self._subs.get(topic, ()))
 
 
+WORKERS_TOPIC = "workers"  # the fleet changed: live views re-read it
+JOBS_TOPIC = "jobs"  # some job changed: live views re-read the queue
+WORKER_TOPIC_PREFIX = "worker:"
+
+
 def worker_topic(worker_id: str) -> str:
-    return f"worker:{worker_id}"
+    """One worker's stream: its commands and offers."""
+    return f"{WORKER_TOPIC_PREFIX}{worker_id}"
 
 
 def job_topic(job_id: str) -> str:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.records import LOCAL_WORKER_ID
 from gpufleet.domain.states import WorkerType
 from gpufleet.errors import ConfigurationError
 from gpufleet.server.context import Context
-from gpufleet.server.loops import Supervisor
 from gpufleet.server.services import fleet
+from gpufleet.supervisor import Supervisor
 
 log = logging.getLogger("gpufleet.server.local")
 LOCAL_NAME = "local"
@@ -76,15 +77,15 @@ async def start_local_runner(ctx: Context, supervisor: Supervisor) -> None:
             LOCAL_NAME,
             WorkerType.PERSISTENT,
             {},
-            "system",
+            SYSTEM_ACTOR,
             None,
             worker_id=LOCAL_WORKER_ID,
             is_local=True,
         )
     else:
-        token = await fleet.rotate_token(ctx, LOCAL_WORKER_ID, "system", None)
+        token = await fleet.rotate_token(ctx, LOCAL_WORKER_ID, SYSTEM_ACTOR, None)
 
-    from gpufleet.worker.agent import run_agent
+    from gpufleet.worker.main import run_agent
     from gpufleet.worker.settings import AgentSettings
 
     host = _loopback(ctx.settings.host)
@@ -105,4 +106,4 @@ async def start_local_runner(ctx: Context, supervisor: Supervisor) -> None:
         code = await run_agent(settings)
         raise RuntimeError(f"the local runner stopped (exit {code})")
 
-    supervisor.start("local-runner", run())
+    supervisor.spawn("local-runner", run(), forever=True)

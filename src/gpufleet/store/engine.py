@@ -15,17 +15,16 @@ from typing import IO, Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event, text
+from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from gpufleet.domain import jsonpolicy
 from gpufleet.errors import ConfigurationError, StoreError, WriteConflict
-from gpufleet.store import sqlite_inline
+from gpufleet.store import locks, sqlite_inline
 from gpufleet.store.queries import Queries
 
-_MIGRATION_LOCK = 0x6770_666C  # "gpfl": one migrator at a time on PostgreSQL
 # PostgreSQL's deadlock_detected and serialization_failure: the write may simply be retried.
 # (The services take rows in one order, worker before job, so these should not happen.)
 _RETRYABLE = ("40P01", "40001")
@@ -256,7 +255,7 @@ async def open_store(url: str, *, lock: bool = True) -> Store:
     try:
         async with engine.begin() as conn:
             if engine.dialect.name == "postgresql":
-                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+                await locks.hold_until_commit(conn, locks.MIGRATION)
             await conn.run_sync(_run_migrations)
     except (OperationalError, DBAPIError, OSError) as exc:
         await engine.dispose()

@@ -9,6 +9,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
+from gpufleet.errors import StoreError
+
 
 class UTCDateTime(sa.TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on every engine (SQLite keeps no zone)."""
@@ -27,7 +29,8 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        assert isinstance(value, datetime)
+        if not isinstance(value, datetime):
+            raise StoreError(f"the database returned {value!r} for a timestamp; check the schema")
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 

@@ -1,15 +1,7 @@
 """The worker agent: register, listen, heartbeat, run the jobs it is offered.
 
-Embedding (the orchestrator's `target: local`): the server can run the same agent in its own
-event loop, against its own loopback URL, with a worker token it mints for itself:
-
-    settings = AgentSettings(orchestrator_url="http://127.0.0.1:8001", worker_token=token,
-                             name="local", persistent=True, work_dir=data_dir / "local")
-    task = supervisor.spawn("local-worker", run_agent(settings, stop=stop_event))
-
-Setting `stop` drains: the agent finishes the running job, disconnects and returns 0.
-Cancelling the task stops at once: the job's process group gets SIGTERM, then SIGKILL after
-`cancel_grace`. Errors the operator must fix are raised as `AgentError` subclasses.
+It runs under `worker/main.py`'s `run_agent`, for the `gpufleet worker` command or embedded
+in the orchestrator. Errors the operator must fix are raised as `AgentError` subclasses.
 
 Exit rules, all decided in `_reconcile`:
 
@@ -31,22 +23,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 from collections.abc import Callable
 from typing import Any
 
-from gpufleet import __version__, logs
+from gpufleet import __version__, logs, protocol
 from gpufleet.domain.matching import Feature
 from gpufleet.errors import AgentError
+from gpufleet.protocol import EventType
+from gpufleet.supervisor import Supervisor
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.client import OrchestratorClient
-from gpufleet.worker.detect import Capabilities, UsageSampler
+from gpufleet.worker.detect import Capabilities
 from gpufleet.worker.errors import Fenced, InvalidToken, Rejected, Unreachable
-from gpufleet.worker.job import BadOffer, JobSpec, Offer
+from gpufleet.worker.gpu_load import UsageSampler
+from gpufleet.worker.job import BadOffer, Offer
 from gpufleet.worker.jobrun import JobRun, StopReason
 from gpufleet.worker.settings import AgentSettings
-from gpufleet.worker.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +137,8 @@ class Agent:
         backoff = Backoff(self._settings.reconnect_base, self._settings.reconnect_cap)
         while True:
             try:
-                self._registered(await self._client.register(self._register_body()))
-                async for event in self._client.stream(self._require_worker_id()):
+                worker_id = self._registered(await self._client.register(self._register_body()))
+                async for event in self._client.stream(worker_id):
                     backoff.reset()
                     self._on_event(event)
                 if not self._finishing:
@@ -166,7 +159,7 @@ class Agent:
             try:
                 if not self._finishing:
                     stats = await asyncio.to_thread(self._usage.sample) if self._usage else None
-                    body = self._heartbeat_body(stats)
+                    body = protocol.heartbeat(self.worker_id, *self._current(), stats)
                     self._on_heartbeat_answer(await self._client.heartbeat(body))
             except (Unreachable, Rejected, InvalidToken, Fenced) as exc:
                 # Fenced: marked offline while it was away (frozen, partitioned); the server
@@ -234,7 +227,7 @@ class Agent:
             and (self._settings.persistent or self._jobs_done == 0)
         )
 
-    def _registered(self, answer: Json) -> None:
+    def _registered(self, answer: Json) -> str:
         worker_id = answer.get("worker_id")
         if not isinstance(worker_id, str):
             raise AgentError(f"the orchestrator's register answer has no worker_id: {answer!r}")
@@ -266,12 +259,13 @@ class Agent:
         )
         self._connected.set()
         self._beat_now.set()
+        return worker_id
 
     def _on_event(self, event: Json) -> None:
-        kind = event.get("type")
-        handler = self._handlers.get(str(kind))
+        kind = protocol.event_type(event)
+        handler = self._handlers.get(kind) if kind is not None else None
         if handler is None:
-            log.debug("ignoring event %r", kind)
+            log.debug("ignoring event %r", event.get("type"))
             return
         log.debug("event %.2000s", event)
         try:
@@ -291,7 +285,7 @@ class Agent:
         if not self._accepting():
             log.info("declining job %s: %s", offer.label, self._state())
             return
-        job = JobRun(offer, self._settings, self._gpus_for, self)
+        job = JobRun(offer, self._settings, [gpu.index for gpu in self._caps.gpus], self)
         self._job = job
         log.info("accepted job %s", offer.label)
         self._supervisor.spawn(f"job {offer.label}", self._run_job(job))
@@ -323,12 +317,12 @@ class Agent:
             self._job.request_stop(StopReason.SHUTDOWN, str(event.get("reason") or ""))
         self._wake.set()
 
-    _handlers: dict[str, Callable[[Agent, Json], None]] = {
-        "job_submit": _on_job_submit,
-        "job_cancel": _on_job_cancel,
-        "drain": _on_drain,
-        "undrain": _on_undrain,
-        "shutdown": _on_shutdown,
+    _handlers: dict[EventType, Callable[[Agent, Json], None]] = {
+        EventType.JOB_SUBMIT: _on_job_submit,
+        EventType.JOB_CANCEL: _on_job_cancel,
+        EventType.DRAIN: _on_drain,
+        EventType.UNDRAIN: _on_undrain,
+        EventType.SHUTDOWN: _on_shutdown,
     }
 
     def _on_heartbeat_answer(self, answer: Json) -> None:
@@ -338,24 +332,7 @@ class Agent:
             self._server_draining = draining
             self._wake.set()
 
-    def _gpus_for(self, spec: JobSpec) -> tuple[int, ...]:
-        offered = tuple(gpu.index for gpu in self._caps.gpus)
-        wanted = len(offered) if spec.gpu_count is None else spec.gpu_count
-        if wanted > len(offered):
-            log.warning(
-                "job %s asks for %d GPUs; this worker offers %d: it gets them all",
-                spec.job_id,
-                wanted,
-                len(offered),
-            )
-        return offered[: max(wanted, 0)]
-
     # -- wire bodies -------------------------------------------------------------------
-
-    def _require_worker_id(self) -> str:
-        if self.worker_id is None:
-            raise AgentError("not registered")
-        return self.worker_id
 
     def _state(self) -> str:
         if self._job is not None:
@@ -384,43 +361,3 @@ class Agent:
             "hostname": socket.gethostname(),
             "features": [feature.value for feature in Feature],
         }
-
-    def _heartbeat_body(self, gpu_stats: list[Json] | None = None) -> Json:
-        job_id, attempt_id = self._current()
-        body: Json = {
-            "worker_id": self.worker_id,
-            "status": "busy" if job_id else "idle",
-            "current_job_id": job_id,
-            "current_attempt_id": attempt_id,
-        }
-        if gpu_stats:
-            body["gpu_stats"] = gpu_stats
-        return body
-
-
-async def run_agent(
-    settings: AgentSettings,
-    *,
-    stop: asyncio.Event | None = None,
-    capabilities: Capabilities | None = None,
-    handle_signals: bool = False,
-) -> int:
-    """Run a worker agent until it is done; see the module docstring for the embedding seam.
-
-    `capabilities` defaults to detecting this machine (filtered by `settings.gpus`);
-    `handle_signals` installs the SIGTERM/SIGINT handling of the `gpufleet worker` command.
-    """
-    if capabilities is None:
-        from gpufleet.worker.detect import detect
-
-        capabilities = (await asyncio.to_thread(detect)).only(settings.gpus)
-    agent = Agent(settings, capabilities, OrchestratorClient(settings))
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
-    for sig in signals:
-        loop.add_signal_handler(sig, agent.request_stop)
-    try:
-        return await agent.run(stop=stop)
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
-from gpufleet import __version__
+from gpufleet import __version__, protocol
 from gpufleet.domain import jsonpolicy
 from gpufleet.errors import AgentError
 from gpufleet.worker.errors import (
@@ -78,19 +78,19 @@ class OrchestratorClient:
         await self._http.aclose()
 
     async def register(self, body: Json) -> Json:
-        return await self._post("/api/workers/register", body)
+        return await self._post(protocol.REGISTER, body)
 
     async def heartbeat(self, body: Json) -> Json:
-        return await self._post("/api/workers/heartbeat", body)
+        return await self._post(protocol.HEARTBEAT, body)
 
     async def job_status(self, job_id: str, body: Json) -> Json:
-        return await self._post(f"/api/workers/job/{job_id}/status", body)
+        return await self._post(protocol.job_status_path(job_id), body)
 
     async def job_logs(self, job_id: str, body: Json) -> Json:
-        return await self._post(f"/api/workers/job/{job_id}/logs", body)
+        return await self._post(protocol.job_logs_path(job_id), body)
 
     async def disconnect(self, worker_id: str) -> Json:
-        return await self._post("/api/workers/disconnect", {"worker_id": worker_id})
+        return await self._post(protocol.DISCONNECT, {"worker_id": worker_id})
 
     async def stream(self, worker_id: str) -> AsyncIterator[Json]:
         """The worker's event stream: one dict per `data:` line, until the server closes it.
@@ -103,7 +103,7 @@ class OrchestratorClient:
             async with aconnect_sse(
                 self._http,
                 "GET",
-                f"{url}/api/workers/stream",
+                f"{url}{protocol.STREAM}",
                 params={"worker_id": worker_id},
                 timeout=timeout,
             ) as source:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import platform
 import re
 import subprocess
@@ -24,7 +23,7 @@ from gpufleet.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-_GIB = 1024**3
+GIB = 1024**3
 
 # Runs an argv and returns its stdout, or None when the tool is missing or fails.
 CommandRunner = Callable[[Sequence[str]], str | None]
@@ -130,7 +129,7 @@ def detect(
     """Probe this machine. Leave the parameters out to probe the real one."""
     runner = run or run_command
     found = (
-        probe_nvml(nvml if nvml is not None else _load_pynvml())
+        probe_nvml(nvml if nvml is not None else load_pynvml())
         or probe_nvidia_smi(runner)
         or probe_rocm_smi(runner)
         or probe_mps(runner, system or platform.system(), machine or platform.machine())
@@ -141,7 +140,7 @@ def detect(
         accelerator_type=accelerators.kind,
         gpus=accelerators.gpus,
         cpu_cores=psutil.cpu_count(logical=True) or 1,
-        ram_gb=round(memory / _GIB, 1),
+        ram_gb=round(memory / GIB, 1),
         driver_version=accelerators.driver_version,
         cuda_version=accelerators.cuda_version,
     )
@@ -159,7 +158,7 @@ def run_command(argv: Sequence[str]) -> str | None:
     return done.stdout
 
 
-def _load_pynvml() -> Nvml | None:
+def load_pynvml() -> Nvml | None:
     try:
         import pynvml
     except ImportError:
@@ -185,7 +184,7 @@ def probe_nvml(nvml: Nvml | None) -> _Accelerators | None:
                 Gpu(
                     index=index,
                     name=_text(nvml.nvmlDeviceGetName(handle)),
-                    memory_gb=round(int(memory.total) / _GIB, 1),
+                    memory_gb=round(int(memory.total) / GIB, 1),
                     uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
                 )
             )
@@ -254,7 +253,7 @@ def probe_rocm_smi(run: CommandRunner) -> _Accelerators | None:
             Gpu(
                 index=int(index.group(1)),
                 name=str(name),
-                memory_gb=round(int(vram) / _GIB, 1) if vram.isdigit() else None,
+                memory_gb=round(int(vram) / GIB, 1) if vram.isdigit() else None,
                 uuid=_known(str(card.get("Unique ID", ""))),
             )
         )
@@ -275,7 +274,7 @@ def probe_mps(run: CommandRunner, system: str, machine: str) -> _Accelerators | 
         return None
     brand = (run(["sysctl", "-n", "machdep.cpu.brand_string"]) or "").strip() or "Apple Silicon"
     # Unified memory: the GPU can use (most of) the machine's RAM.
-    memory = round(psutil.virtual_memory().total / _GIB, 1)
+    memory = round(psutil.virtual_memory().total / GIB, 1)
     return _Accelerators("mps", (Gpu(index=0, name=brand, memory_gb=memory),))
 
 
@@ -296,115 +295,3 @@ def _gb_from_mib(cell: str) -> float | None:
 
 def _known(cell: str) -> str | None:
     return None if cell in ("", "N/A", "[N/A]", "[Not Supported]") else cell
-
-
-# ---- load, for the heartbeat --------------------------------------------------------------
-
-_SMI_USAGE = "index,utilization.gpu,memory.used,memory.total"
-
-
-class UsageSampler:
-    """Each offered GPU's utilisation and memory in use now, as the heartbeat's `gpu_stats`:
-    NVML when it answers, else `nvidia-smi`. When neither does, `sample` returns None from
-    then on (nothing is sent, and no tool is run again every heartbeat)."""
-
-    def __init__(
-        self,
-        indices: Sequence[int],
-        *,
-        nvml: Nvml | None = None,
-        run: CommandRunner | None = None,
-        load_nvml: Callable[[], Nvml | None] = lambda: _load_pynvml(),
-    ) -> None:
-        self._indices = tuple(indices)
-        self._run = run or run_command
-        self._nvml = nvml
-        self._load_nvml = load_nvml
-        self._source: str | None = None  # "nvml" or "smi" once one answered
-        self._dead = not self._indices
-
-    def sample(self) -> list[dict[str, Any]] | None:
-        if self._dead:
-            return None
-        if self._source in (None, "nvml"):
-            found = self._from_nvml()
-            if found is not None:
-                self._source = "nvml"
-                return found
-        found = self._from_smi()
-        if found is not None:
-            self._source = "smi"
-            return found
-        if self._source is None:
-            log.info("no GPU load to report: neither NVML nor nvidia-smi answered")
-            self._dead = True
-        return None
-
-    def _from_nvml(self) -> list[dict[str, Any]] | None:
-        if self._source is None:
-            self._nvml = self._nvml or self._load_nvml()
-            if self._nvml is None:
-                return None
-            try:
-                self._nvml.nvmlInit()  # kept open: a heartbeat reads it again and again
-            except Exception as exc:
-                log.debug("NVML unavailable for GPU load: %s", exc)
-                self._nvml = None
-                return None
-        nvml = self._nvml
-        if nvml is None:
-            return None
-        try:
-            out = []
-            for index in self._indices:
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-                rates = nvml.nvmlDeviceGetUtilizationRates(handle)
-                out.append(
-                    _stat(index, float(rates.gpu), int(memory.used) / _GIB, memory.total / _GIB)
-                )
-            return out
-        except Exception as exc:
-            log.debug("NVML could not read GPU load: %s", exc)
-            return None
-
-    def _from_smi(self) -> list[dict[str, Any]] | None:
-        out = self._run(
-            ["nvidia-smi", f"--query-gpu={_SMI_USAGE}", "--format=csv,noheader,nounits"]
-        )
-        if not out:
-            return None
-        rows: dict[int, dict[str, Any]] = {}
-        for row in out.splitlines():
-            cells = [cell.strip() for cell in row.split(",")]
-            if len(cells) < 4 or not cells[0].isdigit():
-                continue
-            used, total = _number(cells[2]), _number(cells[3])
-            rows[int(cells[0])] = _stat(
-                int(cells[0]),
-                _number(cells[1]),
-                None if used is None else used / 1024,
-                None if total is None else total / 1024,
-            )
-        found = [rows[index] for index in self._indices if index in rows]
-        return found or None
-
-
-def _stat(
-    index: int, utilization: float | None, used_gb: float | None, total_gb: float | None
-) -> dict[str, Any]:
-    """One GPU's load as the heartbeat carries it (server: schemas.GpuStatIn)."""
-    return {
-        "index": index,
-        "utilization_pct": None if utilization is None else min(100.0, max(0.0, utilization)),
-        "memory_used_gb": None if used_gb is None else round(used_gb, 2),
-        "memory_total_gb": None if total_gb is None else round(total_gb, 2),
-    }
-
-
-def _number(cell: str) -> float | None:
-    try:
-        value = float(cell)
-    except ValueError:  # "[N/A]", "[Not Supported]"
-        return None
-    return value if math.isfinite(value) and value >= 0 else None

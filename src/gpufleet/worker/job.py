@@ -12,6 +12,7 @@ gpufleet installed), unless the job's `env` sets `PATH` itself.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -25,6 +26,8 @@ from typing import Any
 
 from gpufleet.errors import AgentError
 from gpufleet.progress import PROGRESS_FILE_ENV
+
+log = logging.getLogger(__name__)
 
 SIMPLETUNER_COMMAND = (sys.executable, "-m", "simpletuner.train")
 
@@ -110,6 +113,18 @@ class JobSpec:
             gpu_count=_gpu_count(job_id, event.get("gpu_count")),
             timeout_s=_timeout(job_id, event.get("timeout_s", config.get("timeout_s"))),
         )
+
+    def gpus(self, offered: Sequence[int]) -> tuple[int, ...]:
+        """The GPUs (indexes) this job gets of those the worker offers: all, if it asks more."""
+        wanted = len(offered) if self.gpu_count is None else self.gpu_count
+        if wanted > len(offered):
+            log.warning(
+                "job %s asks for %d GPUs; this worker offers %d: it gets them all",
+                self.job_id,
+                wanted,
+                len(offered),
+            )
+        return tuple(offered[: max(wanted, 0)])
 
 
 @dataclass(frozen=True)

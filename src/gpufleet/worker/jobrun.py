@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from typing import IO, Any, Protocol
 
 from gpufleet.errors import AgentError
@@ -58,13 +58,13 @@ class JobRun:
         self,
         offer: Offer,
         settings: AgentSettings,
-        gpus_for: Callable[[JobSpec], Sequence[int]],
+        gpus: Sequence[int],  # the worker's GPU indexes; the job gets what it asks of them
         channel: Channel,
     ) -> None:
         self.offer = offer
         self.label = offer.label
         self._settings = settings
-        self._gpus_for = gpus_for
+        self._gpus = gpus
         self._channel = channel
         self._stop = asyncio.Event()
         self.stop_reason: StopReason | None = None
@@ -113,7 +113,7 @@ class JobRun:
     async def _start(self) -> tuple[JobSpec, JobProcess, ProgressTail]:
         spec = self.offer.spec()
         space = prepare_workspace(self._settings.work_dir, spec)
-        env = job_environment(spec, space, self._gpus_for(spec))
+        env = job_environment(spec, space, spec.gpus(self._gpus))
         self._output = space.output_path.open("a", encoding="utf-8", errors="replace")
         process = await JobProcess.start(
             spec.argv, cwd=space.folder, env=env, on_line=self._on_line

@@ -12,13 +12,11 @@ from gpufleet.domain.permissions import ADMIN_WORKERS, ALL
 from gpufleet.domain.states import WorkerStatus
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.jsonbody import api_router
-from gpufleet.server.schemas import (
-    ApiKeyOut,
-    CreateApiKey,
-    CreatedApiKey,
+from gpufleet.server.schemas.admin import ApiKeyOut, CreateApiKey, CreatedApiKey
+from gpufleet.server.schemas.base import Ok
+from gpufleet.server.schemas.workers import (
     CreatedWorker,
     CreateWorker,
-    Ok,
     OrchestratorOut,
     RotatedToken,
     SetLabelsIn,

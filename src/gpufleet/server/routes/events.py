@@ -16,8 +16,9 @@ from starlette.responses import StreamingResponse
 from gpufleet.domain.permissions import ADMIN_WORKERS, QUEUE_READ, allows
 from gpufleet.server import sse
 from gpufleet.server.deps import Ctx, require
+from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC
 from gpufleet.server.jsonbody import api_router
-from gpufleet.server.schemas import SSE_RESPONSE
+from gpufleet.server.schemas.base import SSE_RESPONSE
 from gpufleet.server.services import auth
 from gpufleet.server.services.auth import Principal
 
@@ -29,9 +30,9 @@ COALESCE_SECONDS = 0.5
 @router.get("/api/events", responses=SSE_RESPONSE)
 async def events(ctx: Ctx, who: Reader) -> StreamingResponse:
     """`jobs` nudges, and `workers` nudges for keys with `admin.workers`."""
-    topics = ["jobs"]
+    topics = [JOBS_TOPIC]
     if allows(who.key.permissions, ADMIN_WORKERS):
-        topics.append("workers")
+        topics.append(WORKERS_TOPIC)
     return sse.stream(_nudges(ctx, who, topics))
 
 

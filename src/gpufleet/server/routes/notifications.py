@@ -10,16 +10,16 @@ from gpufleet.domain.permissions import ALL
 from gpufleet.domain.webhooks import SUBSCRIPTION_HELP
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.jsonbody import api_router
-from gpufleet.server.schemas import Ok
-from gpufleet.server.services import webhooks
-from gpufleet.server.services.auth import Principal
-from gpufleet.server.webhook_schemas import (
+from gpufleet.server.schemas.base import Ok
+from gpufleet.server.schemas.webhooks import (
     CreateWebhook,
     DeliveryList,
     DeliveryOut,
     WebhookList,
     WebhookOut,
 )
+from gpufleet.server.services import webhooks
+from gpufleet.server.services.auth import Principal
 
 router = api_router(prefix="/api/admin/webhooks", tags=["admin"])
 Root = Annotated[Principal, Depends(require(ALL))]

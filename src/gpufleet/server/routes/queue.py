@@ -11,17 +11,16 @@ from fastapi import Body, Depends, Query
 from starlette.responses import StreamingResponse
 
 from gpufleet.domain.permissions import ADMIN_AUDIT, QUEUE_READ, QUEUE_SUBMIT
-from gpufleet.domain.states import JobStatus, Target
+from gpufleet.domain.records import AuditFilter, JobFilter
+from gpufleet.domain.states import TERMINAL_JOB, JobStatus, Target
 from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.hub import job_topic
 from gpufleet.server.jsonbody import api_router
-from gpufleet.server.schemas import (
-    SSE_RESPONSE,
+from gpufleet.server.schemas.admin import AuditList, AuditOut, AuditVerification
+from gpufleet.server.schemas.base import SSE_RESPONSE, Ok
+from gpufleet.server.schemas.jobs import (
     AttemptOut,
-    AuditList,
-    AuditOut,
-    AuditVerification,
     BulkOut,
     BulkResult,
     ConfigList,
@@ -32,13 +31,11 @@ from gpufleet.server.schemas import (
     JobOut,
     LogLineOut,
     LogsOut,
-    Ok,
     SubmitIn,
 )
 from gpufleet.server.services import audit, auth, joblogs, queue, reruns
 from gpufleet.server.services.auth import Principal
 from gpufleet.server.services.queue import Submission
-from gpufleet.store.queries import AuditFilter, JobFilter
 
 router = api_router(tags=["queue"])
 Reader = Annotated[Principal, Depends(require(QUEUE_READ))]
@@ -215,7 +212,7 @@ async def _follow(ctx: Ctx, who: Principal, job_id: str, after: int) -> AsyncIte
             if len(lines) == 1000:
                 continue
             job = await queue.get_job(ctx, job_id)
-            if job.status.value in ("completed", "failed", "cancelled"):
+            if job.status in TERMINAL_JOB:
                 yield sse.frame({"type": "end", "status": job.status.value}, event="end")
                 return
             if not await sub.wait(sse.PING_SECONDS):

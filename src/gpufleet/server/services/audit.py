@@ -15,17 +15,16 @@ from pathlib import Path
 
 from gpufleet.domain import audit_chain
 from gpufleet.domain.audit_events import (
-    KEY_ACTOR,
     SYSTEM_ACTOR,
-    WORKER_ACTOR,
     check_period,
     is_known_type,
+    key_actor,
     unknown_type,
+    worker_actor,
 )
-from gpufleet.domain.records import AuditEvent
+from gpufleet.domain.records import AuditEvent, AuditFilter
 from gpufleet.errors import ConfigurationError
 from gpufleet.server.context import Context, transaction
-from gpufleet.store.queries import AuditFilter
 
 log = logging.getLogger("gpufleet.server.audit")
 _BATCH = 1000
@@ -49,8 +48,8 @@ async def list_events(ctx: Context, f: AuditFilter, limit: int, offset: int) -> 
         # A type the catalogue lacks is one a newer module records, if the log holds it.
         if f.event_type and not known and not await q.audit_type_exists(f.event_type):
             raise unknown_type(f.event_type)
-        names = {f"{KEY_ACTOR}{k.id}": k.name for k in await q.list_api_keys()}
-        names |= {f"{WORKER_ACTOR}{w.id}": w.name for w in await q.list_workers()}
+        names = {key_actor(k.id): k.name for k in await q.list_api_keys()}
+        names |= {worker_actor(w.id): w.name for w in await q.list_workers()}
         actor, hint = _resolve_actor(f.actor, names)
         events, total = await q.list_audit(replace(f, actor=actor), limit, offset)
     shown = {e.actor: names[e.actor] for e in events if e.actor in names}
@@ -64,7 +63,7 @@ def _resolve_actor(value: str | None, names: dict[str, str]) -> tuple[str | None
     if value in names or ":" in value or value == SYSTEM_ACTOR:
         return value, f"{value} recorded nothing that matches the other filters"
     if value.startswith("k_"):
-        return f"{KEY_ACTOR}{value}", f"no events by the key {value}; is the id right?"
+        return key_actor(value), f"no events by the key {value}; is the id right?"
     named = [actor for actor, name in names.items() if name == value]
     if len(named) == 1:
         return named[0], f"{value} ({named[0]}) recorded nothing that matches the other filters"
@@ -118,7 +117,7 @@ async def seal_legacy(ctx: Context) -> int:
             seals = audit_chain.extend(ctx.audit_key, head, batch)
             await tx.q.seal_audit([(e.id, s.seq, s.mac) for e, s in zip(batch, seals, strict=True)])
             sealed += len(batch)
-        tx.audit(audit_chain.UPGRADED, "system", legacy_sealed=sealed)
+        tx.audit(audit_chain.UPGRADED, SYSTEM_ACTOR, legacy_sealed=sealed)
     if sealed:
         log.warning("sealed %d audit entries written unsealed by an older gpufleet", sealed)
     return sealed

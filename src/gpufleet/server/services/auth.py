@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 
+from gpufleet.domain.audit_events import SYSTEM_ACTOR, key_actor
 from gpufleet.domain.permissions import ALL, allows, check_permissions
 from gpufleet.domain.records import ApiKey, Worker
 from gpufleet.domain.secrets import hash_secret, new_api_key, new_id, same_hash
@@ -24,7 +25,6 @@ from gpufleet.errors import (
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import Subscription, key_topic
 
-KEY_ACTOR = "key:"  # an API key's actor in the audit log and on jobs: key:k_…
 log = logging.getLogger("gpufleet.server.auth")
 USE_RESOLUTION = timedelta(minutes=1)  # how finely `last_used_at` is kept
 
@@ -39,7 +39,7 @@ class Principal:
 
     @staticmethod
     def actor_of(key_id: str) -> str:
-        return f"{KEY_ACTOR}{key_id}"
+        return key_actor(key_id)
 
 
 def _check_not_locked_out(ctx: Context, client: str | None) -> None:
@@ -68,7 +68,7 @@ async def _auth_failed(
         if reached:
             tx.audit(
                 "auth.rate_limited",
-                "system",
+                SYSTEM_ACTOR,
                 None,
                 client,
                 limit=ctx.auth_failures.limit,
@@ -184,7 +184,7 @@ async def revoke_api_key(ctx: Context, key_id: str, actor: str, client: str | No
         if not await tx.q.revoke_api_key(key_id, tx.now):
             raise NotFound(f"no active API key {key_id}; it may already be revoked")
         tx.audit("apikey.revoked", actor, key_id, client)
-        tx.close.add(key_topic(key_id))  # its open streams end, on every replica
+        tx.end_streams(key_topic(key_id))  # its open streams end, on every replica
 
 
 async def active_key(ctx: Context, key_id: str) -> ApiKey | None:
@@ -214,7 +214,7 @@ async def bootstrap_admin_key(ctx: Context) -> str | None:
         await tx.q.lock_api_keys()  # replicas starting together mint one key, not several
         if await tx.q.count_api_keys():
             return None
-        _key, raw = await _insert_key(tx, "admin", [ALL], "system", None)
+        _key, raw = await _insert_key(tx, "admin", [ALL], SYSTEM_ACTOR, None)
     path = ctx.settings.data_dir / "admin.token"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

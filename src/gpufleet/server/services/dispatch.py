@@ -10,16 +10,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from gpufleet import protocol
+from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.matching import (
     Requirement,
+    available,
     can_run_now,
     choose_worker,
     fits,
     match_keys_for,
+    targets_served,
 )
-from gpufleet.domain.records import Job, Worker
+from gpufleet.domain.records import LOCAL_WORKER_ID, Job, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import (
     AttemptStatus,
@@ -29,8 +33,7 @@ from gpufleet.domain.states import (
     start_failure_workers,
 )
 from gpufleet.server.context import Context, Tx, transaction
-from gpufleet.server.hub import job_topic, worker_topic
-from gpufleet.server.services.lifecycle import SYSTEM
+from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic, worker_topic
 from gpufleet.store import Queries
 
 _PAGE = 200
@@ -38,30 +41,6 @@ _FIRST_PAGE = 4
 _HEAD = 20  # queued jobs a freed worker reads as they come before it asks the index
 _RACE_RETRIES = 5
 T = TypeVar("T")
-
-
-def job_submit_event(
-    job_id: str, attempt_id: str, config: dict[str, Any], gpu_count: int
-) -> dict[str, Any]:
-    """The offer as the worker's stream sends it (the SimpleTuner agent's wire shape).
-
-    The released SimpleTuner agent copies `upload_endpoint` and `upload_token` straight into
-    the trainer's environment: both must be strings (a null crashes the agent's job handler).
-    No upload token is issued yet (the upload route answers 501), so it is empty.
-    """
-    return {
-        "type": "job_submit",
-        "job_id": job_id,
-        "attempt_id": attempt_id,
-        "config": config,
-        "command": config.get("command"),
-        "env": config.get("env") or {},
-        "gpu_count": gpu_count,
-        "timeout_s": config.get("timeout_s"),
-        "dataloader": None,
-        "upload_endpoint": f"/api/workers/job/{job_id}/upload",
-        "upload_token": "",
-    }
 
 
 class ClaimLost(Exception):
@@ -112,21 +91,27 @@ async def claim(tx: Tx, job: Job, worker: Worker) -> str:
             "offered_at": tx.now,
         }
     )
-    tx.audit("worker.status_changed", SYSTEM, worker.id, old="idle", new="busy")
+    tx.audit(
+        "worker.status_changed",
+        SYSTEM_ACTOR,
+        worker.id,
+        old=WorkerStatus.IDLE.value,
+        new=WorkerStatus.BUSY.value,
+    )
     tx.observe("dispatch_latency", max(0.0, (tx.now - job.updated_at).total_seconds()))
     tx.audit(
         "job.dispatched",
-        SYSTEM,
+        SYSTEM_ACTOR,
         job.id,
         worker_id=worker.id,
         attempt_id=attempt_id,
         attempt=number,
     )
-    tx.audit("job.status_changed", SYSTEM, job.id, old="queued", new="offered")
-    tx.notify.update({job_topic(job.id), "jobs", "workers"})
+    tx.audit("job.status_changed", SYSTEM_ACTOR, job.id, old="queued", new="offered")
+    tx.wake(job_topic(job.id), JOBS_TOPIC, WORKERS_TOPIC)
     # The worker's stream sends the offer as it is handed over, without reading it back.
     tx.hand_over(
-        worker_topic(worker.id), job_submit_event(job.id, attempt_id, job.config, job.gpu_count)
+        worker_topic(worker.id), protocol.job_submit(job.id, attempt_id, job.config, job.gpu_count)
     )
     return attempt_id
 
@@ -228,13 +213,9 @@ async def _dispatch_worker(ctx: Context, worker_id: str) -> bool | None:
         if worker is None:
             return None
         cap = worker.capacity()
-        if not (cap.status.value == "idle" and not cap.spent):
+        if not available(cap):
             return None
-        targets = (
-            [Target.LOCAL.value, Target.AUTO.value]
-            if worker.is_local
-            else [Target.WORKER.value, Target.AUTO.value]
-        )
+        targets = targets_served(cap)
         remote_idle = (
             [w.capacity() for w in await tx.q.idle_workers() if not w.is_local]
             if worker.is_local
@@ -293,7 +274,7 @@ async def dispatch_all(ctx: Context) -> int:
         idle = await q.idle_workers()
     offers = 0
     exhausted: set[tuple[object, ...]] = set()
-    for worker in sorted(idle, key=lambda w: w.id == "w_local"):
+    for worker in sorted(idle, key=lambda w: w.id == LOCAL_WORKER_ID):
         shape = (
             worker.is_local,
             worker.gpu_count,

@@ -7,11 +7,13 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-from gpufleet import logs
+from gpufleet import logs, protocol
+from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.states import AttemptStatus, JobStatus
+from gpufleet.errors import StoreError
 from gpufleet.server.context import Context, transaction
-from gpufleet.server.hub import worker_topic
-from gpufleet.server.services import dispatch, fleet, webhooks
+from gpufleet.server.hub import WORKERS_TOPIC, worker_topic
+from gpufleet.server.services import agents, dispatch, webhooks
 from gpufleet.server.services.lifecycle import (
     end_attempt,
     lose_current_attempt,
@@ -30,7 +32,7 @@ async def mark_silent_workers_offline(ctx: Context) -> list[str]:
         return []
     # This replica's kept heartbeats first; the other replicas write theirs every fraction
     # of the timeout (a worker heard elsewhere just now may look up to that much older).
-    await fleet.flush_heartbeats(ctx)
+    await agents.flush_heartbeats(ctx)
     async with ctx.store.read() as q:
         silent = [w.id for w in await q.silent_workers(now - timeout)]
     requeued: list[str] = []
@@ -47,7 +49,8 @@ async def mark_silent_workers_offline(ctx: Context) -> list[str]:
             if job_id:
                 requeued.append(job_id)
             worker = await tx.q.get_worker(worker_id, lock=True)
-            assert worker is not None
+            if worker is None:
+                raise StoreError(f"worker {worker_id} vanished while the sweep held it; retrying")
             await save_worker(
                 tx,
                 worker,
@@ -56,10 +59,12 @@ async def mark_silent_workers_offline(ctx: Context) -> list[str]:
                 current_job_id=None,
                 current_attempt_id=None,
             )
-            tx.audit("worker.lost", "system", worker.id, reason="heartbeat timeout", job_id=job_id)
+            tx.audit(
+                "worker.lost", SYSTEM_ACTOR, worker.id, reason="heartbeat timeout", job_id=job_id
+            )
             await webhooks.worker_lost(tx, worker, why, job_id)
-            tx.close.add(worker_topic(worker.id))
-            tx.notify.add("workers")
+            tx.end_streams(worker_topic(worker.id))
+            tx.wake(WORKERS_TOPIC)
         with logs.bound(worker_id=worker.id):
             log.info("%s", why)
             if job is not None:
@@ -95,17 +100,12 @@ async def withdraw_unacknowledged_offers(ctx: Context) -> int:
                 AttemptStatus.WITHDRAWN,
                 error=f"not acknowledged within {ctx.settings.ack_timeout:g} s",
             )
-            await tx.q.push_event(
+            await tx.send_to_worker(
                 attempt.worker_id,
-                {
-                    "type": "job_cancel",
-                    "job_id": job.id,
-                    "attempt_id": attempt.id,
-                    "reason": "offer withdrawn: not acknowledged in time",
-                },
-                tx.now,
+                protocol.job_cancel(
+                    job.id, "offer withdrawn: not acknowledged in time", attempt.id
+                ),
             )
-            tx.notify.add(worker_topic(attempt.worker_id))
             withdrawn.append((job.id, attempt.worker_id))
         with logs.bound(worker_id=attempt.worker_id, job_id=job.id, attempt_id=attempt.id):
             log.info(
@@ -132,12 +132,12 @@ async def remove_expired_ephemeral_workers(ctx: Context) -> list[str]:
             await tx.q.delete_worker(worker_id)
             tx.audit(
                 "worker.deleted",
-                "system",
+                SYSTEM_ACTOR,
                 worker_id,
                 name=worker.name,
                 reason="ephemeral worker offline past the cleanup age",
             )
-            tx.notify.add("workers")
+            tx.wake(WORKERS_TOPIC)
         with logs.bound(worker_id=worker_id):
             log.info("ephemeral worker %s deleted: offline past the cleanup age", worker.name)
     return expired

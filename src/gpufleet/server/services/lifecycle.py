@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufleet.domain import outcomes
+from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.records import Attempt, Job, Worker
 from gpufleet.domain.states import (
     ACTIVE_ATTEMPT,
+    REPORTED_ATTEMPT,
     TERMINAL_JOB,
     AttemptStatus,
     JobStatus,
@@ -20,19 +23,16 @@ from gpufleet.domain.states import (
     can_move_worker,
     check_job_move,
     derive_worker_status,
-    retry_after,
-    start_failure_workers,
 )
 from gpufleet.errors import Conflict
 from gpufleet.server.context import Tx
-from gpufleet.server.hub import job_topic
+from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic
 from gpufleet.server.services import webhooks
 
-SYSTEM = "system"
-MAX_UNACKNOWLEDGED_OFFERS = 5  # withdrawn offers a job may have beyond its retries
 
-
-async def save_worker(tx: Tx, worker: Worker, actor: str = SYSTEM, **changes: Any) -> WorkerStatus:
+async def save_worker(
+    tx: Tx, worker: Worker, actor: str = SYSTEM_ACTOR, **changes: Any
+) -> WorkerStatus:
     """Apply changes to a worker and re-derive its status from the facts."""
 
     def fact(name: str, current: Any) -> Any:
@@ -47,7 +47,7 @@ async def save_worker(tx: Tx, worker: Worker, actor: str = SYSTEM, **changes: An
     if not can_move_worker(worker.status, status):
         raise Conflict(f"worker {worker.id} cannot go from {worker.status} to {status}")
     await tx.q.update_worker(worker.id, status=status.value, **changes)
-    tx.notify.add("workers")  # live views (the web UI's event stream) re-read the fleet
+    tx.wake(WORKERS_TOPIC)  # live views (the web UI's event stream) re-read the fleet
     if status is not worker.status:
         tx.audit(
             "worker.status_changed", actor, worker.id, old=worker.status.value, new=status.value
@@ -55,12 +55,13 @@ async def save_worker(tx: Tx, worker: Worker, actor: str = SYSTEM, **changes: An
     return status
 
 
-async def move_job(tx: Tx, job: Job, new: JobStatus, actor: str = SYSTEM, **values: Any) -> None:
+async def move_job(
+    tx: Tx, job: Job, new: JobStatus, actor: str = SYSTEM_ACTOR, **values: Any
+) -> None:
     check_job_move(job.id, job.status, new)
     await tx.q.update_job(job.id, status=new.value, updated_at=tx.now, **values)
     tx.audit("job.status_changed", actor, job.id, old=job.status.value, new=new.value)
-    tx.notify.add(job_topic(job.id))
-    tx.notify.add("jobs")
+    tx.wake(job_topic(job.id), JOBS_TOPIC)
     if new in TERMINAL_JOB:  # the webhooks' outbox row commits with the change, or neither
         await webhooks.job_ended(tx, job, new, values)
 
@@ -84,13 +85,7 @@ async def release_worker(
         worker = await tx.q.get_worker(worker_id, lock=True)
     if worker is None or worker.current_attempt_id != attempt.id:
         return False
-    ran = attempt.acknowledged_at is not None or attempt.status in (
-        AttemptStatus.ACKNOWLEDGED,
-        AttemptStatus.RUNNING,
-        AttemptStatus.COMPLETED,
-        AttemptStatus.FAILED,
-        AttemptStatus.CANCELLED,
-    )
+    ran = attempt.acknowledged_at is not None or attempt.status in REPORTED_ATTEMPT
     await save_worker(
         tx,
         worker,
@@ -109,21 +104,21 @@ async def end_attempt(
     *,
     error: str | None = None,
     exit_code: int | None = None,
-    release: bool = True,
+    by_user: bool = False,
     locked: Worker | None = None,
 ) -> JobStatus:
-    """End the job's current attempt; the job completes, is requeued, or fails for good.
+    """End the job's current attempt and apply what `outcomes.decide` makes of the job.
 
-    Returns the job's new status. `release` frees the worker at once; a cancel by the user
-    keeps the worker busy until it confirms the process is gone. `locked`: see
+    Returns the job's new status. A cancel by the user keeps the worker busy until it
+    confirms the process is gone; any other ending frees it at once. `locked`: see
     `release_worker`.
     """
     await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code)
-    if release:
+    if not by_user:
         await release_worker(tx, attempt.worker_id, attempt, locked)
     tx.audit(
         "attempt.ended",
-        SYSTEM,
+        SYSTEM_ACTOR,
         job.id,
         attempt_id=attempt.id,
         worker_id=attempt.worker_id,
@@ -131,61 +126,62 @@ async def end_attempt(
         error=error,
         exit_code=exit_code,
     )
-    if outcome is AttemptStatus.COMPLETED:
-        await move_job(
-            tx,
-            job,
-            JobStatus.COMPLETED,
-            ended_at=tx.now,
-            exit_code=exit_code or 0,
-            error=None,
-            current_attempt_id=attempt.id,
-        )
-        return JobStatus.COMPLETED
-    if outcome is AttemptStatus.CANCELLED and not release:
-        await move_job(tx, job, JobStatus.CANCELLED, ended_at=tx.now)
-        return JobStatus.CANCELLED
-    reason = error or outcome.value
-    if not retry_after(outcome, job.retry_on):
-        # The job's own process failed, and the submit did not ask for `retry_on: failed`.
-        await move_job(
-            tx, job, JobStatus.FAILED, ended_at=tx.now, exit_code=exit_code, error=reason
-        )
-        return JobStatus.FAILED
-    history = await tx.q.attempts_for_job(job.id)
-    poisoned = start_failure_workers(history)
-    if len(poisoned) >= tx.settings.poison_after_workers:
-        why = (
-            f"could not start on {len(poisoned)} different workers, so it is not tried again "
-            f"(--poison-after-workers); fix the job and submit it again. Last error: {reason}"
-        )
-        await move_job(tx, job, JobStatus.FAILED, ended_at=tx.now, exit_code=exit_code, error=why)
-        return JobStatus.FAILED
-    unacknowledged = sum(1 for a in history if a.status is AttemptStatus.WITHDRAWN)
-    # An offer the worker never acknowledged never ran: it does not spend a retry, but a
-    # job no worker ever acknowledges still ends.
-    ran = job.attempts - unacknowledged
-    if ran < job.max_retries + 1 and unacknowledged <= MAX_UNACKNOWLEDGED_OFFERS:
-        tx.observe("requeue", 1.0, outcome.value)
-        await move_job(
-            tx,
-            job,
-            JobStatus.QUEUED,
-            current_attempt_id=None,
-            worker_id=None,
-            error=f"attempt {attempt.number} {outcome.value}: {reason}",
-            exit_code=exit_code,
-        )
-        return JobStatus.QUEUED
-    if unacknowledged > MAX_UNACKNOWLEDGED_OFFERS:
-        why = (
-            f"{reason} (offered {unacknowledged} times without an acknowledgement; check "
-            "that the workers receive their event streams)"
-        )
-    else:
-        why = f"{reason} (attempt {ran} of {job.max_retries + 1}; no retries left)"
-    await move_job(tx, job, JobStatus.FAILED, ended_at=tx.now, exit_code=exit_code, error=why)
-    return JobStatus.FAILED
+    history = (
+        await tx.q.attempts_for_job(job.id)
+        if outcomes.needs_history(job, outcome, by_user=by_user)
+        else []
+    )
+    ended = outcomes.AttemptEnd(outcome, attempt.number, error)
+    decision = outcomes.decide(
+        job,
+        ended,
+        history,
+        by_user=by_user,
+        poison_after_workers=tx.settings.poison_after_workers,
+    )
+    return await _apply(tx, job, attempt, outcome, decision, exit_code)
+
+
+async def _apply(
+    tx: Tx,
+    job: Job,
+    attempt: Attempt,
+    outcome: AttemptStatus,
+    decision: outcomes.Decision,
+    exit_code: int | None,
+) -> JobStatus:
+    match decision:
+        case outcomes.Complete():
+            await move_job(
+                tx,
+                job,
+                JobStatus.COMPLETED,
+                ended_at=tx.now,
+                exit_code=exit_code or 0,
+                error=None,
+                current_attempt_id=attempt.id,
+            )
+            return JobStatus.COMPLETED
+        case outcomes.Cancel():
+            await move_job(tx, job, JobStatus.CANCELLED, ended_at=tx.now)
+            return JobStatus.CANCELLED
+        case outcomes.Requeue(note):
+            tx.observe("requeue", 1.0, outcome.value)
+            await move_job(
+                tx,
+                job,
+                JobStatus.QUEUED,
+                current_attempt_id=None,
+                worker_id=None,
+                error=note,
+                exit_code=exit_code,
+            )
+            return JobStatus.QUEUED
+        case outcomes.Fail(reason):
+            await move_job(
+                tx, job, JobStatus.FAILED, ended_at=tx.now, exit_code=exit_code, error=reason
+            )
+            return JobStatus.FAILED
 
 
 async def lose_current_attempt(tx: Tx, worker: Worker, why: str) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.server.context import Context
+from gpufleet.server.hub import WORKER_TOPIC_PREFIX
 
 
 async def ready(ctx: Context) -> tuple[bool, str]:
@@ -24,6 +25,6 @@ async def metrics(ctx: Context) -> bytes:
         ctx.instance_id,
         leading=ctx.replicas.is_leader,  # a scrape reports, never takes, the lock
         alive=1 if alive is None else len(alive),
-        streams=ctx.hub.count(prefix="worker:"),
+        streams=ctx.hub.count(prefix=WORKER_TOPIC_PREFIX),
     )
     return ctx.metrics.render()

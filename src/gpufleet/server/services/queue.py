@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet import protocol
 from gpufleet.domain.advice import say_wait_everywhere
+from gpufleet.domain.audit_events import KEY_ACTOR, key_actor
 from gpufleet.domain.jobspec import (
     MAX_CONFIG_BYTES,
     check_config,
@@ -18,30 +20,29 @@ from gpufleet.domain.matching import (
     Requirement,
     Wait,
     fits,
-    match_key,
     needs_of,
     reasons_not_running,
     why_waiting,
 )
-from gpufleet.domain.records import Attempt, Job, LogLine, StoredConfig, Worker
+from gpufleet.domain.records import Attempt, Job, JobFilter, LogLine, StoredConfig, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import (
     ACTIVE_ATTEMPT,
     RETRY_DEFAULT,
+    TERMINAL_JOB,
     AttemptStatus,
     JobStatus,
     RetryOn,
     Target,
 )
-from gpufleet.errors import Conflict, InvalidInput, NotFound
+from gpufleet.errors import Conflict, InvalidInput, NotFound, StoreError
 from gpufleet.server.context import Context, transaction
-from gpufleet.server.hub import worker_topic
+from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.services import dispatch
-from gpufleet.server.services.auth import KEY_ACTOR
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job
-from gpufleet.store.queries import JobFilter, Queries
+from gpufleet.store.queries import NewJob, Queries
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,8 @@ async def put_config(
         created = await tx.q.put_config(name, body, tx.now)
         tx.audit("config.created" if created else "config.updated", actor, name, client)
         stored = await tx.q.get_config(name)
-    assert stored is not None
+    if stored is None:
+        raise StoreError(f"config {name!r} was not readable right after it was written; retry")
     return stored, created
 
 
@@ -159,25 +161,21 @@ async def enqueue(
         # Usually an idle worker fits: the job is offered in the transaction that queues it
         # (one commit a submit). When none does, the job waits, even for a worker yet to come.
         worker = await dispatch.first_fit(tx.q, req)
-        job = await tx.q.insert_job(
-            {
-                "id": job_id,
-                "status": JobStatus.QUEUED.value,
-                "config_name": sub.config_name,
-                "config": config,
-                "target": sub.target.value,
-                "worker_labels": labels,
-                "match_key": match_key(labels),
-                "gpu_count": gpu_count,
-                "priority": sub.priority,
-                "max_retries": sub.max_retries,
-                "retry_on": sorted(sub.retry_on),
-                "attempts": 0,
-                "submitted_by": actor,
-                "created_at": tx.now,
-                "updated_at": tx.now,
-                "rerun_of": rerun_of,
-            }
+        job = await tx.q.queue_job(
+            NewJob(
+                id=job_id,
+                config=config,
+                target=sub.target,
+                worker_labels=labels,
+                gpu_count=gpu_count,
+                priority=sub.priority,
+                max_retries=sub.max_retries,
+                retry_on=sub.retry_on,
+                submitted_by=actor,
+                created_at=tx.now,
+                config_name=sub.config_name,
+                rerun_of=rerun_of,
+            )
         )
         extra = {"rerun_of": rerun_of} if rerun_of else {}
         tx.audit(
@@ -192,7 +190,7 @@ async def enqueue(
             priority=sub.priority,
             **extra,
         )
-        tx.notify.add("jobs")
+        tx.wake(JOBS_TOPIC)
         offered = worker is not None and await dispatch.claim_new(tx, job, worker)
         if offered:
             job = await tx.q.get_job(job_id) or job
@@ -248,7 +246,7 @@ async def names_of(
     names: dict[str, str] = dict(await q.worker_names(worker_ids)) if worker_ids else {}
     if key_ids:
         keys = await q.api_key_names(key_ids)
-        names.update({f"{KEY_ACTOR}{key_id}": name for key_id, name in keys.items()})
+        names.update({key_actor(key_id): name for key_id, name in keys.items()})
     return names
 
 
@@ -345,7 +343,7 @@ async def cancel(ctx: Context, job_id: str, actor: str, client: str | None) -> J
         job = await tx.q.get_job(job_id, lock=True)
         if job is None:
             raise _no_job(job_id)
-        if job.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED):
+        if job.status in TERMINAL_JOB:
             raise Conflict(f"job {job_id} is already {job.status.value}; nothing to cancel")
         attempt = await tx.q.get_attempt(job.current_attempt_id) if job.current_attempt_id else None
         if attempt is not None and attempt.status in ACTIVE_ATTEMPT:
@@ -356,19 +354,11 @@ async def cancel(ctx: Context, job_id: str, actor: str, client: str | None) -> J
                 attempt,
                 AttemptStatus.CANCELLED,
                 error=f"cancelled by {actor}",
-                release=False,
+                by_user=True,
             )
-            await tx.q.push_event(
-                attempt.worker_id,
-                {
-                    "type": "job_cancel",
-                    "job_id": job.id,
-                    "attempt_id": attempt.id,
-                    "reason": "cancelled by the user",
-                },
-                tx.now,
+            await tx.send_to_worker(
+                attempt.worker_id, protocol.job_cancel(job.id, "cancelled by the user", attempt.id)
             )
-            tx.notify.add(worker_topic(attempt.worker_id))
         else:
             await move_job(tx, job, JobStatus.CANCELLED, actor, ended_at=tx.now)
         tx.audit("job.cancelled", actor, job.id, client)

@@ -5,16 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet import protocol
+from gpufleet.domain.audit_events import worker_actor
 from gpufleet.domain.records import Attempt, Job, Worker
 from gpufleet.domain.states import (
     ACTIVE_ATTEMPT,
+    PLACED_JOB,
+    TAKEN_ATTEMPT,
     AttemptStatus,
     JobStatus,
     parse_reported_status,
 )
 from gpufleet.errors import Forbidden, NotFound, NotHolder, NotImplementedYet
 from gpufleet.server.context import Context, Tx, transaction
-from gpufleet.server.hub import job_topic, worker_topic
+from gpufleet.server.hub import JOBS_TOPIC, job_topic
 from gpufleet.server.services import dispatch, history
 from gpufleet.server.services.lifecycle import end_attempt, move_attempt, move_job, release_worker
 
@@ -72,20 +76,15 @@ async def _refuse(ctx: Context, worker: Worker, job: Job, attempt: Attempt | Non
     async with transaction(ctx) as tx:
         now = await tx.q.get_worker(worker.id)
         if now is not None and now.current_job_id in (None, job.id):
-            await tx.q.push_event(
+            await tx.send_to_worker(
                 worker.id,
-                {
-                    "type": "job_cancel",
-                    "job_id": job.id,
-                    "attempt_id": attempt.id if attempt else None,
-                    "reason": "this worker no longer holds the job",
-                },
-                tx.now,
+                protocol.job_cancel(
+                    job.id, "this worker no longer holds the job", attempt.id if attempt else None
+                ),
             )
-            tx.notify.add(worker_topic(worker.id))
         tx.audit(
             "job.report_refused",
-            f"worker:{worker.id}",
+            worker_actor(worker.id),
             job.id,
             attempt_id=attempt.id if attempt else None,
             job_status=job.status.value,
@@ -108,21 +107,15 @@ async def report_status(
         worker = locked or worker
         job, attempt, live = await _holder(tx, worker, job_id, report.attempt_id)
         status = job.status
-        if not live:
+        if not live or attempt is None:  # a live report always names its attempt
             if attempt is not None and (attempt.status is new or new is AttemptStatus.CANCELLED):
                 # A repeat of a final report, or the confirmation of a cancel: release.
                 freed = await release_worker(tx, worker.id, attempt, locked)
             else:
                 refused = (job, attempt)
         else:
-            assert attempt is not None
             result = await _apply(tx, job, attempt, new, error, report, locked)
-            freed = result in (
-                JobStatus.COMPLETED,
-                JobStatus.FAILED,
-                JobStatus.QUEUED,
-                JobStatus.CANCELLED,
-            )
+            freed = result not in PLACED_JOB
             requeued = result is JobStatus.QUEUED
             status = result
     if refused is not None:
@@ -143,7 +136,7 @@ async def _apply(
     report: StatusReport,
     locked: Worker | None,
 ) -> JobStatus:
-    if new in (AttemptStatus.ACKNOWLEDGED, AttemptStatus.RUNNING):
+    if new in TAKEN_ATTEMPT:
         if new is AttemptStatus.ACKNOWLEDGED and attempt.status is not AttemptStatus.OFFERED:
             return job.status  # a repeated acknowledgement
         if attempt.status is not new:
@@ -162,7 +155,7 @@ async def _apply(
                 tx.observe("time_to_gpu", max(0.0, (tx.now - job.created_at).total_seconds()))
             elif progress:
                 await tx.q.update_job(job.id, updated_at=tx.now, **progress)
-                tx.notify.update({job_topic(job.id), "jobs"})
+                tx.wake(job_topic(job.id), JOBS_TOPIC)
             return JobStatus.RUNNING
         return job.status
     if report.progress is not None:
@@ -208,7 +201,7 @@ async def append_logs(
                     for stream, text in lines
                 ]
             )
-            tx.notify.add(job_topic(job.id))
+            tx.wake(job_topic(job.id))
     if refused is not None:
         raise await _refuse(ctx, worker, *refused)
     return len(lines)

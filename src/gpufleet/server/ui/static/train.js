@@ -162,4 +162,7 @@ form.addEventListener("submit", async (event) => {
 
 // The example fills an empty box only: a person who typed before this module ran keeps it.
 if (!text.value.trim()) text.value = pretty(EXAMPLE);
+// The buttons come disabled: pressed before this module ran, they would do nothing (Save) or
+// send the form as a GET (Train). Their handlers are attached now.
+for (const button of [$("#config-save"), $("#submit")]) button.disabled = false;
 loadConfigs().catch((err) => showError(error, err));

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Self
 
 from pydantic import BaseModel, Field
 
 from gpufleet.domain import webhooks as rules
-from gpufleet.domain.webhooks import Delivery, Webhook
-from gpufleet.server.schemas import Strict
+from gpufleet.domain.webhooks import Webhook
+from gpufleet.server.schemas.base import Record, Strict
 
 
 class CreateWebhook(Strict):
@@ -17,7 +18,7 @@ class CreateWebhook(Strict):
     secret: str | None = Field(None, max_length=rules.MAX_SECRET_LENGTH)
 
 
-class WebhookOut(BaseModel):
+class WebhookOut(Record):
     id: str
     url: str
     events: list[str]
@@ -26,15 +27,8 @@ class WebhookOut(BaseModel):
     created_by: str | None
 
     @classmethod
-    def of(cls, hook: Webhook) -> WebhookOut:
-        return cls(
-            id=hook.id,
-            url=hook.url,
-            events=sorted(e.value for e in hook.events),
-            signed=hook.signed,
-            created_at=hook.created_at,
-            created_by=hook.created_by,
-        )
+    def of(cls, hook: Webhook) -> Self:
+        return cls.over(hook, events=sorted(e.value for e in hook.events))
 
 
 class WebhookList(BaseModel):
@@ -42,7 +36,7 @@ class WebhookList(BaseModel):
     events: dict[str, str]  # what each subscription means, for a form to offer
 
 
-class DeliveryOut(BaseModel):
+class DeliveryOut(Record):
     id: str
     webhook_id: str
     event: str
@@ -53,21 +47,6 @@ class DeliveryOut(BaseModel):
     next_at: datetime | None
     status_code: int | None
     error: str | None
-
-    @classmethod
-    def of(cls, d: Delivery) -> DeliveryOut:
-        return cls(
-            id=d.id,
-            webhook_id=d.webhook_id,
-            event=d.event,
-            status=d.status.value,
-            attempts=d.attempts,
-            created_at=d.created_at,
-            last_attempt_at=d.last_attempt_at,
-            next_at=d.next_at,
-            status_code=d.status_code,
-            error=d.error,
-        )
 
 
 class DeliveryList(BaseModel):

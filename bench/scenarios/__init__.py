@@ -1,0 +1,28 @@
+"""The scenarios: each starts its own server, runs its fleet, and returns a Result (or, for
+scenario 6, several). One module a scenario; `steps` holds what they share."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from bench.report import Result
+from bench.scenarios.capacity import capacity
+from bench.scenarios.depth import queue_depth
+from bench.scenarios.latency import dispatch_latency
+from bench.scenarios.options import FULL, MEDIUM, SIZES, SMOKE, Options, Size
+from bench.scenarios.recovery import recovery
+from bench.scenarios.side_by_side import side_by_side
+from bench.scenarios.throughput import throughput
+
+Scenario = Callable[[Options], Awaitable[Result | list[Result]]]
+
+SCENARIOS: dict[int, Scenario] = {
+    1: dispatch_latency,
+    2: throughput,
+    3: capacity,
+    4: queue_depth,
+    5: recovery,
+    6: side_by_side,
+}
+
+__all__ = ["FULL", "MEDIUM", "SCENARIOS", "SIZES", "SMOKE", "Options", "Scenario", "Size"]

@@ -1,0 +1,111 @@
+"""The sizes the scenarios run at, and the options every scenario is given."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.server import BenchServer, fresh_postgres, running_replicas, running_server
+from gpufleet.errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    s1_workers: int = 1000
+    s1_jobs: int = 2000
+    s2_workers: int = 1000
+    s2_jobs: int = 20_000
+    s2_concurrency: int = 32
+    s2_deadline: float = 300.0
+    s3_workers: int = 10_000
+    s3_intervals: tuple[float, float] = (30.0, 3.0)
+    s3_windows: tuple[float, float] = (65.0, 30.0)
+    s3_connect_within: float = 600.0  # then measure with the workers streaming by then
+    s4_depth: int = 100_000
+    s4_budget: float = 180.0  # seconds of submitting on the deep queue
+    s5_workers: int = 200
+    s5_busy: int = 100
+    s5_timeouts: tuple[float, float] = (5.0, 1.0)  # heartbeat timeout, health interval
+    per_process: int = 2500
+    start_within: float = 900.0
+
+
+FULL = Size("full")
+SMOKE = Size(
+    "smoke",
+    s1_workers=4,
+    s1_jobs=6,
+    s2_workers=4,
+    s2_jobs=20,
+    s2_concurrency=4,
+    s2_deadline=60.0,
+    s3_workers=6,
+    s3_intervals=(1.0, 0.3),
+    s3_windows=(1.2, 1.0),
+    s3_connect_within=60.0,
+    s4_depth=50,
+    s5_workers=6,
+    s5_busy=4,
+    s5_timeouts=(2.0, 0.5),
+    per_process=3,
+    start_within=60.0,
+)
+# A tenth of the work at the full fleet sizes: minutes, not an hour.
+MEDIUM = Size(
+    "medium",
+    s1_jobs=200,
+    s2_jobs=2000,
+    s2_deadline=300.0,
+    s3_workers=2000,
+    s3_windows=(35.0, 15.0),
+    s4_depth=20_000,
+)
+SIZES = {"full": FULL, "medium": MEDIUM, "smoke": SMOKE}
+
+
+@dataclass
+class Options:
+    size: Size
+    # None: SQLite in each server's data folder. A PostgreSQL URL: each scenario gets a
+    # fresh database on that server, dropped afterwards.
+    database_url: str | None = None
+    work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gf-bench-")))
+    profile_dir: Path | None = None  # py-spy stacks of each scenario's server
+    replicas: int = 1  # above 1: that many servers on the PostgreSQL database (scenario 6)
+    # Scenario 1 again with one job in the fleet at a time (scenario 6: the latency of the
+    # way to a worker, one replica against two, without the backlog of a saturated box).
+    paced: bool = False
+
+    @property
+    def database(self) -> str:
+        name = "postgresql" if self.database_url else "sqlite"
+        return f"{name} x{self.replicas}" if self.replicas > 1 else name
+
+    def data_dir(self, scenario: str) -> Path:
+        return self.work_dir / f"{scenario}-{self.database}-{secrets.token_hex(3)}"
+
+    @contextlib.asynccontextmanager
+    async def server(self, scenario: str, **flags: Any) -> AsyncIterator[BenchServer]:
+        """A server of its own for one scenario, on SQLite or a fresh PostgreSQL database."""
+        async with contextlib.AsyncExitStack() as stack:
+            url = None
+            if self.database_url:
+                url = await stack.enter_async_context(fresh_postgres(self.database_url))
+            profile = None
+            if self.profile_dir is not None:
+                profile = self.profile_dir / f"{scenario}-{self.database}.txt"
+            data_dir = self.data_dir(scenario)
+            if self.replicas > 1:
+                if url is None:
+                    raise ConfigurationError("replicas share a PostgreSQL database: pass one")
+                yield stack.enter_context(
+                    running_replicas(data_dir, url, profile, self.replicas, **flags)
+                )
+            else:
+                yield stack.enter_context(running_server(data_dir, url, profile, **flags))

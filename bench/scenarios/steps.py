@@ -1,0 +1,131 @@
+"""Steps the scenarios share: a fleet of simulated workers, submits, and checks.
+
+Clocks: the workers stamp what they see with `time.monotonic()`, the system-wide
+CLOCK_MONOTONIC on Linux, so the submitter's and the workers' stamps compare across
+processes. Recovery compares with the server's audit timestamps, so it uses the wall clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import httpx
+
+from bench.report import Result
+from bench.scenarios.options import Options
+from bench.server import BenchServer
+from bench.workers import COMPLETE, Fleet, Seen, create_workers
+
+NOWHERE = {"pool": "nowhere"}  # the label of scenario 4's jobs: no connected worker has it
+ANYWHERE = {"pool": "bench"}
+PG_DEFAULT = "postgresql+asyncpg://root@127.0.0.1:5432/test"
+
+
+def say(message: str) -> None:
+    """Progress on stderr: full runs take minutes."""
+    print(f"  {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.asynccontextmanager
+async def fleet_of(
+    server: BenchServer,
+    count: int,
+    opts: Options,
+    *,
+    mode: str = COMPLETE,
+    hb: float = 30.0,
+    partial_after: float | None = None,
+) -> AsyncIterator[tuple[Fleet, dict[str, float]]]:
+    """`count` simulated workers, created, registered and streaming."""
+    began = time.monotonic()
+    say(f"creating {count} workers")
+    creds = await create_workers(server.url, server.admin_headers(), count, labels=ANYWHERE)
+    created = time.monotonic() - began
+    say(f"created in {created:.1f} s; registering and opening streams")
+    fleet = Fleet(
+        server.worker_url,
+        creds,
+        mode=mode,
+        heartbeat_interval=hb,
+        per_process=opts.size.per_process,
+    )
+    try:
+        within = partial_after or opts.size.start_within
+        took = await fleet.start(within, progress=say, partial=partial_after is not None)
+        streaming = (await fleet.status())["connected"]
+        say(f"{streaming} workers streaming after {took:.1f} s")
+        yield (
+            fleet,
+            {"create_s": round(created, 2), "connect_s": round(took, 2), "streaming": streaming},
+        )
+    finally:
+        await fleet.stop()
+
+
+def admin_client(server: BenchServer, connections: int = 8) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=server.url,
+        headers=server.admin_headers(),
+        timeout=120,
+        limits=httpx.Limits(max_connections=connections + 4),
+    )
+
+
+async def submit(
+    client: httpx.AsyncClient, labels: dict[str, str] = ANYWHERE
+) -> tuple[str, float, float]:
+    """Submit a zero-length job; its id, and the monotonic times of sending and answer."""
+    body = {"config": {"command": ["true"]}, "target": "worker", "worker_labels": labels}
+    sent = time.monotonic()
+    resp = await client.post("/api/queue/submit", json=body)
+    answered = time.monotonic()
+    if resp.status_code != 201:
+        raise SubmitRefused(f"submit: {resp.status_code} {resp.text[:300]}")
+    return str(resp.json()["id"]), sent, answered
+
+
+class SubmitRefused(RuntimeError):
+    """The server answered a submit with an error: counted, and the run goes on."""
+
+
+def first(seen: Iterable[Seen], kind: str) -> dict[str, Seen]:
+    """The first `kind` event per job."""
+    out: dict[str, Seen] = {}
+    for s in sorted(seen, key=lambda s: s.mono):
+        if s.kind == kind:
+            out.setdefault(s.job_id, s)
+    return out
+
+
+def other_replicas(server: BenchServer) -> dict[str, Any]:
+    """CPU share of the machine used by each other replica (the one the workers stream
+    from) since `server.mark()`; nothing on one orchestrator."""
+    if not server.others:
+        return {}
+    return {"other_replicas_cpu_share": [round(o.usage().cpu_share, 3) for o in server.others]}
+
+
+def check_cpu(result: Result) -> None:
+    """The servers' CPU, as a row of the table: which process ran short, on this box."""
+    shares = [
+        result.metrics["server_cpu_share"],
+        *result.metrics.get("other_replicas_cpu_share", []),
+    ]
+    label = "server CPU share of the machine" + (
+        " (submit replica / workers' replica)" if len(shares) > 1 else ""
+    )
+    result.check(label, " / ".join(f"{v:.0%}" for v in shares), "-", None)
+
+
+def check_refused(result: Result, refused: int) -> None:
+    """A submit answered with an error is a finding, not a reason to stop measuring."""
+    if refused:
+        result.check("submits answered with an error", refused, "0", False)
+
+
+def at_most(value: float | None, limit: float) -> bool | None:
+    return None if value is None else value <= limit

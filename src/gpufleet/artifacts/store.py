@@ -1,0 +1,274 @@
+"""The artifact store: job files kept by key in the data folder or a bucket.
+
+One implementation over `obstore` serves every backend (a local folder, S3 and its
+look-alikes, GCS, Azure); what differs is said by the backend's capabilities, not by
+subclasses. Writes stream: the bytes pass through in chunks, their size and sha256 counted
+on the way, and the object appears only when the whole stream arrived with the announced
+sha256 (obstore's put is atomic: a temporary file renamed, or a multipart upload completed
+only at the end; an error raised while streaming aborts it).
+
+Presigned uploads go to a staging key outside `jobs/` (never listed); `finish_upload`
+reads the staged object once to check its sha256, then copies it to its key inside the
+store. The orchestrator reads those bytes from the bucket, it does not hold them: S3 could
+check a sha256 itself (`x-amz-checksum-sha256`), but obstore cannot sign that header yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+import obstore
+from obstore.exceptions import BaseError, NotFoundError
+from obstore.store import AzureStore, GCSStore, ObjectStore, S3Store
+
+from gpufleet.errors import (
+    ArtifactCorrupt,
+    ArtifactStoreError,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+)
+
+STAGING_PREFIX = "incoming"
+# S3's smallest multipart part; with `_PUT_CONCURRENCY` it bounds what one upload buffers.
+_PART_SIZE = 5 * 1024 * 1024
+_PUT_CONCURRENCY = 4
+READ_CHUNK = 1024 * 1024
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StoredArtifact:
+    key: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ArtifactInfo:
+    key: str
+    size: int
+    modified: datetime
+
+
+@dataclass(frozen=True)
+class PresignedUpload:
+    """Where a worker PUTs one file itself; `finish_upload` makes it an artifact."""
+
+    url: str
+    key: str
+    staging_key: str
+    expires_at: datetime
+
+
+class ArtifactStore:
+    """Job files by key; `presigns` says whether workers can bypass the orchestrator."""
+
+    def __init__(self, store: ObjectStore, *, name: str) -> None:
+        self._store = store
+        self.name = name
+        self.presigns = isinstance(store, S3Store | GCSStore | AzureStore)
+
+    async def write(
+        self,
+        key: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        sha256: str | None,
+        max_size: int | None = None,
+    ) -> StoredArtifact:
+        """Store `chunks` at `key` if they hash to `sha256`; else store nothing and raise.
+
+        `sha256=None` is for senders that announce none (SimpleTuner's boto3 over HTTPS
+        sends a CRC32 trailer instead, which the caller's stream checks at its end)."""
+        counted = _Counted(chunks, None if sha256 is None else checked_sha256(sha256), max_size)
+        await self._call(
+            key,
+            obstore.put_async(
+                self._store,
+                key,
+                counted,
+                use_multipart=True,
+                chunk_size=_PART_SIZE,
+                max_concurrency=_PUT_CONCURRENCY,
+            ),
+            counted,
+        )
+        return StoredArtifact(key=key, size=counted.size, sha256=counted.sha256)
+
+    async def open(self, key: str) -> AsyncIterator[bytes]:
+        """The bytes at `key`, in chunks; `NotFound` (before any byte) if there are none."""
+        result = await self._call(key, obstore.get_async(self._store, key))
+        return _chunks(result.stream(min_chunk_size=READ_CHUNK), key, self.name)
+
+    async def delete(self, key: str) -> None:
+        """Remove `key`; a key already gone is not an error (a sweep may race a user)."""
+        try:
+            await self._call(key, obstore.delete_async(self._store, key))
+        except NotFound:
+            return
+
+    async def list(self, prefix: str) -> list[ArtifactInfo]:
+        """Every complete object under the folder `prefix`, by key."""
+        found: list[ArtifactInfo] = []
+        stream = obstore.list(self._store, prefix.rstrip("/") + "/", chunk_size=1000)
+        try:
+            async for batch in stream:
+                found += [ArtifactInfo(m["path"], m["size"], m["last_modified"]) for m in batch]
+        except (BaseError, OSError) as exc:
+            raise ArtifactStoreError(
+                f"listing {prefix!r} in the {self.name} failed ({exc}); check that it is reachable"
+            ) from exc
+        return sorted(found, key=lambda info: info.key)
+
+    async def presign_get(self, key: str, expires_in: timedelta) -> str | None:
+        """A URL that serves `key` without credentials until it expires; None for the data
+        folder (the orchestrator streams those bytes itself)."""
+        if not self.presigns:
+            return None
+        await self._call(key, obstore.head_async(self._store, key))
+        return await self._sign("GET", key, expires_in)
+
+    async def presign_put(self, key: str, expires_in: timedelta) -> PresignedUpload | None:
+        """A URL the worker PUTs the file to (one request; S3 takes up to 5 GiB so); None for
+        the data folder. Nothing is listed until `finish_upload`."""
+        if not self.presigns:
+            return None
+        staging = f"{STAGING_PREFIX}/{secrets.token_hex(16)}"
+        url = await self._sign("PUT", staging, expires_in)
+        return PresignedUpload(url, key, staging, datetime.now(UTC) + expires_in)
+
+    async def finish_upload(
+        self, upload: PresignedUpload, *, sha256: str, max_size: int | None = None
+    ) -> StoredArtifact:
+        """Check the staged upload against `sha256`, then make it the artifact at its key."""
+        expected = checked_sha256(sha256)
+        try:
+            counted = _Counted(await self.open(upload.staging_key), expected, max_size)
+            async for _ in counted:
+                pass
+            await self._call(
+                upload.key, obstore.copy_async(self._store, upload.staging_key, upload.key)
+            )
+        finally:
+            await self.delete(upload.staging_key)
+        return StoredArtifact(key=upload.key, size=counted.size, sha256=expected)
+
+    async def _sign(self, method: obstore.HTTP_METHOD, key: str, expires_in: timedelta) -> str:
+        if not isinstance(self._store, S3Store | GCSStore | AzureStore):
+            raise InvalidInput(f"the {self.name} cannot presign; stream through the server")
+        try:
+            return await obstore.sign_async(self._store, method, key, expires_in)
+        except (BaseError, OSError, ValueError) as exc:
+            raise ArtifactStoreError(
+                f"signing a {method} URL for {key!r} failed ({exc}); check the store's credentials"
+            ) from exc
+
+    async def _call(self, key: str, operation: Awaitable[T], source: _Counted | None = None) -> T:
+        """Await one obstore call, its failures said in gpufleet's terms; a failure of the
+        `source` stream it reads (the caller's) goes up as it was raised."""
+        try:
+            return await operation
+        except Exception as exc:
+            if source is not None and exc is source.failure:
+                raise
+            if isinstance(exc, NotFoundError | FileNotFoundError) and source is None:
+                raise NotFound(
+                    f"no artifact {key!r} in the {self.name}; list the job's artifacts"
+                ) from exc
+            if isinstance(exc, BaseError | OSError):
+                raise ArtifactStoreError(
+                    f"the {self.name} failed on {key!r} ({exc}); check that it is reachable "
+                    "and writable, then retry"
+                ) from exc
+            raise
+
+
+def checked_sha256(value: str) -> str:
+    if not _SHA256.fullmatch(value):
+        raise InvalidInput(
+            f"sha256 {value[:80]!r} is not 64 lowercase hex digits; send the file's sha256 hex"
+        )
+    return value
+
+
+class _Counted:
+    """Passes chunks through, counting size and sha256; raises at the end on a mismatch, so
+    that the write it feeds is aborted, not completed."""
+
+    def __init__(
+        self, chunks: AsyncIterable[bytes], sha256: str | None, max_size: int | None
+    ) -> None:
+        self._chunks = aiter(chunks)
+        self._expected = sha256
+        self._max_size = max_size
+        self._hash = hashlib.sha256()
+        self.size = 0
+        self.failure: BaseException | None = None
+
+    def __aiter__(self) -> _Counted:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self._next()
+        except StopAsyncIteration:
+            raise
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+    async def _next(self) -> bytes:
+        try:
+            chunk = await anext(self._chunks)
+        except StopAsyncIteration:
+            self._check_digest()
+            raise
+        self.size += len(chunk)
+        if self._max_size is not None and self.size > self._max_size:
+            raise PayloadTooLarge(
+                f"the file is over the job's artifact limit of {self._max_size} bytes; "
+                "keep fewer files or raise the limit"
+            )
+        self._hash.update(chunk)
+        return chunk
+
+    @property
+    def sha256(self) -> str:
+        return self._hash.hexdigest()
+
+    def _check_digest(self) -> None:
+        actual = self._hash.hexdigest()
+        if self._expected is not None and actual != self._expected:
+            raise ArtifactCorrupt(
+                f"the file's sha256 is {actual} ({self.size} bytes), not the announced "
+                f"{self._expected}; nothing was stored, upload it again"
+            )
+
+
+async def _chunks(stream: AsyncIterable[bytes], key: str, name: str) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in stream:
+            yield bytes(chunk)
+    except (BaseError, OSError) as exc:
+        raise ArtifactStoreError(
+            f"reading {key!r} from the {name} broke off ({exc}); download it again"
+        ) from exc
+
+
+__all__ = [
+    "READ_CHUNK",
+    "STAGING_PREFIX",
+    "ArtifactInfo",
+    "ArtifactStore",
+    "PresignedUpload",
+    "StoredArtifact",
+    "checked_sha256",
+]

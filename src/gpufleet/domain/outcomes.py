@@ -1,0 +1,132 @@
+"""What becomes of a job when its current attempt ends: the retry policy, decided once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from gpufleet.domain.states import (
+    AttemptStatus,
+    EndedAttempt,
+    RetryOn,
+    start_failure_workers,
+)
+
+A = AttemptStatus
+MAX_UNACKNOWLEDGED_OFFERS = 5  # withdrawn offers a job may have beyond its retries
+
+
+class RetryBudget(Protocol):
+    """What the decision reads of a job (`records.Job`)."""
+
+    @property
+    def retry_on(self) -> frozenset[RetryOn]: ...
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def attempts(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """How the job's current attempt ended."""
+
+    status: AttemptStatus
+    number: int
+    error: str | None = None
+
+    @property
+    def reason(self) -> str:
+        return self.error or self.status.value
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    note: str  # the job's `error` while it waits: why its last attempt ended
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    reason: str
+
+
+Decision = Complete | Cancel | Requeue | Fail
+
+
+def retried(ended: AttemptStatus, retry_on: frozenset[RetryOn]) -> bool:
+    """Whether a job whose attempt ended this way (not by its user) may go back to the queue.
+
+    An offer never acknowledged never ran: it is offered again (withdrawn offers are bounded
+    on their own). A lost attempt, or one the worker stopped itself (`cancelled` without a
+    user's cancel: preempted, shut down), is retried when `lost` is in `retry_on` (the
+    default); a failed process only when `failed` is.
+    """
+    if ended is A.WITHDRAWN:
+        return True
+    if ended in (A.LOST, A.CANCELLED):
+        return RetryOn.LOST in retry_on
+    if ended is A.FAILED:
+        return RetryOn.FAILED in retry_on
+    return False
+
+
+def needs_history(job: RetryBudget, ended: AttemptStatus, *, by_user: bool) -> bool:
+    """Whether `decide` reads the job's past attempts for this ending (saves the read if not)."""
+    if ended is A.COMPLETED or (ended is A.CANCELLED and by_user):
+        return False
+    return retried(ended, job.retry_on)
+
+
+def decide(
+    job: RetryBudget,
+    ended: AttemptEnd,
+    history: Sequence[EndedAttempt],
+    *,
+    by_user: bool,
+    poison_after_workers: int,
+) -> Decision:
+    """The job completes, is cancelled, requeued or fails. `history`: every attempt of the
+    job, the ended one included; only read when `needs_history` says so."""
+    if ended.status is A.COMPLETED:
+        return Complete()
+    if ended.status is A.CANCELLED and by_user:
+        return Cancel()
+    if not needs_history(job, ended.status, by_user=by_user):
+        # The job's own process failed, and the submit did not ask for `retry_on: failed`.
+        return Fail(ended.reason)
+    return _retry_or_fail(job, ended, history, poison_after_workers)
+
+
+def _retry_or_fail(
+    job: RetryBudget, ended: AttemptEnd, history: Sequence[EndedAttempt], poison_after: int
+) -> Decision:
+    reason = ended.reason
+    poisoned = start_failure_workers(history)
+    if len(poisoned) >= poison_after:
+        return Fail(
+            f"could not start on {len(poisoned)} different workers, so it is not tried again "
+            f"(--poison-after-workers); fix the job and submit it again. Last error: {reason}"
+        )
+    unacknowledged = sum(1 for a in history if a.status is A.WITHDRAWN)
+    # An offer the worker never acknowledged never ran: it does not spend a retry, but a
+    # job no worker ever acknowledges still ends.
+    ran = job.attempts - unacknowledged
+    if unacknowledged > MAX_UNACKNOWLEDGED_OFFERS:
+        return Fail(
+            f"{reason} (offered {unacknowledged} times without an acknowledgement; check "
+            "that the workers receive their event streams)"
+        )
+    if ran < job.max_retries + 1:
+        return Requeue(f"attempt {ended.number} {ended.status.value}: {reason}")
+    return Fail(f"{reason} (attempt {ran} of {job.max_retries + 1}; no retries left)")

@@ -1,0 +1,132 @@
+"""The wire protocol between the orchestrator and its workers: the events a worker's stream
+carries and the API paths a worker calls.
+
+The server builds every event here, and the agent and the benchmark read them by these
+names. The shapes are those of the released SimpleTuner agent, which gpufleet's own agent
+extends (it names the attempt in every report and heeds it in `job_cancel`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+Event = dict[str, Any]
+
+
+class EventType(StrEnum):
+    CONNECTED = "connected"
+    PING = "ping"
+    JOB_SUBMIT = "job_submit"
+    JOB_CANCEL = "job_cancel"
+    DRAIN = "drain"
+    UNDRAIN = "undrain"
+    SHUTDOWN = "shutdown"
+
+
+_TYPES = frozenset(t.value for t in EventType)
+
+
+def event_type(event: Event) -> EventType | None:
+    """The event's type, or None for one of no known type (which a reader ignores)."""
+    kind = event.get("type")
+    return EventType(kind) if isinstance(kind, str) and kind in _TYPES else None
+
+
+# ---- API paths ----------------------------------------------------------------------------
+
+WORKER_API = "/api/workers"
+REGISTER = f"{WORKER_API}/register"
+HEARTBEAT = f"{WORKER_API}/heartbeat"
+STREAM = f"{WORKER_API}/stream"
+DISCONNECT = f"{WORKER_API}/disconnect"
+
+
+def job_status_path(job_id: str) -> str:
+    return f"{WORKER_API}/job/{job_id}/status"
+
+
+def job_logs_path(job_id: str) -> str:
+    return f"{WORKER_API}/job/{job_id}/logs"
+
+
+def job_upload_path(job_id: str) -> str:
+    return f"{WORKER_API}/job/{job_id}/upload"
+
+
+# ---- what a worker says ------------------------------------------------------------------
+
+
+def heartbeat(
+    worker_id: str | None,
+    job_id: str | None,
+    attempt_id: str | None,
+    gpu_stats: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A heartbeat's body: the job the worker runs (none: it says outright that it is idle)
+    and, where it samples them, its GPUs' load."""
+    body: dict[str, Any] = {
+        "worker_id": worker_id,
+        "status": "busy" if job_id else "idle",
+        "current_job_id": job_id,
+        "current_attempt_id": attempt_id,
+    }
+    if gpu_stats:
+        body["gpu_stats"] = gpu_stats
+    return body
+
+
+# ---- what a worker's stream carries -------------------------------------------------------
+
+
+def connected(worker_id: str) -> Event:
+    return {"type": EventType.CONNECTED.value, "worker_id": worker_id}
+
+
+def ping() -> Event:
+    return {"type": EventType.PING.value}
+
+
+def job_submit(job_id: str, attempt_id: str, config: dict[str, Any], gpu_count: int) -> Event:
+    """The offer of an attempt.
+
+    The released SimpleTuner agent copies `upload_endpoint` and `upload_token` straight into
+    the trainer's environment: both must be strings (a null crashes the agent's job handler).
+    No upload token is issued yet (the upload route answers 501), so it is empty.
+    """
+    return {
+        "type": EventType.JOB_SUBMIT.value,
+        "job_id": job_id,
+        "attempt_id": attempt_id,
+        "config": config,
+        "command": config.get("command"),
+        "env": config.get("env") or {},
+        "gpu_count": gpu_count,
+        "timeout_s": config.get("timeout_s"),
+        "dataloader": None,
+        "upload_endpoint": job_upload_path(job_id),
+        "upload_token": "",
+    }
+
+
+def job_cancel(job_id: str, reason: str, attempt_id: str | None = None) -> Event:
+    """Stop the job; with `attempt_id`, only that attempt of it (the SimpleTuner agent stops
+    whatever it runs, whichever job or attempt the cancel names)."""
+    return {
+        "type": EventType.JOB_CANCEL.value,
+        "job_id": job_id,
+        "attempt_id": attempt_id,
+        "reason": reason,
+    }
+
+
+def drain(reason: str) -> Event:
+    return {"type": EventType.DRAIN.value, "reason": reason}
+
+
+def undrain() -> Event:
+    return {"type": EventType.UNDRAIN.value}
+
+
+def shutdown(reason: str) -> Event:
+    return {"type": EventType.SHUTDOWN.value, "reason": reason}

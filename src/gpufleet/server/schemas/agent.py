@@ -1,0 +1,104 @@
+"""What a worker agent sends and is answered: register, heartbeat, status, logs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from gpufleet.domain.states import WorkerType
+from gpufleet.server.schemas.base import Lenient
+
+
+class GpuInfo(Lenient):
+    """The SimpleTuner agent's capability shape."""
+
+    name: str | None = Field(None, max_length=256)
+    vram_gb: float | None = Field(None, ge=0)
+    count: int = Field(0, ge=0, le=1024)
+    driver: str | None = Field(None, max_length=128)
+    accelerator: str | None = Field(None, max_length=32)
+
+
+class RegisterIn(Lenient):
+    name: str | None = Field(None, max_length=128)
+    persistent: bool | None = None
+    worker_type: WorkerType | None = None
+    gpu_count: int | None = Field(None, ge=0, le=1024)
+    gpu_name: str | None = Field(None, max_length=256)
+    gpu_vram_gb: float | None = Field(None, ge=0)
+    accelerator_type: str | None = Field(None, max_length=32)
+    gpu_info: GpuInfo | None = None
+    gpus: list[dict[str, Any]] = Field(default_factory=list, max_length=1024)
+    driver_version: str | None = Field(None, max_length=128)
+    cuda_version: str | None = Field(None, max_length=64)
+    cpu_cores: int | None = Field(None, ge=0)
+    ram_gb: float | None = Field(None, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    current_job_id: str | None = Field(None, max_length=64)
+    current_attempt_id: str | None = Field(None, max_length=64)
+    agent: str | None = Field(None, max_length=128)
+    hostname: str | None = Field(None, max_length=256)
+    # What the agent does beyond running a SimpleTuner config (domain.matching.Feature).
+    features: list[Annotated[str, Field(max_length=32)]] | None = Field(None, max_length=16)
+
+
+class RegisterOut(BaseModel):
+    worker_id: str
+    name: str
+    status: str
+    labels: dict[str, str]
+    heartbeat_interval: float
+    resume_job: dict[str, str] | None
+    abandon_job: bool
+
+
+class GpuStatIn(Lenient):
+    index: int = Field(ge=0, le=1023)
+    utilization_pct: float | None = Field(None, ge=0, le=100)
+    memory_used_gb: float | None = Field(None, ge=0, le=1e6)
+    memory_total_gb: float | None = Field(None, ge=0, le=1e6)
+
+
+class HeartbeatIn(Lenient):
+    worker_id: str | None = None
+    status: str | None = None
+    current_job_id: str | None = Field(None, max_length=64)
+    current_attempt_id: str | None = Field(None, max_length=64)
+    # `gpufleet worker` only: each GPU's load now (NVML). Agents that send none keep none.
+    gpu_stats: list[GpuStatIn] | None = Field(None, max_length=1024)
+
+
+class HeartbeatOut(BaseModel):
+    ok: bool
+    status: str
+    draining: bool
+
+
+class StatusIn(Lenient):
+    status: str = Field(min_length=1, max_length=32)
+    attempt_id: str | None = Field(None, max_length=64)
+    error: str | None = Field(None, max_length=100_000)
+    exit_code: int | None = Field(None, ge=-(2**31), le=2**31 - 1)  # an INTEGER column
+    progress: dict[str, Any] | None = None
+
+
+class StatusOut(BaseModel):
+    ok: bool
+    job_status: str
+
+
+class LogLineIn(Lenient):
+    stream: Literal["stdout", "stderr"] = "stdout"
+    text: str = Field(max_length=65_536)
+
+
+class LogsIn(Lenient):
+    attempt_id: str | None = Field(None, max_length=64)
+    # Index of the first line in the attempt's output: a re-sent batch is stored once.
+    first: int | None = Field(None, ge=0, le=2**40)
+    lines: list[LogLineIn] = Field(max_length=1000)
+
+
+class WorkerIdIn(Lenient):
+    worker_id: str | None = None

@@ -1,0 +1,167 @@
+"""The queue: submit and follow jobs, their attempts, logs, progress and saved configs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any, Self
+
+from pydantic import BaseModel, Field
+
+from gpufleet.domain.records import Attempt, Job, StoredConfig
+from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
+from gpufleet.server.schemas.base import Record, Strict
+
+_NO_NAMES: Mapping[str, str] = {}
+
+
+class SubmitIn(Strict):
+    config_name: str | None = Field(None, max_length=128)
+    config: dict[str, Any] | None = None
+    target: Target = Target.WORKER
+    worker_labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    gpu_count: int | None = Field(None, ge=0, le=1024)
+    priority: int = Field(0, ge=-1000, le=1000)
+    max_retries: int = Field(3, ge=0, le=100)
+    # Retried after: `lost` (the worker went away or stopped the job), `failed` (the process).
+    retry_on: list[RetryOn] = Field(default_factory=lambda: sorted(RETRY_DEFAULT), max_length=2)
+
+
+class AttemptOut(Record):
+    id: str
+    number: int
+    worker_id: str
+    status: str
+    offered_at: datetime
+    acknowledged_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    error: str | None
+    exit_code: int | None
+    worker_name: str | None = None
+
+    @classmethod
+    def of(cls, a: Attempt, names: Mapping[str, str] = _NO_NAMES) -> Self:
+        return cls.over(a, worker_name=names.get(a.worker_id))
+
+
+class JobOut(Record):
+    id: str
+    job_id: str
+    status: str
+    config_name: str | None
+    target: str
+    worker_labels: dict[str, str]
+    gpu_count: int
+    priority: int
+    max_retries: int
+    retry_on: list[RetryOn]
+    attempts: int
+    current_attempt_id: str | None
+    worker_id: str | None
+    error: str | None
+    exit_code: int | None
+    progress: dict[str, Any] | None
+    submitted_by: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    worker_name: str | None = None  # the worker's name, when it still exists
+    submitted_by_name: str | None = None  # the submitting key's name
+    rerun_of: str | None = None  # the job this one re-runs
+
+    @classmethod
+    def of(cls, j: Job, names: Mapping[str, str] = _NO_NAMES) -> Self:
+        """`names`: worker ids and actors to names (services.queue.names_of)."""
+        return cls.over(
+            j,
+            job_id=j.id,
+            retry_on=sorted(j.retry_on),
+            worker_name=names.get(j.worker_id) if j.worker_id else None,
+            submitted_by_name=names.get(j.submitted_by) if j.submitted_by else None,
+        )
+
+
+class JobDetail(JobOut):
+    config: dict[str, Any]
+    attempt_history: list[AttemptOut]
+    waiting: dict[str, Any] | None
+    rerun_as: list[str] = Field(default_factory=list)  # the jobs that re-run this one
+
+
+class JobIds(Strict):
+    job_ids: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(max_length=1000)
+
+
+class BulkResult(BaseModel):
+    job_id: str
+    ok: bool
+    job: JobOut | None  # cancel: the job; re-run: the new job
+    error: str | None  # why this one was not done, in words
+
+
+class BulkOut(BaseModel):
+    results: list[BulkResult]
+    done: int
+    failed: int
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class LogLineOut(BaseModel):
+    seq: int
+    attempt_id: str
+    stream: str
+    text: str
+    ts: datetime
+
+
+class LogsOut(BaseModel):
+    job_id: str
+    lines: list[LogLineOut]
+    next_after: int
+    # Pass as `before` to read the lines preceding this page; null at the log's first line.
+    next_before: int | None = None
+
+
+class ConfigOut(Record):
+    name: str
+    config: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, c: StoredConfig) -> Self:
+        return cls.over(c, config=c.body)
+
+
+class ConfigList(BaseModel):
+    configs: list[ConfigOut]
+
+
+# ---- progress history (charts) ------------------------------------------------------------
+
+
+class SeriesOut(BaseModel):
+    name: str
+    points: list[tuple[int, float, int]] = Field(
+        description="[step, value, attempt number], oldest first"
+    )
+
+
+class ProgressHistoryOut(BaseModel):
+    job_id: str
+    status: str
+    step: int | None
+    total: int | None
+    rate: float | None = Field(description="steps a second, over the latest points")
+    eta_s: float | None = Field(description="seconds left at that rate, while running")
+    updated_at: datetime | None = Field(description="when the latest progress was recorded")
+    capacity: int = Field(description="the most points kept per series")
+    series: list[SeriesOut]

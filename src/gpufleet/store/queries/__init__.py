@@ -1,0 +1,30 @@
+"""Every query gpufleet runs, by name, on one connection inside one transaction.
+
+Grouped by aggregate, one module each; `Queries` is all of them on one connection, which is
+what the services hold (`tx.q`, `store.read()`).
+"""
+
+from __future__ import annotations
+
+from gpufleet.store.queries.attempts import AttemptQueries
+from gpufleet.store.queries.audit import AuditQueries
+from gpufleet.store.queries.jobs import JobQueries, NewJob
+from gpufleet.store.queries.keys import KeyQueries
+from gpufleet.store.queries.logs import LOG_SEQ_MAX, LogQueries
+from gpufleet.store.queries.webhooks import WebhookQueries
+from gpufleet.store.queries.workers import WorkerQueries
+
+
+class Queries(
+    WorkerQueries,
+    KeyQueries,
+    JobQueries,
+    AttemptQueries,
+    LogQueries,
+    AuditQueries,
+    WebhookQueries,
+):
+    """Named queries bound to one connection. The caller owns the transaction."""
+
+
+__all__ = ["LOG_SEQ_MAX", "NewJob", "Queries"]

@@ -1,0 +1,78 @@
+"""Attempts: each offer of a job to a worker, and what became of it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpufleet.domain.records import Attempt, Job, WorkedAttempt
+from gpufleet.domain.states import AttemptStatus, JobStatus
+from gpufleet.store.queries import rows
+from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.tables import job_attempts, jobs
+
+
+class AttemptQueries(QueryBase):
+    async def insert_attempt(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(job_attempts).values(**values))
+
+    async def get_attempt(self, attempt_id: str) -> Attempt | None:
+        stmt = sa.select(job_attempts).where(job_attempts.c.id == attempt_id)
+        row = await self._first(stmt)
+        return rows.attempt(row) if row else None
+
+    async def update_attempt(self, attempt_id: str, **values: Any) -> None:
+        await self.conn.execute(
+            sa.update(job_attempts).where(job_attempts.c.id == attempt_id).values(**values)
+        )
+
+    async def attempts_for_job(self, job_id: str) -> list[Attempt]:
+        stmt = (
+            sa.select(job_attempts)
+            .where(job_attempts.c.job_id == job_id)
+            .order_by(job_attempts.c.number)
+        )
+        return [rows.attempt(m) for m in await self._mapped(stmt)]
+
+    async def attempts_of_worker(self, worker_id: str, limit: int) -> list[WorkedAttempt]:
+        """The worker's newest attempts first (ix_attempts_worker), with their jobs."""
+        stmt = (
+            sa.select(job_attempts, jobs.c.config_name, jobs.c.status.label("job_status"))
+            .join(jobs, jobs.c.id == job_attempts.c.job_id)
+            .where(job_attempts.c.worker_id == worker_id)
+            .order_by(job_attempts.c.offered_at.desc(), job_attempts.c.id.desc())
+            .limit(limit)
+        )
+        return [
+            WorkedAttempt(
+                attempt=rows.attempt(m),
+                config_name=m["config_name"],
+                job_status=JobStatus(m["job_status"]),
+            )
+            for m in await self._mapped(stmt)
+        ]
+
+    async def unacknowledged_offers(self, cutoff: datetime) -> list[Attempt]:
+        stmt = sa.select(job_attempts).where(
+            job_attempts.c.status == AttemptStatus.OFFERED.value,
+            job_attempts.c.offered_at < cutoff,
+        )
+        return [rows.attempt(m) for m in await self._mapped(stmt)]
+
+    async def pending_offers(self, worker_id: str) -> list[tuple[Attempt, Job]]:
+        stmt = (
+            sa.select(job_attempts, jobs)
+            .join(jobs, jobs.c.id == job_attempts.c.job_id)
+            .where(
+                job_attempts.c.worker_id == worker_id,
+                job_attempts.c.status == AttemptStatus.OFFERED.value,
+                jobs.c.current_attempt_id == job_attempts.c.id,
+            )
+        )
+        return [
+            (rows.attempt(rows.of_table(job_attempts, m)), rows.job(rows.of_table(jobs, m)))
+            for m in await self._mapped(stmt)
+        ]

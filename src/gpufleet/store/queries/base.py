@@ -1,0 +1,30 @@
+"""What every group of queries shares: one connection, inside a transaction the caller owns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+class QueryBase:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+        self._pg = conn.dialect.name == "postgresql"
+
+    async def _rowcount(self, stmt: sa.Executable, params: Any = None) -> int:
+        result = await self.conn.execute(stmt, params)
+        return int(result.rowcount)
+
+    async def _mapped(self, stmt: sa.Executable, params: Any = None) -> Sequence[RowMapping]:
+        """Every row of `stmt`, by column name."""
+        return (await self.conn.execute(stmt, params)).mappings().all()
+
+    async def _first(self, stmt: sa.Executable) -> RowMapping | None:
+        return (await self.conn.execute(stmt)).mappings().first()
+
+    def _locked(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
+        return stmt.with_for_update() if self._pg else stmt

@@ -1,0 +1,177 @@
+"""Jobs: submitted, claimed, filtered and paged in dispatch order."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpufleet.domain.matching import match_key
+from gpufleet.domain.records import Job, JobFilter
+from gpufleet.domain.states import JobStatus, RetryOn, Target
+from gpufleet.store.queries import rows
+from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.tables import jobs, workers
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job as submit queues it."""
+
+    id: str
+    config: dict[str, Any]
+    target: Target
+    worker_labels: dict[str, str]
+    gpu_count: int
+    priority: int
+    max_retries: int
+    retry_on: Collection[RetryOn]
+    submitted_by: str
+    created_at: datetime
+    config_name: str | None = None
+    rerun_of: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The row of `jobs` it is: queued, with the key dispatch finds it by."""
+        return {
+            "id": self.id,
+            "status": JobStatus.QUEUED.value,
+            "config_name": self.config_name,
+            "config": self.config,
+            "target": self.target.value,
+            "worker_labels": self.worker_labels,
+            "match_key": match_key(self.worker_labels),
+            "gpu_count": self.gpu_count,
+            "priority": self.priority,
+            "max_retries": self.max_retries,
+            "retry_on": sorted(self.retry_on),
+            "attempts": 0,
+            "submitted_by": self.submitted_by,
+            "created_at": self.created_at,
+            "updated_at": self.created_at,
+            "rerun_of": self.rerun_of,
+        }
+
+
+class JobQueries(QueryBase):
+    async def insert_job(self, values: Mapping[str, Any]) -> Job:
+        """Insert a job; the job as inserted (columns not given are empty)."""
+        await self.conn.execute(sa.insert(jobs).values(**values))
+        return rows.new_job(values)
+
+    async def queue_job(self, new: NewJob) -> Job:
+        """Queue a submitted job; the job as queued."""
+        return await self.insert_job(new.row())
+
+    async def queue_jobs(self, new: Sequence[NewJob]) -> None:
+        """Queue many jobs in one statement: the rows `queue_job` writes, at once."""
+        if new:
+            await self.conn.execute(sa.insert(jobs), [n.row() for n in new])
+
+    async def get_job(self, job_id: str, *, lock: bool = False) -> Job | None:
+        stmt = sa.select(jobs).where(jobs.c.id == job_id)
+        row = await self._first(self._locked(stmt) if lock else stmt)
+        return rows.job(row) if row else None
+
+    async def update_job(self, job_id: str, **values: Any) -> None:
+        await self.conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(**values))
+
+    async def claim_job(self, job_id: str, values: Mapping[str, Any]) -> bool:
+        """Queued → offered, only if still queued (the compare-and-set of dispatch)."""
+        stmt = (
+            sa.update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.status == JobStatus.QUEUED.value)
+            .values(**values)
+        )
+        return await self._rowcount(stmt) == 1
+
+    def _job_filter(self, stmt: sa.Select[Any], f: JobFilter) -> sa.Select[Any]:
+        if f.statuses:
+            status: Any = jobs.c.status
+            if not self._pg and (f.worker_id or f.worker or f.config_name):
+                # `+status` keeps SQLite off ix_jobs_queue, which walks every job of the
+                # status (every completed one), for ix_jobs_worker or ix_jobs_config.
+                status = sa.literal_column("+jobs.status", sa.String)
+            stmt = stmt.where(status.in_(list(f.statuses)))
+        if f.worker_id:
+            stmt = stmt.where(jobs.c.worker_id == f.worker_id)
+        if f.target:
+            stmt = stmt.where(jobs.c.target == f.target)
+        if f.config_name:
+            stmt = stmt.where(jobs.c.config_name == f.config_name)
+        if f.worker:
+            named = sa.select(workers.c.id).where(workers.c.name == f.worker)
+            stmt = stmt.where(sa.or_(jobs.c.worker_id == f.worker, jobs.c.worker_id.in_(named)))
+        for key, value in (f.labels or {}).items():
+            stmt = stmt.where(jobs.c.worker_labels[key].as_string() == value)
+        if f.id_prefix:
+            stmt = stmt.where(jobs.c.id.startswith(f.id_prefix, autoescape=True))
+        return stmt
+
+    async def list_jobs(self, f: JobFilter, limit: int, offset: int) -> tuple[list[Job], int]:
+        stmt = self._job_filter(sa.select(jobs), f)
+        stmt = stmt.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit).offset(offset)
+        total_stmt = self._job_filter(sa.select(sa.func.count()).select_from(jobs), f)
+        found = [rows.job(m) for m in await self._mapped(stmt)]
+        total = int((await self.conn.execute(total_stmt)).scalar_one())
+        return found, total
+
+    async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        stmt = sa.select(jobs).where(jobs.c.id.in_(list(job_ids)))
+        return {m["id"]: rows.job(m) for m in await self._mapped(stmt)}
+
+    async def reruns_of(self, job_id: str) -> list[str]:
+        """The jobs that re-run this one, oldest first (ix_jobs_rerun_of)."""
+        stmt = (
+            sa.select(jobs.c.id)
+            .where(jobs.c.rerun_of == job_id)
+            .order_by(jobs.c.created_at, jobs.c.id)
+        )
+        return [r.id for r in await self.conn.execute(stmt)]
+
+    async def has_queued_jobs(self) -> bool:
+        stmt = sa.select(jobs.c.id).where(jobs.c.status == JobStatus.QUEUED.value).limit(1)
+        return (await self.conn.execute(stmt)).first() is not None
+
+    async def queued_jobs(
+        self,
+        *,
+        max_gpus: int,
+        targets: Sequence[str],
+        after: tuple[int, datetime, str] | None,
+        limit: int,
+        match_keys: Sequence[str] | None = None,
+    ) -> list[Job]:
+        """Queued jobs a worker of `max_gpus` GPUs could take, in dispatch order, paged;
+        with `match_keys`, only those whose label requirement is one of them (ix_jobs_match)."""
+        stmt = sa.select(jobs).where(
+            jobs.c.status == JobStatus.QUEUED.value,
+            jobs.c.gpu_count <= max_gpus,
+            jobs.c.target.in_(list(targets)),
+        )
+        priority: Any = jobs.c.priority
+        if match_keys is not None:
+            stmt = stmt.where(jobs.c.match_key.in_(list(match_keys)))
+            # `+priority` keeps SQLite from walking ix_jobs_queue in order and testing every
+            # row (the very scan this filter avoids): it then searches ix_jobs_match.
+            priority = sa.literal_column("+jobs.priority")
+        if after is not None:
+            prio, created, job_id = after
+            stmt = stmt.where(
+                sa.or_(
+                    jobs.c.priority < prio,
+                    sa.and_(jobs.c.priority == prio, jobs.c.created_at > created),
+                    sa.and_(
+                        jobs.c.priority == prio, jobs.c.created_at == created, jobs.c.id > job_id
+                    ),
+                )
+            )
+        stmt = stmt.order_by(priority.desc(), jobs.c.created_at, jobs.c.id).limit(limit)
+        return [rows.job(m) for m in await self._mapped(stmt)]
+
+    async def count_jobs_by_status(self) -> dict[str, int]:
+        stmt = sa.select(jobs.c.status, sa.func.count()).group_by(jobs.c.status)
+        return {s: int(n) for s, n in await self.conn.execute(stmt)}

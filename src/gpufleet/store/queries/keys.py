@@ -1,0 +1,84 @@
+"""API keys and stored configs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpufleet.domain.records import ApiKey, StoredConfig
+from gpufleet.store import locks
+from gpufleet.store.queries import rows
+from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.tables import api_keys, configs
+
+
+class KeyQueries(QueryBase):
+    async def insert_api_key(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(api_keys).values(**values))
+
+    async def api_key_for_hash(self, key_hash: str) -> tuple[str, ApiKey] | None:
+        stmt = sa.select(api_keys).where(
+            api_keys.c.key_hash == key_hash, api_keys.c.revoked_at.is_(None)
+        )
+        row = await self._first(stmt)
+        return (row["key_hash"], rows.api_key(row)) if row else None
+
+    async def get_api_key(self, key_id: str) -> ApiKey | None:
+        row = await self._first(sa.select(api_keys).where(api_keys.c.id == key_id))
+        return rows.api_key(row) if row else None
+
+    async def list_api_keys(self) -> list[ApiKey]:
+        stmt = sa.select(api_keys).order_by(api_keys.c.created_at)
+        return [rows.api_key(m) for m in await self._mapped(stmt)]
+
+    async def api_key_names(self, key_ids: Iterable[str]) -> dict[str, str]:
+        stmt = sa.select(api_keys.c.id, api_keys.c.name).where(api_keys.c.id.in_(set(key_ids)))
+        return {r.id: r.name for r in await self.conn.execute(stmt)}
+
+    async def revoke_api_key(self, key_id: str, now: datetime) -> bool:
+        stmt = (
+            sa.update(api_keys)
+            .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+        return await self._rowcount(stmt) == 1
+
+    async def touch_api_key(self, key_id: str, now: datetime) -> None:
+        await self.conn.execute(
+            sa.update(api_keys).where(api_keys.c.id == key_id).values(last_used_at=now)
+        )
+
+    async def count_api_keys(self) -> int:
+        stmt = sa.select(sa.func.count()).select_from(api_keys)
+        return int((await self.conn.execute(stmt)).scalar_one())
+
+    async def lock_api_keys(self) -> None:
+        """One first-start admin key, however many replicas start at once (PostgreSQL)."""
+        if self._pg:
+            await locks.hold_until_commit(self.conn, locks.API_KEYS)
+
+    async def get_config(self, name: str) -> StoredConfig | None:
+        row = await self._first(sa.select(configs).where(configs.c.name == name))
+        return StoredConfig(**row) if row else None
+
+    async def list_configs(self) -> list[StoredConfig]:
+        stmt = sa.select(configs).order_by(configs.c.name)
+        return [StoredConfig(**m) for m in await self._mapped(stmt)]
+
+    async def put_config(self, name: str, body: dict[str, Any], now: datetime) -> bool:
+        """Insert or replace; True when it was new."""
+        updated = await self._rowcount(
+            sa.update(configs).where(configs.c.name == name).values(body=body, updated_at=now)
+        )
+        if updated:
+            return False
+        await self.conn.execute(
+            sa.insert(configs).values(name=name, body=body, created_at=now, updated_at=now)
+        )
+        return True
+
+    async def delete_config(self, name: str) -> bool:
+        return await self._rowcount(sa.delete(configs).where(configs.c.name == name)) == 1

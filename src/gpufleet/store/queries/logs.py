@@ -1,0 +1,148 @@
+"""A job's log lines and its progress history (domain.history)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpufleet.domain.history import STEP_SERIES, Thinning
+from gpufleet.domain.records import LogLine
+from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.tables import job_logs, progress_points, progress_series
+
+# job_logs.seq is a 32-bit integer on PostgreSQL: a cursor past it is compared here, since
+# the driver refuses to send it.
+LOG_SEQ_MAX = 2**31 - 1
+
+
+class LogQueries(QueryBase):
+    async def insert_logs(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            await self.conn.execute(sa.insert(job_logs), rows)
+
+    async def read_logs(
+        self,
+        job_id: str,
+        after: int,
+        limit: int,
+        *,
+        before: int | None = None,
+        attempt_id: str | None = None,
+    ) -> list[LogLine]:
+        """Lines after `after`, oldest first; with `before`, the newest `limit` lines between
+        the two (still oldest first); with `attempt_id`, that attempt's only."""
+        if after >= LOG_SEQ_MAX:
+            return []
+        where = [*log_scope(job_id, attempt_id), job_logs.c.seq > after]
+        if before is None:
+            stmt = sa.select(job_logs).where(*where).order_by(job_logs.c.seq).limit(limit)
+            rows = list(await self.conn.execute(stmt))
+        else:
+            if before <= LOG_SEQ_MAX:  # a cursor past every seq bounds nothing
+                where.append(job_logs.c.seq < before)
+            stmt = sa.select(job_logs).where(*where).order_by(job_logs.c.seq.desc()).limit(limit)
+            rows = list(await self.conn.execute(stmt))[::-1]
+        return [
+            LogLine(seq=r.seq, attempt_id=r.attempt_id, stream=r.stream, text=r.text, ts=r.ts)
+            for r in rows
+        ]
+
+    async def log_tail_cursor(self, job_id: str, count: int, attempt_id: str | None = None) -> int:
+        """The cursor after which the last `count` lines begin (0: the log is no longer)."""
+        stmt = (
+            sa.select(job_logs.c.seq)
+            .where(*log_scope(job_id, attempt_id))
+            .order_by(job_logs.c.seq.desc())
+            .offset(count)
+            .limit(1)
+        )
+        return int((await self.conn.execute(stmt)).scalar_one_or_none() or 0)
+
+    async def first_log_seq(self, job_id: str, attempt_id: str | None = None) -> int | None:
+        stmt = sa.select(sa.func.min(job_logs.c.seq)).where(*log_scope(job_id, attempt_id))
+        first = (await self.conn.execute(stmt)).scalar_one_or_none()
+        return None if first is None else int(first)
+
+    async def count_logs(self, attempt_id: str) -> int:
+        stmt = (
+            sa.select(sa.func.count())
+            .select_from(job_logs)
+            .where(job_logs.c.attempt_id == attempt_id)
+        )
+        return int((await self.conn.execute(stmt)).scalar_one())
+
+    async def last_log_lines(self, attempt_id: str, count: int) -> list[str]:
+        stmt = (
+            sa.select(job_logs.c.text)
+            .where(job_logs.c.attempt_id == attempt_id)
+            .order_by(job_logs.c.seq.desc())
+            .limit(count)
+        )
+        return [r.text for r in await self.conn.execute(stmt)][::-1]
+
+    async def progress_counts(self, job_id: str) -> dict[str, int]:
+        """Each of the job's series and how many points it was sent."""
+        t = progress_series
+        stmt = sa.select(t.c.series, t.c.received).where(t.c.job_id == job_id)
+        return {r.series: r.received for r in await self.conn.execute(stmt)}
+
+    async def add_progress(
+        self, job_id: str, counts: dict[str, int], points: list[dict[str, Any]]
+    ) -> None:
+        """Store points and the series' new counts (`counts`: series → received before)."""
+        t = progress_series
+        old = [name for name, n in counts.items() if n > 0]
+        new = [name for name, n in counts.items() if n == 0]
+        if old:
+            await self.conn.execute(
+                sa.update(t)
+                .where(t.c.job_id == job_id, t.c.series.in_(old))
+                .values(received=t.c.received + 1)
+            )
+        if new:
+            await self.conn.execute(
+                sa.insert(t), [{"job_id": job_id, "series": s, "received": 1} for s in new]
+            )
+        await self.conn.execute(sa.insert(progress_points), points)
+
+    async def thin_progress(self, job_id: str, series: list[str], plan: Thinning) -> None:
+        p = progress_points
+        await self.conn.execute(
+            sa.delete(p).where(
+                p.c.job_id == job_id,
+                p.c.series.in_(series),
+                p.c.ordinal >= plan.start,
+                p.c.ordinal < plan.stop,
+                p.c.ordinal % plan.stride != 0,
+            )
+        )
+
+    async def progress_values(self, job_id: str) -> list[tuple[str, int, float, int]]:
+        """The metric series' kept points: (series, step, value, attempt), oldest first.
+        Without their times: parsing 16,000 of them is most of the read on SQLite."""
+        p = progress_points
+        stmt = (
+            sa.select(p.c.series, p.c.step, p.c.value, p.c.attempt)
+            .where(p.c.job_id == job_id, p.c.series != STEP_SERIES)
+            .order_by(p.c.series, p.c.ordinal)
+        )
+        return [(r.series, r.step, r.value, r.attempt) for r in await self.conn.execute(stmt)]
+
+    async def progress_steps(self, job_id: str) -> list[tuple[datetime, int, int]]:
+        """The step series' kept points: (time, step, attempt), oldest first."""
+        p = progress_points
+        stmt = (
+            sa.select(p.c.ts, p.c.step, p.c.attempt)
+            .where(p.c.job_id == job_id, p.c.series == STEP_SERIES)
+            .order_by(p.c.ordinal)
+        )
+        return [(r.ts, r.step, r.attempt) for r in await self.conn.execute(stmt)]
+
+
+def log_scope(job_id: str, attempt_id: str | None) -> list[sa.ColumnElement[bool]]:
+    scope = [job_logs.c.job_id == job_id]
+    if attempt_id is not None:
+        scope.append(job_logs.c.attempt_id == attempt_id)
+    return scope

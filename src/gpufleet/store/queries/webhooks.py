@@ -1,0 +1,99 @@
+"""Webhooks and their outbox of deliveries (domain/webhooks.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpufleet.domain.webhooks import Delivery, DeliveryStatus, Webhook
+from gpufleet.store.queries import rows
+from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.tables import webhook_deliveries, webhooks
+
+
+class WebhookQueries(QueryBase):
+    async def insert_webhook(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(webhooks).values(**values))
+
+    async def list_webhooks(self) -> list[Webhook]:
+        stmt = sa.select(webhooks).order_by(webhooks.c.created_at, webhooks.c.id)
+        return [rows.webhook(m) for m in await self._mapped(stmt)]
+
+    async def get_webhook(self, webhook_id: str) -> Webhook | None:
+        stmt = sa.select(webhooks).where(webhooks.c.id == webhook_id)
+        row = await self._first(stmt)
+        return rows.webhook(row) if row else None
+
+    async def delete_webhook(self, webhook_id: str) -> bool:
+        await self.conn.execute(
+            sa.delete(webhook_deliveries).where(webhook_deliveries.c.webhook_id == webhook_id)
+        )
+        return await self._rowcount(sa.delete(webhooks).where(webhooks.c.id == webhook_id)) == 1
+
+    async def insert_deliveries(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            await self.conn.execute(sa.insert(webhook_deliveries), list(rows))
+
+    async def due_deliveries(self, now: datetime, limit: int) -> list[str]:
+        d = webhook_deliveries.c
+        stmt = (
+            sa.select(d.id)
+            .where(
+                d.status == DeliveryStatus.PENDING.value,
+                d.next_at <= now,
+                sa.or_(d.claimed_until.is_(None), d.claimed_until < now),
+            )
+            .order_by(d.next_at, d.id)
+            .limit(limit)
+        )
+        return list((await self.conn.execute(stmt)).scalars())
+
+    async def claim_delivery(self, delivery_id: str, now: datetime, until: datetime) -> bool:
+        """Take a due delivery for sending until `until`: one replica wins (the update is
+        conditional, and PostgreSQL re-reads the row for a second updater once the first
+        commits)."""
+        d = webhook_deliveries.c
+        stmt = (
+            sa.update(webhook_deliveries)
+            .where(
+                d.id == delivery_id,
+                d.status == DeliveryStatus.PENDING.value,
+                d.next_at <= now,
+                sa.or_(d.claimed_until.is_(None), d.claimed_until < now),
+            )
+            .values(claimed_until=until)
+        )
+        return await self._rowcount(stmt) == 1
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        stmt = sa.select(webhook_deliveries).where(webhook_deliveries.c.id == delivery_id)
+        row = await self._first(stmt)
+        return rows.delivery(row) if row else None
+
+    async def update_delivery(self, delivery_id: str, **values: Any) -> None:
+        await self.conn.execute(
+            sa.update(webhook_deliveries)
+            .where(webhook_deliveries.c.id == delivery_id)
+            .values(**values)
+        )
+
+    async def list_deliveries(self, webhook_id: str, limit: int) -> list[Delivery]:
+        d = webhook_deliveries.c
+        stmt = (
+            sa.select(webhook_deliveries)
+            .where(d.webhook_id == webhook_id)
+            .order_by(d.created_at.desc(), d.id.desc())
+            .limit(limit)
+        )
+        return [rows.delivery(m) for m in await self._mapped(stmt)]
+
+    async def prune_deliveries(self, before: datetime) -> int:
+        """Forget finished deliveries created before `before` (the log is kept bounded)."""
+        d = webhook_deliveries.c
+        stmt = sa.delete(webhook_deliveries).where(
+            d.status != DeliveryStatus.PENDING.value, d.created_at < before
+        )
+        return await self._rowcount(stmt)

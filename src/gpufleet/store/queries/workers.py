@@ -1,0 +1,206 @@
+"""Workers, their tokens, and the events outbox their streams drain."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpufleet.domain.records import Worker
+from gpufleet.domain.states import WorkerStatus, WorkerType
+from gpufleet.store.queries import rows
+from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.tables import worker_events, worker_tokens, workers
+
+
+def _newer_on_online(stamp: sa.Column[Any], param: str) -> sa.Update:
+    """An executemany update of the worker `worker_id`, only while it is online (an offline
+    worker must register again) and only if `param` is newer than its `stamp` (never back in
+    time: reports may arrive out of order)."""
+    return sa.update(workers).where(
+        workers.c.id == sa.bindparam("worker_id"),
+        workers.c.offline_since.is_(None),
+        sa.or_(stamp.is_(None), stamp < sa.bindparam(param)),
+    )
+
+
+class WorkerQueries(QueryBase):
+    async def insert_worker(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(workers).values(**values))
+
+    async def get_worker(self, worker_id: str, *, lock: bool = False) -> Worker | None:
+        stmt = sa.select(workers).where(workers.c.id == worker_id)
+        row = await self._first(self._locked(stmt) if lock else stmt)
+        return rows.worker(row) if row else None
+
+    async def list_workers(self, statuses: Iterable[str] = ()) -> list[Worker]:
+        stmt = sa.select(workers).order_by(workers.c.created_at, workers.c.id)
+        wanted = list(statuses)
+        if wanted:
+            stmt = stmt.where(workers.c.status.in_(wanted))
+        return [rows.worker(m) for m in await self._mapped(stmt)]
+
+    async def worker_name_taken(self, name: str) -> bool:
+        stmt = sa.select(sa.func.count()).select_from(workers).where(workers.c.name == name)
+        return int((await self.conn.execute(stmt)).scalar_one()) > 0
+
+    async def worker_names(self, worker_ids: Iterable[str]) -> dict[str, str]:
+        stmt = sa.select(workers.c.id, workers.c.name).where(workers.c.id.in_(set(worker_ids)))
+        return {r.id: r.name for r in await self.conn.execute(stmt)}
+
+    async def update_worker(self, worker_id: str, **values: Any) -> None:
+        await self.conn.execute(
+            sa.update(workers).where(workers.c.id == worker_id).values(**values)
+        )
+
+    async def claim_worker(self, worker_id: str, values: Mapping[str, Any]) -> bool:
+        stmt = (
+            sa.update(workers)
+            .where(workers.c.id == worker_id, workers.c.status == WorkerStatus.IDLE.value)
+            .values(**values)
+        )
+        return await self._rowcount(stmt) == 1
+
+    async def touch_workers(self, beats: dict[str, datetime]) -> None:
+        """Record heartbeat times, one executemany: never for an offline worker (it must
+        register again) and never back in time."""
+        if not beats:
+            return
+        stmt = _newer_on_online(workers.c.last_heartbeat, "beat").values(
+            last_heartbeat=sa.bindparam("beat")
+        )
+        await self.conn.execute(stmt, [{"worker_id": w, "beat": at} for w, at in beats.items()])
+
+    async def record_gpu_stats(self, samples: dict[str, tuple[datetime, list[Any]]]) -> None:
+        """Keep each worker's newest GPU sample, one executemany; never for an offline
+        worker, nor older than the one stored."""
+        if not samples:
+            return
+        stmt = _newer_on_online(workers.c.gpu_stats_at, "at").values(
+            gpu_stats=sa.bindparam("stats"), gpu_stats_at=sa.bindparam("at")
+        )
+        rows = [{"worker_id": w, "at": at, "stats": stats} for w, (at, stats) in samples.items()]
+        await self.conn.execute(stmt, rows)
+
+    async def clear_stream_owner(self, worker_id: str, owner: str) -> bool:
+        stmt = (
+            sa.update(workers)
+            .where(workers.c.id == worker_id, workers.c.stream_owner == owner)
+            .values(stream_owner=None)
+        )
+        return await self._rowcount(stmt) == 1
+
+    async def delete_worker(self, worker_id: str) -> None:
+        await self.conn.execute(
+            sa.delete(worker_tokens).where(worker_tokens.c.worker_id == worker_id)
+        )
+        await self.conn.execute(
+            sa.delete(worker_events).where(worker_events.c.worker_id == worker_id)
+        )
+        await self.conn.execute(sa.delete(workers).where(workers.c.id == worker_id))
+
+    async def idle_matching_workers(
+        self,
+        *,
+        min_gpus: int,
+        local: bool | None,
+        after: tuple[bool, int, str] | None,
+        limit: int,
+    ) -> list[Worker]:
+        """Registered idle workers with GPUs enough for a job, in offer order (remote before
+        local, fewest GPUs first, then id), paged by keyset: the caller checks labels on each
+        page and stops at the first fit, so a match reads a page, not the fleet
+        (ix_workers_match). `local`: None for both kinds.
+        """
+        stmt = sa.select(workers).where(
+            workers.c.status == WorkerStatus.IDLE.value,
+            workers.c.registered == sa.true(),
+            workers.c.gpu_count >= min_gpus,
+        )
+        if local is not None:
+            stmt = stmt.where(workers.c.is_local == local)
+        order = (workers.c.is_local, workers.c.gpu_count, workers.c.id)
+        if after is not None:
+            stmt = stmt.where(sa.tuple_(*order) > sa.tuple_(*after))
+        stmt = stmt.order_by(*order).limit(limit)
+        return [rows.worker(m) for m in await self._mapped(stmt)]
+
+    async def idle_workers(self) -> list[Worker]:
+        stmt = sa.select(workers).where(workers.c.status == WorkerStatus.IDLE.value)
+        return [rows.worker(m) for m in await self._mapped(stmt)]
+
+    async def silent_workers(self, cutoff: datetime) -> list[Worker]:
+        stmt = sa.select(workers).where(
+            workers.c.status != WorkerStatus.OFFLINE.value,
+            sa.or_(workers.c.last_heartbeat.is_(None), workers.c.last_heartbeat < cutoff),
+            workers.c.created_at < cutoff,
+        )
+        return [rows.worker(m) for m in await self._mapped(stmt)]
+
+    async def expired_ephemeral_workers(self, cutoff: datetime) -> list[Worker]:
+        stmt = sa.select(workers).where(
+            workers.c.status == WorkerStatus.OFFLINE.value,
+            workers.c.worker_type == WorkerType.EPHEMERAL.value,
+            workers.c.offline_since < cutoff,
+        )
+        return [rows.worker(m) for m in await self._mapped(stmt)]
+
+    async def workers_with_streams(self) -> list[Worker]:
+        stmt = sa.select(workers).where(workers.c.stream_owner.is_not(None))
+        return [rows.worker(m) for m in await self._mapped(stmt)]
+
+    async def count_workers_by_status(self) -> dict[str, int]:
+        stmt = sa.select(workers.c.status, sa.func.count()).group_by(workers.c.status)
+        return {s: int(n) for s, n in await self.conn.execute(stmt)}
+
+    async def insert_token(self, worker_id: str, token_hash: str, now: datetime) -> None:
+        await self.conn.execute(
+            sa.insert(worker_tokens).values(
+                worker_id=worker_id, token_hash=token_hash, created_at=now
+            )
+        )
+        await self.conn.execute(
+            sa.update(workers).where(workers.c.id == worker_id).values(token_issued_at=now)
+        )
+
+    async def revoke_tokens(self, worker_id: str, now: datetime) -> None:
+        await self.conn.execute(
+            sa.update(worker_tokens)
+            .where(worker_tokens.c.worker_id == worker_id, worker_tokens.c.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+
+    async def worker_for_token(self, token_hash: str) -> tuple[str, Worker] | None:
+        """The live token's stored hash and its worker, or None."""
+        stmt = (
+            sa.select(worker_tokens.c.token_hash, workers)
+            .join(workers, workers.c.id == worker_tokens.c.worker_id)
+            .where(worker_tokens.c.token_hash == token_hash, worker_tokens.c.revoked_at.is_(None))
+        )
+        row = await self._first(stmt)
+        if row is None:
+            return None
+        return row["token_hash"], rows.worker(row)
+
+    async def push_event(self, worker_id: str, payload: dict[str, Any], now: datetime) -> None:
+        await self.conn.execute(
+            sa.insert(worker_events).values(worker_id=worker_id, payload=payload, created_at=now)
+        )
+
+    async def has_events(self, worker_id: str) -> bool:
+        stmt = sa.select(worker_events.c.id).where(worker_events.c.worker_id == worker_id).limit(1)
+        return (await self.conn.execute(stmt)).first() is not None
+
+    async def take_events(self, worker_id: str) -> list[dict[str, Any]]:
+        stmt = (
+            sa.select(worker_events.c.id, worker_events.c.payload)
+            .where(worker_events.c.worker_id == worker_id)
+            .order_by(worker_events.c.id)
+        )
+        rows = list(await self.conn.execute(stmt))
+        if rows:
+            ids = [r.id for r in rows]
+            await self.conn.execute(sa.delete(worker_events).where(worker_events.c.id.in_(ids)))
+        return [dict(r.payload) for r in rows]

@@ -1,0 +1,132 @@
+"""The layering docs/architecture.md draws, read from the source: imports point down only."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "gpufleet"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def module_imports(source: str, name: str) -> set[str]:
+    """What a module imports when it is imported: its top-level imports, not those under
+    `if TYPE_CHECKING:` nor those inside functions (run later, they cannot make a cycle)."""
+    found: set[str] = set()
+    package = name if name.count(".") == 0 else name.rsplit(".", 1)[0]
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{anchor}.{base}" if base else anchor
+                # `from package import module` imports that module (the package is already
+                # on its way in); `from module import name` imports the module.
+                subs = {f"{base}.{alias.name}" for alias in node.names}
+                found.update(subs if subs & KNOWN else {base})
+            elif isinstance(node, ast.If) and not _is_type_checking(node):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+
+    visit(ast.parse(source).body)
+    return found
+
+
+KNOWN = {module_name(path) for path in PACKAGE.rglob("*.py") if "migrations" not in path.parts}
+
+
+def all_modules() -> dict[str, set[str]]:
+    return {
+        module_name(path): module_imports(path.read_text(), module_name(path))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "migrations" not in path.parts
+    }
+
+
+MODULES = all_modules()
+
+
+def imports_of(prefix: str) -> dict[str, set[str]]:
+    return {m: found for m, found in MODULES.items() if m == prefix or m.startswith(prefix + ".")}
+
+
+def test_the_scan_sees_the_imports_it_judges() -> None:
+    # The positive control: without it, every check below could pass on an empty scan.
+    assert "gpufleet.store" in " ".join(MODULES["gpufleet.server.services.dispatch"])
+    assert "fastapi" in MODULES["gpufleet.server.app"]
+    assert len(imports_of("gpufleet.domain")) >= 10
+    assert module_imports("from gpufleet.server import app\n", "x") == {"gpufleet.server.app"}
+    assert module_imports("from gpufleet.errors import X\n", "x") == {"gpufleet.errors"}
+    typed_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import fastapi\n"
+    assert "fastapi" not in module_imports(typed_only, "gpufleet.domain.x")
+
+
+# Pure libraries the rules may use, no I/O in either: orjson parses (jsonpolicy refuses what it
+# cannot carry), cryptography seals (secrets).
+DOMAIN_LIBRARIES = {"orjson", "cryptography"}
+
+
+def test_the_domain_imports_only_the_standard_library_and_itself() -> None:
+    allowed = set(sys.stdlib_module_names) | DOMAIN_LIBRARIES | {"gpufleet"}
+    for module, found in imports_of("gpufleet.domain").items():
+        for name in found:
+            top = name.split(".")[0]
+            ours = name.startswith("gpufleet.domain") or name.startswith("gpufleet.errors")
+            assert top in allowed and (top != "gpufleet" or ours or name == "gpufleet"), (
+                f"{module} imports {name}"
+            )
+
+
+@pytest.mark.parametrize(
+    ("layer", "forbidden"),
+    [
+        ("gpufleet.server.routes", ("gpufleet.store",)),
+        ("gpufleet.server.services", ("fastapi", "starlette", "gpufleet.server.routes")),
+        ("gpufleet.store", ("gpufleet.server", "gpufleet.worker", "gpufleet.cli", "fastapi")),
+        ("gpufleet.cli", ("gpufleet.store", "gpufleet.server.services")),
+        ("gpufleet.worker", ("gpufleet.server", "gpufleet.store", "fastapi")),
+    ],
+)
+def test_a_layer_does_not_reach_past_the_one_below(layer: str, forbidden: tuple[str, ...]) -> None:
+    for module, found in imports_of(layer).items():
+        bad = sorted(n for n in found for f in forbidden if n == f or n.startswith(f + "."))
+        assert not bad, f"{module} imports {bad}"
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    graph = {m: {n for n in found if n in MODULES and n != m} for m, found in MODULES.items()}
+    state: dict[str, int] = {}  # 1: on the current path; 2: done
+
+    def walk(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(graph[module]):
+            if state.get(nxt) == 1:
+                cycle = [*path[path.index(nxt) :], nxt] if nxt in path else [module, nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                walk(nxt, [*path, nxt])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module, [module])
