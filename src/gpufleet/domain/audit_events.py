@@ -12,6 +12,8 @@ EVENT_TYPES = frozenset(
     {
         "apikey.created",
         "apikey.revoked",
+        "artifact.deleted",
+        "artifacts.pinned",
         "attempt.ended",
         "audit.chain_upgraded",
         "auth.failed",
