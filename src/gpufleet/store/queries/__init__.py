@@ -6,6 +6,7 @@ what the services hold (`tx.q`, `store.read()`).
 
 from __future__ import annotations
 
+from gpufleet.store.queries.artifacts import ArtifactQueries
 from gpufleet.store.queries.attempts import AttemptQueries
 from gpufleet.store.queries.audit import AuditQueries
 from gpufleet.store.queries.jobs import JobQueries, NewJob
@@ -23,6 +24,7 @@ class Queries(
     LogQueries,
     AuditQueries,
     WebhookQueries,
+    ArtifactQueries,
 ):
     """Named queries bound to one connection. The caller owns the transaction."""
 
