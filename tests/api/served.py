@@ -50,7 +50,14 @@ async def serve(
         cert.private_key_pem.write_to_path(str(tmp / "key.pem"))
         cert.cert_chain_pems[0].write_to_path(str(tmp / "cert.pem"))
         tls = {"ssl_certfile": str(tmp / "cert.pem"), "ssl_keyfile": str(tmp / "key.pem")}
-    config = uvicorn.Config(app, lifespan="off", log_config=None, log_level="warning", **tls)
+    config = uvicorn.Config(
+        app,
+        lifespan="off",
+        log_config=None,
+        log_level="warning",
+        timeout_graceful_shutdown=1,
+        **tls,
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

@@ -12,6 +12,7 @@ EVENT_TYPES = frozenset(
     {
         "apikey.created",
         "apikey.revoked",
+        "artifact.created",
         "artifact.deleted",
         "artifacts.pinned",
         "attempt.ended",
