@@ -12,6 +12,7 @@ EVENT_TYPES = frozenset(
     {
         "apikey.created",
         "apikey.revoked",
+        "artifact.created",
         "attempt.ended",
         "audit.chain_upgraded",
         "auth.failed",

@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpufleet.address import default_public_url
+from gpufleet.artifacts import DEFAULT_MAX_JOB_BYTES
+from gpufleet.artifacts.backends import ArtifactSettings, default_artifact_url
 from gpufleet.errors import ConfigurationError
 
 # A worker may miss one heartbeat (a slow request, a busy machine) without being marked
@@ -38,6 +40,10 @@ class ServerSettings(BaseModel):
     print_admin_key: bool = True
     # The address workers elsewhere use (`--public-url`); None: `default_public_url`.
     public_url: str | None = None
+    # The artifact store (docs/artifacts.md): a folder, file://… or s3://bucket/prefix;
+    # None: <data-dir>/artifacts.
+    artifacts: str | None = None
+    artifact_max_job_bytes: int = Field(DEFAULT_MAX_JOB_BYTES, ge=0)
 
     @model_validator(mode="after")
     def _timeout_spans_heartbeats(self) -> ServerSettings:
@@ -56,6 +62,11 @@ class ServerSettings(BaseModel):
         if self.public_url:
             return self.public_url
         return default_public_url(self.host, self.port, tls=self.tls_cert is not None)
+
+    def artifact_settings(self) -> ArtifactSettings:
+        """The artifact store to open; object storage takes its endpoint and keys from the
+        usual AWS_* variables (read when it is opened)."""
+        return ArtifactSettings(url=self.artifacts or default_artifact_url(self.data_dir))
 
     def simpletuner_agent_warning(self) -> str | None:
         """Why released SimpleTuner agents would flap under these settings, if they would."""
