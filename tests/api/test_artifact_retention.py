@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from asgi_lifespan import LifespanManager
 
+from gpufleet.artifacts.backends import open_artifact_store
 from gpufleet.artifacts.store import ArtifactStore
 from gpufleet.errors import ArtifactStoreError
 from gpufleet.server.app import create_app
@@ -19,6 +20,9 @@ from gpufleet.server.settings import ServerSettings
 from gpufleet.supervisor import Supervisor
 from tests.api.artifact_world import Run, start_run, stored_keys
 from tests.api.conftest import Fleet, sqlite_only
+from tests.api.test_artifact_store import _s3_settings, s3_endpoint
+
+__all__ = ["s3_endpoint"]  # moto's S3 server, a fixture used by name
 
 DAY = 24 * 3600.0
 
@@ -112,6 +116,23 @@ async def test_a_job_keeps_only_its_newest_checkpoints_and_never_one_resumed_fro
     await run.finish()
     await retention.sweep(fleet.ctx)
     assert await checkpoints_of(fleet, run) == ["checkpoint-60", "checkpoint-50", "checkpoint-40"]
+
+
+async def test_on_object_storage_the_sweep_deletes_from_the_bucket(
+    fleet: Fleet, s3_endpoint: str
+) -> None:
+    fleet.ctx.artifacts = open_artifact_store(_s3_settings(s3_endpoint))
+    old = await ended_run(fleet, "a.bin")
+    await old.checkpoint("checkpoint-1", 1, {"s.bin": b"s"})
+    kept = await ended_run(fleet, "b.bin")
+    fleet.clock.advance(31 * DAY)
+    pin = await fleet.admin.put(f"/api/queue/{kept.job_id}/artifacts/pin", json={"pinned": True})
+    assert pin.status_code == 200
+    swept = await retention.sweep(fleet.ctx)
+    assert swept.artifacts == 2
+    keys = await stored_keys(fleet)
+    assert keys and all(kept.job_id in key for key in keys)
+    assert await artifacts_of(fleet, old) == set()
 
 
 @sqlite_only
