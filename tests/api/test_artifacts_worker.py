@@ -737,3 +737,53 @@ async def test_each_attempt_has_its_own_upload_token_the_same_on_every_resend(
     assert not check_upload_token(key, second["attempt_id"], first["upload_token"])
     assert not check_upload_token(key, first["attempt_id"], first["upload_token"][:-1])
     assert first["upload_token"] not in await fleet.all_stored_text()
+
+
+# ---- replicas --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["folder", "s3"])
+async def test_an_upload_announced_on_one_replica_is_taken_by_the_other(
+    tmp_path: Path,
+    postgres_url: str,
+    backend: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two orchestrators on one database (and one data folder, or one bucket): the upload id
+    and the checkpoint's URLs carry all they need, so either replica takes any step."""
+    url = _bucket(request.getfixturevalue("s3_endpoint"), monkeypatch) if backend == "s3" else None
+    one = await _fleet(tmp_path, postgres_url, artifacts=url)
+    two = await _fleet(tmp_path, postgres_url, artifacts=url)
+    try:
+        agent = await one.online_worker("gpu-1")
+        offer = await running_job(one, agent)
+        job_id, attempt_id = offer["job_id"], offer["attempt_id"]
+        data = secrets.token_bytes(300_000)
+        as_two = Agent(two, agent.id, agent.token, agent.name)
+
+        plan = (
+            await announce(
+                agent, job_id, attempt_id, "output/c-1/w", data, kind="checkpoint", checkpoint="c-1"
+            )
+        ).json()
+        sent = await send(as_two, job_id, plan, data)
+        assert sent.status_code == 201, sent.text
+        files = [{"path": "output/c-1/w", "size": len(data), "sha256": sha(data)}]
+        committed = await commit(agent, offer, "c-1", "output/c-1", 1, files)
+        assert committed.status_code == 201, committed.text
+        fetched = await two.http.get(
+            f"/api/workers/job/{job_id}/checkpoints/{committed.json()['id']}",
+            params={"attempt_id": attempt_id},
+            headers=agent.headers,
+        )
+        (f,) = fetched.json()["files"]
+        if plan["via"] == "orchestrator":
+            got = (await one.http.get(f["url"], headers=agent.headers)).content
+        else:
+            async with httpx.AsyncClient() as bucket:
+                got = (await bucket.get(f["url"])).content
+        assert got == data
+    finally:
+        await two.stop()
+        await one.stop()
