@@ -445,6 +445,25 @@ async def test_bytes_that_are_not_the_announced_ones_store_nothing(fleet: Fleet)
     assert metric(scraped, "gpufleet_artifact_upload_failures_total") == 3
 
 
+@sqlite_only
+async def test_a_replacement_that_fails_its_check_leaves_the_stored_file_as_it_was(
+    fleet: Fleet,
+) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    offer = await running_job(fleet, agent)
+    job_id, attempt_id = offer["job_id"], offer["attempt_id"]
+    first, second = b"v1" * 1000, b"v2" * 1000
+    kept = await upload(agent, job_id, attempt_id, "result.json", first)
+    plan = (await announce(agent, job_id, attempt_id, "result.json", second)).json()
+
+    refused = await send(agent, job_id, plan, b"v3" * 1000)
+
+    assert refused.status_code == 422
+    assert await listed(fleet, job_id) == [(1, "result.json", kept["sha256"])]
+    (key,) = await stored_keys(fleet, job_id)
+    assert await read_back(fleet, key) == first
+
+
 async def test_a_corrupt_upload_to_the_bucket_is_refused_and_its_staging_removed(
     tmp_path: Path, database_url: str, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
