@@ -24,6 +24,7 @@ import trustme
 from botocore.exceptions import ClientError
 
 from gpufleet.artifacts.backends import open_artifact_store
+from gpufleet.server.ratelimit import FailureLimiter
 from tests.api.conftest import Agent, Fleet, sqlite_only
 from tests.api.served import free_socket, serve, trainer_publishing
 from tests.api.test_artifact_store import _s3_settings, s3_endpoint
@@ -379,3 +380,19 @@ async def test_on_object_storage_the_trainers_files_land_in_the_bucket_and_read_
     key = f"{offer['job_id']}/models/pytorch_lora_weights.safetensors"
     await asyncio.to_thread(client.download_file, "gpufleet", key, str(target))
     assert target.read_bytes() == files["models/pytorch_lora_weights.safetensors"]
+
+
+@sqlite_only
+async def test_wrong_upload_tokens_are_audited_and_rate_limited_like_any_credential(
+    fleet: Fleet,
+) -> None:
+    _agent, offer = await running_simpletuner_job(fleet)
+    fleet.ctx.auth_failures = FailureLimiter(3, 60.0)
+    key = f"{offer['job_id']}/m/x"
+    answers = [(await storage_put(fleet, key, f"ut_guess{n}")).status_code for n in range(4)]
+    assert answers == [401, 401, 401, 429]
+    failed = await fleet.audit(type="auth.failed")
+    assert [e["detail"]["credential"] for e in failed] == ["upload_token"] * 3
+    assert await fleet.audit(type="auth.rate_limited")
+    # The right token still works from that address: a valid credential is never locked out.
+    assert (await storage_put(fleet, key, offer["upload_token"])).status_code == 200
