@@ -23,7 +23,7 @@ from gpufleet.domain.states import ACTIVE_ATTEMPT
 from gpufleet.errors import GpufleetError, NotFound, NotHolder, PayloadTooLarge, Unauthenticated
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import job_topic
-from gpufleet.server.services import auth
+from gpufleet.server.services import auth, job_artifacts
 
 NO_TOKEN = (
     "this storage route takes the attempt's upload token in X-SimpleTuner-Secret or "
@@ -214,10 +214,4 @@ async def read(ctx: Context, served: Served) -> AsyncIterator[bytes]:
         source = await ctx.artifacts.open(art.key)
     else:
         source = await ctx.artifacts.open_range(art.key, served.start, served.end)
-    return _counted(ctx, source)
-
-
-async def _counted(ctx: Context, source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    async for chunk in source:
-        ctx.metrics.artifact_bytes_downloaded.inc(len(chunk))
-        yield chunk
+    return job_artifacts.counted(ctx, source)
