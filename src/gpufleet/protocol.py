@@ -54,6 +54,26 @@ def job_upload_path(job_id: str) -> str:
     return f"{WORKER_API}/job/{job_id}/upload"
 
 
+def upload_send_path(job_id: str, upload_id: str) -> str:
+    """Where a worker PUTs an upload's bytes when the orchestrator streams them itself."""
+    return f"{job_upload_path(job_id)}/{upload_id}"
+
+
+def upload_complete_path(job_id: str, upload_id: str) -> str:
+    """Where a worker says an upload sent straight to the store is done (`via: store`)."""
+    return f"{upload_send_path(job_id, upload_id)}/complete"
+
+
+def checkpoints_path(job_id: str) -> str:
+    """Where a worker commits a checkpoint whose every file is stored."""
+    return f"{WORKER_API}/job/{job_id}/checkpoints"
+
+
+def checkpoint_path(job_id: str, checkpoint_id: str) -> str:
+    """Where a worker fetches the checkpoint an attempt resumes from."""
+    return f"{checkpoints_path(job_id)}/{checkpoint_id}"
+
+
 # ---- what a worker says ------------------------------------------------------------------
 
 
