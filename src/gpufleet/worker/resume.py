@@ -140,9 +140,10 @@ async def _download(
                     sha.update(chunk)
                     await asyncio.to_thread(out.write, chunk)
         if size != wanted.size:
+            got = f"more than {wanted.size}" if size > wanted.size else str(size)
             raise ResumeFailed(
                 f"checkpoint {resume.name} file {wanted.path} size mismatch: expected "
-                f"{wanted.size} bytes, got {size}{'+' if size > wanted.size else ''}"
+                f"{wanted.size} bytes, got {got}"
             )
         if sha.hexdigest() != wanted.sha256:
             raise ResumeFailed(
