@@ -195,23 +195,22 @@ async def test_a_refused_file_is_counted_and_named_and_the_next_one_goes_on(job:
     )
 
 
-async def test_a_file_that_changes_after_it_was_hashed_is_not_stored(job: Path) -> None:
-    fake = ArtifactFake()
-    uploader, client = make_uploader(fake, job)
-    original = digest
-
-    def then_changed(folder: Path, path: str):  # type: ignore[no-untyped-def]
-        found = original(folder, path)
-        (folder / path).write_text('{"ok": false}')
-        return found
-
+async def test_a_file_that_changes_after_it_was_hashed_is_not_stored(
+    job: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import gpufleet.worker.uploads as uploads
 
-    uploads.digest = then_changed  # type: ignore[assignment]
+    def hashed_then_changed(folder: Path, path: str) -> uploads.FileDigest:
+        found = digest(folder, path)
+        (folder / path).write_text('{"ok": false}')  # same size, other bytes
+        return found
+
+    fake = ArtifactFake()
+    uploader, client = make_uploader(fake, job)
+    monkeypatch.setattr(uploads, "digest", hashed_then_changed)
     try:
         assert await uploader.upload("result.json") is None
     finally:
-        uploads.digest = original  # type: ignore[assignment]
         await client.aclose()
     assert fake.blobs == {}
     assert "size or sha256 is not the announced one" in (uploader.summary() or "")
@@ -248,3 +247,48 @@ async def test_a_checkpoint_is_committed_with_its_files(job: Path) -> None:
         "step": 7,
         "files": [{"path": "output/model.bin", "size": stored.size, "sha256": stored.sha256}],
     }
+
+
+async def test_an_orchestrator_without_upload_routes_ends_the_attempt_s_uploads(job: Path) -> None:
+    calls: list[str] = []
+
+    async def old_server(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return httpx.Response(501, json={"detail": "uploads are not stored by this orchestrator"})
+
+    settings = AgentSettings(orchestrator_url="http://orchestrator.test", worker_token="wt_test")
+    client = OrchestratorClient(settings, transport=httpx.MockTransport(old_server))
+    uploader = Uploader(
+        "j_1", "a_1", job, client, BandwidthLimiter(0), lambda: Backoff(0.001, 0.01)
+    )
+    try:
+        assert await uploader.upload("result.json") is None
+        assert await uploader.upload("output/model.bin") is None
+    finally:
+        await client.aclose()
+    assert calls == ["/api/workers/job/j_1/upload"]  # not retried, not asked again
+    assert uploader.summary() == (
+        "1 upload(s) failed: result.json: the orchestrator refused /api/workers/job/j_1/upload "
+        "(501): uploads are not stored by this orchestrator; no further file of this attempt "
+        "is sent"
+    )
+
+
+async def test_a_file_deleted_between_hash_and_send_fails_alone(
+    job: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpufleet.worker.uploads as uploads
+
+    def hashed_then_deleted(folder: Path, path: str) -> uploads.FileDigest:
+        found = digest(folder, path)
+        (folder / path).unlink()  # a trainer rotating its old checkpoints away
+        return found
+
+    fake = ArtifactFake()
+    uploader, client = make_uploader(fake, job)
+    monkeypatch.setattr(uploads, "digest", hashed_then_deleted)
+    try:
+        assert await uploader.upload("result.json") is None
+    finally:
+        await client.aclose()
+    assert "result.json: cannot read it" in (uploader.summary() or "")

@@ -341,7 +341,8 @@ def _error_for(response: httpx.Response) -> AgentError:
         return InvalidToken(INVALID_TOKEN)
     if code == 409:
         return Fenced(f"the orchestrator says this worker no longer holds the job: {detail}")
-    if code >= 500 or code in (408, 429):
+    # 501: the orchestrator has no such feature; asking again will not change that.
+    if (code >= 500 and code != 501) or code in (408, 429):
         return Unreachable(f"the orchestrator answered {code}: {detail}")
     return Rejected(
         f"the orchestrator refused {response.request.url.path} ({code}): {detail}", code

@@ -278,6 +278,8 @@ class JobRun:
             return
         paths = await asyncio.to_thread(keep.artifact_files, job.space.folder, job.spec.keep)
         for path in paths:
+            if self._hurry:
+                return
             if path in uploader.stored:  # a checkpoint's file, stored already
                 continue
             try:

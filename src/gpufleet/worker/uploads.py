@@ -8,7 +8,9 @@ stored.
 
     Unreachable, 5xx      retried with backoff (the file is read again from its start)
     Fenced (409)          the attempt is no longer ours: nothing more is sent for it
-    Rejected (other 4xx)  that file failed: logged, counted, named in the final report
+    Rejected (other 4xx)  that file failed: logged, counted, named in the final report;
+                          a 404 or 501 (an orchestrator without the artifact routes, or a
+                          deleted job) ends the attempt's uploads
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ CHUNK = 1024 * 1024
 # An upload that keeps failing to reach anyone gives up after this many tries: the job's
 # report must not wait forever behind a store that is down.
 MAX_TRIES = 8
+_NO_UPLOADS = frozenset({404, 501})
 
 
 class Transfers(Protocol):
@@ -136,6 +139,7 @@ class Uploader:
         self._limiter = limiter
         self._backoff = backoff
         self.fenced: Fenced | None = None
+        self.unsupported: str | None = None  # why the orchestrator takes no upload at all
         self.failures: list[str] = []
         self.stored: dict[str, FileDigest] = {}  # path → what was stored for this attempt
         # Files stored already (by the attempt this one resumed from): skipped if unchanged.
@@ -156,6 +160,8 @@ class Uploader:
         """Store one file; None when it failed (recorded). Raises `Fenced` (and remembers it)."""
         if self.fenced is not None:
             raise self.fenced
+        if self.unsupported is not None:
+            return None
         try:
             file = await asyncio.to_thread(digest, self._folder, path)
         except OSError as exc:
@@ -178,8 +184,18 @@ class Uploader:
             self.fenced = exc
             log.warning("uploads of %s stop: %s", self._attempt_id, exc.message)
             raise
-        except (Rejected, Unreachable, UploadFailed) as exc:
+        except Rejected as exc:
+            if exc.status_code in _NO_UPLOADS:
+                self.unsupported = exc.message
+                self._failed(path, f"{exc.message}; no further file of this attempt is sent")
+            else:
+                self._failed(path, exc.message)
+            return None
+        except (Unreachable, UploadFailed) as exc:
             self._failed(path, exc.message)
+            return None
+        except OSError as exc:  # gone or unreadable since it was hashed (a rotated checkpoint)
+            self._failed(path, f"cannot read it: {exc.strerror or exc}")
             return None
         self.stored[path] = file
         self.bytes_sent += file.size
