@@ -176,6 +176,8 @@ class JobRun:
         )
         # The checkpoint it resumed from is stored already: not again, as this attempt's.
         uploader.known.update({file.path: file for file in job.resumed})
+        if self.offer.attempt_id is None:  # an upload must name its attempt to be fenced
+            uploader.unsupported = "the offer names no attempt"
         return uploader
 
     def _backoff(self) -> Backoff:
