@@ -126,18 +126,20 @@ class CheckpointShipper:
                 async with self._progress:
                     self.notes_done += 1
                     self._progress.notify_all()
-        found = keep.checkpoint_folders(self._folder, self._rules)
-        candidates = [path for path in found if path not in self.committed]
-        snapshots = {path: snapshot(self._folder, path) for path in candidates}
+        snapshots = await asyncio.to_thread(self._scan)  # a walk: off the event loop
         settled = self._stable.observe(snapshots)
         if final and self._ship_unsettled:
             settled = [path for path, files in snapshots.items() if files]
         for path in settled:
             await self._ship(path, step_of(Path(path).name))
 
+    def _scan(self) -> dict[str, Snapshot]:
+        found = keep.checkpoint_folders(self._folder, self._rules)
+        return {path: snapshot(self._folder, path) for path in found if path not in self.committed}
+
     async def _announced(self, note: CheckpointNote) -> None:
         relative = keep.inside(self._folder, note.path)
-        if relative is None or not (self._folder / relative).is_dir():
+        if relative is None or not await asyncio.to_thread((self._folder / relative).is_dir):
             log.warning(
                 "ignoring checkpoint %r: not a folder inside the job folder %s",
                 note.path[:200],
@@ -154,7 +156,7 @@ class CheckpointShipper:
         self.committed.add(path)
         name = Path(path).name
         files: list[FileDigest] = []
-        for file in keep.folder_files(self._folder, path):
+        for file in await asyncio.to_thread(keep.folder_files, self._folder, path):
             stored = await self._uploader.upload(file, kind="checkpoint", checkpoint=name)
             if stored is None:
                 log.error("checkpoint %s is not committed: %s was not stored", path, file)

@@ -58,24 +58,24 @@ def artifact_files(folder: Path, rules: KeepRules) -> list[str]:
 
 
 def checkpoint_folders(folder: Path, rules: KeepRules) -> list[str]:
-    """The folders matching the `checkpoints` globs (relative POSIX paths), sorted."""
-    if not rules.checkpoints:
-        return []
-    patterns = [_compile(glob, contents=False) for glob in rules.checkpoints]
+    """The folders matching the `checkpoints` globs (relative POSIX paths), sorted. Only the
+    part of the tree a glob can match is walked (`output/checkpoint-*`: `output/`)."""
     found = set()
-    for root, dirs, _ in os.walk(folder):  # os.walk does not descend into linked folders
-        for name in dirs:
-            full = Path(root, name)
-            relative = full.relative_to(folder).as_posix()
-            if not full.is_symlink() and any(p.fullmatch(relative) for p in patterns):
-                found.add(relative)
+    for glob in rules.checkpoints:
+        pattern = _compile(glob, contents=False)
+        start = folder / _fixed_prefix(glob)
+        for root, dirs, _ in os.walk(start):  # os.walk does not descend into linked folders
+            for name in dirs:
+                full = Path(root, name)
+                relative = full.relative_to(folder).as_posix()
+                if not full.is_symlink() and pattern.fullmatch(relative):
+                    found.add(relative)
     return sorted(found)
 
 
 def folder_files(folder: Path, relative: str) -> list[str]:
     """Every file under `folder/relative`, as paths relative to `folder`, sorted."""
-    prefix = f"{relative.rstrip('/')}/"
-    return [path for path in _files(folder) if path.startswith(prefix)]
+    return sorted(_files(folder, relative))
 
 
 def inside(folder: Path, path: str) -> str | None:
@@ -93,10 +93,11 @@ def inside(folder: Path, path: str) -> str | None:
     return None if text == "." else text
 
 
-def _files(folder: Path) -> Iterable[str]:
-    """The job folder's regular files, links to files inside it included, never leaving it."""
+def _files(folder: Path, under: str = "") -> Iterable[str]:
+    """The job folder's regular files (those `under` a folder of it), links to files inside
+    it included, never leaving it."""
     base = folder.resolve()
-    for root, _, files in os.walk(base):
+    for root, _, files in os.walk(base / under):
         for name in files:
             full = Path(root, name)
             relative = full.relative_to(base).as_posix()
@@ -114,6 +115,16 @@ def _globs(key: str, value: Any) -> tuple[str, ...]:
     if len(value) > _MAX_GLOBS:
         raise BadKeepRule(f"{key} holds {len(value)} globs; give at most {_MAX_GLOBS}")
     return tuple(_glob(key, item) for item in value)
+
+
+def _fixed_prefix(glob: str) -> str:
+    """The folders a glob names before its first wildcard: where a walk for it starts."""
+    fixed = []
+    for part in glob.split("/")[:-1]:
+        if any(char in part for char in "*?"):
+            break
+        fixed.append(part)
+    return "/".join(fixed)
 
 
 def _glob(key: str, value: Any) -> str:

@@ -230,8 +230,10 @@ class Uploader:
         answer = await self._transfers.announce_upload(self._job_id, body)
         upload_id, url = answer.get("upload_id"), answer.get("url")
         headers = answer.get("headers") or {}
-        if not isinstance(upload_id, str) or not isinstance(url, str) or not url:
+        if not isinstance(upload_id, str) or not isinstance(url, str):
             raise UploadFailed(f"the orchestrator's upload answer names no upload: {answer!r:.200}")
+        if not url.startswith(("/", "http://", "https://")):  # a path on it, or a store's URL
+            raise UploadFailed(f"the orchestrator's upload URL {url[:200]!r} is neither")
         if not isinstance(headers, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
         ):
