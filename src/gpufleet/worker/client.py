@@ -134,7 +134,7 @@ class OrchestratorClient:
         if _absolute(url):
             response = await self._external("PUT", url, sent, content=body)
         else:
-            response = await self._send("PUT", url, sent, content=body, failover=False)
+            response = await self._send("PUT", url, sent, content=body)
         return _json_object(response)
 
     @contextlib.asynccontextmanager
@@ -218,25 +218,19 @@ class OrchestratorClient:
             return answer if isinstance(answer, dict) else {}
 
     async def _send(
-        self,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        *,
-        failover: bool = True,
-        **kwargs: Any,
+        self, method: str, path: str, headers: dict[str, str], **kwargs: Any
     ) -> httpx.Response:
-        """One request to the orchestrator, errors translated; a streamed body is sent once
-        (it cannot be replayed to the next URL), so the caller retries it."""
+        """One try at the orchestrator in use, errors translated. A failure moves on to the
+        next URL for the caller's retry: a streamed body cannot be replayed here."""
         url = self.url
         try:
             response = await self._http.request(method, f"{url}{path}", headers=headers, **kwargs)
         except httpx.HTTPError as exc:
             error = translate(exc, url)
-            if isinstance(error, Unreachable) and failover:
+            if isinstance(error, Unreachable):
                 self._fail_over(url)
             raise error from exc
-        if response.status_code in GATEWAY_ERRORS and failover:
+        if response.status_code in GATEWAY_ERRORS:
             self._fail_over(url)
         if response.status_code >= 400:
             raise _error_for(response)
