@@ -24,6 +24,7 @@ class Receiver:
     def __init__(self) -> None:
         self.put_headers: dict[str, str] = {}
         self.paths: list[str] = []
+        self.closed = asyncio.Event()
         self.put_sha = ""
         self.put_size = 0
 
@@ -63,6 +64,8 @@ class Receiver:
             )
             await writer.drain()
         writer.close()
+        await writer.wait_closed()
+        self.closed.set()
 
 
 async def test_a_large_file_streams_over_a_socket_with_its_length_in_bounded_memory(
@@ -90,6 +93,7 @@ async def test_a_large_file_streams_over_a_socket_with_its_length_in_bounded_mem
     finally:
         tracemalloc.stop()
         await client.aclose()
+        await asyncio.wait_for(receiver.closed.wait(), 5)  # the connection ends, both sides
         server.close()
         await server.wait_closed()
 
