@@ -84,6 +84,7 @@ class CheckpointShipper:
         self._stable = StableFolders()
         self.committed: set[str] = set()
         self.notes_done = 0  # announced checkpoints handled (committed, refused or skipped)
+        self.commits = 0
         self._progress = asyncio.Condition()
         self._ending = asyncio.Event()
         self._ship_unsettled = False
@@ -165,4 +166,5 @@ class CheckpointShipper:
         if not files:
             log.warning("checkpoint %s holds no file: not committed", path)
             return
-        await self._uploader.commit_checkpoint(name, path, step, files)
+        if await self._uploader.commit_checkpoint(name, path, step, files):
+            self.commits += 1

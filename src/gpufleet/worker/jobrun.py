@@ -261,10 +261,17 @@ class JobRun:
             sig = DEFAULT_CHECKPOINT_SIGNAL  # what job_environment names to the job
             log.info("job %s: asking for a checkpoint (%s)", self.label, sig.name)
             process.signal_main(sig)
+            commits = checkpoints.commits
             try:
                 async with asyncio.timeout(self._settings.preempt_grace):
                     await checkpoints.wait_for_note(wanted)
-                log.info("job %s: its checkpoint is shipped", self.label)
+                shipped = checkpoints.commits > commits
+                log.log(
+                    logging.INFO if shipped else logging.WARNING,
+                    "job %s: its checkpoint %s",
+                    self.label,
+                    "is committed" if shipped else "could not be committed (see above)",
+                )
             except TimeoutError:
                 log.warning(
                     "job %s wrote no checkpoint within --preempt-grace %.0f s",
