@@ -123,9 +123,13 @@ def test_a_glob_that_could_leave_the_job_folder_is_refused_naming_the_key(
         KeepRules.from_config(config, simpletuner=False)
 
 
-def test_a_simpletuner_output_dir_outside_the_folder_is_refused() -> None:
-    with pytest.raises(BadKeepRule, match="output_dir"):
-        KeepRules.from_config({"output_dir": "/models/out"}, simpletuner=True)
+@pytest.mark.parametrize("output_dir", ["/models/out", "../out", 7])
+def test_a_simpletuner_output_dir_outside_the_folder_is_not_kept_but_the_job_runs(
+    output_dir: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    rules = KeepRules.from_config({"output_dir": output_dir}, simpletuner=True)
+    assert rules == KeepRules(DEFAULT_ARTIFACTS, ())
+    assert "its files are not uploaded" in caplog.text
 
 
 def test_a_bad_keep_rule_makes_the_offer_unrunnable_with_a_clear_message() -> None:

@@ -12,6 +12,7 @@ follows a symbolic link: a link is kept only when it points at a file inside the
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -20,6 +21,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpufleet.errors import AgentError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ARTIFACTS = ("output/**", "result.json")
 _MAX_GLOBS = 100
@@ -40,10 +43,18 @@ class KeepRules:
         """The rules a job config names, checked; `BadKeepRule` naming the key otherwise."""
         artifacts: tuple[str, ...] = DEFAULT_ARTIFACTS
         checkpoints: tuple[str, ...] = ()
-        if simpletuner and config.get("output_dir") not in (None, ""):
-            output_dir = _glob("output_dir", config["output_dir"]).rstrip("/")
+        output_dir = config.get("output_dir") if simpletuner else None
+        if isinstance(output_dir, str) and output_dir and not _glob_problem(output_dir):
+            output_dir = output_dir.removeprefix("./").rstrip("/")
             artifacts = (output_dir,)
             checkpoints = (f"{output_dir}/checkpoint-*",)
+        elif output_dir not in (None, ""):
+            # The trainer's own setting, valid for it: the job runs, its outputs stay put.
+            log.warning(
+                "output_dir %r is not a folder inside the job folder: its files are not "
+                "uploaded; give a relative output_dir to keep them",
+                output_dir,
+            )
         if config.get("artifacts") is not None:
             artifacts = _globs("artifacts", config["artifacts"])
         if config.get("checkpoints") is not None:
