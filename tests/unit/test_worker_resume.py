@@ -159,6 +159,28 @@ async def test_a_file_list_naming_a_path_outside_the_folder_is_refused(
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.parametrize("other", ["config.json", "progress.jsonl", "output/checkpoint-5/w"])
+async def test_a_file_list_naming_a_file_outside_the_checkpoint_folder_is_refused(
+    tmp_path: Path, other: str
+) -> None:
+    fake = ArtifactFake(live_attempt="a_2")
+    committed(fake, {other: b"{}"})
+    client = client_for(fake)
+    try:
+        with pytest.raises(ResumeFailed, match="is not in its folder output/checkpoint-50"):
+            await download_checkpoint(
+                client,
+                RESUME,
+                job_id="j_1",
+                attempt_id="a_2",
+                folder=tmp_path,
+                backoff=lambda: Backoff(0.001, 0.01),
+            )
+    finally:
+        await client.aclose()
+    assert not os.listdir(tmp_path)
+
+
 async def test_a_fenced_attempt_does_not_resume(tmp_path: Path) -> None:
     fake = ArtifactFake(live_attempt="a_3")
     committed(fake, FILES)

@@ -169,6 +169,10 @@ def _wanted(resume: Resume, entry: Any) -> FileDigest:
         raise ResumeFailed(
             f"checkpoint {resume.name} file {path!r:.200} is not a path inside the job folder"
         )
+    if not clean.startswith(f"{resume.path}/"):  # config.json, progress.jsonl stay the worker's
+        raise ResumeFailed(
+            f"checkpoint {resume.name} file {clean!r:.200} is not in its folder {resume.path}"
+        )
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 2**63:
         raise ResumeFailed(f"checkpoint {resume.name} file {clean}: bad size {size!r:.40}")
     if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
