@@ -217,7 +217,7 @@ def test_an_idle_ephemeral_worker_exits_when_drained(
     assert agent.wait() == 0
 
 
-def test_one_sigterm_lets_the_job_finish_then_the_worker_exits(
+def test_one_sigint_lets_the_job_finish_then_the_worker_exits(
     orchestrator: ServerProcess, agents: Agents, tmp_path: Path
 ) -> None:
     tag = {"pool": unique("p")}
@@ -227,7 +227,8 @@ def test_one_sigterm_lets_the_job_finish_then_the_worker_exits(
     agent.start()
     wait_job(orchestrator, job_id, "running")
 
-    agent.signal(signal.SIGTERM)
+    # SIGINT: an operator at a terminal. (SIGTERM preempts: test_worker_preempt.py.)
+    agent.signal(signal.SIGINT)
     wait_for(lambda: "stopping" in agent.log(), what="the worker to take the signal")
     assert agent.running()
     gate.touch()
@@ -253,3 +254,38 @@ def test_two_sigints_cancel_the_job_report_it_and_exit(
     attempt = job_state(orchestrator, job_id)["attempt_history"][0]
     assert attempt["status"] == "cancelled"
     assert "signal" in (attempt["error"] or "")
+
+
+def test_sigterm_asks_a_job_that_handles_it_for_a_checkpoint_then_stops_it_and_exits(
+    orchestrator: ServerProcess, agents: Agents
+) -> None:
+    # Worker side only: what the orchestrator makes of `preempted` and of the uploads is the
+    # server's part of #17 (docs/artifacts.md); the worker exits 0 either way.
+    tag = {"pool": unique("p")}
+    command = [
+        PYTHON,
+        "-m",
+        "gpufleet.examples.train",
+        "--steps",
+        "5000",
+        "--step-delay",
+        "0.005",
+        "--backend",
+        "numpy",
+    ]
+    agent = agents(orchestrator, labels=tag, persistent=True, extra_args=("--preempt-grace", "10"))
+    job_id = submit_job(orchestrator, tag, command)
+    agent.start()
+    wait_for(lambda: (job_state(orchestrator, job_id)["progress"] or {}).get("step"), what="steps")
+
+    agent.signal(signal.SIGTERM)
+
+    assert agent.wait() == 0
+    log = agent.log_path.read_text()  # all of it: -v logs every request
+    assert "preempted (SIGTERM)" in log
+    assert "asking for a checkpoint (SIGUSR1)" in log
+    (attempt,) = list((agent.work_dir / "jobs" / job_id).iterdir())
+    folder = attempt / "output"
+    (checkpoint,) = list(folder.glob("checkpoint-*"))  # written on the signal, not before
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["state.json", "weights.npz"]
+    assert not (folder.parent / "result.json").exists()  # stopped, not finished

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,3 +51,117 @@ def test_a_model_that_does_not_reach_the_accuracy_floor_fails_the_job(tmp_path: 
 def test_asking_for_torch_without_it_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="PyTorch is not installed"):
         train.main(["--backend", "torch", "--output", str(tmp_path / "r.json")])
+
+
+def run_example(folder: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    """The example as a worker runs it: its own process, in its job folder."""
+    (folder / "progress.jsonl").touch()
+    subprocess.run(
+        [sys.executable, "-m", "gpufleet.examples.train", *args],
+        cwd=folder,
+        env={**os.environ, "GPUFLEET_PROGRESS_FILE": str(folder / "progress.jsonl"), **(env or {})},
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def progress_lines(folder: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (folder / "progress.jsonl").read_text().splitlines()]
+
+
+BACKENDS = [
+    "numpy",
+    pytest.param(
+        "torch",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("torch") is None, reason="torch is not installed"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_run_killed_after_a_checkpoint_and_resumed_ends_byte_identical(
+    tmp_path: Path, backend: str
+) -> None:
+    args = ["--steps", "120", "--backend", backend, "--seed", "3"]
+    whole, first, second = tmp_path / "whole", tmp_path / "first", tmp_path / "second"
+    for folder in (whole, first, second):
+        folder.mkdir()
+    run_example(whole, *args)
+
+    # The first attempt checkpoints every 40 steps and is SIGKILLed once it wrote one.
+    (first / "progress.jsonl").touch()
+    env = {**os.environ, "GPUFLEET_PROGRESS_FILE": str(first / "progress.jsonl")}
+    slow = [*args, "--checkpoint-every", "40", "--step-delay", "0.05"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.examples.train", *slow],
+        cwd=first,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while not any("checkpoint" in line for line in progress_lines(first)):
+        assert time.monotonic() < deadline, "no checkpoint announced"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (first / "result.json").exists()
+    note = next(line for line in progress_lines(first) if "checkpoint" in line)
+    assert note == {"checkpoint": "output/checkpoint-40", "step": 40}
+
+    # The second attempt gets the checkpoint in its own folder, as the worker puts it there.
+    shutil.copytree(first / "output/checkpoint-40", second / "output/checkpoint-40")
+    run_example(second, *args, env={"GPUFLEET_RESUME_FROM": str(second / "output/checkpoint-40")})
+
+    steps = [line["step"] for line in progress_lines(second) if "step" in line and "total" in line]
+    assert steps[0] > 40  # it went on, not from the start
+    assert (second / "result.json").read_bytes() == (whole / "result.json").read_bytes()
+    assert json.loads((whole / "result.json").read_text())["backend"] == backend
+
+
+def test_resuming_from_another_backend_s_checkpoint_says_which_to_use(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint-5"
+    checkpoint.mkdir()
+    (checkpoint / "state.json").write_text('{"step": 5, "backend": "torch", "initial_loss": 1}')
+    with pytest.raises(SystemExit, match="resume it with --backend torch"):
+        train.load_checkpoint(train.NumpyModel(*train.make_data(10, 2, 0)[:2]), checkpoint)
+
+
+def test_the_checkpoint_signal_makes_the_job_checkpoint_at_its_next_step(tmp_path: Path) -> None:
+    (tmp_path / "progress.jsonl").touch()
+    env = {**os.environ, "GPUFLEET_PROGRESS_FILE": str(tmp_path / "progress.jsonl")}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpufleet.examples.train",
+            "--steps",
+            "400",
+            "--step-delay",
+            "0.02",
+            "--backend",
+            "numpy",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while {"checkpoint_signal": True} not in progress_lines(tmp_path):
+            assert time.monotonic() < deadline, "the job never said it handles the signal"
+            time.sleep(0.02)
+        process.send_signal(signal.SIGUSR1)
+        while not any("checkpoint" in line for line in progress_lines(tmp_path)):
+            assert process.poll() is None, "SIGUSR1 killed the job"
+            assert time.monotonic() < deadline, "no checkpoint after the signal"
+            time.sleep(0.02)
+    finally:
+        process.kill()
+        process.wait()
+    (note,) = [line for line in progress_lines(tmp_path) if "checkpoint" in line]
+    folder = tmp_path / "output" / f"checkpoint-{note['step']}"
+    assert note["checkpoint"] == f"output/checkpoint-{note['step']}"
+    assert sorted(p.name for p in folder.iterdir()) == ["state.json", "weights.npz"]

@@ -55,3 +55,49 @@ def test_report_turns_nan_into_null_and_keeps_total_optional(
         "total": None,
         "metrics": {"loss": None, "grad": [1.0, None], "note": "warmup"},
     }
+
+
+def test_on_checkpoint_signal_handles_the_named_signal_and_tells_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+
+    from gpufleet.progress import on_checkpoint_signal
+
+    target = tmp_path / "progress.jsonl"
+    monkeypatch.setenv(PROGRESS_FILE_ENV, str(target))
+    monkeypatch.setenv("GPUFLEET_CHECKPOINT_SIGNAL", "USR2")
+    calls: list[str] = []
+    previous = signal.getsignal(signal.SIGUSR2)
+    try:
+        assert on_checkpoint_signal(lambda: calls.append("asked")) is signal.SIGUSR2
+        os.kill(os.getpid(), signal.SIGUSR2)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert calls == ["asked"]
+    assert [json.loads(line) for line in target.read_text().splitlines()] == [
+        {"checkpoint_signal": True}
+    ]
+
+
+@pytest.mark.parametrize("name", ["SIGNOPE", "9999", "USR1; rm -rf"])
+def test_a_checkpoint_signal_that_names_no_signal_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    from gpufleet.progress import checkpoint_signal
+
+    monkeypatch.setenv("GPUFLEET_CHECKPOINT_SIGNAL", name)
+    with pytest.raises(ValueError, match="names no signal"):
+        checkpoint_signal()
+
+
+def test_checkpoint_outside_a_worker_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpufleet.progress import checkpoint
+
+    monkeypatch.delenv(PROGRESS_FILE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    checkpoint("output/checkpoint-1", step=1)
+    assert list(tmp_path.iterdir()) == []

@@ -37,6 +37,15 @@ def _parse_gpus(
         ) from None
 
 
+def _parse_rate(ctx: click.Context, param: click.Parameter, value: str | None) -> int:
+    from gpufleet.worker.settings import parse_rate
+
+    try:
+        return parse_rate(value or "")
+    except ConfigurationError as exc:
+        raise click.BadParameter(exc.message, ctx=ctx, param=param) from None
+
+
 @click.command()
 @setting(
     "--orchestrator-url",
@@ -120,6 +129,25 @@ def _parse_gpus(
     metavar="SECONDS",
     help="Seconds between SIGTERM and SIGKILL when a job is stopped.",
 )
+@setting(
+    "--upload-bandwidth",
+    default="0",
+    callback=_parse_rate,
+    var="UPLOAD_BANDWIDTH",
+    metavar="RATE",
+    help="Cap on artifact and checkpoint uploads, bytes per second: 800K, 50M, 1G; 0: none.",
+)
+@setting(
+    "--preempt-grace",
+    type=DURATION,
+    default=30.0,
+    var="PREEMPT_GRACE",
+    metavar="SECONDS",
+    help=(
+        "On SIGTERM (a spot instance's notice), how long a job that handles the checkpoint "
+        "signal gets to write and upload its checkpoint before it is stopped."
+    ),
+)
 def worker(
     orchestrator_url: str | None,
     worker_token: str | None,
@@ -134,10 +162,15 @@ def worker(
     heartbeat_interval: float,
     log_format: logs.Format,
     cancel_grace: float,
+    upload_bandwidth: int,
+    preempt_grace: float,
 ) -> None:
     """Run a worker agent: register with the orchestrator and run the jobs it dispatches.
 
-    SIGTERM or Ctrl-C once: finish the running job, then exit. Twice: cancel it, then exit.
+    Ctrl-C (SIGINT) once: finish the running job, then exit; twice: cancel it, then exit.
+    SIGTERM (how spot instances are told they are going away): ask the job for a checkpoint
+    if it handles the checkpoint signal, wait --preempt-grace for it, stop the job, upload,
+    report it preempted (it is requeued), exit; a second SIGTERM stops the job at once.
     """
     # Imported here: the operator commands start faster without the agent's modules.
     from gpufleet.worker.detect import detect
@@ -172,6 +205,8 @@ def worker(
         gpus=gpus,
         heartbeat_interval=heartbeat_interval,
         cancel_grace=cancel_grace,
+        upload_bandwidth=upload_bandwidth,
+        preempt_grace=preempt_grace,
     )
     if ssl_no_verify:
         click.echo(

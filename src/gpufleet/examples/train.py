@@ -7,7 +7,16 @@ from a fixed seed, learns a classifier, reports progress through `gpufleet.progr
 (the job's folder on a worker). It exits 1 when the model did not reach `--min-accuracy`, so a
 broken learner fails the job.
 
-    python -m gpufleet.examples.train --steps 300 --step-delay 0.01
+    python -m gpufleet.examples.train --steps 300 --step-delay 0.01 --checkpoint-every 50
+
+Checkpoints (docs/artifacts.md): every `--checkpoint-every` steps, and at the next step after
+the worker's checkpoint signal (its machine is going away), it writes
+`<--checkpoint-dir>/checkpoint-<step>/` (the model's weights and `state.json`: the step and
+what the final result needs from before it) and tells the worker with
+`gpufleet.progress.checkpoint`. Started with `GPUFLEET_RESUME_FROM` (the worker sets it for an
+attempt that resumes), it loads that checkpoint and goes on from its step. Training is full
+batch gradient descent without randomness after the data, so a resumed run's `result.json`
+is byte-identical to an uninterrupted run's with the same seed: it holds no timing.
 """
 
 from __future__ import annotations
@@ -22,7 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from gpufleet import progress
 from gpufleet.progress import report
+
+STATE_FILE = "state.json"
 
 
 def make_data(samples: int, features: int, seed: int) -> tuple[Any, Any, Any]:
@@ -57,6 +69,13 @@ class NumpyModel:
     def weights(self) -> tuple[list[float], float]:
         return [float(v) for v in self.w], float(self.b)
 
+    def save(self, folder: Path) -> None:
+        np.savez(folder / "weights.npz", w=self.w, b=np.array(self.b))
+
+    def load(self, folder: Path) -> None:
+        with np.load(folder / "weights.npz") as saved:
+            self.w, self.b = saved["w"].copy(), float(saved["b"])
+
 
 class TorchModel:
     backend = "torch"
@@ -90,6 +109,14 @@ class TorchModel:
         w = self.linear.weight.detach().cpu().squeeze(0).tolist()
         return [float(v) for v in w], float(self.linear.bias.detach().cpu().item())
 
+    # Plain SGD keeps no optimizer state: the weights are the whole model.
+    def save(self, folder: Path) -> None:
+        self.torch.save(self.linear.state_dict(), folder / "weights.pt")
+
+    def load(self, folder: Path) -> None:
+        state = self.torch.load(folder / "weights.pt", map_location=self.device, weights_only=True)
+        self.linear.load_state_dict(state)
+
 
 def make_model(x: Any, y: Any, backend: str) -> NumpyModel | TorchModel:
     if backend in ("auto", "torch"):
@@ -101,6 +128,34 @@ def make_model(x: Any, y: Any, backend: str) -> NumpyModel | TorchModel:
         else:
             return TorchModel(x, y, torch)
     return NumpyModel(x, y)
+
+
+def save_checkpoint(
+    model: NumpyModel | TorchModel, folder: Path, step: int, initial_loss: float
+) -> Path:
+    """Write `folder/checkpoint-<step>/` whole (beside it first, then renamed: a half-written
+    checkpoint never carries its final name) and tell the worker."""
+    target = folder / f"checkpoint-{step}"
+    staging = folder / f".checkpoint-{step}.partial"
+    staging.mkdir(parents=True, exist_ok=True)
+    model.save(staging)
+    state = {"step": step, "backend": model.backend, "initial_loss": initial_loss}
+    (staging / STATE_FILE).write_text(json.dumps(state))
+    staging.replace(target)
+    progress.checkpoint(target, step=step)
+    return target
+
+
+def load_checkpoint(model: NumpyModel | TorchModel, folder: Path) -> tuple[int, float]:
+    """The step and initial loss saved in `folder`, its weights loaded into `model`."""
+    state = json.loads((folder / STATE_FILE).read_text())
+    if state.get("backend") != model.backend:
+        raise SystemExit(
+            f"{folder} was written by the {state.get('backend')} backend; "
+            f"resume it with --backend {state.get('backend')}"
+        )
+    model.load(folder)
+    return int(state["step"]), float(state["initial_loss"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,11 +174,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-accuracy", type=float, default=0.9)
     parser.add_argument("--output", type=Path, default=Path("result.json"))
     parser.add_argument("--backend", choices=["auto", "torch", "numpy"], default="auto")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="write a checkpoint every N steps (0: only when the worker asks)",
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=Path("output"),
+        help="where checkpoint-<step>/ folders go",
+    )
     args = parser.parse_args(argv)
 
     x, y, truth = make_data(args.samples, args.features, args.seed)
     model = make_model(x, y, args.backend)
     initial_loss, _ = model.evaluate()
+    first = 1
+    resume = progress.resume_from()
+    if resume is not None:
+        done, initial_loss = load_checkpoint(model, resume)
+        first = done + 1
+        print(f"resumed from {resume} at step {done}", flush=True)
+    asked = False
+
+    def on_signal() -> None:
+        nonlocal asked
+        asked = True
+
+    if os.environ.get(progress.PROGRESS_FILE_ENV):  # under a worker: it may ask for one
+        progress.on_checkpoint_signal(on_signal)
     print(
         f"training on {len(y)} samples, {args.features} features, with {model.backend} on "
         f"{model.device} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r}), "
@@ -132,14 +214,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     every = max(1, args.steps // 50)
     loss = accuracy = 0.0
-    for i in range(1, args.steps + 1):
+    for i in range(first, args.steps + 1):
         model.step(args.lr)
         if i % every == 0 or i == args.steps:
             loss, accuracy = model.evaluate()
             report(step=i, total=args.steps, loss=round(loss, 5), accuracy=accuracy, lr=args.lr)
             print(f"step {i}/{args.steps} loss={loss:.4f} accuracy={accuracy:.3f}", flush=True)
+        due = args.checkpoint_every > 0 and i % args.checkpoint_every == 0
+        if (due or asked) and i < args.steps:
+            asked = False
+            saved = save_checkpoint(model, args.checkpoint_dir, i, initial_loss)
+            print(f"checkpoint {saved}", flush=True)
         if args.step_delay:
             time.sleep(args.step_delay)
+    loss, accuracy = model.evaluate()
 
     weights, bias = model.weights()
     result = {

@@ -5,17 +5,25 @@ in the orchestrator. Errors the operator must fix are raised as `AgentError` sub
 
 Exit rules, all decided in `_reconcile`:
 
-| condition                                   | running job        | no job          |
-|---------------------------------------------|--------------------|-----------------|
-| ephemeral, one job done, or drained         | -                  | disconnect, 0   |
-| persistent, drained                         | finish it          | stay (draining) |
-| `shutdown` event                            | cancel, report     | disconnect, 0   |
-| first SIGTERM/SIGINT (or `stop`)            | finish it          | disconnect, 0   |
-| second SIGTERM/SIGINT                       | cancel, report     | disconnect, 0   |
+| condition                           | running job                          | no job          |
+|-------------------------------------|--------------------------------------|-----------------|
+| ephemeral, one job done, or drained | -                                    | disconnect, 0   |
+| persistent, drained                 | finish it                            | stay (draining) |
+| `shutdown` event                    | cancel, upload, report               | disconnect, 0   |
+| first SIGINT (or `stop`)            | finish it                            | disconnect, 0   |
+| second SIGINT                       | cancel, upload, report               | disconnect, 0   |
+| first SIGTERM (a spot notice)       | preempt: checkpoint signal if the    | disconnect, 0   |
+|                                     | job handles it, `preempt_grace` for  |                 |
+|                                     | its checkpoint, stop, upload, report |                 |
+|                                     | `preempted`                          |                 |
+| second SIGTERM                      | stop now, report `preempted`         | disconnect, 0   |
 
-A job that could not start counts as the ephemeral worker's one job: it is reported `failed`
-and the worker exits 0. An offer that names no job or attempt the worker could report on is
-logged and ignored (the orchestrator withdraws it when no acknowledgement comes).
+"Done" with a job means its uploads are done or failed too: the attempt uploads its
+checkpoints and artifacts before its final report (`jobrun.py`), and the worker exits only
+after that report. A job that could not start counts as the ephemeral worker's one job: it is
+reported `failed` and the worker exits 0. An offer that names no job or attempt the worker
+could report on is logged and ignored (the orchestrator withdraws it when no acknowledgement
+comes).
 """
 
 from __future__ import annotations
@@ -73,6 +81,7 @@ class Agent:
         self._server_draining = False
         self._shutdown = False
         self._stop_requests = 0
+        self._preempts = 0
         self._finishing = False
         self._heartbeat_task: asyncio.Task[None] | None = None
 
@@ -100,6 +109,19 @@ class Agent:
         elif self._stop_requests == 2 and self._job is not None:
             log.warning("stopping: cancelling job %s", self._job.label)
             self._job.request_stop(StopReason.SIGNAL)
+        self._wake.set()
+
+    def request_preempt(self) -> None:
+        """SIGTERM: the machine is going away. Preempt the running job (checkpoint, stop,
+        upload, report `preempted`), then leave; the second time stop the job at once."""
+        self._preempts += 1
+        job = self._job
+        if self._preempts == 1:
+            log.warning("preempted (SIGTERM): this worker stops (SIGTERM again: at once)")
+            if job is not None:
+                job.preempt()
+        elif job is not None:
+            job.hurry()
         self._wake.set()
 
     # -- job channel (see jobrun.Channel) ----------------------------------------------
@@ -201,7 +223,7 @@ class Agent:
         ephemeral_done = not self._settings.persistent and (
             self._jobs_done > 0 or self._server_draining
         )
-        if self._shutdown or self._stop_requests or ephemeral_done:
+        if self._shutdown or self._stop_requests or self._preempts or ephemeral_done:
             await self._finish()
 
     async def _finish(self) -> None:
@@ -222,7 +244,7 @@ class Agent:
     def _accepting(self) -> bool:
         return (
             self._job is None
-            and not (self._finishing or self._shutdown or self._stop_requests)
+            and not (self._finishing or self._shutdown or self._stop_requests or self._preempts)
             and not self._server_draining
             and (self._settings.persistent or self._jobs_done == 0)
         )
@@ -285,7 +307,8 @@ class Agent:
         if not self._accepting():
             log.info("declining job %s: %s", offer.label, self._state())
             return
-        job = JobRun(offer, self._settings, [gpu.index for gpu in self._caps.gpus], self)
+        gpus = [gpu.index for gpu in self._caps.gpus]
+        job = JobRun(offer, self._settings, gpus, self, self._client)
         self._job = job
         log.info("accepted job %s", offer.label)
         self._supervisor.spawn(f"job {offer.label}", self._run_job(job))
@@ -339,7 +362,7 @@ class Agent:
             return f"busy with {self._job.label}"
         if self._server_draining:
             return "draining"
-        if self._finishing or self._shutdown or self._stop_requests:
+        if self._finishing or self._shutdown or self._stop_requests or self._preempts:
             return "stopping"
         return "done with its one job (ephemeral)"
 

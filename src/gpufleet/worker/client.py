@@ -17,6 +17,7 @@ sent through `encode`, here and nowhere else, made what the orchestrator takes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -58,13 +59,16 @@ class OrchestratorClient:
         self._urls = settings.orchestrator_urls
         self._current = 0
         self._stream_read_timeout = settings.stream_read_timeout
+        self._verify = settings.tls_verify()
+        self._transport = transport
+        self._plain: httpx.AsyncClient | None = None
         # One client for every URL: the TLS settings (--ca-cert, --ssl-no-verify) serve them all.
         self._http = httpx.AsyncClient(
             headers={
                 "X-Worker-Token": settings.worker_token,
                 "User-Agent": f"gpufleet-worker/{__version__}",
             },
-            verify=settings.tls_verify(),
+            verify=self._verify,
             timeout=httpx.Timeout(settings.request_timeout),
             transport=transport,
         )
@@ -76,6 +80,19 @@ class OrchestratorClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self._plain is not None:
+            await self._plain.aclose()
+
+    def _plain_client(self) -> httpx.AsyncClient:
+        """For presigned store URLs: the same TLS trust, never the worker's token."""
+        if self._plain is None:
+            self._plain = httpx.AsyncClient(
+                headers={"User-Agent": f"gpufleet-worker/{__version__}"},
+                verify=self._verify,
+                timeout=self._http.timeout,
+                transport=self._transport,
+            )
+        return self._plain
 
     async def register(self, body: Json) -> Json:
         return await self._post(protocol.REGISTER, body)
@@ -91,6 +108,51 @@ class OrchestratorClient:
 
     async def disconnect(self, worker_id: str) -> Json:
         return await self._post(protocol.DISCONNECT, {"worker_id": worker_id})
+
+    # -- artifacts and checkpoints (docs/artifacts.md, "Worker API") ---------------------
+
+    async def announce_upload(self, job_id: str, body: Json) -> Json:
+        return await self._post(protocol.job_upload_path(job_id), body)
+
+    async def complete_upload(self, job_id: str, upload_id: str) -> Json:
+        return await self._post(protocol.job_upload_complete_path(job_id, upload_id), {})
+
+    async def commit_checkpoint(self, job_id: str, body: Json) -> Json:
+        return await self._post(protocol.job_checkpoints_path(job_id), body)
+
+    async def fetch_checkpoint(self, job_id: str, checkpoint_id: str, attempt_id: str) -> Json:
+        path = protocol.job_checkpoint_path(job_id, checkpoint_id)
+        response = await self._send("GET", path, {}, params={"attempt_id": attempt_id})
+        return _json_object(response)
+
+    async def put_file(
+        self, url: str, headers: dict[str, str], body: AsyncIterator[bytes], size: int
+    ) -> Json:
+        """PUT `size` bytes from `body` to `url`: absolute (presigned: no worker token), or
+        a path on the orchestrator. Content-Length is set: object stores refuse chunked PUTs."""
+        sent = {**headers, "Content-Length": str(size)}
+        if _absolute(url):
+            response = await self._external("PUT", url, sent, content=body)
+        else:
+            response = await self._send("PUT", url, sent, content=body)
+        return _json_object(response)
+
+    @contextlib.asynccontextmanager
+    async def download(self, url: str, headers: dict[str, str]) -> AsyncIterator[httpx.Response]:
+        """An open GET of `url` (absolute: presigned, no worker token; else the orchestrator's
+        path), its status checked; read it with `aiter_bytes`."""
+        if _absolute(url):
+            client, target = self._plain_client(), url
+        else:
+            client, target = self._http, f"{self.url}{url}"
+        try:
+            async with client.stream("GET", target, headers=headers) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise _error_for(response)
+                yield response
+        except httpx.HTTPError as exc:
+            raise translate(exc, target) from exc
 
     async def stream(self, worker_id: str) -> AsyncIterator[Json]:
         """The worker's event stream: one dict per `data:` line, until the server closes it.
@@ -154,6 +216,36 @@ class OrchestratorClient:
             except ValueError:
                 return {}
             return answer if isinstance(answer, dict) else {}
+
+    async def _send(
+        self, method: str, path: str, headers: dict[str, str], **kwargs: Any
+    ) -> httpx.Response:
+        """One try at the orchestrator in use, errors translated. A failure moves on to the
+        next URL for the caller's retry: a streamed body cannot be replayed here."""
+        url = self.url
+        try:
+            response = await self._http.request(method, f"{url}{path}", headers=headers, **kwargs)
+        except httpx.HTTPError as exc:
+            error = translate(exc, url)
+            if isinstance(error, Unreachable):
+                self._fail_over(url)
+            raise error from exc
+        if response.status_code in GATEWAY_ERRORS:
+            self._fail_over(url)
+        if response.status_code >= 400:
+            raise _error_for(response)
+        return response
+
+    async def _external(
+        self, method: str, url: str, headers: dict[str, str], **kwargs: Any
+    ) -> httpx.Response:
+        try:
+            response = await self._plain_client().request(method, url, headers=headers, **kwargs)
+        except httpx.HTTPError as exc:
+            raise translate(exc, url) from exc
+        if response.status_code >= 400:
+            raise _error_for(response)
+        return response
 
     def _fail_over(self, url: str) -> None:
         """Move on from `url` to the next one, unless a concurrent request already did."""
@@ -243,11 +335,24 @@ def _error_for(response: httpx.Response) -> AgentError:
         return InvalidToken(INVALID_TOKEN)
     if code == 409:
         return Fenced(f"the orchestrator says this worker no longer holds the job: {detail}")
-    if code >= 500 or code in (408, 429):
+    # 501: the orchestrator has no such feature; asking again will not change that.
+    if (code >= 500 and code != 501) or code in (408, 429):
         return Unreachable(f"the orchestrator answered {code}: {detail}")
     return Rejected(
         f"the orchestrator refused {response.request.url.path} ({code}): {detail}", code
     )
+
+
+def _absolute(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
+def _json_object(response: httpx.Response) -> Json:
+    try:
+        answer = response.json()
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
 
 
 def _detail(response: httpx.Response) -> str:

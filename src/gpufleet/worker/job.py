@@ -25,7 +25,9 @@ from types import MappingProxyType
 from typing import Any
 
 from gpufleet.errors import AgentError
-from gpufleet.progress import PROGRESS_FILE_ENV
+from gpufleet.progress import CHECKPOINT_SIGNAL_ENV, DEFAULT_CHECKPOINT_SIGNAL, PROGRESS_FILE_ENV
+from gpufleet.worker.keep import BadKeepRule, KeepRules
+from gpufleet.worker.resume import Resume, ResumeFailed
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,13 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     gpu_count: int | None = None
     timeout_s: float | None = None
+    keep: KeepRules = field(default_factory=KeepRules)
+    resume: Resume | None = None
+
+    @property
+    def simpletuner(self) -> bool:
+        """A SimpleTuner config: no command, the trainer reads config.json."""
+        return self.argv == SIMPLETUNER_COMMAND
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> JobSpec:
@@ -104,10 +113,18 @@ class JobSpec:
         env = event.get("env")
         if env is None:
             env = config.get("env") or {}
+        argv = _argv(job_id, command)
+        try:
+            keep = KeepRules.from_config(config, simpletuner=argv == SIMPLETUNER_COMMAND)
+            resume = Resume.from_offer(event.get("resume"))
+        except (BadKeepRule, ResumeFailed) as exc:
+            raise BadOffer(f"job {job_id}: {exc.message}") from exc
         return cls(
             job_id=job_id,
             attempt_id=offer.attempt_id,
-            argv=_argv(job_id, command),
+            argv=argv,
+            keep=keep,
+            resume=resume,
             config=MappingProxyType(dict(config)),
             env=MappingProxyType(_env(job_id, env)),
             gpu_count=_gpu_count(job_id, event.get("gpu_count")),
@@ -183,6 +200,7 @@ def job_environment(
             "GPUFLEET_JOB_DIR": str(space.folder),
             "CONFIG_PATH": str(space.config_path),
             PROGRESS_FILE_ENV: str(space.progress_path),
+            CHECKPOINT_SIGNAL_ENV: DEFAULT_CHECKPOINT_SIGNAL.name,
             "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1"),
         }
     )

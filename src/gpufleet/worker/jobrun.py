@@ -1,15 +1,21 @@
 """One attempt of one job on this worker, from the offer to the final report.
 
-    acknowledged ─▶ (spec, folder, config.json, process) ─▶ running (+ progress) ─▶ completed
-                 │                                                                ├▶ failed
-                 └▶ failed ("could not start: …")                                 └▶ cancelled
+    acknowledged ─▶ (spec, folder, resume, process) ─▶ running ─▶ (uploads) ─▶ completed
+                 │                                   (+ progress,            ├▶ failed
+                 │                                    checkpoints)           ├▶ cancelled
+                 └▶ failed ("could not start: …")                            └▶ preempted
 
 Whatever goes wrong between the acknowledgement and the process running (an offer the worker
 cannot read, an environment the OS refuses, a folder it cannot write) is that attempt's
 `failed` report, never the worker's end: a job must not kill the workers it is offered to.
 
-Logs and progress travel while the process runs. The final status is retried until the
-orchestrator takes it. A `Fenced` answer (409) at any point means the attempt is no longer
+Logs, progress and checkpoints (`worker/checkpoints.py`) travel while the process runs. When it
+ends, the pending checkpoints and then the artifacts are uploaded (`worker/uploads.py`), and
+only then is the final status sent, retried until the orchestrator takes it. Preemption
+(`preempt`, the worker's SIGTERM): a job that handles the checkpoint signal is sent it and
+given `preempt_grace` to write and ship a checkpoint; then it is stopped, its artifacts are
+uploaded and it is reported `preempted`. `hurry` (a second SIGTERM) stops it at once and
+uploads nothing more. A `Fenced` answer (409) at any point means the attempt is no longer
 ours: the process is stopped and nothing more is reported.
 """
 
@@ -22,13 +28,19 @@ from collections.abc import Coroutine, Sequence
 from typing import IO, Any, Protocol
 
 from gpufleet.errors import AgentError
+from gpufleet.progress import DEFAULT_CHECKPOINT_SIGNAL
+from gpufleet.worker import keep
 from gpufleet.worker.backoff import Backoff
+from gpufleet.worker.checkpoints import CheckpointShipper
 from gpufleet.worker.errors import Fenced, Rejected, Unreachable
-from gpufleet.worker.job import JobSpec, Offer, job_environment, prepare_workspace
+from gpufleet.worker.job import Offer
 from gpufleet.worker.logship import Line, LogBuffer, LogShipper
 from gpufleet.worker.relay import ProgressTail
+from gpufleet.worker.resume import Downloads
 from gpufleet.worker.runner import JobProcess, JobResult, Outcome, run_to_end
 from gpufleet.worker.settings import AgentSettings
+from gpufleet.worker.starting import Prepared, prepare
+from gpufleet.worker.uploads import BandwidthLimiter, Transfers, Uploader
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +57,17 @@ class Channel(Protocol):
         """One try; raises `Unreachable` or `Fenced`."""
 
 
+class JobClient(Transfers, Downloads, Protocol):
+    """The artifact calls of `OrchestratorClient`."""
+
+
 class StopReason(enum.Enum):
     CANCELLED = "cancelled by the orchestrator"
     ABANDONED = "the orchestrator gave up this attempt while the worker was away"
     SIGNAL = "cancelled on the worker by a signal"
     SHUTDOWN = "the orchestrator shut the worker down"
     FENCED = "the attempt is no longer this worker's"
+    PREEMPTED = "the worker's machine is going away (SIGTERM)"
 
 
 class JobRun:
@@ -60,24 +77,40 @@ class JobRun:
         settings: AgentSettings,
         gpus: Sequence[int],  # the worker's GPU indexes; the job gets what it asks of them
         channel: Channel,
+        client: JobClient,
     ) -> None:
         self.offer = offer
         self.label = offer.label
         self._settings = settings
         self._gpus = gpus
         self._channel = channel
+        self._client = client
         self._stop = asyncio.Event()
         self.stop_reason: StopReason | None = None
         self._stop_detail = ""
         self._running_reported = False
         self._logs = LogBuffer(flush_lines=settings.log_flush_lines)
         self._output: IO[str] | None = None
+        self._preempt = asyncio.Event()
+        self._hurry = False
+        self._limiter = BandwidthLimiter(settings.upload_bandwidth)
 
     def request_stop(self, reason: StopReason, detail: str = "") -> None:
         if self.stop_reason is None:
             log.info("stopping job %s: %s %s", self.label, reason.value, detail)
             self.stop_reason, self._stop_detail = reason, detail
         self._stop.set()
+
+    def preempt(self) -> None:
+        """The machine is going away: checkpoint if the job can, stop, upload, report."""
+        log.warning("job %s is preempted: the worker got SIGTERM", self.label)
+        self._preempt.set()
+
+    def hurry(self) -> None:
+        """Preempted again: stop the job now and upload nothing more."""
+        log.warning("job %s: stopping at once, skipping uploads (second SIGTERM)", self.label)
+        self._hurry = True
+        self.request_stop(StopReason.PREEMPTED)
 
     def _stop_message(self) -> str:
         reason = self.stop_reason.value if self.stop_reason else "cancelled"
@@ -95,14 +128,19 @@ class JobRun:
                 await self._status({"status": "cancelled", "error": self._stop_message()})
                 return True
             try:
-                spec, process, tail = await self._start()
+                job, process = await self._start()
+            except Fenced:
+                raise
             except Exception as exc:  # anything the offer holds: this attempt fails, we go on
                 await self._status({"status": "failed", "error": self._start_failure(exc)})
                 return True
-            result = await self._supervise(spec, process, tail)
+            tail = ProgressTail(job.space.progress_path)
+            uploader = self._uploader(job)
+            result = await self._supervise(job, process, tail, uploader)
             if self.stop_reason is StopReason.FENCED:
                 return True
-            await self._report(result, tail)
+            await self._upload_artifacts(job, uploader)
+            await self._report(result, tail, uploader)
         except Fenced as exc:
             log.warning("job %s is no longer ours: %s", self.label, exc.message)
         finally:
@@ -110,22 +148,40 @@ class JobRun:
                 self._output.close()
         return True
 
-    async def _start(self) -> tuple[JobSpec, JobProcess, ProgressTail]:
-        spec = self.offer.spec()
-        space = prepare_workspace(self._settings.work_dir, spec)
-        env = job_environment(spec, space, spec.gpus(self._gpus))
-        self._output = space.output_path.open("a", encoding="utf-8", errors="replace")
+    async def _start(self) -> tuple[Prepared, JobProcess]:
+        job = await prepare(
+            self.offer, self._settings.work_dir, self._gpus, self._client, self._backoff
+        )
+        self._output = job.space.output_path.open("a", encoding="utf-8", errors="replace")
         process = await JobProcess.start(
-            spec.argv, cwd=space.folder, env=env, on_line=self._on_line
+            job.spec.argv, cwd=job.space.folder, env=job.env, on_line=self._on_line
         )
         log.info(
             "job %s runs %s as pid %s in %s",
             self.label,
-            " ".join(spec.argv),
+            " ".join(job.spec.argv),
             process.pid,
-            space.folder,
+            job.space.folder,
         )
-        return spec, process, ProgressTail(space.progress_path)
+        return job, process
+
+    def _uploader(self, job: Prepared) -> Uploader:
+        uploader = Uploader(
+            self.offer.job_id,
+            self.offer.attempt_id or "",
+            job.space.folder,
+            self._client,
+            self._limiter,
+            self._backoff,
+        )
+        # The checkpoint it resumed from is stored already: not again, as this attempt's.
+        uploader.known.update({file.path: file for file in job.resumed})
+        if self.offer.attempt_id is None:  # an upload must name its attempt to be fenced
+            uploader.unsupported = "the offer names no attempt"
+        return uploader
+
+    def _backoff(self) -> Backoff:
+        return Backoff(self._settings.reconnect_base, self._settings.reconnect_cap)
 
     def _start_failure(self, exc: Exception) -> str:
         """The error of an attempt that could not start; logged with a traceback when the
@@ -138,9 +194,16 @@ class JobRun:
             log.error("job %s could not start: %s", self.label, why, exc_info=exc)
         return f"could not start: {why}"
 
-    async def _supervise(self, spec: JobSpec, process: JobProcess, tail: ProgressTail) -> JobResult:
+    async def _supervise(
+        self, job: Prepared, process: JobProcess, tail: ProgressTail, uploader: Uploader
+    ) -> JobResult:
         interval = self._settings.log_flush_interval
         shipper = LogShipper(self._logs, self._send_logs, interval=interval)
+        checkpoints = CheckpointShipper(
+            job.space.folder, job.spec.keep, tail, uploader, self._settings.progress_interval
+        )
+        if job.resumed_path is not None:
+            checkpoints.skip(job.resumed_path)
         try:
             async with asyncio.TaskGroup() as helpers:
                 logs = helpers.create_task(
@@ -149,15 +212,26 @@ class JobRun:
                 progress = helpers.create_task(
                     self._fenced_stops(self._relay(tail)), name=f"progress {self.label}"
                 )
+                shipping = helpers.create_task(
+                    self._fenced_stops(checkpoints.run()), name=f"checkpoints {self.label}"
+                )
+                preemption = helpers.create_task(
+                    self._preemption(process, tail, checkpoints), name=f"preempt {self.label}"
+                )
                 result = await run_to_end(
                     process,
-                    timeout_s=spec.timeout_s,
+                    timeout_s=job.spec.timeout_s,
                     stop=self._stop,
                     grace=self._settings.cancel_grace,
                     stop_reason=self._stop_message,
                 )
                 logs.cancel()
                 progress.cancel()
+                preemption.cancel()
+                # Pending checkpoints are shipped before the artifacts and the report.
+                checkpoints.end(completed=result.outcome is Outcome.COMPLETED)
+                if self._hurry or self.stop_reason is StopReason.FENCED:
+                    shipping.cancel()
         except BaseExceptionGroup as group:  # a helper failed: surface its own exception
             raise group.exceptions[0] from group
         finally:
@@ -175,19 +249,69 @@ class JobRun:
             await self._flush_logs(shipper)
         return result
 
-    async def _report(self, result: JobResult, tail: ProgressTail) -> None:
+    async def _preemption(
+        self, process: JobProcess, tail: ProgressTail, checkpoints: CheckpointShipper
+    ) -> None:
+        """On `preempt`: the checkpoint signal to a job that handles it, `preempt_grace` for
+        its checkpoint to be shipped, then the stop."""
+        await self._preempt.wait()
+        tail.poll()
+        if tail.handles_checkpoint_signal:
+            wanted = tail.checkpoints_announced + 1
+            sig = DEFAULT_CHECKPOINT_SIGNAL  # what job_environment names to the job
+            log.info("job %s: asking for a checkpoint (%s)", self.label, sig.name)
+            process.signal_main(sig)
+            commits = checkpoints.commits
+            try:
+                async with asyncio.timeout(self._settings.preempt_grace):
+                    await checkpoints.wait_for_note(wanted)
+                shipped = checkpoints.commits > commits
+                log.log(
+                    logging.INFO if shipped else logging.WARNING,
+                    "job %s: its checkpoint %s",
+                    self.label,
+                    "is committed" if shipped else "could not be committed (see above)",
+                )
+            except TimeoutError:
+                log.warning(
+                    "job %s wrote no checkpoint within --preempt-grace %.0f s",
+                    self.label,
+                    self._settings.preempt_grace,
+                )
+        else:
+            log.info("job %s does not handle the checkpoint signal: stopping it", self.label)
+        self.request_stop(StopReason.PREEMPTED)
+
+    async def _upload_artifacts(self, job: Prepared, uploader: Uploader) -> None:
+        if self._hurry or uploader.fenced is not None:
+            return
+        paths = await asyncio.to_thread(keep.artifact_files, job.space.folder, job.spec.keep)
+        for path in paths:
+            if self._hurry:
+                return
+            if path in uploader.stored:  # a checkpoint's file, stored already
+                continue
+            try:
+                await uploader.upload(path)
+            except Fenced:
+                return  # the report says whether the attempt is still ours
+
+    async def _report(self, result: JobResult, tail: ProgressTail, uploader: Uploader) -> None:
         if not self._running_reported:
             await self._status({"status": "running"})
         tail.poll()
-        body: Json = {
-            "status": result.outcome.value,
-            "exit_code": result.exit_code,
-            "error": result.error,
-        }
-        if tail.latest is not None:
-            body["progress"] = tail.latest
+        if self.stop_reason is StopReason.PREEMPTED and result.outcome is not Outcome.COMPLETED:
+            body: Json = {"status": "preempted", "error": StopReason.PREEMPTED.value}
+        else:
+            body = {
+                "status": result.outcome.value,
+                "exit_code": result.exit_code,
+                "error": _joined(result.error, uploader.summary()),
+            }
+            if tail.latest is not None:
+                body["progress"] = tail.latest
         await self._status(body)
-        log.info("reported job %s %s", self.label, result.outcome.value)
+        log.info("reported job %s %s", self.label, body["status"])
 
     async def _relay(self, tail: ProgressTail) -> None:
         await self._status({"status": "running"})
@@ -244,3 +368,9 @@ class JobRun:
             self._output.write(f"{text}\n")
             self._output.flush()
         log.debug("[%s %s] %s", self.label, stream, text)
+
+
+def _joined(error: str | None, uploads: str | None) -> str | None:
+    """The job's own error, then what failed to upload: a completed job stays completed."""
+    parts = [part for part in (error, uploads) if part]
+    return "\n".join(parts) if parts else None

@@ -33,7 +33,8 @@ async def run_agent(
     """Run a worker agent until it is done; see the module docstring.
 
     `capabilities` defaults to detecting this machine (filtered by `settings.gpus`);
-    `handle_signals` installs the SIGTERM/SIGINT handling of the `gpufleet worker` command.
+    `handle_signals` installs the SIGTERM/SIGINT handling of the `gpufleet worker` command
+    (agent.py's exit table: SIGINT finishes the job, SIGTERM preempts it).
     """
     if capabilities is None:
         from gpufleet.worker.detect import detect
@@ -41,11 +42,15 @@ async def run_agent(
         capabilities = (await asyncio.to_thread(detect)).only(settings.gpus)
     agent = Agent(settings, capabilities, OrchestratorClient(settings))
     loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
-    for sig in signals:
-        loop.add_signal_handler(sig, agent.request_stop)
+    handlers = (
+        {signal.SIGTERM: agent.request_preempt, signal.SIGINT: agent.request_stop}
+        if handle_signals
+        else {}
+    )
+    for sig, handler in handlers.items():
+        loop.add_signal_handler(sig, handler)
     try:
         return await agent.run(stop=stop)
     finally:
-        for sig in signals:
+        for sig in handlers:
             loop.remove_signal_handler(sig)

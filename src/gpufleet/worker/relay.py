@@ -1,7 +1,10 @@
-"""Relay a job's progress file (`gpufleet.progress`) to the orchestrator, throttled.
+"""Read a job's progress file (`gpufleet.progress`): progress to relay, checkpoints to upload.
 
 `ProgressTail` reads only what was appended since its last look and only whole lines, so it
-never parses a line the job is halfway through writing.
+never parses a line the job is halfway through writing. Three kinds of line share the file:
+progress (`{"step", "total", "metrics"}`, relayed to the orchestrator, throttled), checkpoints
+(`{"checkpoint": path, "step"}`, handed to the checkpoint uploader, never relayed as progress)
+and the job's word that it handles the checkpoint signal (`{"checkpoint_signal": true}`).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +23,23 @@ _MAX_READ = 4 * 1024 * 1024
 Progress = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class CheckpointNote:
+    """A job's `gpufleet.progress.checkpoint(path, step)`: the path as the job wrote it."""
+
+    path: str
+    step: int | None
+
+
 class ProgressTail:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._offset = 0
         self._partial = b""
         self.latest: Progress | None = None
+        self.handles_checkpoint_signal = False
+        self.checkpoints_announced = 0  # how many checkpoint lines were ever read
+        self._checkpoints: list[CheckpointNote] = []
 
     def poll(self) -> Progress | None:
         """The newest progress line appended since the last poll, if any."""
@@ -39,16 +54,37 @@ class ProgressTail:
         self._offset += len(chunk)
         *lines, self._partial = (self._partial + chunk).split(b"\n")
         newest = None
-        for line in reversed(lines):
-            newest = _parse(line)
-            if newest is not None:
-                break
+        for line in lines:
+            value = _parse(line)
+            if value is None:
+                continue
+            if "checkpoint" in value:
+                self._on_checkpoint(value)
+            elif value.get("checkpoint_signal") is True:
+                self.handles_checkpoint_signal = True
+            else:
+                newest = _progress(value)
         if newest is not None:
             self.latest = newest
         return newest
 
+    def take_checkpoints(self) -> list[CheckpointNote]:
+        """The checkpoints announced since the last call, oldest first."""
+        taken, self._checkpoints = self._checkpoints, []
+        return taken
 
-def _parse(line: bytes) -> Progress | None:
+    def _on_checkpoint(self, value: dict[str, Any]) -> None:
+        path, step = value.get("checkpoint"), value.get("step")
+        if not isinstance(path, str) or not path:
+            log.warning("ignoring a checkpoint line without a path: %.200r", value)
+            return
+        if isinstance(step, bool) or not isinstance(step, int):
+            step = None
+        self.checkpoints_announced += 1
+        self._checkpoints.append(CheckpointNote(path, step))
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
     if not line.strip():
         return None
     try:
@@ -56,8 +92,10 @@ def _parse(line: bytes) -> Progress | None:
     except (ValueError, RecursionError):
         log.debug("skipping a progress line that is not JSON: %.200r", line)
         return None
-    if not isinstance(value, dict):
-        return None
+    return value if isinstance(value, dict) else None
+
+
+def _progress(value: dict[str, Any]) -> Progress:
     progress: Progress = {"step": value.get("step"), "total": value.get("total")}
     metrics = value.get("metrics")
     progress["metrics"] = metrics if isinstance(metrics, dict) else {}

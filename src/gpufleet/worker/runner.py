@@ -127,6 +127,11 @@ class JobProcess:
         self.signal_group(signal.SIGKILL)
         return await self.wait()
 
+    def signal_main(self, sig: signal.Signals) -> None:
+        """Signal the main process only: its children may not handle `sig`."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            self._process.send_signal(sig)
+
     def signal_group(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, sig)

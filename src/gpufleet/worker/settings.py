@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 from collections.abc import Mapping
@@ -28,6 +29,11 @@ class AgentSettings:
     gpus: tuple[int, ...] | None = None  # offer only these GPU indices; None: all
     heartbeat_interval: float = 30.0
     cancel_grace: float = 30.0
+    # Bytes per second for artifact and checkpoint uploads; 0: unlimited.
+    upload_bandwidth: int = 0
+    # On SIGTERM (a spot instance's notice): how long a job that handles the checkpoint
+    # signal gets to write its checkpoint and have it uploaded, before it is stopped.
+    preempt_grace: float = 30.0
     # The agent is the whole process (`gpufleet worker`): its id labels every log line. Not
     # for the orchestrator's embedded local runner, whose process logs for the orchestrator.
     labels_process_logs: bool = False
@@ -56,6 +62,10 @@ class AgentSettings:
             raise ConfigurationError(
                 "--heartbeat-interval must be positive and --cancel-grace not negative"
             )
+        if self.upload_bandwidth < 0 or self.preempt_grace < 0:
+            raise ConfigurationError(
+                "--upload-bandwidth and --preempt-grace must not be negative (0: unlimited, none)"
+            )
         object.__setattr__(self, "orchestrator_url", urls[0])
         object.__setattr__(self, "orchestrator_urls", urls)
         object.__setattr__(self, "worker_token", token)
@@ -69,6 +79,30 @@ class AgentSettings:
         if self.ca_cert is not None:
             return ssl.create_default_context(cafile=str(self.ca_cert))
         return True
+
+
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b(?:/s)?)?\s*$", re.IGNORECASE)
+_RATE_FACTOR = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+MAX_RATE = 1024**5  # a petabyte a second: past any link, and past a typo's reach
+
+
+def parse_rate(text: str) -> int:
+    """Bytes per second from `text` like 0, 500000, 800K, 50M or 1G (1024-based); 0 or empty:
+    unlimited. `ConfigurationError` saying how to write it otherwise."""
+    if not text.strip():
+        return 0
+    match = _RATE.match(text)
+    if not match:
+        raise ConfigurationError(
+            f"--upload-bandwidth {text[:40]!r} is not a rate: write bytes per second like "
+            "800K, 50M or 1G (0: unlimited)"
+        )
+    rate = float(match.group(1)) * _RATE_FACTOR[match.group(2).lower()]
+    if rate > MAX_RATE:
+        raise ConfigurationError(
+            f"--upload-bandwidth {text[:40]!r} is past any link; write 0 for unlimited"
+        )
+    return int(rate)
 
 
 def parse_urls(*texts: str) -> tuple[str, ...]:

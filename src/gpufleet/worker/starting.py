@@ -1,0 +1,69 @@
+"""Everything between an accepted offer and its process: the spec, the folder, the checkpoint
+it resumes from, the environment. Whatever fails here is the attempt's "could not start: …";
+a `Fenced` answer (the attempt is no longer ours) is raised as it is."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpufleet.errors import AgentError
+from gpufleet.progress import RESUME_FROM_ENV
+from gpufleet.worker.backoff import Backoff
+from gpufleet.worker.job import JobSpec, Offer, Workspace, job_environment, prepare_workspace
+from gpufleet.worker.resume import Downloads, download_checkpoint
+from gpufleet.worker.uploads import FileDigest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    spec: JobSpec
+    space: Workspace
+    env: dict[str, str]
+    resumed: list[FileDigest] = field(default_factory=list)  # files put in place to resume
+    resumed_path: str | None = None  # the checkpoint folder they are in
+
+
+async def prepare(
+    offer: Offer,
+    work_dir: Path,
+    gpus: Sequence[int],
+    downloads: Downloads,
+    backoff: Callable[[], Backoff],
+) -> Prepared:
+    spec = offer.spec()
+    space = prepare_workspace(work_dir, spec)
+    env = job_environment(spec, space, spec.gpus(gpus))
+    resume = spec.resume
+    if resume is None:
+        return Prepared(spec, space, env)
+    files = await download_checkpoint(
+        downloads,
+        resume,
+        job_id=spec.job_id,
+        attempt_id=spec.attempt_id or "",
+        folder=space.folder,
+        backoff=backoff,
+    )
+    target = space.folder / resume.path
+    env[RESUME_FROM_ENV] = str(target)
+    if spec.simpletuner:
+        _resume_simpletuner(space, spec, str(target))
+    log.info(
+        "job %s resumes from %s (step %s) in %s", offer.label, resume.name, resume.step, target
+    )
+    return Prepared(spec, space, env, files, resume.path)
+
+
+def _resume_simpletuner(space: Workspace, spec: JobSpec, folder: str) -> None:
+    """SimpleTuner reads where to resume from its config, not from the environment."""
+    config = {**dict(spec.config), "resume_from_checkpoint": folder}
+    try:
+        space.config_path.write_text(json.dumps(config, indent=2, default=str))
+    except OSError as exc:
+        raise AgentError(f"cannot write {space.config_path}: {exc}; check --work-dir") from exc

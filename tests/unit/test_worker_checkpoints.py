@@ -1,0 +1,184 @@
+"""Checkpoints while a job trains: the progress file's checkpoint lines, folders that have
+stopped changing, and the shipper that uploads and commits each checkpoint once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpufleet import progress
+from gpufleet.worker.backoff import Backoff
+from gpufleet.worker.checkpoints import CheckpointShipper, StableFolders, snapshot, step_of
+from gpufleet.worker.client import OrchestratorClient
+from gpufleet.worker.keep import KeepRules
+from gpufleet.worker.relay import CheckpointNote, ProgressTail
+from gpufleet.worker.settings import AgentSettings
+from gpufleet.worker.uploads import BandwidthLimiter, Uploader
+from tests.artifact_fake import ArtifactFake
+
+
+def test_checkpoint_lines_go_to_the_uploader_not_to_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "progress.jsonl"
+    monkeypatch.setenv(progress.PROGRESS_FILE_ENV, str(file))
+    tail = ProgressTail(file)
+
+    progress.report(step=5, total=10, loss=0.5)
+    progress.checkpoint("output/checkpoint-5", step=5)
+    progress.checkpoint(tmp_path / "output/checkpoint-6")
+    assert tail.poll() == {"step": 5, "total": 10, "metrics": {"loss": 0.5}}
+    assert tail.latest == {"step": 5, "total": 10, "metrics": {"loss": 0.5}}
+    assert tail.take_checkpoints() == [
+        CheckpointNote("output/checkpoint-5", 5),
+        CheckpointNote(str(tmp_path / "output/checkpoint-6"), None),
+    ]
+    assert tail.take_checkpoints() == []
+    assert tail.checkpoints_announced == 2
+    assert not tail.handles_checkpoint_signal
+
+
+def test_a_checkpoint_path_with_a_nul_is_refused_in_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(progress.PROGRESS_FILE_ENV, str(tmp_path / "p.jsonl"))
+    with pytest.raises(ValueError, match="NUL"):
+        progress.checkpoint("output/\0x")
+    assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_odd_checkpoint_lines_are_skipped_and_a_bad_step_dropped(tmp_path: Path) -> None:
+    file = tmp_path / "progress.jsonl"
+    file.write_text(
+        '{"checkpoint": 5}\n{"checkpoint": ""}\n{"checkpoint": "a", "step": "x"}\n'
+        '{"checkpoint": "b", "step": true}\n{"checkpoint_signal": "yes"}\n{"checkpoint": "c'
+    )
+    tail = ProgressTail(file)
+    tail.poll()
+    assert tail.take_checkpoints() == [CheckpointNote("a", None), CheckpointNote("b", None)]
+    assert not tail.handles_checkpoint_signal  # only a literal true says it
+
+
+def test_a_folder_is_stable_once_unchanged_over_two_polls_and_reported_once() -> None:
+    stable = StableFolders()
+    one = (("c/w", 10, 1),)
+    assert stable.observe({"c": one}) == []
+    assert stable.observe({"c": (("c/w", 20, 2),)}) == []  # still being written
+    assert stable.observe({"c": (("c/w", 20, 2),)}) == ["c"]
+    assert stable.observe({"c": (("c/w", 20, 2),)}) == []
+    assert stable.observe({"e": ()}) == [] and stable.observe({"e": ()}) == []  # empty: never
+
+
+def test_a_snapshot_sees_sizes_and_mtimes(tmp_path: Path) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c/w").write_bytes(b"1")
+    first = snapshot(tmp_path, "c")
+    (tmp_path / "c/w").write_bytes(b"12")
+    assert snapshot(tmp_path, "c") != first
+    assert [entry[:2] for entry in snapshot(tmp_path, "c")] == [("c/w", 2)]
+
+
+@pytest.mark.parametrize(
+    ("name", "step"),
+    [("checkpoint-1200", 1200), ("step_7", 7), ("final", None), ("c-" + "9" * 30, None)],
+)
+def test_the_step_comes_from_a_folder_s_trailing_number(name: str, step: int | None) -> None:
+    assert step_of(name) == step
+
+
+def shipper(
+    fake: ArtifactFake, folder: Path, rules: KeepRules
+) -> tuple[CheckpointShipper, OrchestratorClient, ProgressTail]:
+    settings = AgentSettings(orchestrator_url="http://orchestrator.test", worker_token="wt_test")
+    client = OrchestratorClient(settings, transport=httpx.MockTransport(fake.handle))
+    uploader = Uploader(
+        "j_1", "a_1", folder, client, BandwidthLimiter(0), lambda: Backoff(0.001, 0.01)
+    )
+    (folder / "progress.jsonl").touch()
+    tail = ProgressTail(folder / "progress.jsonl")
+    return CheckpointShipper(folder, rules, tail, uploader, interval=0.02), client, tail
+
+
+def write_checkpoint(folder: Path, name: str) -> None:
+    (folder / name).mkdir(parents=True)
+    (folder / name / "weights.bin").write_bytes(os.urandom(100))
+    (folder / name / "state.json").write_text(json.dumps({"name": name}))
+
+
+async def test_an_announced_checkpoint_is_uploaded_and_committed_once(tmp_path: Path) -> None:
+    fake = ArtifactFake()
+    ship, client, _ = shipper(fake, tmp_path, KeepRules(checkpoints=("output/checkpoint-*",)))
+    write_checkpoint(tmp_path, "output/checkpoint-3")
+    with (tmp_path / "progress.jsonl").open("a") as file:
+        file.write('{"checkpoint": "output/checkpoint-3", "step": 3}\n')
+        file.write(f'{{"checkpoint": "{tmp_path}/output/checkpoint-3"}}\n')  # again, absolute
+        file.write('{"checkpoint": "../../etc"}\n')
+        file.write('{"checkpoint": "output/missing"}\n')
+    task = asyncio.create_task(ship.run())
+    await asyncio.wait_for(ship.wait_for_note(4), 5)
+    await asyncio.sleep(0.1)  # several polls: the glob sees the folder too
+    ship.end(completed=True)
+    await asyncio.wait_for(task, 5)
+    await client.aclose()
+
+    (committed,) = fake.checkpoints.values()
+    assert committed["name"] == "checkpoint-3" and committed["step"] == 3
+    assert committed["path"] == "output/checkpoint-3"
+    assert sorted(f["path"] for f in committed["files"]) == [
+        "output/checkpoint-3/state.json",
+        "output/checkpoint-3/weights.bin",
+    ]
+    kinds = {
+        (r.body["kind"], r.body["checkpoint"]) for r in fake.requests if r.url.endswith("/upload")
+    }
+    assert kinds == {("checkpoint", "checkpoint-3")}
+
+
+async def test_a_glob_checkpoint_is_committed_once_it_stops_changing(tmp_path: Path) -> None:
+    fake = ArtifactFake()
+    ship, client, _ = shipper(fake, tmp_path, KeepRules(checkpoints=("ckpt/step-*",)))
+    ship.skip("ckpt/step-1")  # the one this attempt resumed from
+    write_checkpoint(tmp_path, "ckpt/step-1")
+    write_checkpoint(tmp_path, "ckpt/step-2")
+    task = asyncio.create_task(ship.run())
+    for _ in range(100):
+        if fake.checkpoints:
+            break
+        await asyncio.sleep(0.02)
+    ship.end(completed=False)
+    await asyncio.wait_for(task, 5)
+    await client.aclose()
+    assert [c["name"] for c in fake.checkpoints.values()] == ["step-2"]
+    assert fake.checkpoints[next(iter(fake.checkpoints))]["step"] == 2
+
+
+async def test_a_folder_still_changing_at_a_failure_is_not_committed(tmp_path: Path) -> None:
+    fake = ArtifactFake()
+    ship, client, _ = shipper(fake, tmp_path, KeepRules(checkpoints=("c-*",)))
+    write_checkpoint(tmp_path, "c-1")
+    ship.end(completed=False)  # seen once only: it may be half written
+    await asyncio.wait_for(ship.run(), 5)
+    assert fake.checkpoints == {}
+
+    ship2, client2, _ = shipper(fake, tmp_path, KeepRules(checkpoints=("c-*",)))
+    ship2.end(completed=True)  # the process completed: what it left is whole
+    await asyncio.wait_for(ship2.run(), 5)
+    await client.aclose()
+    await client2.aclose()
+    assert [c["name"] for c in fake.checkpoints.values()] == ["c-1"]
+
+
+async def test_a_checkpoint_with_a_file_refused_is_not_committed(tmp_path: Path) -> None:
+    fake = ArtifactFake(refuse_paths={"c-1/weights.bin"})
+    ship, client, _ = shipper(fake, tmp_path, KeepRules(checkpoints=("c-*",)))
+    write_checkpoint(tmp_path, "c-1")
+    ship.end(completed=True)
+    await asyncio.wait_for(ship.run(), 5)
+    await client.aclose()
+    assert fake.checkpoints == {}
+    assert "c-1/weights.bin" in (ship._uploader.summary() or "")
