@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from bench.report import Result
+from bench.scenarios.artifacts import artifact_transfer
 from bench.scenarios.capacity import capacity
 from bench.scenarios.depth import queue_depth
 from bench.scenarios.latency import dispatch_latency
@@ -23,6 +24,7 @@ SCENARIOS: dict[int, Scenario] = {
     4: queue_depth,
     5: recovery,
     6: side_by_side,
+    7: artifact_transfer,
 }
 
 __all__ = ["FULL", "MEDIUM", "SCENARIOS", "SIZES", "SMOKE", "Options", "Scenario", "Size"]

@@ -32,6 +32,7 @@ class Size:
     s5_workers: int = 200
     s5_busy: int = 100
     s5_timeouts: tuple[float, float] = (5.0, 1.0)  # heartbeat timeout, health interval
+    s7_bytes: int = 1024**3  # the checkpoint file of scenario 7
     per_process: int = 2500
     start_within: float = 900.0
 
@@ -53,6 +54,7 @@ SMOKE = Size(
     s5_workers=6,
     s5_busy=4,
     s5_timeouts=(2.0, 0.5),
+    s7_bytes=16 * 1024**2,
     per_process=3,
     start_within=60.0,
 )
@@ -65,6 +67,7 @@ MEDIUM = Size(
     s3_workers=2000,
     s3_windows=(35.0, 15.0),
     s4_depth=20_000,
+    s7_bytes=256 * 1024**2,
 )
 SIZES = {"full": FULL, "medium": MEDIUM, "smoke": SMOKE}
 

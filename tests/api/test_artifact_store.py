@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import socket
-import subprocess
-import sys
 import threading
-import time
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -23,6 +19,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from bench.s3 import moto_s3, new_bucket
 from pydantic import SecretStr
 
 from gpufleet.artifacts.backends import ArtifactSettings, open_artifact_store
@@ -42,40 +39,12 @@ MiB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_up(endpoint, server)
+    with moto_s3() as endpoint:
         yield endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def _wait_until_up(endpoint: str, server: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"moto's S3 server exited with {server.returncode} before serving")
-        try:
-            httpx.get(endpoint, timeout=1)
-        except httpx.TransportError:
-            time.sleep(0.1)
-            continue
-        return
-    pytest.fail(f"moto's S3 server did not answer on {endpoint} within 30 s")
 
 
 def _s3_settings(endpoint: str) -> ArtifactSettings:
-    bucket = f"artifacts-{secrets.token_hex(4)}"
-    httpx.put(f"{endpoint}/{bucket}").raise_for_status()
+    bucket = new_bucket(endpoint)
     return ArtifactSettings(
         url=f"s3://{bucket}/fleet",
         endpoint=endpoint,

@@ -67,6 +67,18 @@ async def test_recovery_reruns_every_lost_job_and_counts_duplicates(tmp_path: Pa
     assert result.metrics["completed"] == SMOKE.s5_busy
 
 
+async def test_artifact_transfer_moves_a_checkpoint_through_both_backends_intact(
+    tmp_path: Path,
+) -> None:
+    results = await run(7, tmp_path)
+    assert [r.params["backend"] for r in results] == ["data folder", "object storage (moto)"]
+    for result in results:
+        measured(result)
+        sha = [c for c in result.checks if c.metric.endswith("sha256 of the download")]
+        assert [c.ok for c in sha] == [True], result.checks
+        assert result.metrics["upload_mib_s"] > 0
+
+
 @pytest.mark.postgres
 async def test_side_by_side_runs_latency_and_throughput_on_postgresql(tmp_path: Path) -> None:
     results = await run(6, tmp_path)

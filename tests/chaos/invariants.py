@@ -159,9 +159,10 @@ def check_job(job: dict[str, Any], runs: dict[str, Run], completions: int, bad: 
         bad(f"job {jid} completed with completed attempts {[a['id'] for a in won]}")
     if status != "completed" and won:
         bad(f"job {jid} is {status} although attempt {won[0]['id']} completed")
-    # An offer withdrawn before the worker acknowledged it never ran and spends no retry.
-    ran = [a for a in history if a["status"] != "withdrawn"]
-    unacknowledged = len(history) - len(ran)
+    # An offer withdrawn before the worker acknowledged it never ran and spends no retry; nor
+    # does an attempt its worker's machine preempted (#17).
+    ran = [a for a in history if a["status"] not in ("withdrawn", "preempted")]
+    unacknowledged = sum(1 for a in history if a["status"] == "withdrawn")
     if status == "failed" and len(ran) < job["max_retries"] + 1 and unacknowledged <= 5:
         last = history[-1] if history else {}
         if last.get("status") != "failed":

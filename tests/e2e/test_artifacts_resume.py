@@ -1,0 +1,175 @@
+"""The issue's end-to-end case (#17): a checkpointing job loses its worker to SIGKILL, resumes
+on another worker from its last checkpoint, ends with the result of an uninterrupted run, and
+every artifact comes home.
+
+Once on SQLite with the data-folder store and one orchestrator, once on PostgreSQL with two
+replicas sharing an object store (moto's S3 server, the stand-in for a cloud bucket): there the
+workers speak to one replica and the downloads go through the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from bench.s3 import moto_s3, new_bucket, s3_environment
+
+from tests.e2e.conftest import (
+    ServerProcess,
+    WorkerProcess,
+    pg_database,
+    start_replicas,
+    submit_job,
+    wait_for,
+    wait_job,
+)
+
+STEPS, EVERY = 400, 50
+TRAIN = [
+    sys.executable,
+    "-m",
+    "gpufleet.examples.train",
+    "--steps",
+    str(STEPS),
+    "--checkpoint-every",
+    str(EVERY),
+    "--seed",
+    "7",
+]
+MODEL_FIELDS = ("backend", "steps", "initial_loss", "loss", "accuracy", "weights", "bias")
+
+
+class Orchestrator:
+    """Where the workers connect, and where the user downloads (another replica, if any)."""
+
+    def __init__(self, workers: ServerProcess, users: ServerProcess) -> None:
+        self.workers, self.users = workers, users
+
+
+@pytest.fixture(
+    scope="module",
+    params=["sqlite", pytest.param("postgres-replicas-s3", marks=pytest.mark.postgres)],
+)
+def orchestrator(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Orchestrator]:
+    root = tmp_path_factory.mktemp("artifacts")
+    if request.param == "sqlite":
+        server = ServerProcess(root / "server", None, **{"heartbeat-timeout": 2})
+        server.start()
+        yield Orchestrator(server, server)
+        server.kill(signal.SIGTERM)
+        return
+    with pg_database() as database, moto_s3() as endpoint:
+        env = {**os.environ, **s3_environment(endpoint)}
+        replicas = start_replicas(
+            root,
+            database,
+            2,
+            env=env,
+            artifacts=f"s3://{new_bucket(endpoint)}/fleet",
+            **{"heartbeat-timeout": 2},
+        )
+        yield Orchestrator(replicas[0], replicas[1])
+        for replica in replicas:
+            replica.kill(signal.SIGTERM)
+
+
+def test_a_job_whose_worker_is_killed_resumes_from_its_checkpoint_and_every_artifact_comes_home(
+    orchestrator: Orchestrator,
+    agents: Callable[..., WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    server, users = orchestrator.workers, orchestrator.users
+    labels = {"pool": f"resume-{os.getpid()}-{id(tmp_path)}"}
+    first = agents(server, labels=labels).start()
+    job_id = submit_job(
+        server, labels, [*TRAIN, "--step-delay", "0.02"], config={"env": {"PYTHONUNBUFFERED": "1"}}
+    )
+    wait_for(
+        lambda: listing(users, job_id)["checkpoints"],
+        timeout=60,
+        what="the job's first committed checkpoint",
+    )
+    kill_with_its_job(first)  # the spot instance is gone, the job's process with it
+
+    second = agents(server, labels=labels).start()
+    job = wait_job(users, job_id, "completed", "failed", timeout=120)
+    assert job["status"] == "completed", job
+    history = job["attempt_history"]
+    assert [a["status"] for a in history][-1] == "completed"
+    resumed = history[-1]["resumed_from"]
+    assert resumed is not None and resumed["attempt_number"] == 1, history
+    assert resumed["checkpoint"].startswith("checkpoint-") and resumed["step"] > 0
+    assert history[-1]["worker_id"] == second.id != first.id
+
+    for worker in (first, second):  # the ephemeral workers' folders die with them
+        shutil.rmtree(worker.work_dir, ignore_errors=True)
+    files = listing(users, job_id)
+    out = tmp_path / "download"
+    gf(users, "jobs", "download", job_id, "-o", str(out))
+    final = [a for a in files["artifacts"] if a["attempt_id"] == history[-1]["id"]]
+    assert {a["path"] for a in final} >= {"result.json"}
+    for artifact in final:
+        assert sha256(out / artifact["path"]) == artifact["sha256"], artifact["path"]
+
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    subprocess.run([*TRAIN, "--output", "result.json"], cwd=reference, check=True, env=plain())
+    got = json.loads((out / "result.json").read_text())
+    want = json.loads((reference / "result.json").read_text())
+    assert {k: got[k] for k in MODEL_FIELDS} == {k: want[k] for k in MODEL_FIELDS}
+
+
+def listing(server: ServerProcess, job_id: str) -> dict[str, Any]:
+    with server.admin() as admin:
+        resp = admin.get(f"/api/queue/{job_id}/artifacts")
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+def kill_with_its_job(worker: WorkerProcess) -> None:
+    assert worker.proc is not None
+    family = psutil.Process(worker.proc.pid).children(recursive=True)
+    worker.proc.kill()
+    worker.proc.wait(timeout=10)
+    for process in family:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def gf(server: ServerProcess, *args: str) -> str:
+    env = {**plain(), "GPUFLEET_URL": server.url, "GPUFLEET_API_KEY": server.admin_key}
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("gpufleet")), *args],
+        capture_output=True,
+        text=True,
+        env={**env, "NO_COLOR": "1", "COLUMNS": "200"},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def plain() -> dict[str, str]:
+    """Our environment without any GPUFLEET_* (the reference run is no worker's job)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
