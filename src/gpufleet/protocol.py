@@ -87,7 +87,13 @@ def ping() -> Event:
     return {"type": EventType.PING.value}
 
 
-def job_submit(job_id: str, attempt_id: str, config: dict[str, Any], gpu_count: int) -> Event:
+def job_submit(
+    job_id: str,
+    attempt_id: str,
+    config: dict[str, Any],
+    gpu_count: int,
+    upload_token: str = "",
+) -> Event:
     """The offer of an attempt.
 
     The released SimpleTuner agent copies `upload_endpoint` and `upload_token` straight into
@@ -105,7 +111,7 @@ def job_submit(job_id: str, attempt_id: str, config: dict[str, Any], gpu_count: 
         "timeout_s": config.get("timeout_s"),
         "dataloader": None,
         "upload_endpoint": job_upload_path(job_id),
-        "upload_token": "",
+        "upload_token": upload_token,
     }
 
 

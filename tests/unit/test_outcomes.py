@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.domain.outcomes import (
+    MAX_PREEMPTIONS,
     MAX_UNACKNOWLEDGED_OFFERS,
     AttemptEnd,
     Cancel,
@@ -107,7 +108,7 @@ def test_a_job_is_requeued_only_after_an_ending_its_retry_on_names(
     if isinstance(decision, Requeue):
         assert not (by_user and end.status is A.CANCELLED)
         assert (
-            end.status is A.WITHDRAWN
+            end.status in {A.WITHDRAWN, A.PREEMPTED}
             or (end.status in {A.LOST, A.CANCELLED} and RetryOn.LOST in job.retry_on)
             or (end.status is A.FAILED and RetryOn.FAILED in job.retry_on)
         )
@@ -148,13 +149,53 @@ def test_requeues_never_exceed_the_retry_budget(retry_on, max_retries, endings):
         if not isinstance(decision, Requeue):
             break
     withdrawn = sum(1 for a in history if a.status is A.WITHDRAWN)
-    assert len(history) - withdrawn <= max_retries + 1
+    preempted = sum(1 for a in history if a.status is A.PREEMPTED)
+    assert len(history) - withdrawn - preempted <= max_retries + 1
     assert withdrawn <= MAX_UNACKNOWLEDGED_OFFERS + 1
+    assert preempted <= MAX_PREEMPTIONS + 1
+
+
+@settings(max_examples=300)
+@given(
+    retry_on=st.frozensets(st.sampled_from(RetryOn)),
+    max_retries=st.integers(0, 4),
+    ran=st.lists(st.sampled_from([A.LOST, A.FAILED, A.CANCELLED]), max_size=4),
+    preemptions=st.integers(1, MAX_PREEMPTIONS),
+    order=st.randoms(use_true_random=False),
+)
+def test_a_preemption_requeues_without_spending_a_retry(
+    retry_on, max_retries, ran, preemptions, order
+):
+    """However many runs the job spent and however its retries are set, a preempted attempt
+    goes back to the queue while preemptions stay within their own bound, and the retries
+    left after it are the ones left before it."""
+    ran = ran[:max_retries]  # runs that left the budget open
+    history = [Past(f"w_{n}", s, T0, T0) for n, s in enumerate(ran)]
+    history += [Past("w_p", A.PREEMPTED, T0, T0) for _ in range(preemptions)]
+    order.shuffle(history)
+    job = Budget(retry_on, max_retries, attempts=len(history))
+    decision = run(job, AttemptEnd(A.PREEMPTED, len(history), "spot notice"), history)
+    assert decision == Requeue(f"attempt {len(history)} preempted: spot notice")
+    # The next ending of a run sees the same budget as if no preemption had happened.
+    lost = Past("w_x", A.LOST, T0, T0)
+    with_preemptions = run(
+        Budget(retry_on, max_retries, attempts=len(history) + 1),
+        AttemptEnd(A.LOST, len(history) + 1),
+        [*history, lost],
+    )
+    without = run(
+        Budget(retry_on, max_retries, attempts=len(ran) + 1),
+        AttemptEnd(A.LOST, len(history) + 1),
+        [a for a in history if a.status is not A.PREEMPTED] + [lost],
+    )
+    assert type(with_preemptions) is type(without)
 
 
 @given(max_retries=st.integers(0, 5), attempts=st.integers(1, 8), history=pasts)
 def test_a_lost_attempt_is_retried_by_default_while_retries_last(max_retries, attempts, history):
-    history = [a for a in history if not failed_to_start(a) and a.status is not A.WITHDRAWN]
+    history = [
+        a for a in history if not failed_to_start(a) and a.status not in {A.WITHDRAWN, A.PREEMPTED}
+    ]
     job = Budget(RETRY_DEFAULT, max_retries, attempts)
     decision = run(job, AttemptEnd(A.LOST, attempts, "worker went silent"), history)
     assert isinstance(decision, Requeue) == (attempts <= max_retries)
@@ -199,6 +240,22 @@ def test_too_many_unacknowledged_offers_fail_the_job():
     decision = run(job, AttemptEnd(A.WITHDRAWN, len(history), "not acknowledged"), history)
     assert isinstance(decision, Fail)
     assert decision.reason.startswith("not acknowledged (offered 6 times without")
+
+
+def test_too_many_preemptions_fail_the_job_saying_so():
+    history = [Past("w_1", A.PREEMPTED, T0, T0)] * (MAX_PREEMPTIONS + 1)
+    job = Budget(max_retries=5, attempts=len(history))
+    decision = run(job, AttemptEnd(A.PREEMPTED, len(history), "spot notice"), history)
+    assert isinstance(decision, Fail)
+    assert decision.reason.startswith(f"spot notice (preempted {MAX_PREEMPTIONS + 1} times")
+
+
+def test_a_preempted_attempt_is_requeued_even_with_an_empty_retry_on():
+    history = [Past("w_1", A.PREEMPTED, T0, T0)]
+    job = Budget(frozenset(), max_retries=0, attempts=1)
+    assert run(job, AttemptEnd(A.PREEMPTED, 1), history) == Requeue(
+        "attempt 1 preempted: preempted"
+    )
 
 
 @pytest.mark.parametrize("status", [A.LOST, A.CANCELLED])

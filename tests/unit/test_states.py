@@ -94,6 +94,7 @@ def test_terminal_attempt_states_are_every_ending():
         AttemptStatus.CANCELLED,
         AttemptStatus.LOST,
         AttemptStatus.WITHDRAWN,
+        AttemptStatus.PREEMPTED,
     } == TERMINAL_ATTEMPT
 
 

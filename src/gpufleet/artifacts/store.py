@@ -108,6 +108,13 @@ class ArtifactStore:
         result = await self._call(key, obstore.get_async(self._store, key))
         return _chunks(result.stream(min_chunk_size=READ_CHUNK), key, self.name)
 
+    async def open_range(self, key: str, start: int, end: int) -> AsyncIterator[bytes]:
+        """The bytes `start` to `end` (exclusive) at `key`, in chunks (an HTTP Range read);
+        the caller checks the range against the artifact's size first."""
+        get = obstore.get_async(self._store, key, options={"range": (start, end)})
+        result = await self._call(key, get)
+        return _chunks(result.stream(min_chunk_size=READ_CHUNK), key, self.name)
+
     async def delete(self, key: str) -> None:
         """Remove `key`; a key already gone is not an error (a sweep may race a user)."""
         try:

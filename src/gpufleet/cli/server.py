@@ -148,6 +148,24 @@ log = logging.getLogger("gpufleet.server")
     "(the poison-job rule).",
 )
 @setting(
+    "--artifact-retention-days",
+    default=30.0,
+    type=click.FloatRange(min=0, max=36500),
+    var="ARTIFACT_RETENTION_DAYS",
+    metavar="DAYS",
+    help="Artifacts of a job are deleted this many days after it ended, unless an admin "
+    "pinned them (0: keep forever).",
+)
+@setting(
+    "--keep-checkpoints",
+    default=3,
+    type=click.IntRange(min=0, max=10000),
+    var="KEEP_CHECKPOINTS",
+    metavar="N",
+    help="Each job keeps its newest N checkpoints; older ones are deleted by the retention "
+    "sweep, never one a running attempt resumed from (0: keep every one).",
+)
+@setting(
     "--forwarded-allow-ips",
     default="127.0.0.1",
     var="FORWARDED_ALLOW_IPS",
@@ -184,6 +202,8 @@ def server(
     audit_key_file: Path | None,
     auth_failure_limit: int,
     poison_after_workers: int,
+    artifact_retention_days: float,
+    keep_checkpoints: int,
     forwarded_allow_ips: str,
     log_level: str,
     log_format: logs.Format,
@@ -232,6 +252,8 @@ def server(
             audit_key_file=audit_key_file,
             auth_failure_limit=auth_failure_limit,
             poison_after_workers=poison_after_workers,
+            artifact_retention_days=artifact_retention_days,
+            keep_checkpoints=keep_checkpoints,
             public_url=check_public_url(public_url)
             if public_url
             else default_public_url(host, port, tls=tls is not None),

@@ -12,6 +12,9 @@ EVENT_TYPES = frozenset(
     {
         "apikey.created",
         "apikey.revoked",
+        "artifact.created",
+        "artifact.deleted",
+        "artifacts.pinned",
         "attempt.ended",
         "audit.chain_upgraded",
         "auth.failed",

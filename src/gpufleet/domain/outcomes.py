@@ -15,6 +15,7 @@ from gpufleet.domain.states import (
 
 A = AttemptStatus
 MAX_UNACKNOWLEDGED_OFFERS = 5  # withdrawn offers a job may have beyond its retries
+MAX_PREEMPTIONS = 10  # preempted attempts a job may have beyond its retries
 
 
 class RetryBudget(Protocol):
@@ -67,12 +68,13 @@ Decision = Complete | Cancel | Requeue | Fail
 def retried(ended: AttemptStatus, retry_on: frozenset[RetryOn]) -> bool:
     """Whether a job whose attempt ended this way (not by its user) may go back to the queue.
 
-    An offer never acknowledged never ran: it is offered again (withdrawn offers are bounded
-    on their own). A lost attempt, or one the worker stopped itself (`cancelled` without a
-    user's cancel: preempted, shut down), is retried when `lost` is in `retry_on` (the
+    An offer never acknowledged never ran, and a preempted attempt was stopped because its
+    machine went away, not for anything the job did: both are offered again (each bounded
+    on its own, without spending a retry). A lost attempt, or one the worker stopped itself
+    (`cancelled` without a user's cancel: shut down), is retried when `lost` is in `retry_on` (the
     default); a failed process only when `failed` is.
     """
-    if ended is A.WITHDRAWN:
+    if ended in (A.WITHDRAWN, A.PREEMPTED):
         return True
     if ended in (A.LOST, A.CANCELLED):
         return RetryOn.LOST in retry_on
@@ -119,13 +121,20 @@ def _retry_or_fail(
             f"(--poison-after-workers); fix the job and submit it again. Last error: {reason}"
         )
     unacknowledged = sum(1 for a in history if a.status is A.WITHDRAWN)
-    # An offer the worker never acknowledged never ran: it does not spend a retry, but a
-    # job no worker ever acknowledges still ends.
-    ran = job.attempts - unacknowledged
+    preempted = sum(1 for a in history if a.status is A.PREEMPTED)
+    # An offer the worker never acknowledged never ran, and a preempted attempt was stopped
+    # by its machine going away: neither spends a retry, but a job no worker ever
+    # acknowledges, or one preempted over and over, still ends.
+    ran = job.attempts - unacknowledged - preempted
     if unacknowledged > MAX_UNACKNOWLEDGED_OFFERS:
         return Fail(
             f"{reason} (offered {unacknowledged} times without an acknowledgement; check "
             "that the workers receive their event streams)"
+        )
+    if preempted > MAX_PREEMPTIONS:
+        return Fail(
+            f"{reason} (preempted {preempted} times; run it on workers that are not "
+            "reclaimed as often, or submit it again)"
         )
     if ran < job.max_retries + 1:
         return Requeue(f"attempt {ended.number} {ended.status.value}: {reason}")

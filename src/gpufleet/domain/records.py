@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from gpufleet.domain.matching import Capacity, Feature, Requirement, needs_of, parse_features
@@ -139,6 +140,7 @@ class Job:
     started_at: datetime | None
     ended_at: datetime | None
     rerun_of: str | None = None  # the job this one re-runs
+    artifacts_pinned: bool = False  # its artifacts outlive the retention sweep
 
     def requirement(self) -> Requirement:
         return Requirement(
@@ -162,6 +164,45 @@ class Attempt:
     ended_at: datetime | None
     error: str | None
     exit_code: int | None
+    resumed_from: str | None = None  # the checkpoint (id) its offer said to resume from
+
+
+class ArtifactKind(StrEnum):
+    ARTIFACT = "artifact"
+    CHECKPOINT = "checkpoint"  # a file of a checkpoint folder
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A job's file in the artifact store, listed only once verified (docs/artifacts.md)."""
+
+    id: str
+    job_id: str
+    attempt_id: str
+    path: str  # relative to the job folder
+    kind: ArtifactKind
+    checkpoint: str | None  # the checkpoint's name, for a checkpoint file
+    size: int
+    sha256: str
+    key: str  # where the store keeps it (artifacts.keys.artifact_key)
+    created_at: datetime
+    attempt_number: int | None = None  # when read with its attempt
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A checkpoint folder whose every file is stored: a later attempt can resume from it."""
+
+    id: str
+    job_id: str
+    attempt_id: str
+    name: str  # the folder's name, checkpoint-1200
+    path: str  # the folder, relative to the job folder
+    step: int | None
+    files: int
+    size: int
+    created_at: datetime
+    attempt_number: int | None = None  # when read with its attempt
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,19 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(6)}"
 
 
+UPLOAD_TOKEN_PREFIX = "ut_"
+
+
+def upload_token(master: bytes, attempt_id: str) -> str:
+    """The attempt's upload token: an HMAC of its id under a key derived from the server's
+    key material, so every replica derives it again and nothing is stored."""
+    key = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=b"gpufleet upload token"
+    ).derive(master)
+    mac = hmac.new(key, attempt_id.encode(), hashlib.sha256).digest()
+    return UPLOAD_TOKEN_PREFIX + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+
 _SEALED_PREFIX = "v1:"
 
 

@@ -36,6 +36,7 @@ class AttemptStatus(StrEnum):
     CANCELLED = "cancelled"
     LOST = "lost"  # the worker went silent or came back without it
     WITHDRAWN = "withdrawn"  # never acknowledged within the ack timeout
+    PREEMPTED = "preempted"  # the worker stopped it: its machine is going away (spot notice)
 
 
 class RetryOn(StrEnum):
@@ -85,15 +86,25 @@ JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 A = AttemptStatus
 ATTEMPT_TRANSITIONS: dict[AttemptStatus, frozenset[AttemptStatus]] = {
     A.OFFERED: frozenset(
-        {A.ACKNOWLEDGED, A.RUNNING, A.COMPLETED, A.FAILED, A.CANCELLED, A.LOST, A.WITHDRAWN}
+        {
+            A.ACKNOWLEDGED,
+            A.RUNNING,
+            A.COMPLETED,
+            A.FAILED,
+            A.CANCELLED,
+            A.LOST,
+            A.WITHDRAWN,
+            A.PREEMPTED,
+        }
     ),
-    A.ACKNOWLEDGED: frozenset({A.RUNNING, A.COMPLETED, A.FAILED, A.CANCELLED, A.LOST}),
-    A.RUNNING: frozenset({A.COMPLETED, A.FAILED, A.CANCELLED, A.LOST}),
+    A.ACKNOWLEDGED: frozenset({A.RUNNING, A.COMPLETED, A.FAILED, A.CANCELLED, A.LOST, A.PREEMPTED}),
+    A.RUNNING: frozenset({A.COMPLETED, A.FAILED, A.CANCELLED, A.LOST, A.PREEMPTED}),
     A.COMPLETED: frozenset(),
     A.FAILED: frozenset(),
     A.CANCELLED: frozenset(),
     A.LOST: frozenset(),
     A.WITHDRAWN: frozenset(),
+    A.PREEMPTED: frozenset(),
 }
 
 TERMINAL_JOB = frozenset(s for s, nxt in JOB_TRANSITIONS.items() if not nxt)
@@ -149,6 +160,7 @@ REPORTED_STATUS: dict[str, AttemptStatus] = {
     "completed": A.COMPLETED,
     "failed": A.FAILED,
     "cancelled": A.CANCELLED,
+    "preempted": A.PREEMPTED,  # docs/artifacts.md: the machine is going away
 }
 # The attempt statuses only a worker's report sets: an attempt in one reached its worker.
 REPORTED_ATTEMPT = frozenset(REPORTED_STATUS.values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -14,6 +15,11 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufleet import __version__, logs
+from gpufleet.artifacts.backends import (
+    ArtifactSettings,
+    default_artifact_url,
+    open_artifact_store,
+)
 from gpufleet.server import deps, errors, streams
 from gpufleet.server.context import Context
 from gpufleet.server.door import RefuseNulInUrl
@@ -21,16 +27,27 @@ from gpufleet.server.local import parse_local_gpus, start_local_runner
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.routes import (
     admin,
+    artifacts,
     events,
     notifications,
     ops,
     progress,
     queue,
+    storage,
     ui,
     workers,
 )
 from gpufleet.server.schemas.base import ERROR_RESPONSES
-from gpufleet.server.services import agents, audit, auth, delivery, dispatch, health, sessions
+from gpufleet.server.services import (
+    agents,
+    audit,
+    auth,
+    delivery,
+    dispatch,
+    health,
+    retention,
+    sessions,
+)
 from gpufleet.server.settings import ServerSettings
 from gpufleet.store import open_store
 from gpufleet.store.engine import data_dir_writable, default_database_url
@@ -38,6 +55,8 @@ from gpufleet.supervisor import Supervisor
 
 log = logging.getLogger("gpufleet.server")
 MAX_BODY_BYTES = 4 * 1024 * 1024
+# Uploads stream into the artifact store, which checks their size against the job's limit.
+STREAMED_UPLOADS = re.compile(r"/api/cloud/storage/.+|/api/workers/job/[^/]+/upload/[^/]+")
 
 
 class BodyLimit:
@@ -49,7 +68,9 @@ class BodyLimit:
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (
+            scope["method"] == "PUT" and STREAMED_UPLOADS.fullmatch(scope["path"])
+        ):
             await self.app(scope, receive, send)
             return
         for name, value in scope.get("headers", []):
@@ -110,6 +131,9 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
             store=store,
             ui_secret=sessions.load_secret(settings.data_dir),
             audit_key=audit.load_key(settings.audit_key_file or settings.data_dir / "audit.key"),
+            artifacts=open_artifact_store(
+                ArtifactSettings(url=default_artifact_url(settings.data_dir))
+            ),
             auth_failures=FailureLimiter(settings.auth_failure_limit, settings.auth_failure_window),
         )
         app.state.ctx = ctx
@@ -156,6 +180,9 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         # every replica: each sends only the deliveries it claimed
         supervisor.every("webhooks", delivery.INTERVAL_S, lambda: delivery.deliver_due(ctx))
         supervisor.every("webhook-log-prune", 3600.0, lambda: delivery.prune(ctx))
+        supervisor.every(
+            "artifact-retention", settings.retention_interval, leader_only(retention.sweep)
+        )
         await start_local_runner(ctx, supervisor)
         if on_start is not None:
             await on_start(ctx, supervisor)
@@ -184,6 +211,8 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
     errors.install(app)
     for api in (
         admin.router,
+        artifacts.router,
+        storage.router,
         notifications.router,
         workers.router,
         queue.router,

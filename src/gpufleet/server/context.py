@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from gpufleet.artifacts.store import ArtifactStore
 from gpufleet.domain import audit_chain
 from gpufleet.errors import StoreError
 from gpufleet.protocol import Event
@@ -31,6 +32,7 @@ class Context:
     settings: ServerSettings
     store: Store
     audit_key: bytes = field(repr=False)  # the audit chain's HMAC key (services/audit.py)
+    artifacts: ArtifactStore  # where job files are kept (docs/artifacts.md)
     hub: Hub = field(default_factory=Hub)
     clock: Callable[[], datetime] = utcnow
     instance_id: str = field(default_factory=lambda: secrets.token_hex(4))
@@ -63,10 +65,13 @@ class Context:
 class Tx:
     """One write transaction: its queries, its clock reading, and what to notify on commit."""
 
-    def __init__(self, q: Queries, now: datetime, settings: ServerSettings) -> None:
+    def __init__(
+        self, q: Queries, now: datetime, settings: ServerSettings, key: bytes = b""
+    ) -> None:
         self.q = q
         self.now = now
         self.settings = settings
+        self.key = key  # the server's key material (upload tokens are derived from it)
         self.notify: set[str] = set()
         self.close: set[str] = set()
         self.handed: dict[str, list[dict[str, Any]]] = {}  # topic → events it was handed
@@ -150,7 +155,7 @@ async def transaction(ctx: Context) -> AsyncIterator[Tx]:
             ctx.hub.notify(topic)
 
     async with ctx.store.write(after_commit=committed) as q:
-        tx = Tx(q, ctx.clock(), ctx.settings)
+        tx = Tx(q, ctx.clock(), ctx.settings, ctx.audit_key)
         yield tx
         if tx.audits:
             sealed = await _append_audit(q, ctx.audit_key, tx.audits)

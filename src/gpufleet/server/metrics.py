@@ -78,6 +78,17 @@ class Metrics:
         self.streams = Gauge(
             "gpufleet_worker_streams", "Worker event streams open on this replica", registry=r
         )
+        self.artifact_bytes_downloaded = Counter(
+            "gpufleet_artifact_bytes_downloaded",
+            "Artifact bytes the orchestrator streamed out (counted as sent; a redirect to a "
+            "presigned URL is not)",
+            registry=r,
+        )
+        self.artifact_store_bytes = Gauge(
+            "gpufleet_artifact_store_bytes",
+            "Bytes of every listed artifact in the store, read at scrape time",
+            registry=r,
+        )
         self._by_name = {
             "dispatch_latency": self.dispatch_latency,
             "time_to_gpu": self.time_to_gpu,

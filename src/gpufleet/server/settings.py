@@ -38,6 +38,12 @@ class ServerSettings(BaseModel):
     print_admin_key: bool = True
     # The address workers elsewhere use (`--public-url`); None: `default_public_url`.
     public_url: str | None = None
+    # Artifacts of ended jobs are deleted this many days after the job ended (0: kept
+    # forever); each job keeps its newest `keep_checkpoints` checkpoints (0: every one).
+    artifact_max_job_bytes: int = Field(100 * 2**30, ge=0)  # every attempt's files together
+    artifact_retention_days: float = Field(30.0, ge=0, le=36500)
+    keep_checkpoints: int = Field(3, ge=0, le=10000)
+    retention_interval: float = Field(3600.0, gt=0)  # how often the retention sweep runs
 
     @model_validator(mode="after")
     def _timeout_spans_heartbeats(self) -> ServerSettings:

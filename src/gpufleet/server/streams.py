@@ -22,6 +22,7 @@ from gpufleet.protocol import Event, EventType
 from gpufleet.server import sse
 from gpufleet.server.context import Context
 from gpufleet.server.hub import Subscription, worker_topic
+from gpufleet.server.offers import job_offer
 from gpufleet.server.services import agents
 
 T = TypeVar("T")
@@ -187,7 +188,7 @@ class WorkerStream:
                 commands = await wq.take_events(worker_id)
             commands = [cmd for cmd in commands if _cancel_applies(cmd, held)]
         events = {
-            attempt.id: protocol.job_submit(job.id, attempt.id, job.config, job.gpu_count)
+            attempt.id: job_offer(self._ctx.settings, self._ctx.audit_key, job, attempt.id)
             for attempt, job in offers
         }
         return commands, events

@@ -122,7 +122,7 @@ async def get_job(ctx: Ctx, who: Reader, job_id: str) -> JobDetail:
     return JobDetail(
         **JobOut.of(view.job, view.names).model_dump(),
         config=view.job.config,
-        attempt_history=[AttemptOut.of(a, view.names) for a in view.attempts],
+        attempt_history=[AttemptOut.of(a, view.names, view.resumed) for a in view.attempts],
         waiting=view.waiting,
         rerun_as=view.reruns,
     )

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
-from gpufleet.domain.records import Attempt, Job, StoredConfig
+from gpufleet.domain.records import Attempt, Checkpoint, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
 from gpufleet.server.schemas.base import Record, Strict
 
@@ -27,6 +27,23 @@ class SubmitIn(Strict):
     retry_on: list[RetryOn] = Field(default_factory=lambda: sorted(RETRY_DEFAULT), max_length=2)
 
 
+class ResumedFromOut(BaseModel):
+    """Where an attempt resumed: "resumed from checkpoint-1200 (attempt 2)"."""
+
+    checkpoint: str  # the checkpoint's name
+    step: int | None
+    attempt_number: int  # of the attempt that wrote it
+
+    @classmethod
+    def of(cls, c: Checkpoint | None) -> Self | None:
+        if c is None:
+            return None
+        return cls(checkpoint=c.name, step=c.step, attempt_number=c.attempt_number or 0)
+
+
+_NO_CHECKPOINTS: Mapping[str, Checkpoint] = {}
+
+
 class AttemptOut(Record):
     id: str
     number: int
@@ -39,10 +56,20 @@ class AttemptOut(Record):
     error: str | None
     exit_code: int | None
     worker_name: str | None = None
+    resumed_from: ResumedFromOut | None = None  # the checkpoint its offer resumed from
 
     @classmethod
-    def of(cls, a: Attempt, names: Mapping[str, str] = _NO_NAMES) -> Self:
-        return cls.over(a, worker_name=names.get(a.worker_id))
+    def of(
+        cls,
+        a: Attempt,
+        names: Mapping[str, str] = _NO_NAMES,
+        checkpoints: Mapping[str, Checkpoint] = _NO_CHECKPOINTS,
+    ) -> Self:
+        """`checkpoints`: by id, those the attempts resumed from."""
+        resumed = checkpoints.get(a.resumed_from) if a.resumed_from else None
+        return cls.over(
+            a, worker_name=names.get(a.worker_id), resumed_from=ResumedFromOut.of(resumed)
+        )
 
 
 class JobOut(Record):

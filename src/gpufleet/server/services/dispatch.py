@@ -12,7 +12,6 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import datetime
 from typing import TypeVar
 
-from gpufleet import protocol
 from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.matching import (
     Requirement,
@@ -34,6 +33,7 @@ from gpufleet.domain.states import (
 )
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic, worker_topic
+from gpufleet.server.offers import job_offer
 from gpufleet.store import Queries
 
 _PAGE = 200
@@ -110,9 +110,7 @@ async def claim(tx: Tx, job: Job, worker: Worker) -> str:
     tx.audit("job.status_changed", SYSTEM_ACTOR, job.id, old="queued", new="offered")
     tx.wake(job_topic(job.id), JOBS_TOPIC, WORKERS_TOPIC)
     # The worker's stream sends the offer as it is handed over, without reading it back.
-    tx.hand_over(
-        worker_topic(worker.id), protocol.job_submit(job.id, attempt_id, job.config, job.gpu_count)
-    )
+    tx.hand_over(worker_topic(worker.id), job_offer(tx.settings, tx.key, job, attempt_id))
     return attempt_id
 
 

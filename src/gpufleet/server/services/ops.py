@@ -19,7 +19,9 @@ async def metrics(ctx: Context) -> bytes:
     async with ctx.store.read() as q:
         workers = await q.count_workers_by_status()
         jobs = await q.count_jobs_by_status()
+        stored = await q.artifact_store_bytes()
     ctx.metrics.set_counts(workers, jobs)
+    ctx.metrics.artifact_store_bytes.set(stored)
     alive = await ctx.replicas.alive()
     ctx.metrics.set_replica(
         ctx.instance_id,

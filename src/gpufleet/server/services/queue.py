@@ -24,7 +24,15 @@ from gpufleet.domain.matching import (
     reasons_not_running,
     why_waiting,
 )
-from gpufleet.domain.records import Attempt, Job, JobFilter, LogLine, StoredConfig, Worker
+from gpufleet.domain.records import (
+    Attempt,
+    Checkpoint,
+    Job,
+    JobFilter,
+    LogLine,
+    StoredConfig,
+    Worker,
+)
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import (
     ACTIVE_ATTEMPT,
@@ -64,6 +72,7 @@ class JobView:
     waiting: dict[str, Any] | None
     reruns: list[str] = field(default_factory=list)  # jobs that re-run this one
     names: dict[str, str] = field(default_factory=dict)  # see `names_of`
+    resumed: dict[str, Checkpoint] = field(default_factory=dict)  # by id, attempts resumed from
 
 
 # ---- configs ----------------------------------------------------------------------------
@@ -232,7 +241,10 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
             waiting = explain_wait(job, await q.list_workers())
         reruns = await q.reruns_of(job_id)
         names = await names_of(q, [job], attempts)
-    return JobView(job=job, attempts=attempts, waiting=waiting, reruns=reruns, names=names)
+        wanted = {a.resumed_from for a in attempts if a.resumed_from}
+        held = await q.checkpoints_for_job(job_id) if wanted else []
+        resumed = {c.id: c for c in held if c.id in wanted}
+    return JobView(job, attempts, waiting, reruns, names, resumed)
 
 
 async def names_of(

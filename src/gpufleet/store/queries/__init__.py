@@ -6,11 +6,13 @@ what the services hold (`tx.q`, `store.read()`).
 
 from __future__ import annotations
 
+from gpufleet.store.queries.artifacts import ArtifactQueries
 from gpufleet.store.queries.attempts import AttemptQueries
 from gpufleet.store.queries.audit import AuditQueries
 from gpufleet.store.queries.jobs import JobQueries, NewJob
 from gpufleet.store.queries.keys import KeyQueries
 from gpufleet.store.queries.logs import LOG_SEQ_MAX, LogQueries
+from gpufleet.store.queries.retention import RetentionQueries
 from gpufleet.store.queries.webhooks import WebhookQueries
 from gpufleet.store.queries.workers import WorkerQueries
 
@@ -23,6 +25,8 @@ class Queries(
     LogQueries,
     AuditQueries,
     WebhookQueries,
+    ArtifactQueries,
+    RetentionQueries,
 ):
     """Named queries bound to one connection. The caller owns the transaction."""
 

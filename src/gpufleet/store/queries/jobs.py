@@ -53,6 +53,7 @@ class NewJob:
             "created_at": self.created_at,
             "updated_at": self.created_at,
             "rerun_of": self.rerun_of,
+            "artifacts_pinned": False,
         }
 
 

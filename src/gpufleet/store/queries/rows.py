@@ -10,8 +10,11 @@ import sqlalchemy as sa
 
 from gpufleet.domain.records import (
     ApiKey,
+    Artifact,
+    ArtifactKind,
     Attempt,
     AuditEvent,
+    Checkpoint,
     GpuStat,
     Job,
     Worker,
@@ -104,6 +107,7 @@ def job(m: Columns) -> Job:
         started_at=m["started_at"],
         ended_at=m["ended_at"],
         rerun_of=m["rerun_of"],
+        artifacts_pinned=bool(m["artifacts_pinned"]),
     )
 
 
@@ -120,6 +124,38 @@ def attempt(m: Columns) -> Attempt:
         ended_at=m["ended_at"],
         error=m["error"],
         exit_code=m["exit_code"],
+        resumed_from=m["resumed_from"],
+    )
+
+
+def artifact(m: Columns) -> Artifact:
+    return Artifact(
+        id=m["id"],
+        job_id=m["job_id"],
+        attempt_id=m["attempt_id"],
+        path=m["path"],
+        kind=ArtifactKind(m["kind"]),
+        checkpoint=m["checkpoint"],
+        size=m["size"],
+        sha256=m["sha256"],
+        key=m["key"],
+        created_at=m["created_at"],
+        attempt_number=m.get("attempt_number"),
+    )
+
+
+def checkpoint(m: Columns) -> Checkpoint:
+    return Checkpoint(
+        id=m["id"],
+        job_id=m["job_id"],
+        attempt_id=m["attempt_id"],
+        name=m["name"],
+        path=m["path"],
+        step=m["step"],
+        files=m["files"],
+        size=m["size"],
+        created_at=m["created_at"],
+        attempt_number=m.get("attempt_number"),
     )
 
 

@@ -1,0 +1,76 @@
+"""A job's artifacts for its users: list and download (`queue.read`), delete and pin (admin)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import Depends, Query
+from starlette.responses import RedirectResponse, Response, StreamingResponse
+
+from gpufleet.artifacts.keys import checked_path
+from gpufleet.domain.permissions import ALL, QUEUE_READ
+from gpufleet.server.deps import Client, Ctx, require
+from gpufleet.server.jsonbody import api_router
+from gpufleet.server.schemas.job_artifacts import ArtifactList, Deleted, PinIn, PinOut
+from gpufleet.server.services import job_artifacts
+from gpufleet.server.services.auth import Principal
+
+router = api_router(tags=["artifacts"])
+Reader = Annotated[Principal, Depends(require(QUEUE_READ))]
+Admin = Annotated[Principal, Depends(require(ALL))]
+AttemptId = Annotated[str | None, Query(min_length=1, max_length=64)]
+
+
+@router.get("/api/queue/{job_id}/artifacts", response_model=ArtifactList)
+async def list_artifacts(ctx: Ctx, who: Reader, job_id: str) -> ArtifactList:
+    """Every stored artifact and committed checkpoint of the job, newest attempt first."""
+    return ArtifactList.of(await job_artifacts.list_for_job(ctx, job_id))
+
+
+@router.put("/api/queue/{job_id}/artifacts/pin", response_model=PinOut)
+async def pin_artifacts(ctx: Ctx, who: Admin, client: Client, job_id: str, body: PinIn) -> PinOut:
+    """A pinned job's artifacts outlive the retention period and its checkpoints are all
+    kept; unpinning hands them back to the retention sweep."""
+    job = await job_artifacts.pin(ctx, job_id, body.pinned, who.actor, client)
+    return PinOut(job_id=job.id, pinned=job.artifacts_pinned)
+
+
+@router.get(
+    "/api/queue/{job_id}/artifacts/{path:path}",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "The file."},
+        307: {"description": "Where the store serves it (a presigned URL, valid an hour)."},
+    },
+)
+async def download_artifact(
+    ctx: Ctx, who: Reader, job_id: str, path: str, attempt_id: AttemptId = None
+) -> Response:
+    """The file at `path` (of `attempt_id`, else of the newest attempt holding it), with its
+    sha256 in `X-Gpufleet-Sha256`; or a redirect to a presigned URL of the bucket."""
+    found = await job_artifacts.download(ctx, job_id, checked_path(path), attempt_id)
+    art = found.artifact
+    headers = {"X-Gpufleet-Sha256": art.sha256}
+    if isinstance(found, job_artifacts.Redirect):
+        return RedirectResponse(found.url, status_code=307, headers=headers)
+    name = quote(art.path.rsplit("/", 1)[-1], safe="")
+    headers |= {
+        "Content-Length": str(art.size),
+        "Content-Disposition": f"attachment; filename*=UTF-8''{name}",
+    }
+    return StreamingResponse(found.chunks, media_type="application/octet-stream", headers=headers)
+
+
+@router.delete("/api/queue/{job_id}/artifacts", response_model=Deleted)
+async def delete_all_artifacts(ctx: Ctx, who: Admin, client: Client, job_id: str) -> Deleted:
+    """Every artifact and checkpoint of the job, from the store and the list."""
+    count = await job_artifacts.delete(ctx, job_id, None, who.actor, client)
+    return Deleted(job_id=job_id, deleted=count)
+
+
+@router.delete("/api/queue/{job_id}/artifacts/{path:path}", response_model=Deleted)
+async def delete_artifact(ctx: Ctx, who: Admin, client: Client, job_id: str, path: str) -> Deleted:
+    """The artifact at `path`, in every attempt; a checkpoint it belonged to goes too."""
+    count = await job_artifacts.delete(ctx, job_id, checked_path(path), who.actor, client)
+    return Deleted(job_id=job_id, deleted=count)

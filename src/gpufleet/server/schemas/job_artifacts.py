@@ -1,0 +1,70 @@
+"""A job's artifacts and checkpoints as its users read them (docs/artifacts.md, User API)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Self
+
+from pydantic import BaseModel
+
+from gpufleet.server.schemas.base import Record, Strict
+
+if TYPE_CHECKING:
+    from gpufleet.server.services.job_artifacts import JobArtifacts
+
+
+class ArtifactOut(Record):
+    id: str
+    job_id: str
+    attempt_id: str
+    attempt_number: int
+    path: str
+    kind: str
+    checkpoint: str | None
+    size: int
+    sha256: str
+    created_at: datetime
+
+
+class CheckpointOut(Record):
+    id: str
+    name: str
+    path: str
+    step: int | None
+    attempt_id: str
+    attempt_number: int
+    files: int
+    size: int
+    created_at: datetime
+
+
+class ArtifactList(BaseModel):
+    job_id: str
+    pinned: bool
+    total_bytes: int
+    artifacts: list[ArtifactOut]
+    checkpoints: list[CheckpointOut]
+
+    @classmethod
+    def of(cls, listed: JobArtifacts) -> Self:
+        return cls(
+            job_id=listed.job.id,
+            pinned=listed.job.artifacts_pinned,
+            total_bytes=listed.total_bytes,
+            artifacts=[ArtifactOut.of(a) for a in listed.artifacts],
+            checkpoints=[CheckpointOut.of(c) for c in listed.checkpoints],
+        )
+
+
+class PinIn(Strict):
+    pinned: bool
+
+
+class PinOut(BaseModel):
+    job_id: str
+    pinned: bool
+
+
+class Deleted(BaseModel):
+    job_id: str
+    deleted: int  # artifacts removed

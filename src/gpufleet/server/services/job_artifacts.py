@@ -1,0 +1,160 @@
+"""A job's artifacts as its users see them: list, download, delete (admin), pin (admin).
+
+Downloads stream from the data folder through the orchestrator, or are a presigned URL the
+caller is redirected to when the store is a bucket (the bytes then never pass through here).
+A delete removes the blobs first, then the rows: a row is the sweep's note of what is still
+to delete, so a blob that failed to go is tried again rather than forgotten.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from gpufleet.domain.records import Artifact, Checkpoint, Job
+from gpufleet.errors import ArtifactStoreError, NotFound
+from gpufleet.server.context import Context, transaction
+
+log = logging.getLogger("gpufleet.server.artifacts")
+PRESIGNED_FOR = timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class JobArtifacts:
+    job: Job
+    artifacts: list[Artifact]  # newest attempt first
+    checkpoints: list[Checkpoint]  # newest attempt first
+    total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    artifact: Artifact
+    url: str  # presigned: the store serves the bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    artifact: Artifact
+    chunks: AsyncIterator[bytes]  # the orchestrator serves them
+
+
+def _no_job(job_id: str) -> NotFound:
+    return NotFound(f"no job {job_id}; list jobs with GET /api/queue")
+
+
+async def list_for_job(ctx: Context, job_id: str) -> JobArtifacts:
+    async with ctx.store.read() as q:
+        job = await q.get_job(job_id)
+        if job is None:
+            raise _no_job(job_id)
+        found = await q.artifacts_for_job(job_id)
+        checkpoints = await q.checkpoints_for_job(job_id)
+    newest_first = sorted(
+        checkpoints, key=lambda c: (c.attempt_number or 0, c.created_at), reverse=True
+    )
+    return JobArtifacts(job, found, newest_first, sum(a.size for a in found))
+
+
+def pick(found: Sequence[Artifact], job_id: str, path: str, attempt_id: str | None) -> Artifact:
+    """The artifact at `path` of the attempt asked for, else of the newest attempt holding it."""
+    for art in found:  # newest attempt first
+        if art.path == path and attempt_id in (None, art.attempt_id):
+            return art
+    which = f" in attempt {attempt_id}" if attempt_id else ""
+    raise NotFound(
+        f"job {job_id} has no artifact {path[:200]!r}{which}; list them with "
+        f"GET /api/queue/{job_id}/artifacts",
+        cli=f"list them with: gpufleet jobs artifacts {job_id}",
+    )
+
+
+async def download(
+    ctx: Context, job_id: str, path: str, attempt_id: str | None
+) -> Redirect | Stream:
+    async with ctx.store.read() as q:
+        if await q.get_job(job_id) is None:
+            raise _no_job(job_id)
+        art = pick(await q.artifacts_for_job(job_id), job_id, path, attempt_id)
+    url = await ctx.artifacts.presign_get(art.key, PRESIGNED_FOR)
+    if url is not None:
+        return Redirect(art, url)
+    return Stream(art, _counted(ctx, await ctx.artifacts.open(art.key)))
+
+
+async def _counted(ctx: Context, source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async for chunk in source:
+        ctx.metrics.artifact_bytes_downloaded.inc(len(chunk))
+        yield chunk
+
+
+async def delete(
+    ctx: Context, job_id: str, path: str | None, actor: str, client: str | None
+) -> int:
+    """Delete the job's artifact at `path` (every attempt's), or all of them; a checkpoint
+    that loses a file goes with it (it could no longer be resumed from). The count deleted."""
+    listed = await list_for_job(ctx, job_id)
+    doomed = [a for a in listed.artifacts if path is None or a.path == path]
+    if path is not None and not doomed:
+        pick(doomed, job_id, path, None)  # raises the NotFound that says what to do
+    broken = {(a.attempt_id, a.checkpoint) for a in doomed if a.checkpoint is not None}
+    checkpoints = [
+        c.id for c in listed.checkpoints if path is None or (c.attempt_id, c.name) in broken
+    ]
+    await remove(ctx, doomed, checkpoints, actor, client, reason=lambda _job: "deleted")
+    return len(doomed)
+
+
+async def remove(
+    ctx: Context,
+    doomed: Sequence[Artifact],
+    checkpoint_ids: Sequence[str],
+    actor: str,
+    client: str | None,
+    *,
+    reason: Callable[[str], str],
+) -> None:
+    """Blobs, then rows, then one audit entry per job (the retention sweep uses it too)."""
+    gone: list[Artifact] = []
+    failure: ArtifactStoreError | None = None
+    for art in doomed:
+        try:
+            await ctx.artifacts.delete(art.key)
+        except ArtifactStoreError as exc:  # its row stays, for the next try
+            log.warning("could not delete %s: %s", art.key, exc)
+            failure = exc
+            continue
+        gone.append(art)
+    async with transaction(ctx) as tx:
+        if failure is None:  # else a checkpoint keeps its row until all its files are gone
+            await tx.q.delete_checkpoints(list(checkpoint_ids))
+        await tx.q.delete_artifacts([a.id for a in gone])
+        for job_id in sorted({a.job_id for a in gone}):
+            mine = [a for a in gone if a.job_id == job_id]
+            tx.audit(
+                "artifact.deleted",
+                actor,
+                job_id,
+                client,
+                count=len(mine),
+                bytes=sum(a.size for a in mine),
+                paths=sorted({a.path for a in mine})[:50],
+                reason=reason(job_id),
+            )
+    if failure is not None:
+        raise failure
+
+
+async def pin(ctx: Context, job_id: str, pinned: bool, actor: str, client: str | None) -> Job:
+    async with transaction(ctx) as tx:
+        job = await tx.q.get_job(job_id, lock=True)
+        if job is None:
+            raise _no_job(job_id)
+        await tx.q.set_artifacts_pinned(job_id, pinned)
+        tx.audit("artifacts.pinned", actor, job_id, client, pinned=pinned)
+        updated = await tx.q.get_job(job_id)
+    if updated is None:
+        raise _no_job(job_id)
+    return updated

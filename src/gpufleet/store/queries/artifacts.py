@@ -1,0 +1,134 @@
+"""Artifacts and checkpoints: a job's files in the artifact store (docs/artifacts.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpufleet.domain.records import Artifact, Checkpoint
+from gpufleet.store.queries import rows
+from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.tables import artifacts, checkpoints, job_attempts, jobs
+
+
+class ArtifactQueries(QueryBase):
+    async def insert_artifact(self, values: Mapping[str, Any]) -> None:
+        """Insert an artifact, replacing the attempt's row of the same path (an overwrite)."""
+        a = artifacts.c
+        await self.conn.execute(
+            sa.delete(artifacts).where(
+                a.attempt_id == values["attempt_id"], a.path == values["path"]
+            )
+        )
+        await self.conn.execute(sa.insert(artifacts).values(**values))
+
+    async def get_artifact(self, artifact_id: str) -> Artifact | None:
+        stmt = _with_attempt(artifacts).where(artifacts.c.id == artifact_id)
+        row = await self._first(stmt)
+        return rows.artifact(row) if row else None
+
+    async def artifact_at(self, attempt_id: str, path: str) -> Artifact | None:
+        """The attempt's artifact at `path`, if one is stored."""
+        a = artifacts.c
+        stmt = _with_attempt(artifacts).where(a.attempt_id == attempt_id, a.path == path)
+        row = await self._first(stmt)
+        return rows.artifact(row) if row else None
+
+    async def artifacts_for_job(self, job_id: str) -> list[Artifact]:
+        """The job's artifacts, newest attempt first, then by path."""
+        stmt = (
+            _with_attempt(artifacts)
+            .where(artifacts.c.job_id == job_id)
+            .order_by(job_attempts.c.number.desc(), artifacts.c.path)
+        )
+        return [rows.artifact(m) for m in await self._mapped(stmt)]
+
+    async def checkpoint_files(self, attempt_id: str, name: str) -> list[Artifact]:
+        """The files stored for the attempt's checkpoint `name`, by path."""
+        a = artifacts.c
+        stmt = (
+            _with_attempt(artifacts)
+            .where(a.attempt_id == attempt_id, a.checkpoint == name)
+            .order_by(a.path)
+        )
+        return [rows.artifact(m) for m in await self._mapped(stmt)]
+
+    async def job_artifact_bytes(self, job_id: str) -> int:
+        """What the job's stored artifacts take, every attempt together."""
+        stmt = sa.select(sa.func.coalesce(sa.func.sum(artifacts.c.size), 0)).where(
+            artifacts.c.job_id == job_id
+        )
+        return int((await self.conn.execute(stmt)).scalar_one())
+
+    async def insert_checkpoint(self, values: Mapping[str, Any]) -> None:
+        """Insert a checkpoint, replacing the attempt's one of the same name (a re-commit)."""
+        c = checkpoints.c
+        await self.conn.execute(
+            sa.delete(checkpoints).where(
+                c.attempt_id == values["attempt_id"], c.name == values["name"]
+            )
+        )
+        await self.conn.execute(sa.insert(checkpoints).values(**values))
+
+    async def get_checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
+        stmt = _with_attempt(checkpoints).where(checkpoints.c.id == checkpoint_id)
+        row = await self._first(stmt)
+        return rows.checkpoint(row) if row else None
+
+    async def checkpoints_for_job(self, job_id: str) -> list[Checkpoint]:
+        """The job's committed checkpoints, newest first."""
+        c = checkpoints.c
+        stmt = (
+            _with_attempt(checkpoints)
+            .where(c.job_id == job_id)
+            .order_by(c.created_at.desc(), job_attempts.c.number.desc(), c.id.desc())
+        )
+        return [rows.checkpoint(m) for m in await self._mapped(stmt)]
+
+    async def latest_checkpoint(
+        self, job_id: str, attempt_ids: Collection[str]
+    ) -> Checkpoint | None:
+        """The newest checkpoint the job committed in one of `attempt_ids` (the attempts a
+        resume may draw on: the caller leaves out those fenced out while another ran)."""
+        if not attempt_ids:
+            return None
+        c = checkpoints.c
+        stmt = (
+            _with_attempt(checkpoints)
+            .where(c.job_id == job_id, c.attempt_id.in_(list(attempt_ids)))
+            .order_by(
+                job_attempts.c.number.desc(),
+                sa.func.coalesce(c.step, -1).desc(),
+                c.created_at.desc(),
+                c.id.desc(),
+            )
+            .limit(1)
+        )
+        row = await self._first(stmt)
+        return rows.checkpoint(row) if row else None
+
+    async def delete_artifacts(self, artifact_ids: Collection[str]) -> int:
+        if not artifact_ids:
+            return 0
+        stmt = sa.delete(artifacts).where(artifacts.c.id.in_(list(artifact_ids)))
+        return await self._rowcount(stmt)
+
+    async def delete_checkpoints(self, checkpoint_ids: Collection[str]) -> int:
+        if not checkpoint_ids:
+            return 0
+        stmt = sa.delete(checkpoints).where(checkpoints.c.id.in_(list(checkpoint_ids)))
+        return await self._rowcount(stmt)
+
+    async def set_artifacts_pinned(self, job_id: str, pinned: bool) -> None:
+        await self.conn.execute(
+            sa.update(jobs).where(jobs.c.id == job_id).values(artifacts_pinned=pinned)
+        )
+
+
+def _with_attempt(table: sa.Table) -> sa.Select[Any]:
+    """Rows of `table` with their attempt's number (`attempt_number`)."""
+    return sa.select(table, job_attempts.c.number.label("attempt_number")).join(
+        job_attempts, job_attempts.c.id == table.c.attempt_id
+    )
