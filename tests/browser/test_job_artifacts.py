@@ -21,10 +21,9 @@ RESULT = b'{"loss": 0.25}'
 
 def stored_job(server: ServerProcess) -> Attempt:
     attempt = Attempt(server)
-    attempt.upload("output/checkpoint-20/weights.npz", WEIGHTS, checkpoint="checkpoint-20")
-    attempt.commit("checkpoint-20", {"output/checkpoint-20/weights.npz": WEIGHTS}, step=20)
+    attempt.upload("output/checkpoint-20/weights.npz", WEIGHTS)
     attempt.upload("output/model.bin", MODEL)
-    attempt.upload("result.json", RESULT)
+    attempt.upload("output/result.json", RESULT)
     attempt.finish()
     return attempt
 
@@ -53,10 +52,6 @@ def test_the_job_page_lists_files_and_checkpoints_and_a_click_downloads_the_list
     sha_cell = model.locator(".sha")
     expect(sha_cell).to_have_text(sha(MODEL)[:12])
     expect(sha_cell).to_have_attribute("title", listed["output/model.bin"]["sha256"])
-    checkpoint = page.locator("#checkpoints tbody tr")
-    expect(checkpoint).to_have_count(1)
-    expect(checkpoint.locator('td[data-label="Name"]')).to_have_text("checkpoint-20")
-    expect(checkpoint.locator('td[data-label="Step"]')).to_have_text("20")
     screenshot(page, "job-artifacts")
 
     with page.expect_download() as download:
@@ -91,14 +86,14 @@ def test_delete_asks_first_and_then_the_api_lists_nothing(
     expect(page.locator("#artifacts tbody tr")).to_have_count(3)
 
     # One file, from its row: asked, kept on "Keep it", deleted on confirm.
-    row(page, "result.json").get_by_role("button", name="Delete result.json").click()
+    row(page, "output/result.json").get_by_role("button", name="Delete output/result.json").click()
     dialog = page.locator("#confirm")
     expect(dialog).to_be_visible()
-    expect(page.locator("#confirm-title")).to_have_text("Delete result.json?")
+    expect(page.locator("#confirm-title")).to_have_text("Delete output/result.json?")
     dialog.locator("[data-close]").click()
     expect(dialog).to_be_hidden()
-    assert "result.json" in {a["path"] for a in listing(server, job.job_id)["artifacts"]}
-    row(page, "result.json").get_by_role("button", name="Delete result.json").click()
+    assert "output/result.json" in {a["path"] for a in listing(server, job.job_id)["artifacts"]}
+    row(page, "output/result.json").get_by_role("button", name="Delete output/result.json").click()
     page.click("#confirm-yes")
     expect(page.locator("#artifacts tbody tr")).to_have_count(2)
     assert {a["path"] for a in listing(server, job.job_id)["artifacts"]} == {
@@ -132,7 +127,7 @@ def test_a_reader_sees_and_downloads_the_files_but_no_admin_buttons(
     expect(page.locator("#artifacts-pin")).to_be_hidden()
     expect(page.locator("#artifacts-delete")).to_be_hidden()
     with page.expect_download() as download:
-        row(page, "result.json").locator("a").click()
+        row(page, "output/result.json").locator("a").click()
     saved = tmp_path / "result.json"
     download.value.save_as(saved)
     assert saved.read_bytes() == RESULT
@@ -158,6 +153,8 @@ def test_the_artifacts_read_as_cards_on_a_phone(server: ServerProcess, page: Pag
     sign_in(page, server.admin_key, then=f"/queue/{job.job_id}")
     link = row(page, "output/model.bin").locator("a")
     expect(link).to_be_visible()
-    box = link.bounding_box()
-    assert box is not None and box["x"] + box["width"] <= PHONE["width"]
     screenshot(page, "job-artifacts-phone")
+    link.scroll_into_view_if_needed()
+    box = link.bounding_box()
+    assert box is not None, page.locator("#artifacts").inner_html()
+    assert box["x"] + box["width"] <= PHONE["width"]

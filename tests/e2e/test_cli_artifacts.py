@@ -29,7 +29,7 @@ MODEL = secrets.token_bytes(300_000)
 FILES = {
     "output/model.bin": MODEL,
     "output/notes/a b?#%.txt": b"odd names travel too\n",
-    "result.json": json.dumps({"loss": 0.125}).encode(),
+    "output/result.json": json.dumps({"loss": 0.125}).encode(),
 }
 CHECKPOINT = {"output/checkpoint-10/weights.npz": secrets.token_bytes(70_000)}
 
@@ -42,8 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def job_with_files(server: ServerProcess) -> Attempt:
     attempt = Attempt(server)
     for path, data in CHECKPOINT.items():
-        attempt.upload(path, data, checkpoint="checkpoint-10")
-    attempt.commit("checkpoint-10", CHECKPOINT, step=10)
+        attempt.upload(path, data)
     for path, data in FILES.items():
         attempt.upload(path, data)
     attempt.finish()
@@ -75,7 +74,7 @@ def failed(result: Any) -> str:
 # ---- list -------------------------------------------------------------------------------
 
 
-def test_artifacts_lists_files_and_checkpoints_by_the_start_of_the_job_id(
+def test_artifacts_lists_files_by_the_start_of_the_job_id(
     server: ServerProcess, done: Attempt
 ) -> None:
     table = ok(gf(server, "jobs", "artifacts", done.job_id[:-2]))
@@ -88,9 +87,7 @@ def test_artifacts_lists_files_and_checkpoints_by_the_start_of_the_job_id(
         "KiB",
         sha(MODEL)[:12],
     ]
-    assert rows["output/checkpoint-10/weights.npz"][1] == "checkpoint"
-    checkpoint = next(line.split() for line in table.splitlines() if "checkpoint-10 " in line)
-    assert checkpoint[:6] == ["1", "checkpoint-10", "10", "1", "68.4", "KiB"]
+    assert rows["output/checkpoint-10/weights.npz"][3:5] == ["68.4", "KiB"]
     assert f"gpufleet jobs download {done.job_id} -o DIR" in table
 
 
@@ -119,7 +116,7 @@ def test_download_brings_every_file_home_with_its_path_and_sha256(
     into = tmp_path / "home"
     said = ok(gf(server, "jobs", "download", done.job_id, "-o", str(into)))
     assert saved(into) == {p: sha(d) for p, d in {**FILES, **CHECKPOINT}.items()}
-    assert f"Downloaded 4 files (371.3 KiB) of job {done.job_id} into {into}" in said
+    assert f"Downloaded 4 files (361.4 KiB) of job {done.job_id} into {into}" in said
     # Again: every file is there with its sha256 already, and nothing is fetched.
     again = ok(gf(server, "jobs", "download", done.job_id, "-o", str(into)))
     assert "Downloaded 0 files (0 B)" in again and "4 already there" in again
@@ -134,12 +131,14 @@ def test_download_takes_named_paths_folders_and_globs_only(
     some = tmp_path / "some"
     ok(gf(server, "jobs", "download", done.job_id, "**/*.npz", "output/notes", "-o", str(some)))
     assert set(saved(some)) == {"output/checkpoint-10/weights.npz", "output/notes/a b?#%.txt"}
-    none = tmp_path / "none"
+    first = tmp_path / "first"
     body = as_json(
-        gf(server, "jobs", "download", done.job_id, "--no-checkpoints", "--json", "-o", str(none))
+        gf(server, "jobs", "download", done.job_id, "--attempt", "1", "--json", "-o", str(first))
     )
-    assert sorted(f["path"] for f in body["files"]) == sorted(FILES)
+    assert sorted(f["path"] for f in body["files"]) == sorted({**FILES, **CHECKPOINT})
     assert {f["status"] for f in body["files"]} == {"downloaded"}
+    error = failed(gf(server, "jobs", "download", done.job_id, "--attempt", "2", "-o", "x"))
+    assert f"job {done.job_id} has no stored files from attempt 2 to download" in error
 
 
 def test_a_path_no_file_has_is_one_line_and_nothing_is_written(
@@ -147,7 +146,7 @@ def test_a_path_no_file_has_is_one_line_and_nothing_is_written(
 ) -> None:
     into = tmp_path / "into"
     error = failed(
-        gf(server, "jobs", "download", done.job_id, "result.json", "nope/*", "-o", str(into))
+        gf(server, "jobs", "download", done.job_id, "output/result.json", "nope/*", "-o", str(into))
     )
     assert error.strip().splitlines() == [
         "Error: no stored file of this job matches 'nope/*'; list them with "
@@ -197,8 +196,8 @@ def test_a_key_that_may_only_read_the_queue_downloads_too(
         assert minted.status_code == 201, minted.text
     key = minted.json()["key"]
     into = tmp_path / "into"
-    ok(gf(server, "jobs", "download", done.job_id, "result.json", "-o", str(into), key=key))
-    assert saved(into) == {"result.json": sha(FILES["result.json"])}
+    ok(gf(server, "jobs", "download", done.job_id, "*/result.json", "-o", str(into), key=key))
+    assert saved(into) == {"output/result.json": sha(FILES["output/result.json"])}
 
 
 # ---- a stand-in orchestrator that lies ----------------------------------------------------
