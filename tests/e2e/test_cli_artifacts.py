@@ -314,6 +314,33 @@ def test_a_listed_path_that_climbs_out_of_the_folder_is_refused_before_anything_
     assert not any("/artifacts/" in p for p, _ in liar.requests)  # no byte was even asked for
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"size": -1},
+        {"size": 1e300},
+        {"size": "10"},
+        {"sha256": "z" * 64},
+        {"sha256": None},
+        {"path": None},
+        {"attempt_number": "1"},
+    ],
+    ids=str,
+)
+def test_a_listed_record_without_a_usable_size_sha256_or_path_is_refused(
+    stand_ins: Callable[..., StandIn], tmp_path: Path, change: dict[str, Any]
+) -> None:
+    job = "j_garbled"
+    body = listing(job, ("output/model.bin", b"weights"))
+    body["artifacts"][0].update(change)
+    liar = stand_ins(
+        {"/api/queue": stand_in_queue(job), f"/api/queue/{job}/artifacts": send_json(body)}
+    )
+    error = failed(run_against(liar.url, "jobs", "download", job, "-o", str(tmp_path / "x")))
+    assert "listed a file without a usable path, attempt, size or sha256" in error
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_redirect_to_the_store_is_followed_without_the_api_key(
     stand_ins: Callable[..., StandIn], tmp_path: Path
 ) -> None:

@@ -13,7 +13,7 @@ from rich.text import Text
 from gpufleet.cli import output as out
 from gpufleet.cli import resolve
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
-from gpufleet.cli.transfer import Saved, download_all
+from gpufleet.cli.transfer import Saved, checked_record, download_all
 from gpufleet.errors import NotFound
 
 SHA_SHOWN = 12  # hex digits of a sha256 shown in tables: enough to tell files apart
@@ -134,7 +134,9 @@ def download(
     file already there with that sha256 is left as it is.
     """
     job_id = resolve.job_id(api, job)
-    listed = api.get(f"/api/queue/{part(job_id)}/artifacts")["artifacts"]
+    listed = [
+        checked_record(r) for r in api.get(f"/api/queue/{part(job_id)}/artifacts")["artifacts"]
+    ]
     chosen = select(listed, paths, attempt, checkpoints=not no_checkpoints)
     if not chosen:
         raise NotFound(

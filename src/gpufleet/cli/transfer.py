@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from gpufleet.cli.api import ApiClient, part
 from gpufleet.errors import ClientError, NotFound, UnsafeArtifactPath
 
 CHUNK = 1 << 20  # bytes read and hashed at a time: the most the CLI holds of a file
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,9 @@ def download_all(
                 failed.append(f"{record['path']} ({exc})")
             except NotFound:
                 failed.append(f"{record['path']} (deleted since it was listed)")
+        bar.update(
+            task, description=f"{job_id}: {len(records) - len(failed)} of {len(records)} files"
+        )
     if failed:
         raise ClientError(
             f"{len(failed)} of {len(records)} files did not download and were not kept: "
@@ -96,6 +101,27 @@ def download_all(
             "stored copy is damaged"
         )
     return saved
+
+
+def checked_record(record: Any) -> dict[str, Any]:
+    """The listed record, if it has what a download needs: a path, an attempt, a whole size,
+    a sha256."""
+    fields: dict[str, Any] = record if isinstance(record, dict) else {}
+    size, digest = fields.get("size"), fields.get("sha256")
+    if (
+        not isinstance(fields.get("path"), str)
+        or not isinstance(fields.get("attempt_id"), str)
+        or type(fields.get("attempt_number")) is not int
+        or type(size) is not int
+        or size < 0
+        or not (isinstance(digest, str) and _SHA256.fullmatch(digest))
+    ):
+        raise ClientError(
+            f"the orchestrator listed a file without a usable path, attempt, size or sha256 "
+            f"({out.safe(str(record)[:120])}); nothing was downloaded: check that --url / "
+            "GPUFLEET_URL is your orchestrator, and that it is as new as this command"
+        )
+    return fields
 
 
 def target_of(directory: Path, path: str) -> Path:
