@@ -13,6 +13,7 @@ from gpufleet.store.tables import audit_events
 from tests.api.conftest import Fleet, sqlite_only
 
 WORKER = "worker token"
+UPLOAD = "upload token"  # SimpleTuner's storage route: the attempt's upload token only
 OPEN = "open"  # liveness and readiness for load balancers
 # (method, path) -> the API key permission it needs, or WORKER for the worker protocol.
 PERMISSIONS: dict[tuple[str, str], str] = {
@@ -52,6 +53,14 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("get", "/api/queue/{job_id}/logs"): "queue.read",
     ("get", "/api/queue/{job_id}/progress"): "queue.read",
     ("get", "/api/queue/{job_id}/logs/download"): "queue.read",
+    ("get", "/api/queue/{job_id}/artifacts"): "queue.read",
+    ("get", "/api/queue/{job_id}/artifacts/{path}"): "queue.read",
+    ("put", "/api/queue/{job_id}/artifacts/pin"): "*",
+    ("delete", "/api/queue/{job_id}/artifacts"): "*",
+    ("delete", "/api/queue/{job_id}/artifacts/{path}"): "*",
+    ("put", "/api/cloud/storage/{bucket}/{key}"): UPLOAD,
+    ("get", "/api/cloud/storage/{bucket}/{key}"): UPLOAD,
+    ("head", "/api/cloud/storage/{bucket}/{key}"): UPLOAD,
     ("get", "/api/configs"): "queue.read",
     ("get", "/api/configs/{name}"): "queue.read",
     ("put", "/api/configs/{name}"): "queue.submit",
@@ -71,6 +80,7 @@ BODIES: dict[str, Any] = {
     "/api/queue/submit": {"config": {"command": ["true"]}, "target": "worker"},
     "/api/queue/rerun": {"job_ids": ["j_any"]},
     "/api/queue/cancel": {"job_ids": ["j_any"]},
+    "/api/queue/{job_id}/artifacts/pin": {"pinned": True},
     "/api/configs/{name}": {"command": ["rm", "-rf", "/"]},
     "/api/workers/register": {"name": "intruder", "gpu_count": 8},
     "/api/workers/heartbeat": {"status": "idle"},
@@ -127,6 +137,9 @@ async def _setup(fleet: Fleet) -> dict[str, Any]:
             "name": "cfg",
             "key_id": revoked["id"],
             "webhook_id": hook.json()["id"],
+            "path": "output/model.bin",
+            "bucket": "gpufleet",
+            "key": f"{job['id']}/models/model.bin",
         },
         "owner": owner,
         "other_token": other.token,
@@ -165,7 +178,14 @@ async def test_every_route_refuses_every_wrong_credential_and_changes_nothing(
                 ("malformed Authorization", {"Authorization": "Basic YWRtaW46YWRtaW4="}, {401}),
                 ("empty Bearer", {"Authorization": "Bearer "}, {401}),
             ]
-            if needed == WORKER:
+            if needed == UPLOAD:
+                cases += [
+                    ("an admin API key", {"Authorization": admin_bearer}, {401}),
+                    ("a worker token", {"X-Worker-Token": world["owner"].token}, {401}),
+                    ("a made-up upload token", {"X-SimpleTuner-Secret": "ut_forged"}, {401}),
+                    ("a made-up X-Upload-Token", {"X-Upload-Token": "ut_forged"}, {401}),
+                ]
+            elif needed == WORKER:
                 cases += [
                     ("an admin API key", {"Authorization": admin_bearer}, {401}),
                     ("a rotated token", {"X-Worker-Token": world["rotated_token"]}, {401}),
@@ -202,7 +222,8 @@ async def test_every_route_refuses_every_wrong_credential_and_changes_nothing(
                 resp = await anon.request(
                     method.upper(), url, headers=headers, json=body if method != "get" else None
                 )
-                if resp.status_code not in expected or not resp.json().get("detail"):
+                answered = method == "head" or resp.json().get("detail")  # HEAD has no body
+                if resp.status_code not in expected or not answered:
                     failures.append(
                         f"{method.upper()} {path} with {label}: "
                         f"{resp.status_code} {resp.text[:120]}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Self
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gpufleet.server.schemas.base import Record, Strict
 
@@ -57,7 +57,7 @@ class ArtifactList(BaseModel):
 
 
 class PinIn(Strict):
-    pinned: bool
+    pinned: bool = Field(strict=True)  # true or false, not "yes"
 
 
 class PinOut(BaseModel):
