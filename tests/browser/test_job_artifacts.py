@@ -21,7 +21,7 @@ RESULT = b'{"loss": 0.25}'
 
 def stored_job(server: ServerProcess) -> Attempt:
     attempt = Attempt(server)
-    attempt.upload("output/checkpoint-20/weights.npz", WEIGHTS)
+    attempt.checkpoint("checkpoint-20", 20, {"weights.npz": WEIGHTS})
     attempt.upload("output/model.bin", MODEL)
     attempt.upload("output/result.json", RESULT)
     attempt.finish()
@@ -52,6 +52,14 @@ def test_the_job_page_lists_files_and_checkpoints_and_a_click_downloads_the_list
     sha_cell = model.locator(".sha")
     expect(sha_cell).to_have_text(sha(MODEL)[:12])
     expect(sha_cell).to_have_attribute("title", listed["output/model.bin"]["sha256"])
+    checkpoint = page.locator("#checkpoints tbody tr")
+    expect(checkpoint).to_have_count(1)
+    expect(checkpoint.locator('td[data-label="Name"]')).to_have_text("checkpoint-20")
+    expect(checkpoint.locator('td[data-label="Step"]')).to_have_text("20")
+    expect(checkpoint.locator('td[data-label="Files"]')).to_have_text("1")
+    expect(
+        row(page, "output/checkpoint-20/weights.npz").locator('td[data-label="Kind"]')
+    ).to_have_text("checkpoint")
     screenshot(page, "job-artifacts")
 
     with page.expect_download() as download:
@@ -145,6 +153,25 @@ def test_files_appear_without_a_reload_when_the_attempt_ends(
     attempt.finish()  # the job's change is what the page hears
     expect(row(page, "output/model.bin")).to_have_count(1)
     expect(page.locator("#artifacts-total")).to_have_text("1 file, 195.3 KiB")
+
+
+def test_an_attempt_that_resumed_says_from_which_checkpoint(
+    server: ServerProcess, page: Page
+) -> None:
+    attempt = Attempt(server)
+    first = attempt.checkpoint("checkpoint-1200", 1200, {"weights.npz": WEIGHTS})
+    attempt.fail_and_retry()
+    attempt.resumed_from(first)
+    attempt.finish()
+    sign_in(page, server.admin_key, then=f"/queue/{attempt.job_id}")
+    rows = page.locator("#attempts tbody tr")
+    expect(rows).to_have_count(2)
+    resumed = page.locator("#attempts .resumed")
+    expect(resumed).to_have_count(1)
+    expect(resumed).to_have_text("resumed from checkpoint-1200 (attempt 1)")
+    expect(resumed).to_have_attribute("title", "step 1200")
+    numbered = rows.filter(has=page.locator(".resumed")).locator('td[data-label="#"]')
+    expect(numbered).to_have_text("2")
 
 
 def test_the_artifacts_read_as_cards_on_a_phone(server: ServerProcess, page: Page) -> None:

@@ -31,7 +31,8 @@ FILES = {
     "output/notes/a b?#%.txt": b"odd names travel too\n",
     "output/result.json": json.dumps({"loss": 0.125}).encode(),
 }
-CHECKPOINT = {"output/checkpoint-10/weights.npz": secrets.token_bytes(70_000)}
+WEIGHTS = secrets.token_bytes(70_000)
+CHECKPOINT = {"output/checkpoint-10/weights.npz": WEIGHTS}
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 def job_with_files(server: ServerProcess) -> Attempt:
     attempt = Attempt(server)
-    for path, data in CHECKPOINT.items():
-        attempt.upload(path, data)
+    attempt.checkpoint("checkpoint-10", 10, {"weights.npz": WEIGHTS})
     for path, data in FILES.items():
         attempt.upload(path, data)
     attempt.finish()
@@ -74,7 +74,7 @@ def failed(result: Any) -> str:
 # ---- list -------------------------------------------------------------------------------
 
 
-def test_artifacts_lists_files_by_the_start_of_the_job_id(
+def test_artifacts_lists_files_and_checkpoints_by_the_start_of_the_job_id(
     server: ServerProcess, done: Attempt
 ) -> None:
     table = ok(gf(server, "jobs", "artifacts", done.job_id[:-2]))
@@ -87,7 +87,22 @@ def test_artifacts_lists_files_by_the_start_of_the_job_id(
         "KiB",
         sha(MODEL)[:12],
     ]
-    assert rows["output/checkpoint-10/weights.npz"][3:5] == ["68.4", "KiB"]
+    assert rows["output/checkpoint-10/weights.npz"][1:5] == [
+        "checkpoint",
+        "output/checkpoint-10/weights.npz",
+        "68.4",
+        "KiB",
+    ]
+    checkpoint = next(line.split() for line in table.splitlines() if "checkpoint-10 " in line)
+    assert checkpoint[:7] == [
+        "1",
+        "checkpoint-10",
+        "10",
+        "1",
+        "68.4",
+        "KiB",
+        "output/checkpoint-10",
+    ]
     assert f"gpufleet jobs download {done.job_id} -o DIR" in table
 
 
@@ -131,6 +146,9 @@ def test_download_takes_named_paths_folders_and_globs_only(
     some = tmp_path / "some"
     ok(gf(server, "jobs", "download", done.job_id, "**/*.npz", "output/notes", "-o", str(some)))
     assert set(saved(some)) == {"output/checkpoint-10/weights.npz", "output/notes/a b?#%.txt"}
+    light = tmp_path / "light"
+    ok(gf(server, "jobs", "download", done.job_id, "--no-checkpoints", "-o", str(light)))
+    assert set(saved(light)) == set(FILES)
     first = tmp_path / "first"
     body = as_json(
         gf(server, "jobs", "download", done.job_id, "--attempt", "1", "--json", "-o", str(first))
@@ -139,6 +157,32 @@ def test_download_takes_named_paths_folders_and_globs_only(
     assert {f["status"] for f in body["files"]} == {"downloaded"}
     error = failed(gf(server, "jobs", "download", done.job_id, "--attempt", "2", "-o", "x"))
     assert f"job {done.job_id} has no stored files from attempt 2 to download" in error
+
+
+def test_each_path_comes_from_the_newest_attempt_and_show_names_the_resume(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    attempt = Attempt(server)
+    first = attempt.checkpoint("checkpoint-10", 10, {"weights.npz": WEIGHTS})
+    attempt.upload("output/model.bin", b"first attempt's")
+    attempt.fail_and_retry()
+    attempt.resumed_from(first)
+    attempt.upload("output/model.bin", MODEL)
+    attempt.finish()
+    shown = ok(gf(server, "jobs", "show", attempt.job_id))
+    resumed = next(line for line in shown.splitlines() if line.startswith("2 "))
+    assert resumed.rstrip().endswith("checkpoint-10 (attempt 1)")
+    first_row = next(line for line in shown.splitlines() if line.startswith("1 "))
+    assert first_row.rstrip().endswith("-")
+    newest = tmp_path / "newest"
+    ok(gf(server, "jobs", "download", attempt.job_id, "-o", str(newest)))
+    assert saved(newest) == {
+        "output/model.bin": sha(MODEL),
+        **{p: sha(WEIGHTS) for p in CHECKPOINT},
+    }
+    older = tmp_path / "older"
+    ok(gf(server, "jobs", "download", attempt.job_id, "--attempt", "1", "-o", str(older)))
+    assert saved(older)["output/model.bin"] == sha(b"first attempt's")
 
 
 def test_a_path_no_file_has_is_one_line_and_nothing_is_written(
