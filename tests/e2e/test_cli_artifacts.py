@@ -106,6 +106,18 @@ def test_artifacts_lists_files_and_checkpoints_by_the_start_of_the_job_id(
     assert f"gpufleet jobs download {done.job_id} -o DIR" in table
 
 
+def test_artifacts_says_when_the_job_is_pinned(server: ServerProcess) -> None:
+    attempt = Attempt(server)
+    attempt.upload("output/result.json", b"{}")
+    attempt.finish()
+    assert "pinned" not in ok(gf(server, "jobs", "artifacts", attempt.job_id))
+    with server.admin() as admin:
+        resp = admin.put(f"/api/queue/{attempt.job_id}/artifacts/pin", json={"pinned": True})
+        assert resp.status_code == 200, resp.text
+    said = ok(gf(server, "jobs", "artifacts", attempt.job_id))
+    assert f"Job {attempt.job_id}: 1 file, 2 B, pinned (kept past retention)" in said
+
+
 def test_artifacts_json_is_the_apis_listing(server: ServerProcess, done: Attempt) -> None:
     body = as_json(gf(server, "jobs", "artifacts", done.job_id, "--json"))
     with server.admin() as admin:
@@ -383,6 +395,33 @@ def test_a_listed_record_without_a_usable_size_sha256_or_path_is_refused(
     error = failed(run_against(liar.url, "jobs", "download", job, "-o", str(tmp_path / "x")))
     assert "listed a file without a usable path, attempt, size or sha256" in error
     assert not (tmp_path / "x").exists()
+
+
+def test_a_file_deleted_after_the_listing_is_named_and_the_others_are_kept(
+    stand_ins: Callable[..., StandIn], tmp_path: Path
+) -> None:
+    job = "j_racing"
+    body = listing(job, ("output/gone.bin", b"deleted meanwhile"), ("output/kept.txt", b"here"))
+
+    def kept(handler: http.server.BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Length", "4")
+        handler.end_headers()
+        handler.wfile.write(b"here")
+
+    orchestrator = stand_ins(
+        {
+            "/api/queue": stand_in_queue(job),
+            f"/api/queue/{job}/artifacts": send_json(body),
+            f"/api/queue/{job}/artifacts/output/kept.txt": kept,
+        }
+    )
+    into = tmp_path / "into"
+    error = failed(run_against(orchestrator.url, "jobs", "download", job, "-o", str(into)))
+    assert (
+        "1 of 2 files did not download and were not kept: output/gone.bin (deleted since" in error
+    )
+    assert saved(into) == {"output/kept.txt": sha(b"here")}
 
 
 def test_a_redirect_to_the_store_is_followed_without_the_api_key(

@@ -4,6 +4,7 @@ brought home (the fetching itself: cli/transfer.py)."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,10 @@ def download(
             f"job {job_id} has no stored files{_which(attempt, no_checkpoints)} to download; "
             f"see what it has: gpufleet jobs artifacts {job_id}"
         )
-    saved = download_all(api, job_id, chosen, directory, again=_again(job_id, paths, directory))
+    again = ["gpufleet", "jobs", "download", job_id, *paths, "-o", str(directory)]
+    again += [f"--attempt={attempt}"] if attempt else []
+    again += ["--no-checkpoints"] if no_checkpoints else []
+    saved = download_all(api, job_id, chosen, directory, again=shlex.join(again))
     if as_json:
         out.print_json(
             {
@@ -158,12 +162,7 @@ def download(
 
 def _which(attempt: int | None, no_checkpoints: bool) -> str:
     said = [f" from attempt {attempt}"] if attempt else []
-    return "".join(said) + (" but checkpoints" if no_checkpoints else "")
-
-
-def _again(job_id: str, paths: tuple[str, ...], directory: Path) -> str:
-    quoted = " ".join(f"'{p}'" if re.search(r"[\s*?'\"]", p) else p for p in paths)
-    return f"gpufleet jobs download {job_id} {quoted + ' ' if quoted else ''}-o {directory}"
+    return "".join(said) + (" other than checkpoints" if no_checkpoints else "")
 
 
 def _summary(job_id: str, saved: list[Saved], directory: Path) -> str:
