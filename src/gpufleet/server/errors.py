@@ -11,7 +11,13 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
-from gpufleet.errors import DomainError, StoreError, TooManyRequests, WriteConflict
+from gpufleet.errors import (
+    ArtifactStoreError,
+    DomainError,
+    StoreError,
+    TooManyRequests,
+    WriteConflict,
+)
 from gpufleet.server.jsonbody import not_json
 
 log = logging.getLogger("gpufleet.server")
@@ -84,11 +90,14 @@ async def _http(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _store(_request: Request, exc: Exception) -> JSONResponse:
     log.error("database error: %s", exc)
-    detail = (
-        "the database aborted this write to resolve a conflict with another one; send it again"
-        if isinstance(exc, WriteConflict)
-        else "the database is unavailable; retry shortly"
-    )
+    if isinstance(exc, ArtifactStoreError):  # its message names the store and what to check
+        detail = exc.message
+    elif isinstance(exc, WriteConflict):
+        detail = (
+            "the database aborted this write to resolve a conflict with another one; send it again"
+        )
+    else:
+        detail = "the database is unavailable; retry shortly"
     return JSONResponse(
         {"detail": detail},
         status_code=503,

@@ -9,7 +9,7 @@ signature is made with that token as its secret, so it proves nothing more and i
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 from starlette.responses import StreamingResponse
@@ -18,6 +18,7 @@ from gpufleet.domain.publishing import STORAGE_PATH
 from gpufleet.errors import InvalidInput
 from gpufleet.server.deps import Ctx
 from gpufleet.server.s3body import S3Body
+from gpufleet.server.schemas.base import ErrorOut
 from gpufleet.server.services import storage
 from gpufleet.server.services.storage import Served, Uploader
 
@@ -36,7 +37,19 @@ async def _uploader(ctx: Ctx, key: str, secret: str | None, token: str | None) -
     return await storage.authenticate(ctx, key, secret or token)
 
 
-@router.put(OBJECT)
+OBJECT_BYTES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"application/octet-stream": {}}, "description": "The object."},
+    206: {"content": {"application/octet-stream": {}}, "description": "The range asked for."},
+    412: {"description": "If-Match names another version of the object"},
+    416: {"model": ErrorOut, "description": "The Range is malformed or past the end"},
+}
+
+
+@router.put(
+    OBJECT,
+    response_class=Response,
+    responses={200: {"description": "Stored; its md5 in ETag. No body, as S3 answers."}},
+)
 async def put_object(
     ctx: Ctx,
     request: Request,
@@ -57,7 +70,7 @@ async def put_object(
     return Response(headers={"ETag": body.etag})
 
 
-@router.head(OBJECT)
+@router.head(OBJECT, response_class=Response, responses={200: {"description": "The headers."}})
 async def head_object(
     ctx: Ctx, key: str, bucket: str, secret: Token = None, token: UploadToken = None
 ) -> Response:
@@ -66,7 +79,7 @@ async def head_object(
     return Response(headers=_object_headers(Served(art, 0, art.size)))
 
 
-@router.get(OBJECT, response_class=StreamingResponse)
+@router.get(OBJECT, response_class=StreamingResponse, responses=OBJECT_BYTES)
 async def get_object(
     ctx: Ctx,
     key: str,
