@@ -51,7 +51,31 @@ def job_logs_path(job_id: str) -> str:
 
 
 def job_upload_path(job_id: str) -> str:
+    """Where a worker announces an upload (docs/artifacts.md, Worker API)."""
     return f"{WORKER_API}/job/{job_id}/upload"
+
+
+def job_upload_send_path(job_id: str, upload_id: str) -> str:
+    """Where the bytes of an announced upload go when the orchestrator stores them."""
+    return f"{WORKER_API}/job/{job_id}/upload/{upload_id}"
+
+
+def job_upload_complete_path(job_id: str, upload_id: str) -> str:
+    """Where a worker says a presigned upload (to object storage) is done."""
+    return f"{WORKER_API}/job/{job_id}/upload/{upload_id}/complete"
+
+
+def job_checkpoints_path(job_id: str) -> str:
+    return f"{WORKER_API}/job/{job_id}/checkpoints"
+
+
+def job_checkpoint_path(job_id: str, checkpoint_id: str) -> str:
+    return f"{WORKER_API}/job/{job_id}/checkpoints/{checkpoint_id}"
+
+
+def job_artifact_path(job_id: str, artifact_id: str) -> str:
+    """Where a worker downloads a stored file through the orchestrator (`?attempt_id=`)."""
+    return f"{WORKER_API}/job/{job_id}/artifacts/{artifact_id}"
 
 
 # ---- what a worker says ------------------------------------------------------------------
@@ -92,13 +116,17 @@ def job_submit(
     attempt_id: str,
     config: dict[str, Any],
     gpu_count: int,
-    upload_token: str = "",
+    *,
+    upload_token: str,
+    resume: dict[str, Any] | None = None,
 ) -> Event:
     """The offer of an attempt.
 
     The released SimpleTuner agent copies `upload_endpoint` and `upload_token` straight into
     the trainer's environment: both must be strings (a null crashes the agent's job handler).
-    No upload token is issued yet (the upload route answers 501), so it is empty.
+    `upload_token` is the attempt's own (domain.secrets.upload_token). `resume`: the
+    checkpoint the attempt starts from (docs/artifacts.md: checkpoint_id, name, path, step,
+    attempt_id, attempt_number), or None.
     """
     return {
         "type": EventType.JOB_SUBMIT.value,
@@ -112,6 +140,7 @@ def job_submit(
         "dataloader": None,
         "upload_endpoint": job_upload_path(job_id),
         "upload_token": upload_token,
+        "resume": resume,
     }
 
 

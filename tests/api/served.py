@@ -71,12 +71,11 @@ async def serve(
         await asyncio.wait_for(task, 10)
 
 
-@pytest.fixture(scope="session")
-def trainer_publishing(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    """`simpletuner.helpers.publishing.manager` of the released wheel."""
+def extract_publishing(root: Path) -> Path:
+    """`simpletuner/helpers/publishing/` of the released wheel under `root` (namespace
+    packages above it: no `simpletuner/__init__.py`), each file checked against RECORD."""
     if not AGENT_WHEEL.is_file():
         pytest.fail(f"{AGENT_WHEEL} is missing; `make test` (or `make agent-wheel`) fetches it")
-    root = tmp_path_factory.mktemp("trainer-publishing")
     with zipfile.ZipFile(AGENT_WHEEL) as wheel:
         record = wheel.read(f"simpletuner-{AGENT_VERSION}.dist-info/RECORD").decode()
         digests = dict(line.split(",")[:2] for line in record.splitlines() if "," in line)
@@ -89,6 +88,13 @@ def trainer_publishing(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
             assert digests[name] == f"sha256={digest.decode()}", f"{name} differs from RECORD"
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_bytes(source)
+    return root
+
+
+@pytest.fixture(scope="session")
+def trainer_publishing(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """`simpletuner.helpers.publishing.manager` of the released wheel."""
+    root = extract_publishing(tmp_path_factory.mktemp("trainer-publishing"))
     sys.path.insert(0, str(root))  # `simpletuner` and `helpers` are namespace packages here
     try:
         return importlib.import_module("simpletuner.helpers.publishing.manager")

@@ -37,6 +37,18 @@ def _shape(sync_conn: Connection) -> dict[str, set[str]]:
     return {t: {c["name"] for c in inspector.get_columns(t)} for t in inspector.get_table_names()}
 
 
+async def _queue_index(store: Store) -> str:
+    """How the database defines ix_jobs_queue (the head of the queue reads it in order)."""
+    sqlite = store.engine.dialect.name == "sqlite"
+    query = (
+        "SELECT sql FROM sqlite_master WHERE name = 'ix_jobs_queue'"
+        if sqlite
+        else "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_jobs_queue'"
+    )
+    async with store.engine.connect() as conn:
+        return str((await conn.execute(sa.text(query))).scalar_one())
+
+
 async def _job(store: Store, job_id: str) -> None:
     async with store.write() as q:
         await q.queue_job(
@@ -127,11 +139,14 @@ async def test_0013_adds_its_tables_and_columns_and_downgrades_to_0012(database_
         assert "artifacts_pinned" not in down["jobs"]
         assert "resumed_from" not in down["job_attempts"]
 
+        assert "priority DESC" in await _queue_index(store)  # kept in dispatch order (0006)
+
         async with store.engine.begin() as conn:
             await conn.run_sync(_migrate, "head", down=False)
         async with store.read() as q:
             job = await q.get_job("j_old")
         assert job is not None and job.artifacts_pinned is False  # rows from before: unpinned
+        assert "priority DESC" in await _queue_index(store)
     finally:
         await store.close()
 

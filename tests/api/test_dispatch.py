@@ -30,6 +30,8 @@ async def test_the_stream_delivers_a_job_as_a_job_submit_event(fleet: Fleet) -> 
     assert offer["command"] == ["python", "train.py"]
     assert offer["env"] == {"A": "1"}
     assert offer["upload_endpoint"] == f"/api/workers/job/{job['id']}/upload"
+    assert offer["upload_token"].startswith("ut_") and len(offer["upload_token"]) > 40
+    assert offer["resume"] is None  # a first attempt starts afresh
     assert offer["dataloader"] is None
     assert agent.stream is not None
     assert agent.stream.frames[-1].startswith("event: job_submit\ndata: {")

@@ -9,6 +9,7 @@ come with the library for free and take their credentials from the environment o
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -47,7 +48,7 @@ def open_artifact_store(settings: ArtifactSettings) -> ArtifactStore:
             return ArtifactStore(LocalStore(folder, mkdir=True), name=f"folder {folder}")
     except (BaseError, OSError, ValueError) as exc:
         raise ConfigurationError(
-            f"the artifact store {settings.url!r} cannot be opened ({exc}); fix --artifact-store "
+            f"the artifact store {settings.url!r} cannot be opened ({exc}); fix --artifacts "
             "or its credentials"
         ) from exc
     raise ConfigurationError(
@@ -74,7 +75,10 @@ def _object_store(settings: ArtifactSettings, scheme: str) -> ObjectStore:
         ),
     }
     config = {k: v for k, v in options.items() if v is not None}
-    allow_http = (settings.endpoint or "").startswith("http://")
+    # A plain-HTTP endpoint (MinIO or moto on a private network), named here or in
+    # AWS_ENDPOINT_URL, which obstore reads itself.
+    endpoint = settings.endpoint or os.environ.get("AWS_ENDPOINT_URL") or ""
+    allow_http = endpoint.startswith("http://")
     return S3Store(
         parts.netloc,
         prefix=parts.path.strip("/") or None,

@@ -12,6 +12,7 @@ import click
 
 from gpufleet import address, logs
 from gpufleet.address import check_public_url, default_public_url
+from gpufleet.artifacts import DEFAULT_MAX_JOB_BYTES
 from gpufleet.cli.options import DURATION, log_format_option, setting
 from gpufleet.errors import ConfigurationError
 
@@ -148,6 +149,25 @@ log = logging.getLogger("gpufleet.server")
     "(the poison-job rule).",
 )
 @setting(
+    "--artifacts",
+    default=None,
+    var="ARTIFACTS",
+    metavar="URL",
+    help="Where jobs' artifacts and checkpoints are kept: a folder (or file://…), enough for "
+    "one orchestrator or replicas sharing it, or s3://bucket/prefix (endpoint and keys from "
+    "the AWS_* variables; AWS_ENDPOINT_URL for MinIO, R2, …), needed for replicas on separate "
+    "machines. Default: <data-dir>/artifacts.",
+)
+@setting(
+    "--artifact-max-job-bytes",
+    default=DEFAULT_MAX_JOB_BYTES,
+    type=click.IntRange(min=0),
+    var="ARTIFACT_MAX_JOB_BYTES",
+    metavar="BYTES",
+    help="The most one job's artifacts may take in the store, all its attempts together "
+    "(default 100 GiB); an upload past it is refused with 413.",
+)
+@setting(
     "--artifact-retention-days",
     default=30.0,
     type=click.FloatRange(min=0, max=36500),
@@ -202,6 +222,8 @@ def server(
     audit_key_file: Path | None,
     auth_failure_limit: int,
     poison_after_workers: int,
+    artifacts: str | None,
+    artifact_max_job_bytes: int,
     artifact_retention_days: float,
     keep_checkpoints: int,
     forwarded_allow_ips: str,
@@ -252,6 +274,8 @@ def server(
             audit_key_file=audit_key_file,
             auth_failure_limit=auth_failure_limit,
             poison_after_workers=poison_after_workers,
+            artifacts=artifacts,
+            artifact_max_job_bytes=artifact_max_job_bytes,
             artifact_retention_days=artifact_retention_days,
             keep_checkpoints=keep_checkpoints,
             public_url=check_public_url(public_url)
@@ -322,9 +346,11 @@ def _tune_gc() -> None:
 
 async def _preflight(settings: ServerSettings) -> None:
     """Open the store once before serving, so a mistake is one line, not a traceback."""
+    from gpufleet.artifacts.backends import open_artifact_store
     from gpufleet.store import open_store
     from gpufleet.store.engine import data_dir_writable, default_database_url
 
     data_dir_writable(settings.data_dir)
+    open_artifact_store(settings.artifact_settings())
     store = await open_store(settings.database_url or default_database_url(settings.data_dir))
     await store.close()

@@ -139,3 +139,30 @@ def _retry_or_fail(
     if ran < job.max_retries + 1:
         return Requeue(f"attempt {ended.number} {ended.status.value}: {reason}")
     return Fail(f"{reason} (attempt {ran} of {job.max_retries + 1}; no retries left)")
+
+
+RESUMED_AFTER = frozenset({A.LOST, A.PREEMPTED})  # endings the next attempt resumes after
+
+
+class PastAttempt(Protocol):
+    """What the resume rule reads of an attempt (`records.Attempt`)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def number(self) -> int: ...
+    @property
+    def status(self) -> AttemptStatus: ...
+
+
+def resume_sources(history: Sequence[PastAttempt]) -> list[str]:
+    """The attempts whose checkpoints the job's next attempt may resume from: every earlier
+    one, when the last that reached its worker (withdrawn offers never did) was lost or
+    preempted; none otherwise (a fresh job, or one retried after its own process failed).
+    Which checkpoint counts is the store's to say: the newest committed while its attempt
+    was still the job's live one (`latest_checkpoint`), never one from after it was fenced."""
+    reached = [a for a in history if a.status is not A.WITHDRAWN]
+    if not reached:
+        return []
+    last = max(reached, key=lambda a: a.number)
+    return [a.id for a in reached] if last.status in RESUMED_AFTER else []

@@ -10,7 +10,9 @@ import base64
 import hashlib
 import hmac
 import secrets
+from typing import Any
 
+import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -40,19 +42,6 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(6)}"
 
 
-UPLOAD_TOKEN_PREFIX = "ut_"
-
-
-def upload_token(master: bytes, attempt_id: str) -> str:
-    """The attempt's upload token: an HMAC of its id under a key derived from the server's
-    key material, so every replica derives it again and nothing is stored."""
-    key = HKDF(
-        algorithm=hashes.SHA256(), length=32, salt=None, info=b"gpufleet upload token"
-    ).derive(master)
-    mac = hmac.new(key, attempt_id.encode(), hashlib.sha256).digest()
-    return UPLOAD_TOKEN_PREFIX + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
-
-
 _SEALED_PREFIX = "v1:"
 
 
@@ -80,3 +69,48 @@ def open_secret(master: bytes, purpose: str, owner: str, stored: str) -> str | N
     except (InvalidTag, ValueError):
         return None
     return opened.decode()
+
+
+# ---- per-attempt secrets, derived again whenever needed (nothing stored) ---------------------
+
+UPLOAD_TOKEN_PREFIX = "ut_"
+
+
+def _derived(master: bytes, purpose: str) -> bytes:
+    return hmac.new(master, b"gpufleet " + purpose.encode(), hashlib.sha256).digest()
+
+
+def upload_token(master: bytes, attempt_id: str) -> str:
+    """The attempt's upload token (SimpleTuner's trainer uploads with it): the HMAC of the
+    attempt id under a key derived from the server's, so every replica, and every resend of
+    the offer, derives the same one, and no other attempt's token opens this attempt."""
+    mac = hmac.new(_derived(master, "upload-token"), attempt_id.encode(), hashlib.sha256)
+    return UPLOAD_TOKEN_PREFIX + base64.urlsafe_b64encode(mac.digest()).rstrip(b"=").decode()
+
+
+def check_upload_token(master: bytes, attempt_id: str, presented: str) -> bool:
+    """Whether `presented` is the attempt's upload token (compared in constant time)."""
+    return hmac.compare_digest(upload_token(master, attempt_id).encode(), presented.encode())
+
+
+def sign_ticket(master: bytes, purpose: str, payload: dict[str, Any]) -> str:
+    """`payload` (JSON) and its HMAC, URL-safe: a stateless handle any replica can check."""
+    body = base64.urlsafe_b64encode(orjson.dumps(payload)).rstrip(b"=")
+    mac = hmac.new(_derived(master, purpose), body, hashlib.sha256).digest()
+    return f"{body.decode()}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
+
+
+def open_ticket(master: bytes, purpose: str, ticket: str) -> dict[str, Any] | None:
+    """The payload `sign_ticket` signed for `purpose`; None if it was altered or is not one."""
+    body, dot, mac = ticket.partition(".")
+    if not dot or not body or not mac or not ticket.isascii():
+        return None
+    expected = hmac.new(_derived(master, purpose), body.encode(), hashlib.sha256).digest()
+    try:
+        given = base64.urlsafe_b64decode(mac + "=" * (-len(mac) % 4))
+        if not hmac.compare_digest(expected, given):
+            return None
+        payload = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None

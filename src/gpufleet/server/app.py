@@ -15,11 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufleet import __version__, logs
-from gpufleet.artifacts.backends import (
-    ArtifactSettings,
-    default_artifact_url,
-    open_artifact_store,
-)
+from gpufleet.artifacts.backends import open_artifact_store
 from gpufleet.server import deps, errors, streams
 from gpufleet.server.context import Context
 from gpufleet.server.door import RefuseNulInUrl
@@ -55,13 +51,17 @@ from gpufleet.supervisor import Supervisor
 
 log = logging.getLogger("gpufleet.server")
 MAX_BODY_BYTES = 4 * 1024 * 1024
-# Uploads stream into the artifact store, which checks their size against the job's limit.
-STREAMED_UPLOADS = re.compile(r"/api/cloud/storage/.+|/api/workers/job/[^/]+/upload/[^/]+")
+
+
+# The routes whose body is a file streamed into the artifact store, never held whole: their
+# own limit is the announced size and the job's (docs/artifacts.md), not the JSON body's.
+_STREAMED_BODY = re.compile(r"/api/workers/job/[^/]+/upload/[^/]+|/api/cloud/storage/.+")
 
 
 class BodyLimit:
     """Refuse bodies over the limit (413, JSON): before reading when Content-Length says so,
-    and while reading when a chunked body grows past it."""
+    and while reading when a chunked body grows past it. Artifact uploads (a PUT to
+    `_STREAMED_BODY`) are streamed to the store and limited there."""
 
     def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
         self.app = app
@@ -69,7 +69,7 @@ class BodyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (
-            scope["method"] == "PUT" and STREAMED_UPLOADS.fullmatch(scope["path"])
+            scope["method"] == "PUT" and _STREAMED_BODY.fullmatch(scope["path"])
         ):
             await self.app(scope, receive, send)
             return
@@ -131,9 +131,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
             store=store,
             ui_secret=sessions.load_secret(settings.data_dir),
             audit_key=audit.load_key(settings.audit_key_file or settings.data_dir / "audit.key"),
-            artifacts=open_artifact_store(
-                ArtifactSettings(url=default_artifact_url(settings.data_dir))
-            ),
+            artifacts=open_artifact_store(settings.artifact_settings()),
             auth_failures=FailureLimiter(settings.auth_failure_limit, settings.auth_failure_window),
         )
         app.state.ctx = ctx

@@ -32,7 +32,7 @@ class Context:
     settings: ServerSettings
     store: Store
     audit_key: bytes = field(repr=False)  # the audit chain's HMAC key (services/audit.py)
-    artifacts: ArtifactStore  # where job files are kept (docs/artifacts.md)
+    artifacts: ArtifactStore  # where jobs' files are kept (docs/artifacts.md)
     hub: Hub = field(default_factory=Hub)
     clock: Callable[[], datetime] = utcnow
     instance_id: str = field(default_factory=lambda: secrets.token_hex(4))
@@ -65,13 +65,11 @@ class Context:
 class Tx:
     """One write transaction: its queries, its clock reading, and what to notify on commit."""
 
-    def __init__(
-        self, q: Queries, now: datetime, settings: ServerSettings, key: bytes = b""
-    ) -> None:
+    def __init__(self, q: Queries, now: datetime, settings: ServerSettings, key: bytes) -> None:
         self.q = q
         self.now = now
         self.settings = settings
-        self.key = key  # the server's key material (upload tokens are derived from it)
+        self.key = key  # the server's key material (per-attempt upload tokens in offers)
         self.notify: set[str] = set()
         self.close: set[str] = set()
         self.handed: dict[str, list[dict[str, Any]]] = {}  # topic → events it was handed

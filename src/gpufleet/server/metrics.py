@@ -89,6 +89,16 @@ class Metrics:
             "Bytes of every listed artifact in the store, read at scrape time",
             registry=r,
         )
+        self.artifact_bytes_uploaded = Counter(
+            "gpufleet_artifact_bytes_uploaded",
+            "Bytes of artifacts and checkpoint files stored, verified",
+            registry=r,
+        )
+        self.artifact_upload_failures = Counter(
+            "gpufleet_artifact_upload_failures",
+            "Artifact uploads refused after their bytes were sent (size, sha256, limit, store)",
+            registry=r,
+        )
         self._by_name = {
             "dispatch_latency": self.dispatch_latency,
             "time_to_gpu": self.time_to_gpu,
@@ -104,6 +114,8 @@ class Metrics:
                 self.heartbeats.inc(value)
             elif name == "auth_failure":
                 self.auth_failures.labels(*labels).inc(value)
+            elif name == "artifact_bytes_uploaded":
+                self.artifact_bytes_uploaded.inc(value)
 
     def set_counts(self, workers: dict[str, int], jobs: dict[str, int]) -> None:
         for status in WorkerStatus:

@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpufleet.address import default_public_url
+from gpufleet.artifacts import DEFAULT_MAX_JOB_BYTES
+from gpufleet.artifacts.backends import ArtifactSettings, default_artifact_url
 from gpufleet.errors import ConfigurationError
 
 # A worker may miss one heartbeat (a slow request, a busy machine) without being marked
@@ -38,9 +40,12 @@ class ServerSettings(BaseModel):
     print_admin_key: bool = True
     # The address workers elsewhere use (`--public-url`); None: `default_public_url`.
     public_url: str | None = None
+    # The artifact store (docs/artifacts.md): a folder, file://… or s3://bucket/prefix;
+    # None: <data-dir>/artifacts.
+    artifacts: str | None = None
+    artifact_max_job_bytes: int = Field(DEFAULT_MAX_JOB_BYTES, ge=0)
     # Artifacts of ended jobs are deleted this many days after the job ended (0: kept
     # forever); each job keeps its newest `keep_checkpoints` checkpoints (0: every one).
-    artifact_max_job_bytes: int = Field(100 * 2**30, ge=0)  # every attempt's files together
     artifact_retention_days: float = Field(30.0, ge=0, le=36500)
     keep_checkpoints: int = Field(3, ge=0, le=10000)
     retention_interval: float = Field(3600.0, gt=0)  # how often the retention sweep runs
@@ -62,6 +67,11 @@ class ServerSettings(BaseModel):
         if self.public_url:
             return self.public_url
         return default_public_url(self.host, self.port, tls=self.tls_cert is not None)
+
+    def artifact_settings(self) -> ArtifactSettings:
+        """The artifact store to open; object storage takes its endpoint and keys from the
+        usual AWS_* variables (read when it is opened)."""
+        return ArtifactSettings(url=self.artifacts or default_artifact_url(self.data_dir))
 
     def simpletuner_agent_warning(self) -> str | None:
         """Why released SimpleTuner agents would flap under these settings, if they would."""

@@ -22,8 +22,8 @@ from gpufleet.protocol import Event, EventType
 from gpufleet.server import sse
 from gpufleet.server.context import Context
 from gpufleet.server.hub import Subscription, worker_topic
-from gpufleet.server.offers import job_offer
 from gpufleet.server.services import agents
+from gpufleet.server.services.offers import pending as pending_offers
 
 T = TypeVar("T")
 STREAM_CLOSE_SECONDS = 5.0
@@ -182,16 +182,14 @@ class WorkerStream:
             held = None
             if waiting and worker.current_attempt_id:  # only to drop a cancel (_cancel_applies)
                 held = await q.get_attempt(worker.current_attempt_id)
-            offers = await q.pending_offers(worker_id)
+            offers = await pending_offers(
+                q, self._ctx.audit_key, worker_id, self._ctx.settings.worker_url()
+            )
         if waiting:  # a write only when there is something to take
             async with self._ctx.store.write() as wq:
                 commands = await wq.take_events(worker_id)
             commands = [cmd for cmd in commands if _cancel_applies(cmd, held)]
-        events = {
-            attempt.id: job_offer(self._ctx.settings, self._ctx.audit_key, job, attempt.id)
-            for attempt, job in offers
-        }
-        return commands, events
+        return commands, offers
 
 
 def _cancel_applies(cmd: Event, held: Attempt | None) -> bool:

@@ -33,7 +33,7 @@ from gpufleet.domain.states import (
 )
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic, worker_topic
-from gpufleet.server.offers import job_offer
+from gpufleet.server.services import offers
 from gpufleet.store import Queries
 
 _PAGE = 200
@@ -81,6 +81,7 @@ async def claim(tx: Tx, job: Job, worker: Worker) -> str:
     )
     if not took_job:
         raise ClaimLost
+    resume = await offers.resume_for(tx.q, job)
     await tx.q.insert_attempt(
         {
             "id": attempt_id,
@@ -89,6 +90,7 @@ async def claim(tx: Tx, job: Job, worker: Worker) -> str:
             "number": number,
             "status": AttemptStatus.OFFERED.value,
             "offered_at": tx.now,
+            "resumed_from": resume.id if resume else None,
         }
     )
     tx.audit(
@@ -110,7 +112,8 @@ async def claim(tx: Tx, job: Job, worker: Worker) -> str:
     tx.audit("job.status_changed", SYSTEM_ACTOR, job.id, old="queued", new="offered")
     tx.wake(job_topic(job.id), JOBS_TOPIC, WORKERS_TOPIC)
     # The worker's stream sends the offer as it is handed over, without reading it back.
-    tx.hand_over(worker_topic(worker.id), job_offer(tx.settings, tx.key, job, attempt_id))
+    offered = offers.offer(tx.key, job, attempt_id, resume, tx.settings.worker_url())
+    tx.hand_over(worker_topic(worker.id), offered)
     return attempt_id
 
 

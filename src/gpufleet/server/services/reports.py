@@ -16,7 +16,7 @@ from gpufleet.domain.states import (
     JobStatus,
     parse_reported_status,
 )
-from gpufleet.errors import Forbidden, NotFound, NotHolder, NotImplementedYet
+from gpufleet.errors import Forbidden, NotFound, NotHolder
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC, job_topic
 from gpufleet.server.services import dispatch, history
@@ -167,6 +167,8 @@ async def _apply(
         error = "\n".join([code, *lines]) if lines else code
     if new is AttemptStatus.CANCELLED:
         error = error or "cancelled on the worker"
+    if new is AttemptStatus.PREEMPTED:  # requeued without spending a retry (outcomes)
+        error = error or "preempted: the worker's machine is going away"
     return await end_attempt(
         tx, job, attempt, new, error=error, exit_code=report.exit_code, locked=locked
     )
@@ -205,18 +207,3 @@ async def append_logs(
     if refused is not None:
         raise await _refuse(ctx, worker, *refused)
     return len(lines)
-
-
-async def refuse_upload(ctx: Context, worker: Worker, job_id: str) -> NotImplementedYet:
-    """Every offer names an upload route (the SimpleTuner agent requires one); until job
-    outputs are stored by the orchestrator, it says so plainly to the job's worker."""
-    async with ctx.store.read() as q:
-        job = await q.get_job(job_id)
-        if job is None:
-            raise NotFound(f"no job {job_id}; it may have been deleted")
-        if not any(a.worker_id == worker.id for a in await q.attempts_for_job(job_id)):
-            raise _not_offered(job_id, worker)
-    return NotImplementedYet(
-        f"uploads for job {job_id} are not stored by this orchestrator yet; the job's outputs "
-        f"stay in its folder on worker {worker.id}"
-    )

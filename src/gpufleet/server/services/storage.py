@@ -10,18 +10,19 @@ A PUT lands as an artifact of the attempt at `output/<rest>`.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 
 from gpufleet.artifacts.keys import artifact_key, checked_path
+from gpufleet.artifacts.store import StoredArtifact
 from gpufleet.domain import publishing
 from gpufleet.domain.audit_events import worker_actor
 from gpufleet.domain.records import Artifact, ArtifactKind, Attempt, Job
-from gpufleet.domain.secrets import new_id, upload_token
+from gpufleet.domain.secrets import check_upload_token, new_id
 from gpufleet.domain.states import ACTIVE_ATTEMPT
-from gpufleet.errors import NotFound, NotHolder, PayloadTooLarge, Unauthenticated
+from gpufleet.errors import GpufleetError, NotFound, NotHolder, PayloadTooLarge, Unauthenticated
 from gpufleet.server.context import Context, transaction
+from gpufleet.server.hub import job_topic
 
 NO_TOKEN = (
     "this storage route takes the attempt's upload token in X-SimpleTuner-Secret or "
@@ -48,10 +49,9 @@ async def authenticate(ctx: Context, key: str, token: str | None) -> Uploader:
     async with ctx.store.read() as q:
         job = await q.get_job(job_id)
         attempts = await q.attempts_for_job(job_id) if job is not None else []
-    presented = token.encode()
     owner: Attempt | None = None
     for attempt in attempts:  # every one compared, in constant time each
-        if hmac.compare_digest(upload_token(ctx.audit_key, attempt.id).encode(), presented):
+        if check_upload_token(ctx.audit_key, attempt.id, token):
             owner = attempt
     if job is None or owner is None:
         raise Unauthenticated(f"the upload token is not one of job {job_id}'s; {NO_TOKEN}")
@@ -74,22 +74,32 @@ async def put(
 ) -> Artifact:
     """Store the body as the attempt's artifact at `output/<rest of key>`: within the job's
     size limit, listed only once its bytes are in place and verified, and only if the
-    attempt is still the live one then."""
+    attempt is still the live one then (else the bytes go again, as the worker API's do)."""
     job, attempt = who.job, who.attempt
     path = checked_path(publishing.artifact_path(job.id, key))
     store_key = artifact_key(job.id, attempt.id, path)
-    async with ctx.store.read() as q:
-        total = await q.job_artifact_bytes(job.id)
-        existing = await q.artifact_at(attempt.id, path)
     limit = ctx.settings.artifact_max_job_bytes
-    room = limit - total + (existing.size if existing else 0)
-    if size is not None and size > room:
-        raise PayloadTooLarge(
-            f"{path!r} ({size} bytes) would take job {job.id} past its artifact limit of "
-            f"{limit} bytes (it holds {total}); delete some of its artifacts or raise "
-            "--artifact-max-job-bytes"
-        )
-    stored = await ctx.artifacts.write(store_key, chunks, sha256=sha256, max_size=room)
+    async with ctx.store.read() as q:
+        before = await q.artifact_at(attempt.id, path)
+        held = await q.job_artifact_bytes(job.id) - (before.size if before else 0)
+    try:
+        if size is not None and held + size > limit:
+            raise _over_limit(job.id, path, limit, held, size)
+        stored = await ctx.artifacts.write(store_key, chunks, sha256=sha256, max_size=limit - held)
+    except GpufleetError:
+        ctx.metrics.artifact_upload_failures.inc()
+        raise
+    try:
+        return await _record(ctx, who, path, stored)
+    except GpufleetError:
+        ctx.metrics.artifact_upload_failures.inc()
+        await _discard(ctx, attempt.id, path, store_key)
+        raise
+
+
+async def _record(ctx: Context, who: Uploader, path: str, stored: StoredArtifact) -> Artifact:
+    job, attempt = who.job, who.attempt
+    limit = ctx.settings.artifact_max_job_bytes
     async with transaction(ctx) as tx:
         now = await tx.q.get_job(job.id, lock=True)
         live = await tx.q.get_attempt(attempt.id)
@@ -97,49 +107,78 @@ async def put(
             now is None
             or live is None
             or now.current_attempt_id != attempt.id
-            or live.status not in ACTIVE_ATTEMPT
+            or (live.status not in ACTIVE_ATTEMPT)
         ):
-            fenced = True
-        else:
-            fenced = False
-            artifact_id = new_id("r")
-            await tx.q.insert_artifact(
-                {
-                    "id": artifact_id,
-                    "job_id": job.id,
-                    "attempt_id": attempt.id,
-                    "path": path,
-                    "kind": ArtifactKind.ARTIFACT.value,
-                    "checkpoint": None,
-                    "size": stored.size,
-                    "sha256": stored.sha256,
-                    "key": store_key,
-                    "created_at": tx.now,
-                }
+            raise NotHolder(
+                f"attempt {attempt.number} of job {job.id} ended while its upload of {path!r} "
+                "arrived; nothing was listed"
             )
-            tx.audit(
-                "artifact.created",
-                worker_actor(attempt.worker_id),  # its trainer, by the attempt's token
-                job.id,
-                None,
-                attempt_id=attempt.id,
-                path=path,
-                size=stored.size,
-                sha256=stored.sha256,
-                via="simpletuner",
-            )
-    if fenced:
-        if existing is None:  # an overwrite's bytes are the row's now; a new file's are not
-            await ctx.artifacts.delete(store_key)
-        raise NotHolder(
-            f"attempt {attempt.number} of job {job.id} ended while its upload of {path!r} "
-            "arrived; nothing was listed"
+        before = await tx.q.artifact_at(attempt.id, path)
+        held = await tx.q.job_artifact_bytes(job.id) - (before.size if before else 0)
+        if held + stored.size > limit:
+            raise _over_limit(job.id, path, limit, held, stored.size)
+        artifact = Artifact(
+            id=new_id("r"),
+            job_id=job.id,
+            attempt_id=attempt.id,
+            path=path,
+            kind=ArtifactKind.ARTIFACT,
+            checkpoint=None,
+            size=stored.size,
+            sha256=stored.sha256,
+            key=stored.key,
+            created_at=tx.now,
+            attempt_number=live.number,
         )
-    async with ctx.store.read() as q:
-        created = await q.get_artifact(artifact_id)
-    if created is None:
-        raise NotFound(f"artifact {path!r} of job {job.id} was deleted as it was stored")
-    return created
+        await tx.q.insert_artifact(
+            {f: getattr(artifact, f) for f in _COLUMNS} | {"kind": artifact.kind.value}
+        )
+        tx.audit(
+            "artifact.created",
+            worker_actor(attempt.worker_id),  # its trainer, by the attempt's upload token
+            job.id,
+            None,
+            attempt_id=attempt.id,
+            path=path,
+            kind=artifact.kind.value,
+            size=stored.size,
+            sha256=stored.sha256,
+            via="simpletuner",
+        )
+        tx.observe("artifact_bytes_uploaded", float(stored.size))
+        tx.wake(job_topic(job.id))
+    return artifact
+
+
+_COLUMNS = (
+    "id",
+    "job_id",
+    "attempt_id",
+    "path",
+    "checkpoint",
+    "size",
+    "sha256",
+    "key",
+    "created_at",
+)
+
+
+def _over_limit(job_id: str, path: str, limit: int, held: int, size: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"{path!r} ({size} bytes) would take job {job_id} past its artifact limit of {limit} "
+        f"bytes (it holds {held}); delete some of its artifacts or raise "
+        "--artifact-max-job-bytes"
+    )
+
+
+async def _discard(ctx: Context, attempt_id: str, path: str, store_key: str) -> None:
+    """Bytes stored but refused a row: removed, and any row of that key with them (an
+    overwrite replaced the bytes it listed), so that what is listed is what is stored."""
+    await ctx.artifacts.delete(store_key)
+    async with transaction(ctx) as tx:
+        before = await tx.q.artifact_at(attempt_id, path)
+        if before is not None:
+            await tx.q.delete_artifacts([before.id])
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,14 +90,19 @@ class ArtifactQueries(QueryBase):
     async def latest_checkpoint(
         self, job_id: str, attempt_ids: Collection[str]
     ) -> Checkpoint | None:
-        """The newest checkpoint the job committed in one of `attempt_ids` (the attempts a
-        resume may draw on: the caller leaves out those fenced out while another ran)."""
+        """The newest checkpoint the job committed in one of `attempt_ids` (those a resume may
+        draw on: `outcomes.resume_sources`) while that attempt was still live: one written
+        after its attempt ended (fenced out) is never a resume's source, whatever wrote it."""
         if not attempt_ids:
             return None
         c = checkpoints.c
         stmt = (
             _with_attempt(checkpoints)
-            .where(c.job_id == job_id, c.attempt_id.in_(list(attempt_ids)))
+            .where(
+                c.job_id == job_id,
+                c.attempt_id.in_(list(attempt_ids)),
+                sa.or_(job_attempts.c.ended_at.is_(None), c.created_at <= job_attempts.c.ended_at),
+            )
             .order_by(
                 job_attempts.c.number.desc(),
                 sa.func.coalesce(c.step, -1).desc(),

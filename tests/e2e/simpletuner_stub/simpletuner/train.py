@@ -8,7 +8,12 @@ trainer would stall the agent), and honours these config keys and nothing else:
 - `stub_steps` (default 3) and `stub_sleep` (seconds a step, default 0.05);
 - `stub_exit_code` (default 0): the process's exit code;
 - `stub_record`: a file to write what the trainer was given (the agent's environment
-  variables for it, and the config), as JSON.
+  variables for it, and the config), as JSON;
+- `stub_outputs` (`{"relative path": size in bytes}`): files of random bytes written into
+  `output_dir` at the end, then published through the config's `publishing_config` as the
+  released trainer's `_publish_final_artifacts` does, with its own `PublishingManager` (put
+  on PYTHONPATH from the wheel by the test); `stub_outputs_sha256` names a file to write
+  each file's sha256 to, as JSON.
 
 A namespace package (no `__init__.py`): the released agent's own `simpletuner/worker_agent.py`
 sits in another folder on the same PYTHONPATH.
@@ -16,10 +21,13 @@ sits in another folder on the same PYTHONPATH.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 SEEN_ENV = (
     "CONFIG_PATH",
@@ -42,7 +50,28 @@ def main() -> int:
     for step in range(1, steps + 1):
         print(f"step {step}/{steps}", flush=True)
         time.sleep(pause)
+    if config.get("stub_outputs"):
+        publish(config)
     return int(config.get("stub_exit_code", 0))
+
+
+def publish(config: dict[str, Any]) -> None:
+    from simpletuner.helpers.publishing import PublishingManager
+
+    output_dir = Path(config["output_dir"])
+    digests = {}
+    for rel, size in config["stub_outputs"].items():
+        data = os.urandom(int(size))
+        (output_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (output_dir / rel).write_bytes(data)
+        digests[rel] = hashlib.sha256(data).hexdigest()
+    Path(config["stub_outputs_sha256"]).write_text(json.dumps(digests))
+    manager = PublishingManager(config.get("publishing_config"))
+    results = manager.publish(output_dir, artifact_name=output_dir.name)
+    required = any(p.config.get("required", False) for p in manager.providers)
+    if required and not results:
+        raise RuntimeError("Required final artifact publishing did not succeed")
+    print(f"published {len(digests)} file(s) to {manager.latest_uri()}", flush=True)
 
 
 if __name__ == "__main__":

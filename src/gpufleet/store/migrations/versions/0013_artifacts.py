@@ -56,12 +56,13 @@ def upgrade() -> None:
         sa.UniqueConstraint("attempt_id", "name", name="uq_checkpoint_attempt_name"),
     )
     op.create_index("ix_checkpoints_job", "checkpoints", ["job_id", "created_at"])
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(
-            sa.Column("artifacts_pinned", sa.Boolean, nullable=False, server_default=sa.false())
-        )
-    with op.batch_alter_table("job_attempts") as batch:
-        batch.add_column(sa.Column("resumed_from", sa.String(32)))
+    # Plain ADD COLUMN, on SQLite too: a batch would copy `jobs` into a new table, and the
+    # copy's ix_jobs_queue would lose its `priority DESC` (0006).
+    op.add_column(
+        "jobs",
+        sa.Column("artifacts_pinned", sa.Boolean, nullable=False, server_default=sa.false()),
+    )
+    op.add_column("job_attempts", sa.Column("resumed_from", sa.String(32)))
 
 
 def downgrade() -> None:
@@ -69,5 +70,10 @@ def downgrade() -> None:
         batch.drop_column("resumed_from")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_column("artifacts_pinned")
+    # SQLite's batch copied the table, and ix_jobs_queue lost its order: made again as 0006.
+    op.drop_index("ix_jobs_queue", table_name="jobs")
+    op.create_index(
+        "ix_jobs_queue", "jobs", ["status", sa.text("priority DESC"), "created_at", "id"]
+    )
     op.drop_table("checkpoints")
     op.drop_table("artifacts")

@@ -1,0 +1,160 @@
+"""Checkpoints (docs/artifacts.md, Worker API): a worker commits a checkpoint folder whose
+every file is stored for its attempt, and the attempt that resumes from it fetches where its
+files download from. Fenced like every artifact call (`artifacts.live_job`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import urlencode
+
+from gpufleet import protocol
+from gpufleet.artifacts.keys import checked_path
+from gpufleet.artifacts.store import checked_sha256
+from gpufleet.domain.records import Artifact, Checkpoint, Worker
+from gpufleet.domain.secrets import new_id
+from gpufleet.errors import InvalidInput, NotFound
+from gpufleet.server.context import Context, transaction
+from gpufleet.server.hub import job_topic
+from gpufleet.server.services.artifacts import check_name, live_job, offered_job
+from gpufleet.store import Queries
+
+FETCH_TTL = timedelta(hours=12)  # a presigned download URL of a checkpoint's file
+_MAX_NAMED = 10  # missing files a refused checkpoint commit names
+
+
+@dataclass(frozen=True, slots=True)
+class FetchFile:
+    artifact: Artifact
+    url: str
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointFile:
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointCommit:
+    attempt_id: str
+    name: str
+    path: str
+    step: int | None
+    files: list[CheckpointFile]
+
+
+def _check_commit(commit: CheckpointCommit) -> None:
+    check_name(commit.name)
+    folder = checked_path(commit.path) + "/"
+    if not commit.files:
+        raise InvalidInput(f"checkpoint {commit.name!r} lists no files; list what it holds")
+    for f in commit.files:
+        checked_path(f.path)
+        if not f.path.startswith(folder):
+            raise InvalidInput(
+                f"file {f.path[:80]!r} is not in the checkpoint's folder {commit.path!r}; "
+                "list the files inside it, relative to the job folder"
+            )
+        checked_sha256(f.sha256.lower())
+
+
+async def commit_checkpoint(
+    ctx: Context, worker: Worker, job_id: str, commit: CheckpointCommit
+) -> Checkpoint:
+    """Record a checkpoint whose every file is stored for the attempt, under its name."""
+    _check_commit(commit)
+    async with transaction(ctx) as tx:
+        job = await live_job(tx.q, worker, job_id, commit.attempt_id, lock=True)
+        stored = {a.path: a for a in await tx.q.checkpoint_files(commit.attempt_id, commit.name)}
+        missing = [
+            f.path
+            for f in commit.files
+            if (s := stored.get(f.path)) is None or (s.sha256, s.size) != (f.sha256.lower(), f.size)
+        ]
+        if missing:
+            named = ", ".join(repr(p) for p in missing[:_MAX_NAMED])
+            more = f" and {len(missing) - _MAX_NAMED} more" if len(missing) > _MAX_NAMED else ""
+            raise InvalidInput(
+                f"checkpoint {commit.name!r} is not stored whole: {named}{more} not stored "
+                "with that size and sha256 as its files; upload them (kind 'checkpoint', "
+                "this checkpoint's name), then commit again"
+            )
+        attempt = await tx.q.get_attempt(commit.attempt_id)
+        checkpoint = Checkpoint(
+            id=new_id("k"),
+            job_id=job.id,
+            attempt_id=commit.attempt_id,
+            name=commit.name,
+            path=commit.path,
+            step=commit.step,
+            files=len(commit.files),
+            size=sum(f.size for f in commit.files),
+            created_at=tx.now,
+            attempt_number=attempt.number if attempt else None,
+        )
+        await tx.q.insert_checkpoint(
+            {
+                "id": checkpoint.id,
+                "job_id": checkpoint.job_id,
+                "attempt_id": checkpoint.attempt_id,
+                "name": checkpoint.name,
+                "path": checkpoint.path,
+                "step": checkpoint.step,
+                "files": checkpoint.files,
+                "size": checkpoint.size,
+                "created_at": checkpoint.created_at,
+            }
+        )
+        tx.wake(job_topic(job.id))
+    return checkpoint
+
+
+async def _reader(q: Queries, worker: Worker, job_id: str, attempt_id: str | None) -> str:
+    """The attempt that reads the job's files: its live one on this worker."""
+    await offered_job(q, worker, job_id)
+    if not attempt_id:
+        raise InvalidInput("name the attempt that reads the files: ?attempt_id=<your attempt>")
+    await live_job(q, worker, job_id, attempt_id, lock=False)
+    return attempt_id
+
+
+async def fetch_checkpoint(
+    ctx: Context, worker: Worker, job_id: str, checkpoint_id: str, attempt_id: str | None
+) -> tuple[Checkpoint, list[FetchFile]]:
+    """A checkpoint of the job and where its files download from, for the attempt that
+    resumes from it (the job's live attempt on this worker)."""
+    async with ctx.store.read() as q:
+        attempt_id = await _reader(q, worker, job_id, attempt_id)
+        checkpoint = await q.get_checkpoint(checkpoint_id)
+        if checkpoint is None or checkpoint.job_id != job_id:
+            raise NotFound(f"job {job_id} has no checkpoint {checkpoint_id[:64]!r}")
+        folder = checkpoint.path + "/"
+        files = [
+            a
+            for a in await q.checkpoint_files(checkpoint.attempt_id, checkpoint.name)
+            if a.path.startswith(folder)
+        ]
+    out = []
+    for artifact in files:
+        url = await ctx.artifacts.presign_get(artifact.key, FETCH_TTL)
+        if url is None:
+            path = protocol.job_artifact_path(job_id, artifact.id)
+            url = f"{path}?{urlencode({'attempt_id': attempt_id})}"
+        out.append(FetchFile(artifact, url, {}))
+    return checkpoint, out
+
+
+async def download(
+    ctx: Context, worker: Worker, job_id: str, artifact_id: str, attempt_id: str | None
+) -> tuple[Artifact, AsyncIterator[bytes]]:
+    """A stored file of the job, streamed to the attempt that needs it (a resume)."""
+    async with ctx.store.read() as q:
+        await _reader(q, worker, job_id, attempt_id)
+        artifact = await q.get_artifact(artifact_id)
+    if artifact is None or artifact.job_id != job_id:
+        raise NotFound(f"job {job_id} has no artifact {artifact_id[:64]!r}")
+    return artifact, await ctx.artifacts.open(artifact.key)

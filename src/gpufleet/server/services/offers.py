@@ -1,0 +1,65 @@
+"""What a worker is sent when offered an attempt: one home for the offer, whether the claim
+that made it hands it over or the worker's stream reads it back to send again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet import protocol
+from gpufleet.domain import outcomes, publishing
+from gpufleet.domain.records import Attempt, Checkpoint, Job
+from gpufleet.domain.secrets import upload_token
+from gpufleet.protocol import Event
+from gpufleet.store import Queries
+
+
+async def resume_for(q: Queries, job: Job) -> Checkpoint | None:
+    """The checkpoint the job's next attempt starts from (`outcomes.resume_sources`), if any.
+    A job never offered before reads nothing more."""
+    if job.attempts == 0:
+        return None
+    sources = outcomes.resume_sources(await q.attempts_for_job(job.id))
+    return await q.latest_checkpoint(job.id, sources)
+
+
+def resume_entry(checkpoint: Checkpoint | None) -> dict[str, Any] | None:
+    if checkpoint is None:
+        return None
+    return {
+        "checkpoint_id": checkpoint.id,
+        "name": checkpoint.name,
+        "path": checkpoint.path,
+        "step": checkpoint.step,
+        "attempt_id": checkpoint.attempt_id,
+        "attempt_number": checkpoint.attempt_number,
+    }
+
+
+def offer(
+    key: bytes, job: Job, attempt_id: str, resume: Checkpoint | None, public_url: str
+) -> Event:
+    """The `job_submit` event of the attempt: its upload token is derived again on each send;
+    a SimpleTuner config that publishes nowhere is pointed at this orchestrator's storage
+    route (`domain.publishing`, reached at `public_url`)."""
+    token = upload_token(key, attempt_id)
+    config = publishing.offered_config(
+        job.config, public_url=public_url, job_id=job.id, upload_token=token
+    )
+    return protocol.job_submit(
+        job.id,
+        attempt_id,
+        config,
+        job.gpu_count,
+        upload_token=token,
+        resume=resume_entry(resume),
+    )
+
+
+async def pending(q: Queries, key: bytes, worker_id: str, public_url: str) -> dict[str, Event]:
+    """The offers waiting for the worker's acknowledgement, by attempt id, as stored."""
+    waiting: list[tuple[Attempt, Job]] = await q.pending_offers(worker_id)
+    events = {}
+    for attempt, job in waiting:
+        resume = await q.get_checkpoint(attempt.resumed_from) if attempt.resumed_from else None
+        events[attempt.id] = offer(key, job, attempt.id, resume, public_url)
+    return events
