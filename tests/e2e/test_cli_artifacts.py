@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.artifact_uploads import Attempt, sha
+from tests.artifact_uploads import Attempt, moto_s3, s3_serving, sha
 from tests.e2e.conftest import GPUFLEET, ServerProcess, serving, unique
 from tests.e2e.test_cli import as_json, gf, ok
 
@@ -177,8 +177,7 @@ def test_each_path_comes_from_the_newest_attempt_and_show_names_the_resume(
     attempt = Attempt(server)
     first = attempt.checkpoint("checkpoint-10", 10, {"weights.npz": WEIGHTS})
     attempt.upload("output/model.bin", b"first attempt's")
-    attempt.fail_and_retry()
-    attempt.resumed_from(first)
+    assert attempt.preempt()["checkpoint_id"] == first
     attempt.upload("output/model.bin", MODEL)
     attempt.finish()
     shown = ok(gf(server, "jobs", "show", attempt.job_id))
@@ -254,6 +253,32 @@ def test_a_key_that_may_only_read_the_queue_downloads_too(
     into = tmp_path / "into"
     ok(gf(server, "jobs", "download", done.job_id, "*/result.json", "-o", str(into), key=key))
     assert saved(into) == {"output/result.json": sha(FILES["output/result.json"])}
+
+
+# ---- object storage: the bytes come from the bucket --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with moto_s3() as endpoint:
+        yield from s3_serving(tmp_path_factory.mktemp("artifacts-s3"), endpoint)
+
+
+def test_with_object_storage_download_follows_the_presigned_link_and_checks_each_file(
+    s3_server: ServerProcess, tmp_path: Path
+) -> None:
+    attempt = Attempt(s3_server)
+    attempt.checkpoint("checkpoint-10", 10, {"weights.npz": WEIGHTS})
+    for path, data in FILES.items():
+        attempt.upload(path, data)
+    attempt.finish()
+    with s3_server.admin() as admin:  # the orchestrator hands out a link, not the bytes
+        answer = admin.get(f"/api/queue/{attempt.job_id}/artifacts/output/model.bin")
+    assert answer.status_code == 307, answer.text
+    assert "X-Amz-Signature=" in answer.headers["location"]
+    into = tmp_path / "into"
+    ok(gf(s3_server, "jobs", "download", attempt.job_id, "-o", str(into)))
+    assert saved(into) == {p: sha(d) for p, d in {**FILES, **CHECKPOINT}.items()}
 
 
 # ---- a stand-in orchestrator that lies ----------------------------------------------------
