@@ -171,6 +171,9 @@ def test_an_attempt_that_resumed_says_from_which_checkpoint(
     expect(resumed).to_have_attribute("title", "step 1200")
     numbered = rows.filter(has=page.locator(".resumed")).locator('td[data-label="#"]')
     expect(numbered).to_have_text("2")
+    preempted = rows.filter(has_not=page.locator(".resumed")).locator(".badge")
+    expect(preempted).to_have_text("preempted")
+    expect(preempted).to_have_class("badge status-preempted")
 
 
 def test_the_artifacts_read_as_cards_on_a_phone(server: ServerProcess, page: Page) -> None:

@@ -30,6 +30,7 @@ _STYLES = {
     "connecting": "yellow",
     "queued": "yellow",
     "draining": "yellow",
+    "preempted": "yellow",
     "offline": "red",
     "failed": "red",
     "lost": "red",
