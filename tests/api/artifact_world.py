@@ -94,6 +94,16 @@ class Run:
         self.offer = await self.agent.next_offer()
         await self.agent.run(self.offer, dialect="simpletuner")
 
+    async def preempt(self) -> None:
+        """The machine goes away: the attempt is preempted and the job offered again, on the
+        same agent, with `resume` naming the latest checkpoint."""
+        answer = await self.agent.report(
+            self.job_id, "preempted", attempt_id=self.attempt_id, error="spot notice"
+        )
+        assert answer.status_code == 200, answer.text
+        self.offer = await self.agent.next_offer()
+        await self.agent.run(self.offer, dialect="simpletuner")
+
     async def finish(self) -> None:
         answer = await self.agent.report(self.job_id, "completed")
         assert answer.status_code == 200, answer.text

@@ -8,19 +8,21 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from asgi_lifespan import LifespanManager
 
+from gpufleet.artifacts.backends import open_artifact_store
 from gpufleet.artifacts.store import ArtifactStore
 from gpufleet.errors import ArtifactStoreError
 from gpufleet.server.app import create_app
-from gpufleet.server.context import Context, transaction
+from gpufleet.server.context import Context
 from gpufleet.server.services import retention
 from gpufleet.server.settings import ServerSettings
-from gpufleet.store.tables import job_attempts
 from gpufleet.supervisor import Supervisor
 from tests.api.artifact_world import Run, start_run, stored_keys
 from tests.api.conftest import Fleet, sqlite_only
+from tests.api.test_artifact_store import _s3_settings, s3_endpoint
+
+__all__ = ["s3_endpoint"]  # moto's S3 server, a fixture used by name
 
 DAY = 24 * 3600.0
 
@@ -88,39 +90,49 @@ async def test_a_job_keeps_only_its_newest_checkpoints_and_never_one_resumed_fro
     for step in (10, 20, 30):
         ids[step] = await run.checkpoint(f"checkpoint-{step}", step, {"s.bin": b"%d" % step})
         fleet.clock.advance(60)
-    await run.fail_and_retry()
-    # The new attempt resumed from checkpoint-10 (as its offer would have said).
-    async with transaction(fleet.ctx) as tx:
-        await tx.q.conn.execute(
-            sa.update(job_attempts)
-            .where(job_attempts.c.id == run.attempt_id)
-            .values(resumed_from=ids[10])
-        )
-    for step in (40, 50):
-        await run.checkpoint(f"checkpoint-{step}", step, {"s.bin": b"%d" % step})
+    await run.preempt()  # the new attempt resumes from checkpoint-30
+    assert run.offer["resume"]["checkpoint_id"] == ids[30]
+    for step in (40, 50, 60):
+        ids[step] = await run.checkpoint(f"checkpoint-{step}", step, {"s.bin": b"%d" % step})
         fleet.clock.advance(60)
     swept = await retention.sweep(fleet.ctx)
-    assert sorted(await checkpoints_of(fleet, run)) == [
-        "checkpoint-10", "checkpoint-30", "checkpoint-40", "checkpoint-50",
+    assert await checkpoints_of(fleet, run) == [
+        "checkpoint-60", "checkpoint-50", "checkpoint-40", "checkpoint-30",
     ]  # fmt: skip
-    assert swept.plan.checkpoint_ids == {ids[20]}
+    assert swept.plan.checkpoint_ids == {ids[10], ids[20]}
     assert await artifacts_of(fleet, run) == {
         "output/models/weights.bin",
-        *(f"output/checkpoint-{s}/s.bin" for s in (10, 30, 40, 50)),
+        *(f"output/checkpoint-{s}/s.bin" for s in (30, 40, 50, 60)),
     }
+    assert not [k for k in await stored_keys(fleet) if "checkpoint-10" in k or "-20/" in k]
     history = (await fleet.job(run.job_id))["attempt_history"]
     assert history[-1]["resumed_from"] == {
-        "checkpoint": "checkpoint-10",
-        "step": 10,
+        "checkpoint": "checkpoint-30",
+        "step": 30,
         "attempt_number": 1,
     }
     assert history[0]["resumed_from"] is None
     # Once that attempt is over, its checkpoint is only as safe as its age.
     await run.finish()
     await retention.sweep(fleet.ctx)
-    assert sorted(await checkpoints_of(fleet, run)) == [
-        "checkpoint-30", "checkpoint-40", "checkpoint-50",
-    ]  # fmt: skip
+    assert await checkpoints_of(fleet, run) == ["checkpoint-60", "checkpoint-50", "checkpoint-40"]
+
+
+async def test_on_object_storage_the_sweep_deletes_from_the_bucket(
+    fleet: Fleet, s3_endpoint: str
+) -> None:
+    fleet.ctx.artifacts = open_artifact_store(_s3_settings(s3_endpoint))
+    old = await ended_run(fleet, "a.bin")
+    await old.checkpoint("checkpoint-1", 1, {"s.bin": b"s"})
+    kept = await ended_run(fleet, "b.bin")
+    fleet.clock.advance(31 * DAY)
+    pin = await fleet.admin.put(f"/api/queue/{kept.job_id}/artifacts/pin", json={"pinned": True})
+    assert pin.status_code == 200
+    swept = await retention.sweep(fleet.ctx)
+    assert swept.artifacts == 2
+    keys = await stored_keys(fleet)
+    assert keys and all(kept.job_id in key for key in keys)
+    assert await artifacts_of(fleet, old) == set()
 
 
 @sqlite_only

@@ -23,11 +23,13 @@ import pytest
 import trustme
 from botocore.exceptions import ClientError
 
+from gpufleet.artifacts.backends import open_artifact_store
 from tests.api.conftest import Agent, Fleet, sqlite_only
 from tests.api.served import free_socket, serve, trainer_publishing
+from tests.api.test_artifact_store import _s3_settings, s3_endpoint
 from tests.api.test_simpletuner_dialect import SIMPLETUNER_JOB, simpletuner_agent
 
-__all__ = ["trainer_publishing"]  # the fixture, used by name
+__all__ = ["s3_endpoint", "trainer_publishing"]  # fixtures, used by name
 MiB = 1024 * 1024
 OUTPUT = {**SIMPLETUNER_JOB, "output_dir": "output/models"}
 
@@ -350,3 +352,30 @@ async def test_boto3_over_https_sends_aws_chunked_bodies_that_are_decoded(
     assert {p: a["sha256"] for p, a in stored.items()} == {
         f"output/{name}": hashlib.sha256(data).hexdigest() for name, data in files.items()
     }
+
+
+async def test_on_object_storage_the_trainers_files_land_in_the_bucket_and_read_back(
+    served_fleet: Fleet,
+    clients: list[Any],
+    trainer_publishing: ModuleType,
+    tmp_path: Path,
+    s3_endpoint: str,
+) -> None:
+    """With an s3:// store the trainer's bytes pass through the orchestrator into the bucket
+    (boto3 follows no redirect); ranged reads come back out of it."""
+    fleet = served_fleet
+    fleet.ctx.artifacts = open_artifact_store(_s3_settings(s3_endpoint))
+    _agent, offer = await running_simpletuner_job(fleet)
+    out = tmp_path / "out"
+    files = write_output(out)
+    manager = publisher(trainer_publishing, offer, clients)
+    await asyncio.to_thread(manager.publish, out / "models", artifact_name="models")
+    stored = await listed(fleet, offer["job_id"])
+    assert set(stored) == {f"output/{name}" for name in files}
+    in_bucket = {found.key: found.size for found in await fleet.ctx.artifacts.list("jobs")}
+    assert sorted(in_bucket.values()) == sorted(len(d) for d in files.values())
+    client = manager.providers[0]._client
+    target = tmp_path / "weights.safetensors"
+    key = f"{offer['job_id']}/models/pytorch_lora_weights.safetensors"
+    await asyncio.to_thread(client.download_file, "gpufleet", key, str(target))
+    assert target.read_bytes() == files["models/pytorch_lora_weights.safetensors"]
