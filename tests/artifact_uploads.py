@@ -33,6 +33,7 @@ class Attempt:
         self.worker = FakeWorker(server, unique("art"), labels=tag)
         self.worker.register(labels=tag)
         self.stream = self.worker.connect()
+        self.worker.keep_alive()  # the browser tests' server gives up on a silent one in 3 s
         self.job_id = submit_job(server, tag, ["true"])
         self._take_offer()
 
