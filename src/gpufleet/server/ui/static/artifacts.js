@@ -41,6 +41,8 @@ export function artifactsView({ jobId, canAdmin, panel }) {
   const wipe = $("#artifacts-delete", panel);
   let pinned = false;
   let count = 0;
+  let drawn = "";
+  let unread = false;
 
   function fileRow(a) {
     const name = a.path.split("/").pop();
@@ -82,8 +84,15 @@ export function artifactsView({ jobId, canAdmin, panel }) {
     try {
       body = await get(base(jobId));
     } catch (err) {
+      unread = true;
       return showError(error, err);
     }
+    if (unread) showError(error, null); // the list's own error, not an action's
+    unread = false;
+    // Drawn again only when something changed: a row under the pointer stays the same element.
+    const seen = JSON.stringify(body);
+    if (seen === drawn) return;
+    drawn = seen;
     pinned = body.pinned;
     count = body.artifacts.length;
     const files = count === 1 ? "1 file" : `${count} files`;
