@@ -7,6 +7,7 @@ what the API would have told a script.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import ssl
@@ -90,6 +91,7 @@ class ApiClient:
             )
         self.url = url
         self.data_dir = data_dir
+        self.verify = verify
         self._http = httpx.Client(
             base_url=url,
             timeout=timeout,
@@ -119,6 +121,54 @@ class ApiClient:
 
     def delete(self, path: str) -> Any:
         return self._request("DELETE", path)
+
+    @contextlib.contextmanager
+    def fetch(self, path: str, **params: Any) -> Iterator[httpx.Response]:
+        """A file's answer, its body not read yet. A redirect (to a presigned URL of object
+        storage) is followed once, by a client of its own: the API key is for the
+        orchestrator only, never sent to a bucket."""
+        timeout = httpx.Timeout(30.0, read=300.0)
+        with self._translated(), contextlib.ExitStack() as stack:
+            request = self._http.build_request(
+                "GET", path, params=_drop_none(params), timeout=timeout
+            )
+            response = self._http.send(request, stream=True)
+            stack.callback(response.close)
+            if response.is_redirect and "location" in response.headers:
+                target = response.url.join(response.headers["location"])
+                if target.scheme not in ("http", "https"):
+                    raise ClientError(
+                        f"the orchestrator at {self.url} redirected the download to a "
+                        f"{target.scheme}: URL, which is not followed; check that --url / "
+                        "GPUFLEET_URL is your orchestrator"
+                    )
+                bare = stack.enter_context(
+                    httpx.Client(timeout=timeout, verify=self._verify_for(target))
+                )
+                response = bare.send(bare.build_request("GET", target), stream=True)
+                stack.callback(response.close)
+                if response.is_error:
+                    raise ClientError(
+                        f"the artifact store at {target.host} refused the download link the "
+                        f"orchestrator gave (HTTP {response.status_code}); run the command "
+                        "again for a fresh link, and if it fails again, check the "
+                        "orchestrator's --artifacts store"
+                    )
+            if response.is_error:
+                response.read()
+                self._raise_for(response)
+            yield response
+
+    def _verify_for(self, target: httpx.URL) -> ssl.SSLContext | bool:
+        """A CA file given for the orchestrator does not vouch for a bucket elsewhere."""
+        base = self._http.base_url
+        if self.verify is False or (target.scheme, target.host, target.port) == (
+            base.scheme,
+            base.host,
+            base.port,
+        ):
+            return self.verify
+        return True
 
     def events(self, path: str, **params: Any) -> Iterator[tuple[str, Any]]:
         """Server-Sent Events of `path` as (event, data) pairs, until the server ends them."""

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
+from gpufleet.cli.artifacts import artifacts, download
 from gpufleet.cli.configs import read_config_file
 from gpufleet.cli.follow import logs, watch
 from gpufleet.cli.options import parse_labels
@@ -40,8 +41,8 @@ def jobs() -> None:
     """Submit jobs and follow them through the queue."""
 
 
-jobs.add_command(logs)
-jobs.add_command(watch)
+for _command in (logs, watch, artifacts, download):
+    jobs.add_command(_command)
 
 
 @jobs.command("submit")
@@ -262,7 +263,7 @@ def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def _attempts(attempts: list[dict[str, Any]]) -> Table:
     return out.table(
-        ("#", "ATTEMPT", "WORKER", "STATUS", "OFFERED", "RAN", "EXIT"),
+        ("#", "ATTEMPT", "WORKER", "STATUS", "OFFERED", "RAN", "EXIT", "RESUMED FROM"),
         [
             (
                 a["number"],
@@ -272,10 +273,16 @@ def _attempts(attempts: list[dict[str, Any]]) -> Table:
                 out.ago(a["offered_at"]),
                 out.duration(a["started_at"], a["ended_at"]),
                 a["exit_code"],
+                _resumed(a.get("resumed_from")),
             )
             for a in attempts
         ],
     )
+
+
+def _resumed(resumed: dict[str, Any] | None) -> str | None:
+    """`checkpoint-1200 (attempt 2)`: where an attempt started from, if not from scratch."""
+    return f"{resumed['checkpoint']} (attempt {resumed['attempt_number']})" if resumed else None
 
 
 @jobs.command("cancel")

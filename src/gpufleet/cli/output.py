@@ -30,6 +30,7 @@ _STYLES = {
     "connecting": "yellow",
     "queued": "yellow",
     "draining": "yellow",
+    "preempted": "yellow",
     "offline": "red",
     "failed": "red",
     "lost": "red",
@@ -187,3 +188,18 @@ def waiting(wait: dict[str, Any]) -> str:
     """A job's `waiting` (or an unmatched job) in the CLI's words: commands, not endpoints."""
     summary: str = wait["summaries"]["cli"]
     return summary
+
+
+def size(count: int | None) -> str:
+    """Bytes for people, in powers of 1024: `512 B`, `1.5 KiB`, `3.2 GiB`."""
+    if count is None:
+        return "-"
+    if count < 1024:
+        return f"{count} B"
+    value = float(count)
+    units = ("KiB", "MiB", "GiB", "TiB")
+    for index, unit in enumerate(units):
+        value /= 1024
+        if value < 1024 or index == len(units) - 1:
+            return f"{value:.1f} {unit}"
+    return f"{count} B"  # not reached: the loop returns at its last unit

@@ -116,7 +116,7 @@ async def _page(
         "nav": [p for p in PAGES if key_allows(perms, p.permission)],
         "key_name": principal.key.name,
         "key_id": principal.key.id,
-        "can": {p: key_allows(perms, p) for p in (ADMIN_WORKERS, QUEUE_SUBMIT, ADMIN_AUDIT)},
+        "can": {p: key_allows(perms, p) for p in (ADMIN_WORKERS, QUEUE_SUBMIT, ADMIN_AUDIT, ALL)},
         **extra,
     }
     if not key_allows(perms, page.permission):

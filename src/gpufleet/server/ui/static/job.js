@@ -1,6 +1,7 @@
-// One job: its facts, progress and metrics, why it waits, its attempts, and its logs
-// (logview.js).
+// One job: its facts, progress and metrics, why it waits, its attempts, its logs
+// (logview.js) and its stored files (artifacts.js).
 import { get } from "./api.js";
+import { artifactsView, resumedFrom } from "./artifacts.js";
 import { trainingCharts } from "./chart.js";
 import {
   $, badge, h, progress, serial, showError, span, startClock, when, wireDialogs,
@@ -16,6 +17,9 @@ const canCancel = root.dataset.canCancel === "true";
 const error = $("#error");
 const FINAL = new Set(["completed", "failed", "cancelled"]);
 const charts = trainingCharts($("#charts-panel"), jobId);
+const stored = artifactsView({
+  jobId, canAdmin: root.dataset.canAdmin === "true", panel: $("#artifacts-panel"),
+});
 
 // A name a person knows, with the id on hover; the id alone once the thing is gone.
 function named(name, id) {
@@ -62,7 +66,7 @@ function progressView(p) {
 function attemptRow(a) {
   return h("tr", {},
     h("td", { "data-label": "#", text: String(a.number) }),
-    h("td", { "data-label": "Attempt", class: "mono", text: a.id }),
+    h("td", { "data-label": "Attempt" }, h("span", { class: "mono", text: a.id }), resumedFrom(a.resumed_from)),
     h("td", { "data-label": "Worker" }, named(a.worker_name, a.worker_id)),
     h("td", { "data-label": "Status" }, badge(a.status)),
     h("td", { "data-label": "Offered" }, when(a.offered_at)),
@@ -98,6 +102,7 @@ const refresh = serial(async () => {
     : [h("tr", { class: "empty" }, h("td", { colspan: 9, text: "Not offered to a worker yet." }))]));
   $("#config").textContent = JSON.stringify(j.config, null, 2);
   logs.attempts(j.attempt_history);
+  stored.refresh();
 });
 
 $("#cancel").addEventListener("click", (event) =>
