@@ -5,6 +5,7 @@ authentications. The trainer's own publisher is in test_simpletuner_storage.py."
 from __future__ import annotations
 
 import hashlib
+from collections.abc import AsyncIterator
 
 import httpx
 
@@ -128,3 +129,31 @@ async def test_wrong_upload_tokens_are_audited_and_rate_limited_like_any_credent
     assert await fleet.audit(type="auth.rate_limited")
     # The right token still works from that address: a valid credential is never locked out.
     assert (await storage_put(fleet, key, offer["upload_token"])).status_code == 200
+
+
+@sqlite_only
+async def test_an_upload_past_the_jobs_limit_is_413_whether_announced_or_not(
+    fleet: Fleet,
+) -> None:
+    fleet.ctx.settings = fleet.ctx.settings.model_copy(update={"artifact_max_job_bytes": 1000})
+    _agent, offer = await running_simpletuner_job(fleet)
+    job, token = offer["job_id"], offer["upload_token"]
+    assert (await storage_put(fleet, f"{job}/m/small", token, b"s" * 600)).status_code == 200
+    told = await storage_put(fleet, f"{job}/m/told", token, b"t" * 500)  # Content-Length
+    assert told.status_code == 413, told.text
+    assert "limit of 1000 bytes (it holds 600)" in told.json()["detail"]
+
+    async def untold() -> AsyncIterator[bytes]:  # chunked: found out while it streams
+        for _ in range(5):
+            yield b"u" * 100
+
+    streamed = await fleet.http.put(
+        f"/api/cloud/storage/gpufleet/{job}/m/untold",
+        content=untold(),
+        headers={"X-SimpleTuner-Secret": token},
+    )
+    assert streamed.status_code == 413, streamed.text
+    # Replacing a stored file counts its new size instead of the old one.
+    assert (await storage_put(fleet, f"{job}/m/small", token, b"r" * 1000)).status_code == 200
+    assert {p: a["size"] for p, a in (await listed(fleet, job)).items()} == {"output/m/small": 1000}
+    assert len(await fleet.ctx.artifacts.list("jobs")) == 1

@@ -47,10 +47,19 @@ OBJECT_BYTES: dict[int | str, dict[str, Any]] = {
 }
 
 
+RAW_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
 @router.put(
     OBJECT,
     response_class=Response,
     responses={200: {"description": "Stored; its md5 in ETag. No body, as S3 answers."}},
+    openapi_extra=RAW_BODY,
 )
 async def put_object(
     ctx: Ctx,
