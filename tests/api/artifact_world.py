@@ -1,18 +1,14 @@
 """Artifacts put in place for the user-API and retention tests, through real routes and a
 real store: files a SimpleTuner trainer PUTs through `/api/cloud/storage` with its attempt's
-upload token, and committed checkpoints written as the worker API writes them (bytes in the
-store first, then the rows, in one transaction)."""
+upload token, and checkpoints uploaded and committed through the worker API."""
 
 from __future__ import annotations
 
-import hashlib
 import secrets
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.artifacts.keys import artifact_key
-from gpufleet.server.context import transaction
+from tests.api.artifacts.uploads import upload_checkpoint
 from tests.api.conftest import Agent, Fleet
 from tests.api.test_simpletuner_dialect import SIMPLETUNER_JOB
 
@@ -45,46 +41,12 @@ class Run:
         assert answer.status_code == 200, answer.text
 
     async def checkpoint(self, name: str, step: int, files: dict[str, bytes]) -> str:
-        """A committed checkpoint of the live attempt at `output/<name>/`; its id."""
-        ctx = self.fleet.ctx
-        rows = []
-        for rel, data in files.items():
-            path = f"output/{name}/{rel}"
-            key = artifact_key(self.job_id, self.attempt_id, path)
-            stored = await ctx.artifacts.write(
-                key, _chunks(data), sha256=hashlib.sha256(data).hexdigest()
-            )
-            rows.append((path, key, stored.size, stored.sha256))
-        checkpoint_id = f"k_{secrets.token_hex(6)}"
-        async with transaction(ctx) as tx:
-            for path, key, size, sha in rows:
-                await tx.q.insert_artifact(
-                    {
-                        "id": f"r_{secrets.token_hex(6)}",
-                        "job_id": self.job_id,
-                        "attempt_id": self.attempt_id,
-                        "path": path,
-                        "kind": "checkpoint",
-                        "checkpoint": name,
-                        "size": size,
-                        "sha256": sha,
-                        "key": key,
-                        "created_at": tx.now,
-                    }
-                )
-            await tx.q.insert_checkpoint(
-                {
-                    "id": checkpoint_id,
-                    "job_id": self.job_id,
-                    "attempt_id": self.attempt_id,
-                    "name": name,
-                    "path": f"output/{name}",
-                    "step": step,
-                    "files": len(rows),
-                    "size": sum(r[2] for r in rows),
-                    "created_at": tx.now,
-                }
-            )
+        """A committed checkpoint of the live attempt at `output/<name>/`, uploaded and
+        committed through the worker API as a worker does; its id."""
+        assert name == f"checkpoint-{step}"
+        committed = await upload_checkpoint(self.agent, self.offer, step, files)
+        assert committed.status_code == 201, committed.text
+        checkpoint_id: str = committed.json()["id"]
         return checkpoint_id
 
     async def fail_and_retry(self) -> None:
@@ -107,10 +69,6 @@ class Run:
     async def finish(self) -> None:
         answer = await self.agent.report(self.job_id, "completed")
         assert answer.status_code == 200, answer.text
-
-
-async def _chunks(data: bytes) -> AsyncIterator[bytes]:
-    yield data
 
 
 async def start_run(fleet: Fleet, **submit: Any) -> Run:

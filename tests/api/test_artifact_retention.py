@@ -37,17 +37,19 @@ async def checkpoints_of(fleet: Fleet, run: Run) -> list[str]:
     return [c["name"] for c in body["checkpoints"]]
 
 
-async def ended_run(fleet: Fleet, *files: str) -> Run:
+async def ended_run(fleet: Fleet, *files: str, checkpoint: int | None = None) -> Run:
+    """A job that stored `files` (and a checkpoint, when its step is given), then ended."""
     run = await start_run(fleet)
     for name in files:
         await run.put(f"models/{name}", name.encode())
+    if checkpoint is not None:
+        await run.checkpoint(f"checkpoint-{checkpoint}", checkpoint, {"s.bin": b"s"})
     await run.finish()
     return run
 
 
 async def test_an_ended_job_loses_its_files_after_the_period_unless_pinned(fleet: Fleet) -> None:
-    old = await ended_run(fleet, "a.bin", "b.bin")
-    await old.checkpoint("checkpoint-5", 5, {"s.bin": b"s"})
+    old = await ended_run(fleet, "a.bin", "b.bin", checkpoint=5)
     pinned = await ended_run(fleet, "keep.bin")
     assert (
         await fleet.admin.put(f"/api/queue/{pinned.job_id}/artifacts/pin", json={"pinned": True})
@@ -122,8 +124,7 @@ async def test_on_object_storage_the_sweep_deletes_from_the_bucket(
     fleet: Fleet, s3_endpoint: str
 ) -> None:
     fleet.ctx.artifacts = open_artifact_store(_s3_settings(s3_endpoint))
-    old = await ended_run(fleet, "a.bin")
-    await old.checkpoint("checkpoint-1", 1, {"s.bin": b"s"})
+    old = await ended_run(fleet, "a.bin", checkpoint=1)
     kept = await ended_run(fleet, "b.bin")
     fleet.clock.advance(31 * DAY)
     pin = await fleet.admin.put(f"/api/queue/{kept.job_id}/artifacts/pin", json={"pinned": True})

@@ -77,7 +77,8 @@ async def test_a_download_streams_the_newest_attempts_file_or_the_one_asked_for(
     assert older.content == b"first try"
     metrics = (await fleet.admin.get("/metrics")).text
     assert f"gpufleet_artifact_bytes_downloaded_total {float(len(WEIGHTS) + 9)}" in metrics
-    assert "gpufleet_artifact_store_bytes" in metrics
+    total = (await fleet.admin.get(f"/api/queue/{run.job_id}/artifacts")).json()["total_bytes"]
+    assert f"gpufleet_artifact_store_bytes {float(total)}" in metrics
 
 
 @sqlite_only

@@ -260,17 +260,26 @@ def test_a_job_with_a_command_waits_for_a_worker_that_runs_commands(
         assert any("SimpleTuner configs only" in r for r in mine["reasons"]), mine
 
 
-def test_the_upload_endpoint_of_an_offer_answers_501(
+def test_the_offer_gives_the_trainer_a_live_upload_route_and_its_attempts_token(
     server: ServerProcess, st_agents: Callable[..., ReleasedAgent], tmp_path: Path
 ) -> None:
+    """The agent hands the trainer `upload_endpoint` (the worker API's announce route, which
+    now stores files) and the attempt's own upload token; once the job has ended, its
+    attempt is no longer live there (409), as a stale report is refused."""
     agent = st_agents(server).start()
     record = tmp_path / "seen.json"
     job_id = submit(server, {"stub_record": str(record)}, lane(agent))
     wait_job(server, job_id, "completed", "failed")
-    endpoint = json.loads(record.read_text())["env"]["SIMPLETUNER_UPLOAD_ENDPOINT"]
-    resp = httpx.put(endpoint, content=b"x", headers={"X-Worker-Token": agent.token})
-    assert resp.status_code == 501, resp.text
-    assert "not stored by this orchestrator yet" in resp.json()["detail"]
+    env = json.loads(record.read_text())["env"]
+    attempt_id = job_state(server, job_id)["current_attempt_id"]
+    resp = httpx.post(
+        env["SIMPLETUNER_UPLOAD_ENDPOINT"],
+        json={"attempt_id": attempt_id, "path": "output/x", "size": 1, "sha256": "0" * 64},
+        headers={"X-Worker-Token": agent.token},
+    )
+    assert resp.status_code == 409, resp.text
+    assert "live attempt" in resp.json()["detail"]
+    assert env["SIMPLETUNER_UPLOAD_TOKEN"].startswith("ut_")
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from gpufleet.domain.outcomes import (
     Requeue,
     decide,
     needs_history,
+    resume_sources,
 )
 from gpufleet.domain.states import (
     RETRY_DEFAULT,
@@ -286,3 +287,33 @@ def test_on_its_last_retry_a_job_poison_on_enough_workers_gives_the_poison_reaso
     decision = run(job, AttemptEnd(A.FAILED, 3, "no such file"), history)
     assert isinstance(decision, Fail)
     assert decision.reason.startswith("could not start on 3 different workers")
+
+
+# ---- where the next attempt resumes from --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ran:
+    id: str
+    number: int
+    status: AttemptStatus
+
+
+@given(endings=st.lists(st.sampled_from(NOT_COMPLETED), max_size=8))
+def test_an_attempt_resumes_only_after_a_lost_or_preempted_one_drawing_on_every_earlier(
+    endings,
+):
+    history = [Ran(f"a_{n}", n, status) for n, status in enumerate(endings, start=1)]
+    sources = resume_sources(history)
+    reached = [a for a in history if a.status is not A.WITHDRAWN]
+    if reached and reached[-1].status in {A.LOST, A.PREEMPTED}:
+        assert sources == [a.id for a in reached]
+    else:
+        assert sources == []
+    assert not {a.id for a in history if a.status is A.WITHDRAWN} & set(sources)
+
+
+def test_a_withdrawn_offer_after_a_lost_attempt_does_not_stop_the_resume():
+    history = [Ran("a_1", 1, A.LOST), Ran("a_2", 2, A.WITHDRAWN)]
+    assert resume_sources(history) == ["a_1"]
+    assert resume_sources([*history, Ran("a_3", 3, A.FAILED)]) == []

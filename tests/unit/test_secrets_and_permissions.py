@@ -24,11 +24,15 @@ from gpufleet.domain.permissions import (
 from gpufleet.domain.secrets import (
     API_KEY_PREFIX,
     WORKER_TOKEN_PREFIX,
+    check_upload_token,
     hash_secret,
     new_api_key,
     new_id,
     new_worker_token,
+    open_ticket,
     same_hash,
+    sign_ticket,
+    upload_token,
 )
 from gpufleet.errors import InvalidInput
 
@@ -161,3 +165,43 @@ def test_a_misspelt_permission_names_itself_and_every_valid_choice():
 def test_a_key_without_permissions_is_refused():
     with pytest.raises(InvalidInput, match="at least one permission"):
         check_permissions([])
+
+
+# ---- per-attempt upload tokens and signed upload tickets ---------------------------------------
+
+MASTER = b"k" * 32
+
+
+@settings(max_examples=50)
+@given(a=st.text(min_size=1, max_size=40), b=st.text(min_size=1, max_size=40))
+def test_an_upload_token_opens_its_own_attempt_only(a, b):
+    token = upload_token(MASTER, a)
+    assert token.startswith("ut_") and URLSAFE.match(token[3:])
+    assert token == upload_token(MASTER, a)  # derived again on every resend, nothing stored
+    assert check_upload_token(MASTER, a, token)
+    assert check_upload_token(MASTER, b, token) == (a == b)
+    assert not check_upload_token(b"other key" * 4, a, token)
+
+
+@settings(max_examples=50)
+@given(payload=st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=20)))
+def test_a_signed_ticket_opens_to_its_payload_under_its_key_and_purpose_only(payload):
+    payload = {k: v for k, v in payload.items() if not isinstance(v, int) or abs(v) < 2**63}
+    ticket = sign_ticket(MASTER, "upload", payload)
+    assert open_ticket(MASTER, "upload", ticket) == payload
+    assert open_ticket(MASTER, "other", ticket) is None
+    assert open_ticket(b"x" * 32, "upload", ticket) is None
+
+
+@given(position=st.integers(min_value=0), char=st.sampled_from("AB_-.x="))
+def test_a_ticket_changed_anywhere_does_not_open(position, char):
+    ticket = sign_ticket(MASTER, "upload", {"p": "output/model.bin", "s": 10})
+    i = position % len(ticket)
+    changed = ticket[:i] + char + ticket[i + 1 :]
+    if changed != ticket:
+        assert open_ticket(MASTER, "upload", changed) is None
+
+
+@pytest.mark.parametrize("junk", ["", ".", "a.", ".b", "no-dot", "é.é", "a.b.c", "\x00.\x00"])
+def test_junk_is_no_ticket(junk):
+    assert open_ticket(MASTER, "upload", junk) is None

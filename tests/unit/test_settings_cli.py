@@ -172,6 +172,16 @@ def test_impossible_server_settings_name_the_flag_to_change(args, message):
     assert result.exception.message == message
 
 
+def test_the_artifact_store_defaults_to_the_data_folder_and_the_limit_to_100_gib(tmp_path):
+    settings = ServerSettings(data_dir=tmp_path)
+    assert settings.artifact_settings().url == str(tmp_path / "artifacts")
+    assert settings.artifact_max_job_bytes == 100 * 1024**3
+    chosen = ServerSettings(data_dir=tmp_path, artifacts="s3://bucket/prefix")
+    assert chosen.artifact_settings().url == "s3://bucket/prefix"
+    with pytest.raises(ValidationError):
+        ServerSettings(artifact_max_job_bytes=-1)
+
+
 @pytest.fixture
 def no_serving(monkeypatch, tmp_path):
     """A server that gets past its checks fails the test instead of serving forever."""
@@ -210,6 +220,19 @@ def test_main_refuses_a_flapping_heartbeat_timeout_in_one_line_with_exit_code_1(
     err = capsys.readouterr().err
     assert err.startswith("Error: --heartbeat-timeout 4 s is less than twice ")
     assert err.count("\n") == 1
+
+
+def test_an_artifact_store_that_cannot_be_opened_is_refused_at_start(no_serving, monkeypatch):
+    monkeypatch.setenv("GPUFLEET_ARTIFACTS", "ftp://nowhere/x")
+    result = CliRunner().invoke(server, no_serving)
+    assert isinstance(result.exception, ConfigurationError)
+    assert "unknown scheme 'ftp'" in result.exception.message
+    assert "--artifacts" in result.exception.message
+
+
+def test_the_artifact_flags_show_their_variables_in_help():
+    shown = CliRunner().invoke(server, ["--help"]).output
+    assert "GPUFLEET_ARTIFACTS" in shown and "GPUFLEET_ARTIFACT_MAX_JOB_BYTES" in shown
 
 
 @pytest.mark.parametrize(("timeout", "interval"), [(60, 30), (1, 0.5), (120, 30)])

@@ -52,8 +52,8 @@ def open_artifact_store(settings: ArtifactSettings) -> ArtifactStore:
             "or its credentials"
         ) from exc
     raise ConfigurationError(
-        f"the artifact store {settings.url!r} has an unknown scheme {scheme!r}; use a folder, "
-        "file://, s3://, gs:// or az://"
+        f"the artifact store {settings.url!r} has an unknown scheme {scheme!r}; give --artifacts "
+        "a folder, file://, s3://, gs:// or az://"
     )
 
 

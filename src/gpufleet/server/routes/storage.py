@@ -16,7 +16,7 @@ from starlette.responses import StreamingResponse
 
 from gpufleet.domain.publishing import STORAGE_PATH
 from gpufleet.errors import InvalidInput
-from gpufleet.server.deps import Ctx
+from gpufleet.server.deps import Ctx, client_addr
 from gpufleet.server.s3body import S3Body
 from gpufleet.server.schemas.base import ErrorOut
 from gpufleet.server.services import storage
@@ -33,8 +33,10 @@ class RangeNotSatisfiable(InvalidInput):
     status_code = 416
 
 
-async def _uploader(ctx: Ctx, key: str, secret: str | None, token: str | None) -> Uploader:
-    return await storage.authenticate(ctx, key, secret or token)
+async def _uploader(
+    ctx: Ctx, request: Request, key: str, secret: str | None, token: str | None
+) -> Uploader:
+    return await storage.authenticate(ctx, key, secret or token, client_addr(request))
 
 
 OBJECT_BYTES: dict[int | str, dict[str, Any]] = {
@@ -60,7 +62,7 @@ async def put_object(
 ) -> Response:
     """Store the body as an artifact of the token's attempt, at `output/<key after the job
     id>`; answers the object's ETag (its md5, as S3 does)."""
-    who = await _uploader(ctx, key, secret, token)
+    who = await _uploader(ctx, request, key, secret, token)
     body = S3Body.of(request.headers)
     await storage.put(
         ctx, who, key, body.decoded(request.stream()), size=body.length, sha256=body.sha256
@@ -72,9 +74,14 @@ async def put_object(
 
 @router.head(OBJECT, response_class=Response, responses={200: {"description": "The headers."}})
 async def head_object(
-    ctx: Ctx, key: str, bucket: str, secret: Token = None, token: UploadToken = None
+    ctx: Ctx,
+    request: Request,
+    key: str,
+    bucket: str,
+    secret: Token = None,
+    token: UploadToken = None,
 ) -> Response:
-    who = await _uploader(ctx, key, secret, token)
+    who = await _uploader(ctx, request, key, secret, token)
     art = await storage.find(ctx, who, key)
     return Response(headers=_object_headers(Served(art, 0, art.size)))
 
@@ -82,6 +89,7 @@ async def head_object(
 @router.get(OBJECT, response_class=StreamingResponse, responses=OBJECT_BYTES)
 async def get_object(
     ctx: Ctx,
+    request: Request,
     key: str,
     bucket: str,
     secret: Token = None,
@@ -89,7 +97,7 @@ async def get_object(
     range_: Annotated[str | None, Header(alias="Range")] = None,
     if_match: Annotated[str | None, Header(alias="If-Match")] = None,
 ) -> Response:
-    who = await _uploader(ctx, key, secret, token)
+    who = await _uploader(ctx, request, key, secret, token)
     art = await storage.find(ctx, who, key)
     served = Served(art, *byte_range(range_, art.size))
     if if_match is not None and if_match.strip() not in ("*", served.etag):

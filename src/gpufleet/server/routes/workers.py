@@ -5,7 +5,7 @@ Its paths and the events its stream carries are the wire protocol: `gpufleet/pro
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Query, Request
 from starlette.responses import StreamingResponse
@@ -173,7 +173,20 @@ def _content_length(request: Request) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-@router.put("/job/{job_id}/upload/{upload_id}", status_code=201, response_model=ArtifactOut)
+_RAW_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+@router.put(
+    "/job/{job_id}/upload/{upload_id}",
+    status_code=201,
+    response_model=ArtifactOut,
+    openapi_extra=_RAW_BODY,
+)
 async def job_upload_bytes(
     ctx: Ctx, worker: CurrentWorker, job_id: str, upload_id: str, request: Request
 ) -> ArtifactOut:

@@ -139,6 +139,13 @@ async def authenticate_worker(
     )
 
 
+async def upload_token_refused(ctx: Context, client: str | None, why: str) -> None:
+    """A storage request (SimpleTuner's trainer) without a valid upload token: audited and
+    counted against the client's address as any failed authentication is."""
+    _check_not_locked_out(ctx, client)
+    await _auth_failed(ctx, "upload_token", client, why)
+
+
 async def mint_api_key(
     ctx: Context, name: str, permissions: list[str], actor: str, client: str | None = None
 ) -> tuple[ApiKey, str]:

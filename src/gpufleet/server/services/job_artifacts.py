@@ -81,10 +81,11 @@ async def download(
     url = await ctx.artifacts.presign_get(art.key, PRESIGNED_FOR)
     if url is not None:
         return Redirect(art, url)
-    return Stream(art, _counted(ctx, await ctx.artifacts.open(art.key)))
+    return Stream(art, counted(ctx, await ctx.artifacts.open(art.key)))
 
 
-async def _counted(ctx: Context, source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def counted(ctx: Context, source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`source`, its bytes counted as downloaded as they are sent."""
     async for chunk in source:
         ctx.metrics.artifact_bytes_downloaded.inc(len(chunk))
         yield chunk

@@ -23,6 +23,7 @@ from gpufleet.domain.states import ACTIVE_ATTEMPT
 from gpufleet.errors import GpufleetError, NotFound, NotHolder, PayloadTooLarge, Unauthenticated
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import job_topic
+from gpufleet.server.services import auth, job_artifacts
 
 NO_TOKEN = (
     "this storage route takes the attempt's upload token in X-SimpleTuner-Secret or "
@@ -38,14 +39,16 @@ class Uploader:
     attempt: Attempt
 
 
-async def authenticate(ctx: Context, key: str, token: str | None) -> Uploader:
+async def authenticate(ctx: Context, key: str, token: str | None, client: str | None) -> Uploader:
     """The live attempt whose upload token this is, for the job the key names.
 
-    401 for a missing or unknown token (an unknown job too: no hint which jobs exist),
-    409 for the token of an attempt that is no longer the job's live one."""
-    if not token:
-        raise Unauthenticated(NO_TOKEN)
+    401 for a missing or unknown token (an unknown job too: no hint which jobs exist; audited
+    and rate-limited as any failed authentication), 409 for the token of an attempt that is
+    no longer the job's live one."""
     job_id = publishing.job_of_key(key)
+    if not token:
+        await auth.upload_token_refused(ctx, client, "no upload token")
+        raise Unauthenticated(NO_TOKEN)
     async with ctx.store.read() as q:
         job = await q.get_job(job_id)
         attempts = await q.attempts_for_job(job_id) if job is not None else []
@@ -54,6 +57,7 @@ async def authenticate(ctx: Context, key: str, token: str | None) -> Uploader:
         if check_upload_token(ctx.audit_key, attempt.id, token):
             owner = attempt
     if job is None or owner is None:
+        await auth.upload_token_refused(ctx, client, "invalid upload token")
         raise Unauthenticated(f"the upload token is not one of job {job_id}'s; {NO_TOKEN}")
     if owner.id != job.current_attempt_id or owner.status not in ACTIVE_ATTEMPT:
         raise NotHolder(
@@ -210,10 +214,4 @@ async def read(ctx: Context, served: Served) -> AsyncIterator[bytes]:
         source = await ctx.artifacts.open(art.key)
     else:
         source = await ctx.artifacts.open_range(art.key, served.start, served.end)
-    return _counted(ctx, source)
-
-
-async def _counted(ctx: Context, source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    async for chunk in source:
-        ctx.metrics.artifact_bytes_downloaded.inc(len(chunk))
-        yield chunk
+    return job_artifacts.counted(ctx, source)
