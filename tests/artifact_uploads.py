@@ -4,20 +4,17 @@ CLI's and the browser's tests of #17, with no worker process."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import secrets
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+from bench.s3 import new_bucket, s3_environment
 
-from tests.e2e.conftest import FakeWorker, ServerProcess, free_port, submit_job, unique, wait_for
+from tests.e2e.conftest import FakeWorker, ServerProcess, submit_job, unique
 
 
 def sha(data: bytes) -> str:
@@ -102,46 +99,10 @@ class Attempt:
         self.worker.close()
 
 
-@contextlib.contextmanager
-def moto_s3() -> Iterator[str]:
-    """moto's S3 server in a child process on a free port (the stand-in for a cloud bucket,
-    as in tests/api/test_artifact_store.py); its endpoint."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _answers(endpoint, server), timeout=30, what=f"moto's S3 on {endpoint}")
-        yield endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def _answers(endpoint: str, server: subprocess.Popen[bytes]) -> bool:
-    if server.poll() is not None:
-        raise AssertionError(f"moto's S3 server exited with {server.returncode}")
-    try:
-        httpx.get(endpoint, timeout=1)
-    except httpx.TransportError:
-        return False
-    return True
-
-
 def s3_serving(data_dir: Path, endpoint: str) -> Iterator[ServerProcess]:
     """An orchestrator (SQLite) whose artifact store is a new bucket on `endpoint`."""
-    bucket = f"fleet-{secrets.token_hex(4)}"
-    httpx.put(f"{endpoint}/{bucket}").raise_for_status()
-    env = {
-        **os.environ,
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_REGION": "us-east-1",
-    }
+    bucket = new_bucket(endpoint, "fleet")
+    env = {**os.environ, **s3_environment(endpoint)}
     proc = ServerProcess(
         data_dir, None, env=env, artifacts=f"s3://{bucket}/gpufleet", **{"heartbeat-timeout": 120}
     )

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bench.s3 import moto_s3
 from playwright.sync_api import Page, expect
 
-from tests.artifact_uploads import Attempt, moto_s3, s3_serving, sha
+from tests.artifact_uploads import Attempt, s3_serving, sha
 from tests.browser.conftest import sign_in
 from tests.e2e.conftest import ServerProcess
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.s3 import moto_s3
 
-from tests.artifact_uploads import Attempt, moto_s3, s3_serving, sha
+from tests.artifact_uploads import Attempt, s3_serving, sha
 from tests.e2e.conftest import GPUFLEET, ServerProcess, serving, unique
 from tests.e2e.test_cli import as_json, gf, ok
 

@@ -3,15 +3,11 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+from bench.s3 import moto_s3
 
 from tests.api.artifacts.uploads import new_bucket, start_fleet
 from tests.api.conftest import Fleet
@@ -19,29 +15,8 @@ from tests.api.conftest import Fleet
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"moto's S3 server did not serve on {endpoint}")
-            try:
-                httpx.get(endpoint, timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+    with moto_s3() as endpoint:
         yield endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 @pytest.fixture(params=["folder", "s3"])
