@@ -14,6 +14,7 @@ import base64
 import contextlib
 import hashlib
 import importlib
+import logging
 import socket
 import sys
 import zipfile
@@ -30,6 +31,7 @@ AGENT_VERSION = "4.10.1"
 AGENT_WHEEL = Path(sys.prefix) / "agent-wheels" / f"simpletuner-{AGENT_VERSION}-py3-none-any.whl"
 PUBLISHING = "simpletuner/helpers/publishing/"
 PUBLISHING_FILES = ("__init__.py", "manager.py", "providers/")
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 
 
 def free_socket() -> socket.socket:
@@ -50,6 +52,7 @@ async def serve(
         cert.private_key_pem.write_to_path(str(tmp / "key.pem"))
         cert.cert_chain_pems[0].write_to_path(str(tmp / "cert.pem"))
         tls = {"ssl_certfile": str(tmp / "cert.pem"), "ssl_keyfile": str(tmp / "key.pem")}
+    levels = {name: logging.getLogger(name).level for name in UVICORN_LOGGERS}
     config = uvicorn.Config(
         app,
         lifespan="off",
@@ -69,6 +72,8 @@ async def serve(
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 10)
+        for name, level in levels.items():  # uvicorn set them for the whole process
+            logging.getLogger(name).setLevel(level)
 
 
 def extract_publishing(root: Path) -> Path:

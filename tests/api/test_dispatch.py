@@ -313,7 +313,10 @@ async def test_a_stored_config_is_sent_by_name(fleet: Fleet) -> None:
 
     assert job["gpu_count"] == 2
     offer = await agent.next_offer()
+    # A SimpleTuner config that publishes nowhere is also told to publish home (#17).
+    publishing = offer["config"].pop("publishing_config")
     assert offer["config"] == {"--num_processes": 2, "model": "flux"}
+    assert [p["endpoint_url"].rsplit("/api/", 1)[1] for p in publishing] == ["cloud/storage"]
     assert offer["command"] is None
 
 
