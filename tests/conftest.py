@@ -32,6 +32,7 @@ START_PG = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main s
 # running one long file alone at the tail. The rest keep their collection order.
 LONGEST_FIRST = (
     "tests/chaos/test_faults.py",  # waits
+    "tests/e2e/test_artifacts_resume.py",  # waits
     "tests/e2e/test_schemathesis.py",
     "tests/api/test_dispatch.py",
     "tests/bench/test_smoke.py",
@@ -45,6 +46,9 @@ LONGEST_FIRST = (
     "tests/browser/test_job_logs.py",
     "tests/browser/test_workers_page.py",
     "tests/e2e/test_worker_failover.py",  # waits
+    "tests/chaos/test_preemption.py",  # waits
+    "tests/e2e/test_cli_artifacts.py",
+    "tests/api/test_simpletuner_storage.py",
 )
 
 

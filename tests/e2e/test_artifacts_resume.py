@@ -35,7 +35,7 @@ from tests.e2e.conftest import (
     wait_job,
 )
 
-STEPS, EVERY = 400, 50
+STEPS, EVERY = 200, 25
 TRAIN = [
     sys.executable,
     "-m",
