@@ -40,6 +40,9 @@ STAGING_PREFIX = "incoming"
 _PART_SIZE = 5 * 1024 * 1024
 _PUT_CONCURRENCY = 4
 READ_CHUNK = 1024 * 1024
+# The most one PUT may carry on S3 (AWS's limit; the compatible stores follow it): a presigned
+# upload is one PUT, so a larger file goes through the orchestrator's multipart write.
+PRESIGNED_PUT_MAX = 5 * 1024**3
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from gpufleet.artifacts.keys import job_prefix
-from gpufleet.artifacts.store import STAGING_PREFIX
+from gpufleet.artifacts.store import PRESIGNED_PUT_MAX, STAGING_PREFIX
 from tests.api.artifacts.uploads import (
     MiB,
     announce,
@@ -77,6 +77,24 @@ async def test_a_file_sent_through_either_backend_is_stored_verified_and_listed(
     scraped = (await fleet.admin.get("/metrics")).text
     assert metric(scraped, "gpufleet_artifact_bytes_uploaded_total") == len(data)
     assert metric(scraped, "gpufleet_artifact_upload_failures_total") == 0
+
+
+async def test_a_file_past_one_puts_limit_streams_through_the_orchestrator_on_both_backends(
+    any_fleet: Fleet,
+) -> None:
+    """A presigned upload is one PUT (5 GiB on S3): a larger file is given the orchestrator's
+    route, whose write to the store is a multipart upload; one at the limit is presigned."""
+    fleet = any_fleet
+    agent = await fleet.online_worker("gpu-1")
+    offer = await running_job(fleet, agent)
+    job_id, attempt_id = offer["job_id"], offer["attempt_id"]
+    plans = {}
+    for size in (PRESIGNED_PUT_MAX, PRESIGNED_PUT_MAX + 1):
+        said = await announce(agent, job_id, attempt_id, f"output/{size}.bin", b"", size=size)
+        assert said.status_code == 200, said.text
+        plans[size] = said.json()["via"]
+    at_limit = "store" if fleet.ctx.artifacts.presigns else "orchestrator"
+    assert plans == {PRESIGNED_PUT_MAX: at_limit, PRESIGNED_PUT_MAX + 1: "orchestrator"}
 
 
 # ---- fencing --------------------------------------------------------------------------------

@@ -21,7 +21,12 @@ from typing import Any
 
 from gpufleet import protocol
 from gpufleet.artifacts.keys import artifact_key, checked_path
-from gpufleet.artifacts.store import PresignedUpload, StoredArtifact, checked_sha256
+from gpufleet.artifacts.store import (
+    PRESIGNED_PUT_MAX,
+    PresignedUpload,
+    StoredArtifact,
+    checked_sha256,
+)
 from gpufleet.domain.audit_events import worker_actor
 from gpufleet.domain.records import Artifact, ArtifactKind, Job, Worker
 from gpufleet.domain.secrets import new_id, open_ticket, sign_ticket
@@ -166,7 +171,11 @@ async def announce(
     if held + file.size > limit:
         raise _over_limit(limit, held, file.size)
     expires = ctx.clock() + UPLOAD_TTL
-    presigned = await ctx.artifacts.presign_put(key, UPLOAD_TTL)
+    # One presigned PUT takes at most what the store takes in one request; a larger file
+    # streams through the orchestrator, whose write to the store is a multipart upload.
+    presigned = (
+        await ctx.artifacts.presign_put(key, UPLOAD_TTL) if file.size <= PRESIGNED_PUT_MAX else None
+    )
     staging = presigned.staging_key if presigned else None
     upload_id = sign_ticket(ctx.audit_key, _TICKET, _ticket_payload(job_id, file, staging, expires))
     if presigned is not None:
