@@ -1,6 +1,7 @@
 """The issue's end-to-end case (#17): a checkpointing job loses its worker to SIGKILL, resumes
 on another worker from its last checkpoint, ends with the result of an uninterrupted run, and
-every artifact comes home.
+every artifact comes home: it downloads through the CLI and through the job page in Chromium,
+each file with its listed sha256.
 
 Once on SQLite with the data-folder store and one orchestrator, once on PostgreSQL with two
 replicas sharing an object store (moto's S3 server, the stand-in for a cloud bucket): there the
@@ -24,7 +25,9 @@ from typing import Any
 import psutil
 import pytest
 from bench.s3 import moto_s3, new_bucket, s3_environment
+from playwright.sync_api import expect, sync_playwright
 
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, LAPTOP, sign_in
 from tests.e2e.conftest import (
     ServerProcess,
     WorkerProcess,
@@ -124,12 +127,45 @@ def test_a_job_whose_worker_is_killed_resumes_from_its_checkpoint_and_every_arti
     for artifact in final:
         assert sha256(out / artifact["path"]) == artifact["sha256"], artifact["path"]
 
+    downloaded = downloads_through_the_ui(users, job_id, len(files["artifacts"]), tmp_path)
+    assert sorted(downloaded) == sorted(a["sha256"] for a in files["artifacts"])
+
     reference = tmp_path / "reference"
     reference.mkdir()
     subprocess.run([*TRAIN, "--output", "result.json"], cwd=reference, check=True, env=plain())
     got = json.loads((out / "result.json").read_text())
     want = json.loads((reference / "result.json").read_text())
     assert {k: got[k] for k in MODEL_FIELDS} == {k: want[k] for k in MODEL_FIELDS}
+
+
+def downloads_through_the_ui(
+    server: ServerProcess, job_id: str, count: int, folder: Path
+) -> list[str]:
+    """Click every file's link on the job page in Chromium; the sha256 of each download, each
+    checked against the one its row shows."""
+    got = []
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            page = browser.new_context(viewport=LAPTOP, base_url=server.url).new_page()
+            sign_in(page, server.admin_key, then=f"/queue/{job_id}")
+            rows = page.locator("#artifacts tbody tr")
+            for n in range(count):
+                # A person downloads one file a visit: Chromium holds back a page's later
+                # downloads once it has made several (its multiple-downloads guard).
+                page.goto(f"/queue/{job_id}")
+                expect(rows).to_have_count(count)
+                with page.expect_download() as download:
+                    rows.nth(n).locator("a").first.click()
+                saved = folder / f"ui-{n}"
+                download.value.save_as(saved)
+                got.append(sha256(saved))
+                assert got[-1] == rows.nth(n).locator(".sha").get_attribute("title")
+        finally:
+            browser.close()
+    return got
 
 
 def listing(server: ServerProcess, job_id: str) -> dict[str, Any]:
