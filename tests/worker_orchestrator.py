@@ -10,6 +10,7 @@ front of the real server when a test asks for one. Nothing else stands in for th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import secrets
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+import pytest_asyncio
 from bench.s3 import environment, moto_s3, new_bucket, s3_environment
 
 from gpufleet.artifacts.keys import artifact_key
@@ -46,12 +49,14 @@ class Sent:
 
 @dataclass
 class Wire(httpx.AsyncBaseTransport):
-    """The real network, seen; `faults`, `tamper` and `lose` inject failures (`lose`: the
-    server answers a request it matches, the worker never hears it)."""
+    """The real network, seen; `faults`, `tamper`, `lose` and `slow` inject failures (`lose`:
+    the server answers a request it matches, the worker never hears it; `slow`: the answer
+    reaches the worker that many seconds late)."""
 
     faults: list[Fault] = field(default_factory=list)
     tamper: Tamper | None = None
     lose: Callable[[httpx.Request], bool] | None = None
+    slow: Callable[[httpx.Request], float] | None = None
     sent: list[Sent] = field(default_factory=list)
     _real: httpx.AsyncHTTPTransport = field(default_factory=httpx.AsyncHTTPTransport)
 
@@ -77,6 +82,9 @@ class Wire(httpx.AsyncBaseTransport):
             await response.aread()
             await response.aclose()
             raise httpx.ReadError("[Errno 104] Connection reset by peer", request=request)
+        if self.slow is not None and (late := self.slow(request)) > 0:
+            await response.aread()
+            await asyncio.sleep(late)
         seen.status = response.status_code
         if self.tamper is not None and "json" in response.headers.get("content-type", ""):
             raw = await response.aread()
@@ -141,6 +149,36 @@ async def served_s3_fleet(root: Path, **settings: Any) -> AsyncIterator[Fleet]:
         url = f"s3://{new_bucket(endpoint, 'fleet')}/gpufleet"
         async with served_fleet(root, artifacts=url, **settings) as fleet:
             yield fleet
+
+
+def module_fleets(**settings: Any) -> tuple[Any, ...]:
+    """Fixtures for a test module, to assign to these names: `orchestrator` (one per module,
+    on the data folder: `via: orchestrator`), `s3_orchestrator` (on moto's S3: `via: store`),
+    `via` (both, in turn) and `fleet` (the one `via` names)."""
+
+    @pytest_asyncio.fixture(scope="module", loop_scope="module", name="orchestrator")
+    async def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
+        async with served_fleet(tmp_path_factory.mktemp("orchestrator"), **settings) as fleet:
+            yield fleet
+
+    @pytest_asyncio.fixture(scope="module", loop_scope="module", name="s3_orchestrator")
+    async def s3_orchestrator(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
+        root = tmp_path_factory.mktemp("s3-orchestrator")
+        async with served_s3_fleet(root, **settings) as fleet:
+            yield fleet
+
+    @pytest.fixture(params=["orchestrator", "store"], name="via")
+    def via(request: pytest.FixtureRequest) -> str:
+        return str(request.param)
+
+    @pytest.fixture(name="fleet")
+    def fleet(request: pytest.FixtureRequest, via: str) -> Fleet:
+        found: Fleet = request.getfixturevalue(
+            "orchestrator" if via == "orchestrator" else "s3_orchestrator"
+        )
+        return found
+
+    return orchestrator, s3_orchestrator, via, fleet
 
 
 def url_of(fleet: Fleet) -> str:

@@ -7,12 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from gpufleet import progress
 from gpufleet.worker.backoff import Backoff
@@ -22,7 +20,7 @@ from gpufleet.worker.keep import KeepRules
 from gpufleet.worker.relay import CheckpointNote, ProgressTail
 from gpufleet.worker.uploads import BandwidthLimiter, Uploader
 from tests.api.conftest import Fleet
-from tests.worker_orchestrator import Held, Wire, held_attempt, served_fleet
+from tests.worker_orchestrator import Held, Wire, held_attempt, module_fleets
 
 on_the_fleet = pytest.mark.asyncio(loop_scope="module")
 LIMIT = 64 * 1024  # the orchestrator's per-job artifact limit here
@@ -97,12 +95,7 @@ def test_the_step_comes_from_a_folder_s_trailing_number(name: str, step: int | N
     assert step_of(name) == step
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
-    async with served_fleet(
-        tmp_path_factory.mktemp("orchestrator"), artifact_max_job_bytes=LIMIT
-    ) as fleet:
-        yield fleet
+orchestrator, *_ = module_fleets(artifact_max_job_bytes=LIMIT)  # one orchestrator for the module
 
 
 def shipper(

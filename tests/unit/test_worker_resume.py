@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
 
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.client import OrchestratorClient
@@ -33,8 +32,7 @@ from tests.worker_orchestrator import (
     Held,
     Wire,
     held_attempt,
-    served_fleet,
-    served_s3_fleet,
+    module_fleets,
     url_of,
 )
 
@@ -52,16 +50,7 @@ FILES = {
 }
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
-    async with served_fleet(tmp_path_factory.mktemp("orchestrator")) as fleet:
-        yield fleet
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def s3_orchestrator(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
-    async with served_s3_fleet(tmp_path_factory.mktemp("s3-orchestrator")) as fleet:
-        yield fleet
+orchestrator, s3_orchestrator, via, fleet = module_fleets()
 
 
 async def resumed(fleet: Fleet, files: dict[str, bytes] = FILES, **submit: Any) -> tuple[Held, str]:
@@ -112,18 +101,6 @@ def listed_file(change: Callable[[dict[str, Any]], None]) -> Callable[[httpx.Req
         return answer
 
     return tamper
-
-
-@pytest.fixture(params=["orchestrator", "store"])
-def via(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def fleet(request: pytest.FixtureRequest, via: str) -> Fleet:
-    name = "orchestrator" if via == "orchestrator" else "s3_orchestrator"
-    found: Fleet = request.getfixturevalue(name)
-    return found
 
 
 @on_the_fleet

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
-import pytest_asyncio
 
 from gpufleet.errors import ConfigurationError
 from gpufleet.worker.backoff import Backoff
@@ -27,9 +25,8 @@ from tests.worker_orchestrator import (
     busy,
     fail,
     held_attempt,
+    module_fleets,
     refused,
-    served_fleet,
-    served_s3_fleet,
     url_of,
 )
 
@@ -103,39 +100,7 @@ def test_a_negative_bandwidth_or_grace_is_refused() -> None:
         AgentSettings(orchestrator_url="http://o.test", worker_token="t", preempt_grace=-1)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
-    """The orchestrator storing in its data folder (`via: orchestrator`)."""
-    async with served_fleet(
-        tmp_path_factory.mktemp("orchestrator"), artifact_max_job_bytes=LIMIT
-    ) as fleet:
-        yield fleet
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def s3_orchestrator(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
-    """The orchestrator storing in a bucket (`via: store`: presigned URLs)."""
-    async with served_s3_fleet(
-        tmp_path_factory.mktemp("s3-orchestrator"), artifact_max_job_bytes=LIMIT
-    ) as fleet:
-        yield fleet
-
-
-@pytest.fixture(params=["orchestrator", "store"])
-def via(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def fleet(request: pytest.FixtureRequest, via: str) -> Fleet:
-    name = "orchestrator" if via == "orchestrator" else "s3_orchestrator"
-    found: Fleet = request.getfixturevalue(name)
-    return found
-
-
-@pytest.fixture
-def folder_fleet(orchestrator: Fleet) -> Fleet:
-    return orchestrator
+orchestrator, s3_orchestrator, via, fleet = module_fleets(artifact_max_job_bytes=LIMIT)
 
 
 def make_uploader(
@@ -224,8 +189,8 @@ async def test_a_file_is_read_in_chunks_under_the_cap_not_whole(job: Path) -> No
 
 
 @on_the_fleet
-async def test_a_capped_upload_is_paced_and_stored_whole(folder_fleet: Fleet, job: Path) -> None:
-    held = await held_attempt(folder_fleet)
+async def test_a_capped_upload_is_paced_and_stored_whole(orchestrator: Fleet, job: Path) -> None:
+    held = await held_attempt(orchestrator)
     clock = FakeClock()
     limiter = BandwidthLimiter(CHUNK, clock=clock, sleep=clock.sleep)
     uploader, client = make_uploader(held, Wire(), job, limiter)
@@ -256,9 +221,9 @@ async def test_a_busy_or_unreachable_orchestrator_is_retried_until_the_file_is_s
 
 @on_the_fleet
 async def test_a_stored_file_whose_answer_was_lost_is_not_sent_again_nor_failed(
-    folder_fleet: Fleet, job: Path
+    orchestrator: Fleet, job: Path
 ) -> None:
-    held = await held_attempt(folder_fleet)
+    held = await held_attempt(orchestrator)
     wire = Wire(lose=lambda request: request.method == "PUT")
     uploader, client = make_uploader(held, wire, job)
     try:
@@ -280,9 +245,9 @@ async def test_a_stored_file_whose_answer_was_lost_is_not_sent_again_nor_failed(
     ],
 )
 async def test_a_refused_file_is_counted_and_named_and_the_next_one_goes_on(
-    folder_fleet: Fleet, job: Path, path: str, size: int, why: str
+    orchestrator: Fleet, job: Path, path: str, size: int, why: str
 ) -> None:
-    held = await held_attempt(folder_fleet)
+    held = await held_attempt(orchestrator)
     (job / path).write_bytes(os.urandom(size))
     uploader, client = make_uploader(held, Wire(), job)
     try:
@@ -323,9 +288,9 @@ async def test_a_file_that_changes_after_it_was_hashed_is_not_stored(
 
 @on_the_fleet
 async def test_a_fenced_attempt_stops_uploading_anything_more(
-    folder_fleet: Fleet, job: Path
+    orchestrator: Fleet, job: Path
 ) -> None:
-    held = await held_attempt(folder_fleet)
+    held = await held_attempt(orchestrator)
     stale = Held(held.fleet, held.agent, held.offer)
     await held.preempt()  # another attempt holds the job now
     wire = Wire()
@@ -375,9 +340,9 @@ async def test_a_checkpoint_is_committed_with_its_files(fleet: Fleet, job: Path)
 
 @on_the_fleet
 async def test_an_orchestrator_without_upload_routes_ends_the_attempt_s_uploads(
-    folder_fleet: Fleet, job: Path
+    orchestrator: Fleet, job: Path
 ) -> None:
-    held = await held_attempt(folder_fleet)
+    held = await held_attempt(orchestrator)
 
     def older_orchestrator(request: httpx.Request) -> httpx.Response:
         return httpx.Response(
@@ -392,7 +357,7 @@ async def test_an_orchestrator_without_upload_routes_ends_the_attempt_s_uploads(
     finally:
         await client.aclose()
     assert [s.url for s in wire.sent] == [  # not retried, not asked again
-        f"{url_of(folder_fleet)}/api/workers/job/{held.job_id}/upload"
+        f"{url_of(orchestrator)}/api/workers/job/{held.job_id}/upload"
     ]
     assert uploader.summary() == (
         f"1 upload(s) failed: result.json: the orchestrator refused /api/workers/job/"
@@ -403,7 +368,7 @@ async def test_an_orchestrator_without_upload_routes_ends_the_attempt_s_uploads(
 
 @on_the_fleet
 async def test_a_file_deleted_between_hash_and_send_fails_alone(
-    folder_fleet: Fleet, job: Path, monkeypatch: pytest.MonkeyPatch
+    orchestrator: Fleet, job: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gpufleet.worker.uploads as uploads
 
@@ -413,7 +378,7 @@ async def test_a_file_deleted_between_hash_and_send_fails_alone(
             (folder / path).unlink()  # a trainer rotating its old checkpoints away
         return found
 
-    held = await held_attempt(folder_fleet)
+    held = await held_attempt(orchestrator)
     uploader, client = make_uploader(held, Wire(), job)
     monkeypatch.setattr(uploads, "digest", hashed_then_deleted)
     try:
