@@ -159,6 +159,27 @@ async def test_a_body_longer_than_listed_is_a_size_mismatch(
 
 @on_the_fleet
 @pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("size", 2**64, "bad size"),
+        ("size", -1, "bad size"),
+        ("size", True, "bad size"),
+        ("sha256", "0" * 63, "bad sha256"),
+        ("sha256", "../" + "0" * 61, "bad sha256"),
+    ],
+)
+async def test_a_file_list_with_a_size_or_sha256_that_cannot_be_is_refused(
+    orchestrator: Fleet, tmp_path: Path, field: str, value: Any, why: str
+) -> None:
+    held, _ = await resumed(orchestrator)
+    wire = Wire(tamper=listed_file(lambda f: f.update({field: value})))
+    with pytest.raises(ResumeFailed, match=why):
+        await download(held, wire, tmp_path)
+    assert not os.listdir(tmp_path)
+
+
+@on_the_fleet
+@pytest.mark.parametrize(
     "bad_path", ["../../../etc/cron.d/x", "/etc/passwd", "output/\0x", "output//x", "a\\..\\b"]
 )
 async def test_a_file_list_naming_a_path_outside_the_folder_is_refused(
