@@ -1,5 +1,6 @@
 """Checkpoints while a job trains: the progress file's checkpoint lines, folders that have
-stopped changing, and the shipper that uploads and commits each checkpoint once."""
+stopped changing, and the shipper that uploads and commits each checkpoint once, to the real
+orchestrator on a real socket (tests/worker_orchestrator.py), read back through its user API."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import asyncio
 import json
 import os
 from pathlib import Path
+from typing import Any
 
-import httpx
 import pytest
 
 from gpufleet import progress
@@ -17,9 +18,12 @@ from gpufleet.worker.checkpoints import CheckpointShipper, StableFolders, snapsh
 from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.keep import KeepRules
 from gpufleet.worker.relay import CheckpointNote, ProgressTail
-from gpufleet.worker.settings import AgentSettings
 from gpufleet.worker.uploads import BandwidthLimiter, Uploader
-from tests.artifact_fake import ArtifactFake
+from tests.api.conftest import Fleet
+from tests.worker_orchestrator import Held, Wire, held_attempt, module_fleets
+
+on_the_fleet = pytest.mark.asyncio(loop_scope="module")
+LIMIT = 64 * 1024  # the orchestrator's per-job artifact limit here
 
 
 def test_checkpoint_lines_go_to_the_uploader_not_to_progress(
@@ -91,28 +95,44 @@ def test_the_step_comes_from_a_folder_s_trailing_number(name: str, step: int | N
     assert step_of(name) == step
 
 
+orchestrator, *_ = module_fleets(artifact_max_job_bytes=LIMIT)  # one orchestrator for the module
+
+
 def shipper(
-    fake: ArtifactFake, folder: Path, rules: KeepRules
+    held: Held, wire: Wire, folder: Path, rules: KeepRules
 ) -> tuple[CheckpointShipper, OrchestratorClient, ProgressTail]:
-    settings = AgentSettings(orchestrator_url="http://orchestrator.test", worker_token="wt_test")
-    client = OrchestratorClient(settings, transport=httpx.MockTransport(fake.handle))
+    client = held.client(wire)
     uploader = Uploader(
-        "j_1", "a_1", folder, client, BandwidthLimiter(0), lambda: Backoff(0.001, 0.01)
+        held.job_id,
+        held.attempt_id,
+        folder,
+        client,
+        BandwidthLimiter(0),
+        lambda: Backoff(0.001, 0.01),
     )
     (folder / "progress.jsonl").touch()
     tail = ProgressTail(folder / "progress.jsonl")
     return CheckpointShipper(folder, rules, tail, uploader, interval=0.02), client, tail
 
 
-def write_checkpoint(folder: Path, name: str) -> None:
+def write_checkpoint(folder: Path, name: str, size: int = 100) -> None:
     (folder / name).mkdir(parents=True)
-    (folder / name / "weights.bin").write_bytes(os.urandom(100))
+    (folder / name / "weights.bin").write_bytes(os.urandom(size))
     (folder / name / "state.json").write_text(json.dumps({"name": name}))
 
 
-async def test_an_announced_checkpoint_is_uploaded_and_committed_once(tmp_path: Path) -> None:
-    fake = ArtifactFake()
-    ship, client, _ = shipper(fake, tmp_path, KeepRules(checkpoints=("output/checkpoint-*",)))
+async def checkpoints(held: Held) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = (await held.listing())["checkpoints"]
+    return found
+
+
+@on_the_fleet
+async def test_an_announced_checkpoint_is_uploaded_and_committed_once(
+    orchestrator: Fleet, tmp_path: Path
+) -> None:
+    held = await held_attempt(orchestrator)
+    wire = Wire()
+    ship, client, _ = shipper(held, wire, tmp_path, KeepRules(checkpoints=("output/checkpoint-*",)))
     write_checkpoint(tmp_path, "output/checkpoint-3")
     with (tmp_path / "progress.jsonl").open("a") as file:
         file.write('{"checkpoint": "output/checkpoint-3", "step": 3}\n')
@@ -126,59 +146,79 @@ async def test_an_announced_checkpoint_is_uploaded_and_committed_once(tmp_path: 
     await asyncio.wait_for(task, 5)
     await client.aclose()
 
-    (committed,) = fake.checkpoints.values()
-    assert committed["name"] == "checkpoint-3" and committed["step"] == 3
-    assert committed["path"] == "output/checkpoint-3"
-    assert sorted(f["path"] for f in committed["files"]) == [
-        "output/checkpoint-3/state.json",
-        "output/checkpoint-3/weights.bin",
+    listing = await held.listing()
+    (committed,) = listing["checkpoints"]
+    assert (committed["name"], committed["step"], committed["path"]) == (
+        "checkpoint-3",
+        3,
+        "output/checkpoint-3",
+    )
+    assert committed["files"] == 2 and committed["attempt_id"] == held.attempt_id
+    assert sorted((a["path"], a["kind"], a["checkpoint"]) for a in listing["artifacts"]) == [
+        ("output/checkpoint-3/state.json", "checkpoint", "checkpoint-3"),
+        ("output/checkpoint-3/weights.bin", "checkpoint", "checkpoint-3"),
     ]
-    kinds = {
-        (r.body["kind"], r.body["checkpoint"]) for r in fake.requests if r.url.endswith("/upload")
-    }
-    assert kinds == {("checkpoint", "checkpoint-3")}
+    assert len(wire.announces()) == 2  # each file once
+    stored = await held.stored()
+    assert (
+        stored[(held.attempt_id, "output/checkpoint-3/weights.bin")]
+        == (tmp_path / "output/checkpoint-3/weights.bin").read_bytes()
+    )
 
 
-async def test_a_glob_checkpoint_is_committed_once_it_stops_changing(tmp_path: Path) -> None:
-    fake = ArtifactFake()
-    ship, client, _ = shipper(fake, tmp_path, KeepRules(checkpoints=("ckpt/step-*",)))
+@on_the_fleet
+async def test_a_glob_checkpoint_is_committed_once_it_stops_changing(
+    orchestrator: Fleet, tmp_path: Path
+) -> None:
+    held = await held_attempt(orchestrator)
+    ship, client, _ = shipper(held, Wire(), tmp_path, KeepRules(checkpoints=("ckpt/step-*",)))
     ship.skip("ckpt/step-1")  # the one this attempt resumed from
     write_checkpoint(tmp_path, "ckpt/step-1")
     write_checkpoint(tmp_path, "ckpt/step-2")
     task = asyncio.create_task(ship.run())
     for _ in range(100):
-        if fake.checkpoints:
+        if ship.commits:
             break
         await asyncio.sleep(0.02)
     ship.end(completed=False)
     await asyncio.wait_for(task, 5)
     await client.aclose()
-    assert [c["name"] for c in fake.checkpoints.values()] == ["step-2"]
-    assert fake.checkpoints[next(iter(fake.checkpoints))]["step"] == 2
+    assert [(c["name"], c["step"]) for c in await checkpoints(held)] == [("step-2", 2)]
+    assert not any(path.startswith("ckpt/step-1/") for _, path in await held.stored())
 
 
-async def test_a_folder_still_changing_at_a_failure_is_not_committed(tmp_path: Path) -> None:
-    fake = ArtifactFake()
-    ship, client, _ = shipper(fake, tmp_path, KeepRules(checkpoints=("c-*",)))
+@on_the_fleet
+async def test_a_folder_still_changing_at_a_failure_is_not_committed(
+    orchestrator: Fleet, tmp_path: Path
+) -> None:
+    held = await held_attempt(orchestrator)
+    ship, client, _ = shipper(held, Wire(), tmp_path, KeepRules(checkpoints=("c-*",)))
     write_checkpoint(tmp_path, "c-1")
     ship.end(completed=False)  # seen once only: it may be half written
     await asyncio.wait_for(ship.run(), 5)
-    assert fake.checkpoints == {}
+    assert await checkpoints(held) == []
+    assert await held.stored() == {}
 
-    ship2, client2, _ = shipper(fake, tmp_path, KeepRules(checkpoints=("c-*",)))
+    ship2, client2, _ = shipper(held, Wire(), tmp_path, KeepRules(checkpoints=("c-*",)))
     ship2.end(completed=True)  # the process completed: what it left is whole
     await asyncio.wait_for(ship2.run(), 5)
     await client.aclose()
     await client2.aclose()
-    assert [c["name"] for c in fake.checkpoints.values()] == ["c-1"]
+    assert [c["name"] for c in await checkpoints(held)] == ["c-1"]
 
 
-async def test_a_checkpoint_with_a_file_refused_is_not_committed(tmp_path: Path) -> None:
-    fake = ArtifactFake(refuse_paths={"c-1/weights.bin"})
-    ship, client, _ = shipper(fake, tmp_path, KeepRules(checkpoints=("c-*",)))
-    write_checkpoint(tmp_path, "c-1")
+@on_the_fleet
+async def test_a_checkpoint_with_a_file_refused_is_not_committed(
+    orchestrator: Fleet, tmp_path: Path
+) -> None:
+    held = await held_attempt(orchestrator)
+    ship, client, _ = shipper(held, Wire(), tmp_path, KeepRules(checkpoints=("c-*",)))
+    write_checkpoint(tmp_path, "c-1", size=LIMIT + 1)  # over the job's limit: 413
     ship.end(completed=True)
     await asyncio.wait_for(ship.run(), 5)
     await client.aclose()
-    assert fake.checkpoints == {}
-    assert "c-1/weights.bin" in (ship._uploader.summary() or "")
+    assert await checkpoints(held) == []
+    assert set(await held.stored()) == {(held.attempt_id, "c-1/state.json")}
+    summary = ship._uploader.summary() or ""
+    assert summary.startswith("1 upload(s) failed: c-1/weights.bin: the orchestrator refused")
+    assert "(413)" in summary

@@ -1,65 +1,71 @@
-"""The agent's artifact life, with real job processes (the example training job) against the
-fake orchestrator of test_runner_agent plus a working fake of the artifact routes: uploads
-before the final report, SIGTERM as a preemption, and a preempted job resumed elsewhere."""
+"""The agent's artifact life, with real job processes (the example training job), a real
+`Agent` and the real orchestrator on a real socket (tests/worker_orchestrator.py): uploads
+before the final report, SIGTERM as a preemption, and a preempted job resumed elsewhere. What
+happened is read back through the user API; the agent's requests are seen on its `Wire`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import httpx
 import pytest
+import pytest_asyncio
 
 from gpufleet.worker.agent import Agent
 from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.settings import AgentSettings
-from tests.artifact_fake import ArtifactFake
-from tests.unit.test_runner_agent import CPU, FakeOrchestrator
+from tests.api.conftest import Fleet
+from tests.unit.test_runner_agent import CPU
+from tests.worker_orchestrator import Sent, Wire, module_fleets, url_of
 
 TRAIN = [sys.executable, "-m", "gpufleet.examples.train", "--backend", "numpy", "--steps"]
+T = TypeVar("T")
+on_the_fleet = pytest.mark.asyncio(loop_scope="module")
 
 
-class Orchestrator(FakeOrchestrator):
-    def __init__(self) -> None:
-        super().__init__()
-        self.artifacts = ArtifactFake()
+orchestrator, *_ = module_fleets()  # one orchestrator for the module
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        if not self.artifacts.handles(request):
-            return await super().handle(request)
-        answer = await self.artifacts.handle(request)
-        self.calls.append(
-            (request.url.path, {"method": request.method, "code": answer.status_code})
+
+async def until(check: Callable[[], Awaitable[T | None]], within: float = 20) -> T:
+    """`check`'s first answer that is not None (or empty), polled."""
+    async with asyncio.timeout(within):
+        while True:
+            if found := await check():
+                return found
+            await asyncio.sleep(0.02)
+
+
+class Lane:
+    """Workers of their own label, real agents among them, and the jobs sent to them."""
+
+    def __init__(self, fleet: Fleet, work: Path) -> None:
+        self.fleet = fleet
+        self.work = work
+        self.labels = {"lane": secrets.token_hex(4)}
+        self.tasks: list[asyncio.Task[int]] = []
+
+    async def start_agent(
+        self, *, persistent: bool = False, grace: float = 20, wire: Wire | None = None
+    ) -> tuple[Agent, asyncio.Task[int], Wire]:
+        """A real agent, as a new worker of this lane, its event stream open."""
+        worker = await self.fleet.create_worker(
+            f"w-{self.labels['lane']}-{len(self.tasks)}",
+            labels=self.labels,
+            worker_type="persistent" if persistent else None,
         )
-        self._changed.set()
-        return answer
-
-    def index(self, match: Any) -> int:
-        return next(i for i, call in enumerate(self.calls) if match(call))
-
-
-@pytest.fixture
-def fake() -> Orchestrator:
-    return Orchestrator()
-
-
-@pytest.fixture
-async def start_agent(fake: Orchestrator, tmp_path: Path):
-    tasks: list[asyncio.Task[int]] = []
-
-    async def start(
-        *, persistent: bool = False, grace: float = 20
-    ) -> tuple[Agent, asyncio.Task[int]]:
         settings = AgentSettings(
-            orchestrator_url="http://orchestrator.test",
-            worker_token="wt_test",
-            name="w",
+            orchestrator_url=url_of(self.fleet),
+            worker_token=worker.token,
+            name=worker.name,
+            labels=self.labels,
             persistent=persistent,
-            work_dir=tmp_path / "work",
+            work_dir=self.work,
             cancel_grace=2,
             preempt_grace=grace,
             log_flush_interval=0.05,
@@ -67,119 +73,163 @@ async def start_agent(fake: Orchestrator, tmp_path: Path):
             reconnect_base=0.05,
             reconnect_cap=0.2,
         )
-        agent = Agent(settings, CPU, OrchestratorClient(settings, transport=fake.transport()))
+        wire = wire or Wire()
+        agent = Agent(settings, CPU, OrchestratorClient(settings, transport=wire))
         task = asyncio.create_task(agent.run())
-        tasks.append(task)
-        await fake.wait_call(lambda call: call[0] == "/api/workers/stream")
-        await asyncio.sleep(0)
-        return agent, task
+        self.tasks.append(task)
 
-    yield start
-    for task in tasks:
+        async def streaming() -> bool:
+            if task.done():
+                task.result()
+            return any(
+                s.url.split("?")[0].endswith("/stream") and s.status == 200 for s in wire.sent
+            )
+
+        await until(streaming)
+        return agent, task, wire
+
+    async def submit(self, command: list[str], **config: Any) -> str:
+        job = await self.fleet.submit(
+            config={"command": command, **config},
+            worker_labels=self.labels,
+            max_retries=0,
+        )
+        return str(job["id"])
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        return await self.fleet.job(job_id)
+
+    async def listing(self, job_id: str) -> dict[str, Any]:
+        answer = await self.fleet.admin.get(f"/api/queue/{job_id}/artifacts")
+        assert answer.status_code == 200, answer.text
+        listing: dict[str, Any] = answer.json()
+        return listing
+
+    async def log_lines(self, job_id: str) -> list[str]:
+        answer = await self.fleet.admin.get(f"/api/queue/{job_id}/logs")
+        assert answer.status_code == 200, answer.text
+        return [line["text"] for line in answer.json()["lines"]]
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def lane(orchestrator: Fleet, tmp_path: Path) -> AsyncIterator[Lane]:
+    made = Lane(orchestrator, tmp_path / "work")
+    yield made
+    for task in made.tasks:
         task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*made.tasks, return_exceptions=True)
 
 
-def offer(fake: Orchestrator, command: list[str], *, attempt: str = "a_1", **extra: Any) -> None:
-    fake.send(
-        type="job_submit",
-        job_id="j_1",
-        attempt_id=attempt,
-        config=extra.pop("config", {}),
-        command=command,
-        env={},
-        gpu_count=0,
-        timeout_s=None,
-        **extra,
-    )
+def statuses(wire: Wire) -> list[dict[str, Any]]:
+    """The status reports the agent sent (and the orchestrator answered)."""
+    return [s.body for s in wire.sent if s.url.endswith("/status") and s.status == 200]
 
 
-def is_status(value: str) -> Any:
-    return lambda call: call[0].endswith("/status") and call[1].get("status") == value
+def index(wire: Wire, match: Callable[[Sent], bool]) -> int:
+    return next(i for i, sent in enumerate(wire.sent) if match(sent))
 
 
+def is_status(value: str) -> Callable[[Sent], bool]:
+    return lambda s: s.url.endswith("/status") and s.body.get("status") == value
+
+
+@on_the_fleet
 async def test_artifacts_and_checkpoints_are_uploaded_before_the_report_and_the_exit(
-    fake: Orchestrator, start_agent: Any, tmp_path: Path
+    lane: Lane,
 ) -> None:
-    _, task = await start_agent()
-    offer(fake, [*TRAIN, "60", "--checkpoint-every", "20"])
+    _, task, wire = await lane.start_agent()
+    job_id = await lane.submit([*TRAIN, "60", "--checkpoint-every", "20"])
 
     assert await asyncio.wait_for(task, 30) == 0
-    blobs = fake.artifacts.blobs
-    assert sorted(path for _, path in blobs) == [
+    job = await lane.job(job_id)
+    assert (job["status"], job["error"]) == ("completed", None)
+    listing = await lane.listing(job_id)
+    stored = {a["path"]: a for a in listing["artifacts"]}
+    assert sorted(stored) == [
         "output/checkpoint-20/state.json",
         "output/checkpoint-20/weights.npz",
         "output/checkpoint-40/state.json",
         "output/checkpoint-40/weights.npz",
         "result.json",
     ]
-    folder = tmp_path / "work/jobs/j_1/a_1"
-    assert blobs[("a_1", "result.json")] == (folder / "result.json").read_bytes()
-    assert [c["name"] for c in fake.artifacts.checkpoints.values()] == [
-        "checkpoint-20",
-        "checkpoint-40",
-    ]
-    announced = {b["path"]: b["kind"] for b in fake.artifacts.announced.values()}
-    assert announced["result.json"] == "artifact"  # each file once, checkpoints as such
-    assert len(announced) == len(fake.artifacts.announced) == 5
-    last_upload = max(i for i, call in enumerate(fake.calls) if "/upload" in call[0])
-    assert last_upload < fake.index(is_status("completed"))
-    assert fake.calls[-1][0] == "/api/workers/disconnect"
-    completed = fake.status_bodies()[-1]
-    assert completed["status"] == "completed" and completed["error"] is None
+    assert {p: a["kind"] for p, a in stored.items()}["result.json"] == "artifact"
+    assert {a["kind"] for p, a in stored.items() if p != "result.json"} == {"checkpoint"}
+    attempt = job["current_attempt_id"]
+    result = await lane.fleet.admin.get(f"/api/queue/{job_id}/artifacts/result.json")
+    assert result.content == (lane.work / "jobs" / job_id / attempt / "result.json").read_bytes()
+    assert sorted(c["name"] for c in listing["checkpoints"]) == ["checkpoint-20", "checkpoint-40"]
+    assert len(wire.announces()) == 5  # each file once, checkpoints as such
+    last_upload = max(i for i, sent in enumerate(wire.sent) if "/upload" in sent.url)
+    assert last_upload < index(wire, is_status("completed"))
+    assert wire.sent[-1].url.endswith("/api/workers/disconnect")
 
 
+@on_the_fleet
 async def test_a_failed_upload_is_named_in_the_report_and_the_job_stays_completed(
-    fake: Orchestrator, start_agent: Any
+    lane: Lane,
 ) -> None:
-    fake.artifacts.refuse_paths.add("result.json")
-    _, task = await start_agent()
-    offer(fake, [*TRAIN, "20"])
+    code = (
+        "import os\n"
+        "os.makedirs('output')\n"
+        "open('output/weights.bin#1', 'w').write('x')  # a name the store refuses\n"
+        "open('result.json', 'w').write('{}')\n"
+    )
+    _, task, _ = await lane.start_agent()
+    job_id = await lane.submit([sys.executable, "-c", code])
 
     assert await asyncio.wait_for(task, 30) == 0
-    final = fake.status_bodies()[-1]
-    assert final["status"] == "completed"
-    assert "1 upload(s) failed: result.json" in final["error"]
+    job = await lane.job(job_id)
+    assert job["status"] == "completed"
+    (attempt,) = job["attempt_history"]
+    assert attempt["status"] == "completed"
+    assert attempt["error"].startswith("1 upload(s) failed: output/weights.bin#1: the orchestr")
+    assert "(422)" in attempt["error"]
+    assert [a["path"] for a in (await lane.listing(job_id))["artifacts"]] == ["result.json"]
 
 
+@on_the_fleet
 async def test_a_keep_rule_that_leaves_the_folder_fails_the_attempt_before_it_starts(
-    fake: Orchestrator, start_agent: Any
+    lane: Lane,
 ) -> None:
-    _, task = await start_agent()
-    offer(fake, [*TRAIN, "20"], config={"checkpoints": "../../*"})
+    _, task, _ = await lane.start_agent()
+    job_id = await lane.submit([*TRAIN, "20"], checkpoints="../../*")
 
     assert await asyncio.wait_for(task, 30) == 0
-    final = fake.status_bodies()[-1]
-    assert final["status"] == "failed"
-    assert final["error"].startswith("could not start: job j_1: checkpoints '../../*' is refused")
+    job = await lane.job(job_id)
+    assert job["status"] == "failed"
+    assert job["error"].startswith(f"could not start: job {job_id}: checkpoints '../../*' is ")
 
 
+@on_the_fleet
 async def test_sigterm_checkpoints_a_job_that_handles_it_then_reports_it_preempted(
-    fake: Orchestrator, start_agent: Any
+    lane: Lane,
 ) -> None:
-    agent, task = await start_agent(persistent=True)
-    offer(fake, [*TRAIN, "2000", "--step-delay", "0.01"])
-    await fake.wait_call(lambda call: call[1].get("progress") is not None)
+    agent, task, wire = await lane.start_agent(persistent=True)
+    job_id = await lane.submit([*TRAIN, "2000", "--step-delay", "0.01"])
+    await until(lambda: asyncio.sleep(0, any(b.get("progress") for b in statuses(wire))))
 
     agent.request_preempt()
 
     assert await asyncio.wait_for(task, 30) == 0
-    (checkpoint,) = fake.artifacts.checkpoints.values()
+    (checkpoint,) = (await lane.listing(job_id))["checkpoints"]
     assert checkpoint["name"].startswith("checkpoint-") and checkpoint["step"] > 0
-    final = fake.status_bodies()[-1]
-    assert final == {
-        "attempt_id": "a_1",
-        "status": "preempted",
-        "error": "the worker's machine is going away (SIGTERM)",
-    }
-    commit = fake.index(lambda call: call[0].endswith("/checkpoints"))
-    assert commit < fake.index(is_status("preempted"))
-    assert fake.calls[-1][0] == "/api/workers/disconnect"
+    job = await lane.job(job_id)
+    first, *others = job["attempt_history"]
+    assert (first["status"], first["error"]) == (
+        "preempted",
+        "the worker's machine is going away (SIGTERM)",
+    )
+    # Requeued for the next worker of its lane; offered back to this one as it left, the
+    # offer was withdrawn when it disconnected.
+    assert job["status"] == "queued"
+    assert [a["status"] for a in others] in ([], ["withdrawn"])
+    commit = index(wire, lambda s: s.url.endswith("/checkpoints") and s.status == 201)
+    assert commit < index(wire, is_status("preempted"))
+    assert wire.sent[-1].url.endswith("/api/workers/disconnect")
 
 
-async def test_a_job_that_does_not_handle_the_signal_is_never_sent_it(
-    fake: Orchestrator, start_agent: Any
-) -> None:
+@on_the_fleet
+async def test_a_job_that_does_not_handle_the_signal_is_never_sent_it(lane: Lane) -> None:
     # An unhandled SIGUSR1 would kill this job without a word; SIGTERM makes it speak.
     code = (
         "import signal, sys, time\n"
@@ -187,20 +237,25 @@ async def test_a_job_that_does_not_handle_the_signal_is_never_sent_it(
         "print('up', flush=True)\n"
         "time.sleep(60)\n"
     )
-    agent, task = await start_agent(persistent=True)
-    offer(fake, [sys.executable, "-c", code])
-    await fake.wait_call(lambda call: "up" in [x["text"] for x in call[1].get("lines", [])])
+    agent, task, _ = await lane.start_agent(persistent=True)
+    job_id = await lane.submit([sys.executable, "-c", code])
+    await until(lambda: _has_line(lane, job_id, "up"))
 
     agent.request_preempt()
 
     assert await asyncio.wait_for(task, 30) == 0
-    assert "got TERM" in fake.log_lines()
-    assert fake.status_bodies()[-1]["status"] == "preempted"
-    assert fake.artifacts.checkpoints == {}
+    assert "got TERM" in await lane.log_lines(job_id)
+    assert (await lane.job(job_id))["attempt_history"][0]["status"] == "preempted"
+    assert (await lane.listing(job_id))["checkpoints"] == []
 
 
+async def _has_line(lane: Lane, job_id: str, text: str) -> bool:
+    return text in await lane.log_lines(job_id)
+
+
+@on_the_fleet
 async def test_a_second_sigterm_stops_the_job_at_once_and_uploads_nothing_more(
-    fake: Orchestrator, start_agent: Any
+    lane: Lane,
 ) -> None:
     code = (
         "import time\n"
@@ -210,9 +265,9 @@ async def test_a_second_sigterm_stops_the_job_at_once_and_uploads_nothing_more(
         "print('up', flush=True)\n"
         "time.sleep(60)\n"
     )
-    agent, task = await start_agent(persistent=True, grace=60)
-    offer(fake, [sys.executable, "-c", code])
-    await fake.wait_call(lambda call: "up" in [x["text"] for x in call[1].get("lines", [])])
+    agent, task, wire = await lane.start_agent(persistent=True, grace=60)
+    job_id = await lane.submit([sys.executable, "-c", code])
+    await until(lambda: _has_line(lane, job_id, "up"))
     await asyncio.sleep(0.2)  # the worker reads that the job handles the signal
 
     agent.request_preempt()
@@ -220,12 +275,14 @@ async def test_a_second_sigterm_stops_the_job_at_once_and_uploads_nothing_more(
     agent.request_preempt()
 
     assert await asyncio.wait_for(task, 10) == 0  # far within the 60 s grace
-    assert fake.status_bodies()[-1]["status"] == "preempted"
-    assert fake.artifacts.announced == {}
+    assert (await lane.job(job_id))["attempt_history"][0]["status"] == "preempted"
+    assert wire.announces() == []
+    assert (await lane.listing(job_id))["artifacts"] == []
 
 
+@on_the_fleet
 async def test_a_preempted_job_resumes_from_its_checkpoint_and_ends_as_an_unbroken_run(
-    fake: Orchestrator, start_agent: Any, tmp_path: Path
+    lane: Lane, tmp_path: Path
 ) -> None:
     args = ["300", "--step-delay", "0.005", "--checkpoint-every", "50", "--seed", "7"]
     whole = tmp_path / "whole"
@@ -233,35 +290,59 @@ async def test_a_preempted_job_resumes_from_its_checkpoint_and_ends_as_an_unbrok
     command = [*TRAIN, args[0], "--seed", "7"]
     await asyncio.to_thread(subprocess.run, command, cwd=whole, check=True, capture_output=True)
 
-    agent, task = await start_agent(persistent=True)
-    offer(fake, [*TRAIN, *args])
-    await fake.wait_call(lambda call: call[0].endswith("/checkpoints"))
+    agent, task, _ = await lane.start_agent(persistent=True)
+    job_id = await lane.submit([*TRAIN, *args])
+
+    async def committed() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = (await lane.listing(job_id))["checkpoints"]
+        return found
+
+    await until(committed)
     agent.request_preempt()
     assert await asyncio.wait_for(task, 30) == 0
-    assert fake.status_bodies()[-1]["status"] == "preempted"
-    newest_id, newest = list(fake.artifacts.checkpoints.items())[-1]
+    first = (await lane.job(job_id))["attempt_history"][0]
+    assert first["status"] == "preempted"
+    newest = max(await committed(), key=lambda c: c["step"])
 
-    # The orchestrator requeues it: attempt a_2 on a fresh worker, resuming from the newest.
-    fake.artifacts.live_attempt = "a_2"
-    _, task = await start_agent()
-    resume = {
-        "checkpoint_id": newest_id,
-        "name": newest["name"],
-        "path": newest["path"],
-        "step": newest["step"],
-        "attempt_id": "a_1",
-        "attempt_number": 1,
-    }
-    offer(fake, [*TRAIN, *args], attempt="a_2", resume=resume)
+    # The orchestrator requeued it: the next worker of the lane takes it, resuming.
+    _, task, wire = await lane.start_agent()
     assert await asyncio.wait_for(task, 30) == 0
 
-    runs = [b for b in fake.status_bodies() if b["attempt_id"] == "a_2" and b.get("progress")]
+    job = await lane.job(job_id)
+    assert job["status"] == "completed"
+    second = job["attempt_history"][-1]
+    assert second["resumed_from"] == {
+        "checkpoint": newest["name"],
+        "step": newest["step"],
+        "attempt_number": 1,
+    }
+    runs = [b for b in statuses(wire) if b.get("progress")]
     assert runs[0]["progress"]["step"] > newest["step"]  # it went on, not from step 0
-    assert fake.status_bodies()[-1]["status"] == "completed"
-    result = fake.artifacts.blobs[("a_2", "result.json")]
-    assert result == (whole / "result.json").read_bytes()
-    assert json.loads(result)["steps"] == 300
-    # The checkpoint it resumed from was not stored again as attempt a_2's.
-    assert not any(
-        a == "a_2" and p.startswith(newest["path"] + "/") for a, p in fake.artifacts.blobs
+    result = await lane.fleet.admin.get(
+        f"/api/queue/{job_id}/artifacts/result.json", params={"attempt_id": second["id"]}
     )
+    assert result.content == (whole / "result.json").read_bytes()
+    assert json.loads(result.content)["steps"] == 300
+    # The checkpoint it resumed from was not stored again as the second attempt's.
+    assert not any(
+        a["attempt_id"] == second["id"] and a["path"].startswith(newest["path"] + "/")
+        for a in (await lane.listing(job_id))["artifacts"]
+    )
+
+
+@on_the_fleet
+async def test_a_worker_that_said_goodbye_does_not_register_again(lane: Lane) -> None:
+    """The goodbye closes the worker's event stream; the agent must not take that for a
+    broken stream and register again (the worker would look alive after it left). The
+    goodbye's answer comes late, as over a slow link, so a reconnect would have its time."""
+    wire = Wire(slow=lambda request: 0.5 if request.url.path.endswith("/disconnect") else 0)
+    _, task, _ = await lane.start_agent(wire=wire)
+    job_id = await lane.submit([sys.executable, "-c", "print('done')"])
+
+    assert await asyncio.wait_for(task, 30) == 0
+    assert (await lane.job(job_id))["status"] == "completed"
+    goodbye = index(wire, lambda s: s.url.endswith("/api/workers/disconnect"))
+    assert [s.url for s in wire.sent[goodbye + 1 :]] == []
+    workers = (await lane.fleet.admin.get("/api/admin/workers")).json()["workers"]
+    (worker,) = [w for w in workers if w["labels"] == lane.labels]
+    assert worker["status"] == "offline"

@@ -1,6 +1,7 @@
-"""Uploads against a working fake of the artifact routes (tests/artifact_fake.py), through the
-worker's real HTTP client: announce, stream, complete, commit; retries, fencing, refusals;
-and the bandwidth cap on a fake clock."""
+"""Uploads through the worker's real HTTP client to the real orchestrator on a real socket
+(tests/worker_orchestrator.py), on the data folder and on object storage: announce, stream,
+complete, commit; retries, fencing, refusals; and the bandwidth cap on a fake clock. What was
+stored is read back through the user API."""
 
 from __future__ import annotations
 
@@ -17,7 +18,21 @@ from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.errors import Fenced
 from gpufleet.worker.settings import AgentSettings, parse_rate
 from gpufleet.worker.uploads import CHUNK, BandwidthLimiter, Uploader, digest, read_chunks
-from tests.artifact_fake import STORE, ArtifactFake
+from tests.api.conftest import Fleet
+from tests.worker_orchestrator import (
+    Held,
+    Wire,
+    busy,
+    fail,
+    held_attempt,
+    module_fleets,
+    refused,
+    url_of,
+)
+
+# The tests that talk to the orchestrator share it: one per module, on the module's loop.
+on_the_fleet = pytest.mark.asyncio(loop_scope="module")
+LIMIT = 4 * CHUNK  # the orchestrator's per-job artifact limit here
 
 
 class FakeClock:
@@ -85,13 +100,20 @@ def test_a_negative_bandwidth_or_grace_is_refused() -> None:
         AgentSettings(orchestrator_url="http://o.test", worker_token="t", preempt_grace=-1)
 
 
+orchestrator, s3_orchestrator, via, fleet = module_fleets(artifact_max_job_bytes=LIMIT)
+
+
 def make_uploader(
-    fake: ArtifactFake, folder: Path, rate: int = 0
+    held: Held, wire: Wire, folder: Path, limiter: BandwidthLimiter | None = None
 ) -> tuple[Uploader, OrchestratorClient]:
-    settings = AgentSettings(orchestrator_url="http://orchestrator.test", worker_token="wt_test")
-    client = OrchestratorClient(settings, transport=httpx.MockTransport(fake.handle))
+    client = held.client(wire)
     uploader = Uploader(
-        "j_1", "a_1", folder, client, BandwidthLimiter(rate), lambda: Backoff(0.001, 0.01)
+        held.job_id,
+        held.attempt_id,
+        folder,
+        client,
+        limiter or BandwidthLimiter(0),
+        lambda: Backoff(0.001, 0.01),
     )
     return uploader, client
 
@@ -104,35 +126,56 @@ def job(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("via", ["orchestrator", "store"])
-async def test_a_file_is_announced_streamed_and_stored_whole(job: Path, via: str) -> None:
-    fake = ArtifactFake(via=via)
-    uploader, client = make_uploader(fake, job)
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@on_the_fleet
+async def test_a_file_is_announced_streamed_and_stored_whole(
+    fleet: Fleet, via: str, job: Path
+) -> None:
+    held = await held_attempt(fleet)
+    wire = Wire()
+    uploader, client = make_uploader(held, wire, job)
     try:
         stored = await uploader.upload("output/model.bin")
     finally:
         await client.aclose()
 
     data = (job / "output/model.bin").read_bytes()
-    assert stored is not None and stored.sha256 == hashlib.sha256(data).hexdigest()
-    assert fake.blobs[("a_1", "output/model.bin")] == data
-    announce = fake.requests[0]
-    assert announce.url == "http://orchestrator.test/api/workers/job/j_1/upload"
+    assert stored is not None and stored.sha256 == sha(data)
+    assert await held.stored() == {(held.attempt_id, "output/model.bin"): data}
+    (record,) = (await held.listing())["artifacts"]
+    assert (record["kind"], record["checkpoint"], record["size"], record["sha256"]) == (
+        "artifact",
+        None,
+        len(data),
+        sha(data),
+    )
+    announce = wire.sent[0]
+    assert announce.url == f"{url_of(fleet)}/api/workers/job/{held.job_id}/upload"
     assert announce.body == {
-        "attempt_id": "a_1",
+        "attempt_id": held.attempt_id,
         "path": "output/model.bin",
         "size": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
+        "sha256": sha(data),
         "kind": "artifact",
         "checkpoint": None,
     }
-    (put,) = fake.put_requests()
+    (put,) = wire.puts()
+    assert put.headers["content-length"] == str(len(data))  # object stores refuse chunked
+    assert "transfer-encoding" not in put.headers
     if via == "store":
-        assert put.url.startswith(f"{STORE}/incoming/") and put.token is None  # no token leaves
-        assert fake.requests[-1].url.endswith("/upload/u_1/complete")
+        assert not put.url.startswith(url_of(fleet)) and put.token is None  # no token leaves
+        assert "x-worker-token" not in put.headers
+        finish = wire.sent[-1]
+        assert (finish.method, finish.status) == ("POST", 201)
+        assert finish.url.endswith("/complete") and finish.token == held.agent.token
     else:
-        assert put.url == "http://orchestrator.test/api/workers/job/j_1/upload/u_1"
-        assert put.token == "wt_test"
+        assert put.url.startswith(f"{url_of(fleet)}/api/workers/job/{held.job_id}/upload/")
+        assert put.token == held.agent.token
+        assert put.headers["content-type"] == "application/octet-stream"  # as announced
+    assert [s.status for s in wire.sent] == [200, *([200, 201] if via == "store" else [201])]
     assert uploader.failures == [] and uploader.summary() is None
 
 
@@ -145,58 +188,84 @@ async def test_a_file_is_read_in_chunks_under_the_cap_not_whole(job: Path) -> No
     assert clock.now == pytest.approx(2 + 17 / CHUNK)  # one second's burst, then the rate
 
 
-async def test_a_put_says_its_length_so_an_object_store_takes_it(job: Path) -> None:
-    fake = ArtifactFake(via="store")
-    seen: list[httpx.Headers] = []
-
-    async def spy(request: httpx.Request) -> httpx.Response:
-        if request.method == "PUT":
-            seen.append(request.headers)
-        return await fake.handle(request)
-
-    settings = AgentSettings(orchestrator_url="http://orchestrator.test", worker_token="wt_test")
-    client = OrchestratorClient(settings, transport=httpx.MockTransport(spy))
-    uploader = Uploader(
-        "j_1", "a_1", job, client, BandwidthLimiter(0), lambda: Backoff(0.001, 0.01)
-    )
+@on_the_fleet
+async def test_a_capped_upload_is_paced_and_stored_whole(orchestrator: Fleet, job: Path) -> None:
+    held = await held_attempt(orchestrator)
+    clock = FakeClock()
+    limiter = BandwidthLimiter(CHUNK, clock=clock, sleep=clock.sleep)
+    uploader, client = make_uploader(held, Wire(), job, limiter)
     try:
-        await uploader.upload("output/model.bin")
+        assert await uploader.upload("output/model.bin") is not None
     finally:
         await client.aclose()
-    (headers,) = seen
-    assert headers["content-length"] == str(3 * CHUNK + 17)
-    assert "transfer-encoding" not in headers
-    assert headers["x-upload"] == "u_1"  # the announce answer's headers are sent
-    assert "x-worker-token" not in headers
+    assert clock.now == pytest.approx(2 + 17 / CHUNK)
+    data = (job / "output/model.bin").read_bytes()
+    assert await held.stored() == {(held.attempt_id, "output/model.bin"): data}
 
 
-async def test_a_busy_orchestrator_is_retried_until_the_file_is_stored(job: Path) -> None:
-    fake = ArtifactFake(fail_puts=2)
-    uploader, client = make_uploader(fake, job)
+@on_the_fleet
+async def test_a_busy_or_unreachable_orchestrator_is_retried_until_the_file_is_stored(
+    fleet: Fleet, via: str, job: Path
+) -> None:
+    held = await held_attempt(fleet)
+    wire = Wire(faults=[fail("POST", 1, refused), fail("PUT", 2, busy)])
+    uploader, client = make_uploader(held, wire, job)
     try:
         assert await uploader.upload("result.json") is not None
     finally:
         await client.aclose()
-    assert len(fake.put_requests()) == 3
-    assert fake.blobs[("a_1", "result.json")] == b'{"ok": true}'
+    assert [p.status for p in wire.puts()] == [503, 503, 200 if via == "store" else 201]
+    assert wire.sent[0].status is None  # the first announce never got through
+    assert await held.stored() == {(held.attempt_id, "result.json"): b'{"ok": true}'}
 
 
-async def test_a_refused_file_is_counted_and_named_and_the_next_one_goes_on(job: Path) -> None:
-    fake = ArtifactFake(refuse_paths={"output/model.bin"})
-    uploader, client = make_uploader(fake, job)
+@on_the_fleet
+async def test_a_stored_file_whose_answer_was_lost_is_not_sent_again_nor_failed(
+    orchestrator: Fleet, job: Path
+) -> None:
+    held = await held_attempt(orchestrator)
+    wire = Wire(lose=lambda request: request.method == "PUT")
+    uploader, client = make_uploader(held, wire, job)
     try:
-        assert await uploader.upload("output/model.bin") is None
+        stored = await uploader.upload("result.json")
+    finally:
+        await client.aclose()
+    # The orchestrator stored it; asked again, it says so (`exists`), and that is success.
+    assert stored is not None and uploader.summary() is None
+    assert len(wire.puts()) == 1 and len(wire.announces()) == 2
+    assert await held.stored() == {(held.attempt_id, "result.json"): b'{"ok": true}'}
+
+
+@on_the_fleet
+@pytest.mark.parametrize(
+    ("path", "size", "why"),
+    [
+        ("output/model.bin#1", 10, "(422): artifact path 'output/model.bin#1' is refused"),
+        ("output/huge.bin", LIMIT + 1, "(413): the file's 4194305 bytes are over the per-job"),
+    ],
+)
+async def test_a_refused_file_is_counted_and_named_and_the_next_one_goes_on(
+    orchestrator: Fleet, job: Path, path: str, size: int, why: str
+) -> None:
+    held = await held_attempt(orchestrator)
+    (job / path).write_bytes(os.urandom(size))
+    uploader, client = make_uploader(held, Wire(), job)
+    try:
+        assert await uploader.upload(path) is None
         assert await uploader.upload("result.json") is not None
     finally:
         await client.aclose()
-    assert uploader.summary() == (
-        "1 upload(s) failed: output/model.bin: the orchestrator refused "
-        "/api/workers/job/j_1/upload (422): path output/model.bin refused"
-    )
+    summary = uploader.summary() or ""
+    assert summary.startswith(
+        f"1 upload(s) failed: {path}: the orchestrator refused "
+        f"/api/workers/job/{held.job_id}/upload {why}"
+    ), summary
+    assert set(await held.stored()) == {(held.attempt_id, "result.json")}
 
 
+@on_the_fleet
 async def test_a_file_that_changes_after_it_was_hashed_is_not_stored(
-    job: Path, monkeypatch: pytest.MonkeyPatch
+    fleet: Fleet, job: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gpufleet.worker.uploads as uploads
 
@@ -205,20 +274,27 @@ async def test_a_file_that_changes_after_it_was_hashed_is_not_stored(
         (folder / path).write_text('{"ok": false}')  # same size, other bytes
         return found
 
-    fake = ArtifactFake()
-    uploader, client = make_uploader(fake, job)
+    held = await held_attempt(fleet)
+    uploader, client = make_uploader(held, Wire(), job)
     monkeypatch.setattr(uploads, "digest", hashed_then_changed)
     try:
         assert await uploader.upload("result.json") is None
     finally:
         await client.aclose()
-    assert fake.blobs == {}
-    assert "size or sha256 is not the announced one" in (uploader.summary() or "")
+    assert await held.stored() == {}
+    assert "result.json: the orchestrator refused" in (uploader.summary() or "")
+    assert "(422)" in (uploader.summary() or "")
 
 
-async def test_a_fenced_attempt_stops_uploading_anything_more(job: Path) -> None:
-    fake = ArtifactFake(live_attempt="a_2")  # another attempt holds the job now
-    uploader, client = make_uploader(fake, job)
+@on_the_fleet
+async def test_a_fenced_attempt_stops_uploading_anything_more(
+    orchestrator: Fleet, job: Path
+) -> None:
+    held = await held_attempt(orchestrator)
+    stale = Held(held.fleet, held.agent, held.offer)
+    await held.preempt()  # another attempt holds the job now
+    wire = Wire()
+    uploader, client = make_uploader(stale, wire, job)
     try:
         with pytest.raises(Fenced):
             await uploader.upload("result.json")
@@ -226,69 +302,89 @@ async def test_a_fenced_attempt_stops_uploading_anything_more(job: Path) -> None
             await uploader.upload("output/model.bin")
     finally:
         await client.aclose()
-    assert len(fake.requests) == 1  # the second file was not even announced
-    assert fake.blobs == {}
+    assert [s.status for s in wire.sent] == [409]  # the second file was not even announced
+    assert await held.stored() == {}
 
 
-async def test_a_checkpoint_is_committed_with_its_files(job: Path) -> None:
-    fake = ArtifactFake()
-    uploader, client = make_uploader(fake, job)
+@on_the_fleet
+async def test_a_checkpoint_is_committed_with_its_files(fleet: Fleet, job: Path) -> None:
+    held = await held_attempt(fleet)
+    wire = Wire()
+    uploader, client = make_uploader(held, wire, job)
     try:
         stored = await uploader.upload("output/model.bin", kind="checkpoint", checkpoint="c-1")
         assert stored is not None
         assert await uploader.commit_checkpoint("c-1", "output", 7, [stored])
     finally:
         await client.aclose()
-    (committed,) = fake.checkpoints.values()
-    assert committed == {
-        "attempt_id": "a_1",
+    assert wire.sent[-1].body == {
+        "attempt_id": held.attempt_id,
         "name": "c-1",
         "path": "output",
         "step": 7,
         "files": [{"path": "output/model.bin", "size": stored.size, "sha256": stored.sha256}],
     }
+    listing = await held.listing()
+    (checkpoint,) = listing["checkpoints"]
+    assert {k: checkpoint[k] for k in ("name", "path", "step", "attempt_id", "files", "size")} == {
+        "name": "c-1",
+        "path": "output",
+        "step": 7,
+        "attempt_id": held.attempt_id,
+        "files": 1,
+        "size": stored.size,
+    }
+    (record,) = listing["artifacts"]
+    assert (record["kind"], record["checkpoint"]) == ("checkpoint", "c-1")
 
 
-async def test_an_orchestrator_without_upload_routes_ends_the_attempt_s_uploads(job: Path) -> None:
-    calls: list[str] = []
+@on_the_fleet
+async def test_an_orchestrator_without_upload_routes_ends_the_attempt_s_uploads(
+    orchestrator: Fleet, job: Path
+) -> None:
+    held = await held_attempt(orchestrator)
 
-    async def old_server(request: httpx.Request) -> httpx.Response:
-        calls.append(request.url.path)
-        return httpx.Response(501, json={"detail": "uploads are not stored by this orchestrator"})
+    def older_orchestrator(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            501, json={"detail": "uploads are not stored by this orchestrator"}, request=request
+        )
 
-    settings = AgentSettings(orchestrator_url="http://orchestrator.test", worker_token="wt_test")
-    client = OrchestratorClient(settings, transport=httpx.MockTransport(old_server))
-    uploader = Uploader(
-        "j_1", "a_1", job, client, BandwidthLimiter(0), lambda: Backoff(0.001, 0.01)
-    )
+    wire = Wire(faults=[older_orchestrator])  # a release from before the artifact routes
+    uploader, client = make_uploader(held, wire, job)
     try:
         assert await uploader.upload("result.json") is None
         assert await uploader.upload("output/model.bin") is None
     finally:
         await client.aclose()
-    assert calls == ["/api/workers/job/j_1/upload"]  # not retried, not asked again
+    assert [s.url for s in wire.sent] == [  # not retried, not asked again
+        f"{url_of(orchestrator)}/api/workers/job/{held.job_id}/upload"
+    ]
     assert uploader.summary() == (
-        "1 upload(s) failed: result.json: the orchestrator refused /api/workers/job/j_1/upload "
-        "(501): uploads are not stored by this orchestrator; no further file of this attempt "
-        "is sent"
+        f"1 upload(s) failed: result.json: the orchestrator refused /api/workers/job/"
+        f"{held.job_id}/upload (501): uploads are not stored by this orchestrator; no further "
+        "file of this attempt is sent"
     )
 
 
+@on_the_fleet
 async def test_a_file_deleted_between_hash_and_send_fails_alone(
-    job: Path, monkeypatch: pytest.MonkeyPatch
+    orchestrator: Fleet, job: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gpufleet.worker.uploads as uploads
 
     def hashed_then_deleted(folder: Path, path: str) -> uploads.FileDigest:
         found = digest(folder, path)
-        (folder / path).unlink()  # a trainer rotating its old checkpoints away
+        if path == "result.json":
+            (folder / path).unlink()  # a trainer rotating its old checkpoints away
         return found
 
-    fake = ArtifactFake()
-    uploader, client = make_uploader(fake, job)
+    held = await held_attempt(orchestrator)
+    uploader, client = make_uploader(held, Wire(), job)
     monkeypatch.setattr(uploads, "digest", hashed_then_deleted)
     try:
         assert await uploader.upload("result.json") is None
+        assert await uploader.upload("output/model.bin") is not None  # the next one goes on
     finally:
         await client.aclose()
     assert "result.json: cannot read it" in (uploader.summary() or "")
+    assert set(await held.stored()) == {(held.attempt_id, "output/model.bin")}

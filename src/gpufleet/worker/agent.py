@@ -171,6 +171,10 @@ class Agent:
                 log.warning("%s", exc.message)
             finally:
                 self._connected.clear()
+            if self._finishing:
+                # The goodbye closed the stream: registering again would make the worker
+                # look alive after it left. The supervisor is about to cancel this loop.
+                await asyncio.Event().wait()
             delay = backoff.next()
             log.info("reconnecting in %.1f s", delay)
             await asyncio.sleep(delay)

@@ -228,6 +228,10 @@ class Uploader:
 
     async def _send(self, file: FileDigest, body: Json) -> None:
         answer = await self._transfers.announce_upload(self._job_id, body)
+        if answer.get("exists") is True:
+            # Stored already with this size and sha256: a retry of a send whose answer was
+            # lost, or a file the attempt left unchanged. Nothing to send.
+            return
         upload_id, url = answer.get("upload_id"), answer.get("url")
         headers = answer.get("headers") or {}
         if not isinstance(upload_id, str) or not isinstance(url, str):
