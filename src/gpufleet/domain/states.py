@@ -205,3 +205,11 @@ def start_failure_workers(history: Iterable[EndedAttempt]) -> frozenset[str]:
     """The workers a job failed to start on: at `--poison-after-workers` of them, the job is
     poison and fails, whatever its retries say (it would only go on to kill or fail more)."""
     return frozenset(a.worker_id for a in history if failed_to_start(a))
+
+
+def workers_to_avoid(history: Iterable[EndedAttempt]) -> frozenset[str]:
+    """The workers a requeued job goes to only when no other idle worker fits: those it
+    failed to start on, and those that preempted it (their machine is going away)."""
+    return frozenset(
+        a.worker_id for a in history if failed_to_start(a) or a.status is AttemptStatus.PREEMPTED
+    )

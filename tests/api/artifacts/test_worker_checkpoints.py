@@ -222,6 +222,31 @@ async def test_a_preempted_attempt_is_requeued_without_spending_a_retry(fleet: F
     assert metric(scraped, 'gpufleet_requeues_total{reason="preempted"}') == 1
 
 
+async def test_a_preempted_job_goes_to_another_idle_worker_not_back_to_the_leaving_one(
+    fleet: Fleet,
+) -> None:
+    """The worker that reported `preempted` is going away: the job is offered to another
+    idle worker, and the leaving one is offered nothing (it would only be withdrawn)."""
+    lane = {"lane": "preempt"}
+    first = await fleet.online_worker("spot-1", labels=lane)
+    second = await fleet.online_worker("spot-2", labels=lane)
+    await fleet.submit(worker_labels=lane)
+    seen = [e for e in await first.stream.collect(0.3) if e["type"] == "job_submit"]
+    holder, other = (first, second) if seen else (second, first)
+    offer = seen[0] if seen else await second.next_offer()
+    await holder.run(offer)
+    await holder.stream.collect(0.2)  # a resend that went out before the acknowledgement
+
+    answer = await holder.report(
+        offer["job_id"], "preempted", attempt_id=offer["attempt_id"], error="spot notice"
+    )
+    assert answer.status_code == 200, answer.text
+    again = await other.next_offer()
+    assert again["job_id"] == offer["job_id"]
+    late = await holder.stream.collect(0.5)
+    assert late == [], (offer, again)
+
+
 @sqlite_only
 async def test_an_attempt_after_a_failed_one_starts_afresh(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")

@@ -29,7 +29,7 @@ from gpufleet.domain.states import (
     JobStatus,
     Target,
     WorkerStatus,
-    start_failure_workers,
+    workers_to_avoid,
 )
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic, worker_topic
@@ -183,7 +183,7 @@ async def _dispatch_job(ctx: Context, job_id: str) -> bool:
         if job is None or job.status is not JobStatus.QUEUED:
             return False
         history = await tx.q.attempts_for_job(job.id) if job.attempts else []
-        worker = await first_fit(tx.q, job.requirement(), start_failure_workers(history))
+        worker = await first_fit(tx.q, job.requirement(), workers_to_avoid(history))
         return worker is not None and bool(await claim(tx, job, worker))
 
 

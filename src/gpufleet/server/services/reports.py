@@ -122,7 +122,7 @@ async def report_status(
         raise await _refuse(ctx, worker, *refused)
     if requeued:
         await dispatch.dispatch_job(ctx, job_id)
-    if freed:
+    if freed and new is not AttemptStatus.PREEMPTED:  # a preempting worker is going away
         await dispatch.dispatch_worker(ctx, worker.id)
     return status
 
