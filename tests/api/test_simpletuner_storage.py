@@ -119,6 +119,7 @@ async def test_the_trainers_publisher_stores_its_output_dir_as_artifacts_of_the_
         assert got.content == data
 
 
+@sqlite_only
 async def test_a_resuming_trainer_reads_a_checkpoint_back_with_boto3(
     served_fleet: Fleet, clients: list[Any], trainer_publishing: ModuleType, tmp_path: Path
 ) -> None:
@@ -165,6 +166,7 @@ def s3_client(fleet: Fleet, clients: list[Any], token: str, **headers: str) -> A
     return client
 
 
+@sqlite_only
 async def test_a_wrong_token_is_refused_and_stores_nothing(
     served_fleet: Fleet, clients: list[Any]
 ) -> None:
@@ -252,6 +254,7 @@ async def test_boto3_over_https_sends_aws_chunked_bodies_that_are_decoded(
     }
 
 
+@sqlite_only
 async def test_on_object_storage_the_trainers_files_land_in_the_bucket_and_read_back(
     served_fleet: Fleet,
     clients: list[Any],
