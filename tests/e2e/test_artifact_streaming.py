@@ -6,13 +6,15 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psutil
 
-from tests.e2e.conftest import FakeWorker, ServerProcess, unique
+from tests.e2e.conftest import FakeWorker, ServerProcess, unique, wait_for
 
 MiB = 1024 * 1024
 SIZE = 96 * MiB
@@ -56,6 +58,7 @@ def test_a_file_past_the_body_limit_streams_in_and_out_in_bounded_memory(
         offer = stream.next("job_submit")
         job_id, attempt_id = offer["job_id"], offer["attempt_id"]
         assert worker.report(job_id, "running", attempt_id=attempt_id).status_code == 200
+        abandon_an_upload(server, worker.token, job_id, attempt_id)
         seed = os.urandom(8)
         digest = _sha(seed)
         before = rss().rss
@@ -112,3 +115,40 @@ def test_a_file_past_the_body_limit_streams_in_and_out_in_bounded_memory(
         assert (stored / "checkpoint-1" / "weights.bin").stat().st_size == SIZE
     finally:
         server.kill(signal.SIGTERM)
+
+
+def abandon_an_upload(server: ServerProcess, token: str, job_id: str, attempt_id: str) -> None:
+    """A worker that dies mid-PUT (its spot machine gone): the orchestrator logs one line, no
+    traceback, and stores nothing."""
+    body = b"x" * 1000
+    with httpx.Client(base_url=server.url, headers={"X-Worker-Token": token}) as c:
+        plan = c.post(
+            f"/api/workers/job/{job_id}/upload",
+            json={
+                "attempt_id": attempt_id,
+                "path": "output/cut.bin",
+                "size": 1000,
+                "sha256": _sha_of(body),
+            },
+        ).json()
+    with socket.create_connection(("127.0.0.1", server.port)) as raw:
+        raw.sendall(
+            f"PUT {plan['url']} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Worker-Token: {token}\r\n"
+            "Content-Type: application/octet-stream\r\nContent-Length: 1000\r\n\r\n".encode()
+            + body[:10]
+        )
+        time.sleep(0.2)  # the server is reading the body when the connection goes
+    wait_for(
+        lambda: "went away before" in server.log_path.read_text(),
+        timeout=10,
+        what="the orchestrator to note the abandoned upload",
+    )
+    log = server.log_path.read_text()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log, log[-3000:]
+    with server.admin() as admin:
+        listed = admin.get(f"/api/queue/{job_id}/artifacts").json()["artifacts"]
+    assert [a["path"] for a in listed if a["path"] == "output/cut.bin"] == []
+
+
+def _sha_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

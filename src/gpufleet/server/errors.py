@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 
 from gpufleet.errors import (
@@ -105,7 +106,22 @@ async def _store(_request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _gone(request: Request, _exc: Exception) -> JSONResponse:
+    """A client that went away mid-body (a worker's machine preempted mid-upload): nothing was
+    stored, and nobody reads the answer; one line in the log, not a traceback."""
+    log.info(
+        "%s %s: the client went away before its request body ended; nothing was stored",
+        request.method,
+        request.url.path,
+    )
+    return JSONResponse(
+        {"detail": "the request body ended before its Content-Length; send it again"},
+        status_code=400,
+    )
+
+
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(ClientDisconnect, _gone)
     app.add_exception_handler(DomainError, _domain)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(HTTPException, _http)
