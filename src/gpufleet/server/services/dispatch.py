@@ -8,7 +8,7 @@ needs the queue. The health loop runs a full pass as a safety net.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TypeVar
 
@@ -22,7 +22,7 @@ from gpufleet.domain.matching import (
     match_keys_for,
     targets_served,
 )
-from gpufleet.domain.records import LOCAL_WORKER_ID, Job, Worker
+from gpufleet.domain.records import LOCAL_WORKER_ID, Attempt, Job, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import (
     AttemptStatus,
@@ -51,11 +51,13 @@ class WorkerTaken(ClaimLost):
     """Another dispatch took the worker first; the claim wrote nothing."""
 
 
-async def claim(tx: Tx, job: Job, worker: Worker) -> str:
+async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | None = None) -> str:
     """Offer the job to the worker: a new attempt, the job offered, the worker busy.
 
     Both rows move by compare-and-set (job still queued, worker still idle), so concurrent
     dispatches, in one process on PostgreSQL or across replicas, never double-book.
+    `history`: the job's attempts, when the caller has read them already (else read here
+    for a job offered before, to find what it resumes from).
     """
     attempt_id = new_id("a")
     number = job.attempts + 1
@@ -81,7 +83,7 @@ async def claim(tx: Tx, job: Job, worker: Worker) -> str:
     )
     if not took_job:
         raise ClaimLost
-    resume = await offers.resume_for(tx.q, job)
+    resume = await offers.resume_for(tx.q, job, history)
     await tx.q.insert_attempt(
         {
             "id": attempt_id,
@@ -184,7 +186,7 @@ async def _dispatch_job(ctx: Context, job_id: str) -> bool:
             return False
         history = await tx.q.attempts_for_job(job.id) if job.attempts else []
         worker = await first_fit(tx.q, job.requirement(), workers_to_avoid(history))
-        return worker is not None and bool(await claim(tx, job, worker))
+        return worker is not None and bool(await claim(tx, job, worker, history))
 
 
 async def dispatch_worker(ctx: Context, worker_id: str) -> bool:

@@ -3,6 +3,7 @@ that made it hands it over or the worker's stream reads it back to send again.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gpufleet import protocol
@@ -13,13 +14,17 @@ from gpufleet.protocol import Event
 from gpufleet.store import Queries
 
 
-async def resume_for(q: Queries, job: Job) -> Checkpoint | None:
+async def resume_for(
+    q: Queries, job: Job, history: Sequence[Attempt] | None = None
+) -> Checkpoint | None:
     """The checkpoint the job's next attempt starts from (`outcomes.resume_sources`), if any.
-    A job never offered before reads nothing more."""
+    `history`: the job's attempts, when the caller has read them already. A job never
+    offered before reads nothing more."""
     if job.attempts == 0:
         return None
-    sources = outcomes.resume_sources(await q.attempts_for_job(job.id))
-    return await q.latest_checkpoint(job.id, sources)
+    if history is None:
+        history = await q.attempts_for_job(job.id)
+    return await q.latest_checkpoint(job.id, outcomes.resume_sources(history))
 
 
 def resume_entry(checkpoint: Checkpoint | None) -> dict[str, Any] | None:
