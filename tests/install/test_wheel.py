@@ -9,6 +9,7 @@ installation's own `gpufleet server --ssl` and `gpufleet worker` run a job end t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -163,5 +164,51 @@ def test_an_ephemeral_worker_runs_one_job_over_tls_then_exits(
         assert job["worker_id"] == worker.id
         assert "42" in job_log_lines(server, job_id)
         assert worker.wait(timeout=20) == 0
+    finally:
+        worker.stop()
+
+
+def test_a_jobs_files_come_home_and_download_with_the_installed_cli(
+    installed: Installation, server: ServerProcess, tmp_path: Path
+) -> None:
+    """#17 as installed: the worker uploads what the job wrote, over TLS, and the installed
+    `gpufleet jobs download` fetches each file with the listed sha256."""
+    worker = WorkerProcess(server, tmp_path, executable=installed.gpufleet, env=installed.env)
+    code = (
+        "import os, pathlib; pathlib.Path('output').mkdir(); "
+        "pathlib.Path('output/model.bin').write_bytes(os.urandom(300000)); "
+        "pathlib.Path('result.json').write_text('{\"ok\": true}')"
+    )
+    try:
+        worker.start()
+        with server.admin() as admin:
+            resp = admin.post(
+                "/api/queue/submit",
+                json={"config": {"command": ["python", "-c", code]}, "target": "worker"},
+            )
+            assert resp.status_code == 201, resp.text
+            job_id = resp.json()["id"]
+            job = wait_job(server, job_id, "completed", "failed", timeout=30)
+            assert job["status"] == "completed", worker.log()
+            listed = admin.get(f"/api/queue/{job_id}/artifacts").json()["artifacts"]
+        assert sorted(a["path"] for a in listed) == ["output/model.bin", "result.json"]
+        out = tmp_path / "download"
+        env = {
+            **installed.env,
+            "GPUFLEET_URL": server.url,
+            "GPUFLEET_API_KEY": server.admin_key,
+            "GPUFLEET_CA_CERT": str(server.trusted_cert),
+        }
+        done = subprocess.run(
+            [installed.gpufleet, "jobs", "download", job_id, "-o", str(out)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        for artifact in listed:
+            data = (out / artifact["path"]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == artifact["sha256"], artifact["path"]
     finally:
         worker.stop()
