@@ -22,6 +22,7 @@ from gpufleet.domain.states import (
     TAKEN_ATTEMPT,
     TERMINAL_ATTEMPT,
     TERMINAL_JOB,
+    WAITING_JOB,
     WORKER_TRANSITIONS,
     AttemptStatus,
     JobStatus,
@@ -40,7 +41,7 @@ from gpufleet.errors import Conflict, InvalidInput
 
 TABLES: list[tuple[type[StrEnum], dict, StrEnum]] = [
     (WorkerStatus, WORKER_TRANSITIONS, WorkerStatus.CONNECTING),
-    (JobStatus, JOB_TRANSITIONS, JobStatus.QUEUED),
+    (JobStatus, JOB_TRANSITIONS, JobStatus.PENDING_APPROVAL),  # or queued: no rule held it
     (AttemptStatus, ATTEMPT_TRANSITIONS, AttemptStatus.OFFERED),
 ]
 TABLE_IDS = ["worker", "job", "attempt"]
@@ -104,7 +105,12 @@ def test_active_and_terminal_attempt_states_split_the_attempt_lifecycle_in_two()
 
 
 def test_a_placed_job_is_one_neither_waiting_nor_ended():
-    assert set(JobStatus) - {JobStatus.QUEUED} - TERMINAL_JOB == PLACED_JOB
+    assert set(JobStatus) - WAITING_JOB - TERMINAL_JOB == PLACED_JOB
+
+
+def test_a_job_held_for_approval_is_queued_when_approved_and_cancelled_when_rejected():
+    assert JOB_TRANSITIONS[JobStatus.PENDING_APPROVAL] == {JobStatus.QUEUED, JobStatus.CANCELLED}
+    assert not can_move_job(JobStatus.PENDING_APPROVAL, JobStatus.OFFERED)
 
 
 def test_a_taken_attempt_is_an_active_one_its_worker_has_acknowledged():

@@ -8,6 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from gpufleet.domain.levels import Level
 from gpufleet.domain.matching import Capacity, Feature, Requirement, needs_of, parse_features
 from gpufleet.domain.states import (
     AttemptStatus,
@@ -141,6 +142,10 @@ class Job:
     ended_at: datetime | None
     rerun_of: str | None = None  # the job this one re-runs
     artifacts_pinned: bool = False  # its artifacts outlive the retention sweep
+    user_id: str | None = None  # who submitted it (docs/scheduling.md)
+    team_id: str | None = None  # for which team; None: its user is in none
+    preemptible: bool | None = None  # may be preempted; None: as its team says
+    approved_by: str | None = None  # the actor who approved it, when a rule held it
 
     def requirement(self) -> Requirement:
         return Requirement(
@@ -165,6 +170,8 @@ class Attempt:
     error: str | None
     exit_code: int | None
     resumed_from: str | None = None  # the checkpoint (id) its offer said to resume from
+    preempted_by: str | None = None  # the queued job it is being stopped for
+    preempt_at: datetime | None = None  # when it was asked to stop for it
 
 
 class ArtifactKind(StrEnum):
@@ -222,6 +229,53 @@ class ApiKey:
     created_at: datetime
     revoked: bool
     last_used_at: datetime | None = None
+    user_id: str | None = None  # whose key it is (the built-in admin's, for keys before #18)
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """A person (or a script's owner): their keys' holder, in teams, at a level."""
+
+    id: str
+    name: str
+    level: Level
+    default_team_id: str | None
+    max_gpus: int | None  # this user's own limits, over the policy's per-user ones
+    max_jobs: int | None
+    max_queued: int | None
+    usage: float  # decayed GPU-seconds, over all teams, as of `usage_at`
+    usage_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    id: str
+    name: str
+    weight: float  # its share of the fleet, against the other teams' weights
+    max_gpus: int | None
+    max_jobs: int | None
+    preemptible: bool  # its jobs may be preempted
+    can_preempt: bool  # its jobs may preempt
+    usage: float  # decayed GPU-seconds, as of `usage_at`
+    usage_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    team_id: str
+    user_id: str
+    usage: float  # the user's decayed GPU-seconds inside the team
+    usage_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSample:
+    team_id: str
+    at: datetime
+    running_gpus: int
+    usage: float
 
 
 @dataclass(frozen=True, slots=True)

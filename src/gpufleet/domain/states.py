@@ -19,6 +19,7 @@ class WorkerStatus(StrEnum):
 
 
 class JobStatus(StrEnum):
+    PENDING_APPROVAL = "pending_approval"  # an approval rule holds it (docs/scheduling.md)
     QUEUED = "queued"
     OFFERED = "offered"
     RUNNING = "running"
@@ -75,6 +76,7 @@ WORKER_TRANSITIONS: dict[WorkerStatus, frozenset[WorkerStatus]] = {
 
 J = JobStatus
 JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    J.PENDING_APPROVAL: frozenset({J.QUEUED, J.CANCELLED}),  # approved; rejected or cancelled
     J.QUEUED: frozenset({J.OFFERED, J.CANCELLED}),
     J.OFFERED: frozenset({J.RUNNING, J.QUEUED, J.COMPLETED, J.FAILED, J.CANCELLED}),
     J.RUNNING: frozenset({J.QUEUED, J.COMPLETED, J.FAILED, J.CANCELLED}),
@@ -108,6 +110,7 @@ ATTEMPT_TRANSITIONS: dict[AttemptStatus, frozenset[AttemptStatus]] = {
 }
 
 TERMINAL_JOB = frozenset(s for s, nxt in JOB_TRANSITIONS.items() if not nxt)
+WAITING_JOB = frozenset({J.PENDING_APPROVAL, J.QUEUED})  # not on a worker, not ended
 PLACED_JOB = frozenset({J.OFFERED, J.RUNNING})  # on a worker: offered to it or running there
 ACTIVE_ATTEMPT = frozenset({A.OFFERED, A.ACKNOWLEDGED, A.RUNNING})
 TAKEN_ATTEMPT = frozenset({A.ACKNOWLEDGED, A.RUNNING})  # its worker has it, and it goes on

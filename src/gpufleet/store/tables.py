@@ -94,6 +94,7 @@ api_keys = sa.Table(
     sa.Column("created_by", sa.String(64)),
     sa.Column("revoked_at", UTCDateTime),
     sa.Column("last_used_at", UTCDateTime),  # to the minute (auth.note_use)
+    sa.Column("user_id", sa.String(32)),  # whose key it is (0014); null only before 0014
 )
 
 configs = sa.Table(
@@ -134,6 +135,11 @@ jobs = sa.Table(
     sa.Column("rerun_of", sa.String(32)),  # the job this one re-runs (0009)
     # a pinned job's artifacts outlive the retention sweep (0013)
     sa.Column("artifacts_pinned", sa.Boolean, nullable=False, server_default=sa.false()),
+    # who submitted it and for which team; null team: the user is in none (0014)
+    sa.Column("user_id", sa.String(32)),
+    sa.Column("team_id", sa.String(32)),
+    sa.Column("preemptible", sa.Boolean),  # null: the team's setting
+    sa.Column("approved_by", sa.String(64)),  # the actor who approved it, when a rule held it
     sa.Index("ix_jobs_match", "status", "match_key", "priority", "created_at"),
     sa.Index("ix_jobs_created", "created_at"),
     sa.Index("ix_jobs_rerun_of", "rerun_of"),
@@ -143,6 +149,16 @@ jobs = sa.Table(
 # In dispatch order (priority high to low, then oldest, then id), so that reading the head of
 # the queue walks the index and stops, instead of sorting every queued job (0006).
 sa.Index("ix_jobs_queue", jobs.c.status, jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id)
+# A team's queue in dispatch order: fair share reads the head of the teams furthest below
+# their share (0014).
+sa.Index(
+    "ix_jobs_team_queue",
+    jobs.c.status,
+    jobs.c.team_id,
+    jobs.c.priority.desc(),
+    jobs.c.created_at,
+    jobs.c.id,
+)
 
 job_attempts = sa.Table(
     "job_attempts",
@@ -161,6 +177,9 @@ job_attempts = sa.Table(
     sa.Column("error", sa.Text),
     sa.Column("exit_code", sa.Integer),
     sa.Column("resumed_from", sa.String(32)),  # the checkpoint it was offered to resume (0013)
+    # the queued job it is being stopped for (docs/scheduling.md), and when it was asked (0014)
+    sa.Column("preempted_by", sa.String(32)),
+    sa.Column("preempt_at", UTCDateTime),
     sa.UniqueConstraint("job_id", "number", name="uq_attempt_number"),
     sa.Index("ix_attempts_job", "job_id"),
     sa.Index("ix_attempts_status", "status", "offered_at"),
@@ -315,4 +334,86 @@ checkpoints = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.UniqueConstraint("attempt_id", "name", name="uq_checkpoint_attempt_name"),
     sa.Index("ix_checkpoints_job", "job_id", "created_at"),
+)
+
+# ---- sharing a fleet (docs/scheduling.md) ------------------------------------------------
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("name", sa.String(64), nullable=False, unique=True),
+    sa.Column("level", sa.String(16), nullable=False),  # domain.levels.Level
+    sa.Column("default_team_id", sa.String(32)),
+    sa.Column("max_gpus", sa.Integer),  # each: this user's own limit, over the policy's
+    sa.Column("max_jobs", sa.Integer),
+    sa.Column("max_queued", sa.Integer),
+    sa.Column("usage", sa.Float, nullable=False, server_default="0"),  # decayed GPU-seconds
+    sa.Column("usage_at", UTCDateTime),  # when `usage` was last decayed to
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+teams = sa.Table(
+    "teams",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("name", sa.String(64), nullable=False, unique=True),
+    sa.Column("weight", sa.Float, nullable=False, server_default="1"),  # its share of the fleet
+    sa.Column("max_gpus", sa.Integer),
+    sa.Column("max_jobs", sa.Integer),
+    sa.Column("preemptible", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("can_preempt", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("usage", sa.Float, nullable=False, server_default="0"),
+    sa.Column("usage_at", UTCDateTime),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+team_members = sa.Table(
+    "team_members",
+    metadata,
+    sa.Column(
+        "team_id", sa.String(32), sa.ForeignKey("teams.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column(
+        "user_id", sa.String(32), sa.ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    ),
+    # the user's decayed GPU-seconds inside this team: fair share within a team
+    sa.Column("usage", sa.Float, nullable=False, server_default="0"),
+    sa.Column("usage_at", UTCDateTime),
+    sa.Index("ix_team_members_user", "user_id"),
+)
+
+# One row (id 1): the limits, fair share, preemption and approval rules (domain.policy.Policy).
+queue_policy = sa.Table(
+    "queue_policy",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("max_jobs", sa.Integer),
+    sa.Column("max_gpus", sa.Integer),
+    sa.Column("team_max_jobs", sa.Integer),
+    sa.Column("team_max_gpus", sa.Integer),
+    sa.Column("user_max_jobs", sa.Integer),
+    sa.Column("user_max_gpus", sa.Integer),
+    sa.Column("user_max_queued", sa.Integer),
+    sa.Column("fair_share", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("half_life_s", sa.Float, nullable=False, server_default="604800"),
+    sa.Column("preemption", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("min_runtime_s", sa.Float, nullable=False, server_default="600"),
+    sa.Column("preempt_grace_s", sa.Float, nullable=False, server_default="120"),
+    sa.Column("approve_gpus_over", sa.Integer),
+    sa.Column("approve_levels", JSON, nullable=False),
+    sa.Column("updated_at", UTCDateTime),
+    sa.Column("updated_by", sa.String(64)),
+)
+
+# A team's running GPUs and decayed usage over time (the Teams page's chart).
+usage_samples = sa.Table(
+    "usage_samples",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("team_id", sa.String(32), nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("running_gpus", sa.Integer, nullable=False),
+    sa.Column("usage", sa.Float, nullable=False),
+    sa.Index("ix_usage_samples_team", "team_id", "at"),
 )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from gpufleet.domain.audit_events import SYSTEM_ACTOR, key_actor
+from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.permissions import ALL, allows, check_permissions
 from gpufleet.domain.records import ApiKey, Worker
 from gpufleet.domain.secrets import hash_secret, new_api_key, new_id, same_hash
@@ -155,7 +156,12 @@ async def mint_api_key(
 
 
 async def _insert_key(
-    tx: Tx, name: str, perms: list[str], actor: str, client: str | None
+    tx: Tx,
+    name: str,
+    perms: list[str],
+    actor: str,
+    client: str | None,
+    user_id: str = ADMIN_USER_ID,
 ) -> tuple[ApiKey, str]:
     raw = new_api_key()
     key_id = new_id("k")
@@ -167,11 +173,17 @@ async def _insert_key(
             "permissions": perms,
             "created_at": tx.now,
             "created_by": actor,
+            "user_id": user_id,
         }
     )
     tx.audit("apikey.created", actor, key_id, client, name=name, permissions=perms)
     key = ApiKey(
-        id=key_id, name=name, permissions=frozenset(perms), created_at=tx.now, revoked=False
+        id=key_id,
+        name=name,
+        permissions=frozenset(perms),
+        created_at=tx.now,
+        revoked=False,
+        user_id=user_id,
     )
     return key, raw
 

@@ -33,12 +33,16 @@ class NewJob:
     created_at: datetime
     config_name: str | None = None
     rerun_of: str | None = None
+    user_id: str | None = None
+    team_id: str | None = None
+    preemptible: bool | None = None
+    status: JobStatus = JobStatus.QUEUED  # PENDING_APPROVAL when an approval rule holds it
 
     def row(self) -> dict[str, Any]:
         """The row of `jobs` it is: queued, with the key dispatch finds it by."""
         return {
             "id": self.id,
-            "status": JobStatus.QUEUED.value,
+            "status": self.status.value,
             "config_name": self.config_name,
             "config": self.config,
             "target": self.target.value,
@@ -54,6 +58,9 @@ class NewJob:
             "updated_at": self.created_at,
             "rerun_of": self.rerun_of,
             "artifacts_pinned": False,
+            "user_id": self.user_id,
+            "team_id": self.team_id,
+            "preemptible": self.preemptible,
         }
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpufleet.domain.levels import Level
 from gpufleet.domain.records import (
     ApiKey,
     Artifact,
@@ -17,6 +18,9 @@ from gpufleet.domain.records import (
     Checkpoint,
     GpuStat,
     Job,
+    Member,
+    Team,
+    User,
     Worker,
     effective_labels,
 )
@@ -108,6 +112,10 @@ def job(m: Columns) -> Job:
         ended_at=m["ended_at"],
         rerun_of=m["rerun_of"],
         artifacts_pinned=bool(m["artifacts_pinned"]),
+        user_id=m["user_id"],
+        team_id=m["team_id"],
+        preemptible=m["preemptible"],
+        approved_by=m["approved_by"],
     )
 
 
@@ -125,6 +133,8 @@ def attempt(m: Columns) -> Attempt:
         error=m["error"],
         exit_code=m["exit_code"],
         resumed_from=m["resumed_from"],
+        preempted_by=m.get("preempted_by"),
+        preempt_at=m.get("preempt_at"),
     )
 
 
@@ -179,6 +189,7 @@ def api_key(m: Columns) -> ApiKey:
         created_at=m["created_at"],
         revoked=m["revoked_at"] is not None,
         last_used_at=m["last_used_at"],
+        user_id=m["user_id"],
     )
 
 
@@ -206,4 +217,40 @@ def delivery(m: Columns) -> Delivery:
         last_attempt_at=m["last_attempt_at"],
         status_code=m["status_code"],
         error=m["error"],
+    )
+
+
+def user(m: Columns) -> User:
+    return User(
+        id=m["id"],
+        name=m["name"],
+        level=Level(m["level"]),
+        default_team_id=m["default_team_id"],
+        max_gpus=m["max_gpus"],
+        max_jobs=m["max_jobs"],
+        max_queued=m["max_queued"],
+        usage=float(m["usage"]),
+        usage_at=m["usage_at"],
+        created_at=m["created_at"],
+    )
+
+
+def team(m: Columns) -> Team:
+    return Team(
+        id=m["id"],
+        name=m["name"],
+        weight=float(m["weight"]),
+        max_gpus=m["max_gpus"],
+        max_jobs=m["max_jobs"],
+        preemptible=bool(m["preemptible"]),
+        can_preempt=bool(m["can_preempt"]),
+        usage=float(m["usage"]),
+        usage_at=m["usage_at"],
+        created_at=m["created_at"],
+    )
+
+
+def member(m: Columns) -> Member:
+    return Member(
+        team_id=m["team_id"], user_id=m["user_id"], usage=float(m["usage"]), usage_at=m["usage_at"]
     )
