@@ -307,6 +307,26 @@ def test_with_fair_share_the_team_below_its_share_goes_before_a_higher_priority(
     assert next_job(1, [urgent_nlp, plain_cv], snap) == plain_cv
 
 
+def test_inside_a_team_the_member_furthest_below_their_share_goes_first():
+    teams = {"t_nlp": TeamState("t_nlp", "nlp", usage=10 * HOUR)}
+    members = {("t_nlp", "u_ann"): 9 * HOUR, ("t_nlp", "u_bob"): 1 * HOUR}
+    snap = snapshot(Policy(fair_share=True), teams=teams, member_usage=members)
+    anns, bobs = job(1, user="u_ann", priority=20), job(2, user="u_bob", priority=0)
+    assert next_job(1, [anns, bobs], snap) == bobs
+
+
+def test_between_teams_equally_served_the_one_running_less_for_its_weight_goes_first():
+    teams = {
+        "t_nlp": TeamState("t_nlp", "nlp", weight=2.0, usage=2 * HOUR),
+        "t_cv": TeamState("t_cv", "cv", weight=1.0, usage=1 * HOUR),
+    }
+    busy = [running(n, "t_nlp") for n in range(3)] + [running(9, "t_cv", "u_bob")]
+    snap = snapshot(Policy(fair_share=True), busy, teams=teams)
+    assert fair_share_factor("t_nlp", snap) == fair_share_factor("t_cv", snap)
+    nlp, cv = job(10, "t_nlp", "u_cy"), job(20, "t_cv", "u_dee")  # nlp's is older
+    assert next_job(1, [cv, nlp], snap) == cv  # 1 GPU for weight 1 is less than 3 for 2
+
+
 def test_a_job_too_big_for_the_worker_or_over_a_limit_is_passed_over():
     policy = Policy(limits=Limits(user_max_gpus=2))
     snap = snapshot(policy, [running(9, gpus=2)])
