@@ -199,15 +199,16 @@ def reference_key(c: Candidate, snap: Snapshot) -> tuple:
 
     teams = snap.teams
     team = teams.get(c.team_id) if c.team_id else None
+    # jobs of no team are one more team of weight 1, once seen (used, queued or running)
+    seen = (
+        snap.no_team_usage > 0 or None in snap.waiting or snap.by_team.get(None, Tally()).jobs > 0
+    )
+    total_u = sum(t.usage for t in teams.values()) + snap.no_team_usage
+    total_w = sum(t.weight for t in teams.values()) + (1.0 if seen else 0.0)
     f_team = (
-        factor(
-            team.usage,
-            sum(t.usage for t in teams.values()),
-            team.weight,
-            sum(t.weight for t in teams.values()),
-        )
+        factor(team.usage, total_u, team.weight, total_w)
         if team
-        else 1.0
+        else factor(snap.no_team_usage, total_u, 1.0, max(total_w, 1.0))
     )
     weight = team.weight if team else 1.0
     peers = {u: x for (t, u), x in snap.member_usage.items() if t == c.team_id}
@@ -716,3 +717,16 @@ def test_the_worked_example_in_docs_scheduling_md_holds():
     assert round(decay(200 * HOUR, 86400, policy.half_life_s) / HOUR, 1) == 181.1
     capped = snapshot(Policy(limits=Limits(team_max_gpus=5)), busy, teams=teams)
     assert str(limit_hit(j1, capped)) == "team nlp is at its limit of 5 GPUs"
+
+
+def test_jobs_of_no_team_rank_as_a_team_of_weight_one_with_their_users_usage():
+    now = datetime(2026, 11, 23, tzinfo=UTC)
+    teams = {"t_nlp": TeamState(id="t_nlp", name="nlp", usage=100.0)}
+    policy = Policy(fair_share=True)
+    heavy = Snapshot(policy=policy, now=now, teams=teams, no_team_usage=300.0)
+    light = Snapshot(policy=policy, now=now, teams=teams, no_team_usage=10.0)
+    nlp, loner = job(1, team="t_nlp"), job(2, team=None, user="u_bob")
+    # a user in no team who used three times what team nlp used waits behind it
+    assert rank_key(nlp, heavy) < rank_key(loner, heavy)
+    assert rank_key(loner, light) < rank_key(nlp, light)
+    assert fair_share_factor(None, heavy) == pytest.approx(2 ** -(300 / 400 / 0.5))

@@ -115,12 +115,21 @@ class Snapshot:
     by_member: Mapping[tuple[str | None, str], Tally] = field(default_factory=dict)
     fleet_gpus: int = 0  # registered GPUs: what the shares divide
     waiting: frozenset[str | None] = frozenset()  # teams with queued jobs (demand, for shares)
+    # decayed GPU-seconds of the jobs of no team: the usage of the users who are in none
+    no_team_usage: float = 0.0
 
     @cached_property
     def _team_totals(self) -> tuple[float, float]:
+        """ΣU and Σw: jobs of no team count as one more team of weight 1, once they are seen
+        (used, queued or running)."""
+        seen = (
+            self.no_team_usage > 0
+            or None in self.waiting
+            or self.by_team.get(None, NOTHING).jobs > 0
+        )
         return (
-            sum(t.usage for t in self.teams.values()),
-            sum(t.weight for t in self.teams.values()),
+            sum(t.usage for t in self.teams.values()) + self.no_team_usage,
+            sum(t.weight for t in self.teams.values()) + (1.0 if seen else 0.0),
         )
 
     @cached_property
@@ -195,11 +204,12 @@ def _weight(team_id: str | None, snap: Snapshot) -> float:
 
 
 def fair_share_factor(team_id: str | None, snap: Snapshot) -> float:
-    """F = 2 ** (-(U_t/ΣU) / (w_t/Σw)) over the snapshot's teams; no team counts no usage."""
+    """F = 2 ** (-(U_t/ΣU) / (w_t/Σw)) over the snapshot's teams; the jobs of no team rank as
+    one more team of weight 1 whose usage is `no_team_usage`."""
     team = _team(team_id, snap)
-    if team is None:
-        return 1.0  # no team has no usage row: it never counts as served
     total_usage, total_weight = snap._team_totals
+    if team is None:
+        return _factor(snap.no_team_usage, total_usage, 1.0, max(total_weight, 1.0))
     return _factor(team.usage, total_usage, team.weight, total_weight)
 
 
