@@ -10,6 +10,7 @@ ADMIN_WORKERS = "admin.workers"
 ADMIN_AUDIT = "admin.audit"
 QUEUE_SUBMIT = "queue.submit"
 QUEUE_READ = "queue.read"
+QUEUE_APPROVE = "queue.approve"  # h18-domain adds it to PERMISSIONS
 METRICS_READ = "metrics.read"
 ALL = "*"
 

@@ -27,6 +27,7 @@ from gpufleet.server.routes import (
     events,
     notifications,
     ops,
+    policy,
     progress,
     queue,
     storage,
@@ -213,6 +214,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         storage.router,
         notifications.router,
         workers.router,
+        policy.router,  # before queue's /api/queue/{job_id}
         queue.router,
         events.router,
         ops.router,
