@@ -11,7 +11,8 @@ from gpufleet.domain.levels import Level
 from gpufleet.server.schemas.base import Strict
 from gpufleet.server.schemas.jobs import JobOut
 
-Count = Annotated[int | None, Field(ge=0, le=1_000_000)]
+Count = Annotated[int | None, Field(ge=0, le=1_000_000, strict=True)]
+Switch = Annotated[bool | None, Field(strict=True)]
 
 
 class PolicyIn(Strict):
@@ -24,9 +25,9 @@ class PolicyIn(Strict):
     user_max_jobs: Count = None
     user_max_gpus: Count = None
     user_max_queued: Count = None
-    fair_share: bool | None = None
+    fair_share: Switch = None
     half_life_s: float | None = Field(None, ge=60, le=10 * 365 * 86400, allow_inf_nan=False)
-    preemption: bool | None = None
+    preemption: Switch = None
     min_runtime_s: float | None = Field(None, ge=0, le=365 * 86400, allow_inf_nan=False)
     preempt_grace_s: float | None = Field(None, ge=0, le=86400, allow_inf_nan=False)
     approve_gpus_over: Count = None
@@ -46,7 +47,7 @@ class ConcurrencyIn(PolicyIn):
     max_concurrent: Count = None
     user_max_concurrent: Count = None
     team_max_concurrent: Count = None
-    enable_fair_share: bool | None = None
+    enable_fair_share: Switch = None
 
 
 class PolicyOut(BaseModel):

@@ -195,7 +195,7 @@ async def _admit(tx: Tx, sub: Submission, gpu_count: int, user_id: str | None) -
             )
     held = approval_needed(policy, level, gpu_count)
     status = JobStatus.PENDING_APPROVAL if held else JobStatus.QUEUED
-    return _Admission(user.id if user else None, team_id, priority, status, held)
+    return _Admission(user.id if user else user_id, team_id, priority, status, held)
 
 
 async def enqueue(
