@@ -27,6 +27,7 @@ from gpufleet.server.routes import (
     events,
     notifications,
     ops,
+    people,
     policy,
     progress,
     queue,
@@ -215,6 +216,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         notifications.router,
         workers.router,
         policy.router,  # before queue's /api/queue/{job_id}
+        people.router,
         queue.router,
         events.router,
         ops.router,
