@@ -1,8 +1,7 @@
 """A user's level: what the people who share a fleet may do, named once.
 
 Its own module so that both `permissions` (what a level may do) and `policy` (its default
-priority, its approvals) read it without importing each other. The names are SimpleTuner's
-Job Queue's.
+priority, `policy.LEVEL_PRIORITY`, and its approvals) read it without importing each other.
 """
 
 from __future__ import annotations

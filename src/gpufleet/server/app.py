@@ -27,6 +27,8 @@ from gpufleet.server.routes import (
     events,
     notifications,
     ops,
+    people,
+    policy,
     progress,
     queue,
     storage,
@@ -41,6 +43,7 @@ from gpufleet.server.services import (
     delivery,
     dispatch,
     health,
+    policy_loop,
     retention,
     sessions,
 )
@@ -162,6 +165,8 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
             return step
 
         supervisor.every("health", settings.health_interval, leader_only(health.health_sweep))
+        # usage for fair share, its samples, and preemption (docs/scheduling.md)
+        supervisor.every("policy", settings.usage_interval, leader_only(policy_loop.sweep))
         supervisor.every("audit-head", 1.0, lambda: audit.record_head(ctx))  # every replica
         supervisor.every(  # every replica writes the heartbeats it heard
             "heartbeat-flush",
@@ -213,6 +218,8 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         storage.router,
         notifications.router,
         workers.router,
+        policy.router,  # before queue's /api/queue/{job_id}
+        people.router,
         queue.router,
         events.router,
         ops.router,
