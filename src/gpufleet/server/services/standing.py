@@ -69,6 +69,7 @@ async def snapshot(q: Queries, now: datetime, policy: Policy | None = None) -> S
         for u in await q.all_users()
     }
     members = {(m.team_id, m.user_id): m.usage for m in await q.all_members()}
+    in_a_team = {user_id for _team, user_id in members}
     fleet = [0, 0]
     by_team: dict[str | None, list[int]] = defaultdict(lambda: [0, 0])
     by_user: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -91,6 +92,8 @@ async def snapshot(q: Queries, now: datetime, policy: Policy | None = None) -> S
         by_user={k: Tally(*v) for k, v in by_user.items()},
         by_member={k: Tally(*v) for k, v in by_member.items()},
         fleet_gpus=await q.registered_gpus(),
+        # the jobs of no team are those of the users in none (resolve_submitter)
+        no_team_usage=sum(u.usage for u in users.values() if u.id not in in_a_team),
     )
 
 
