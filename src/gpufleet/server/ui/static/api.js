@@ -4,10 +4,22 @@
 const CSRF_COOKIE = "gpufleet_csrf";
 
 export class ApiError extends Error {
-  constructor(status, detail) {
+  // `fields`: a refused body's problems by field name (a 422's `errors`), for a form to show
+  // each beside its field.
+  constructor(status, detail, fields = {}) {
     super(detail);
     this.status = status;
+    this.fields = fields;
   }
+}
+
+function fieldsOf(data) {
+  const fields = {};
+  for (const e of (data && Array.isArray(data.errors)) ? data.errors : []) {
+    const name = (e.loc || []).filter((part) => part !== "body").join(".");
+    if (name && !(name in fields)) fields[name] = e.msg;
+  }
+  return fields;
 }
 
 function csrfToken() {
@@ -44,7 +56,7 @@ export async function api(method, path, body) {
   if (!resp.ok) {
     // `detail_for.ui`: the same as `detail`, in the page's terms (a button, not an endpoint)
     const detail = data && ((data.detail_for && data.detail_for.ui) || data.detail);
-    throw new ApiError(resp.status, detail || `${resp.status} ${resp.statusText}`);
+    throw new ApiError(resp.status, detail || `${resp.status} ${resp.statusText}`, fieldsOf(data));
   }
   return data;
 }
@@ -52,4 +64,14 @@ export async function api(method, path, body) {
 export const get = (path) => api("GET", path);
 export const post = (path, body) => api("POST", path, body);
 export const put = (path, body) => api("PUT", path, body);
+export const patch = (path, body) => api("PATCH", path, body);
 export const del = (path) => api("DELETE", path);
+
+// May the signed-in key do it? `allowed`: its own permission (the page's server side said);
+// `levels`: the user levels whose permissions allow it (the domain's table, as the page
+// carries it, space-separated). GET /api/users/me tells the key's user's level.
+export async function levelAllows(allowed, levels) {
+  if (!allowed) return false;
+  const me = await get("/api/users/me");
+  return levels.split(" ").includes(me.level);
+}

@@ -6,15 +6,17 @@ import { trainingCharts } from "./chart.js";
 import {
   $, badge, h, progress, serial, showError, span, startClock, when, wireDialogs,
 } from "./dom.js";
-import { cancelJob, rerunJob } from "./jobactions.js";
+import { approveJob, cancelJob, rejectJob, rerunJob } from "./jobactions.js";
 import { live } from "./live.js";
 import { logView } from "./logview.js";
 import "./nav.js";
+import { mayApprove } from "./sharing.js";
 
 const root = $("#job");
 const jobId = root.dataset.jobId;
 const canCancel = root.dataset.canCancel === "true";
 const error = $("#error");
+const approver = mayApprove(root).catch(() => false); // whether this key may approve
 const FINAL = new Set(["completed", "failed", "cancelled"]);
 const charts = trainingCharts($("#charts-panel"), jobId);
 const stored = artifactsView({
@@ -41,9 +43,12 @@ function facts(j) {
     ["Attempts", `${j.attempts} of ${j.max_retries + 1}`],
     ["Submitted", when(j.created_at)],
     ["By", named(j.submitted_by_name, j.submitted_by)],
+    ["User", j.user || "—"],
+    ["Team", j.team || "no team"],
     ["Waited", span(j.created_at, j.started_at || (FINAL.has(j.status) ? j.ended_at : null))],
     ["Ran", span(j.started_at, j.ended_at)],
   ];
+  if (j.approved_by) pairs.push(["Approved by", j.approved_by]);
   if (j.rerun_of) pairs.push(["Re-run of", jobLink(j.rerun_of)]);
   if (j.rerun_as.length) pairs.push(["Re-run as", j.rerun_as.flatMap((id, i) => [i ? ", " : null, jobLink(id)])]);
   if (j.exit_code !== null) pairs.push(["Exit code", String(j.exit_code)]);
@@ -90,6 +95,9 @@ const refresh = serial(async () => {
   charts.update(j);
   $("#cancel").hidden = !canCancel || FINAL.has(j.status);
   $("#rerun").hidden = !canCancel || !FINAL.has(j.status);
+  const held = j.status === "pending_approval" && (await approver);
+  $("#approve").hidden = !held;
+  $("#reject").hidden = !held;
   const waiting = $("#waiting");
   waiting.hidden = !j.waiting;
   if (j.waiting) {
@@ -110,6 +118,8 @@ $("#cancel").addEventListener("click", (event) =>
   cancelJob(jobId, event.currentTarget, error, refresh));
 
 $("#rerun").addEventListener("click", (event) => rerunJob(jobId, event.currentTarget, error));
+$("#approve").addEventListener("click", (event) => approveJob(jobId, event.currentTarget, error, refresh));
+$("#reject").addEventListener("click", (event) => rejectJob(jobId, event.currentTarget, error, refresh));
 
 const logs = logView({
   jobId,
