@@ -12,7 +12,7 @@ const LIMITS = [
 ];
 
 // "fleet 8 GPUs · per team 4 jobs", or "none" when nothing is limited.
-export function limitsText(limits) {
+function limitsText(limits) {
   const set = LIMITS.filter(([field]) => limits && limits[field] !== null && limits[field] !== undefined);
   return set.length ? set.map(([field, scope, what]) => `${scope} ${limits[field]} ${what}`).join(" · ") : "none";
 }

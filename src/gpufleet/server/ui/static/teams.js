@@ -6,7 +6,6 @@ import {
   $, act, busy, confirmDialog, formErrors, h, serial, showError, textOr, when, wireDialogs,
 } from "./dom.js";
 import "./nav.js";
-import { limitsText } from "./sharing.js";
 
 const box = $("#teams");
 const error = $("#error");
@@ -37,14 +36,21 @@ async function usageCharts(team, target) {
 // ---- a team ------------------------------------------------------------------------------------
 
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+const isSet = (v) => v !== null && v !== undefined;
+
+// "at most 8 GPUs, 4 jobs running", or "none".
+function ownLimits(t) {
+  const set = [[t.max_gpus, "GPU"], [t.max_jobs, "job"]].filter(([v]) => isSet(v));
+  return set.length ? `at most ${set.map(([v, word]) => plural(v, word)).join(", ")} running` : "none";
+}
 
 function teamFacts(t) {
-  const share = t.share_gpus === null || t.share_gpus === undefined ? "—" : `${fmt(t.share_gpus)} GPUs`;
+  const share = !isSet(t.share_gpus) ? "—" : `${fmt(t.share_gpus)} GPUs`;
   const pairs = [
     ["Weight", fmt(t.weight), "weight"],
     ["Share", `${share} · fair-share factor ${fmt(t.fair_share_factor)}`, "share"],
     ["Running", `${plural(t.running_gpus, "GPU")}, ${plural(t.running_jobs, "job")}`, "running"],
-    ["Limits", limitsText({ max_gpus: t.max_gpus, max_jobs: t.max_jobs }), "limits"],
+    ["Limits", ownLimits(t), "limits"],
     ["Usage", `${fmt(t.usage / 3600)} GPU-hours`, "usage"],
     ["Preemption", [t.preemptible ? "its jobs may be preempted" : "never preempted",
       t.can_preempt ? "may preempt others" : "never preempts"].join("; "), "preemption"],
