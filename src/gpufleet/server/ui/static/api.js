@@ -67,11 +67,3 @@ export const put = (path, body) => api("PUT", path, body);
 export const patch = (path, body) => api("PATCH", path, body);
 export const del = (path) => api("DELETE", path);
 
-// May the signed-in key do it? `allowed`: its own permission (the page's server side said);
-// `levels`: the user levels whose permissions allow it (the domain's table, as the page
-// carries it, space-separated). GET /api/users/me tells the key's user's level.
-export async function levelAllows(allowed, levels) {
-  if (!allowed) return false;
-  const me = await get("/api/users/me");
-  return levels.split(" ").includes(me.level);
-}

@@ -1,6 +1,6 @@
 // The Queue page's panel on sharing the fleet: the queue's numbers and limits, my jobs and
 // my best position, and, for a key whose level may approve, the jobs waiting for approval.
-import { get, levelAllows } from "./api.js";
+import { get } from "./api.js";
 import { $, duration, h, serial, showError, textOr, when } from "./dom.js";
 import { approveJob, rejectJob } from "./jobactions.js";
 
@@ -59,19 +59,15 @@ function approval(j, error, after) {
       })));
 }
 
-// May the signed-in key approve? Its own permission (the server's `can`) and its user's level.
-export const mayApprove = (root) => levelAllows(root.dataset.canApprove === "true", root.dataset.approveLevels);
 
 // `afterAction`: the page's own refresh, once a job was approved or rejected.
 export function sharingPanel(root, afterAction) {
   const error = $("#sharing-error", root);
-  let approver = null; // a promise: whether this key may approve
+  // The key's permissions as the server reads them: its own, cut to its user's level's.
+  const canApprove = root.dataset.canApprove === "true";
   const refresh = serial(async () => {
     try {
-      approver ||= mayApprove(root);
-      const [stats, mine, canApprove] = await Promise.all([
-        get("/api/queue/stats"), get("/api/queue/me"), approver,
-      ]);
+      const [stats, mine] = await Promise.all([get("/api/queue/stats"), get("/api/queue/me")]);
       $("#queue-stats", root).replaceChildren(...statsFacts(stats));
       $("#queue-me", root).replaceChildren(...meFacts(mine));
       $("#approvals-box", root).hidden = !canApprove;
@@ -84,7 +80,6 @@ export function sharingPanel(root, afterAction) {
           : [h("li", { class: "muted", text: "No job waits for approval." })]));
       }
     } catch (err) {
-      approver = null;
       return showError(error, err);
     }
     showError(error, null);
