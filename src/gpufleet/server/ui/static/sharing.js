@@ -23,21 +23,21 @@ function facts(pairs) {
 
 const count = (n) => h("span", { class: "num", text: String(n ?? 0) });
 
-function statsFacts(s) {
+function statsFacts(s, policy) {
   return facts([
     ["Queue depth", count(s.queue_depth), "stat-depth"],
     ["Running", count(s.running), "stat-running"],
-    ["Average wait", h("span", { text: duration(s.avg_wait_s) }), "stat-wait"],
+    ["Average wait", h("span", { text: duration(s.avg_wait_seconds), title: "queued to first offer, over the last day" }), "stat-wait"],
     ["Fair share", h("span", { text: s.fair_share ? "on" : "off" }), "stat-fair-share"],
-    ["Limits", h("span", { text: limitsText(s.limits) }), "stat-limits"],
+    ["Limits", h("span", { text: limitsText(policy) }), "stat-limits"],
   ]);
 }
 
 function meFacts(m) {
   return facts([
-    ["Waiting", count(m.pending), "me-pending"],
-    ["For approval", count(m.blocked), "me-blocked"],
-    ["Running", count(m.running), "me-running"],
+    ["Waiting", count(m.pending_count), "me-pending"],
+    ["For approval", count(m.blocked_count), "me-blocked"],
+    ["Running", count(m.running_count), "me-running"],
     ["Best position", m.best_position ? h("span", { text: `#${m.best_position}` }) : textOr(null, "none queued"), "me-position"],
   ]);
 }
@@ -67,8 +67,10 @@ export function sharingPanel(root, afterAction) {
   const canApprove = root.dataset.canApprove === "true";
   const refresh = serial(async () => {
     try {
-      const [stats, mine] = await Promise.all([get("/api/queue/stats"), get("/api/queue/me")]);
-      $("#queue-stats", root).replaceChildren(...statsFacts(stats));
+      const [stats, policy, mine] = await Promise.all([
+        get("/api/queue/stats"), get("/api/queue/policy"), get("/api/queue/me"),
+      ]);
+      $("#queue-stats", root).replaceChildren(...statsFacts(stats, policy));
       $("#queue-me", root).replaceChildren(...meFacts(mine));
       $("#approvals-box", root).hidden = !canApprove;
       if (canApprove) {
