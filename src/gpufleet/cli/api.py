@@ -116,8 +116,11 @@ class ApiClient:
     def post(self, path: str, body: Any = None) -> Any:
         return self._request("POST", path, json=body)
 
-    def put(self, path: str, body: Any) -> Any:
+    def put(self, path: str, body: Any = None) -> Any:
         return self._request("PUT", path, json=body)
+
+    def patch(self, path: str, body: Any) -> Any:
+        return self._request("PATCH", path, json=body)
 
     def delete(self, path: str) -> Any:
         return self._request("DELETE", path)
