@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import LAPTOP, PHONE, screenshot, sign_in
 from tests.e2e.conftest import ServerProcess, serving, unique
@@ -19,10 +19,10 @@ USAGE_INTERVAL_S = 0.5
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """An orchestrator that samples each team's usage twice a second, for the charts."""
+def sampling_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """An orchestrator whose policy loop samples each team's usage twice a second."""
     yield from serving(
-        tmp_path_factory.mktemp("orchestrator"),
+        tmp_path_factory.mktemp("sampling"),
         None,
         **{"local-gpus": "auto", "usage-interval": str(USAGE_INTERVAL_S)},
     )
@@ -94,6 +94,12 @@ def test_a_lead_approves_a_viewers_job_in_the_queue_panel_and_it_joins_the_queue
     sign_in(page, lead_key, then="/queue")
     waiting = page.locator(f'#approvals li[data-job="{job_id}"]')
     expect(waiting).to_contain_text(viewer)
+    hidden = page.evaluate(
+        "(w => w.scrollWidth - w.clientWidth)(document.querySelector('#jobs').parentElement)"
+    )
+    assert hidden <= 0, (
+        f"the job list is {hidden} px too wide for a laptop: its actions scroll away"
+    )
     screenshot(page, "queue-approvals")
     waiting.locator("[data-action=approve]").click()
 
@@ -196,8 +202,9 @@ def test_an_admin_creates_a_team_and_a_user_adds_the_member_and_sets_weight_and_
 
 
 def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
-    server: ServerProcess, page: Page
+    sampling_server: ServerProcess, browser: Browser
 ) -> None:
+    server = sampling_server
     team = unique("vision")
     admin_call(server, "POST", "/api/teams", json={"name": team})
     deadline = time.monotonic() + 15
@@ -205,6 +212,8 @@ def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
         assert time.monotonic() < deadline, f"no usage samples of {team} after 15 s"
         time.sleep(USAGE_INTERVAL_S)
 
+    context = browser.new_context(viewport=LAPTOP, base_url=server.url)
+    page = context.new_page()
     sign_in(page, server.admin_key, then="/teams")
     card = page.locator(f'section.team[data-team="{team}"]')
     chart = card.locator('figure.chart[data-series="Running GPUs"] svg')
@@ -212,6 +221,8 @@ def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
     assert int(chart.get_attribute("data-points") or 0) >= 2
     expect(chart.locator("path.line")).to_have_count(1)
     expect(card.locator('figure.chart[data-series^="Usage"] svg path.line')).to_have_count(1)
+    screenshot(page, "team-usage")
+    context.close()
 
 
 def test_a_key_made_on_the_keys_page_belongs_to_the_user_chosen(
@@ -224,6 +235,7 @@ def test_a_key_made_on_the_keys_page_belongs_to_the_user_chosen(
     page.select_option("#k-user", user)
     page.check("#key-form input[value='queue.read']")
     page.click("#key-form button[type=submit]")
+    expect(page.locator("#key-value")).to_contain_text("gfk_")
     key = page.locator("#key-value").inner_text()
     page.click("#key-copy")
     page.click("#key-done")

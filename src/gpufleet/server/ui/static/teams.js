@@ -45,10 +45,10 @@ function ownLimits(t) {
 }
 
 function teamFacts(t) {
-  const share = !isSet(t.share_gpus) ? "—" : `${fmt(t.share_gpus)} GPUs`;
   const pairs = [
     ["Weight", fmt(t.weight), "weight"],
-    ["Share", `${share} · fair-share factor ${fmt(t.fair_share_factor)}`, "share"],
+    ["Share", isSet(t.share_gpus) ? `${fmt(t.share_gpus)} GPUs` : "—", "share"],
+    ["Fair-share factor", isSet(t.fair_share_factor) ? fmt(t.fair_share_factor) : "—", "factor"],
     ["Running", `${plural(t.running_gpus, "GPU")}, ${plural(t.running_jobs, "job")}`, "running"],
     ["Limits", ownLimits(t), "limits"],
     ["Usage", `${fmt(t.usage / 3600)} GPU-hours`, "usage"],
