@@ -349,3 +349,17 @@ async def test_a_job_is_for_the_team_named_else_the_default_else_the_only_team(
     with pytest.raises(InvalidInput) as unknown:
         await _resolve(fleet, "multi", "zz")
     assert "there is no team 'zz'; multi is in: a, b" in unknown.value.message
+
+
+async def test_hostile_names_in_the_path_answer_404_on_every_database(fleet: Fleet) -> None:
+    await make_team(fleet, "t")
+    for ref in ("%ED%A0%80", "%FF", "a" * 10_000, "x%20y", "u_admin%27--"):
+        for answer in (
+            await fleet.admin.get(f"/api/users/{ref}"),
+            await fleet.admin.get(f"/api/teams/{ref}"),
+            await fleet.admin.put(f"/api/teams/t/members/{ref}"),
+            await fleet.admin.delete(f"/api/users/{ref}"),
+        ):
+            assert answer.status_code == 404, (ref[:20], answer.text[:200])
+            assert len(answer.text) < 2000
+    assert (await fleet.admin.get("/api/teams/t")).json()["members"] == []
