@@ -665,3 +665,54 @@ def test_a_researcher_or_viewer_may_not_ask_above_their_default(level):
 @pytest.mark.parametrize("level", [Level.LEAD, Level.ADMIN])
 def test_a_lead_or_admin_may_ask_any_priority(level):
     assert check_priority(level, 99) == 99
+
+
+# ---- the worked example of docs/scheduling.md -----------------------------------------------
+
+
+def test_the_worked_example_in_docs_scheduling_md_holds():
+    teams = {
+        "t_nlp": TeamState("t_nlp", "nlp", weight=2, usage=120 * HOUR),
+        "t_cv": TeamState("t_cv", "cv", weight=1, usage=30 * HOUR, can_preempt=True),
+        "t_rl": TeamState("t_rl", "rl", weight=1, usage=50 * HOUR, preemptible=True),
+    }
+    members = {
+        ("t_cv", "u_ann"): 25 * HOUR,
+        ("t_cv", "u_bob"): 5 * HOUR,
+        ("t_nlp", "u_cy"): 120 * HOUR,
+        ("t_rl", "u_dee"): 50 * HOUR,
+    }
+
+    def ago(minutes: int) -> datetime:
+        return T0 - timedelta(minutes=minutes)
+
+    rl = [
+        running(n, "t_rl", "u_dee", gpus=g, started_at=ago(m))
+        for n, g, m in [(1, 2, 180), (2, 2, 120), (3, 2, 45), (4, 1, 30), (5, 2, 5)]
+    ]
+    busy = [*rl, *(running(10 + n, "t_nlp", "u_cy", priority=20) for n in range(5))]
+    busy.append(running(20, "t_cv", "u_ann", gpus=2))
+    policy = Policy(fair_share=True, preemption=True)
+    snap = snapshot(
+        policy, busy, teams=teams, member_usage=members, fleet_gpus=16, waiting={"t_cv"}
+    )
+    assert snap.fleet == Tally(11, 16)
+    factors = {t: round(fair_share_factor(t, snap), 3) for t in teams}
+    assert factors == {"t_nlp": 0.435, "t_cv": 0.660, "t_rl": 0.500}
+    assert [share_gpus(t, snap) for t in teams] == [8.0, 4.0, 4.0]
+    j1 = Candidate("j_1", "t_nlp", "u_cy", 1, 20, ago(50))
+    j2 = Candidate("j_2", "t_rl", "u_dee", 1, 30, ago(40))
+    j3 = Candidate("j_3", "t_cv", "u_ann", 2, 10, ago(30))
+    j4 = Candidate("j_4", "t_cv", "u_bob", 2, 10, ago(10))
+    assert [round(x, 3) for x in rank_key(j3, snap)[:3]] == [-0.66, 2.0, -0.315]
+    assert [round(x, 3) for x in rank_key(j4, snap)[:3]] == [-0.66, 2.0, -0.794]
+    queue = [j1, j2, j3, j4]
+    assert sorted(queue, key=lambda c: rank_key(c, snap)) == [j4, j3, j2, j1]
+    unfair = snapshot(Policy(), busy, teams=teams)
+    assert sorted(queue, key=lambda c: rank_key(c, unfair)) == [j2, j1, j3, j4]
+    two_gpu_workers = [r for r in busy if r.gpus == 2]
+    assert choose_victim(j4, two_gpu_workers, snap) == rl[2]
+    assert decay(200 * HOUR, 7 * 86400, policy.half_life_s) == pytest.approx(100 * HOUR)
+    assert round(decay(200 * HOUR, 86400, policy.half_life_s) / HOUR, 1) == 181.1
+    capped = snapshot(Policy(limits=Limits(team_max_gpus=5)), busy, teams=teams)
+    assert str(limit_hit(j1, capped)) == "team nlp is at its limit of 5 GPUs"

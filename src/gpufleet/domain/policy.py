@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
 
@@ -107,7 +107,8 @@ class Snapshot:
     now: datetime
     teams: Mapping[str, TeamState] = field(default_factory=dict)
     users: Mapping[str, UserState] = field(default_factory=dict)
-    member_usage: Mapping[tuple[str, str], float] = field(default_factory=dict)  # (team, user)
+    # (team, user) -> usage inside that team; every member of a team, those at 0 included
+    member_usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
     fleet: Tally = NOTHING
     by_team: Mapping[str | None, Tally] = field(default_factory=dict)
     by_user: Mapping[str, Tally] = field(default_factory=dict)
@@ -423,7 +424,7 @@ def _without(snap: Snapshot, r: Running) -> Snapshot:
 
 def as_candidate(r: Running) -> Candidate:
     """A running job ranked as if queued, its start standing for its age."""
-    started = r.started_at or datetime.max
+    started = r.started_at or datetime.max.replace(tzinfo=UTC)  # not started: the youngest
     return Candidate(r.job_id, r.team_id, r.user_id, r.gpus, r.priority, started, r.preemptible)
 
 
