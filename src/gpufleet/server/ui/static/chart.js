@@ -33,7 +33,7 @@ function range(values) {
   let hi = Math.max(...values);
   if (lo === hi) {
     const pad = Math.abs(lo) * 0.1 || 1;
-    lo -= pad;
+    lo = lo >= 0 ? Math.max(0, lo - pad) : lo - pad; // counts and losses never go below 0
     hi += pad;
   }
   return [lo, hi];

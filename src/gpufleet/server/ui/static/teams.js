@@ -14,7 +14,7 @@ const isAdmin = box.dataset.canAdmin === "true"; // `*`, cut to its user's level
 
 // ---- the usage chart: time along x ------------------------------------------------------------
 
-const clock = (ms) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+const clock = (ms) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
 const TIME = {
   axis: clock,
   tick: clock,
@@ -24,8 +24,8 @@ const TIME = {
 
 async function usageCharts(team, target) {
   const { samples } = await get(`${path("teams", team.name)}/usage`);
-  if (!samples.length) {
-    return target.replaceChildren(h("p", { class: "muted", text: "No usage recorded yet." }));
+  if (samples.length < 2) { // a line over time needs two points in time
+    return target.replaceChildren(h("p", { class: "muted", text: "No usage recorded yet: the chart starts with the second sample." }));
   }
   const at = (s) => Date.parse(s.at);
   target.replaceChildren(
