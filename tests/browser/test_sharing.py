@@ -108,6 +108,20 @@ def test_a_lead_approves_a_viewers_job_in_the_queue_panel_and_it_joins_the_queue
     approved = job(server, job_id)
     assert approved["status"] == "queued"
     assert approved["approved_by"]
+    page.goto(f"/queue/{job_id}")
+    expect(page.locator("#facts")).to_contain_text(f"Approved by{approved['approved_by']}")
+    expect(page.locator("#approve")).to_be_hidden()
+
+
+def test_a_lead_sees_the_teams_but_not_the_admins_forms(server: ServerProcess, page: Page) -> None:
+    team = unique("speech")
+    admin_call(server, "POST", "/api/teams", json={"name": team, "weight": 2})
+    _, lead_key = user_with_key(server, "lead", "queue.read", "queue.approve")
+    sign_in(page, lead_key, then="/teams")
+    card = page.locator(f'section.team[data-team="{team}"]')
+    expect(card.locator('[data-fact="weight"]')).to_have_text("2")
+    expect(card.locator("button")).to_have_count(0)
+    expect(page.locator("#admin")).to_be_hidden()
 
 
 def test_a_lead_rejects_a_job_from_its_page_with_a_reason_and_it_is_cancelled(

@@ -47,7 +47,7 @@ function facts(j) {
     ["Waited", span(j.created_at, j.started_at || (FINAL.has(j.status) ? j.ended_at : null))],
     ["Ran", span(j.started_at, j.ended_at)],
   ];
-  if (j.approved_by) pairs.push(["Approved by", j.approved_by]);
+  if (j.approved_by) pairs.push(["Approved by", named(j.approved_by_name, j.approved_by)]);
   if (j.rerun_of) pairs.push(["Re-run of", jobLink(j.rerun_of)]);
   if (j.rerun_as.length) pairs.push(["Re-run as", j.rerun_as.flatMap((id, i) => [i ? ", " : null, jobLink(id)])]);
   if (j.exit_code !== null) pairs.push(["Exit code", String(j.exit_code)]);
