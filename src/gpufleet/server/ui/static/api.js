@@ -56,7 +56,8 @@ export async function api(method, path, body) {
   if (!resp.ok) {
     // `detail_for.ui`: the same as `detail`, in the page's terms (a button, not an endpoint)
     const detail = data && ((data.detail_for && data.detail_for.ui) || data.detail);
-    throw new ApiError(resp.status, detail || `${resp.status} ${resp.statusText}`, fieldsOf(data));
+    const unexplained = `the orchestrator refused this without saying why (${resp.status} ${resp.statusText}); try again, or see its log`;
+    throw new ApiError(resp.status, detail || unexplained, fieldsOf(data));
   }
   return data;
 }
