@@ -209,6 +209,16 @@ def test_an_admin_creates_a_team_and_a_user_adds_the_member_and_sets_weight_and_
         assert time.monotonic() < deadline, "the level change never reached the API"
         time.sleep(0.1)
 
+    users_row = page.locator(f'#users tr[data-user="{user}"]')
+    users_row.locator("[data-action=limits]").click()
+    page.fill("#l-max_queued", "2.5")
+    page.click("#user-limits-save")
+    expect(page.locator("#l-max_queued-error")).to_contain_text("whole number")
+    page.fill("#l-max_queued", "50")
+    page.click("#user-limits-save")
+    expect(users_row.locator('[data-label="Limits"]')).to_have_text("at most 50 queued")
+    assert admin_call(server, "GET", f"/api/users/{user}")["max_queued"] == 50
+
     card.locator(f'[data-member="{user}"] [data-action=remove-member]').click()
     expect(card.locator(f'[data-member="{user}"]')).to_have_count(0)
     assert admin_call(server, "GET", f"/api/teams/{team}")["members"] == []

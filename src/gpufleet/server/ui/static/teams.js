@@ -38,10 +38,12 @@ async function usageCharts(team, target) {
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 const isSet = (v) => v !== null && v !== undefined;
 
-// "at most 8 GPUs, 4 jobs running", or "none".
+// "at most 8 GPUs, 4 jobs running", or "none"; a user's also "50 queued".
 function ownLimits(t) {
   const set = [[t.max_gpus, "GPU"], [t.max_jobs, "job"]].filter(([v]) => isSet(v));
-  return set.length ? `at most ${set.map(([v, word]) => plural(v, word)).join(", ")} running` : "none";
+  const running = set.length ? `at most ${set.map(([v, word]) => plural(v, word)).join(", ")} running` : null;
+  const queued = isSet(t.max_queued) ? `at most ${t.max_queued} queued` : null;
+  return [running, queued].filter(Boolean).join("; ") || "none";
 }
 
 function teamFacts(t) {
@@ -207,18 +209,54 @@ function userRow(u) {
     h("td", { "data-label": "Name" }, h("strong", { text: u.name }), h("div", { class: "muted mono", text: u.id })),
     h("td", { "data-label": "Level" }, h("div", {}, levelChoice(u))),
     h("td", { "data-label": "Teams" }, u.teams.length ? h("div", {}, u.teams.map((t) => h("span", { class: "label", text: t }))) : textOr(null, "none")),
+    h("td", { "data-label": "Limits", text: ownLimits(u) }),
     h("td", { "data-label": "Keys", class: "num", text: String(u.keys) }),
     h("td", { "data-label": "Created" }, when(u.created_at)),
-    h("td", { "data-label": "Actions" }, h("button", {
+    h("td", { "data-label": "Actions" }, h("div", { class: "actions" }, h("button", {
+      type: "button", class: "small", "data-action": "limits", text: "Limits",
+      onclick: () => editLimits(u),
+    }), h("button", {
       type: "button", class: "small danger", "data-action": "delete-user", text: "Delete",
       onclick: (e) => act(e.currentTarget, async () => {
         const ok = await confirmDialog(`Delete user ${u.name}?`,
           "Their API keys are revoked at once; their past jobs stay in the queue and the audit log.", "Delete user");
         if (ok) await del(path("users", u.name));
       }, $("#users-error"), refresh),
-    })),
+    }))),
   );
 }
+
+// A user's own limits, in a dialog: each problem beside its field.
+const limitsDialog = $("#user-limits");
+const limitsForm = $("#user-limits-form");
+let limitsOf = null; // the user being edited
+
+function editLimits(u) {
+  limitsOf = u;
+  $("#user-limits-title").textContent = `Limits of ${u.name}`;
+  for (const name of ["max_gpus", "max_jobs", "max_queued"]) limitsForm.elements[name].value = u[name] ?? "";
+  formErrors(limitsForm, null);
+  limitsDialog.showModal();
+}
+
+limitsForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const problems = {};
+  const body = {
+    max_gpus: limitValue(limitsForm, "max_gpus", problems, "Max GPUs"),
+    max_jobs: limitValue(limitsForm, "max_jobs", problems, "Max jobs"),
+    max_queued: limitValue(limitsForm, "max_queued", problems, "Max queued"),
+  };
+  formErrors(limitsForm, null, problems);
+  if (Object.keys(problems).length) return;
+  try {
+    await busy(event.submitter, () => patch(path("users", limitsOf.name), body));
+  } catch (err) {
+    return formErrors(limitsForm, err);
+  }
+  limitsDialog.close();
+  refresh();
+});
 
 // ---- the page ----------------------------------------------------------------------------------
 
@@ -241,7 +279,7 @@ const refresh = serial(async () => {
   team.replaceChildren(h("option", { value: "", text: "no team" }),
     ...teams.map((t) => h("option", { value: t.name, text: t.name, selected: t.name === chosen })));
   $("#users tbody").replaceChildren(...(users.length ? users.map(userRow)
-    : [h("tr", { class: "empty" }, h("td", { colspan: 6, text: "No users yet." }))]));
+    : [h("tr", { class: "empty" }, h("td", { colspan: 7, text: "No users yet." }))]));
 });
 
 // ---- create --------------------------------------------------------------------------------------
