@@ -83,6 +83,24 @@ function members(t, card, isAdmin) {
     }) : null)));
 }
 
+// A form's submit: `read(form)` gives {body, problems}; the problems are shown beside their
+// fields before anything is sent, the server's after it; `done` once it was sent.
+function onSubmit(form, read, send, done) {
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const { body, problems } = read(form);
+    formErrors(form, null, problems);
+    const first = Object.keys(problems)[0];
+    if (first) return form.elements[first].focus();
+    try {
+      await busy(event.submitter, () => send(body));
+    } catch (err) {
+      return formErrors(form, err);
+    }
+    done();
+  });
+}
+
 // Empty: null (no limit); else a whole number ≥ 0, or a problem in words.
 function limitValue(form, name, problems, label) {
   const raw = form.elements[name].value.trim();
@@ -124,18 +142,7 @@ function editForm(t, card) {
       h("p", { class: "error", "data-error-for": "form", role: "alert" }),
       h("span", { class: "spacer" }),
       h("button", { type: "submit", "data-action": "save", text: "Save" })));
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const { body, problems } = teamSettings(form);
-    formErrors(form, null, problems);
-    if (Object.keys(problems).length) return;
-    try {
-      await busy(event.submitter, () => patch(path("teams", t.name), body));
-    } catch (err) {
-      return formErrors(form, err);
-    }
-    refresh();
-  });
+  onSubmit(form, teamSettings, (body) => patch(path("teams", t.name), body), refresh);
   return form;
 }
 
@@ -239,21 +246,14 @@ function editLimits(u) {
   limitsDialog.showModal();
 }
 
-limitsForm.addEventListener("submit", async (event) => {
-  event.preventDefault();
+onSubmit(limitsForm, (form) => {
   const problems = {};
-  const body = {
-    max_gpus: limitValue(limitsForm, "max_gpus", problems, "Max GPUs"),
-    max_jobs: limitValue(limitsForm, "max_jobs", problems, "Max jobs"),
-    max_queued: limitValue(limitsForm, "max_queued", problems, "Max queued"),
-  };
-  formErrors(limitsForm, null, problems);
-  if (Object.keys(problems).length) return;
-  try {
-    await busy(event.submitter, () => patch(path("users", limitsOf.name), body));
-  } catch (err) {
-    return formErrors(limitsForm, err);
+  const body = {};
+  for (const [name, label] of [["max_gpus", "Max GPUs"], ["max_jobs", "Max jobs"], ["max_queued", "Max queued"]]) {
+    body[name] = limitValue(form, name, problems, label);
   }
+  return { body, problems };
+}, (body) => patch(path("users", limitsOf.name), body), () => {
   limitsDialog.close();
   refresh();
 });
@@ -284,21 +284,10 @@ const refresh = serial(async () => {
 
 // ---- create --------------------------------------------------------------------------------------
 
-function creating(form, endpoint, read) {
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const { body, problems } = read(form);
-    formErrors(form, null, problems);
-    if (Object.keys(problems).length) return form.querySelector(`[name=${Object.keys(problems)[0]}]`).focus();
-    try {
-      await busy(event.submitter, () => post(endpoint, body));
-    } catch (err) {
-      return formErrors(form, err);
-    }
-    form.reset();
-    refresh();
-  });
-}
+const creating = (form, endpoint, read) => onSubmit(form, read, (body) => post(endpoint, body), () => {
+  form.reset();
+  refresh();
+});
 
 const named = (form, problems, what) => {
   const name = form.elements.name.value.trim();
