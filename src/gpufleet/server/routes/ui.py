@@ -21,11 +21,13 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from gpufleet import __version__
 from gpufleet.domain.audit_events import EVENT_TYPES, FAMILIES
 from gpufleet.domain.jobspec import CONFIG_NAME, CONFIG_NAME_RULE
+from gpufleet.domain.levels import Level
 from gpufleet.domain.permissions import (
     ADMIN_AUDIT,
     ADMIN_WORKERS,
     ALL,
     PERMISSION_HELP,
+    QUEUE_APPROVE,
     QUEUE_READ,
     QUEUE_SUBMIT,
 )
@@ -63,10 +65,11 @@ class Page:
 WORKERS = Page("/workers", "Workers", ADMIN_WORKERS)
 TRAIN = Page("/train", "Train", QUEUE_SUBMIT)
 QUEUE = Page("/queue", "Queue", QUEUE_READ)
+TEAMS = Page("/teams", "Teams", QUEUE_READ)
 AUDIT = Page("/audit", "Audit", ADMIN_AUDIT)
 KEYS = Page("/keys", "API keys", ALL)
 WEBHOOKS = Page("/webhooks", "Webhooks", ALL)
-PAGES = (WORKERS, TRAIN, QUEUE, AUDIT, KEYS, WEBHOOKS)  # the navigation, in order
+PAGES = (WORKERS, TRAIN, QUEUE, TEAMS, AUDIT, KEYS, WEBHOOKS)  # the navigation, in order
 
 
 def static_files() -> StaticFiles:
@@ -116,7 +119,10 @@ async def _page(
         "nav": [p for p in PAGES if key_allows(perms, p.permission)],
         "key_name": principal.key.name,
         "key_id": principal.key.id,
-        "can": {p: key_allows(perms, p) for p in (ADMIN_WORKERS, QUEUE_SUBMIT, ADMIN_AUDIT, ALL)},
+        "can": {
+            p: key_allows(perms, p)
+            for p in (ADMIN_WORKERS, QUEUE_SUBMIT, QUEUE_APPROVE, ADMIN_AUDIT, ALL)
+        },
         **extra,
     }
     if not key_allows(perms, page.permission):
@@ -165,6 +171,11 @@ async def queue_page(ctx: Ctx, request: Request) -> Response:
 @router.get("/queue/{job_id}")
 async def job_page(ctx: Ctx, request: Request, job_id: str) -> Response:
     return await _page(ctx, request, QUEUE, "job.html", job_id=job_id)
+
+
+@router.get("/teams")
+async def teams_page(ctx: Ctx, request: Request) -> Response:
+    return await _page(ctx, request, TEAMS, levels=[level.value for level in Level])
 
 
 @router.get("/audit")

@@ -4,10 +4,22 @@
 const CSRF_COOKIE = "gpufleet_csrf";
 
 export class ApiError extends Error {
-  constructor(status, detail) {
+  // `fields`: a refused body's problems by field name (a 422's `errors`), for a form to show
+  // each beside its field.
+  constructor(status, detail, fields = {}) {
     super(detail);
     this.status = status;
+    this.fields = fields;
   }
+}
+
+function fieldsOf(data) {
+  const fields = {};
+  for (const e of (data && Array.isArray(data.errors)) ? data.errors : []) {
+    const name = (e.loc || []).filter((part) => part !== "body").join(".");
+    if (name && !(name in fields)) fields[name] = e.msg;
+  }
+  return fields;
 }
 
 function csrfToken() {
@@ -44,7 +56,8 @@ export async function api(method, path, body) {
   if (!resp.ok) {
     // `detail_for.ui`: the same as `detail`, in the page's terms (a button, not an endpoint)
     const detail = data && ((data.detail_for && data.detail_for.ui) || data.detail);
-    throw new ApiError(resp.status, detail || `${resp.status} ${resp.statusText}`);
+    const unexplained = `the orchestrator refused this without saying why (${resp.status} ${resp.statusText}); try again, or see its log`;
+    throw new ApiError(resp.status, detail || unexplained, fieldsOf(data));
   }
   return data;
 }
@@ -52,4 +65,6 @@ export async function api(method, path, body) {
 export const get = (path) => api("GET", path);
 export const post = (path, body) => api("POST", path, body);
 export const put = (path, body) => api("PUT", path, body);
+export const patch = (path, body) => api("PATCH", path, body);
 export const del = (path) => api("DELETE", path);
+

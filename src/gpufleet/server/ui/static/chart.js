@@ -1,7 +1,8 @@
-// Training charts on the job page: each metric the job reports, over its steps, as a small
-// SVG line chart, with step / total, rate and ETA. Drawn from the stored, thinned history
-// (GET /api/queue/{id}/progress); re-read when the job's progress changes (the page's
-// `jobs` nudges on /api/events), never per report.
+// Small SVG line charts. On the job page: each metric the job reports, over its steps, with
+// step / total, rate and ETA, drawn from the stored, thinned history
+// (GET /api/queue/{id}/progress) and re-read when the job's progress changes (the page's
+// `jobs` nudges on /api/events), never per report. On the Teams page: a team's usage over
+// time (`lineChart` with a time axis).
 import { get } from "./api.js";
 import { duration, h, serial, showError } from "./dom.js";
 
@@ -32,14 +33,17 @@ function range(values) {
   let hi = Math.max(...values);
   if (lo === hi) {
     const pad = Math.abs(lo) * 0.1 || 1;
-    lo -= pad;
+    lo = lo >= 0 ? Math.max(0, lo - pad) : lo - pad; // counts and losses never go below 0
     hi += pad;
   }
   return [lo, hi];
 }
 
-function chart(name, points) {
-  // points: [step, value, attempt], oldest first; each attempt is its own line.
+const STEPS = { axis: (v) => `step ${fmt(v)}`, tick: fmt, at: (v) => `step ${v}`, span: (a, b) => `steps ${a} to ${b}` };
+
+// `xAxis` says the x values in words: the first tick, the last, one point, the span.
+export function lineChart(name, points, xAxis = STEPS) {
+  // points: [x, value, series], oldest first; each series (a job's attempt) is its own line.
   const [x0, x1] = range(points.map((p) => p[0]));
   const [y0, y1] = range(points.map((p) => p[1]));
   const x = (step) => PAD.left + ((step - x0) / (x1 - x0)) * (W - PAD.left - PAD.right);
@@ -54,7 +58,7 @@ function chart(name, points) {
   const dots = points.length <= MARKERS
     ? points.filter((p) => p[2] === last[2]).map((p) =>
       svg("circle", { cx: x(p[0]).toFixed(1), cy: y(p[1]).toFixed(1), r: 2.2, class: "dot" },
-        svg("title", {}, document.createTextNode(`step ${p[0]}: ${fmt(p[1])}`))))
+        svg("title", {}, document.createTextNode(`${xAxis.at(p[0])}: ${fmt(p[1])}`))))
     : [];
   const text = (tx, ty, anchor, words) =>
     svg("text", { x: tx, y: ty, "text-anchor": anchor, class: "tick" }, document.createTextNode(words));
@@ -63,9 +67,9 @@ function chart(name, points) {
     svg("line", { x1: PAD.left, y1: PAD.top, x2: PAD.left, y2: H - PAD.bottom }),
     text(PAD.left - 4, PAD.top + 8, "end", fmt(y1)),
     text(PAD.left - 4, H - PAD.bottom, "end", fmt(y0)),
-    text(PAD.left, H - 6, "start", `step ${fmt(x0)}`),
-    text(W - PAD.right, H - 6, "end", fmt(x1)));
-  const label = `${name} over steps ${x0} to ${x1}: latest ${fmt(last[1])} at step ${last[0]}`;
+    text(PAD.left, H - 6, "start", xAxis.axis(x0)),
+    text(W - PAD.right, H - 6, "end", xAxis.tick(x1)));
+  const label = `${name} over ${xAxis.span(x0, x1)}: latest ${fmt(last[1])} at ${xAxis.at(last[0])}`;
   const picture = svg("svg", {
     viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": label, "data-points": points.length,
   }, frame, ...lines, ...dots);
@@ -102,7 +106,7 @@ export function trainingCharts(panel, jobId) {
     showError(error, null);
     panel.hidden = p.step === null && !p.series.length;
     facts.replaceChildren(...paceFacts(p));
-    box.replaceChildren(...p.series.map((s) => chart(s.name, s.points)));
+    box.replaceChildren(...p.series.map((s) => lineChart(s.name, s.points)));
   });
   return {
     update(job) {

@@ -25,8 +25,11 @@ function append(el, children) {
 
 export const $ = (selector, root = document) => root.querySelector(selector);
 
+// A status in words where its name is not one (`pending_approval`).
+const STATUS_WORDS = { pending_approval: "waiting for approval" };
+
 export function badge(status) {
-  return h("span", { class: `badge status-${status}`, text: status });
+  return h("span", { class: `badge status-${status}`, text: STATUS_WORDS[status] || status });
 }
 
 // A worker's status badge in the server's words for it (`presence_text`: "never connected").
@@ -34,6 +37,11 @@ export function workerBadge(w) {
   const el = badge(w.status);
   el.textContent = w.presence_text || w.status;
   return el;
+}
+
+// A name, or `none` greyed where there is none.
+export function textOr(value, none = "—") {
+  return value ? h("span", { text: value }) : h("span", { class: "muted", text: none });
 }
 
 export function labels(map) {
@@ -141,26 +149,78 @@ export async function act(button, work, error, after) {
   after();
 }
 
-// Resolves true when the user confirms in the page's #confirm dialog.
-export function confirmDialog(title, text, yesLabel) {
+// The page's #confirm dialog: resolves with `answer()` when the user confirms, else null.
+function openConfirm(title, text, yesLabel, answer) {
   const dialog = $("#confirm");
   $("#confirm-title", dialog).textContent = title;
   $("#confirm-text", dialog).textContent = text;
   const yes = $("#confirm-yes", dialog);
   yes.textContent = yesLabel;
   return new Promise((resolve) => {
-    const done = (answer) => {
+    const done = (value) => {
       yes.removeEventListener("click", onYes);
       dialog.removeEventListener("close", onClose);
       if (dialog.open) dialog.close();
-      resolve(answer);
+      resolve(value);
     };
-    const onYes = () => done(true);
-    const onClose = () => done(false);
+    const onYes = () => {
+      const value = answer();
+      if (value !== null) done(value);
+    };
+    const onClose = () => done(null);
     yes.addEventListener("click", onYes);
     dialog.addEventListener("close", onClose);
     dialog.showModal();
   });
+}
+
+// Resolves true when the user confirms in the page's #confirm dialog.
+export async function confirmDialog(title, text, yesLabel) {
+  const ask = $("#confirm-ask");
+  if (ask) ask.hidden = true;
+  return (await openConfirm(title, text, yesLabel, () => true)) === true;
+}
+
+// The #confirm dialog with its text field (`confirm_dialog(ask=True)`): resolves with what the
+// user wrote, or null when they keep things as they are. An empty answer is refused beside
+// the field with `needed`.
+export function askDialog(title, text, yesLabel, label, needed) {
+  const input = $("#confirm-input");
+  const problem = $("#confirm-input-error");
+  $("#confirm-ask").hidden = false;
+  $("#confirm-label").textContent = label;
+  input.value = "";
+  input.onkeydown = (event) => {
+    if (event.key !== "Enter") return;
+    event.preventDefault();
+    $("#confirm-yes").click();
+  };
+  showError(problem, null);
+  const opened = openConfirm(title, text, yesLabel, () => {
+    const value = input.value.trim();
+    if (value) return value;
+    showError(problem, new Error(needed));
+    input.focus();
+    return null;
+  });
+  input.focus();
+  return opened;
+}
+
+// A form's errors beside their fields: each `[data-error-for=NAME]` in the form shows the
+// problem with the field NAME (a 422's per-field answer, or `problems` found before sending);
+// the rest goes to the form's `[data-error-for=form]`, beside its button. Null clears them.
+export function formErrors(form, err, problems = {}) {
+  const fields = { ...((err && err.fields) || {}), ...problems };
+  let placed = false;
+  for (const el of form.querySelectorAll("[data-error-for]")) {
+    const name = el.dataset.errorFor;
+    const message = fields[name];
+    el.textContent = message ? message.charAt(0).toUpperCase() + message.slice(1) : "";
+    placed ||= Boolean(message);
+  }
+  const general = $("[data-error-for=form]", form);
+  if (general && err && !placed) general.textContent = err.message || String(err);
 }
 
 // Buttons marked data-close close their dialog.

@@ -6,7 +6,7 @@ import { trainingCharts } from "./chart.js";
 import {
   $, badge, h, progress, serial, showError, span, startClock, when, wireDialogs,
 } from "./dom.js";
-import { cancelJob, rerunJob } from "./jobactions.js";
+import { approveJob, cancelJob, rejectJob, rerunJob } from "./jobactions.js";
 import { live } from "./live.js";
 import { logView } from "./logview.js";
 import "./nav.js";
@@ -15,6 +15,7 @@ const root = $("#job");
 const jobId = root.dataset.jobId;
 const canCancel = root.dataset.canCancel === "true";
 const error = $("#error");
+const canApprove = root.dataset.canApprove === "true"; // its own permission, cut to its level's
 const FINAL = new Set(["completed", "failed", "cancelled"]);
 const charts = trainingCharts($("#charts-panel"), jobId);
 const stored = artifactsView({
@@ -41,9 +42,12 @@ function facts(j) {
     ["Attempts", `${j.attempts} of ${j.max_retries + 1}`],
     ["Submitted", when(j.created_at)],
     ["By", named(j.submitted_by_name, j.submitted_by)],
+    ["User", j.user || "—"],
+    ["Team", j.team || "no team"],
     ["Waited", span(j.created_at, j.started_at || (FINAL.has(j.status) ? j.ended_at : null))],
     ["Ran", span(j.started_at, j.ended_at)],
   ];
+  if (j.approved_by) pairs.push(["Approved by", named(j.approved_by_name, j.approved_by)]);
   if (j.rerun_of) pairs.push(["Re-run of", jobLink(j.rerun_of)]);
   if (j.rerun_as.length) pairs.push(["Re-run as", j.rerun_as.flatMap((id, i) => [i ? ", " : null, jobLink(id)])]);
   if (j.exit_code !== null) pairs.push(["Exit code", String(j.exit_code)]);
@@ -90,6 +94,9 @@ const refresh = serial(async () => {
   charts.update(j);
   $("#cancel").hidden = !canCancel || FINAL.has(j.status);
   $("#rerun").hidden = !canCancel || !FINAL.has(j.status);
+  const held = j.status === "pending_approval" && canApprove;
+  $("#approve").hidden = !held;
+  $("#reject").hidden = !held;
   const waiting = $("#waiting");
   waiting.hidden = !j.waiting;
   if (j.waiting) {
@@ -110,6 +117,8 @@ $("#cancel").addEventListener("click", (event) =>
   cancelJob(jobId, event.currentTarget, error, refresh));
 
 $("#rerun").addEventListener("click", (event) => rerunJob(jobId, event.currentTarget, error));
+$("#approve").addEventListener("click", (event) => approveJob(jobId, event.currentTarget, error, refresh));
+$("#reject").addEventListener("click", (event) => rejectJob(jobId, event.currentTarget, error, refresh));
 
 const logs = logView({
   jobId,

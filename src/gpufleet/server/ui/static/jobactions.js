@@ -1,6 +1,6 @@
 // What the Queue and a job's page both do to a job.
 import { post } from "./api.js";
-import { act, busy, confirmDialog, showError } from "./dom.js";
+import { act, askDialog, busy, confirmDialog, showError } from "./dom.js";
 
 // Cancel after a confirmation; `after` (the page's refresh) runs once it is done.
 export async function cancelJob(jobId, button, error, after) {
@@ -16,4 +16,22 @@ export async function rerunJob(jobId, button, error) {
   } catch (err) {
     showError(error, err);
   }
+}
+
+// A job an approval rule holds: approved, it joins the queue.
+export const approveJob = (jobId, button, error, after) =>
+  act(button, () => post(`/api/queue/${jobId}/approve`), error, after);
+
+// Rejected, with a reason its submitter will read, it is cancelled.
+export async function rejectJob(jobId, button, error, after) {
+  const reason = await askDialog(
+    `Reject ${jobId}?`,
+    "The job is cancelled and never runs; its submitter sees your reason.",
+    "Reject job",
+    "Reason",
+    "Give a reason, such as: ask for 2 GPUs, not 8.",
+  );
+  if (reason === null) return;
+  const query = new URLSearchParams({ reason });
+  await act(button, () => post(`/api/queue/${jobId}/reject?${query}`), error, after);
 }

@@ -1,7 +1,7 @@
 // Administration → API keys: create (shown once), list, revoke.
-import { del, get, post } from "./api.js";
+import { ApiError, del, get, post } from "./api.js";
 import {
-  $, ago, badge, busy, confirmDialog, h, showError, startClock, when, wireDialogs,
+  $, ago, badge, busy, confirmDialog, h, showError, startClock, textOr, when, wireDialogs,
 } from "./dom.js";
 import "./nav.js";
 
@@ -45,6 +45,7 @@ function row(key) {
     h("td", { "data-label": "Name" }, h("div", {},
       h("strong", { text: key.name }), mine ? h("span", { class: "muted", text: " (this session)" }) : null,
       h("div", { class: "muted mono", text: key.id }))),
+    h("td", { "data-label": "User" }, textOr(key.user)),
     h("td", { "data-label": "Permissions" },
       h("div", {}, key.permissions.map((p) => h("span", { class: "label", text: p })))),
     h("td", { "data-label": "Created" }, when(key.created_at)),
@@ -73,25 +74,44 @@ const form = $("#key-form");
 $("#key-create-open").addEventListener("click", () => {
   form.reset();
   showError($("#key-create-error"), null);
+  showError($("#k-user-error"), null);
+  loadUsers();
   createDialog.showModal();
 });
+
+// Whose key: the users an admin may choose from (none offered when the list is refused).
+async function loadUsers() {
+  let users;
+  try {
+    users = (await get("/api/users")).users;
+  } catch {
+    $("#k-user-box").hidden = true;
+    return;
+  }
+  $("#k-user").replaceChildren(h("option", { value: "", text: "me" }),
+    ...users.map((u) => h("option", { value: u.name, text: `${u.name} (${u.level})` })));
+  $("#k-user-box").hidden = false;
+}
 
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   const submit = event.submitter || $("button[type=submit]", form);
   const name = $("#k-name").value.trim();
   const permissions = [...form.querySelectorAll("input[name=permissions]:checked")].map((i) => i.value);
+  const user = $("#k-user").value;
   const problem = !name ? "Give the key a name, such as nightly-ci."
     : !permissions.length ? "Tick at least one permission." : null;
   if (problem) return showError($("#key-create-error"), new Error(problem));
   try {
     await busy(submit, async () => {
-      const created = await post("/api/admin/api-keys", { name, permissions });
+      const created = await post("/api/admin/api-keys", user ? { name, permissions, user } : { name, permissions });
       createDialog.close();
       showKey(created);
     });
   } catch (err) {
-    showError($("#key-create-error"), err);
+    // The server's word on the user goes beside the User field.
+    const onUser = err instanceof ApiError && (err.fields.user || /\buser\b/.test(err.message));
+    showError(onUser ? $("#k-user-error") : $("#key-create-error"), err);
   }
   refresh();
 });

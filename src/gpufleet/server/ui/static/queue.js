@@ -2,16 +2,19 @@
 // or the selected ones.
 import { get, post } from "./api.js";
 import {
-  $, badge, busy, confirmDialog, h, progress, serial, showError, span, startClock, when, wireDialogs,
+  $, badge, busy, confirmDialog, h, progress, serial, showError, span, startClock, textOr, when,
+  wireDialogs,
 } from "./dom.js";
 import { cancelJob, rerunJob } from "./jobactions.js";
 import { live } from "./live.js";
 import "./nav.js";
+import { sharingPanel } from "./sharing.js";
 
 const form = $("#filters");
 const error = $("#error");
 const canSubmit = form.dataset.canSubmit === "true";
 const FINAL = new Set(["completed", "failed", "cancelled"]);
+const WAITING = new Set(["pending_approval", "queued", "offered"]);
 // The page's URL names (short, for links people share) → the list endpoint's parameters.
 const FILTERS = { status: "status", worker: "worker", target: "target", config: "config_name", q: "id_prefix" };
 const selected = new Set(); // ids of the shown jobs that are ticked
@@ -20,7 +23,7 @@ let applied = null; // the filters in force: set from the URL, then by Filter an
 
 // Queued until it started (still counting while queued); running until it ended.
 function waitSpan(j) {
-  const until = j.started_at || (j.status === "queued" || j.status === "offered" ? null : j.ended_at || j.updated_at);
+  const until = j.started_at || (WAITING.has(j.status) ? null : j.ended_at || j.updated_at);
   return span(j.created_at, until);
 }
 
@@ -66,6 +69,8 @@ function row(j) {
     h("td", { "data-label": "Job" }, h("a", { href: `/queue/${j.id}`, class: "mono", text: j.id }),
       j.rerun_of ? h("div", { class: "muted rerun-of" }, "re-run of ", h("a", { href: `/queue/${j.rerun_of}`, class: "mono", text: j.rerun_of })) : null),
     h("td", { "data-label": "Status" }, badge(j.status)),
+    h("td", { "data-label": "User" }, textOr(j.user)),
+    h("td", { "data-label": "Team" }, textOr(j.team, "no team")),
     h("td", { "data-label": "Progress" }, progress(j.progress)),
     h("td", { "data-label": "Target", text: j.target }),
     h("td", { "data-label": "Worker" }, j.worker_id
@@ -108,7 +113,7 @@ const refresh = serial(async () => {
     for (const id of [...selected]) if (!ids.has(id)) selected.delete(id);
     $("#total").textContent = `${total} job${total === 1 ? "" : "s"}${total > jobs.length ? `, newest ${jobs.length} shown` : ""}`;
     $("#jobs tbody").replaceChildren(...(jobs.length ? jobs.map(row)
-      : [h("tr", { class: "empty" }, h("td", { colspan: 12, text: "No jobs." }))]));
+      : [h("tr", { class: "empty" }, h("td", { colspan: 14, text: "No jobs." }))]));
     updateBulk();
     showError(error, null);
   } catch (err) {
@@ -171,5 +176,6 @@ fromUrl();
 applied = queries();
 wireDialogs();
 startClock();
+const sharing = sharingPanel($("#sharing"), refresh);
 refresh();
-live({ jobs: refresh });
+live({ jobs: () => { refresh(); sharing.refresh(); } });

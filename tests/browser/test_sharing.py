@@ -1,0 +1,282 @@
+"""Sharing a fleet in Chromium (#18): a lead approves or rejects a viewer's job from the Queue
+panel and the job page; an admin runs teams and users from the Teams page. Each click is
+checked through the API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.browser.conftest import LAPTOP, PHONE, screenshot, sign_in
+from tests.e2e.conftest import ServerProcess, serving, unique
+
+USAGE_INTERVAL_S = 0.5
+
+
+@pytest.fixture(scope="module")
+def sampling_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """An orchestrator whose policy loop samples each team's usage twice a second."""
+    yield from serving(
+        tmp_path_factory.mktemp("sampling"),
+        None,
+        **{"local-gpus": "auto", "usage-interval": str(USAGE_INTERVAL_S)},
+    )
+
+
+def as_key(server: ServerProcess, key: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"})
+
+
+def admin_call(server: ServerProcess, method: str, path: str, **kwargs: Any) -> Any:
+    with server.admin() as admin:
+        resp = admin.request(method, path, **kwargs)
+    assert resp.is_success, f"{method} {path}: {resp.status_code} {resp.text}"
+    return resp.json()
+
+
+def user_with_key(server: ServerProcess, level: str, *permissions: str) -> tuple[str, str]:
+    """A new user at `level`, and a key of theirs with `permissions`: (name, key)."""
+    name = unique(level)
+    admin_call(server, "POST", "/api/users", json={"name": name, "level": level})
+    minted = admin_call(
+        server,
+        "POST",
+        "/api/admin/api-keys",
+        json={"name": f"{name}-key", "permissions": list(permissions), "user": name},
+    )
+    return name, minted["key"]
+
+
+def held_job(server: ServerProcess, viewer_key: str) -> str:
+    """A viewer's job, held for approval; approved, it waits for a label no worker has."""
+    with as_key(server, viewer_key) as viewer:
+        resp = viewer.post(
+            "/api/queue/submit",
+            json={"config": {"model_type": "lora"}, "worker_labels": {"pool": unique("none")}},
+        )
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["status"] == "pending_approval"
+    job_id: str = resp.json()["id"]
+    return job_id
+
+
+def job(server: ServerProcess, job_id: str) -> dict[str, Any]:
+    body: dict[str, Any] = admin_call(server, "GET", f"/api/queue/{job_id}")
+    return body
+
+
+def sign_out(page: Page) -> None:
+    page.click("#signout")
+    page.wait_for_url("**/signin**")
+
+
+def test_a_lead_approves_a_viewers_job_in_the_queue_panel_and_it_joins_the_queue(
+    server: ServerProcess, page: Page
+) -> None:
+    viewer, viewer_key = user_with_key(server, "viewer", "queue.read", "queue.submit")
+    _, lead_key = user_with_key(server, "lead", "queue.read", "queue.submit", "queue.approve")
+    job_id = held_job(server, viewer_key)
+
+    sign_in(page, viewer_key, then="/queue")
+    row = page.locator(f'#jobs tr[data-job="{job_id}"]')
+    expect(row.locator('[data-label="Status"]')).to_have_text("waiting for approval")
+    expect(row.locator('[data-label="User"]')).to_have_text(viewer)
+    expect(page.locator("#me-blocked")).to_have_text("1")
+    expect(page.locator("#queue-stats")).to_contain_text("Queue depth")
+    expect(page.locator("#approvals-box")).to_be_hidden()  # a viewer's level may not approve
+    sign_out(page)
+
+    sign_in(page, lead_key, then="/queue")
+    waiting = page.locator(f'#approvals li[data-job="{job_id}"]')
+    expect(waiting).to_contain_text(viewer)
+    hidden = page.evaluate(
+        "(w => w.scrollWidth - w.clientWidth)(document.querySelector('#jobs').parentElement)"
+    )
+    assert hidden <= 0, (
+        f"the job list is {hidden} px too wide for a laptop: its actions scroll away"
+    )
+    screenshot(page, "queue-approvals")
+    waiting.locator("[data-action=approve]").click()
+
+    expect(waiting).to_have_count(0)
+    expect(row.locator('[data-label="Status"]')).to_have_text("queued")
+    approved = job(server, job_id)
+    assert approved["status"] == "queued"
+    assert approved["approved_by"]
+    page.goto(f"/queue/{job_id}")
+    expect(page.locator("#facts")).to_contain_text(f"Approved by{approved['approved_by']}")
+    expect(page.locator("#approve")).to_be_hidden()
+
+
+def test_a_lead_sees_the_teams_but_not_the_admins_forms(server: ServerProcess, page: Page) -> None:
+    team = unique("speech")
+    admin_call(server, "POST", "/api/teams", json={"name": team, "weight": 2})
+    _, lead_key = user_with_key(server, "lead", "queue.read", "queue.approve")
+    sign_in(page, lead_key, then="/teams")
+    card = page.locator(f'section.team[data-team="{team}"]')
+    expect(card.locator('[data-fact="weight"]')).to_have_text("2")
+    expect(card.locator("button")).to_have_count(0)
+    expect(page.locator("#admin")).to_be_hidden()
+
+
+def test_a_lead_rejects_a_job_from_its_page_with_a_reason_and_it_is_cancelled(
+    server: ServerProcess, page: Page
+) -> None:
+    viewer, viewer_key = user_with_key(server, "viewer", "queue.read", "queue.submit")
+    _, lead_key = user_with_key(server, "lead", "queue.read", "queue.approve")
+    job_id = held_job(server, viewer_key)
+    reason = "ask for 1 GPU, not the whole node"
+
+    sign_in(page, lead_key, then=f"/queue/{job_id}")
+    facts = page.locator("#facts")
+    expect(facts).to_contain_text(viewer)
+    expect(facts).to_contain_text("no team")
+    expect(page.locator("#status")).to_have_text("waiting for approval")
+    expect(page.locator("#approve")).to_be_visible()
+
+    page.click("#reject")
+    expect(page.locator("#confirm-title")).to_have_text(f"Reject {job_id}?")
+    page.click("#confirm-yes")  # no reason yet: refused beside the field
+    expect(page.locator("#confirm-input-error")).to_contain_text("Give a reason")
+    assert job(server, job_id)["status"] == "pending_approval"
+    page.fill("#confirm-input", reason)
+    page.click("#confirm-yes")
+
+    expect(page.locator("#status")).to_have_text("cancelled")
+    expect(page.locator("#approve")).to_be_hidden()
+    rejected = job(server, job_id)
+    assert rejected["status"] == "cancelled"
+    assert reason in rejected["error"]
+
+
+def test_an_admin_creates_a_team_and_a_user_adds_the_member_and_sets_weight_and_limits(
+    server: ServerProcess, page: Page
+) -> None:
+    team, user = unique("nlp"), unique("alice")
+    sign_in(page, server.admin_key, then="/teams")
+    expect(page.locator("#admin")).to_be_visible()
+
+    page.fill("#t-name", team)
+    page.fill("#t-weight", "0")
+    page.click("#team-create")
+    expect(page.locator("#t-weight-error")).to_contain_text("above 0")
+    page.fill("#t-weight", "2")
+    page.fill("#t-max_gpus", "8")
+    page.click("#team-create")
+    card = page.locator(f'section.team[data-team="{team}"]')
+    expect(card.locator('[data-fact="weight"]')).to_have_text("2")
+    created = admin_call(server, "GET", f"/api/teams/{team}")
+    assert (created["weight"], created["max_gpus"], created["max_jobs"]) == (2, 8, None)
+
+    page.fill("#t-name", team)  # taken: the server's word, beside the button, not HTTP's
+    page.click("#team-create")
+    refused = page.locator("#team-form [data-error-for=form]")
+    expect(refused).to_contain_text(team)
+    expect(refused).not_to_contain_text("409")
+
+    page.fill("#u-name", user)
+    page.select_option("#u-level", "viewer")
+    page.click("#user-create")
+    expect(page.locator(f'#users tr[data-user="{user}"]')).to_be_visible()
+    assert admin_call(server, "GET", f"/api/users/{user}")["level"] == "viewer"
+
+    card.locator("select[name=user]").select_option(user)
+    card.locator("[data-action=add-member]").click()
+    expect(card.locator(f'[data-member="{user}"]')).to_be_visible()
+    assert admin_call(server, "GET", f"/api/teams/{team}")["members"] == [user]
+
+    edit = card.locator("form.team-edit")
+    edit.locator("input[name=weight]").fill("3.5")
+    edit.locator("input[name=max_gpus]").fill("")
+    edit.locator("input[name=max_jobs]").fill("-1")
+    edit.locator("[data-action=save]").click()
+    expect(edit.locator("[data-error-for=max_jobs]")).to_contain_text("whole number")
+    edit.locator("input[name=max_jobs]").fill("4")
+    edit.locator("[data-action=save]").click()
+    expect(card.locator('[data-fact="weight"]')).to_have_text("3.5")
+    changed = admin_call(server, "GET", f"/api/teams/{team}")
+    assert (changed["weight"], changed["max_gpus"], changed["max_jobs"]) == (3.5, None, 4)
+
+    page.locator(f'#users tr[data-user="{user}"] select[name=level]').select_option("lead")
+    expect(page.locator(f'#users tr[data-user="{user}"] select[name=level]')).to_have_value("lead")
+    deadline = time.monotonic() + 10
+    while admin_call(server, "GET", f"/api/users/{user}")["level"] != "lead":
+        assert time.monotonic() < deadline, "the level change never reached the API"
+        time.sleep(0.1)
+
+    users_row = page.locator(f'#users tr[data-user="{user}"]')
+    users_row.locator("[data-action=limits]").click()
+    page.fill("#l-max_queued", "2.5")
+    page.click("#user-limits-save")
+    expect(page.locator("#l-max_queued-error")).to_contain_text("whole number")
+    page.fill("#l-max_queued", "50")
+    page.click("#user-limits-save")
+    expect(users_row.locator('[data-label="Limits"]')).to_have_text("at most 50 queued")
+    assert admin_call(server, "GET", f"/api/users/{user}")["max_queued"] == 50
+
+    card.locator(f'[data-member="{user}"] [data-action=remove-member]').click()
+    expect(card.locator(f'[data-member="{user}"]')).to_have_count(0)
+    assert admin_call(server, "GET", f"/api/teams/{team}")["members"] == []
+    screenshot(page, "teams")
+
+
+def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
+    sampling_server: ServerProcess, browser: Browser
+) -> None:
+    server = sampling_server
+    team = unique("vision")
+    admin_call(server, "POST", "/api/teams", json={"name": team})
+    deadline = time.monotonic() + 15
+    while len(admin_call(server, "GET", f"/api/teams/{team}/usage")["samples"]) < 2:
+        assert time.monotonic() < deadline, f"no usage samples of {team} after 15 s"
+        time.sleep(USAGE_INTERVAL_S)
+
+    context = browser.new_context(viewport=LAPTOP, base_url=server.url)
+    page = context.new_page()
+    sign_in(page, server.admin_key, then="/teams")
+    card = page.locator(f'section.team[data-team="{team}"]')
+    chart = card.locator('figure.chart[data-series="Running GPUs"] svg')
+    expect(chart).to_be_visible()
+    assert int(chart.get_attribute("data-points") or 0) >= 2
+    expect(chart.locator("path.line")).to_have_count(1)
+    expect(card.locator('figure.chart[data-series^="Usage"] svg path.line')).to_have_count(1)
+    screenshot(page, "team-usage")
+    context.close()
+
+
+def test_a_key_made_on_the_keys_page_belongs_to_the_user_chosen(
+    server: ServerProcess, page: Page
+) -> None:
+    user, _ = user_with_key(server, "researcher", "queue.read")
+    sign_in(page, server.admin_key, then="/keys")
+    page.click("#key-create-open")
+    page.fill("#k-name", unique("ci"))
+    page.select_option("#k-user", user)
+    page.check("#key-form input[value='queue.read']")
+    page.click("#key-form button[type=submit]")
+    expect(page.locator("#key-value")).to_contain_text("gfk_")
+    key = page.locator("#key-value").inner_text()
+    page.click("#key-copy")
+    page.click("#key-done")
+
+    with as_key(server, key) as client:
+        assert client.get("/api/users/me").json()["name"] == user
+    expect(page.locator("#keys tbody tr").first.locator('[data-label="User"]')).to_have_text(user)
+
+
+@pytest.mark.parametrize("path", ["/queue", "/teams", "/keys"])
+def test_the_sharing_pages_fit_a_phone(server: ServerProcess, page: Page, path: str) -> None:
+    admin_call(server, "POST", "/api/teams", json={"name": unique("a-rather-long-team-name")})
+    sign_in(page, server.admin_key, then=path)
+    expect(page.locator("main")).not_to_contain_text("Loading…")
+    for size in (PHONE, LAPTOP):
+        page.set_viewport_size(size)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{path} is {overflow} px too wide at {size['width']} px"
+    page.set_viewport_size(PHONE)
+    screenshot(page, f"phone-sharing-{path.strip('/')}")
