@@ -105,6 +105,7 @@ class JobOut(Record):
     user_id: str | None = None
     team_id: str | None = None
     approved_by: str | None = None  # the actor who approved it, when a rule held it
+    approved_by_name: str | None = None  # the approving key's name
     preemptible: bool | None = None  # None: as its team says
 
     @classmethod
@@ -116,6 +117,7 @@ class JobOut(Record):
             retry_on=sorted(j.retry_on),
             worker_name=names.get(j.worker_id) if j.worker_id else None,
             submitted_by_name=names.get(j.submitted_by) if j.submitted_by else None,
+            approved_by_name=names.get(j.approved_by) if j.approved_by else None,
             user=names.get(j.user_id, j.user_id) if j.user_id else None,
             team=names.get(j.team_id, j.team_id) if j.team_id else None,
         )

@@ -12,11 +12,13 @@ from typing import Any
 
 from gpufleet.domain import people as rules
 from gpufleet.domain.levels import Level
+from gpufleet.domain.policy import NOTHING, fair_share_factor, share_gpus
 from gpufleet.domain.records import Team, UsageSample, User
 from gpufleet.domain.secrets import new_id
 from gpufleet.errors import Conflict, InvalidInput, NotFound
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import key_topic
+from gpufleet.server.services import standing
 from gpufleet.store import Queries
 
 USAGE_WINDOW = timedelta(days=1)  # a team's usage chart, unless `since` says otherwise
@@ -80,8 +82,8 @@ async def _team(q: Queries, ref: str, *, lock: bool = False) -> Team:
 async def _user_views(q: Queries, only: list[User]) -> list[UserView]:
     team_names = {t.id: t.name for t in await q.list_teams()}
     teams_by_user: dict[str, list[str]] = {}
-    for team_id, user_id in await q.memberships():
-        teams_by_user.setdefault(user_id, []).append(team_names[team_id])
+    for m in await q.all_members():
+        teams_by_user.setdefault(m.user_id, []).append(team_names[m.team_id])
     keys = await q.active_keys_by_user()
     return [
         UserView(
@@ -94,21 +96,28 @@ async def _user_views(q: Queries, only: list[User]) -> list[UserView]:
     ]
 
 
-async def _team_views(q: Queries, only: list[Team]) -> list[TeamView]:
-    user_names = {u.id: u.name for u in await q.list_users()}
+async def _team_views(q: Queries, only: list[Team], now: datetime) -> list[TeamView]:
+    """Teams as they stand: members, what runs, and their share and fair-share factor as
+    the policy sees them now (`standing.snapshot`, the dispatch's own view)."""
+    snap = await standing.snapshot(q, now)
+    names = {u.id: u.name for u in snap.users.values()}
     members: dict[str, list[str]] = {}
-    for team_id, user_id in await q.memberships():
-        members.setdefault(team_id, []).append(user_names[user_id])
-    running = await q.running_by_team()
-    return [
-        TeamView(
-            team=t,
-            members=sorted(members.get(t.id, [])),
-            running_jobs=running.get(t.id, (0, 0))[0],
-            running_gpus=running.get(t.id, (0, 0))[1],
+    for team_id, user_id in snap.member_usage:
+        members.setdefault(team_id, []).append(names[user_id])
+    views = []
+    for t in only:
+        running = snap.by_team.get(t.id, NOTHING)
+        views.append(
+            TeamView(
+                team=t,
+                members=sorted(members.get(t.id, [])),
+                running_jobs=running.jobs,
+                running_gpus=running.gpus,
+                share_gpus=round(share_gpus(t.id, snap), 3),
+                fair_share_factor=round(fair_share_factor(t.id, snap), 4),
+            )
         )
-        for t in only
-    ]
+    return views
 
 
 async def list_users(ctx: Context) -> list[UserView]:
@@ -124,12 +133,12 @@ async def get_user(ctx: Context, ref: str) -> UserView:
 
 async def list_teams(ctx: Context) -> list[TeamView]:
     async with ctx.store.read() as q:
-        return await _team_views(q, await q.list_teams())
+        return await _team_views(q, await q.list_teams(), ctx.clock())
 
 
 async def get_team(ctx: Context, ref: str) -> TeamView:
     async with ctx.store.read() as q:
-        (view,) = await _team_views(q, [await _team(q, ref)])
+        (view,) = await _team_views(q, [await _team(q, ref)], ctx.clock())
         return view
 
 
@@ -274,7 +283,7 @@ async def create_team(
 
 
 async def _one_team(tx: Tx, team_id: str) -> TeamView:
-    (view,) = await _team_views(tx.q, [await _team(tx.q, team_id)])
+    (view,) = await _team_views(tx.q, [await _team(tx.q, team_id)], tx.now)
     return view
 
 

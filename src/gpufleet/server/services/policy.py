@@ -258,7 +258,7 @@ async def stats(ctx: Context, window: timedelta = timedelta(days=1)) -> Stats:
         policy = await q.get_policy()
         counts = await q.jobs_by_status_user()
         waits = await q.waits_started(now - window)
-        names = {u.id: u.name for u in await q.all_users()}
+        names = {u.id: u.name for u in await q.list_users()}
     by_status: Counter[str] = Counter()
     by_user: Counter[str] = Counter()
     live = {JobStatus.QUEUED.value, JobStatus.PENDING_APPROVAL.value} | {

@@ -60,13 +60,13 @@ async def accrue_usage(ctx: Context) -> None:
             t.id: accrue(
                 t.usage, _since(t.usage_at, now), snap.by_team.get(t.id, NOTHING).gpus, half
             )
-            for t in await tx.q.all_teams()
+            for t in await tx.q.list_teams()
         }
         users = {
             u.id: accrue(
                 u.usage, _since(u.usage_at, now), snap.by_user.get(u.id, NOTHING).gpus, half
             )
-            for u in await tx.q.all_users()
+            for u in await tx.q.list_users()
         }
         members = {
             (m.team_id, m.user_id): accrue(

@@ -54,7 +54,7 @@ async def snapshot(q: Queries, now: datetime, policy: Policy | None = None) -> S
             preemptible=t.preemptible,
             can_preempt=t.can_preempt,
         )
-        for t in await q.all_teams()
+        for t in await q.list_teams()
     }
     users = {
         u.id: UserState(
@@ -66,7 +66,7 @@ async def snapshot(q: Queries, now: datetime, policy: Policy | None = None) -> S
             max_jobs=u.max_jobs,
             max_queued=u.max_queued,
         )
-        for u in await q.all_users()
+        for u in await q.list_users()
     }
     members = {(m.team_id, m.user_id): m.usage for m in await q.all_members()}
     in_a_team = {user_id for _team, user_id in members}

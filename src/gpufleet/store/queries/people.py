@@ -134,19 +134,6 @@ class PeopleQueries(QueryBase):
         )
         return int((await self.conn.execute(stmt)).scalar_one())
 
-    async def running_by_team(self) -> dict[str | None, tuple[int, int]]:
-        """Team id (None: no team) → (jobs, GPUs) offered or running now."""
-        stmt = (
-            sa.select(
-                jobs.c.team_id,
-                sa.func.count().label("n"),
-                sa.func.coalesce(sa.func.sum(jobs.c.gpu_count), 0).label("gpus"),
-            )
-            .where(jobs.c.status.in_([s.value for s in PLACED_JOB]))
-            .group_by(jobs.c.team_id)
-        )
-        return {r.team_id: (int(r.n), int(r.gpus)) for r in await self.conn.execute(stmt)}
-
     async def usage_samples(self, team_id: str, since: datetime) -> list[UsageSample]:
         newest = (
             sa.select(usage_samples)
@@ -210,8 +197,3 @@ class PeopleQueries(QueryBase):
             .order_by(teams.c.name)
         )
         return [rows.team(m) for m in await self._mapped(stmt)]
-
-    async def memberships(self) -> list[tuple[str, str]]:
-        """Every (team id, user id), for the lists of users and of teams."""
-        stmt = sa.select(team_members.c.team_id, team_members.c.user_id)
-        return [(r.team_id, r.user_id) for r in await self.conn.execute(stmt)]

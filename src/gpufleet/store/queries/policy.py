@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from gpufleet.domain.levels import Level
 from gpufleet.domain.policy import Limits, Policy
-from gpufleet.domain.records import Job, Member, Team, User
+from gpufleet.domain.records import Job, Member
 from gpufleet.domain.states import PLACED_JOB, TERMINAL_JOB, WAITING_JOB, JobStatus, WorkerStatus
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import QueryBase
@@ -119,12 +119,6 @@ class PolicyQueries(QueryBase):
                     id=POLICY_ID, **{"approve_levels": ["viewer"], **values}
                 )
             )
-
-    async def all_teams(self) -> list[Team]:
-        return [rows.team(m) for m in await self._mapped(sa.select(teams))]
-
-    async def all_users(self) -> list[User]:
-        return [rows.user(m) for m in await self._mapped(sa.select(users))]
 
     async def all_members(self) -> list[Member]:
         return [rows.member(m) for m in await self._mapped(sa.select(team_members))]
