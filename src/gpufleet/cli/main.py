@@ -29,19 +29,8 @@ def _register_commands() -> None:
     from gpufleet.cli.worker import worker
     from gpufleet.cli.workers import workers
 
-    for command in (
-        server,
-        worker,
-        workers,
-        jobs,
-        queue,
-        configs,
-        audit,
-        keys,
-        users,
-        teams,
-        webhooks,
-    ):
+    commands = (server, worker, workers, jobs, queue, configs, audit, keys, users, teams, webhooks)
+    for command in commands:
         cli.add_command(command)
 
 
