@@ -103,9 +103,24 @@ async def postgres_url(_postgres_database: tuple[str, str]) -> str:
         async with conn.transaction():
             for row in tables:
                 await conn.execute(f'DELETE FROM "{row["tablename"]}"')
+            if "queue_policy" in {row["tablename"] for row in tables}:
+                await _seed_0014(conn)
     finally:
         await conn.close()
     return f"postgresql+asyncpg://{user}@{PG_HOST}:{PG_PORT}/{name}"
+
+
+async def _seed_0014(conn: asyncpg.Connection) -> None:
+    """What migration 0014 seeds: the queue policy's row and the built-in admin user."""
+    await conn.execute(
+        "INSERT INTO queue_policy (id, fair_share, half_life_s, preemption, min_runtime_s, "
+        "preempt_grace_s, approve_levels) VALUES (1, false, 604800, false, 600, 120, "
+        "'[\"viewer\"]')"
+    )
+    await conn.execute(
+        "INSERT INTO users (id, name, level, usage, created_at) "
+        "VALUES ('u_admin', 'admin', 'admin', 0, now())"
+    )
 
 
 @pytest.fixture

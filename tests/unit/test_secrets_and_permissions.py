@@ -14,13 +14,18 @@ from gpufleet.domain.permissions import (
     ADMIN_AUDIT,
     ADMIN_WORKERS,
     ALL,
+    LEVEL_PERMISSIONS,
     METRICS_READ,
+    PERMISSION_HELP,
     PERMISSIONS,
+    QUEUE_APPROVE,
     QUEUE_READ,
     QUEUE_SUBMIT,
     allows,
     check_permissions,
+    effective_permissions,
 )
+from gpufleet.domain.policy import Level
 from gpufleet.domain.secrets import (
     API_KEY_PREFIX,
     WORKER_TOKEN_PREFIX,
@@ -111,9 +116,37 @@ def test_a_new_id_is_its_prefix_and_twelve_hex_digits(prefix):
 # ---- permissions ----------------------------------------------------------------------------
 
 
-def test_the_permissions_are_the_five_named_ones_and_the_wildcard():
-    assert {ADMIN_WORKERS, ADMIN_AUDIT, QUEUE_SUBMIT, QUEUE_READ, METRICS_READ, ALL} == PERMISSIONS
+def test_the_permissions_are_the_six_named_ones_and_the_wildcard():
+    named = {ADMIN_WORKERS, ADMIN_AUDIT, QUEUE_SUBMIT, QUEUE_READ, QUEUE_APPROVE, METRICS_READ}
+    assert named | {ALL} == PERMISSIONS
     assert ALL == "*"
+    assert QUEUE_APPROVE == "queue.approve"
+    assert PERMISSION_HELP[QUEUE_APPROVE] == "approve or reject jobs waiting for approval"
+
+
+def test_each_level_may_do_what_the_contract_names():
+    assert {
+        Level.ADMIN: {ALL},
+        Level.LEAD: {QUEUE_READ, QUEUE_SUBMIT, QUEUE_APPROVE, METRICS_READ},
+        Level.RESEARCHER: {QUEUE_READ, QUEUE_SUBMIT},
+        Level.VIEWER: {QUEUE_READ, QUEUE_SUBMIT},
+    } == LEVEL_PERMISSIONS
+    assert all(LEVEL_PERMISSIONS[level] <= PERMISSIONS for level in Level)
+
+
+@given(key=st.sets(st.sampled_from(sorted(PERMISSIONS))), level=st.sampled_from(list(Level)))
+def test_a_key_may_do_only_what_both_it_and_its_users_level_allow(key, level):
+    effective = effective_permissions(key, level)
+    for needed in NAMED:
+        both = allows(key, needed) and allows(LEVEL_PERMISSIONS[level], needed)
+        assert allows(effective, needed) is both
+
+
+def test_the_wildcard_on_either_side_stands_for_the_other_side():
+    assert effective_permissions([ALL], Level.RESEARCHER) == {QUEUE_READ, QUEUE_SUBMIT}
+    assert effective_permissions([ADMIN_AUDIT], Level.ADMIN) == {ADMIN_AUDIT}
+    assert effective_permissions([ALL], Level.ADMIN) == {ALL}
+    assert effective_permissions([ADMIN_WORKERS, QUEUE_READ], Level.LEAD) == {QUEUE_READ}
 
 
 @given(needed=st.sampled_from(NAMED) | st.text())
@@ -158,7 +191,8 @@ def test_a_misspelt_permission_names_itself_and_every_valid_choice():
         check_permissions(["queue.submit", "queue.raed"])
     assert info.value.message == (
         "unknown permission(s) queue.raed; "
-        "choose from *, admin.audit, admin.workers, metrics.read, queue.read, queue.submit"
+        "choose from *, admin.audit, admin.workers, metrics.read, queue.approve, queue.read, "
+        "queue.submit"
     )
 
 

@@ -1,7 +1,8 @@
-"""A user's level: what their keys may do, and the priority their jobs get by default.
+"""A user's level: what the people who share a fleet may do, named once.
 
-The names and priorities are SimpleTuner's Job Queue's (admin 30 "urgent", lead 20 "high",
-researcher 10 "normal", viewer 0 "low")."""
+Its own module so that both `permissions` (what a level may do) and `policy` (its default
+priority, `policy.LEVEL_PRIORITY`, and its approvals) read it without importing each other.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +10,13 @@ from enum import StrEnum
 
 
 class Level(StrEnum):
+    """SimpleTuner's queue levels, highest first."""
+
     ADMIN = "admin"
     LEAD = "lead"
     RESEARCHER = "researcher"
     VIEWER = "viewer"
 
-
-LEVEL_PRIORITY: dict[Level, int] = {
-    Level.ADMIN: 30,
-    Level.LEAD: 20,
-    Level.RESEARCHER: 10,
-    Level.VIEWER: 0,
-}
 
 ADMIN_USER_ID = "u_admin"  # the built-in user the first-start admin key belongs to
 ADMIN_USER_NAME = "admin"

@@ -27,6 +27,8 @@ from gpufleet.server.routes import (
     events,
     notifications,
     ops,
+    people,
+    policy,
     progress,
     queue,
     storage,
@@ -213,6 +215,8 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         storage.router,
         notifications.router,
         workers.router,
+        policy.router,  # before queue's /api/queue/{job_id}
+        people.router,
         queue.router,
         events.router,
         ops.router,

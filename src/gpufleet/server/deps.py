@@ -44,7 +44,9 @@ def _bearer(value: str | None) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def require(permission: str) -> Callable[..., Awaitable[Principal]]:
+def require(permission: str | None) -> Callable[..., Awaitable[Principal]]:
+    """The caller's principal, if it may do `permission` (None: any valid key)."""
+
     async def dependency(
         request: Request,
         authorization: Annotated[str | None, Header()] = None,

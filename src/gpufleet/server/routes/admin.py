@@ -108,13 +108,17 @@ async def delete_worker(ctx: Ctx, who: Admin, client: Client, worker_id: str) ->
 
 @router.get("/api-keys", response_model=list[ApiKeyOut])
 async def list_api_keys(ctx: Ctx, who: Root) -> list[ApiKeyOut]:
-    return [ApiKeyOut.of(k) for k in await auth.list_api_keys(ctx)]
+    keys, users = await auth.list_api_keys(ctx)
+    return [ApiKeyOut.of(k, users) for k in keys]
 
 
 @router.post("/api-keys", response_model=CreatedApiKey, status_code=201)
 async def create_api_key(ctx: Ctx, who: Root, client: Client, body: CreateApiKey) -> CreatedApiKey:
-    key, raw = await auth.mint_api_key(ctx, body.name, body.permissions, who.actor, client)
-    return CreatedApiKey(key=raw, **ApiKeyOut.of(key).model_dump())
+    """A key for `user` (id or name; default: your own), within what their level allows."""
+    key, raw, owner = await auth.mint_api_key(
+        ctx, body.name, body.permissions, who, client, user=body.user
+    )
+    return CreatedApiKey(key=raw, **ApiKeyOut.of(key, {owner.id: owner.name}).model_dump())
 
 
 @router.delete("/api-keys/{key_id}", response_model=Ok)

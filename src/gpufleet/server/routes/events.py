@@ -31,7 +31,7 @@ COALESCE_SECONDS = 0.5
 async def events(ctx: Ctx, who: Reader) -> StreamingResponse:
     """`jobs` nudges, and `workers` nudges for keys with `admin.workers`."""
     topics = [JOBS_TOPIC]
-    if allows(who.key.permissions, ADMIN_WORKERS):
+    if allows(who.permissions, ADMIN_WORKERS):
         topics.append(WORKERS_TOPIC)
     return sse.stream(_nudges(ctx, who, topics))
 

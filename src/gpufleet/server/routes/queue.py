@@ -56,8 +56,11 @@ async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> Jo
         priority=body.priority,
         max_retries=body.max_retries,
         retry_on=frozenset(body.retry_on),
+        team=body.team,
+        preemptible=body.preemptible,
     )
-    return JobOut.of(await queue.submit(ctx, sub, who.actor, client))
+    job = await queue.submit(ctx, sub, who.actor, client, user_id=who.key.user_id)
+    return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 
 Text = Annotated[str | None, Query(max_length=128)]
@@ -97,7 +100,9 @@ async def list_jobs(
 
 @router.post("/api/queue/rerun", response_model=BulkOut)
 async def rerun_jobs(ctx: Ctx, who: Submitter, client: Client, body: JobIds) -> BulkOut:
-    return _bulk(await reruns.rerun_many(ctx, body.job_ids, who.actor, client))
+    return _bulk(
+        await reruns.rerun_many(ctx, body.job_ids, who.actor, client, user_id=who.key.user_id)
+    )
 
 
 @router.post("/api/queue/cancel", response_model=BulkOut)
@@ -136,7 +141,8 @@ async def cancel_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> J
 @router.post("/api/queue/{job_id}/rerun", response_model=JobOut, status_code=201)
 async def rerun_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> JobOut:
     """A new job with this one's config and requirements, linked to it."""
-    return JobOut.of(await reruns.rerun(ctx, job_id, who.actor, client))
+    job = await reruns.rerun(ctx, job_id, who.actor, client, user_id=who.key.user_id)
+    return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 
 @router.get("/api/queue/{job_id}/logs", response_model=LogsOut, responses=SSE_RESPONSE)

@@ -110,7 +110,7 @@ async def _page(
     principal = await sessions.current(ctx, request.cookies.get(sessions.SESSION_COOKIE))
     if principal is None:
         return _signin_redirect(request)
-    perms = principal.key.permissions
+    perms = principal.permissions
     context: dict[str, Any] = {
         "page": page,
         "nav": [p for p in PAGES if key_allows(perms, p.permission)],
@@ -129,7 +129,7 @@ async def home(ctx: Ctx, request: Request) -> Response:
     principal = await sessions.current(ctx, request.cookies.get(sessions.SESSION_COOKIE))
     if principal is None:
         return _signin_redirect(request)
-    first = next((p for p in PAGES if key_allows(principal.key.permissions, p.permission)), None)
+    first = next((p for p in PAGES if key_allows(principal.permissions, p.permission)), None)
     return RedirectResponse(first.path if first else "/queue", status_code=303)
 
 

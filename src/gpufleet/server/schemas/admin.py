@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Self
 
@@ -16,6 +17,7 @@ from gpufleet.server.schemas.base import Name, Record, Strict
 class CreateApiKey(Strict):
     name: str = Name
     permissions: list[str] = Field(min_length=1, max_length=8)
+    user: str | None = Field(default=None, min_length=1, max_length=64)  # id or name
 
 
 class ApiKeyOut(Record):
@@ -25,10 +27,12 @@ class ApiKeyOut(Record):
     created_at: datetime
     revoked: bool
     last_used_at: datetime | None = None  # to the minute
+    user: str | None = None  # its user's name; None once the user is deleted
 
     @classmethod
-    def of(cls, k: ApiKey) -> Self:
-        return cls.over(k, permissions=sorted(k.permissions))
+    def of(cls, k: ApiKey, users: Mapping[str, str] | None = None) -> Self:
+        user = (users or {}).get(k.user_id or "")
+        return cls.over(k, permissions=sorted(k.permissions), user=user)
 
 
 class CreatedApiKey(ApiKeyOut):

@@ -21,10 +21,13 @@ class SubmitIn(Strict):
     target: Target = Target.WORKER
     worker_labels: dict[str, str] = Field(default_factory=dict, max_length=64)
     gpu_count: int | None = Field(None, ge=0, le=1024)
-    priority: int = Field(0, ge=-1000, le=1000)
+    # None: the submitting user's level's default (admin 30, lead 20, researcher 10, viewer 0)
+    priority: int | None = Field(None, ge=-1000, le=1000)
     max_retries: int = Field(3, ge=0, le=100)
     # Retried after: `lost` (the worker went away or stopped the job), `failed` (the process).
     retry_on: list[RetryOn] = Field(default_factory=lambda: sorted(RETRY_DEFAULT), max_length=2)
+    team: str | None = Field(None, min_length=1, max_length=64, description="id or name")
+    preemptible: bool | None = None  # None: as its team says
 
 
 class ResumedFromOut(BaseModel):
@@ -97,16 +100,24 @@ class JobOut(Record):
     worker_name: str | None = None  # the worker's name, when it still exists
     submitted_by_name: str | None = None  # the submitting key's name
     rerun_of: str | None = None  # the job this one re-runs
+    user: str | None = None  # who submitted it (the user's name; its id when deleted)
+    team: str | None = None  # for which team (its name; its id when deleted)
+    user_id: str | None = None
+    team_id: str | None = None
+    approved_by: str | None = None  # the actor who approved it, when a rule held it
+    preemptible: bool | None = None  # None: as its team says
 
     @classmethod
     def of(cls, j: Job, names: Mapping[str, str] = _NO_NAMES) -> Self:
-        """`names`: worker ids and actors to names (services.queue.names_of)."""
+        """`names`: worker, user and team ids and actors to names (services.queue.names_of)."""
         return cls.over(
             j,
             job_id=j.id,
             retry_on=sorted(j.retry_on),
             worker_name=names.get(j.worker_id) if j.worker_id else None,
             submitted_by_name=names.get(j.submitted_by) if j.submitted_by else None,
+            user=names.get(j.user_id, j.user_id) if j.user_id else None,
+            team=names.get(j.team_id, j.team_id) if j.team_id else None,
         )
 
 

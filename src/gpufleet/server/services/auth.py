@@ -11,13 +11,20 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from gpufleet.domain.audit_events import SYSTEM_ACTOR, key_actor
-from gpufleet.domain.levels import ADMIN_USER_ID
-from gpufleet.domain.permissions import ALL, allows, check_permissions
-from gpufleet.domain.records import ApiKey, Worker
+from gpufleet.domain.levels import ADMIN_USER_ID, ADMIN_USER_NAME, Level
+from gpufleet.domain.permissions import (
+    ALL,
+    LEVEL_PERMISSIONS,
+    allows,
+    check_permissions,
+    effective_permissions,
+)
+from gpufleet.domain.records import ApiKey, User, Worker
 from gpufleet.domain.secrets import hash_secret, new_api_key, new_id, same_hash
 from gpufleet.errors import (
     Conflict,
     Forbidden,
+    InvalidInput,
     NotFound,
     StoreError,
     TooManyRequests,
@@ -32,7 +39,14 @@ USE_RESOLUTION = timedelta(minutes=1)  # how finely `last_used_at` is kept
 
 @dataclass(frozen=True, slots=True)
 class Principal:
+    """A key and the user it belongs to: what it may do is what both allow."""
+
     key: ApiKey
+    user: User
+
+    @property
+    def permissions(self) -> frozenset[str]:
+        return frozenset(effective_permissions(self.key.permissions, self.user.level))
 
     @property
     def actor(self) -> str:
@@ -88,7 +102,7 @@ async def authenticate_key(
         async with ctx.store.read() as q:
             found = await q.api_key_for_hash(hash_secret(presented))
         if found is not None and same_hash(found[0], presented):
-            principal = permit(found[1], needed)
+            principal = permit(Principal(found[1], found[2]), needed)
             await note_use(ctx, principal.key)
             return principal
     _check_not_locked_out(ctx, client)
@@ -114,10 +128,17 @@ async def note_use(ctx: Context, key: ApiKey) -> None:
         log.warning("could not record the use of API key %s: %s", key.id, exc)
 
 
-def permit(key: ApiKey, needed: str | None) -> Principal:
-    if needed is not None and not allows(key.permissions, needed):
-        raise Forbidden(f"this API key lacks the '{needed}' permission; use a key that has it")
-    return Principal(key)
+def permit(principal: Principal, needed: str | None) -> Principal:
+    """The principal, if its key and its user's level both allow `needed`."""
+    if needed is None or allows(principal.permissions, needed):
+        return principal
+    if allows(principal.key.permissions, needed):
+        user = principal.user
+        raise Forbidden(
+            f"this API key belongs to {user.name}, whose level {user.level.value} does not "
+            f"allow '{needed}'; ask an admin to raise their level, or use another key"
+        )
+    raise Forbidden(f"this API key lacks the '{needed}' permission; use a key that has it")
 
 
 async def authenticate_worker(
@@ -148,11 +169,43 @@ async def upload_token_refused(ctx: Context, client: str | None, why: str) -> No
 
 
 async def mint_api_key(
-    ctx: Context, name: str, permissions: list[str], actor: str, client: str | None = None
-) -> tuple[ApiKey, str]:
+    ctx: Context,
+    name: str,
+    permissions: list[str],
+    caller: Principal,
+    client: str | None = None,
+    *,
+    user: str | None = None,
+) -> tuple[ApiKey, str, User]:
+    """A key for `user` (id or name; default: the caller's own user), with no more than the
+    user's level allows; only a '*' key mints for another user."""
     perms = check_permissions(permissions)
     async with transaction(ctx) as tx:
-        return await _insert_key(tx, name, perms, actor, client)
+        owner = caller.user if user is None else await tx.q.user_by_ref(user)
+        if owner is None:
+            raise NotFound(
+                f"no user {user!r} to mint the key for; list users with GET /api/users",
+                cli=f"no user {user!r} to mint the key for; list them: gpufleet users list",
+            )
+        if owner.id != caller.user.id and not allows(caller.permissions, ALL):
+            raise Forbidden(
+                f"only a key with the '*' permission mints keys for another user than its "
+                f"own ({caller.user.name}); leave the user out"
+            )
+        _check_level_allows(owner, perms)
+        key, raw = await _insert_key(tx, name, perms, caller.actor, client, owner.id)
+        return key, raw, owner
+
+
+def _check_level_allows(user: User, perms: list[str]) -> None:
+    allowed = LEVEL_PERMISSIONS[user.level]
+    beyond = [p for p in perms if not allows(allowed, p)]
+    if beyond:
+        raise InvalidInput(
+            f"{user.name} is at level {user.level.value}, which does not allow "
+            f"{', '.join(beyond)}; a key of theirs may have at most: "
+            f"{', '.join(sorted(allowed))}"
+        )
 
 
 async def _insert_key(
@@ -188,9 +241,18 @@ async def _insert_key(
     return key, raw
 
 
-async def list_api_keys(ctx: Context) -> list[ApiKey]:
+async def list_api_keys(ctx: Context) -> tuple[list[ApiKey], dict[str, str]]:
+    """Every key, and the names of their users by id."""
     async with ctx.store.read() as q:
-        return await q.list_api_keys()
+        keys = await q.list_api_keys()
+        return keys, await q.user_names(k.user_id for k in keys if k.user_id)
+
+
+async def active_principal(ctx: Context, key_id: str) -> Principal | None:
+    """The key's principal, unless the key is unknown or revoked (a web session's)."""
+    async with ctx.store.read() as q:
+        found = await q.api_key_with_user(key_id)
+    return None if found is None or found[0].revoked else Principal(*found)
 
 
 async def revoke_api_key(ctx: Context, key_id: str, actor: str, client: str | None) -> None:
@@ -231,6 +293,15 @@ async def bootstrap_admin_key(ctx: Context) -> str | None:
     """On first start, mint the admin key and leave it in <data-dir>/admin.token (0600)."""
     async with transaction(ctx) as tx:
         await tx.q.lock_api_keys()  # replicas starting together mint one key, not several
+        await tx.q.ensure_user(  # migration 0014 made it; a database emptied by hand lacks it
+            {
+                "id": ADMIN_USER_ID,
+                "name": ADMIN_USER_NAME,
+                "level": Level.ADMIN.value,
+                "usage": 0.0,
+                "created_at": tx.now,
+            }
+        )
         if await tx.q.count_api_keys():
             return None
         _key, raw = await _insert_key(tx, "admin", [ALL], SYSTEM_ACTOR, None)

@@ -22,6 +22,7 @@ from gpufleet.domain.matching import (
     match_keys_for,
     targets_served,
 )
+from gpufleet.domain.policy import Snapshot, limit_hit
 from gpufleet.domain.records import LOCAL_WORKER_ID, Attempt, Job, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import (
@@ -33,7 +34,8 @@ from gpufleet.domain.states import (
 )
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic, worker_topic
-from gpufleet.server.services import offers
+from gpufleet.server.services import fair_queue, offers
+from gpufleet.server.services.standing import candidate, has_limits, is_plain, snapshot
 from gpufleet.store import Queries
 
 _PAGE = 200
@@ -49,6 +51,28 @@ class ClaimLost(Exception):
 
 class WorkerTaken(ClaimLost):
     """Another dispatch took the worker first; the claim wrote nothing."""
+
+
+async def policy_gate(tx: Tx) -> Snapshot | None:
+    """The policy this dispatch applies: None when it changes nothing (no fair share, no
+    limit), and dispatch goes its usual way at its usual cost (one read of the policy row).
+
+    With a limit set, the policy row is locked until commit (PostgreSQL), first of all the
+    rows a dispatch locks: dispatches that check limits go one at a time across replicas,
+    each counting what runs after the previous one committed, so that no two can both pass
+    a limit only one may. Only claims raise what runs, and every claim comes here first.
+    """
+    policy, own = await tx.q.dispatch_policy()
+    if is_plain(policy, own):
+        return None
+    if has_limits(policy, own) and tx.q.locks_rows:
+        policy, own = await tx.q.dispatch_policy(lock=True)
+    return await snapshot(tx.q, tx.now, policy)
+
+
+def refused(job: Job, snap: Snapshot | None) -> bool:
+    """Whether a limit keeps the job from starting now."""
+    return snap is not None and limit_hit(candidate(job, snap), snap) is not None
 
 
 async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | None = None) -> str:
@@ -179,10 +203,11 @@ async def first_fit(
 
 async def _dispatch_job(ctx: Context, job_id: str) -> bool:
     async with transaction(ctx) as tx:
+        snap = await policy_gate(tx)
         # No row lock here: `claim` takes the worker, then the job (the one lock order, see
         # lifecycle), each by compare-and-set, so a job taken meanwhile loses the claim.
         job = await tx.q.get_job(job_id)
-        if job is None or job.status is not JobStatus.QUEUED:
+        if job is None or job.status is not JobStatus.QUEUED or refused(job, snap):
             return False
         history = await tx.q.attempts_for_job(job.id) if job.attempts else []
         worker = await first_fit(tx.q, job.requirement(), workers_to_avoid(history))
@@ -201,6 +226,11 @@ async def dispatch_worker(ctx: Context, worker_id: str) -> bool:
     async with ctx.store.read() as q:
         if not await q.has_queued_jobs():
             return False
+        policy, own = await q.dispatch_policy()
+    if has_limits(policy, own):
+        # A job that ended may have freed room under a limit for a job that this worker
+        # cannot run and another idle one can: every idle worker looks.
+        return bool(await dispatch_all(ctx))
     return bool(await _offer_to(ctx, worker_id))
 
 
@@ -212,6 +242,7 @@ async def _offer_to(ctx: Context, worker_id: str) -> bool | None:
 
 async def _dispatch_worker(ctx: Context, worker_id: str) -> bool | None:
     async with transaction(ctx) as tx:
+        snap = await policy_gate(tx)
         worker = await tx.q.get_worker(worker_id, lock=True)
         if worker is None:
             return None
@@ -224,13 +255,20 @@ async def _dispatch_worker(ctx: Context, worker_id: str) -> bool | None:
             if worker.is_local
             else []
         )
-        async with contextlib.aclosing(queued_for(tx.q, worker, targets)) as queued:
+        in_order = (
+            fair_queue.ranked_for(tx.q, worker, targets, snap)
+            if snap is not None and snap.policy.fair_share
+            else queued_for(tx.q, worker, targets)
+        )
+        async with contextlib.aclosing(in_order) as queued:
             async for job in queued:
                 req = job.requirement()
                 if not fits(req, cap):
                     continue
                 if job.target is Target.AUTO and remote_idle and choose_worker(req, remote_idle):
                     continue  # a remote worker will take it
+                if refused(job, snap):
+                    continue
                 return bool(await claim(tx, job, worker))
         return False
 

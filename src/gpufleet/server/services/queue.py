@@ -16,6 +16,7 @@ from gpufleet.domain.jobspec import (
     check_config_name,
     config_gpu_count,
 )
+from gpufleet.domain.levels import Level
 from gpufleet.domain.matching import (
     Requirement,
     Wait,
@@ -24,6 +25,7 @@ from gpufleet.domain.matching import (
     reasons_not_running,
     why_waiting,
 )
+from gpufleet.domain.policy import UserState, approval_needed, check_priority, queued_limit_hit
 from gpufleet.domain.records import (
     Attempt,
     Checkpoint,
@@ -43,14 +45,17 @@ from gpufleet.domain.states import (
     RetryOn,
     Target,
 )
-from gpufleet.errors import Conflict, InvalidInput, NotFound, StoreError
-from gpufleet.server.context import Context, transaction
+from gpufleet.errors import Conflict, InvalidInput, NotFound, StoreError, TooManyRequests
+from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.services import dispatch
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job
+from gpufleet.server.services.standing import resolve_submitter
 from gpufleet.store.queries import NewJob, Queries
+
+QUEUED_RETRY_S = 60.0  # a submit past the queued-jobs limit: when to try again
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +65,11 @@ class Submission:
     target: Target
     worker_labels: dict[str, str]
     gpu_count: int | None
-    priority: int
+    priority: int | None  # None: the submitting user's level's default
     max_retries: int
     retry_on: frozenset[RetryOn] = RETRY_DEFAULT
+    team: str | None = None  # id or name; None: the user's default team
+    preemptible: bool | None = None  # None: as its team says
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,14 +147,55 @@ def _check_target(ctx: Context, target: Target) -> None:
         )
 
 
-async def submit(ctx: Context, sub: Submission, actor: str, client: str | None) -> Job:
+async def submit(
+    ctx: Context, sub: Submission, actor: str, client: str | None, *, user_id: str | None
+) -> Job:
     if (sub.config is None) == (sub.config_name is None):
         raise InvalidInput("send exactly one of 'config_name' (a stored config) or 'config'")
     if sub.config_name is not None:
         config = (await get_config(ctx, sub.config_name)).body
     else:
         config = check_config(sub.config)
-    return await enqueue(ctx, sub, config, actor, client)
+    return await enqueue(ctx, sub, config, actor, client, user_id=user_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Admission:
+    """What the policy makes of a submit: for whom, at which priority, held or not."""
+
+    user_id: str | None
+    team_id: str | None
+    priority: int
+    status: JobStatus
+    held: str | None  # the approval rule that holds it, in words
+
+
+async def _admit(tx: Tx, sub: Submission, gpu_count: int, user_id: str | None) -> _Admission:
+    """Who submits, for which team, at which priority; refused past the user's queued-jobs
+    limit (429); held for approval when a rule says so."""
+    user, team_id = await resolve_submitter(tx.q, user_id, sub.team)
+    level = user.level if user is not None else Level.ADMIN  # a key of no user: pre-#18
+    priority = check_priority(level, sub.priority)
+    policy = await tx.q.get_policy()
+    if user is not None and (policy.limits.user_max_queued is not None or user.max_queued):
+        state = UserState(
+            id=user.id,
+            name=user.name,
+            level=user.level,
+            usage=user.usage,
+            max_gpus=user.max_gpus,
+            max_jobs=user.max_jobs,
+            max_queued=user.max_queued,
+        )
+        hit = queued_limit_hit(state, await tx.q.waiting_count(user.id), policy)
+        if hit is not None:
+            raise TooManyRequests(
+                f"{hit}; wait for some to start or cancel some (gpufleet queue me lists yours)",
+                retry_after=QUEUED_RETRY_S,
+            )
+    held = approval_needed(policy, level, gpu_count)
+    status = JobStatus.PENDING_APPROVAL if held else JobStatus.QUEUED
+    return _Admission(user.id if user else user_id, team_id, priority, status, held)
 
 
 async def enqueue(
@@ -157,19 +205,24 @@ async def enqueue(
     actor: str,
     client: str | None,
     *,
+    user_id: str | None,
     rerun_of: str | None = None,
 ) -> Job:
-    """Queue a job of this config (checked already), and offer it if a worker fits now;
-    `rerun_of`: the job it repeats."""
+    """Queue a job of this config (checked already) for the submitting user, and offer it
+    if a worker fits now (unless an approval rule holds it); `rerun_of`: the job it repeats."""
     gpu_count = sub.gpu_count if sub.gpu_count is not None else config_gpu_count(config)
     labels = check_labels(sub.worker_labels)
     _check_target(ctx, sub.target)
     req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs_of(config))
     job_id = new_id("j")
     async with transaction(ctx) as tx:
+        admitted = await _admit(tx, sub, gpu_count, user_id)
+        queued = admitted.status is JobStatus.QUEUED
+        # The policy first: with a limit set, its row is the first a dispatch locks.
+        snap = await dispatch.policy_gate(tx) if queued else None
         # Usually an idle worker fits: the job is offered in the transaction that queues it
         # (one commit a submit). When none does, the job waits, even for a worker yet to come.
-        worker = await dispatch.first_fit(tx.q, req)
+        worker = await dispatch.first_fit(tx.q, req) if queued else None
         job = await tx.q.queue_job(
             NewJob(
                 id=job_id,
@@ -177,16 +230,22 @@ async def enqueue(
                 target=sub.target,
                 worker_labels=labels,
                 gpu_count=gpu_count,
-                priority=sub.priority,
+                priority=admitted.priority,
                 max_retries=sub.max_retries,
                 retry_on=sub.retry_on,
                 submitted_by=actor,
                 created_at=tx.now,
                 config_name=sub.config_name,
                 rerun_of=rerun_of,
+                user_id=admitted.user_id,
+                team_id=admitted.team_id,
+                preemptible=sub.preemptible,
+                status=admitted.status,
             )
         )
-        extra = {"rerun_of": rerun_of} if rerun_of else {}
+        extra: dict[str, Any] = {"rerun_of": rerun_of} if rerun_of else {}
+        if admitted.held:
+            extra["held"] = admitted.held
         tx.audit(
             "job.submitted",
             actor,
@@ -196,14 +255,18 @@ async def enqueue(
             target=sub.target.value,
             gpu_count=gpu_count,
             labels=labels,
-            priority=sub.priority,
+            priority=admitted.priority,
+            user_id=admitted.user_id,
+            team_id=admitted.team_id,
             **extra,
         )
         tx.wake(JOBS_TOPIC)
+        if dispatch.refused(job, snap):
+            worker = None  # a limit keeps it waiting
         offered = worker is not None and await dispatch.claim_new(tx, job, worker)
         if offered:
             job = await tx.q.get_job(job_id) or job
-    if not offered:
+    if queued and not offered:
         # No idle fit, or another dispatch took that worker first: the usual pass, which
         # looks again (and retries lost races) now that the job is committed.
         await dispatch.dispatch_job(ctx, job_id)
@@ -250,8 +313,9 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
 async def names_of(
     q: Queries, jobs: Sequence[Job], attempts: Sequence[Attempt] = ()
 ) -> dict[str, str]:
-    """What a person calls the workers and keys these jobs name: worker id → worker name,
-    actor (`key:k_…`) → the key's name. Ids of deleted workers or keys are left out."""
+    """What a person calls the workers, keys, users and teams these jobs name: worker id →
+    worker name, actor (`key:k_…`) → the key's name, user and team id → name. Ids of
+    deleted ones are left out."""
     worker_ids = {j.worker_id for j in jobs if j.worker_id} | {a.worker_id for a in attempts}
     actors = {j.submitted_by for j in jobs if j.submitted_by}
     key_ids = {a.removeprefix(KEY_ACTOR) for a in actors if a.startswith(KEY_ACTOR)}
@@ -259,6 +323,12 @@ async def names_of(
     if key_ids:
         keys = await q.api_key_names(key_ids)
         names.update({key_actor(key_id): name for key_id, name in keys.items()})
+    user_ids = {j.user_id for j in jobs if j.user_id}
+    team_ids = {j.team_id for j in jobs if j.team_id}
+    if user_ids:  # user (u_…) and team (t_…) ids never look like a worker's or a key's
+        names.update(await q.user_names(user_ids))
+    if team_ids:
+        names.update(await q.team_names(team_ids))
     return names
 
 

@@ -24,7 +24,9 @@ class Outcome:
     error: str | None = None
 
 
-async def rerun(ctx: Context, job_id: str, actor: str, client: str | None) -> Job:
+async def rerun(
+    ctx: Context, job_id: str, actor: str, client: str | None, *, user_id: str | None
+) -> Job:
     """A new job with the old one's config and requirements, linked to it (`rerun_of`).
     The config is the one the old job ran, even if its stored config changed since."""
     old = await queue.get_job(ctx, job_id)
@@ -42,8 +44,13 @@ async def rerun(ctx: Context, job_id: str, actor: str, client: str | None) -> Jo
         priority=old.priority,
         max_retries=old.max_retries,
         retry_on=old.retry_on,
+        team=old.team_id,
+        preemptible=old.preemptible,
     )
-    return await queue.enqueue(ctx, sub, old.config, actor, client, rerun_of=old.id)
+    # The same path as a submit: the re-runner's limits, level and approval rules apply.
+    return await queue.enqueue(
+        ctx, sub, old.config, actor, client, user_id=user_id, rerun_of=old.id
+    )
 
 
 def check_ids(job_ids: Sequence[str]) -> list[str]:
@@ -68,9 +75,9 @@ async def _each(job_ids: Sequence[str], act: Callable[[str], Awaitable[Job]]) ->
 
 
 async def rerun_many(
-    ctx: Context, job_ids: Sequence[str], actor: str, client: str | None
+    ctx: Context, job_ids: Sequence[str], actor: str, client: str | None, *, user_id: str | None
 ) -> list[Outcome]:
-    return await _each(job_ids, lambda job_id: rerun(ctx, job_id, actor, client))
+    return await _each(job_ids, lambda job_id: rerun(ctx, job_id, actor, client, user_id=user_id))
 
 
 async def cancel_many(

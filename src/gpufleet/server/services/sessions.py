@@ -87,8 +87,7 @@ async def current(ctx: Context, cookie: str | None) -> Principal | None:
     key_id = _key_id(ctx.ui_secret, cookie, ctx.clock()) if cookie else None
     if key_id is None:
         return None
-    key = await auth.active_key(ctx, key_id)
-    return None if key is None else Principal(key)
+    return await auth.active_principal(ctx, key_id)
 
 
 async def authenticate(
@@ -105,6 +104,6 @@ async def authenticate(
             f"missing or wrong CSRF token: send the '{CSRF_HEADER}' header with the value of "
             f"the '{CSRF_COOKIE}' cookie (reload the page to get a fresh one)"
         )
-    permitted = auth.permit(principal.key, needed)
+    permitted = auth.permit(principal, needed)
     await auth.note_use(ctx, permitted.key)
     return permitted

@@ -12,6 +12,8 @@ from gpufleet.store.queries.audit import AuditQueries
 from gpufleet.store.queries.jobs import JobQueries, NewJob
 from gpufleet.store.queries.keys import KeyQueries
 from gpufleet.store.queries.logs import LOG_SEQ_MAX, LogQueries
+from gpufleet.store.queries.people import PeopleQueries
+from gpufleet.store.queries.policy import PolicyQueries
 from gpufleet.store.queries.retention import RetentionQueries
 from gpufleet.store.queries.webhooks import WebhookQueries
 from gpufleet.store.queries.workers import WorkerQueries
@@ -27,6 +29,8 @@ class Queries(
     WebhookQueries,
     ArtifactQueries,
     RetentionQueries,
+    PolicyQueries,
+    PeopleQueries,
 ):
     """Named queries bound to one connection. The caller owns the transaction."""
 

@@ -26,5 +26,10 @@ class QueryBase:
     async def _first(self, stmt: sa.Executable) -> RowMapping | None:
         return (await self.conn.execute(stmt)).mappings().first()
 
+    @property
+    def locks_rows(self) -> bool:
+        """Whether `SELECT … FOR UPDATE` locks (PostgreSQL; SQLite has one writer at a time)."""
+        return self._pg
+
     def _locked(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
         return stmt.with_for_update() if self._pg else stmt

@@ -7,24 +7,41 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
 
-from gpufleet.domain.records import ApiKey, StoredConfig
+from gpufleet.domain.records import ApiKey, StoredConfig, User
 from gpufleet.store import locks
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import QueryBase
-from gpufleet.store.tables import api_keys, configs
+from gpufleet.store.tables import api_keys, configs, users
+
+_USER_COLUMNS = [c.label(f"owner_{c.name}") for c in users.c]
+
+
+def _with_user() -> sa.Select[Any]:
+    """A key's row beside its user's (`owner_`-prefixed); a key without a user is no key."""
+    return sa.select(api_keys, *_USER_COLUMNS).join(users, users.c.id == api_keys.c.user_id)
+
+
+def _key_and_user(row: RowMapping) -> tuple[ApiKey, User]:
+    user = {c.name: row[f"owner_{c.name}"] for c in users.c}
+    return rows.api_key(row), rows.user(user)
 
 
 class KeyQueries(QueryBase):
     async def insert_api_key(self, values: Mapping[str, Any]) -> None:
         await self.conn.execute(sa.insert(api_keys).values(**values))
 
-    async def api_key_for_hash(self, key_hash: str) -> tuple[str, ApiKey] | None:
-        stmt = sa.select(api_keys).where(
-            api_keys.c.key_hash == key_hash, api_keys.c.revoked_at.is_(None)
-        )
+    async def api_key_for_hash(self, key_hash: str) -> tuple[str, ApiKey, User] | None:
+        """The active key with this hash and its user, in one read (every request's)."""
+        stmt = _with_user().where(api_keys.c.key_hash == key_hash, api_keys.c.revoked_at.is_(None))
         row = await self._first(stmt)
-        return (row["key_hash"], rows.api_key(row)) if row else None
+        return (row["key_hash"], *_key_and_user(row)) if row else None
+
+    async def api_key_with_user(self, key_id: str) -> tuple[ApiKey, User] | None:
+        """The key (revoked or not) and its user; None if either is gone."""
+        row = await self._first(_with_user().where(api_keys.c.id == key_id))
+        return _key_and_user(row) if row else None
 
     async def get_api_key(self, key_id: str) -> ApiKey | None:
         row = await self._first(sa.select(api_keys).where(api_keys.c.id == key_id))

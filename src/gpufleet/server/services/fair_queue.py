@@ -1,0 +1,132 @@
+"""The queue in fair-share order (`domain.policy.rank_key`), read lazily: teams in the order
+the snapshot ranks them, each team's queue through ix_jobs_team_queue, and a team read only
+once the teams ranked before it are exhausted or tie with it exactly.
+
+A rank key with fair share on is (team part, user part, -priority, age, id). A team's jobs
+come off its index in priority then age order; a job read is given out only once no job
+still unread in its team could rank before it: an unread job has a user part no better
+than the best any user can have, and a priority-age-id after the last one read. So the
+order given out is exactly `rank_key`'s, which `domain.policy.next_job` also follows.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpufleet.domain.policy import Candidate, Snapshot, rank_key
+from gpufleet.domain.records import Job, Worker
+from gpufleet.server.services.standing import candidate
+from gpufleet.store import Queries
+
+_PAGE = 50
+Key = tuple[Any, ...]
+_TEAM = slice(0, 2)  # the team's part of a rank key
+_USER = slice(2, 4)  # the user's part
+
+
+def _key(job: Job, snap: Snapshot) -> Key:
+    return rank_key(candidate(job, snap), snap)
+
+
+def _probe(team_id: str | None, user_id: str | None, snap: Snapshot) -> Key:
+    """The rank key of a job of this team and user, for its team and user parts."""
+    c = Candidate(
+        job_id="",
+        team_id=team_id,
+        user_id=user_id,
+        gpus=0,
+        priority=0,
+        created_at=snap.now,
+        preemptible=False,
+    )
+    return rank_key(c, snap)
+
+
+@dataclass
+class _TeamQueue:
+    """One team's queued jobs the worker could take, given out in rank order."""
+
+    team_id: str | None
+    part: Key  # the team's part of its jobs' keys
+    best_user: Key  # the best user part any of its jobs can have
+    after: tuple[int, datetime, str] | None = None
+    done: bool = False
+    held: list[tuple[Key, int, Job]] = field(default_factory=list)
+    seen: int = 0
+
+    def bound(self) -> Key | None:
+        """No unread job of the team ranks before this; None once all are read."""
+        if self.done:
+            return None
+        if self.after is None:
+            return (*self.part, *self.best_user)
+        prio, created, job_id = self.after
+        return (*self.part, *self.best_user, -prio, created, job_id)
+
+    async def head(
+        self, q: Queries, worker: Worker, targets: Sequence[str], snap: Snapshot
+    ) -> tuple[Key, Job] | None:
+        """The team's best-ranked job not given out yet (reading pages until it is known)."""
+        while True:
+            bound = self.bound()
+            if self.held and (bound is None or self.held[0][0] <= bound):
+                return self.held[0][0], self.held[0][2]
+            if self.done:
+                return None
+            page = await q.team_queue(
+                self.team_id,
+                max_gpus=worker.gpu_count,
+                targets=targets,
+                after=self.after,
+                limit=_PAGE,
+            )
+            for job in page:
+                self.seen += 1
+                heapq.heappush(self.held, (_key(job, snap), self.seen, job))
+            if len(page) < _PAGE:
+                self.done = True
+            else:
+                last = page[-1]
+                self.after = (last.priority, last.created_at, last.id)
+
+    def pop(self) -> None:
+        heapq.heappop(self.held)
+
+
+async def ranked_for(
+    q: Queries, worker: Worker, targets: Sequence[str], snap: Snapshot
+) -> AsyncGenerator[Job, None]:
+    """Queued jobs the worker might take, in `rank_key` order."""
+    members: dict[str | None, list[str | None]] = {}
+    for member_team, member in snap.member_usage:
+        members.setdefault(member_team, []).append(member)
+    team_ids: list[str | None] = [None, *snap.teams]
+    teams = []
+    for team_id in team_ids:
+        part = _probe(team_id, None, snap)[_TEAM]
+        # A user of no usage nor running job ranks best; a member may not, or may (ties).
+        users: list[str | None] = [None, "", *members.get(team_id, [])]
+        best_user = min(_probe(team_id, u, snap)[_USER] for u in users)
+        teams.append(_TeamQueue(team_id, part, best_user))
+    teams.sort(key=lambda t: t.part)
+    opened: list[_TeamQueue] = []
+    waiting = list(reversed(teams))  # the next team to open last
+    while True:
+        heads = []
+        for team in opened:
+            head = await team.head(q, worker, targets, snap)
+            if head is not None:
+                heads.append((head[0], team, head[1]))
+        best = min(heads, key=lambda h: h[0]) if heads else None
+        if waiting and (best is None or waiting[-1].part <= best[0][_TEAM]):
+            opened.append(waiting.pop())
+            continue
+        if best is None:
+            return
+        _, team, job = best
+        team.pop()
+        yield job

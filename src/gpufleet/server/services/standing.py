@@ -1,0 +1,127 @@
+"""The state a policy decision reads: teams, users, their usage and what runs
+(`domain.policy.Snapshot`), read in one place for dispatch, approvals and the policy loop."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from gpufleet.domain.levels import Level
+from gpufleet.domain.policy import Candidate, Policy, Snapshot, Tally, TeamState, UserState
+from gpufleet.domain.records import Job, User
+from gpufleet.errors import Forbidden, NotFound
+from gpufleet.store import Queries
+
+
+def has_limits(policy: Policy, own_limits: bool = False) -> bool:
+    """Whether any limit on what runs is set (the queued-jobs limit is submit's);
+    `own_limits`: some team or user has one of its own."""
+    lim = policy.limits
+    return own_limits or any(
+        v is not None
+        for v in (
+            lim.max_jobs,
+            lim.max_gpus,
+            lim.team_max_jobs,
+            lim.team_max_gpus,
+            lim.user_max_jobs,
+            lim.user_max_gpus,
+        )
+    )
+
+
+def is_plain(policy: Policy, own_limits: bool = False) -> bool:
+    """No fair share and no limit on what runs: dispatch goes today's way at today's cost."""
+    return not policy.fair_share and not has_limits(policy, own_limits)
+
+
+async def snapshot(q: Queries, now: datetime, policy: Policy | None = None) -> Snapshot:
+    """Teams, users, their usage, and what runs by fleet, team, user and member."""
+    policy = policy or await q.get_policy()
+    teams = {
+        t.id: TeamState(
+            id=t.id,
+            name=t.name,
+            weight=t.weight,
+            usage=t.usage,
+            max_gpus=t.max_gpus,
+            max_jobs=t.max_jobs,
+            preemptible=t.preemptible,
+            can_preempt=t.can_preempt,
+        )
+        for t in await q.all_teams()
+    }
+    users = {
+        u.id: UserState(
+            id=u.id,
+            name=u.name,
+            level=u.level,
+            usage=u.usage,
+            max_gpus=u.max_gpus,
+            max_jobs=u.max_jobs,
+            max_queued=u.max_queued,
+        )
+        for u in await q.all_users()
+    }
+    members = {(m.team_id, m.user_id): m.usage for m in await q.all_members()}
+    fleet = [0, 0]
+    by_team: dict[str | None, list[int]] = defaultdict(lambda: [0, 0])
+    by_user: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    by_member: dict[tuple[str | None, str], list[int]] = defaultdict(lambda: [0, 0])
+    for r in await q.running_tallies():
+        cells = [fleet, by_team[r.team_id]]
+        if r.user_id is not None:
+            cells += [by_user[r.user_id], by_member[(r.team_id, r.user_id)]]
+        for cell in cells:
+            cell[0] += r.jobs
+            cell[1] += r.gpus
+    return Snapshot(
+        policy=policy,
+        now=now,
+        teams=teams,
+        users=users,
+        member_usage=members,
+        fleet=Tally(*fleet),
+        by_team={k: Tally(*v) for k, v in by_team.items()},
+        by_user={k: Tally(*v) for k, v in by_user.items()},
+        by_member={k: Tally(*v) for k, v in by_member.items()},
+        fleet_gpus=await q.registered_gpus(),
+    )
+
+
+def candidate(job: Job, snap: Snapshot) -> Candidate:
+    team = snap.teams.get(job.team_id) if job.team_id else None
+    preemptible = (
+        job.preemptible if job.preemptible is not None else bool(team and team.preemptible)
+    )
+    return Candidate(
+        job_id=job.id,
+        team_id=job.team_id,
+        user_id=job.user_id,
+        gpus=job.gpu_count,
+        priority=job.priority,
+        created_at=job.created_at,
+        preemptible=preemptible,
+    )
+
+
+async def resolve_submitter(
+    q: Queries, user_id: str | None, team: str | None
+) -> tuple[User | None, str | None]:
+    """STAND-IN for people.resolve_submitter: the submitting user, and the team the job is
+    for (the one named, which must be one of the user's, else the user's default, else
+    their only team, else none)."""
+    user = await q.get_user(user_id) if user_id else None
+    mine = await q.user_team_ids(user.id) if user else []
+    if team is not None:
+        found = await q.find_team(team)
+        if found is None:
+            raise NotFound(f"no team {team!r}; list teams with GET /api/teams")
+        if user is not None and found.id not in mine and user.level is not Level.ADMIN:
+            raise Forbidden(f"you are not in team {found.name}; ask an admin to add you")
+        return user, found.id
+    if user is None:
+        return None, None
+    if user.default_team_id:
+        return user, user.default_team_id
+    return user, mine[0] if len(mine) == 1 else None

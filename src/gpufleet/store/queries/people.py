@@ -1,0 +1,217 @@
+"""Users, teams and who is in which (docs/scheduling.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from gpufleet.domain.records import Team, UsageSample, User
+from gpufleet.domain.states import PLACED_JOB, WAITING_JOB
+from gpufleet.store.queries import rows
+from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.tables import api_keys, jobs, team_members, teams, usage_samples, users
+
+USAGE_SAMPLES_MAX = 10_000  # the newest, at most, for one chart
+
+
+def _by_ref(table: sa.Table, ref: str) -> sa.Select[Any]:
+    """The row whose id is `ref`, else whose name is: an id wins over a name."""
+    return (
+        sa.select(table)
+        .where(sa.or_(table.c.id == ref, table.c.name == ref))
+        .order_by(sa.case((table.c.id == ref, 0), else_=1))
+        .limit(1)
+    )
+
+
+class PeopleQueries(QueryBase):
+    # ---- users ------------------------------------------------------------------------
+
+    async def insert_user(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(users).values(**values))
+
+    async def ensure_user(self, values: Mapping[str, Any]) -> None:
+        """Insert the user unless one with its id exists (the built-in admin at start)."""
+        found = await self._first(sa.select(users.c.id).where(users.c.id == values["id"]))
+        if found is None:
+            await self.insert_user(values)
+
+    async def get_user(self, user_id: str, *, lock: bool = False) -> User | None:
+        stmt = sa.select(users).where(users.c.id == user_id)
+        row = await self._first(self._locked(stmt) if lock else stmt)
+        return rows.user(row) if row else None
+
+    async def user_by_ref(self, ref: str, *, lock: bool = False) -> User | None:
+        """The user whose id, else whose name, is `ref`."""
+        stmt = _by_ref(users, ref)
+        row = await self._first(self._locked(stmt) if lock else stmt)
+        return rows.user(row) if row else None
+
+    async def list_users(self) -> list[User]:
+        stmt = sa.select(users).order_by(users.c.name)
+        return [rows.user(m) for m in await self._mapped(stmt)]
+
+    async def user_name_taken(self, name: str) -> bool:
+        stmt = sa.select(sa.func.count()).select_from(users).where(users.c.name == name)
+        return int((await self.conn.execute(stmt)).scalar_one()) > 0
+
+    async def update_user(self, user_id: str, **values: Any) -> None:
+        await self.conn.execute(sa.update(users).where(users.c.id == user_id).values(**values))
+
+    async def delete_user(self, user_id: str) -> None:
+        await self.conn.execute(sa.delete(team_members).where(team_members.c.user_id == user_id))
+        await self.conn.execute(sa.delete(users).where(users.c.id == user_id))
+
+    async def user_names(self, user_ids: Iterable[str]) -> dict[str, str]:
+        stmt = sa.select(users.c.id, users.c.name).where(users.c.id.in_(set(user_ids)))
+        return {r.id: r.name for r in await self.conn.execute(stmt)}
+
+    async def active_key_ids(self, user_id: str) -> list[str]:
+        stmt = sa.select(api_keys.c.id).where(
+            api_keys.c.user_id == user_id, api_keys.c.revoked_at.is_(None)
+        )
+        return [r.id for r in await self.conn.execute(stmt)]
+
+    async def revoke_user_keys(self, user_id: str, now: datetime) -> None:
+        await self.conn.execute(
+            sa.update(api_keys)
+            .where(api_keys.c.user_id == user_id, api_keys.c.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+
+    async def active_keys_by_user(self) -> dict[str, int]:
+        stmt = (
+            sa.select(api_keys.c.user_id, sa.func.count().label("n"))
+            .where(api_keys.c.revoked_at.is_(None), api_keys.c.user_id.is_not(None))
+            .group_by(api_keys.c.user_id)
+        )
+        return {r.user_id: int(r.n) for r in await self.conn.execute(stmt)}
+
+    # ---- teams ------------------------------------------------------------------------
+
+    async def insert_team(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(teams).values(**values))
+
+    async def get_team(self, team_id: str) -> Team | None:
+        row = await self._first(sa.select(teams).where(teams.c.id == team_id))
+        return rows.team(row) if row else None
+
+    async def team_by_ref(self, ref: str, *, lock: bool = False) -> Team | None:
+        """The team whose id, else whose name, is `ref`."""
+        stmt = _by_ref(teams, ref)
+        row = await self._first(self._locked(stmt) if lock else stmt)
+        return rows.team(row) if row else None
+
+    async def list_teams(self) -> list[Team]:
+        stmt = sa.select(teams).order_by(teams.c.name)
+        return [rows.team(m) for m in await self._mapped(stmt)]
+
+    async def team_name_taken(self, name: str) -> bool:
+        stmt = sa.select(sa.func.count()).select_from(teams).where(teams.c.name == name)
+        return int((await self.conn.execute(stmt)).scalar_one()) > 0
+
+    async def update_team(self, team_id: str, **values: Any) -> None:
+        await self.conn.execute(sa.update(teams).where(teams.c.id == team_id).values(**values))
+
+    async def delete_team(self, team_id: str) -> None:
+        """The team, its memberships, and its place as anyone's default team."""
+        await self.conn.execute(
+            sa.update(users).where(users.c.default_team_id == team_id).values(default_team_id=None)
+        )
+        await self.conn.execute(sa.delete(team_members).where(team_members.c.team_id == team_id))
+        await self.conn.execute(sa.delete(teams).where(teams.c.id == team_id))
+
+    async def unfinished_jobs_of_team(self, team_id: str) -> int:
+        """Its jobs waiting or on a worker: what deleting the team would orphan."""
+        live = [s.value for s in WAITING_JOB | PLACED_JOB]
+        stmt = (
+            sa.select(sa.func.count())
+            .select_from(jobs)
+            .where(jobs.c.team_id == team_id, jobs.c.status.in_(live))
+        )
+        return int((await self.conn.execute(stmt)).scalar_one())
+
+    async def running_by_team(self) -> dict[str | None, tuple[int, int]]:
+        """Team id (None: no team) → (jobs, GPUs) offered or running now."""
+        stmt = (
+            sa.select(
+                jobs.c.team_id,
+                sa.func.count().label("n"),
+                sa.func.coalesce(sa.func.sum(jobs.c.gpu_count), 0).label("gpus"),
+            )
+            .where(jobs.c.status.in_([s.value for s in PLACED_JOB]))
+            .group_by(jobs.c.team_id)
+        )
+        return {r.team_id: (int(r.n), int(r.gpus)) for r in await self.conn.execute(stmt)}
+
+    async def usage_samples(self, team_id: str, since: datetime) -> list[UsageSample]:
+        newest = (
+            sa.select(usage_samples)
+            .where(usage_samples.c.team_id == team_id, usage_samples.c.at >= since)
+            .order_by(usage_samples.c.at.desc())
+            .limit(USAGE_SAMPLES_MAX)
+        )
+        found = [
+            UsageSample(
+                team_id=m["team_id"],
+                at=m["at"],
+                running_gpus=int(m["running_gpus"]),
+                usage=float(m["usage"]),
+            )
+            for m in await self._mapped(newest)
+        ]
+        return found[::-1]
+
+    # ---- members ----------------------------------------------------------------------
+
+    async def add_member(self, team_id: str, user_id: str) -> bool:
+        """True when the user was not in the team before."""
+        stmt = sa.select(team_members.c.user_id).where(
+            team_members.c.team_id == team_id, team_members.c.user_id == user_id
+        )
+        if await self._first(stmt) is not None:
+            return False
+        await self.conn.execute(
+            sa.insert(team_members).values(team_id=team_id, user_id=user_id, usage=0.0)
+        )
+        return True
+
+    async def remove_member(self, team_id: str, user_id: str) -> bool:
+        """True when the user was in the team; their default team is cleared if it was it."""
+        removed = await self._rowcount(
+            sa.delete(team_members).where(
+                team_members.c.team_id == team_id, team_members.c.user_id == user_id
+            )
+        )
+        await self.conn.execute(
+            sa.update(users)
+            .where(users.c.id == user_id, users.c.default_team_id == team_id)
+            .values(default_team_id=None)
+        )
+        return removed == 1
+
+    async def members_of(self, team_id: str) -> list[User]:
+        stmt = (
+            sa.select(users)
+            .join(team_members, team_members.c.user_id == users.c.id)
+            .where(team_members.c.team_id == team_id)
+            .order_by(users.c.name)
+        )
+        return [rows.user(m) for m in await self._mapped(stmt)]
+
+    async def teams_of(self, user_id: str) -> list[Team]:
+        stmt = (
+            sa.select(teams)
+            .join(team_members, team_members.c.team_id == teams.c.id)
+            .where(team_members.c.user_id == user_id)
+            .order_by(teams.c.name)
+        )
+        return [rows.team(m) for m in await self._mapped(stmt)]
+
+    async def memberships(self) -> list[tuple[str, str]]:
+        """Every (team id, user id), for the lists of users and of teams."""
+        stmt = sa.select(team_members.c.team_id, team_members.c.user_id)
+        return [(r.team_id, r.user_id) for r in await self.conn.execute(stmt)]
