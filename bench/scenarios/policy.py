@@ -104,23 +104,24 @@ async def policy_cost(opts: Options) -> Result:
 
 
 def report(result: Result) -> None:
+    """Each mode's figures, then the ratios. Latency is submit sent → the worker's event: the
+    server dispatches inside the submit call, so answer → event can be negative (scenario 1)
+    and a ratio of it says nothing."""
     off, on = result.metrics["off"], result.metrics["on"]
     for mode, run in (("off", off), ("on", on)):
-        lat = run["latency"]["answer_to_event"]
-        result.check(f"policy {mode}: p50 submit answer → event (ms)", lat["p50_ms"], "-", None)
+        lat = run["latency"]["send_to_event"]
+        result.check(f"policy {mode}: p50 submit sent → event (ms)", lat["p50_ms"], "-", None)
         result.check(f"policy {mode}: p99 (ms)", lat["p99_ms"], "-", None)
-        result.check(
-            f"policy {mode}: jobs/s, full lifecycle", run["throughput"]["jobs_per_s"], "-", None
-        )
+        rate = run["throughput"]["jobs_per_s"]
+        result.check(f"policy {mode}: jobs/s, full lifecycle", rate, "-", None)
     for pct in ("p50_ms", "p99_ms"):
-        value = ratio(on["latency"]["answer_to_event"][pct], off["latency"]["answer_to_event"][pct])
+        value = ratio(on["latency"]["send_to_event"][pct], off["latency"]["send_to_event"][pct])
         ok = None if value is None else value <= TARGET
         result.check(f"latency {pct[:3]}, policy on / off", value, f"≤ {TARGET}", ok)
     rate_on, rate_off = on["throughput"]["jobs_per_s"], off["throughput"]["jobs_per_s"]
     value = ratio(rate_off, rate_on) if rate_on else None
-    result.check(
-        "jobs/s, policy off / on", value, f"≤ {TARGET}", value is not None and value <= TARGET
-    )
+    ok = None if value is None else value <= TARGET
+    result.check("jobs/s, policy off / on", value, f"≤ {TARGET}", ok)
     for mode, run in (("off", off), ("on", on)):
         check_refused(result, run["latency"]["refused"] + run["throughput"]["refused"])
         done, asked = run["throughput"]["completed"], run["throughput"]["submitted"]

@@ -146,7 +146,7 @@ def test_a_team_that_floods_the_queue_does_not_hold_another_teams_job_past_the_n
     assert policy["fair_share"] is True
     labels = {"pool": unique("share")}
     for _ in range(2):
-        agents(server, labels=labels, env=gpu_env).start()
+        agents(server, labels=labels, env=gpu_env, persistent=True).start()
     flooder = Member(server, "flood", "researcher")
     other = Member(server, "other", "researcher")
 
@@ -163,13 +163,14 @@ def test_a_team_that_floods_the_queue_does_not_hold_another_teams_job_past_the_n
 
     with server.admin() as admin:
         admin.post("/api/queue/cancel", json={"job_ids": flood})  # the rest of the flood
-    flood_offers = [offered_at(a) for j in flood for a in job_state(server, j)["attempt_history"]]
+    offers = [[offered_at(a) for a in job_state(server, j)["attempt_history"]] for j in flood]
     # Another team's job jumped the queue: the next worker to free took it, before any
     # more of the flood...
-    overtaken = [t for t in flood_offers if submitted < t < started]
+    overtaken = [t for times in offers for t in times if submitted < t < started]
     assert overtaken == [], f"{len(overtaken)} flood jobs started between submit and start"
     # ... which was still waiting: without fair share it would have queued behind it.
-    assert sum(t > started for t in flood_offers) >= 1 or len(flood_offers) < len(flood)
+    behind = [times for times in offers if not times or min(times) > started]
+    assert len(behind) >= 10, "the flood had drained before the other team's job started"
 
 
 def test_a_preempted_job_checkpoints_is_requeued_without_a_retry_and_resumes_after_the_other(
@@ -180,7 +181,7 @@ def test_a_preempted_job_checkpoints_is_requeued_without_a_retry_and_resumes_aft
 ) -> None:
     assert policy["preemption"] is True
     labels = {"pool": unique("preempt")}
-    worker = agents(server, labels=labels, env=gpu_env).start()
+    worker = agents(server, labels=labels, env=gpu_env, persistent=True).start()
     low = Member(server, "low", "researcher", preemptible=True)
     high = Member(server, "high", "lead", can_preempt=True)
 
