@@ -144,15 +144,28 @@ def job_submit(
     }
 
 
-def job_cancel(job_id: str, reason: str, attempt_id: str | None = None) -> Event:
+def job_cancel(
+    job_id: str,
+    reason: str,
+    attempt_id: str | None = None,
+    *,
+    preempt: bool = False,
+    grace_s: float | None = None,
+) -> Event:
     """Stop the job; with `attempt_id`, only that attempt of it (the SimpleTuner agent stops
-    whatever it runs, whichever job or attempt the cancel names)."""
-    return {
+    whatever it runs, whichever job or attempt the cancel names). With `preempt` (the queue
+    policy takes its GPUs back, docs/scheduling.md): checkpoint, `grace_s` seconds for it,
+    then stop and report `preempted`; an agent that knows no `preempt` just stops it."""
+    event: Event = {
         "type": EventType.JOB_CANCEL.value,
         "job_id": job_id,
         "attempt_id": attempt_id,
         "reason": reason,
     }
+    if preempt:
+        event["preempt"] = True
+        event["grace_s"] = grace_s
+    return event
 
 
 def drain(reason: str) -> Event:

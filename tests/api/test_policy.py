@@ -9,7 +9,9 @@ import pytest
 import sqlalchemy as sa
 
 from gpufleet.domain.secrets import new_id
+from gpufleet.server.services import policy_loop
 from gpufleet.store.tables import api_keys, team_members, teams, users
+from tests.api.artifacts.uploads import upload_checkpoint
 from tests.api.conftest import Fleet, post_raw
 
 # ---- people, written straight to the tables (their API is services/people.py's) -----------
@@ -176,13 +178,35 @@ async def test_a_rejected_job_is_cancelled_saying_who_and_why(fleet: Fleet) -> N
     assert "job.rejected" in [e["event_type"] for e in await fleet.audit(target=job_id)]
 
 
-async def test_a_rule_on_gpus_holds_big_jobs_only(fleet: Fleet) -> None:
+async def test_a_rule_on_gpus_holds_a_researchers_big_jobs_only(fleet: Fleet) -> None:
     await set_policy(fleet, approve_gpus_over=4, approve_levels=[])
+    rita = await client_of(fleet, await add_user(fleet, "rita", "researcher"))
+    body: dict[str, Any] = {"config": {"command": ["x"]}}
 
-    small = await fleet.submit(gpu_count=4)
-    big = await fleet.submit(gpu_count=8)
+    small = (await rita.post("/api/queue/submit", json={**body, "gpu_count": 4})).json()
+    big = (await rita.post("/api/queue/submit", json={**body, "gpu_count": 8})).json()
 
     assert (small["status"], big["status"]) == ("queued", "pending_approval")
+
+
+async def test_a_lead_may_approve_and_a_researcher_may_not(fleet: Fleet) -> None:
+    viewer = await client_of(fleet, await add_user(fleet, "vic", "viewer"))
+    lead = await client_of(
+        fleet, await add_user(fleet, "lea", "lead"), "queue.read", "queue.approve"
+    )
+    researcher = await client_of(
+        fleet, await add_user(fleet, "rita", "researcher"), "queue.read", "queue.approve"
+    )
+    job_id = (await viewer.post("/api/queue/submit", json={"config": {"command": ["x"]}})).json()[
+        "id"
+    ]
+
+    refused = await researcher.post(f"/api/queue/{job_id}/approve")
+    approved = await lead.post(f"/api/queue/{job_id}/approve")
+
+    assert refused.status_code == 403
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["status"] == "queued"
 
 
 # ---- the compatible endpoints ------------------------------------------------------------
@@ -345,3 +369,140 @@ async def test_unknown_jobs_answer_404_on_every_job_route(fleet: Fleet) -> None:
     ]:
         answer = await fleet.admin.request(method, path)
         assert answer.status_code == 404, (path, answer.text)
+
+
+# ---- the policy loop: usage and preemption -----------------------------------------------
+
+
+async def test_the_loop_accrues_usage_and_fair_share_then_serves_the_other_team(
+    fleet: Fleet,
+) -> None:
+    red = await add_team(fleet, "red")
+    blue = await add_team(fleet, "blue")
+    rob = await client_of(fleet, await add_user(fleet, "rob", "researcher", team=red))
+    bo = await client_of(fleet, await add_user(fleet, "bo", "researcher", team=blue))
+    await set_policy(fleet, fair_share=True)
+    agent = await fleet.online_worker("gpu-1")
+    body = {"config": {"command": ["x"]}, "gpu_count": 1}
+    await policy_loop.accrue_usage(fleet.ctx)  # usage counted from now
+    first = (await rob.post("/api/queue/submit", json=body)).json()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    fleet.clock.advance(3600)
+
+    await policy_loop.accrue_usage(fleet.ctx)
+    reds = (await rob.post("/api/queue/submit", json=body)).json()
+    fleet.clock.advance(60)
+    blues = (await bo.post("/api/queue/submit", json=body)).json()
+    await agent.finish(offer)
+
+    assert offer["job_id"] == first["id"]
+    assert (await agent.next_offer())["job_id"] == blues["id"]
+    assert (await fleet.job(reds["id"]))["status"] == "queued"
+    samples = (await fleet.admin.get(f"/api/teams/{red}/usage")).json()["samples"]
+    assert samples[-1]["usage"] == pytest.approx(3600.0, rel=0.01)
+    assert samples[-1]["running_gpus"] == 1
+
+
+async def test_a_preempted_job_is_requeued_without_a_retry_and_resumes_its_checkpoint(
+    fleet: Fleet,
+) -> None:
+    spare = await add_team(fleet, "spare", preemptible=True)
+    sam = await client_of(fleet, await add_user(fleet, "sam", "researcher", team=spare))
+    await set_policy(fleet, preemption=True, min_runtime_s=60, preempt_grace_s=30)
+    agent = await fleet.online_worker("gpu-1")
+    body = {"config": {"command": ["x"]}, "gpu_count": 1, "max_retries": 0}
+    low = (await sam.post("/api/queue/submit", json=body)).json()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    saved = await upload_checkpoint(agent, offer, 100, {"model.pt": b"weights"})
+    assert saved.status_code == 201, saved.text
+    urgent = await fleet.submit(gpu_count=1, priority=30)
+
+    too_soon = await policy_loop.preempt(fleet.ctx)
+    fleet.clock.advance(120)
+    preempted = await policy_loop.preempt(fleet.ctx)
+    again = await policy_loop.preempt(fleet.ctx)
+    assert agent.stream is not None
+    cancel = await agent.stream.expect("job_cancel")
+
+    assert (too_soon, preempted, again) == (0, 1, 0)
+    assert cancel["job_id"] == low["id"] and cancel["attempt_id"] == offer["attempt_id"]
+    assert cancel["preempt"] is True and cancel["grace_s"] == 30
+    # An agent that knows no preemption reports a plain cancel: it counts as preempted.
+    await agent.finish(offer, "cancelled", error="stopped")
+    assert (await fleet.job(low["id"]))["status"] == "queued"
+    taken = await agent.next_offer()
+    assert taken["job_id"] == urgent["id"]
+    await agent.run(taken)
+    await agent.finish(taken)
+    resumed = await agent.next_offer()
+    assert resumed["job_id"] == low["id"]
+    assert resumed["resume"] is not None
+    assert resumed["resume"]["name"] == "checkpoint-100"
+    detail = await fleet.job(low["id"])
+    assert detail["attempt_history"][0]["status"] == "preempted"
+    assert "job.preempted" in [e["event_type"] for e in await fleet.audit(target=low["id"])]
+
+
+async def test_a_job_not_preemptible_is_never_preempted(fleet: Fleet) -> None:
+    await set_policy(fleet, preemption=True, min_runtime_s=0)
+    agent = await fleet.online_worker("gpu-1")
+    low = await fleet.submit(gpu_count=1, priority=0, preemptible=False)
+    await agent.run(await agent.next_offer())
+    await fleet.submit(gpu_count=1, priority=30)
+    fleet.clock.advance(3600)
+
+    assert await policy_loop.preempt(fleet.ctx) == 0
+    assert (await fleet.job(low["id"]))["status"] == "running"
+
+
+# ---- why it waits ------------------------------------------------------------------------
+
+
+async def test_a_job_held_by_a_team_limit_says_so_in_every_surface(fleet: Fleet) -> None:
+    nlp = await add_team(fleet, "nlp", max_gpus=1)
+    alice = await client_of(fleet, await add_user(fleet, "alice", "researcher", team=nlp))
+    await fleet.online_worker("gpu-1")
+    await fleet.online_worker("gpu-2")
+    body = {"config": {"command": ["x"]}, "gpu_count": 1}
+    await alice.post("/api/queue/submit", json=body)
+    held = (await alice.post("/api/queue/submit", json=body)).json()
+
+    waiting = (await fleet.job(held["id"]))["waiting"]
+
+    assert waiting["code"] == "team_at_limit"
+    assert waiting["summary"].startswith("team nlp is at its limit of 1 GPU")
+    assert "gpufleet queue limits" in waiting["summaries"]["cli"]
+    assert waiting["params"]["limit"] == 1
+
+
+async def test_a_held_job_says_it_waits_for_approval(fleet: Fleet) -> None:
+    viewer = await client_of(fleet, await add_user(fleet, "vic", "viewer"))
+    job = (await viewer.post("/api/queue/submit", json={"config": {"command": ["x"]}})).json()
+
+    waiting = (await fleet.job(job["id"]))["waiting"]
+
+    assert waiting["code"] == "awaiting_approval"
+    assert "gpufleet queue approve JOB" in waiting["summaries"]["cli"]
+    assert f"/api/queue/{job['id']}/approve" in waiting["summary"]
+
+
+async def test_a_job_behind_fair_share_says_how_many_go_first(fleet: Fleet) -> None:
+    busy = await add_team(fleet, "busy", usage=1_000_000.0)
+    idle = await add_team(fleet, "idle")
+    bea = await client_of(fleet, await add_user(fleet, "bea", "researcher", team=busy))
+    ida = await client_of(fleet, await add_user(fleet, "ida", "researcher", team=idle))
+    await set_policy(fleet, fair_share=True)
+    drained = await fleet.online_worker("gpu-1")  # one could run them, and takes none
+    assert (await fleet.admin.post(f"/api/admin/workers/{drained.id}/drain")).status_code == 200
+    body = {"config": {"command": ["x"]}}
+    mine = (await bea.post("/api/queue/submit", json=body)).json()
+    for _ in range(2):
+        fleet.clock.advance(1)
+        await ida.post("/api/queue/submit", json=body)
+
+    waiting = (await fleet.job(mine["id"]))["waiting"]
+
+    assert waiting["code"] == "behind_fair_share"
+    assert waiting["summary"] == "position 3; 2 jobs of teams further below their share go first"

@@ -317,3 +317,26 @@ def test_a_withdrawn_offer_after_a_lost_attempt_does_not_stop_the_resume():
     history = [Ran("a_1", 1, A.LOST), Ran("a_2", 2, A.WITHDRAWN)]
     assert resume_sources(history) == ["a_1"]
     assert resume_sources([*history, Ran("a_3", 3, A.FAILED)]) == []
+
+
+@pytest.mark.parametrize("ended", [A.CANCELLED, A.FAILED, A.LOST, A.PREEMPTED])
+def test_an_attempt_the_policy_preempted_is_requeued_without_spending_a_retry(
+    ended: AttemptStatus,
+) -> None:
+    # No retries left, and `failed` not even retried: the preemption still requeues it.
+    job = Budget(retry_on=frozenset(), max_retries=0, attempts=1)
+    end = AttemptEnd(ended, 1, "stopped", preempted_by="j_urgent")
+    history = [Past("w1", A.PREEMPTED, T0, T0)]
+
+    decision = decide(job, end, history, by_user=False, poison_after_workers=3)
+
+    assert isinstance(decision, Requeue)
+    assert decide(job, end, history, by_user=True, poison_after_workers=3) == (
+        Cancel() if ended is A.CANCELLED else decision
+    )
+
+
+def test_a_preempted_attempt_that_completed_anyway_completes_the_job() -> None:
+    end = AttemptEnd(A.COMPLETED, 1, None, preempted_by="j_urgent")
+
+    assert decide(Budget(), end, [], by_user=False, poison_after_workers=3) == Complete()

@@ -119,6 +119,13 @@ class ApiClient:
     def put(self, path: str, body: Any) -> Any:
         return self._request("PUT", path, json=body)
 
+    def patch(self, path: str, body: Any) -> Any:
+        return self._request("PATCH", path, json=body)
+
+    def post_query(self, path: str, **params: Any) -> Any:
+        """A POST whose arguments are the query's (`?reason=…`, `?days=…`), not a body."""
+        return self._request("POST", path, params=_drop_none(params))
+
     def delete(self, path: str) -> Any:
         return self._request("DELETE", path)
 

@@ -69,7 +69,24 @@ for _command in (logs, watch, artifacts, download):
     help="GPUs the job needs.",
     show_default="the config's gpu_count",
 )
-@click.option("--priority", type=click.IntRange(-1000, 1000), default=0, help="Higher runs first.")
+@click.option(
+    "--priority",
+    type=click.IntRange(-1000, 1000),
+    help="Higher runs first; above your level's default only for leads and admins.",
+    show_default="your level's: admin 30, lead 20, researcher 10, viewer 0",
+)
+@click.option(
+    "--team",
+    metavar="TEAM",
+    help="The team (name or id) the job is for; one of yours.",
+    show_default="your default team",
+)
+@click.option(
+    "--preemptible/--not-preemptible",
+    default=None,
+    help="Whether the queue policy may stop it for another job (it resumes from its checkpoint).",
+    show_default="as its team says",
+)
 @click.option(
     "--max-retries",
     type=click.IntRange(0, 100),
@@ -89,7 +106,9 @@ def submit(
     target: str,
     labels: dict[str, str],
     gpu_count: int | None,
-    priority: int,
+    priority: int | None,
+    team: str | None,
+    preemptible: bool | None,
     max_retries: int,
     retry_failed: bool,
     as_json: bool,
@@ -100,6 +119,8 @@ def submit(
         "worker_labels": labels,
         "gpu_count": gpu_count,
         "priority": priority,
+        "team": team,
+        "preemptible": preemptible,
         "max_retries": max_retries,
         "retry_on": ["lost", "failed"] if retry_failed else ["lost"],
     }
@@ -127,7 +148,10 @@ def submit(
         out.print_json(job)
         return
     out.echo(f"Submitted job {job['id']} ({job['status']}, target {job['target']}).")
-    if job["status"] == "queued":  # no worker took it at once: say what it waits for
+    if job["status"] in (
+        "queued",
+        "pending_approval",
+    ):  # no worker took it at once: say what it waits for
         waiting = api.get(f"/api/queue/{part(job['id'])}")["waiting"]
         if waiting:
             out.echo(f"Waiting: {out.waiting(waiting)}.")

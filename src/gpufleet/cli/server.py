@@ -77,6 +77,14 @@ log = logging.getLogger("gpufleet.server")
     help="How often the health loop runs.",
 )
 @setting(
+    "--usage-interval",
+    default="30",
+    type=DURATION,
+    var="USAGE_INTERVAL",
+    help="How often the policy loop adds running jobs' GPU time to their teams' and users' "
+    "usage (fair share), samples it, and preempts where the policy says so.",
+)
+@setting(
     "--ack-timeout",
     default="30",
     type=DURATION,
@@ -212,6 +220,7 @@ def server(
     database_url: str | None,
     heartbeat_timeout: float,
     health_interval: float,
+    usage_interval: float,
     ack_timeout: float,
     ephemeral_cleanup_after: float,
     heartbeat_interval: float,
@@ -266,6 +275,7 @@ def server(
             database_url=database_url,
             heartbeat_timeout=heartbeat_timeout,
             health_interval=health_interval,
+            usage_interval=usage_interval,
             ack_timeout=ack_timeout,
             ephemeral_cleanup_after=ephemeral_cleanup_after,
             heartbeat_interval=heartbeat_interval,

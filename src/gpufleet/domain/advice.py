@@ -51,9 +51,48 @@ def _local_too_small(surface: Surface, local_gpus: int) -> str:
     }[surface]
 
 
+# Who may lift a limit, and how, in each surface's terms.
+_LIMIT_ADVICE = {
+    Surface.API: "it starts when a job under that limit ends, or an admin raises it "
+    "(PATCH /api/queue/policy, or the team's or user's own limit)",
+    Surface.UI: "it starts when a job under that limit ends, or an admin raises it on the "
+    "Teams page",
+    Surface.CLI: "it starts when a job under that limit ends, or an admin raises it with "
+    "`gpufleet queue limits --set FIELD=VALUE`",
+}
+_APPROVE = {
+    Surface.API: "a lead or an admin approves it with POST /api/queue/{job_id}/approve",
+    Surface.UI: "a lead or an admin approves it with Approve on the Queue page",
+    Surface.CLI: "a lead or an admin approves it with `gpufleet queue approve JOB`",
+}
+_POLICY_WAITS = frozenset(
+    {
+        WaitCode.FLEET_AT_LIMIT,
+        WaitCode.TEAM_AT_LIMIT,
+        WaitCode.USER_AT_LIMIT,
+        WaitCode.BEHIND_FAIR_SHARE,
+        WaitCode.AWAITING_APPROVAL,
+    }
+)
+
+
+def _say_policy_wait(wait: Wait, surface: Surface) -> str:
+    p = wait.params
+    if wait.code is WaitCode.AWAITING_APPROVAL:
+        rule = f" ({p['rule']})" if p.get("rule") else ""
+        return f"waiting for approval{rule}: {_APPROVE[surface].replace('{job_id}', p['job'])}"
+    if wait.code is WaitCode.BEHIND_FAIR_SHARE:
+        n = p["ahead_by_share"]
+        jobs = f"{n} job{'s' if n != 1 else ''}"
+        return f"position {p['position']}; {jobs} of teams further below their share go first"
+    return f"{p['limit_hit']}: {_LIMIT_ADVICE[surface]}"
+
+
 def say_wait(wait: Wait, surface: Surface) -> str:
     """One line on what a queued job waits for, with advice in the surface's terms."""
     p = wait.params
+    if wait.code in _POLICY_WAITS:
+        return _say_policy_wait(wait, surface)
     if wait.code is WaitCode.ABOUT_TO_BE_OFFERED:
         return "a worker can run it now: it is about to be offered"
     if wait.code is WaitCode.ALL_UNAVAILABLE:

@@ -249,6 +249,12 @@ class WaitCode(StrEnum):
     NOT_REGISTERED_YET = "not_registered_yet"  # some may fit, once they register
     LOCAL_TOO_SMALL = "local_too_small"  # target local: the local runner has fewer GPUs
     NO_WORKER_MATCHES = "no_worker_matches"
+    # The queue policy's (docs/scheduling.md): a limit, fair share, an approval rule.
+    FLEET_AT_LIMIT = "fleet_at_limit"
+    TEAM_AT_LIMIT = "team_at_limit"
+    USER_AT_LIMIT = "user_at_limit"
+    BEHIND_FAIR_SHARE = "behind_fair_share"
+    AWAITING_APPROVAL = "awaiting_approval"
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,10 +36,23 @@ class AttemptEnd:
     status: AttemptStatus
     number: int
     error: str | None = None
+    preempted_by: str | None = None  # the queued job the queue policy stopped it for
 
     @property
     def reason(self) -> str:
         return self.error or self.status.value
+
+
+def counted_as(status: AttemptStatus, preempted_by: str | None, *, by_user: bool) -> AttemptStatus:
+    """How an attempt's ending counts. One the queue policy preempted (`preempted_by`) counts
+    as preempted however it ends (cancelled by an agent that knows no preemption, failed as
+    its process was stopped, lost): it is requeued without spending a retry. Only its own
+    completion, or its user's cancel, still count as such."""
+    if preempted_by is None or status in (A.COMPLETED, A.WITHDRAWN):
+        return status
+    if status is A.CANCELLED and by_user:
+        return status
+    return A.PREEMPTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +113,9 @@ def decide(
 ) -> Decision:
     """The job completes, is cancelled, requeued or fails. `history`: every attempt of the
     job, the ended one included; only read when `needs_history` says so."""
+    status = counted_as(ended.status, ended.preempted_by, by_user=by_user)
+    if status is not ended.status:
+        ended = AttemptEnd(status, ended.number, ended.error, ended.preempted_by)
     if ended.status is A.COMPLETED:
         return Complete()
     if ended.status is A.CANCELLED and by_user:

@@ -43,6 +43,7 @@ from gpufleet.server.services import (
     delivery,
     dispatch,
     health,
+    policy_loop,
     retention,
     sessions,
 )
@@ -164,6 +165,8 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
             return step
 
         supervisor.every("health", settings.health_interval, leader_only(health.health_sweep))
+        # usage for fair share, its samples, and preemption (docs/scheduling.md)
+        supervisor.every("policy", settings.usage_interval, leader_only(policy_loop.sweep))
         supervisor.every("audit-head", 1.0, lambda: audit.record_head(ctx))  # every replica
         supervisor.every(  # every replica writes the heartbeats it heard
             "heartbeat-flush",

@@ -28,6 +28,7 @@ class ServerSettings(BaseModel):
     database_url: str | None = None  # default: SQLite in the data folder
     heartbeat_timeout: float = Field(120.0, gt=0)
     health_interval: float = Field(60.0, gt=0)
+    usage_interval: float = Field(30.0, gt=0)  # the policy loop: usage, samples, preemption
     ack_timeout: float = Field(30.0, gt=0)
     ephemeral_cleanup_after: float = Field(3600.0, ge=0)
     heartbeat_interval: float = Field(30.0, gt=0)  # told to workers at registration

@@ -325,6 +325,12 @@ class Agent:
             return
         if attempt and job.offer.attempt_id and attempt != job.offer.attempt_id:
             return
+        if event.get("preempt") is True:
+            # The queue policy takes the GPUs back: the SIGTERM path, for this job only.
+            grace = event.get("grace_s")
+            ok = isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0
+            job.preempt(grace if ok else None, str(event.get("reason") or "preempted"))
+            return
         job.request_stop(StopReason.CANCELLED, str(event.get("reason") or ""))
 
     def _on_drain(self, event: Json) -> None:

@@ -92,6 +92,7 @@ class JobRun:
         self._logs = LogBuffer(flush_lines=settings.log_flush_lines)
         self._output: IO[str] | None = None
         self._preempt = asyncio.Event()
+        self._grace = settings.preempt_grace
         self._hurry = False
         self._limiter = BandwidthLimiter(settings.upload_bandwidth)
 
@@ -101,9 +102,12 @@ class JobRun:
             self.stop_reason, self._stop_detail = reason, detail
         self._stop.set()
 
-    def preempt(self) -> None:
-        """The machine is going away: checkpoint if the job can, stop, upload, report."""
-        log.warning("job %s is preempted: the worker got SIGTERM", self.label)
+    def preempt(self, grace: float | None = None, why: str = "the worker got SIGTERM") -> None:
+        """The machine is going away, or the queue policy takes the GPUs back: checkpoint if
+        the job can (within `grace` seconds; None: --preempt-grace), stop, upload, report."""
+        log.warning("job %s is preempted: %s", self.label, why)
+        if grace is not None:
+            self._grace = grace
         self._preempt.set()
 
     def hurry(self) -> None:
@@ -263,7 +267,7 @@ class JobRun:
             process.signal_main(sig)
             commits = checkpoints.commits
             try:
-                async with asyncio.timeout(self._settings.preempt_grace):
+                async with asyncio.timeout(self._grace):
                     await checkpoints.wait_for_note(wanted)
                 shipped = checkpoints.commits > commits
                 log.log(
@@ -274,9 +278,9 @@ class JobRun:
                 )
             except TimeoutError:
                 log.warning(
-                    "job %s wrote no checkpoint within --preempt-grace %.0f s",
+                    "job %s wrote no checkpoint within its grace of %.0f s",
                     self.label,
-                    self._settings.preempt_grace,
+                    self._grace,
                 )
         else:
             log.info("job %s does not handle the checkpoint signal: stopping it", self.label)

@@ -66,7 +66,7 @@ async def stats(ctx: Ctx, who: Reader) -> StatsOut:
 
 @router.get("/api/queue/me", response_model=MeOut)
 async def me(ctx: Ctx, who: Reader) -> MeOut:
-    mine = await policy.me(ctx, who.key.user_id)
+    mine = await policy.me(ctx, who.user.id)
     names = await queue.job_names(ctx, [*mine.pending, *mine.running, *mine.blocked])
     return MeOut(
         pending_count=len(mine.pending),
@@ -105,7 +105,7 @@ async def reject(
     job_id: str,
     reason: Annotated[str, Query(max_length=500, pattern=r"^[^\x00-\x1f]*$")] = "",
 ) -> JobOut:
-    job = await policy.reject(ctx, job_id, reason, who.actor, who.key.name, client)
+    job = await policy.reject(ctx, job_id, reason, who.actor, who.user.name, client)
     return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 

@@ -59,7 +59,7 @@ async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> Jo
         team=body.team,
         preemptible=body.preemptible,
     )
-    job = await queue.submit(ctx, sub, who.actor, client, user_id=who.key.user_id)
+    job = await queue.submit(ctx, sub, who.actor, client, user_id=who.user.id)
     return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 
@@ -100,9 +100,7 @@ async def list_jobs(
 
 @router.post("/api/queue/rerun", response_model=BulkOut)
 async def rerun_jobs(ctx: Ctx, who: Submitter, client: Client, body: JobIds) -> BulkOut:
-    return _bulk(
-        await reruns.rerun_many(ctx, body.job_ids, who.actor, client, user_id=who.key.user_id)
-    )
+    return _bulk(await reruns.rerun_many(ctx, body.job_ids, who.actor, client, user_id=who.user.id))
 
 
 @router.post("/api/queue/cancel", response_model=BulkOut)
@@ -141,7 +139,7 @@ async def cancel_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> J
 @router.post("/api/queue/{job_id}/rerun", response_model=JobOut, status_code=201)
 async def rerun_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> JobOut:
     """A new job with this one's config and requirements, linked to it."""
-    job = await reruns.rerun(ctx, job_id, who.actor, client, user_id=who.key.user_id)
+    job = await reruns.rerun(ctx, job_id, who.actor, client, user_id=who.user.id)
     return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 

@@ -113,6 +113,8 @@ async def end_attempt(
     confirms the process is gone; any other ending frees it at once. `locked`: see
     `release_worker`.
     """
+    # An attempt the queue policy preempted counts as preempted however it ends.
+    outcome = outcomes.counted_as(outcome, attempt.preempted_by, by_user=by_user)
     await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code)
     if not by_user:
         await release_worker(tx, attempt.worker_id, attempt, locked)
@@ -131,7 +133,7 @@ async def end_attempt(
         if outcomes.needs_history(job, outcome, by_user=by_user)
         else []
     )
-    ended = outcomes.AttemptEnd(outcome, attempt.number, error)
+    ended = outcomes.AttemptEnd(outcome, attempt.number, error, attempt.preempted_by)
     decision = outcomes.decide(
         job,
         ended,

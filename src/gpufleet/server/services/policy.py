@@ -14,11 +14,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpufleet.domain.levels import Level
+from gpufleet.domain.matching import Wait, WaitCode
 from gpufleet.domain.policy import (
     Candidate,
+    LimitHit,
     Limits,
     Policy,
     Snapshot,
+    limit_hit,
     rank_key,
 )
 from gpufleet.domain.records import Job
@@ -27,7 +30,7 @@ from gpufleet.errors import Conflict, InvalidInput, NotFound
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import JOBS_TOPIC, job_topic
 from gpufleet.server.services import dispatch
-from gpufleet.server.services.standing import candidate, snapshot
+from gpufleet.server.services.standing import candidate, is_plain, snapshot
 from gpufleet.store import Queries
 from gpufleet.store.queries.policy import POLICY_FIELDS
 
@@ -338,9 +341,7 @@ class Mine:
     best_position: int | None
 
 
-async def me(ctx: Context, user_id: str | None) -> Mine:
-    if user_id is None:
-        return Mine([], [], [], None)
+async def me(ctx: Context, user_id: str) -> Mine:
     wanted = {JobStatus.QUEUED, JobStatus.PENDING_APPROVAL, *PLACED_JOB}
     async with ctx.store.read() as q:
         jobs = await q.user_jobs(user_id, wanted)
@@ -387,3 +388,49 @@ def limits_of(policy: Policy) -> Limits:
 
 def ranked_candidates(jobs: Sequence[Job], snap: Snapshot) -> list[Candidate]:
     return sorted((candidate(j, snap) for j in jobs), key=lambda c: rank_key(c, snap))
+
+
+# ---- why it waits ------------------------------------------------------------------------
+
+_LIMIT_WAIT = {"fleet": WaitCode.FLEET_AT_LIMIT, "team": WaitCode.TEAM_AT_LIMIT}
+
+
+def _limit_wait(hit: LimitHit) -> Wait:
+    code = _LIMIT_WAIT.get(hit.code.value.split("_", 1)[0], WaitCode.USER_AT_LIMIT)
+    return Wait(
+        code,
+        {
+            "limit_hit": str(hit),
+            "limit_code": hit.code.value,
+            "scope": hit.scope_name,
+            "limit": hit.limit,
+            "count": hit.count,
+        },
+    )
+
+
+async def policy_wait(q: Queries, job: Job, now: datetime) -> Wait | None:
+    """What the policy holds the job back for, if anything: an approval, a limit, or the
+    jobs of teams further below their share ranked before it."""
+    if job.status is JobStatus.PENDING_APPROVAL:
+        return Wait(WaitCode.AWAITING_APPROVAL, {"job": job.id})
+    if job.status is not JobStatus.QUEUED:
+        return None
+    policy, own = await q.dispatch_policy()
+    if is_plain(policy, own):
+        return None
+    snap = await snapshot(q, now, policy)
+    hit = limit_hit(candidate(job, snap), snap)
+    if hit is not None:
+        return _limit_wait(hit)
+    if not policy.fair_share:
+        return None
+    ranked = Ranked(snap, await q.all_queued(MAX_RANKED))
+    ranked.order.sort(key=lambda j: rank_key(candidate(j, snap), snap))
+    place = position_in(ranked, job)
+    if not place.ahead_by_share:
+        return None
+    return Wait(
+        WaitCode.BEHIND_FAIR_SHARE,
+        {"position": place.position, "ahead_by_share": place.ahead_by_share},
+    )

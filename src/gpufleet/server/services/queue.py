@@ -16,10 +16,10 @@ from gpufleet.domain.jobspec import (
     check_config_name,
     config_gpu_count,
 )
-from gpufleet.domain.levels import Level
 from gpufleet.domain.matching import (
     Requirement,
     Wait,
+    WaitCode,
     fits,
     needs_of,
     reasons_not_running,
@@ -52,7 +52,8 @@ from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.services import dispatch
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job
-from gpufleet.server.services.standing import resolve_submitter
+from gpufleet.server.services.people import resolve_submitter
+from gpufleet.server.services.policy import policy_wait
 from gpufleet.store.queries import NewJob, Queries
 
 QUEUED_RETRY_S = 60.0  # a submit past the queued-jobs limit: when to try again
@@ -148,7 +149,7 @@ def _check_target(ctx: Context, target: Target) -> None:
 
 
 async def submit(
-    ctx: Context, sub: Submission, actor: str, client: str | None, *, user_id: str | None
+    ctx: Context, sub: Submission, actor: str, client: str | None, *, user_id: str
 ) -> Job:
     if (sub.config is None) == (sub.config_name is None):
         raise InvalidInput("send exactly one of 'config_name' (a stored config) or 'config'")
@@ -163,21 +164,21 @@ async def submit(
 class _Admission:
     """What the policy makes of a submit: for whom, at which priority, held or not."""
 
-    user_id: str | None
+    user_id: str
     team_id: str | None
     priority: int
     status: JobStatus
     held: str | None  # the approval rule that holds it, in words
 
 
-async def _admit(tx: Tx, sub: Submission, gpu_count: int, user_id: str | None) -> _Admission:
+async def _admit(tx: Tx, sub: Submission, gpu_count: int, user_id: str) -> _Admission:
     """Who submits, for which team, at which priority; refused past the user's queued-jobs
     limit (429); held for approval when a rule says so."""
-    user, team_id = await resolve_submitter(tx.q, user_id, sub.team)
-    level = user.level if user is not None else Level.ADMIN  # a key of no user: pre-#18
+    user, team = await resolve_submitter(tx.q, user_id, sub.team)
+    level = user.level
     priority = check_priority(level, sub.priority)
     policy = await tx.q.get_policy()
-    if user is not None and (policy.limits.user_max_queued is not None or user.max_queued):
+    if policy.limits.user_max_queued is not None or user.max_queued is not None:
         state = UserState(
             id=user.id,
             name=user.name,
@@ -195,7 +196,7 @@ async def _admit(tx: Tx, sub: Submission, gpu_count: int, user_id: str | None) -
             )
     held = approval_needed(policy, level, gpu_count)
     status = JobStatus.PENDING_APPROVAL if held else JobStatus.QUEUED
-    return _Admission(user.id if user else user_id, team_id, priority, status, held)
+    return _Admission(user.id, team.id if team else None, priority, status, held)
 
 
 async def enqueue(
@@ -205,7 +206,7 @@ async def enqueue(
     actor: str,
     client: str | None,
     *,
-    user_id: str | None,
+    user_id: str,
     rerun_of: str | None = None,
 ) -> Job:
     """Queue a job of this config (checked already) for the submitting user, and offer it
@@ -302,6 +303,11 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
         waiting = None
         if job.status is JobStatus.QUEUED:
             waiting = explain_wait(job, await q.list_workers())
+        policy_held = await policy_wait(q, job, ctx.clock())
+        if policy_held is not None and (waiting is None or waiting["code"] in _FLEET_COULD):
+            # Workers could run it: the policy is what it waits for.
+            shown = waiting["workers"] if waiting else []
+            waiting = {**waiting_fields(policy_held), "workers": shown}
         reruns = await q.reruns_of(job_id)
         names = await names_of(q, [job], attempts)
         wanted = {a.resumed_from for a in attempts if a.resumed_from}
@@ -337,6 +343,8 @@ async def job_names(ctx: Context, jobs: Sequence[Job]) -> dict[str, str]:
         return await names_of(q, jobs)
 
 
+# The fleet's waits under which the policy's reason is the one to give.
+_FLEET_COULD = frozenset({WaitCode.ABOUT_TO_BE_OFFERED.value, WaitCode.ALL_UNAVAILABLE.value})
 UNMATCHED_SHOWN = 20  # queued jobs, from the head of the queue, the workers list looks at
 ANY_GPU_COUNT = 2**31 - 1  # the most a job's gpu_count column holds (32 bits)
 

@@ -120,9 +120,15 @@ async def report_status(
             status = result
     if refused is not None:
         raise await _refuse(ctx, worker, *refused)
+    # Stopped by the queue policy for another job: the worker stays, and is offered the
+    # job it was freed for before the stopped one looks for a worker.
+    for_policy = attempt is not None and attempt.preempted_by is not None
+    if for_policy and freed:
+        await dispatch.dispatch_worker(ctx, worker.id)
     if requeued:
         await dispatch.dispatch_job(ctx, job_id)
-    if freed and new is not AttemptStatus.PREEMPTED:  # a preempting worker is going away
+    # A worker preempted otherwise (its machine) is going away.
+    if freed and new is not AttemptStatus.PREEMPTED and not for_policy:
         await dispatch.dispatch_worker(ctx, worker.id)
     return status
 

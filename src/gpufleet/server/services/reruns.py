@@ -24,9 +24,7 @@ class Outcome:
     error: str | None = None
 
 
-async def rerun(
-    ctx: Context, job_id: str, actor: str, client: str | None, *, user_id: str | None
-) -> Job:
+async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, user_id: str) -> Job:
     """A new job with the old one's config and requirements, linked to it (`rerun_of`).
     The config is the one the old job ran, even if its stored config changed since."""
     old = await queue.get_job(ctx, job_id)
@@ -75,7 +73,7 @@ async def _each(job_ids: Sequence[str], act: Callable[[str], Awaitable[Job]]) ->
 
 
 async def rerun_many(
-    ctx: Context, job_ids: Sequence[str], actor: str, client: str | None, *, user_id: str | None
+    ctx: Context, job_ids: Sequence[str], actor: str, client: str | None, *, user_id: str
 ) -> list[Outcome]:
     return await _each(job_ids, lambda job_id: rerun(ctx, job_id, actor, client, user_id=user_id))
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from gpufleet.domain.levels import Level
 from gpufleet.domain.policy import Candidate, Policy, Snapshot, Tally, TeamState, UserState
-from gpufleet.domain.records import Job, User
-from gpufleet.errors import Forbidden, NotFound
+from gpufleet.domain.records import Job
 from gpufleet.store import Queries
 
 
@@ -103,25 +101,3 @@ def candidate(job: Job, snap: Snapshot) -> Candidate:
         created_at=job.created_at,
         preemptible=preemptible,
     )
-
-
-async def resolve_submitter(
-    q: Queries, user_id: str | None, team: str | None
-) -> tuple[User | None, str | None]:
-    """STAND-IN for people.resolve_submitter: the submitting user, and the team the job is
-    for (the one named, which must be one of the user's, else the user's default, else
-    their only team, else none)."""
-    user = await q.get_user(user_id) if user_id else None
-    mine = await q.user_team_ids(user.id) if user else []
-    if team is not None:
-        found = await q.find_team(team)
-        if found is None:
-            raise NotFound(f"no team {team!r}; list teams with GET /api/teams")
-        if user is not None and found.id not in mine and user.level is not Level.ADMIN:
-            raise Forbidden(f"you are not in team {found.name}; ask an admin to add you")
-        return user, found.id
-    if user is None:
-        return None, None
-    if user.default_team_id:
-        return user, user.default_team_id
-    return user, mine[0] if len(mine) == 1 else None

@@ -304,23 +304,6 @@ class PolicyQueries(QueryBase):
             return 0
         return await self._rowcount(sa.delete(jobs).where(jobs.c.id.in_(list(job_ids))))
 
-    async def get_user(self, user_id: str) -> User | None:
-        row = await self._first(sa.select(users).where(users.c.id == user_id))
-        return rows.user(row) if row else None
-
-    async def find_team(self, id_or_name: str) -> Team | None:
-        stmt = sa.select(teams).where(sa.or_(teams.c.id == id_or_name, teams.c.name == id_or_name))
-        row = await self._first(stmt)
-        return rows.team(row) if row else None
-
-    async def user_team_ids(self, user_id: str) -> list[str]:
-        stmt = sa.select(team_members.c.team_id).where(team_members.c.user_id == user_id)
-        return [r.team_id for r in await self.conn.execute(stmt)]
-
-    async def user_names(self, user_ids: Collection[str]) -> dict[str, str]:
-        stmt = sa.select(users.c.id, users.c.name).where(users.c.id.in_(list(user_ids)))
-        return {r.id: r.name for r in await self.conn.execute(stmt)}
-
     async def team_names(self, team_ids: Collection[str]) -> dict[str, str]:
         stmt = sa.select(teams.c.id, teams.c.name).where(teams.c.id.in_(list(team_ids)))
         return {r.id: r.name for r in await self.conn.execute(stmt)}
