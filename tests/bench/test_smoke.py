@@ -86,8 +86,8 @@ async def test_policy_times_dispatch_with_the_policy_off_and_on_over_a_deep_queu
     measured(result)
     for mode in ("off", "on"):
         run_ = result.metrics[mode]
-        assert run_["latency"]["delivered"] == SMOKE.s1_jobs, mode
-        assert run_["throughput"]["completed"] == SMOKE.s2_jobs, mode
+        assert run_["latency"]["delivered"] == SMOKE.s8_latency_jobs, mode
+        assert run_["throughput"]["completed"] == SMOKE.s8_jobs, mode
     assert result.metrics["on"]["policy"]["fair_share"] is True
     assert result.metrics["off"]["policy"]["fair_share"] is False
     ratios = [c.metric for c in result.checks if c.target == "≤ 1.5"]

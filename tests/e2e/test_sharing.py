@@ -197,7 +197,12 @@ def test_a_preempted_job_checkpoints_is_requeued_without_a_retry_and_resumes_aft
     done = wait_job(server, victim, "completed", "failed", "cancelled", timeout=60)
     assert done["status"] == "completed", done
     first, second = done["attempt_history"]
-    assert first["status"] == "preempted" and first["preempted_by"] == urgent, first
+    assert first["status"] == "preempted", first
+    with server.admin() as admin:
+        said = admin.get("/api/audit", params={"type": "job.preempted", "target": victim})
+    [preempted] = said.json()["events"]  # once, for the job that took its place
+    assert preempted["detail"]["preempted_by"] == urgent
+    assert preempted["detail"]["attempt_id"] == first["id"]
     assert first["worker_id"] == second["worker_id"] == worker.id
     assert done["max_retries"] == 0  # no retry to spend, and still it ran again
 
