@@ -36,6 +36,7 @@ class Size:
     s8_teams: int = 50  # scenario 8: the teams scenario 4's deep queue is spread over
     s8_latency_jobs: int = 500  # scenario 8, each mode: scenario 1's submits
     s8_jobs: int = 5000  # scenario 8, each mode: scenario 2's
+    s8_connect_within: float = 120.0  # scenario 8: a mode whose fleet is not streaming by then
     per_process: int = 2500
     start_within: float = 900.0
 
@@ -61,6 +62,7 @@ SMOKE = Size(
     s8_teams=3,
     s8_latency_jobs=6,
     s8_jobs=20,
+    s8_connect_within=60.0,
     per_process=3,
     start_within=60.0,
 )
