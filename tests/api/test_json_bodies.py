@@ -38,7 +38,14 @@ async def test_every_json_endpoint_answers_a_json_body_alike_whatever_its_conten
     fleet: Fleet,
 ) -> None:
     worker = await fleet.online_worker("gpu-1")
-    params = {"worker_id": worker.id, "job_id": "j_nope", "name": "cfg", "key_id": "k_nope"}
+    params = {
+        "worker_id": worker.id,
+        "job_id": "j_nope",
+        "name": "cfg",
+        "key_id": "k_nope",
+        "user": "nobody",
+        "team": "nobody",
+    }
     operations = _json_operations(fleet)
     assert len(operations) >= 9, operations
     differences = []

@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.errors import Forbidden, InvalidInput
-from gpufleet.server.services import people
+from gpufleet.server.services import auth, people
 from tests.api.conftest import Fleet, post_raw, sqlite_only
 
 
@@ -349,3 +349,32 @@ async def test_a_job_is_for_the_team_named_else_the_default_else_the_only_team(
     with pytest.raises(InvalidInput) as unknown:
         await _resolve(fleet, "multi", "zz")
     assert "there is no team 'zz'; multi is in: a, b" in unknown.value.message
+
+
+async def test_hostile_names_in_the_path_answer_404_on_every_database(fleet: Fleet) -> None:
+    await make_team(fleet, "t")
+    for ref in ("%ED%A0%80", "%FF", "a" * 10_000, "x%20y", "u_admin%27--"):
+        for answer in (
+            await fleet.admin.get(f"/api/users/{ref}"),
+            await fleet.admin.get(f"/api/teams/{ref}"),
+            await fleet.admin.put(f"/api/teams/t/members/{ref}"),
+            await fleet.admin.delete(f"/api/users/{ref}"),
+        ):
+            assert answer.status_code == 404, (ref[:20], answer.text[:200])
+            assert len(answer.text) < 2000
+    assert (await fleet.admin.get("/api/teams/t")).json()["members"] == []
+
+
+@sqlite_only
+async def test_only_a_star_key_mints_for_another_user(fleet: Fleet) -> None:
+    await make_user(fleet, "lena", level="lead")
+    answer = await fleet.admin.post(
+        "/api/admin/api-keys",
+        json={"name": "lena", "permissions": ["queue.read"], "user": "lena"},
+    )
+    lena = await auth.authenticate_key(fleet.ctx, answer.json()["key"], None, None)
+    # the route asks for '*' first; the service holds the rule on its own all the same
+    with pytest.raises(Forbidden, match="only a key with the '\\*' permission"):
+        await auth.mint_api_key(fleet.ctx, "theirs", ["queue.read"], lena, None, user="admin")
+    key, _raw, owner = await auth.mint_api_key(fleet.ctx, "own", ["queue.read"], lena, None)
+    assert owner.name == "lena" and key.user_id == owner.id

@@ -7,6 +7,7 @@ jobs running and queued) and a freed worker; the job dispatch offers that worker
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -187,3 +188,34 @@ async def test_a_freed_worker_is_offered_the_job_the_policy_names_and_no_limit_i
     assert [j.id for j in offered] == ([expected.job_id] if expected else [])
     for job in offered:
         assert limit_hit(candidate(job, snap), snap) is None
+
+
+async def test_dispatches_racing_for_many_workers_never_pass_a_limit_together(
+    fleet: Fleet,
+) -> None:
+    # On PostgreSQL each dispatch is its own connection: without the policy row's lock they
+    # would all count nothing running and all claim.
+    # Each worker has its own lane and job: no claim loses to another on the same job.
+    agents = [await fleet.online_worker(f"gpu-{n}", labels={"lane": str(n)}) for n in range(4)]
+    async with fleet.ctx.store.engine.begin() as conn:
+        await conn.execute(sa.update(queue_policy).values(max_jobs=1, max_gpus=None))
+        await conn.execute(sa.update(workers).values(status="idle"))
+        for n in range(4):
+            row = NewJob(
+                id=f"j_race{n}",
+                config={"command": ["x"]},
+                target=Target.WORKER,
+                worker_labels={"lane": str(n)},
+                gpu_count=1,
+                priority=0,
+                max_retries=0,
+                retry_on=frozenset({RetryOn.LOST}),
+                submitted_by="test",
+                created_at=fleet.clock.now,
+            ).row()
+            await conn.execute(sa.insert(jobs).values(**row))
+
+    await asyncio.gather(*(dispatch._offer_to(fleet.ctx, a.id) for a in agents))
+
+    listed = (await fleet.admin.get("/api/queue", params={"status": "offered"})).json()
+    assert listed["total"] == 1

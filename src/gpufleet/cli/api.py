@@ -116,7 +116,7 @@ class ApiClient:
     def post(self, path: str, body: Any = None) -> Any:
         return self._request("POST", path, json=body)
 
-    def put(self, path: str, body: Any) -> Any:
+    def put(self, path: str, body: Any = None) -> Any:
         return self._request("PUT", path, json=body)
 
     def patch(self, path: str, body: Any) -> Any:

@@ -32,6 +32,7 @@ def list_keys(api: ApiClient, as_json: bool) -> None:
         (
             k["id"],
             k["name"],
+            k.get("user"),
             ",".join(k["permissions"]),
             out.ago(k["created_at"]),
             out.ago(k.get("last_used_at")) if k.get("last_used_at") else "never",
@@ -40,7 +41,7 @@ def list_keys(api: ApiClient, as_json: bool) -> None:
         for k in body
     ]
     out.console().print(
-        out.table(("ID", "NAME", "PERMISSIONS", "CREATED", "LAST USED", "STATUS"), rows)
+        out.table(("ID", "NAME", "USER", "PERMISSIONS", "CREATED", "LAST USED", "STATUS"), rows)
     )
 
 
@@ -55,15 +56,27 @@ def list_keys(api: ApiClient, as_json: bool) -> None:
     type=click.Choice(list(PERMISSION_HELP)),
     help=f"A permission to grant (repeat for several): {_PERMISSIONS}.",
 )
+@click.option(
+    "--user",
+    help="Whose key it is (a user's id or name); default: yours. It may do no more than "
+    "their level allows.",
+)
 @json_option
 @api_options
-def create_key(api: ApiClient, name: str, permissions: tuple[str, ...], as_json: bool) -> None:
+def create_key(
+    api: ApiClient, name: str, permissions: tuple[str, ...], user: str | None, as_json: bool
+) -> None:
     """Create an API key NAME; it is printed once."""
-    body = api.post("/api/admin/api-keys", {"name": name, "permissions": list(permissions)})
+    body = api.post(
+        "/api/admin/api-keys", {"name": name, "permissions": list(permissions), "user": user}
+    )
     if as_json:
         out.print_json(body)
         return
-    out.echo(f"Created API key {body['name']} ({body['id']}): {', '.join(body['permissions'])}.")
+    out.echo(
+        f"Created API key {body['name']} ({body['id']}) of user {body['user']}: "
+        f"{', '.join(body['permissions'])}."
+    )
     out.echo(f"Key (shown only once): {body['key']}")
     out.echo("Use it with --api-key or GPUFLEET_API_KEY, or to sign in to the web UI.")
 

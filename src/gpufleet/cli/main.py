@@ -22,13 +22,15 @@ def _register_commands() -> None:
     from gpufleet.cli.configs import configs
     from gpufleet.cli.jobs import jobs
     from gpufleet.cli.keys import keys
+    from gpufleet.cli.people import teams, users
     from gpufleet.cli.queue import queue
     from gpufleet.cli.server import server
     from gpufleet.cli.webhooks import webhooks
     from gpufleet.cli.worker import worker
     from gpufleet.cli.workers import workers
 
-    for command in (server, worker, workers, jobs, queue, configs, audit, keys, webhooks):
+    commands = (server, worker, workers, jobs, queue, configs, audit, keys, users, teams, webhooks)
+    for command in commands:
         cli.add_command(command)
 
 

@@ -68,6 +68,7 @@ class StopReason(enum.Enum):
     SHUTDOWN = "the orchestrator shut the worker down"
     FENCED = "the attempt is no longer this worker's"
     PREEMPTED = "the worker's machine is going away (SIGTERM)"
+    RECLAIMED = "preempted by the queue policy for another job"
 
 
 class JobRun:
@@ -93,6 +94,7 @@ class JobRun:
         self._output: IO[str] | None = None
         self._preempt = asyncio.Event()
         self._grace = settings.preempt_grace
+        self._preempted_as = StopReason.PREEMPTED  # RECLAIMED: by the queue policy
         self._hurry = False
         self._limiter = BandwidthLimiter(settings.upload_bandwidth)
 
@@ -102,12 +104,15 @@ class JobRun:
             self.stop_reason, self._stop_detail = reason, detail
         self._stop.set()
 
-    def preempt(self, grace: float | None = None, why: str = "the worker got SIGTERM") -> None:
-        """The machine is going away, or the queue policy takes the GPUs back: checkpoint if
-        the job can (within `grace` seconds; None: --preempt-grace), stop, upload, report."""
-        log.warning("job %s is preempted: %s", self.label, why)
+    def preempt(self, grace: float | None = None, why: str | None = None) -> None:
+        """The machine is going away (SIGTERM), or, with `why`, the queue policy takes the
+        GPUs back: checkpoint if the job can (within `grace` seconds; None: --preempt-grace),
+        stop, upload, report `preempted`."""
+        log.warning("job %s is preempted: %s", self.label, why or "the worker got SIGTERM")
         if grace is not None:
             self._grace = grace
+        if why is not None:
+            self._preempted_as, self._stop_detail = StopReason.RECLAIMED, why
         self._preempt.set()
 
     def hurry(self) -> None:
@@ -284,7 +289,7 @@ class JobRun:
                 )
         else:
             log.info("job %s does not handle the checkpoint signal: stopping it", self.label)
-        self.request_stop(StopReason.PREEMPTED)
+        self.request_stop(self._preempted_as, self._stop_detail)
 
     async def _upload_artifacts(self, job: Prepared, uploader: Uploader) -> None:
         if self._hurry or uploader.fenced is not None:
@@ -304,8 +309,9 @@ class JobRun:
         if not self._running_reported:
             await self._status({"status": "running"})
         tail.poll()
-        if self.stop_reason is StopReason.PREEMPTED and result.outcome is not Outcome.COMPLETED:
-            body: Json = {"status": "preempted", "error": StopReason.PREEMPTED.value}
+        preempted = self.stop_reason in (StopReason.PREEMPTED, StopReason.RECLAIMED)
+        if preempted and result.outcome is not Outcome.COMPLETED:
+            body: Json = {"status": "preempted", "error": self._stop_message()}
         else:
             body = {
                 "status": result.outcome.value,

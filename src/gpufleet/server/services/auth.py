@@ -203,7 +203,7 @@ def _check_level_allows(user: User, perms: list[str]) -> None:
     if beyond:
         raise InvalidInput(
             f"{user.name} is at level {user.level.value}, which does not allow "
-            f"{', '.join(beyond)}; a key of theirs may have at most: "
+            f"{', '.join(repr(p) for p in beyond)}; a key of theirs may have at most: "
             f"{', '.join(sorted(allowed))}"
         )
 

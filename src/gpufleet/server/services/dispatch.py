@@ -35,7 +35,13 @@ from gpufleet.domain.states import (
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic, worker_topic
 from gpufleet.server.services import fair_queue, offers
-from gpufleet.server.services.standing import candidate, has_limits, is_plain, snapshot
+from gpufleet.server.services.standing import (
+    candidate,
+    has_limits,
+    is_plain,
+    limits_in,
+    snapshot,
+)
 from gpufleet.store import Queries
 
 _PAGE = 200
@@ -226,23 +232,31 @@ async def dispatch_worker(ctx: Context, worker_id: str) -> bool:
     async with ctx.store.read() as q:
         if not await q.has_queued_jobs():
             return False
-        policy, own = await q.dispatch_policy()
-    if has_limits(policy, own):
+    seen = _Seen()
+    offered = await _offer_to(ctx, worker_id, seen)
+    if seen.limited:
         # A job that ended may have freed room under a limit for a job that this worker
         # cannot run and another idle one can: every idle worker looks.
-        return bool(await dispatch_all(ctx))
-    return bool(await _offer_to(ctx, worker_id))
+        offered = bool(await dispatch_all(ctx)) or offered
+    return bool(offered)
 
 
-async def _offer_to(ctx: Context, worker_id: str) -> bool | None:
+class _Seen:
+    """What a dispatch step saw of the policy, for its caller."""
+
+    limited = False  # a limit on what runs is set
+
+
+async def _offer_to(ctx: Context, worker_id: str, seen: _Seen | None = None) -> bool | None:
     """True: offered a job; False: the queue holds none it can run; None: not free (or
     every claim lost a race: the worker's queue is not known to be empty)."""
-    return await _retrying(lambda: _dispatch_worker(ctx, worker_id), None)
+    return await _retrying(lambda: _dispatch_worker(ctx, worker_id, seen or _Seen()), None)
 
 
-async def _dispatch_worker(ctx: Context, worker_id: str) -> bool | None:
+async def _dispatch_worker(ctx: Context, worker_id: str, seen: _Seen) -> bool | None:
     async with transaction(ctx) as tx:
         snap = await policy_gate(tx)
+        seen.limited = snap is not None and limits_in(snap)
         worker = await tx.q.get_worker(worker_id, lock=True)
         if worker is None:
             return None

@@ -16,9 +16,7 @@ from typing import Any
 from gpufleet.domain.levels import Level
 from gpufleet.domain.matching import Wait, WaitCode
 from gpufleet.domain.policy import (
-    Candidate,
     LimitHit,
-    Limits,
     Policy,
     Snapshot,
     limit_hit,
@@ -32,7 +30,7 @@ from gpufleet.server.hub import JOBS_TOPIC, job_topic
 from gpufleet.server.services import dispatch
 from gpufleet.server.services.standing import candidate, is_plain, snapshot
 from gpufleet.store import Queries
-from gpufleet.store.queries.policy import POLICY_FIELDS
+from gpufleet.store.queries.policy import POLICY_FIELDS, policy_of
 
 CLEANUP_BATCH = 500
 MAX_RANKED = 100_000  # queued jobs a position is counted among
@@ -53,12 +51,7 @@ async def get_policy(ctx: Context) -> tuple[Policy, dict[str, Any]]:
     """The policy, and its row (who changed it, when)."""
     async with ctx.store.read() as q:
         row = await q.policy_row()
-    return await _policy_of(ctx), row
-
-
-async def _policy_of(ctx: Context) -> Policy:
-    async with ctx.store.read() as q:
-        return await q.get_policy()
+    return (policy_of(row) if row else Policy()), row
 
 
 # ---- changing the policy -----------------------------------------------------------------
@@ -281,45 +274,46 @@ async def stats(ctx: Context, window: timedelta = timedelta(days=1)) -> Stats:
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
-    """The queue in the order it is offered, with the snapshot that ranked it."""
+    """The queue in the order it is offered (`rank_key`), with the snapshot that ranked it."""
 
     snap: Snapshot
     order: list[Job]
+    places: dict[str, int] = field(default_factory=dict)  # job id → index in `order`
+
+    @classmethod
+    def of(cls, snap: Snapshot, queued: Sequence[Job]) -> Ranked:
+        order = sorted(queued, key=lambda j: rank_key(candidate(j, snap), snap))
+        return cls(snap, order, {j.id: n for n, j in enumerate(order)})
 
 
 async def ranked_queue(q: Queries, now: datetime) -> Ranked:
-    snap = await snapshot(q, now)
-    queued = await q.all_queued(MAX_RANKED)
-    order = sorted(queued, key=lambda j: rank_key(candidate(j, snap), snap))
-    return Ranked(snap, order)
+    return Ranked.of(await snapshot(q, now), await q.all_queued(MAX_RANKED))
 
 
 @dataclass(frozen=True, slots=True)
 class Position:
     job: Job
-    position: int | None  # 1: offered next; None: not queued
+    position: int | None  # 1: offered next; None: not queued (or past the jobs ranked)
     ahead_by_share: int = 0  # jobs ahead only because their team is further below its share
-    ahead_names: list[str] = field(default_factory=list)
 
 
 def position_in(ranked: Ranked, job: Job) -> Position:
-    if job.status is not JobStatus.QUEUED:
+    """1 + the queued jobs ranked before it; of those, the ones of other teams that its own
+    priority and age would have put behind it (fair share put them first)."""
+    place = ranked.places.get(job.id)
+    if job.status is not JobStatus.QUEUED or place is None:
         return Position(job, None)
     snap = ranked.snap
-    mine = candidate(job, snap)
-    key = rank_key(mine, snap)
-    ahead = [j for j in ranked.order if j.id != job.id and rank_key(candidate(j, snap), snap) < key]
     by_share = 0
     if snap.policy.fair_share:
-        # Ahead for its team's standing, not its own priority or age.
         plain = replace(snap, policy=replace(snap.policy, fair_share=False))
+        mine = rank_key(candidate(job, plain), plain)
         by_share = sum(
             1
-            for j in ahead
-            if j.team_id != job.team_id
-            and rank_key(candidate(j, plain), plain) > rank_key(mine, plain)
+            for j in ranked.order[:place]
+            if j.team_id != job.team_id and rank_key(candidate(j, plain), plain) > mine
         )
-    return Position(job, 1 + len(ahead), by_share)
+    return Position(job, 1 + place, by_share)
 
 
 async def position(ctx: Context, job_id: str) -> Position:
@@ -382,14 +376,6 @@ async def process(ctx: Context) -> int:
     return await dispatch.dispatch_all(ctx)
 
 
-def limits_of(policy: Policy) -> Limits:
-    return policy.limits
-
-
-def ranked_candidates(jobs: Sequence[Job], snap: Snapshot) -> list[Candidate]:
-    return sorted((candidate(j, snap) for j in jobs), key=lambda c: rank_key(c, snap))
-
-
 # ---- why it waits ------------------------------------------------------------------------
 
 _LIMIT_WAIT = {"fleet": WaitCode.FLEET_AT_LIMIT, "team": WaitCode.TEAM_AT_LIMIT}
@@ -425,9 +411,7 @@ async def policy_wait(q: Queries, job: Job, now: datetime) -> Wait | None:
         return _limit_wait(hit)
     if not policy.fair_share:
         return None
-    ranked = Ranked(snap, await q.all_queued(MAX_RANKED))
-    ranked.order.sort(key=lambda j: rank_key(candidate(j, snap), snap))
-    place = position_in(ranked, job)
+    place = position_in(Ranked.of(snap, await q.all_queued(MAX_RANKED)), job)
     if not place.ahead_by_share:
         return None
     return Wait(

@@ -28,6 +28,13 @@ def has_limits(policy: Policy, own_limits: bool = False) -> bool:
     )
 
 
+def limits_in(snap: Snapshot) -> bool:
+    """Whether the snapshot's policy, teams or users limit what runs."""
+    own = any(t.max_gpus is not None or t.max_jobs is not None for t in snap.teams.values())
+    own = own or any(u.max_gpus is not None or u.max_jobs is not None for u in snap.users.values())
+    return has_limits(snap.policy, own)
+
+
 def is_plain(policy: Policy, own_limits: bool = False) -> bool:
     """No fair share and no limit on what runs: dispatch goes today's way at today's cost."""
     return not policy.fair_share and not has_limits(policy, own_limits)
