@@ -198,6 +198,8 @@ def test_a_preempted_job_checkpoints_is_requeued_without_a_retry_and_resumes_aft
     assert done["status"] == "completed", done
     first, second = done["attempt_history"]
     assert first["status"] == "preempted", first
+    # The worker took its job_cancel's preempt path (checkpoint, then stop), not a cancel's.
+    assert first["error"].startswith("preempted by the queue policy for another job"), first
     with server.admin() as admin:
         said = admin.get("/api/audit", params={"type": "job.preempted", "target": victim})
     [preempted] = said.json()["events"]  # once, for the job that took its place
