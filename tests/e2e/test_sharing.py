@@ -185,9 +185,8 @@ def test_a_preempted_job_checkpoints_is_requeued_without_a_retry_and_resumes_aft
     low = Member(server, "low", "researcher", preemptible=True)
     high = Member(server, "high", "lead", can_preempt=True)
 
-    victim = low.submit(labels, TRAIN, max_retries=0, config={"env": {"PYTHONUNBUFFERED": "1"}})[
-        "id"
-    ]
+    unbuffered = {"env": {"PYTHONUNBUFFERED": "1"}}
+    victim = low.submit(labels, TRAIN, max_retries=0, config=unbuffered)["id"]
     wait_for(
         lambda: (job_state(server, victim).get("progress") or {}).get("step", 0) >= 10,
         what="the low team's job to be training",
@@ -201,8 +200,8 @@ def test_a_preempted_job_checkpoints_is_requeued_without_a_retry_and_resumes_aft
     # The worker took its job_cancel's preempt path (checkpoint, then stop), not a cancel's.
     assert first["error"].startswith("preempted by the queue policy for another job"), first
     with server.admin() as admin:
-        said = admin.get("/api/audit", params={"type": "job.preempted", "target": victim})
-    [preempted] = said.json()["events"]  # once, for the job that took its place
+        audit = admin.get("/api/audit", params={"type": "job.preempted", "target": victim})
+    [preempted] = audit.json()["events"]  # once, for the job that took its place
     assert preempted["detail"]["preempted_by"] == urgent
     assert preempted["detail"]["attempt_id"] == first["id"]
     assert first["worker_id"] == second["worker_id"] == worker.id
