@@ -1,5 +1,5 @@
 """The scenarios: each starts its own server, runs its fleet, and returns a Result (or, for
-scenario 6, several). One module a scenario; `steps` holds what they share."""
+scenarios 6 and 7, several). One module a scenario; `steps` holds what they share."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from bench.scenarios.capacity import capacity
 from bench.scenarios.depth import queue_depth
 from bench.scenarios.latency import dispatch_latency
 from bench.scenarios.options import FULL, MEDIUM, SIZES, SMOKE, Options, Size
+from bench.scenarios.policy import policy_cost
 from bench.scenarios.recovery import recovery
 from bench.scenarios.side_by_side import side_by_side
 from bench.scenarios.throughput import throughput
@@ -25,6 +26,7 @@ SCENARIOS: dict[int, Scenario] = {
     5: recovery,
     6: side_by_side,
     7: artifact_transfer,
+    8: policy_cost,
 }
 
 __all__ = ["FULL", "MEDIUM", "SCENARIOS", "SIZES", "SMOKE", "Options", "Scenario", "Size"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -11,15 +12,19 @@ from bench.report import Result
 from bench.scenarios.latency import latency_run
 from bench.scenarios.options import Options
 from bench.scenarios.steps import NOWHERE, check_refused, fleet_of, say
+from bench.server import BenchServer
 from bench.workers import create_workers
 
 
-async def insert_unmatched_jobs(database_url: str, depth: int) -> float:
+async def insert_unmatched_jobs(
+    database_url: str, depth: int, teams: Sequence[str] = (), user_id: str | None = None
+) -> float:
     """Put `depth` queued jobs no connected worker matches straight into the database.
 
     Through the API this would take minutes; the rows are what submit writes (the store's
     own `queue_jobs`, minus the audit events), older than every job the scenario times, so
-    they sit at the head of the queue.
+    they sit at the head of the queue. `teams` (ids): the jobs belong to these in turn, each
+    submitted by `user_id`.
     """
     from gpufleet.domain.secrets import new_id
     from gpufleet.domain.states import RetryOn, Target
@@ -42,6 +47,8 @@ async def insert_unmatched_jobs(database_url: str, depth: int) -> float:
                     retry_on=[RetryOn.LOST],
                     submitted_by="bench",
                     created_at=start + timedelta(milliseconds=i),
+                    user_id=user_id,
+                    team_id=teams[i % len(teams)] if teams else None,
                 )
                 for i in range(chunk, min(depth, chunk + 5000))
             ]
@@ -50,6 +57,11 @@ async def insert_unmatched_jobs(database_url: str, depth: int) -> float:
     finally:
         await engine.dispose()
     return time.monotonic() - began
+
+
+def store_url(server: BenchServer) -> str:
+    """The database a scenario's server keeps its queue in, for `insert_unmatched_jobs`."""
+    return server.database_url or f"sqlite+aiosqlite:///{server.data_dir / 'gpufleet.db'}"
 
 
 async def queue_depth(opts: Options) -> Result:
@@ -67,9 +79,9 @@ async def queue_depth(opts: Options) -> Result:
         async with fleet_of(server, size.s1_workers, opts) as (fleet, startup):
             result.metrics["startup"] = startup
             result.metrics["empty"] = await latency_run(server, fleet, size.s1_jobs)
-            url = server.database_url or f"sqlite+aiosqlite:///{server.data_dir / 'gpufleet.db'}"
             say(f"inserting {size.s4_depth:,} unmatched queued jobs")
-            result.metrics["insert_s"] = round(await insert_unmatched_jobs(url, size.s4_depth), 2)
+            inserted = await insert_unmatched_jobs(store_url(server), size.s4_depth)
+            result.metrics["insert_s"] = round(inserted, 2)
             deep = await latency_run(server, fleet, size.s1_jobs, budget=size.s4_budget)
             result.metrics["deep"] = deep
             if deep["submitted"] < size.s1_jobs:

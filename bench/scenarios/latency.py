@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from bench.report import Result, ms_summary
@@ -20,19 +21,25 @@ from bench.scenarios.steps import (
     other_replicas,
     say,
     submit,
+    teams_in_turn,
 )
 from bench.server import BenchServer
 from bench.workers import Fleet, Seen
 
 
 async def latency_run(
-    server: BenchServer, fleet: Fleet, jobs: int, budget: float = 600.0, paced: bool = False
+    server: BenchServer,
+    fleet: Fleet,
+    jobs: int,
+    budget: float = 600.0,
+    paced: bool = False,
+    teams: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Submit `jobs` one at a time, for at most `budget` seconds; submit answer → event.
 
     Each submit follows the previous answer; `paced`, the previous job's completion (one job
     in the fleet at a time), so that what is timed is the way to an idle worker, not a
-    backlog of the workers' reports."""
+    backlog of the workers' reports. `teams`: the submits name these teams in turn."""
     await fleet.collect()  # forget what came before
     submitted: dict[str, tuple[float, float]] = {}
     refused: list[str] = []
@@ -42,6 +49,7 @@ async def latency_run(
         + (", each after the last completed" if paced else "")
     )
     stop_at = time.monotonic() + budget
+    team_of_next = teams_in_turn(teams)
     # Only a paced run hears completions: the others leave the workers' pipes quiet.
     follow = fleet.following() if paced else contextlib.nullcontext(None)
     async with admin_client(server) as client, follow as completions:
@@ -50,7 +58,7 @@ async def latency_run(
                 say(f"stopped submitting after {budget:g} s: {len(submitted)} of {jobs} jobs")
                 break
             try:
-                job_id, sent, answered = await submit(client)
+                job_id, sent, answered = await submit(client, team=next(team_of_next))
             except SubmitRefused as exc:
                 refused.append(str(exc)[:200])
                 continue

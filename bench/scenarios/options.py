@@ -33,6 +33,10 @@ class Size:
     s5_busy: int = 100
     s5_timeouts: tuple[float, float] = (5.0, 1.0)  # heartbeat timeout, health interval
     s7_bytes: int = 1024**3  # the checkpoint file of scenario 7
+    s8_teams: int = 50  # scenario 8: the teams scenario 4's deep queue is spread over
+    s8_latency_jobs: int = 500  # scenario 8, each mode: scenario 1's submits
+    s8_jobs: int = 5000  # scenario 8, each mode: scenario 2's
+    s8_connect_within: float = 120.0  # scenario 8: a mode whose fleet is not streaming by then
     per_process: int = 2500
     start_within: float = 900.0
 
@@ -55,6 +59,10 @@ SMOKE = Size(
     s5_busy=4,
     s5_timeouts=(2.0, 0.5),
     s7_bytes=16 * 1024**2,
+    s8_teams=3,
+    s8_latency_jobs=6,
+    s8_jobs=20,
+    s8_connect_within=60.0,
     per_process=3,
     start_within=60.0,
 )

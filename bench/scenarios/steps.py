@@ -8,9 +8,10 @@ processes. Recovery compares with the server's audit timestamps, so it uses the 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -76,10 +77,17 @@ def admin_client(server: BenchServer, connections: int = 8) -> httpx.AsyncClient
 
 
 async def submit(
-    client: httpx.AsyncClient, labels: dict[str, str] = ANYWHERE
+    client: httpx.AsyncClient, labels: dict[str, str] = ANYWHERE, team: str | None = None
 ) -> tuple[str, float, float]:
-    """Submit a zero-length job; its id, and the monotonic times of sending and answer."""
-    body = {"config": {"command": ["true"]}, "target": "worker", "worker_labels": labels}
+    """Submit a zero-length job (of `team`, one of the caller's teams: the caller's default
+    team when None); its id, and the monotonic times of sending and answer."""
+    body: dict[str, Any] = {
+        "config": {"command": ["true"]},
+        "target": "worker",
+        "worker_labels": labels,
+    }
+    if team is not None:
+        body["team"] = team
     sent = time.monotonic()
     resp = await client.post("/api/queue/submit", json=body)
     answered = time.monotonic()
@@ -90,6 +98,11 @@ async def submit(
 
 class SubmitRefused(RuntimeError):
     """The server answered a submit with an error: counted, and the run goes on."""
+
+
+def teams_in_turn(teams: Sequence[str]) -> Iterator[str | None]:
+    """The team of each next submit: `teams` round and round, or always None (no team given)."""
+    return itertools.cycle(teams) if teams else itertools.repeat(None)
 
 
 def first(seen: Iterable[Seen], kind: str) -> dict[str, Seen]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from bench.report import Result, ms_summary
@@ -18,6 +19,7 @@ from bench.scenarios.steps import (
     other_replicas,
     say,
     submit,
+    teams_in_turn,
 )
 from bench.server import BenchServer
 from bench.workers import Fleet, Seen
@@ -43,7 +45,7 @@ async def throughput(opts: Options) -> Result:
         result.metrics["startup"] = startup
         await fleet.collect()
         server.mark()
-        run = await _throughput_run(server, fleet, size)
+        run = await throughput_run(server, fleet, size)
         usage = server.usage()
         result.metrics.update(run)
         result.metrics["server_cpu_share"] = round(usage.cpu_share, 3)
@@ -64,10 +66,16 @@ async def throughput(opts: Options) -> Result:
     return result
 
 
-async def _throughput_run(server: BenchServer, fleet: Fleet, size: Size) -> dict[str, Any]:
+async def throughput_run(
+    server: BenchServer, fleet: Fleet, size: Size, teams: Sequence[str] = ()
+) -> dict[str, Any]:
+    """`size.s2_jobs` submits, `size.s2_concurrency` in flight, for at most `size.s2_deadline`
+    seconds; the rate from the first submit to the last completion. `teams`: the submits
+    name these teams in turn."""
     submitted: dict[str, float] = {}
     refused: list[str] = []
     todo = iter(range(size.s2_jobs))
+    team_of_next = teams_in_turn(teams)
     began = time.monotonic()
     deadline = began + size.s2_deadline
 
@@ -78,7 +86,7 @@ async def _throughput_run(server: BenchServer, fleet: Fleet, size: Size) -> dict
                 if time.monotonic() > deadline:
                     return
                 try:
-                    job_id, sent, _answered = await submit(client)
+                    job_id, sent, _answered = await submit(client, team=next(team_of_next))
                 except SubmitRefused as exc:
                     refused.append(str(exc)[:200])
                     continue

@@ -79,6 +79,25 @@ async def test_artifact_transfer_moves_a_checkpoint_through_both_backends_intact
         assert result.metrics["upload_mib_s"] > 0
 
 
+async def test_policy_times_dispatch_with_the_policy_off_and_on_over_a_deep_queue_of_teams(
+    tmp_path: Path,
+) -> None:
+    [result] = await run(8, tmp_path)
+    measured(result)
+    for mode in ("off", "on"):
+        run_ = result.metrics[mode]
+        assert run_["latency"]["delivered"] == SMOKE.s8_latency_jobs, mode
+        assert run_["throughput"]["completed"] == SMOKE.s8_jobs, mode
+    assert result.metrics["on"]["policy"]["fair_share"] is True
+    assert result.metrics["off"]["policy"]["fair_share"] is False
+    ratios = [c.metric for c in result.checks if c.target == "≤ 1.5"]
+    assert ratios == [
+        "latency p50, policy on / off",
+        "latency p99, policy on / off",
+        "jobs/s, policy off / on",
+    ]
+
+
 @pytest.mark.postgres
 async def test_side_by_side_runs_latency_and_throughput_on_postgresql(tmp_path: Path) -> None:
     results = await run(6, tmp_path)
