@@ -17,7 +17,7 @@ from gpufleet.domain.states import ACTIVE_ATTEMPT, TAKEN_ATTEMPT, WorkerType
 from gpufleet.errors import Conflict, Forbidden
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import WORKERS_TOPIC, worker_topic
-from gpufleet.server.services import dispatch
+from gpufleet.server.services import dispatch, fair_queue
 from gpufleet.server.services.fleet import check_labels, locked_worker
 from gpufleet.server.services.lifecycle import lose_current_attempt, save_worker
 
@@ -299,7 +299,7 @@ async def has_jobs(ctx: Context, worker: Worker, claimed_id: str | None) -> bool
             return True
         cap = worker.capacity()
         targets = targets_served(cap)
-        async with contextlib.aclosing(dispatch.queued_for(q, worker, targets)) as queued:
+        async with contextlib.aclosing(fair_queue.queued_for(q, worker, targets)) as queued:
             async for job in queued:
                 if fits(job.requirement(), cap):
                     return True

@@ -8,8 +8,7 @@ needs the queue. The health loop runs a full pass as a safety net.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from datetime import datetime
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from gpufleet.domain.audit_events import SYSTEM_ACTOR
@@ -19,7 +18,6 @@ from gpufleet.domain.matching import (
     can_run_now,
     choose_worker,
     fits,
-    match_keys_for,
     targets_served,
 )
 from gpufleet.domain.policy import Snapshot, limit_hit
@@ -272,7 +270,7 @@ async def _dispatch_worker(ctx: Context, worker_id: str, seen: _Seen) -> bool | 
         in_order = (
             fair_queue.ranked_for(tx.q, worker, targets, snap)
             if snap is not None and snap.policy.fair_share
-            else queued_for(tx.q, worker, targets)
+            else fair_queue.queued_for(tx.q, worker, targets)
         )
         async with contextlib.aclosing(in_order) as queued:
             async for job in queued:
@@ -285,34 +283,6 @@ async def _dispatch_worker(ctx: Context, worker_id: str, seen: _Seen) -> bool | 
                     continue
                 return bool(await claim(tx, job, worker))
         return False
-
-
-async def queued_for(q: Queries, worker: Worker, targets: list[str]) -> AsyncGenerator[Job, None]:
-    """Queued jobs the worker might take, in dispatch order (priority, then age).
-
-    The head of the queue is read as it is (one page: usually the job is there); past it,
-    only jobs whose label requirement the worker's labels satisfy (`match_keys_for`, through
-    an index), so queued jobs it can never run are not read one by one, however many.
-    """
-    keys = match_keys_for(worker.labels)
-    after: tuple[int, datetime, str] | None = None
-    filtered = False
-    while True:
-        limit = _PAGE if filtered or keys is None else _HEAD
-        page = await q.queued_jobs(
-            max_gpus=worker.gpu_count,
-            targets=targets,
-            after=after,
-            limit=limit,
-            match_keys=keys if filtered else None,
-        )
-        for job in page:
-            yield job
-        if len(page) < limit:
-            return
-        last = page[-1]
-        after = (last.priority, last.created_at, last.id)
-        filtered = keys is not None
 
 
 async def dispatch_all(ctx: Context) -> int:

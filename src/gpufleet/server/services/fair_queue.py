@@ -1,5 +1,6 @@
 """The queue in fair-share order (`domain.policy.rank_key`), read lazily: teams in the order
-the snapshot ranks them, each team's queue through ix_jobs_team_queue, and a team read only
+the snapshot ranks them, each team's queue as `queued_for` reads it (its head through
+ix_jobs_team_queue, then only the jobs the worker's labels can match), and a team read only
 once the teams ranked before it are exhausted or tie with it exactly.
 
 A rank key with fair share on is (team part, user part, -priority, age, id). A team's jobs
@@ -11,18 +12,22 @@ order given out is exactly `rank_key`'s, which `domain.policy.next_job` also fol
 
 from __future__ import annotations
 
+import contextlib
 import heapq
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpufleet.domain.matching import fits, match_keys_for
 from gpufleet.domain.policy import Candidate, Snapshot, rank_key
 from gpufleet.domain.records import Job, Worker
 from gpufleet.server.services.standing import candidate
 from gpufleet.store import Queries
+from gpufleet.store.queries.jobs import TeamOf
 
-_PAGE = 50
+_PAGE = 200
+_HEAD = 20  # queued jobs read as they come before the index of match keys is asked
 Key = tuple[Any, ...]
 _TEAM = slice(0, 2)  # the team's part of a rank key
 _USER = slice(2, 4)  # the user's part
@@ -53,6 +58,7 @@ class _TeamQueue:
     team_id: str | None
     part: Key  # the team's part of its jobs' keys
     best_user: Key  # the best user part any of its jobs can have
+    unread: AsyncGenerator[Job, None]  # `queued_for` the team: priority then age
     after: tuple[int, datetime, str] | None = None
     done: bool = False
     held: list[tuple[Key, int, Job]] = field(default_factory=list)
@@ -67,66 +73,108 @@ class _TeamQueue:
         prio, created, job_id = self.after
         return (*self.part, *self.best_user, -prio, created, job_id)
 
-    async def head(
-        self, q: Queries, worker: Worker, targets: Sequence[str], snap: Snapshot
-    ) -> tuple[Key, Job] | None:
-        """The team's best-ranked job not given out yet (reading pages until it is known)."""
+    async def head(self, snap: Snapshot) -> tuple[Key, Job] | None:
+        """The team's best-ranked job not given out yet (reading on until it is known)."""
         while True:
             bound = self.bound()
             if self.held and (bound is None or self.held[0][0] <= bound):
                 return self.held[0][0], self.held[0][2]
             if self.done:
                 return None
-            page = await q.team_queue(
-                self.team_id,
-                max_gpus=worker.gpu_count,
-                targets=targets,
-                after=self.after,
-                limit=_PAGE,
-            )
-            for job in page:
-                self.seen += 1
-                heapq.heappush(self.held, (_key(job, snap), self.seen, job))
-            if len(page) < _PAGE:
+            job = await anext(self.unread, None)
+            if job is None:
                 self.done = True
-            else:
-                last = page[-1]
-                self.after = (last.priority, last.created_at, last.id)
+                continue
+            self.seen += 1
+            heapq.heappush(self.held, (_key(job, snap), self.seen, job))
+            self.after = (job.priority, job.created_at, job.id)
 
     def pop(self) -> None:
         heapq.heappop(self.held)
 
 
 async def ranked_for(
-    q: Queries, worker: Worker, targets: Sequence[str], snap: Snapshot
+    q: Queries, worker: Worker, targets: list[str], snap: Snapshot
 ) -> AsyncGenerator[Job, None]:
-    """Queued jobs the worker might take, in `rank_key` order."""
+    """Queued jobs the worker might take, in `rank_key` order.
+
+    First the queue is asked, in its plain order, whether it holds any job the worker can
+    run at all: a worker beside a deep queue of jobs it can never run then costs what it
+    costs without the policy, not a read of every team's queue."""
+    if not await _any_fits(q, worker, targets):
+        return
     members: dict[str | None, list[str | None]] = {}
     for member_team, member in snap.member_usage:
         members.setdefault(member_team, []).append(member)
     team_ids: list[str | None] = [None, *snap.teams]
     teams = []
-    for team_id in team_ids:
-        part = _probe(team_id, None, snap)[_TEAM]
-        # A user of no usage nor running job ranks best; a member may not, or may (ties).
-        users: list[str | None] = [None, "", *members.get(team_id, [])]
-        best_user = min(_probe(team_id, u, snap)[_USER] for u in users)
-        teams.append(_TeamQueue(team_id, part, best_user))
-    teams.sort(key=lambda t: t.part)
-    opened: list[_TeamQueue] = []
-    waiting = list(reversed(teams))  # the next team to open last
+    try:
+        for team_id in team_ids:
+            part = _probe(team_id, None, snap)[_TEAM]
+            # A user of no usage nor running job ranks best; a member may not, or may (ties).
+            users: list[str | None] = [None, "", *members.get(team_id, [])]
+            best_user = min(_probe(team_id, u, snap)[_USER] for u in users)
+            unread = queued_for(q, worker, targets, TeamOf(team_id))
+            teams.append(_TeamQueue(team_id, part, best_user, unread))
+        teams.sort(key=lambda t: t.part)
+        opened: list[_TeamQueue] = []
+        waiting = list(reversed(teams))  # the next team to open last
+        while True:
+            heads = []
+            for team in opened:
+                head = await team.head(snap)
+                if head is not None:
+                    heads.append((head[0], team, head[1]))
+            best = min(heads, key=lambda h: h[0]) if heads else None
+            if waiting and (best is None or waiting[-1].part <= best[0][_TEAM]):
+                opened.append(waiting.pop())
+                continue
+            if best is None:
+                return
+            _, team, job = best
+            team.pop()
+            yield job
+    finally:
+        for team in teams:
+            await team.unread.aclose()
+
+
+async def _any_fits(q: Queries, worker: Worker, targets: list[str]) -> bool:
+    cap = worker.capacity()
+    async with contextlib.aclosing(queued_for(q, worker, targets)) as plain:
+        async for job in plain:
+            if fits(job.requirement(), cap):
+                return True
+    return False
+
+
+async def queued_for(
+    q: Queries, worker: Worker, targets: list[str], team: TeamOf | None = None
+) -> AsyncGenerator[Job, None]:
+    """Queued jobs the worker might take (of one team, with `team`), in the plain dispatch
+    order: priority, then age.
+
+    The head of the queue is read as it is (one page: usually the job is there); past it,
+    only jobs whose label requirement the worker's labels satisfy (`match_keys_for`, through
+    an index), so queued jobs it can never run are not read one by one, however many.
+    """
+    keys = match_keys_for(worker.labels)
+    after: tuple[int, datetime, str] | None = None
+    filtered = False
     while True:
-        heads = []
-        for team in opened:
-            head = await team.head(q, worker, targets, snap)
-            if head is not None:
-                heads.append((head[0], team, head[1]))
-        best = min(heads, key=lambda h: h[0]) if heads else None
-        if waiting and (best is None or waiting[-1].part <= best[0][_TEAM]):
-            opened.append(waiting.pop())
-            continue
-        if best is None:
+        limit = _PAGE if filtered or keys is None else _HEAD
+        page = await q.queued_jobs(
+            max_gpus=worker.gpu_count,
+            targets=targets,
+            after=after,
+            limit=limit,
+            match_keys=keys if filtered else None,
+            team=team,
+        )
+        for job in page:
+            yield job
+        if len(page) < limit:
             return
-        _, team, job = best
-        team.pop()
-        yield job
+        last = page[-1]
+        after = (last.priority, last.created_at, last.id)
+        filtered = keys is not None

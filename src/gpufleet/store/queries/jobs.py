@@ -18,6 +18,13 @@ from gpufleet.store.tables import jobs, workers
 
 
 @dataclass(frozen=True, slots=True)
+class TeamOf:
+    """One team's jobs, for a read of the queue; `id` None: the jobs of no team."""
+
+    id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class NewJob:
     """A job as submit queues it."""
 
@@ -152,20 +159,28 @@ class JobQueries(QueryBase):
         after: tuple[int, datetime, str] | None,
         limit: int,
         match_keys: Sequence[str] | None = None,
+        team: TeamOf | None = None,
     ) -> list[Job]:
         """Queued jobs a worker of `max_gpus` GPUs could take, in dispatch order, paged;
-        with `match_keys`, only those whose label requirement is one of them (ix_jobs_match)."""
+        with `match_keys`, only those whose label requirement is one of them (ix_jobs_match);
+        with `team`, only that team's (`TeamOf(None)`: the jobs of no team)."""
         stmt = sa.select(jobs).where(
             jobs.c.status == JobStatus.QUEUED.value,
             jobs.c.gpu_count <= max_gpus,
             jobs.c.target.in_(list(targets)),
         )
         priority: Any = jobs.c.priority
+        team_id: Any = jobs.c.team_id
         if match_keys is not None:
             stmt = stmt.where(jobs.c.match_key.in_(list(match_keys)))
             # `+priority` keeps SQLite from walking ix_jobs_queue in order and testing every
-            # row (the very scan this filter avoids): it then searches ix_jobs_match.
+            # row (the very scan this filter avoids): it then searches ix_jobs_match. For
+            # the same reason `+team_id` keeps it off ix_jobs_team_queue, which walks every
+            # queued job of the team, however few of them match.
             priority = sa.literal_column("+jobs.priority")
+            team_id = sa.literal_column("+jobs.team_id", sa.String)
+        if team is not None:  # the head of a team's queue: ix_jobs_team_queue
+            stmt = stmt.where(team_id.is_(None) if team.id is None else team_id == team.id)
         if after is not None:
             prio, created, job_id = after
             stmt = stmt.where(

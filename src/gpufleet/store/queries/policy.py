@@ -159,38 +159,6 @@ class PolicyQueries(QueryBase):
         )
         return int((await self.conn.execute(stmt)).scalar_one())
 
-    async def team_queue(
-        self,
-        team_id: str | None,
-        *,
-        max_gpus: int,
-        targets: Sequence[str],
-        after: tuple[int, datetime, str] | None,
-        limit: int,
-    ) -> list[Job]:
-        """One team's queued jobs a worker of `max_gpus` GPUs could take,
-        in priority then age order, paged (ix_jobs_team_queue)."""
-        team = jobs.c.team_id.is_(None) if team_id is None else jobs.c.team_id == team_id
-        stmt = sa.select(jobs).where(
-            jobs.c.status == JobStatus.QUEUED.value,
-            team,
-            jobs.c.gpu_count <= max_gpus,
-            jobs.c.target.in_(list(targets)),
-        )
-        if after is not None:
-            prio, created, job_id = after
-            stmt = stmt.where(
-                sa.or_(
-                    jobs.c.priority < prio,
-                    sa.and_(jobs.c.priority == prio, jobs.c.created_at > created),
-                    sa.and_(
-                        jobs.c.priority == prio, jobs.c.created_at == created, jobs.c.id > job_id
-                    ),
-                )
-            )
-        stmt = stmt.order_by(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id).limit(limit)
-        return [rows.job(m) for m in await self._mapped(stmt)]
-
     async def all_queued(self, limit: int) -> list[Job]:
         """Queued jobs in priority then age order (positions, the preemption loop)."""
         stmt = (
