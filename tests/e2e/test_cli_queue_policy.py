@@ -4,6 +4,8 @@ back what the API says."""
 
 from __future__ import annotations
 
+import re
+
 from tests.e2e.conftest import ServerProcess, unique
 from tests.e2e.test_cli import as_json, gf, ok, one_line_error, server
 
@@ -24,10 +26,13 @@ def test_limits_set_from_the_cli_hold_a_job_that_the_cli_approves(
             "fair_share=on",
             "--set",
             "approve_levels=admin,viewer",
+            "--set",
+            "team_max_gpus=8",
             "--json",
         )
     )
     shown = ok(gf(server, "queue", "limits"))
+    stats_shown = ok(gf(server, "queue", "stats"))
     with server.admin() as admin:
         submitted = admin.post(
             "/api/queue/submit",
@@ -40,7 +45,16 @@ def test_limits_set_from_the_cli_hold_a_job_that_the_cli_approves(
     me = as_json(gf(server, "queue", "me", "--json"))
     approved = ok(gf(server, "queue", "approve", job_id))
     position = ok(gf(server, "queue", "position", job_id))
-    ok(gf(server, "queue", "limits", "--set", "approve_levels=viewer", "--set", "max_gpus=none"))
+    job_shown = ok(gf(server, "jobs", "show", job_id))
+    ok(
+        gf(
+            server,
+            "queue",
+            "limits",
+            *("--set", "approve_levels=viewer", "--set", "max_gpus=none"),
+            *("--set", "team_max_gpus=none"),
+        )
+    )
 
     assert (set_["max_gpus"], set_["fair_share"], set_["approve_levels"]) == (
         64,
@@ -48,6 +62,11 @@ def test_limits_set_from_the_cli_hold_a_job_that_the_cli_approves(
         ["admin", "viewer"],
     )
     assert "fair_share" in shown and "on" in shown
+    # stats names each limit by what it counts: the team's GPU limit is not a job limit
+    assert re.search(r"GPUs, a team\s+8\b", stats_shown)
+    assert re.search(r"running jobs, a team\s+no limit", stats_shown)
+    assert re.search(r"approved by\s+admin \(key:k_", job_shown)
+    assert re.search(r"user\s+admin\b", job_shown)
     assert held == "pending_approval"
     assert stats["by_status"]["blocked"] >= 1
     assert job_id in [j["id"] for j in me["blocked_jobs"]]

@@ -279,6 +279,13 @@ def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("progress", out.progress_text(job["progress"])),
         ("exit code", job["exit_code"]),
         ("submitted", f"{out.when(job['created_at'])} by {by}"),
+        ("user", job.get("user") or "-"),
+        ("team", job.get("team") or "-"),
+        *(
+            [("approved by", _named(job.get("approved_by_name"), job["approved_by"]))]
+            if job.get("approved_by")
+            else []
+        ),
         ("started", out.when(job["started_at"])),
         ("ended", out.when(job["ended_at"])),
         *[(k, v) for k, v in reruns if v],

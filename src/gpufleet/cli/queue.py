@@ -70,10 +70,13 @@ def stats(api: ApiClient, as_json: bool) -> None:
             [
                 ("queued", body["queue_depth"]),
                 ("running", body["running"]),
-                ("max jobs", _limit(body["max_concurrent"])),
-                ("max GPUs", _limit(body["max_gpus"])),
-                ("per user", _limit(body["user_max_concurrent"])),
-                ("per team", _limit(body["team_max_concurrent"])),
+                ("running jobs, fleet", _limit(body["max_concurrent"])),
+                ("running jobs, a team", _limit(body["team_max_concurrent"])),
+                ("running jobs, a user", _limit(body["user_max_concurrent"])),
+                ("GPUs, fleet", _limit(body["max_gpus"])),
+                ("GPUs, a team", _limit(body["team_max_gpus"])),
+                ("GPUs, a user", _limit(body["user_max_gpus"])),
+                ("queued jobs, a user", _limit(body["user_max_queued"])),
                 ("fair share", "on" if body["fair_share"] else "off"),
                 ("average wait", f"{wait:.0f} s" if wait is not None else "-"),
             ]

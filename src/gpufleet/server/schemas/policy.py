@@ -83,6 +83,9 @@ class StatsOut(BaseModel):
     user_max_concurrent: int | None
     team_max_concurrent: int | None
     max_gpus: int | None
+    team_max_gpus: int | None
+    user_max_gpus: int | None
+    user_max_queued: int | None
     fair_share: bool
     avg_wait_seconds: float | None  # queued to first offer, over the last day
     by_status: dict[str, int]  # gpufleet's statuses, and SimpleTuner's names for them
