@@ -121,7 +121,9 @@ class BenchServer:
             tail = self.log_path.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"server exited early:\n{tail}")
         try:
-            return httpx.get(f"{self.url}/openapi.json", timeout=2).status_code == 200
+            # Not /openapi.json: its first request builds the whole schema, CPU the server
+            # would otherwise never spend.
+            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import queue
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import certifi
 import httpx
 import pytest
 
@@ -30,6 +32,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@functools.cache
+def default_tls() -> ssl.SSLContext:
+    """httpx's default verification (certifi's CAs), made once. A client given no context
+    makes its own, loading the CA bundle: about 25 ms of CPU, paid on every poll of
+    `wait_for` by the helpers that open a client per request."""
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+@functools.cache
+def trusting(cafile: Path, mtime_ns: int) -> ssl.SSLContext:
+    """A context that trusts this certificate (or CA), made once per version of the file."""
+    return ssl.create_default_context(cafile=cafile)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
@@ -88,8 +104,11 @@ class ServerProcess:
         return Path(self.flags.get("ca-for-tests") or self.data_dir / "tls" / "cert.pem")
 
     @property
-    def verify(self) -> ssl.SSLContext | bool:
-        return ssl.create_default_context(cafile=self.trusted_cert) if self.tls else True
+    def verify(self) -> ssl.SSLContext:
+        if not self.tls:
+            return default_tls()
+        cert = self.trusted_cert
+        return trusting(cert, cert.stat().st_mtime_ns)
 
     def start(self) -> None:
         cmd = [
@@ -124,10 +143,9 @@ class ServerProcess:
         if self.tls and not self.trusted_cert.is_file():
             return False  # the server makes its certificate as it starts
         try:
-            return (
-                httpx.get(f"{self.url}/openapi.json", timeout=1, verify=self.verify).status_code
-                == 200
-            )
+            # /readyz: the database answers and its schema is current. Not /openapi.json,
+            # whose first request builds the whole schema (half a second of CPU per start).
+            return httpx.get(f"{self.url}/readyz", timeout=1, verify=self.verify).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -168,7 +186,7 @@ class EventReader:
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.closed = threading.Event()
         self.status_code: int | None = None
-        self._client = httpx.Client(timeout=httpx.Timeout(10, read=None))
+        self._client = httpx.Client(timeout=httpx.Timeout(10, read=None), verify=default_tls())
         self._thread = threading.Thread(target=self._run, args=(url, token, worker_id), daemon=True)
         self._thread.start()
 
@@ -244,7 +262,10 @@ class FakeWorker:
 
     def http(self) -> httpx.Client:
         return httpx.Client(
-            base_url=self.server.url, timeout=10, headers={"X-Worker-Token": self.token}
+            base_url=self.server.url,
+            timeout=10,
+            headers={"X-Worker-Token": self.token},
+            verify=self.server.verify,
         )
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:

@@ -19,6 +19,7 @@ from tests.e2e.conftest import (
     GPUFLEET,
     FakeWorker,
     ServerProcess,
+    pg_database,
     start_replicas,
     unique,
     wait_for,
@@ -29,10 +30,22 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture
 def replicas(tmp_path: Path, pg_database: str) -> Iterator[list[ServerProcess]]:
+    """Two replicas of the test's own: for a test that kills one."""
     started = start_replicas(tmp_path, pg_database, 2)
     yield started
     for replica in started:
         replica.kill(signal.SIGTERM)
+
+
+@pytest.fixture(scope="module")
+def shared_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ServerProcess]]:
+    """Two replicas for the module's tests that leave both running (each its own workers
+    and labels)."""
+    with pg_database() as url:
+        started = start_replicas(tmp_path_factory.mktemp("replicas"), url, 2)
+        yield started
+        for replica in started:
+            replica.kill(signal.SIGTERM)
 
 
 def metric(replica: ServerProcess, name: str) -> float:
@@ -79,9 +92,9 @@ def job(replica: ServerProcess, job_id: str) -> dict[str, object]:
 
 
 def test_a_job_submitted_on_one_replica_reaches_a_worker_streaming_from_another(
-    replicas: list[ServerProcess],
+    shared_replicas: list[ServerProcess],
 ) -> None:
-    a, b = replicas
+    a, b = shared_replicas
     labels = {"pool": unique("p")}
     worker = worker_on(b, a, labels)
     try:
@@ -102,9 +115,9 @@ def test_a_job_submitted_on_one_replica_reaches_a_worker_streaming_from_another(
 
 
 def test_a_newer_stream_on_another_replica_ends_the_older_one(
-    replicas: list[ServerProcess],
+    shared_replicas: list[ServerProcess],
 ) -> None:
-    a, b = replicas
+    a, b = shared_replicas
     worker = worker_on(a, a, {"pool": unique("p")})
     try:
         first = worker.stream

@@ -1,5 +1,13 @@
 """The released SimpleTuner worker agent (`simpletuner==4.10.1`, its `worker_agent.py` exactly
-as published) against a real `gpufleet server`, on SQLite and PostgreSQL.
+as published) against a real `gpufleet server`: on SQLite, and the resume after an
+orchestrator crash on PostgreSQL too.
+
+What these tests add to tests/api is the agent's own process (its pace, its reconnects, its
+trainer): nothing in it depends on the storage backend. The orchestrator's side of each
+exchange (the SimpleTuner dialect, cancels, drains, retries, stored uploads) runs on both
+backends in tests/api (test_simpletuner_dialect.py, test_failures.py,
+test_simpletuner_storage.py); only a restart, where what the agent is told comes from what
+the database kept, is run here on both.
 
 `make test` fetches the wheel once (`make agent-wheel`); these tests take the module out of
 it byte for byte (checked against the wheel's RECORD) and run it as `python -m
@@ -78,6 +86,12 @@ class ReleasedAgent(WorkerProcess):
         cmd += ["--orchestrator-url", self.orchestrator_url, "--worker-token", self.token]
         cmd += ["--name", self.name]
         return [*cmd, "--persistent"] if self.persistent else cmd
+
+
+@pytest.fixture(scope="module")
+def database_url() -> None:
+    """SQLite (the module docstring says why): overrides the e2e tier's both-backends one."""
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -283,11 +297,13 @@ def test_the_offer_gives_the_trainer_a_live_upload_route_and_its_attempts_token(
 
 
 @pytest.fixture
-def own_server(tmp_path: Path, database_url: str | None) -> Iterator[ServerProcess]:
+def own_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     """A server of the test's own, on a database of its own (the module's server must not
-    be its replica), with offers resent only every 20 s (ack timeout 60 s)."""
+    be its replica), with offers resent only every 20 s (ack timeout 60 s). SQLite unless
+    the test parametrises it (indirect) with "postgres"."""
+    backend = getattr(request, "param", "sqlite")
     with contextlib.ExitStack() as stack:
-        db = None if database_url is None else stack.enter_context(pg_database())
+        db = stack.enter_context(pg_database()) if backend == "postgres" else None
         proc = ServerProcess(tmp_path / "own", db, **AGENT_SERVER_FLAGS, **{"ack-timeout": 60})
         proc.start()
         stack.callback(proc.kill, signal.SIGTERM)
@@ -307,6 +323,9 @@ def test_a_retry_on_the_same_agent_starts_at_once(
     assert [a["status"] for a in job["attempt_history"]] == ["failed", "failed"], agent.log()
 
 
+@pytest.mark.parametrize(
+    "own_server", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_the_agent_resumes_its_job_after_the_orchestrator_is_killed(
     own_server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
 ) -> None:

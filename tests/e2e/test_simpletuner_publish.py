@@ -1,7 +1,10 @@
 """The model comes home from a SimpleTuner job: the released agent runs the trainer (our
 stand-in, which publishes with the released trainer's own `PublishingManager` and boto3),
 the orchestrator stores what it PUTs, and the files download from the API byte for byte.
-Real processes: `gpufleet server`, `python -m simpletuner.worker_agent`, the trainer."""
+Real processes: `gpufleet server`, `python -m simpletuner.worker_agent`, the trainer.
+
+On SQLite only: what the processes add is backend-free, and the same publisher's PUTs are
+stored and read back on both backends in tests/api/test_simpletuner_storage.py."""
 
 from __future__ import annotations
 
@@ -18,12 +21,13 @@ from tests.e2e.conftest import ServerProcess, wait_job
 from tests.e2e.test_simpletuner_agent import (
     AGENT_SERVER_FLAGS,
     ReleasedAgent,
+    database_url,
     lane,
     released_agent,
     submit,
 )
 
-__all__ = ["released_agent"]  # a fixture, used by name
+__all__ = ["database_url", "released_agent"]  # fixtures, used by name
 MiB = 1024 * 1024
 
 
