@@ -284,7 +284,9 @@ async def test_a_second_sigterm_stops_the_job_at_once_and_uploads_nothing_more(
 async def test_a_preempted_job_resumes_from_its_checkpoint_and_ends_as_an_unbroken_run(
     lane: Lane, tmp_path: Path
 ) -> None:
-    args = ["300", "--step-delay", "0.005", "--checkpoint-every", "50", "--seed", "7"]
+    # 6 s of steps: the first checkpoint is committed, and the preemption lands, long before
+    # the end even on a loaded machine (at 1.5 s, the run sometimes ended first under load)
+    args = ["600", "--step-delay", "0.01", "--checkpoint-every", "50", "--seed", "7"]
     whole = tmp_path / "whole"
     whole.mkdir()
     command = [*TRAIN, args[0], "--seed", "7"]
@@ -322,7 +324,7 @@ async def test_a_preempted_job_resumes_from_its_checkpoint_and_ends_as_an_unbrok
         f"/api/queue/{job_id}/artifacts/result.json", params={"attempt_id": second["id"]}
     )
     assert result.content == (whole / "result.json").read_bytes()
-    assert json.loads(result.content)["steps"] == 300
+    assert json.loads(result.content)["steps"] == 600
     # The checkpoint it resumed from was not stored again as the second attempt's.
     assert not any(
         a["attempt_id"] == second["id"] and a["path"].startswith(newest["path"] + "/")
