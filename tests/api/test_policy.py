@@ -506,3 +506,34 @@ async def test_a_job_behind_fair_share_says_how_many_go_first(fleet: Fleet) -> N
 
     assert waiting["code"] == "behind_fair_share"
     assert waiting["summary"] == "position 3; 2 jobs of teams further below their share go first"
+
+
+async def test_the_queue_lists_by_simpletuners_status_names_and_leaves_out_ended_jobs(
+    fleet: Fleet,
+) -> None:
+    viewer = await client_of(fleet, await add_user(fleet, "vic", "viewer"))
+    held = (await viewer.post("/api/queue/submit", json={"config": {"command": ["x"]}})).json()
+    waiting = await fleet.admin.post("/api/queue/submit", json={"config": {"command": ["x"]}})
+    queued = waiting.json()
+    ended = await fleet.admin.post("/api/queue/submit", json={"config": {"command": ["x"]}})
+    cancelled = await fleet.admin.post("/api/queue/cancel", json={"job_ids": [ended.json()["id"]]})
+    assert cancelled.status_code == 200, cancelled.text
+
+    async def ids(**params: Any) -> set[str]:
+        answer = await fleet.admin.get("/api/queue", params={"limit": 500, **params})
+        assert answer.status_code == 200, answer.text
+        return {j["id"] for j in answer.json()["jobs"]}
+
+    blocked = await ids(status="blocked")
+    pending = await ids(status="pending")
+    live = await ids(include_completed="false")
+    unknown = await fleet.admin.get("/api/queue", params={"status": "sleeping"})
+    contradiction = await fleet.admin.get(
+        "/api/queue", params={"status": "cancelled", "include_completed": "false"}
+    )
+
+    assert held["id"] in blocked and queued["id"] not in blocked
+    assert queued["id"] in pending and held["id"] not in pending
+    assert {held["id"], queued["id"]} <= live and ended.json()["id"] not in live
+    assert unknown.status_code == 422 and "pending, blocked" in unknown.json()["detail"]
+    assert contradiction.status_code == 422

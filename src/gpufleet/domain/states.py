@@ -110,6 +110,23 @@ ATTEMPT_TRANSITIONS: dict[AttemptStatus, frozenset[AttemptStatus]] = {
 }
 
 TERMINAL_JOB = frozenset(s for s, nxt in JOB_TRANSITIONS.items() if not nxt)
+# SimpleTuner's Job Queue names for ours, where they differ (its `pending` is our queued,
+# its `blocked` our pending_approval): its clients may filter the queue by them.
+SIMPLETUNER_STATUS: dict[JobStatus, str] = {J.QUEUED: "pending", J.PENDING_APPROVAL: "blocked"}
+
+
+def parse_job_status(name: str) -> JobStatus:
+    """A job status by our name or SimpleTuner's."""
+    for ours, theirs in SIMPLETUNER_STATUS.items():
+        if name == theirs:
+            return ours
+    try:
+        return JobStatus(name)
+    except ValueError:
+        allowed = ", ".join([*(s.value for s in JobStatus), *SIMPLETUNER_STATUS.values()])
+        raise InvalidInput(f"unknown job status {name!r}; use one of: {allowed}") from None
+
+
 WAITING_JOB = frozenset({J.PENDING_APPROVAL, J.QUEUED})  # not on a worker, not ended
 PLACED_JOB = frozenset({J.OFFERED, J.RUNNING})  # on a worker: offered to it or running there
 ACTIVE_ATTEMPT = frozenset({A.OFFERED, A.ACKNOWLEDGED, A.RUNNING})

@@ -12,7 +12,7 @@ from starlette.responses import StreamingResponse
 
 from gpufleet.domain.permissions import ADMIN_AUDIT, QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.domain.records import AuditFilter, JobFilter
-from gpufleet.domain.states import TERMINAL_JOB, JobStatus, Target
+from gpufleet.domain.states import TERMINAL_JOB, Target
 from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.hub import job_topic
@@ -70,7 +70,17 @@ Text = Annotated[str | None, Query(max_length=128)]
 async def list_jobs(
     ctx: Ctx,
     who: Reader,
-    status: Annotated[list[JobStatus] | None, Query()] = None,
+    status: Annotated[
+        list[str] | None,
+        Query(
+            max_length=16,
+            description="ours, or SimpleTuner's `pending` (queued) and `blocked` "
+            "(pending_approval)",
+        ),
+    ] = None,
+    include_completed: Annotated[
+        bool | None, Query(description="false: leave out ended jobs (SimpleTuner's)")
+    ] = None,
     worker_id: Text = None,
     worker: Annotated[str | None, Query(max_length=128, description="id or name")] = None,
     target: Target | None = None,
@@ -83,7 +93,7 @@ async def list_jobs(
     offset: Offset = 0,
 ) -> JobList:
     f = JobFilter(
-        statuses=[s.value for s in status or []],
+        statuses=queue.status_filter([s[:32] for s in status or []], include_completed),
         worker_id=worker_id,
         target=target.value if target else None,
         config_name=config_name,

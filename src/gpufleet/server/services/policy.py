@@ -23,7 +23,7 @@ from gpufleet.domain.policy import (
     rank_key,
 )
 from gpufleet.domain.records import Job
-from gpufleet.domain.states import PLACED_JOB, JobStatus, check_job_move
+from gpufleet.domain.states import PLACED_JOB, SIMPLETUNER_STATUS, JobStatus, check_job_move
 from gpufleet.errors import Conflict, InvalidInput, NotFound
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import JOBS_TOPIC, job_topic
@@ -229,10 +229,7 @@ async def _job(ctx: Context, job_id: str) -> Job:
 
 # ---- what the compatible endpoints answer ------------------------------------------------
 
-COMPAT_STATUS = {  # SimpleTuner's names for ours, where they differ
-    JobStatus.QUEUED.value: "pending",
-    JobStatus.PENDING_APPROVAL.value: "blocked",
-}
+COMPAT_STATUS = {ours.value: theirs for ours, theirs in SIMPLETUNER_STATUS.items()}
 
 
 @dataclass(frozen=True, slots=True)

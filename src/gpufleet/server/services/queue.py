@@ -44,6 +44,7 @@ from gpufleet.domain.states import (
     JobStatus,
     RetryOn,
     Target,
+    parse_job_status,
 )
 from gpufleet.errors import Conflict, InvalidInput, NotFound, StoreError, TooManyRequests
 from gpufleet.server.context import Context, Tx, transaction
@@ -409,11 +410,21 @@ def label_filter(pairs: Sequence[str]) -> dict[str, str]:
     return check_labels(out)
 
 
+def status_filter(names: Sequence[str], include_completed: bool | None) -> list[str]:
+    """The statuses a listing asks for, by our names or SimpleTuner's (`pending`, `blocked`);
+    `include_completed=False` (SimpleTuner's) leaves out the ended ones."""
+    wanted = [parse_job_status(n) for n in names] or list(JobStatus)
+    if include_completed is False:
+        wanted = [s for s in wanted if s not in TERMINAL_JOB]
+        if not wanted:  # asked only for ended jobs, and not to include them: none
+            raise InvalidInput(
+                "these statuses are all of ended jobs, and include_completed=false leaves "
+                "them out; drop one of the two"
+            )
+    return [s.value for s in wanted] if names or include_completed is False else []
+
+
 async def list_jobs(ctx: Context, f: JobFilter, limit: int, offset: int) -> tuple[list[Job], int]:
-    for status in f.statuses:
-        if status not in JobStatus.__members__.values():
-            allowed = ", ".join(s.value for s in JobStatus)
-            raise InvalidInput(f"unknown job status {status!r}; use one of: {allowed}")
     async with ctx.store.read() as q:
         return await q.list_jobs(f, limit, offset)
 
