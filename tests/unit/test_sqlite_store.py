@@ -14,6 +14,7 @@ from sqlalchemy import event, text
 
 from gpufleet.errors import StoreError
 from gpufleet.store import open_store
+from gpufleet.store.queries.jobs import TeamOf
 from gpufleet.store.sqlite_inline import InlineConnection
 
 
@@ -102,6 +103,48 @@ async def test_the_head_of_the_queue_is_read_through_the_index_without_sorting(
         await store.close()
     assert "ix_jobs_queue" in plan, plan
     assert "TEMP B-TREE" not in plan, plan
+
+
+@pytest.mark.parametrize(
+    ("match_keys", "index"),
+    [(None, "ix_jobs_team_queue"), (["*", "[]"], "ix_jobs_team_match")],
+    ids=["head", "matching"],
+)
+async def test_a_teams_queue_is_read_through_its_own_index(
+    tmp_path: Path, match_keys: list[str] | None, index: str
+) -> None:
+    """Fair share reads each team's queue: its head in dispatch order, then only the jobs the
+    worker's labels match, each through an index of the team's jobs, never a scan of every
+    queued job (bench scenario 8: 100,000 jobs over 50 teams)."""
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'gf.db'}")
+    seen: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cur: Any, statement: str, params: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM jobs" in statement:
+            seen.append((statement, params))
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", capture)
+    try:
+        async with store.read() as q:
+            await q.queued_jobs(
+                max_gpus=1,
+                targets=["worker", "auto"],
+                after=None,
+                limit=4,
+                match_keys=match_keys,
+                team=TeamOf("t_nlp"),
+            )
+            statement, params = seen[-1]
+            plan = " / ".join(
+                str(row[-1])
+                for row in await q.conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)
+            )
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", capture)
+        await store.close()
+    assert index in plan, plan
+    if match_keys is None:
+        assert "TEMP B-TREE" not in plan, plan
 
 
 async def test_a_commit_wakes_its_streams_before_the_next_writer_goes_on(tmp_path: Path) -> None:

@@ -56,6 +56,10 @@ class Context:
     # The worker streams' database calls still running (streams.WorkerStream), which
     # shutdown lets finish before the database goes.
     stream_calls: set[asyncio.Task[Any]] = field(default_factory=set)
+    # Whether a dispatch of this process passed over a job because a limit held it, since
+    # the last full pass that found none held: only then can a job that ends free room that
+    # another idle worker should look at (dispatch.dispatch_worker).
+    limit_held: bool = False
 
     def __post_init__(self) -> None:
         backend = backend_for(self.store.engine.url, self.instance_id)

@@ -159,6 +159,17 @@ sa.Index(
     jobs.c.created_at,
     jobs.c.id,
 )
+# A team's jobs a worker's labels can match (domain.matching.match_keys_for): past the head
+# of a team's queue, fair share reads only these, however many jobs of the team it cannot run.
+sa.Index(
+    "ix_jobs_team_match",
+    jobs.c.status,
+    jobs.c.team_id,
+    jobs.c.match_key,
+    jobs.c.priority.desc(),
+    jobs.c.created_at,
+    jobs.c.id,
+)
 
 job_attempts = sa.Table(
     "job_attempts",

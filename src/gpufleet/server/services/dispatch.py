@@ -71,12 +71,18 @@ async def policy_gate(tx: Tx) -> Snapshot | None:
         return None
     if has_limits(policy, own) and tx.q.locks_rows:
         policy, own = await tx.q.dispatch_policy(lock=True)
-    return await snapshot(tx.q, tx.now, policy)
+    return await snapshot(tx.q, tx.now, policy, shares=False)
 
 
-def refused(job: Job, snap: Snapshot | None) -> bool:
-    """Whether a limit keeps the job from starting now."""
-    return snap is not None and limit_hit(candidate(job, snap), snap) is not None
+def refused(ctx: Context, job: Job, snap: Snapshot | None, seen: _Seen | None = None) -> bool:
+    """Whether a limit keeps the job from starting now (noted in `seen`, and on the context
+    until a full pass finds none held)."""
+    held = snap is not None and limit_hit(candidate(job, snap), snap) is not None
+    if held:
+        ctx.limit_held = True
+        if seen is not None:
+            seen.held = True
+    return held
 
 
 async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | None = None) -> str:
@@ -211,7 +217,7 @@ async def _dispatch_job(ctx: Context, job_id: str) -> bool:
         # No row lock here: `claim` takes the worker, then the job (the one lock order, see
         # lifecycle), each by compare-and-set, so a job taken meanwhile loses the claim.
         job = await tx.q.get_job(job_id)
-        if job is None or job.status is not JobStatus.QUEUED or refused(job, snap):
+        if job is None or job.status is not JobStatus.QUEUED or refused(ctx, job, snap):
             return False
         history = await tx.q.attempts_for_job(job.id) if job.attempts else []
         worker = await first_fit(tx.q, job.requirement(), workers_to_avoid(history))
@@ -232,9 +238,11 @@ async def dispatch_worker(ctx: Context, worker_id: str) -> bool:
             return False
     seen = _Seen()
     offered = await _offer_to(ctx, worker_id, seen)
-    if seen.limited:
-        # A job that ended may have freed room under a limit for a job that this worker
-        # cannot run and another idle one can: every idle worker looks.
+    if seen.limited and (ctx.limit_held or seen.held):
+        # A job that ended may have freed room under a limit for a job held by it, which
+        # this worker cannot run and another idle one can: every idle worker looks. Only
+        # when some job was held by a limit since the last such pass (ctx.limit_held, this
+        # process; the health loop's full pass is every replica's safety net).
         offered = bool(await dispatch_all(ctx)) or offered
     return bool(offered)
 
@@ -243,6 +251,7 @@ class _Seen:
     """What a dispatch step saw of the policy, for its caller."""
 
     limited = False  # a limit on what runs is set
+    held = False  # a job was passed over because a limit held it
 
 
 async def _offer_to(ctx: Context, worker_id: str, seen: _Seen | None = None) -> bool | None:
@@ -279,7 +288,7 @@ async def _dispatch_worker(ctx: Context, worker_id: str, seen: _Seen) -> bool | 
                     continue
                 if job.target is Target.AUTO and remote_idle and choose_worker(req, remote_idle):
                     continue  # a remote worker will take it
-                if refused(job, snap):
+                if refused(ctx, job, snap, seen):
                     continue
                 return bool(await claim(tx, job, worker))
         return False
@@ -299,6 +308,7 @@ async def dispatch_all(ctx: Context) -> int:
         idle = await q.idle_workers()
     offers = 0
     exhausted: set[tuple[object, ...]] = set()
+    ctx.limit_held = False  # until this pass (or any other dispatch) passes over a held job
     for worker in sorted(idle, key=lambda w: w.id == LOCAL_WORKER_ID):
         shape = (
             worker.is_local,

@@ -28,6 +28,9 @@ from gpufleet.store.queries.jobs import TeamOf
 
 _PAGE = 200
 _HEAD = 20  # queued jobs read as they come before the index of match keys is asked
+# A team's: fair share may open every team's queue in one dispatch, and a team whose head
+# holds no job the worker can run should cost little before its match keys are asked.
+_TEAM_HEAD = 4
 Key = tuple[Any, ...]
 _TEAM = slice(0, 2)  # the team's part of a rank key
 _USER = slice(2, 4)  # the user's part
@@ -162,7 +165,8 @@ async def queued_for(
     after: tuple[int, datetime, str] | None = None
     filtered = False
     while True:
-        limit = _PAGE if filtered or keys is None else _HEAD
+        head = _HEAD if team is None else _TEAM_HEAD
+        limit = _PAGE if filtered or keys is None else head
         page = await q.queued_jobs(
             max_gpus=worker.gpu_count,
             targets=targets,

@@ -263,7 +263,7 @@ async def enqueue(
             **extra,
         )
         tx.wake(JOBS_TOPIC)
-        if dispatch.refused(job, snap):
+        if dispatch.refused(ctx, job, snap):
             worker = None  # a limit keeps it waiting
         offered = worker is not None and await dispatch.claim_new(tx, job, worker)
         if offered:

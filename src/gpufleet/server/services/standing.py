@@ -40,8 +40,12 @@ def is_plain(policy: Policy, own_limits: bool = False) -> bool:
     return not policy.fair_share and not has_limits(policy, own_limits)
 
 
-async def snapshot(q: Queries, now: datetime, policy: Policy | None = None) -> Snapshot:
-    """Teams, users, their usage, and what runs by fleet, team, user and member."""
+async def snapshot(
+    q: Queries, now: datetime, policy: Policy | None = None, *, shares: bool = True
+) -> Snapshot:
+    """Teams, users, their usage, and what runs by fleet, team, user and member;
+    `shares=False` leaves out the registered GPUs (a sum over the fleet) that only shares
+    (`share_gpus`: preemption, the team views) are of: ranking and limits need none."""
     policy = policy or await q.get_policy()
     teams = {
         t.id: TeamState(
@@ -91,7 +95,7 @@ async def snapshot(q: Queries, now: datetime, policy: Policy | None = None) -> S
         by_team={k: Tally(*v) for k, v in by_team.items()},
         by_user={k: Tally(*v) for k, v in by_user.items()},
         by_member={k: Tally(*v) for k, v in by_member.items()},
-        fleet_gpus=await q.registered_gpus(),
+        fleet_gpus=await q.registered_gpus() if shares else 0,
         # the jobs of no team are those of the users in none (resolve_submitter)
         no_team_usage=sum(u.usage for u in users.values() if u.id not in in_a_team),
     )

@@ -170,16 +170,14 @@ class JobQueries(QueryBase):
             jobs.c.target.in_(list(targets)),
         )
         priority: Any = jobs.c.priority
-        team_id: Any = jobs.c.team_id
         if match_keys is not None:
             stmt = stmt.where(jobs.c.match_key.in_(list(match_keys)))
-            # `+priority` keeps SQLite from walking ix_jobs_queue in order and testing every
-            # row (the very scan this filter avoids): it then searches ix_jobs_match. For
-            # the same reason `+team_id` keeps it off ix_jobs_team_queue, which walks every
-            # queued job of the team, however few of them match.
+            # `+priority` keeps SQLite from walking ix_jobs_queue (or a team's
+            # ix_jobs_team_queue) in order and testing every row, the very scan this filter
+            # avoids: it then searches ix_jobs_match, or a team's ix_jobs_team_match.
             priority = sa.literal_column("+jobs.priority")
-            team_id = sa.literal_column("+jobs.team_id", sa.String)
-        if team is not None:  # the head of a team's queue: ix_jobs_team_queue
+        if team is not None:  # ix_jobs_team_queue, or ix_jobs_team_match with match_keys
+            team_id = jobs.c.team_id
             stmt = stmt.where(team_id.is_(None) if team.id is None else team_id == team.id)
         if after is not None:
             prio, created, job_id = after

@@ -119,6 +119,11 @@ def upgrade() -> None:
         "jobs",
         ["status", "team_id", sa.text("priority DESC"), "created_at", "id"],
     )
+    op.create_index(
+        "ix_jobs_team_match",
+        "jobs",
+        ["status", "team_id", "match_key", sa.text("priority DESC"), "created_at", "id"],
+    )
     op.add_column("job_attempts", sa.Column("preempted_by", sa.String(32)))
     op.add_column("job_attempts", sa.Column("preempt_at", UTCDateTime))
     op.add_column("api_keys", sa.Column("user_id", sa.String(32)))
@@ -154,6 +159,7 @@ def downgrade() -> None:
     with op.batch_alter_table("job_attempts") as batch:
         batch.drop_column("preempt_at")
         batch.drop_column("preempted_by")
+    op.drop_index("ix_jobs_team_match", table_name="jobs")
     op.drop_index("ix_jobs_team_queue", table_name="jobs")
     with op.batch_alter_table("jobs") as batch:
         for name in ("approved_by", "preemptible", "team_id", "user_id"):
