@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from sqlalchemy import event, text
 
 from gpufleet.errors import StoreError
-from gpufleet.store import open_store
+from gpufleet.store import Queries, open_store
 from gpufleet.store.queries.jobs import TeamOf
 from gpufleet.store.sqlite_inline import InlineConnection
 
@@ -77,11 +78,8 @@ async def test_a_statement_on_a_closed_store_is_a_store_error(tmp_path: Path) ->
             await q.list_configs()
 
 
-async def test_the_head_of_the_queue_is_read_through_the_index_without_sorting(
-    tmp_path: Path,
-) -> None:
-    """The dispatch order (priority high to low, oldest first) is the index's order, so a
-    freed worker's look at the head of the queue stops after a page, however deep it is."""
+async def queue_plan(tmp_path: Path, read: Callable[[Queries], Awaitable[object]]) -> str:
+    """SQLite's plan of the last statement on `jobs` that `read` sends."""
     store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'gf.db'}")
     seen: list[tuple[str, Any]] = []
 
@@ -92,15 +90,26 @@ async def test_the_head_of_the_queue_is_read_through_the_index_without_sorting(
     event.listen(store.engine.sync_engine, "before_cursor_execute", capture)
     try:
         async with store.read() as q:
-            await q.queued_jobs(max_gpus=1, targets=["worker", "auto"], after=None, limit=20)
+            await read(q)
             statement, params = seen[-1]
-            plan = " / ".join(
+            return " / ".join(
                 str(row[-1])
                 for row in await q.conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)
             )
     finally:
         event.remove(store.engine.sync_engine, "before_cursor_execute", capture)
         await store.close()
+
+
+async def test_the_head_of_the_queue_is_read_through_the_index_without_sorting(
+    tmp_path: Path,
+) -> None:
+    """The dispatch order (priority high to low, oldest first) is the index's order, so a
+    freed worker's look at the head of the queue stops after a page, however deep it is."""
+    plan = await queue_plan(
+        tmp_path,
+        lambda q: q.queued_jobs(max_gpus=1, targets=["worker", "auto"], after=None, limit=20),
+    )
     assert "ix_jobs_queue" in plan, plan
     assert "TEMP B-TREE" not in plan, plan
 
@@ -116,32 +125,17 @@ async def test_a_teams_queue_is_read_through_its_own_index(
     """Fair share reads each team's queue: its head in dispatch order, then only the jobs the
     worker's labels match, each through an index of the team's jobs, never a scan of every
     queued job (bench scenario 8: 100,000 jobs over 50 teams)."""
-    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'gf.db'}")
-    seen: list[tuple[str, Any]] = []
-
-    def capture(_conn: Any, _cur: Any, statement: str, params: Any, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "FROM jobs" in statement:
-            seen.append((statement, params))
-
-    event.listen(store.engine.sync_engine, "before_cursor_execute", capture)
-    try:
-        async with store.read() as q:
-            await q.queued_jobs(
-                max_gpus=1,
-                targets=["worker", "auto"],
-                after=None,
-                limit=4,
-                match_keys=match_keys,
-                team=TeamOf("t_nlp"),
-            )
-            statement, params = seen[-1]
-            plan = " / ".join(
-                str(row[-1])
-                for row in await q.conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)
-            )
-    finally:
-        event.remove(store.engine.sync_engine, "before_cursor_execute", capture)
-        await store.close()
+    plan = await queue_plan(
+        tmp_path,
+        lambda q: q.queued_jobs(
+            max_gpus=1,
+            targets=["worker", "auto"],
+            after=None,
+            limit=4,
+            match_keys=match_keys,
+            team=TeamOf("t_nlp"),
+        ),
+    )
     assert index in plan, plan
     if match_keys is None:
         assert "TEMP B-TREE" not in plan, plan

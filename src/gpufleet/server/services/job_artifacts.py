@@ -16,6 +16,7 @@ from datetime import timedelta
 from gpufleet.domain.records import Artifact, Checkpoint, Job
 from gpufleet.errors import ArtifactStoreError, NotFound
 from gpufleet.server.context import Context, transaction
+from gpufleet.server.services.lifecycle import no_job
 
 log = logging.getLogger("gpufleet.server.artifacts")
 PRESIGNED_FOR = timedelta(hours=1)
@@ -41,15 +42,11 @@ class Stream:
     chunks: AsyncIterator[bytes]  # the orchestrator serves them
 
 
-def _no_job(job_id: str) -> NotFound:
-    return NotFound(f"no job {job_id}; list jobs with GET /api/queue")
-
-
 async def list_for_job(ctx: Context, job_id: str) -> JobArtifacts:
     async with ctx.store.read() as q:
         job = await q.get_job(job_id)
         if job is None:
-            raise _no_job(job_id)
+            raise no_job(job_id)
         found = await q.artifacts_for_job(job_id)
         checkpoints = await q.checkpoints_for_job(job_id)
     newest_first = sorted(
@@ -76,7 +73,7 @@ async def download(
 ) -> Redirect | Stream:
     async with ctx.store.read() as q:
         if await q.get_job(job_id) is None:
-            raise _no_job(job_id)
+            raise no_job(job_id)
         art = pick(await q.artifacts_for_job(job_id), job_id, path, attempt_id)
     url = await ctx.artifacts.presign_get(art.key, PRESIGNED_FOR)
     if url is not None:
@@ -152,10 +149,10 @@ async def pin(ctx: Context, job_id: str, pinned: bool, actor: str, client: str |
     async with transaction(ctx) as tx:
         job = await tx.q.get_job(job_id, lock=True)
         if job is None:
-            raise _no_job(job_id)
+            raise no_job(job_id)
         await tx.q.set_artifacts_pinned(job_id, pinned)
         tx.audit("artifacts.pinned", actor, job_id, client, pinned=pinned)
         updated = await tx.q.get_job(job_id)
     if updated is None:
-        raise _no_job(job_id)
+        raise no_job(job_id)
     return updated

@@ -24,7 +24,7 @@ from gpufleet.domain.states import (
     check_job_move,
     derive_worker_status,
 )
-from gpufleet.errors import Conflict
+from gpufleet.errors import Conflict, NotFound
 from gpufleet.server.context import Tx
 from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic
 from gpufleet.server.services import webhooks
@@ -202,3 +202,12 @@ async def lose_current_attempt(tx: Tx, worker: Worker, why: str) -> str | None:
     )
     await end_attempt(tx, job, attempt, outcome, error=why)
     return job.id
+
+
+def no_job(job_id: str) -> NotFound:
+    """There is no such job: what each surface says, and where it lists the jobs."""
+    return NotFound(
+        f"no job {job_id}; list jobs with GET /api/queue",
+        ui=f"no job {job_id}; the Queue page lists the jobs",
+        cli=f"no job {job_id}; list jobs with `gpufleet jobs list`",
+    )

@@ -24,10 +24,11 @@ from gpufleet.domain.policy import (
 )
 from gpufleet.domain.records import Job
 from gpufleet.domain.states import PLACED_JOB, SIMPLETUNER_STATUS, JobStatus, check_job_move
-from gpufleet.errors import Conflict, InvalidInput, NotFound
+from gpufleet.errors import Conflict, InvalidInput
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import JOBS_TOPIC, job_topic
 from gpufleet.server.services import dispatch
+from gpufleet.server.services.lifecycle import no_job
 from gpufleet.server.services.standing import candidate, is_plain, snapshot
 from gpufleet.store import Queries
 from gpufleet.store.queries.policy import POLICY_FIELDS, policy_of
@@ -159,14 +160,6 @@ def policy_view(policy: Policy) -> dict[str, Any]:
 # ---- approvals ---------------------------------------------------------------------------
 
 
-def _no_job(job_id: str) -> NotFound:
-    return NotFound(
-        f"no job {job_id}; list jobs with GET /api/queue",
-        ui=f"no job {job_id}; the Queue page lists the jobs",
-        cli=f"no job {job_id}; list jobs with `gpufleet jobs list`",
-    )
-
-
 def _not_pending(job: Job) -> Conflict:
     return Conflict(
         f"job {job.id} is {job.status.value}, not waiting for approval; only a job in "
@@ -179,7 +172,7 @@ async def approve(ctx: Context, job_id: str, actor: str, client: str | None) -> 
     async with transaction(ctx) as tx:
         job = await tx.q.get_job(job_id, lock=True)
         if job is None:
-            raise _no_job(job_id)
+            raise no_job(job_id)
         if job.status is not JobStatus.PENDING_APPROVAL:
             raise _not_pending(job)
         check_job_move(job.id, job.status, JobStatus.QUEUED)
@@ -201,7 +194,7 @@ async def reject(
     async with transaction(ctx) as tx:
         job = await tx.q.get_job(job_id, lock=True)
         if job is None:
-            raise _no_job(job_id)
+            raise no_job(job_id)
         if job.status is not JobStatus.PENDING_APPROVAL:
             raise _not_pending(job)
         check_job_move(job.id, job.status, JobStatus.CANCELLED)
@@ -223,7 +216,7 @@ async def _job(ctx: Context, job_id: str) -> Job:
     async with ctx.store.read() as q:
         job = await q.get_job(job_id)
     if job is None:
-        raise _no_job(job_id)
+        raise no_job(job_id)
     return job
 
 
@@ -317,7 +310,7 @@ async def position(ctx: Context, job_id: str) -> Position:
     async with ctx.store.read() as q:
         job = await q.get_job(job_id)
         if job is None:
-            raise _no_job(job_id)
+            raise no_job(job_id)
         if job.status is not JobStatus.QUEUED:
             return Position(job, None)
         ranked = await ranked_queue(q, ctx.clock())

@@ -52,7 +52,7 @@ from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.services import dispatch
 from gpufleet.server.services.fleet import check_labels
-from gpufleet.server.services.lifecycle import end_attempt, move_job
+from gpufleet.server.services.lifecycle import end_attempt, move_job, no_job
 from gpufleet.server.services.people import resolve_submitter
 from gpufleet.server.services.policy import policy_wait
 from gpufleet.store.queries import NewJob, Queries
@@ -279,19 +279,11 @@ async def enqueue(
 # ---- read -------------------------------------------------------------------------------
 
 
-def _no_job(job_id: str) -> NotFound:
-    return NotFound(
-        f"no job {job_id}; list jobs with GET /api/queue",
-        ui=f"no job {job_id}; the Queue page lists the jobs",
-        cli=f"no job {job_id}; list jobs with `gpufleet jobs list`",
-    )
-
-
 async def get_job(ctx: Context, job_id: str) -> Job:
     async with ctx.store.read() as q:
         job = await q.get_job(job_id)
     if job is None:
-        raise _no_job(job_id)
+        raise no_job(job_id)
     return job
 
 
@@ -299,7 +291,7 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
     async with ctx.store.read() as q:
         job = await q.get_job(job_id)
         if job is None:
-            raise _no_job(job_id)
+            raise no_job(job_id)
         attempts = await q.attempts_for_job(job_id)
         waiting = None
         if job.status is JobStatus.QUEUED:
@@ -432,7 +424,7 @@ async def list_jobs(ctx: Context, f: JobFilter, limit: int, offset: int) -> tupl
 async def read_logs(ctx: Context, job_id: str, after: int, limit: int) -> list[LogLine]:
     async with ctx.store.read() as q:
         if await q.get_job(job_id) is None:
-            raise _no_job(job_id)
+            raise no_job(job_id)
         return await q.read_logs(job_id, after, limit)
 
 
@@ -443,7 +435,7 @@ async def cancel(ctx: Context, job_id: str, actor: str, client: str | None) -> J
     async with transaction(ctx) as tx:
         job = await tx.q.get_job(job_id, lock=True)
         if job is None:
-            raise _no_job(job_id)
+            raise no_job(job_id)
         if job.status in TERMINAL_JOB:
             raise Conflict(f"job {job_id} is already {job.status.value}; nothing to cancel")
         attempt = await tx.q.get_attempt(job.current_attempt_id) if job.current_attempt_id else None
