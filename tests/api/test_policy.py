@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from gpufleet.domain.secrets import new_id
 from gpufleet.server.services import policy_loop
 from gpufleet.store.tables import api_keys, team_members, teams, users
-from tests.api.artifacts.uploads import upload_checkpoint
+from tests.api.artifacts.uploads import stored_keys, upload, upload_checkpoint
 from tests.api.conftest import Fleet, post_raw
 
 # ---- people, written straight to the tables (their API is services/people.py's) -----------
@@ -537,3 +537,28 @@ async def test_the_queue_lists_by_simpletuners_status_names_and_leaves_out_ended
     assert {held["id"], queued["id"]} <= live and ended.json()["id"] not in live
     assert unknown.status_code == 422 and "pending, blocked" in unknown.json()["detail"]
     assert contradiction.status_code == 422
+
+
+async def test_cleanup_deletes_an_old_jobs_files_too_and_keeps_a_pinned_job(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    jobs = []
+    for _ in range(2):
+        job = await fleet.submit()
+        offer = await agent.next_offer()
+        await agent.run(offer)
+        await upload(agent, job["id"], offer["attempt_id"], "output/model.pt", b"weights")
+        await upload_checkpoint(agent, offer, 10, {"state.pt": b"state"})
+        await agent.finish(offer)
+        jobs.append(job["id"])
+    old, pinned = jobs
+    pin = await fleet.admin.put(f"/api/queue/{pinned}/artifacts/pin", json={"pinned": True})
+    assert pin.status_code == 200, pin.text
+    assert await stored_keys(fleet, old)
+    fleet.clock.advance(40 * 86400)
+
+    answer = await fleet.admin.post("/api/queue/cleanup", params={"days": 30})
+
+    assert answer.json()["deleted"] == 1
+    assert await stored_keys(fleet, old) == []  # no file of a deleted job is left behind
+    assert len(await stored_keys(fleet, pinned)) == 2
+    assert (await fleet.admin.get(f"/api/queue/{pinned}")).status_code == 200

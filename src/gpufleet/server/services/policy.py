@@ -27,7 +27,7 @@ from gpufleet.domain.states import PLACED_JOB, SIMPLETUNER_STATUS, JobStatus, ch
 from gpufleet.errors import Conflict, InvalidInput
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import JOBS_TOPIC, job_topic
-from gpufleet.server.services import dispatch
+from gpufleet.server.services import dispatch, job_artifacts
 from gpufleet.server.services.lifecycle import no_job
 from gpufleet.server.services.standing import candidate, is_plain, snapshot
 from gpufleet.store import Queries
@@ -345,13 +345,27 @@ async def me(ctx: Context, user_id: str) -> Mine:
 
 
 async def cleanup(ctx: Context, days: int, actor: str, client: str | None) -> int:
-    """Delete jobs that ended more than `days` days ago (1 to 365); never an active one."""
+    """Delete jobs that ended more than `days` days ago (1 to 365), their files in the
+    artifact store first; never an active job, nor one whose artifacts an admin pinned."""
     if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 365:
         raise InvalidInput("days is a whole number from 1 to 365")
+    before = ctx.clock() - timedelta(days=days)
     deleted = 0
     while True:
+        async with ctx.store.read() as q:
+            ids = await q.old_terminal_jobs(before, CLEANUP_BATCH)
+            files = await q.artifacts_of_jobs(ids) if ids else []
+            checkpoints = await q.checkpoints_of_jobs(ids) if ids else []
+        if files or checkpoints:  # a blob that cannot go keeps its job, for the next try
+            await job_artifacts.remove(
+                ctx,
+                files,
+                [c.id for c in checkpoints],
+                actor,
+                client,
+                reason=lambda _job: f"cleanup: the job ended over {days} days ago",
+            )
         async with transaction(ctx) as tx:
-            ids = await tx.q.old_terminal_jobs(tx.now - timedelta(days=days), CLEANUP_BATCH)
             n = await tx.q.delete_jobs(ids)
             deleted += n
             if len(ids) < CLEANUP_BATCH:

@@ -250,11 +250,16 @@ class PolicyQueries(QueryBase):
         return await self._rowcount(sa.delete(usage_samples).where(usage_samples.c.at < before))
 
     async def old_terminal_jobs(self, before: datetime, limit: int) -> list[str]:
-        """Ended jobs that ended (or, never started, were last changed) before `before`."""
+        """Ended jobs that ended (or, never started, were last changed) before `before`,
+        but for those whose artifacts are pinned."""
         ended = sa.func.coalesce(jobs.c.ended_at, jobs.c.updated_at)
         stmt = (
             sa.select(jobs.c.id)
-            .where(jobs.c.status.in_([s.value for s in TERMINAL_JOB]), ended < before)
+            .where(
+                jobs.c.status.in_([s.value for s in TERMINAL_JOB]),
+                ended < before,
+                jobs.c.artifacts_pinned.is_(False),
+            )
             .limit(limit)
         )
         return [r.id for r in await self.conn.execute(stmt)]
