@@ -27,17 +27,22 @@ START_PG = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main s
 
 # The longest test files first (their time in `make test`, measured with --junitxml), a file
 # that mostly waits (on timeouts, on the SimpleTuner agent's own pace) between files that keep
-# a CPU busy. `make test` runs two files at a time (-n 2 --dist loadfile
-# --no-loadscope-reorder): so one process waits while the other computes, and neither is left
+# a CPU busy. `make test` runs three files at a time on the two cores (-n 3 --dist loadfile
+# --no-loadscope-reorder): much of the suite waits on processes, sockets and timeouts (two
+# processes kept the cores a third idle), so one computes while others wait, and none is left
 # running one long file alone at the tail. The rest keep their collection order.
 LONGEST_FIRST = (
     "tests/chaos/test_faults.py",  # waits
     "tests/e2e/test_artifacts_resume.py",  # waits
     "tests/e2e/test_schemathesis.py",
     "tests/api/test_dispatch.py",
+    "tests/api/test_policy.py",
+    "tests/e2e/test_sharing.py",  # waits
     "tests/bench/test_smoke.py",
     "tests/e2e/test_simpletuner_agent.py",  # waits
     "tests/browser/test_ui.py",
+    "tests/browser/test_sharing.py",
+    "tests/api/test_people.py",
     "tests/api/test_failures.py",
     "tests/e2e/test_orchestrator.py",  # waits
     "tests/e2e/test_cli.py",

@@ -79,7 +79,7 @@ def test_a_lead_approves_a_viewers_job_in_the_queue_panel_and_it_joins_the_queue
     server: ServerProcess, page: Page
 ) -> None:
     viewer, viewer_key = user_with_key(server, "viewer", "queue.read", "queue.submit")
-    _, lead_key = user_with_key(server, "lead", "queue.read", "queue.submit", "queue.approve")
+    lead, lead_key = user_with_key(server, "lead", "queue.read", "queue.submit", "queue.approve")
     job_id = held_job(server, viewer_key)
 
     sign_in(page, viewer_key, then="/queue")
@@ -109,7 +109,9 @@ def test_a_lead_approves_a_viewers_job_in_the_queue_panel_and_it_joins_the_queue
     assert approved["status"] == "queued"
     assert approved["approved_by"]
     page.goto(f"/queue/{job_id}")
-    expect(page.locator("#facts")).to_contain_text(f"Approved by{approved['approved_by']}")
+    # by the approving key's name, as "By" names the submitting key's
+    assert approved["approved_by_name"] == f"{lead}-key"
+    expect(page.locator("#facts")).to_contain_text(f"Approved by{lead}-key")
     expect(page.locator("#approve")).to_be_hidden()
 
 

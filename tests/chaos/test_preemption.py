@@ -8,7 +8,10 @@ Beside the tier's invariants (`invariants.py`), three of the issue's:
 - a resume uses a checkpoint an earlier attempt of the job committed before that attempt
   ended, never one of an attempt fenced out while another ran, and the newest such one;
 - the work done twice (steps an attempt ran past the checkpoint its successor resumed from)
-  totals at most one checkpoint interval per preemption.
+  totals at most one checkpoint interval per preemption with notice (the job checkpoints on
+  the signal), and two per preemption without (the steps since its last checkpoint, and a
+  checkpoint written but not yet committed when the machine vanished: under load the
+  upload lags the writing by up to an interval).
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ def test_preempted_and_killed_jobs_resume_from_their_checkpoints(fleet: Fleet) -
     fleet.submit([], pace=0)  # nothing more: the jobs above are the run
     killed: dict[str, list[float]] = defaultdict(list)
     preemptions = 0
+    noticed = 0
     for i in range(max(4, count // 2)):
         time.sleep(fleet.rng.uniform(0.8, 2.0))
         busy = fleet.wait_for_work(fleet.busy_workers, what="a worker with a running job")
@@ -108,6 +112,7 @@ def test_preempted_and_killed_jobs_resume_from_their_checkpoints(fleet: Fleet) -
             fleet.faults.instant("preemption notice (worker SIGTERM)", (worker.id,))
             worker.signal(signal.SIGTERM)
             assert worker.wait(timeout=60) == 0, worker.log()
+            noticed += 1
         else:
             killed[worker.id].append(time.time())
             fleet.faults.instant("preemption without notice (worker SIGKILL)", (worker.id,))
@@ -119,7 +124,8 @@ def test_preempted_and_killed_jobs_resume_from_their_checkpoints(fleet: Fleet) -
     repeated = check_resumes(fleet, acked, steps_file.read_text().splitlines())
     report = conclude(fleet, acked, killed, preemptions=preemptions, repeated_steps=repeated)
     assert report.attempt_outcomes.get("preempted", 0) >= 1, report.attempt_outcomes
-    assert repeated <= preemptions * EVERY, (repeated, preemptions)
+    unnoticed = preemptions - noticed
+    assert repeated <= noticed * EVERY + unnoticed * 2 * EVERY, (repeated, noticed, unnoticed)
     assert all(w.running() for w in workers)
 
 
