@@ -27,9 +27,8 @@ START_PG = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main s
 
 # The longest test files first (their time in `make test`, measured with --junitxml), a file
 # that mostly waits (on timeouts, on the SimpleTuner agent's own pace) between files that keep
-# a CPU busy. `make test` runs three files at a time on the two cores (-n 3 --dist loadfile
-# --no-loadscope-reorder): much of the suite waits on processes, sockets and timeouts (two
-# processes kept the cores a third idle), so one computes while others wait, and none is left
+# a CPU busy. `make test` runs two files at a time (-n 2 --dist loadfile
+# --no-loadscope-reorder): so one process waits while the other computes, and neither is left
 # running one long file alone at the tail. The rest keep their collection order.
 LONGEST_FIRST = (
     "tests/chaos/test_faults.py",  # waits

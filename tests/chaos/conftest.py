@@ -237,6 +237,7 @@ class Fleet:
         self.faults = FaultLog()
         self.proxy: Proxy | None = None
         self.workers: list[WorkerProcess] = []
+        self.restarted: dict[str, float] = {}  # worker id → when its agent was started again
         self.submitter: Submitter | None = None
         self.started = time.time()
 
@@ -271,12 +272,18 @@ class Fleet:
     def restart_worker(self, worker: WorkerProcess) -> None:
         """Start a killed worker's agent again, with the same token and work folder."""
         worker.proc = None
+        self.restarted[worker.id] = time.time()
         worker.start()
 
     def busy_workers(self) -> list[tuple[WorkerProcess, str]]:
         """Workers whose own attempt at their job has started (its `start` line is written):
         (worker, job id). Not a worker merely offered a job another worker started before."""
-        started = {line.split()[2] for line in self.result_lines() if line.startswith("start ")}
+        # attempt → when its process started (`start JOB ATTEMPT PID TIME`)
+        started = {
+            parts[2]: float(parts[4])
+            for parts in (line.split() for line in self.result_lines())
+            if len(parts) >= 5 and parts[0] == "start"
+        }
         busy = []
         with self.server.admin() as admin:
             records = {w["id"]: w for w in admin.get("/api/admin/workers").json()["workers"]}
@@ -285,7 +292,11 @@ class Fleet:
                 if not (w.running() and job_id):
                     continue
                 job = admin.get(f"/api/queue/{job_id}").json()
-                if job["worker_id"] == w.id and job["current_attempt_id"] in started:
+                began = started.get(job["current_attempt_id"])
+                # A worker restarted since its attempt began is an agent still starting (its
+                # signal handlers not set yet), beside a job the server has not found lost.
+                ours = job["worker_id"] == w.id and began is not None
+                if ours and began >= self.restarted.get(w.id, 0.0):
                     busy.append((w, job_id))
         return busy
 
