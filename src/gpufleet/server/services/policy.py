@@ -127,14 +127,9 @@ def compat_changes(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def compat_view(policy: Policy) -> dict[str, Any]:
-    lim = policy.limits
-    return {
-        "max_concurrent": lim.max_jobs,
-        "user_max_concurrent": lim.user_max_jobs,
-        "team_max_concurrent": lim.team_max_jobs,
-        "enable_fair_share": policy.fair_share,
-        **policy_view(policy),
-    }
+    """Every field of the policy, and SimpleTuner's names for those it has (COMPAT_FIELDS)."""
+    ours = policy_view(policy)
+    return {**{theirs: ours[name] for theirs, name in COMPAT_FIELDS.items()}, **ours}
 
 
 def policy_view(policy: Policy) -> dict[str, Any]:

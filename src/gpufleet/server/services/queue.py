@@ -25,7 +25,7 @@ from gpufleet.domain.matching import (
     reasons_not_running,
     why_waiting,
 )
-from gpufleet.domain.policy import UserState, approval_needed, check_priority, queued_limit_hit
+from gpufleet.domain.policy import approval_needed, check_priority, queued_limit_hit
 from gpufleet.domain.records import (
     Attempt,
     Checkpoint,
@@ -55,6 +55,7 @@ from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job, no_job
 from gpufleet.server.services.people import resolve_submitter
 from gpufleet.server.services.policy import policy_wait
+from gpufleet.server.services.standing import user_state
 from gpufleet.store.queries import NewJob, Queries
 
 QUEUED_RETRY_S = 60.0  # a submit past the queued-jobs limit: when to try again
@@ -180,16 +181,7 @@ async def _admit(tx: Tx, sub: Submission, gpu_count: int, user_id: str) -> _Admi
     priority = check_priority(level, sub.priority)
     policy = await tx.q.get_policy()
     if policy.limits.user_max_queued is not None or user.max_queued is not None:
-        state = UserState(
-            id=user.id,
-            name=user.name,
-            level=user.level,
-            usage=user.usage,
-            max_gpus=user.max_gpus,
-            max_jobs=user.max_jobs,
-            max_queued=user.max_queued,
-        )
-        hit = queued_limit_hit(state, await tx.q.waiting_count(user.id), policy)
+        hit = queued_limit_hit(user_state(user), await tx.q.waiting_count(user.id), policy)
         if hit is not None:
             raise TooManyRequests(
                 f"{hit}; wait for some to start or cancel some (gpufleet queue me lists yours)",

@@ -7,7 +7,7 @@ from collections import defaultdict
 from datetime import datetime
 
 from gpufleet.domain.policy import Candidate, Policy, Snapshot, Tally, TeamState, UserState
-from gpufleet.domain.records import Job
+from gpufleet.domain.records import Job, User
 from gpufleet.store import Queries
 
 
@@ -40,6 +40,19 @@ def is_plain(policy: Policy, own_limits: bool = False) -> bool:
     return not policy.fair_share and not has_limits(policy, own_limits)
 
 
+def user_state(u: User) -> UserState:
+    """A user as the policy sees it (their usage over all teams)."""
+    return UserState(
+        id=u.id,
+        name=u.name,
+        level=u.level,
+        usage=u.usage,
+        max_gpus=u.max_gpus,
+        max_jobs=u.max_jobs,
+        max_queued=u.max_queued,
+    )
+
+
 async def snapshot(
     q: Queries, now: datetime, policy: Policy | None = None, *, shares: bool = True
 ) -> Snapshot:
@@ -60,18 +73,7 @@ async def snapshot(
         )
         for t in await q.list_teams()
     }
-    users = {
-        u.id: UserState(
-            id=u.id,
-            name=u.name,
-            level=u.level,
-            usage=u.usage,
-            max_gpus=u.max_gpus,
-            max_jobs=u.max_jobs,
-            max_queued=u.max_queued,
-        )
-        for u in await q.list_users()
-    }
+    users = {u.id: user_state(u) for u in await q.list_users()}
     members = {(m.team_id, m.user_id): m.usage for m in await q.all_members()}
     in_a_team = {user_id for _team, user_id in members}
     fleet = [0, 0]
