@@ -67,6 +67,12 @@ class Ceiling:
     seconds: float
     server_cpu_share: float
     client_cpu_seconds: float
+    server_cpu_seconds: float = 0.0
+
+    @property
+    def server_cpu_per_request_ms(self) -> float:
+        """The server's CPU an empty request costs: the unit of #19's per-job goal."""
+        return 1000 * self.server_cpu_seconds / self.requests if self.requests else 0.0
 
     @property
     def per_second(self) -> float:
@@ -214,7 +220,8 @@ def measure(
             proc.join()
         cores = psutil.cpu_count() or 1
         total = sum(int(done) for done, _ in answers)
-        return Ceiling(total, wall, cpu / wall / cores, sum(float(c) for _, c in answers))
+        client_cpu = sum(float(c) for _, c in answers)
+        return Ceiling(total, wall, cpu / wall / cores, client_cpu, cpu)
     finally:
         server.terminate()
         server.wait(10)
@@ -244,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{names[client]}: {result.per_second:,.0f} requests/s to an empty endpoint "
             f"({result.requests:,} in {result.seconds:.1f} s; server CPU "
-            f"{result.server_cpu_share:.0%} of the machine; client CPU "
+            f"{result.server_cpu_share:.0%} of the machine, "
+            f"{result.server_cpu_per_request_ms:.3f} ms a request; client CPU "
             f"{result.client_cpu_seconds / result.seconds:.2f} cores, "
             f"{result.client_cpu_per_request_ms:.2f} ms a request): at four requests a job, "
             f"at most {result.per_second / 4:,.0f} jobs/s"

@@ -37,6 +37,10 @@ class Size:
     s8_latency_jobs: int = 500  # scenario 8, each mode: scenario 1's submits
     s8_jobs: int = 5000  # scenario 8, each mode: scenario 2's
     s8_connect_within: float = 120.0  # scenario 8: a mode whose fleet is not streaming by then
+    # The floor of #19's per-job goals (bench.ceiling: an empty endpoint, the workers'
+    # client), measured once a run on the quiet box after the first throughput scenario.
+    floor_seconds: float = 10.0
+    floor_processes: int = 4
     per_process: int = 2500
     start_within: float = 900.0
 
@@ -63,6 +67,8 @@ SMOKE = Size(
     s8_latency_jobs=6,
     s8_jobs=20,
     s8_connect_within=60.0,
+    floor_seconds=1.0,
+    floor_processes=1,
     per_process=3,
     start_within=60.0,
 )

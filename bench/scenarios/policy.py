@@ -20,6 +20,7 @@ from bench.server import BenchServer
 from bench.workers import create_workers
 
 TARGET = 1.5  # the issue's: policy on within 1.5x of policy off
+DEPTH_TARGET = 1.5  # #19's goal 4: the deep queue, fair share on, within 1.5x of empty
 ADMIN_USER = "admin"  # the built-in user the first-start admin key belongs to (migration 0014)
 ADMIN_USER_ID = "u_admin"
 
@@ -87,9 +88,10 @@ async def policy_cost(opts: Options) -> Result:
 
 
 async def _one_mode(opts: Options, mode: str, fields: dict[str, Any]) -> dict[str, Any]:
-    """A server of its own, the policy set before anything queues, the deep queue, the fleet;
-    then scenario 1's and scenario 2's runs. Each mode starts from the same state, so what
-    one leaves behind (a backlog of reports, a longer jobs table) is not the other's cost."""
+    """A server of its own, the policy set before anything queues, the fleet, scenario 1's run
+    on the empty queue, the deep queue; then scenario 1's and scenario 2's runs on it. Each
+    mode starts from the same state, so what one leaves behind (a backlog of reports, a longer
+    jobs table) is not the other's cost."""
     size = opts.size
     out: dict[str, Any] = {}
     async with opts.server(f"s8-{mode}") as server:
@@ -97,11 +99,6 @@ async def _one_mode(opts: Options, mode: str, fields: dict[str, Any]) -> dict[st
         await create_workers(server.url, server.admin_headers(), 1, prefix="parked", labels=NOWHERE)
         teams = await make_teams(server, size.s8_teams)
         names = [name for _id, name in teams]
-        say(f"inserting {size.s4_depth:,} unmatched queued jobs of {len(teams)} teams")
-        inserted = await insert_unmatched_jobs(
-            store_url(server), size.s4_depth, [id_ for id_, _name in teams], ADMIN_USER_ID
-        )
-        out["insert_s"] = round(inserted, 2)
         # A mode whose fleet cannot connect is a finding, not a reason to lose the other's.
         async with fleet_of(
             server, size.s1_workers, opts, partial_after=size.s8_connect_within
@@ -110,6 +107,16 @@ async def _one_mode(opts: Options, mode: str, fields: dict[str, Any]) -> dict[st
             if startup["streaming"] < size.s1_workers:
                 say(f"policy {mode}: {startup['streaming']} workers streaming; not timed")
                 return out
+            # The same run on the empty queue first: #19's goal 4, deep within 1.5x of empty.
+            out["empty"] = await latency_run(
+                server, fleet, size.s8_latency_jobs, budget=size.s4_budget, teams=names
+            )
+            await fleet.collect()
+            say(f"inserting {size.s4_depth:,} unmatched queued jobs of {len(teams)} teams")
+            inserted = await insert_unmatched_jobs(
+                store_url(server), size.s4_depth, [id_ for id_, _name in teams], ADMIN_USER_ID
+            )
+            out["insert_s"] = round(inserted, 2)
             out["latency"] = await latency_run(
                 server, fleet, size.s8_latency_jobs, budget=size.s4_budget, teams=names
             )
@@ -139,7 +146,22 @@ def report(result: Result) -> None:
         result.check(f"policy {mode}: p99 (ms)", lat["p99_ms"], "-", None)
         rate = run["throughput"]["jobs_per_s"]
         result.check(f"policy {mode}: jobs/s, full lifecycle", rate, "-", None)
-        check_refused(result, run["latency"]["refused"] + run["throughput"]["refused"])
+        empty, deep = run["empty"]["answer_to_event"], run["latency"]["answer_to_event"]
+        depth = ratio(deep["p99_ms"], empty["p99_ms"])
+        run["deep_vs_empty_p99"] = depth
+        target = "≤ 1.5" if mode == "on" else "-"  # policy off: scenario 4 again
+        ok = None if depth is None or mode != "on" else depth <= DEPTH_TARGET
+        result.check(
+            f"policy {mode}: p99 answer → event, {result.params['depth']:,} queued / empty "
+            f"({deep['p99_ms']} / {empty['p99_ms']} ms)",
+            depth,
+            target,
+            ok,
+        )
+        check_refused(
+            result,
+            run["empty"]["refused"] + run["latency"]["refused"] + run["throughput"]["refused"],
+        )
         done, asked = run["throughput"]["completed"], run["throughput"]["submitted"]
         if done < asked:
             result.notes.append(f"policy {mode}: only {done} of {asked} jobs completed in time")

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from bench.ceiling import Ceiling, measure
 from bench.report import Result
 from bench.scenarios.options import Options
 from bench.server import BenchServer
@@ -120,6 +121,57 @@ def other_replicas(server: BenchServer) -> dict[str, Any]:
     if not server.others:
         return {}
     return {"other_replicas_cpu_share": [round(o.usage().cpu_share, 3) for o in server.others]}
+
+
+_FLOOR: list[Ceiling] = []  # measured once a run: every per-job ratio divides by the same
+
+
+def floor(opts: Options) -> Ceiling:
+    """An empty endpoint on the same stack, with the simulated workers' client (bench.ceiling):
+    its rate and the server CPU a request. Measured on first use, after a scenario's servers
+    and fleet are gone, and kept for the rest of the run."""
+    if not _FLOOR:
+        say(f"measuring the floor: an empty endpoint for {opts.size.floor_seconds:g} s")
+        _FLOOR.append(measure(opts.size.floor_seconds, opts.size.floor_processes, client="aiohttp"))
+    return _FLOOR[0]
+
+
+def server_cpu_seconds(server: BenchServer) -> float:
+    """CPU seconds since `server.mark()`, summed over every replica."""
+    return server.usage().cpu_seconds + sum(o.usage().cpu_seconds for o in server.others)
+
+
+JOB_REQUESTS = 4  # submit, acknowledged, running, completed
+
+
+def check_job_cost(result: Result, opts: Options) -> None:
+    """#19's goal 1: jobs/s x requests a job / empty requests a second (>= 0.5), and server
+    CPU a job / server CPU an empty request (<= 8), from the run's `jobs_per_s`, `completed`
+    and `server_cpu_s`."""
+    m = result.metrics
+    base = floor(opts)
+    m["floor"] = {
+        "requests_per_s": round(base.per_second, 1),
+        "server_cpu_per_request_ms": round(base.server_cpu_per_request_ms, 4),
+    }
+    per_job = 1000 * m["server_cpu_s"] / m["completed"] if m["completed"] else None
+    m["server_cpu_per_job_ms"] = None if per_job is None else round(per_job, 3)
+    rate = m["jobs_per_s"] * JOB_REQUESTS / base.per_second if base.per_second else None
+    m["rate_vs_floor"] = None if rate is None else round(rate, 4)
+    cpu = per_job / base.server_cpu_per_request_ms if per_job and base.requests else None
+    m["cpu_vs_floor"] = None if cpu is None else round(cpu, 2)
+    result.check(
+        f"jobs/s x {JOB_REQUESTS} / empty requests/s ({base.per_second:,.0f})",
+        m["rate_vs_floor"],
+        "≥ 0.5",
+        None if rate is None else rate >= 0.5,
+    )
+    result.check(
+        f"server CPU a job / an empty request's ({base.server_cpu_per_request_ms:.3f} ms)",
+        m["cpu_vs_floor"],
+        "≤ 8",
+        None if cpu is None else cpu <= 8,
+    )
 
 
 def check_cpu(result: Result) -> None:

@@ -13,11 +13,13 @@ from bench.scenarios.steps import (
     SubmitRefused,
     admin_client,
     check_cpu,
+    check_job_cost,
     check_refused,
     first,
     fleet_of,
     other_replicas,
     say,
+    server_cpu_seconds,
     submit,
     teams_in_turn,
 )
@@ -47,6 +49,7 @@ async def throughput(opts: Options) -> Result:
         server.mark()
         run = await throughput_run(server, fleet, size)
         usage = server.usage()
+        result.metrics["server_cpu_s"] = round(server_cpu_seconds(server), 3)
         result.metrics.update(run)
         result.metrics["server_cpu_share"] = round(usage.cpu_share, 3)
         result.metrics["server_rss_mib"] = round(usage.rss_bytes / 2**20, 1)
@@ -57,6 +60,7 @@ async def throughput(opts: Options) -> Result:
     e2e = result.metrics["end_to_end"]
     result.check("p99 end to end per job (ms)", e2e["p99_ms"], "-", None)
     check_cpu(result)
+    check_job_cost(result, opts)
     check_refused(result, result.metrics["refused"])
     if result.metrics["completed"] < size.s2_jobs:
         result.notes.append(

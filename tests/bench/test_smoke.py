@@ -39,6 +39,12 @@ async def test_throughput_completes_every_job(tmp_path: Path) -> None:
     measured(result)
     assert result.metrics["completed"] == SMOKE.s2_jobs
     assert result.metrics["jobs_per_s"] > 0
+    # #19's goal 1, against the floor measured in the same run.
+    assert result.metrics["floor"]["requests_per_s"] > 0
+    assert result.metrics["server_cpu_per_job_ms"] > 0
+    assert result.metrics["rate_vs_floor"] > 0 and result.metrics["cpu_vs_floor"] > 0
+    targets = {c.target for c in result.checks if c.ok is not None}
+    assert {"≥ 0.5", "≤ 8"} <= targets
 
 
 async def test_capacity_measures_heartbeats_cpu_and_memory_at_both_rates(
@@ -88,14 +94,18 @@ async def test_policy_times_dispatch_with_the_policy_off_and_on_over_a_deep_queu
         run_ = result.metrics[mode]
         assert run_["latency"]["delivered"] == SMOKE.s8_latency_jobs, mode
         assert run_["throughput"]["completed"] == SMOKE.s8_jobs, mode
+        assert run_["empty"]["delivered"] == SMOKE.s8_latency_jobs, mode
+        assert run_["deep_vs_empty_p99"] is not None, mode
     assert result.metrics["on"]["policy"]["fair_share"] is True
     assert result.metrics["off"]["policy"]["fair_share"] is False
-    ratios = [c.metric for c in result.checks if c.target == "≤ 1.5"]
+    ratios = [c.metric for c in result.checks if c.target == "≤ 1.5" and " / empty" not in c.metric]
     assert ratios == [
         "latency p50, policy on / off",
         "latency p99, policy on / off",
         "jobs/s, policy off / on",
     ]
+    [depth] = [c for c in result.checks if c.target == "≤ 1.5" and "queued / empty" in c.metric]
+    assert depth.metric.startswith("policy on:") and depth.ok is not None
 
 
 @pytest.mark.postgres
@@ -115,6 +125,10 @@ async def test_side_by_side_runs_latency_and_throughput_on_postgresql(tmp_path: 
         assert paced["paced"] and paced["unfinished_within_30s"] == 0
         assert paced["delivered"] == paced["submitted"] == SMOKE.s1_jobs
         assert any(c.metric.startswith("one job in flight") for c in result.checks)
+    # #19's goal 2: the two-replica rows against the one-replica rows of the same run.
+    assert results[3].metrics["cpu_per_job_vs_one_replica"] > 0
+    assert results[2].metrics["p99_vs_one_replica"] is not None
+    assert any(c.target == "≤ 1.2" for c in results[3].checks)
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -124,3 +138,4 @@ def test_the_ceiling_probe_counts_answered_requests_and_the_clients_cpu(client: 
     assert result.requests > 0
     assert 0 < result.server_cpu_share <= 1
     assert result.client_cpu_seconds > 0
+    assert result.server_cpu_per_request_ms > 0
