@@ -59,8 +59,10 @@ async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> Jo
         team=body.team,
         preemptible=body.preemptible,
     )
-    job = await queue.submit(ctx, sub, who.actor, client, user_id=who.user.id)
-    return JobOut.of(job, await queue.job_names(ctx, [job]))
+    queued = await queue.submit(ctx, sub, who.actor, client, user_id=who.user.id)
+    if queued.names is None:
+        return JobOut.of(queued.job, await queue.job_names(ctx, [queued.job]))
+    return JobOut.of(queued.job, queued.names | {who.actor: who.key.name})
 
 
 Text = Annotated[str | None, Query(max_length=128)]

@@ -8,7 +8,9 @@ needs the queue. The health loop runs a full pass as a safety net.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import TypeVar
 
 from gpufleet.domain.audit_events import SYSTEM_ACTOR
@@ -20,7 +22,7 @@ from gpufleet.domain.matching import (
     fits,
     targets_served,
 )
-from gpufleet.domain.policy import Snapshot, limit_hit
+from gpufleet.domain.policy import Policy, Snapshot, limit_hit
 from gpufleet.domain.records import LOCAL_WORKER_ID, Attempt, Job, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import (
@@ -57,16 +59,18 @@ class WorkerTaken(ClaimLost):
     """Another dispatch took the worker first; the claim wrote nothing."""
 
 
-async def policy_gate(tx: Tx) -> Snapshot | None:
+async def policy_gate(tx: Tx, read: tuple[Policy, bool] | None = None) -> Snapshot | None:
     """The policy this dispatch applies: None when it changes nothing (no fair share, no
-    limit), and dispatch goes its usual way at its usual cost (one read of the policy row).
+    limit), and dispatch goes its usual way at its usual cost (one read of the policy row;
+    none when the caller read it in this transaction already: `read`, what
+    `dispatch_policy` answered).
 
     With a limit set, the policy row is locked until commit (PostgreSQL), first of all the
     rows a dispatch locks: dispatches that check limits go one at a time across replicas,
     each counting what runs after the previous one committed, so that no two can both pass
     a limit only one may. Only claims raise what runs, and every claim comes here first.
     """
-    policy, own = await tx.q.dispatch_policy()
+    policy, own = read if read is not None else await tx.q.dispatch_policy()
     if is_plain(policy, own):
         return None
     if has_limits(policy, own) and tx.q.locks_rows:
@@ -94,7 +98,8 @@ async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | N
     for a job offered before, to find what it resumes from).
     """
     attempt_id = new_id("a")
-    number = job.attempts + 1
+    offered = as_offered(job, worker.id, attempt_id, tx.now)
+    number = offered.attempts
     took_worker = await tx.q.claim_worker(
         worker.id,
         {
@@ -108,11 +113,11 @@ async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | N
     took_job = await tx.q.claim_job(
         job.id,
         {
-            "status": JobStatus.OFFERED.value,
-            "attempts": number,
-            "current_attempt_id": attempt_id,
-            "worker_id": worker.id,
-            "updated_at": tx.now,
+            "status": offered.status.value,
+            "attempts": offered.attempts,
+            "current_attempt_id": offered.current_attempt_id,
+            "worker_id": offered.worker_id,
+            "updated_at": offered.updated_at,
         },
     )
     if not took_job:
@@ -148,20 +153,33 @@ async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | N
     tx.audit("job.status_changed", SYSTEM_ACTOR, job.id, old="queued", new="offered")
     tx.wake(job_topic(job.id), JOBS_TOPIC, WORKERS_TOPIC)
     # The worker's stream sends the offer as it is handed over, without reading it back.
-    offered = offers.offer(tx.key, job, attempt_id, resume, tx.settings.worker_url())
-    tx.hand_over(worker_topic(worker.id), offered)
+    event = offers.offer(tx.key, job, attempt_id, resume, tx.settings.worker_url())
+    tx.hand_over(worker_topic(worker.id), event)
     return attempt_id
 
 
-async def claim_new(tx: Tx, job: Job, worker: Worker) -> bool:
-    """`claim` for a job this transaction inserted: only the worker can be lost (another
-    dispatch took it first), and then nothing was written: False, and the transaction
-    goes on."""
+def as_offered(job: Job, worker_id: str, attempt_id: str, now: datetime) -> Job:
+    """The job as `claim` leaves it: what it writes, and what a caller answers with without
+    reading the row back."""
+    return dataclasses.replace(
+        job,
+        status=JobStatus.OFFERED,
+        attempts=job.attempts + 1,
+        current_attempt_id=attempt_id,
+        worker_id=worker_id,
+        updated_at=now,
+    )
+
+
+async def claim_new(tx: Tx, job: Job, worker: Worker) -> Job | None:
+    """`claim` for a job this transaction inserted: the job as offered; None when the worker
+    was lost (another dispatch took it first), and then nothing was written and the
+    transaction goes on."""
     try:
-        await claim(tx, job, worker)
+        attempt_id = await claim(tx, job, worker)
     except WorkerTaken:
-        return False
-    return True
+        return None
+    return as_offered(job, worker.id, attempt_id, tx.now)
 
 
 async def _retrying(attempt: Callable[[], Awaitable[T]], lost: T) -> T:

@@ -25,7 +25,7 @@ from gpufleet.domain.matching import (
     reasons_not_running,
     why_waiting,
 )
-from gpufleet.domain.policy import approval_needed, check_priority, queued_limit_hit
+from gpufleet.domain.policy import Policy, approval_needed, check_priority, queued_limit_hit
 from gpufleet.domain.records import (
     Attempt,
     Checkpoint,
@@ -33,6 +33,8 @@ from gpufleet.domain.records import (
     JobFilter,
     LogLine,
     StoredConfig,
+    Team,
+    User,
     Worker,
 )
 from gpufleet.domain.secrets import new_id
@@ -150,9 +152,20 @@ def _check_target(ctx: Context, target: Target) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """A job as its submit left it, and what a person calls the user, team and worker it
+    names (`names_of`'s, known without reading them back; None: read them, a dispatch
+    outside the submit's transaction chose the worker). The submitting key's name is the
+    caller's to add."""
+
+    job: Job
+    names: dict[str, str] | None
+
+
 async def submit(
     ctx: Context, sub: Submission, actor: str, client: str | None, *, user_id: str
-) -> Job:
+) -> Enqueued:
     if (sub.config is None) == (sub.config_name is None):
         raise InvalidInput("send exactly one of 'config_name' (a stored config) or 'config'")
     if sub.config_name is not None:
@@ -166,11 +179,19 @@ async def submit(
 class _Admission:
     """What the policy makes of a submit: for whom, at which priority, held or not."""
 
-    user_id: str
-    team_id: str | None
+    user: User
+    team: Team | None
     priority: int
     status: JobStatus
     held: str | None  # the approval rule that holds it, in words
+    policy: tuple[Policy, bool]  # what `dispatch_policy` read, for the dispatch that follows
+
+    @property
+    def names(self) -> dict[str, str]:
+        """What a person calls the user and team (the answer's names, unread)."""
+        return {self.user.id: self.user.name} | (
+            {self.team.id: self.team.name} if self.team else {}
+        )
 
 
 async def _admit(tx: Tx, sub: Submission, gpu_count: int, user_id: str) -> _Admission:
@@ -179,7 +200,8 @@ async def _admit(tx: Tx, sub: Submission, gpu_count: int, user_id: str) -> _Admi
     user, team = await resolve_submitter(tx.q, user_id, sub.team)
     level = user.level
     priority = check_priority(level, sub.priority)
-    policy = await tx.q.get_policy()
+    read = await tx.q.dispatch_policy()
+    policy = read[0]
     if policy.limits.user_max_queued is not None or user.max_queued is not None:
         hit = queued_limit_hit(user_state(user), await tx.q.waiting_count(user.id), policy)
         if hit is not None:
@@ -189,7 +211,7 @@ async def _admit(tx: Tx, sub: Submission, gpu_count: int, user_id: str) -> _Admi
             )
     held = approval_needed(policy, level, gpu_count)
     status = JobStatus.PENDING_APPROVAL if held else JobStatus.QUEUED
-    return _Admission(user.id, team.id if team else None, priority, status, held)
+    return _Admission(user, team, priority, status, held, read)
 
 
 async def enqueue(
@@ -201,7 +223,7 @@ async def enqueue(
     *,
     user_id: str,
     rerun_of: str | None = None,
-) -> Job:
+) -> Enqueued:
     """Queue a job of this config (checked already) for the submitting user, and offer it
     if a worker fits now (unless an approval rule holds it); `rerun_of`: the job it repeats."""
     gpu_count = sub.gpu_count if sub.gpu_count is not None else config_gpu_count(config)
@@ -213,7 +235,7 @@ async def enqueue(
         admitted = await _admit(tx, sub, gpu_count, user_id)
         queued = admitted.status is JobStatus.QUEUED
         # The policy first: with a limit set, its row is the first a dispatch locks.
-        snap = await dispatch.policy_gate(tx) if queued else None
+        snap = await dispatch.policy_gate(tx, admitted.policy) if queued else None
         # Usually an idle worker fits: the job is offered in the transaction that queues it
         # (one commit a submit). When none does, the job waits, even for a worker yet to come.
         worker = await dispatch.first_fit(tx.q, req) if queued else None
@@ -231,8 +253,8 @@ async def enqueue(
                 created_at=tx.now,
                 config_name=sub.config_name,
                 rerun_of=rerun_of,
-                user_id=admitted.user_id,
-                team_id=admitted.team_id,
+                user_id=admitted.user.id,
+                team_id=admitted.team.id if admitted.team else None,
                 preemptible=sub.preemptible,
                 status=admitted.status,
             )
@@ -250,22 +272,23 @@ async def enqueue(
             gpu_count=gpu_count,
             labels=labels,
             priority=admitted.priority,
-            user_id=admitted.user_id,
-            team_id=admitted.team_id,
+            user_id=admitted.user.id,
+            team_id=admitted.team.id if admitted.team else None,
             **extra,
         )
         tx.wake(JOBS_TOPIC)
         if dispatch.refused(ctx, job, snap):
             worker = None  # a limit keeps it waiting
-        offered = worker is not None and await dispatch.claim_new(tx, job, worker)
-        if offered:
-            job = await tx.q.get_job(job_id) or job
-    if queued and not offered:
+        offered = await dispatch.claim_new(tx, job, worker) if worker is not None else None
+    if offered is not None and worker is not None:
+        return Enqueued(offered, admitted.names | {worker.id: worker.name})
+    if queued:
         # No idle fit, or another dispatch took that worker first: the usual pass, which
         # looks again (and retries lost races) now that the job is committed.
         await dispatch.dispatch_job(ctx, job_id)
         job = await get_job(ctx, job_id)
-    return job
+        return Enqueued(job, admitted.names if job.worker_id is None else None)
+    return Enqueued(job, admitted.names)
 
 
 # ---- read -------------------------------------------------------------------------------

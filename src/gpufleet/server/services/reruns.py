@@ -46,9 +46,10 @@ async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, us
         preemptible=old.preemptible,
     )
     # The same path as a submit: the re-runner's limits, level and approval rules apply.
-    return await queue.enqueue(
+    queued = await queue.enqueue(
         ctx, sub, old.config, actor, client, user_id=user_id, rerun_of=old.id
     )
+    return queued.job
 
 
 def check_ids(job_ids: Sequence[str]) -> list[str]:

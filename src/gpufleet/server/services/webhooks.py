@@ -48,9 +48,13 @@ def _row(hook: Webhook, event: Event, now: datetime, subject: dict[str, Any]) ->
 
 async def enqueue(tx: Tx, event: Event, subject: dict[str, Any]) -> int:
     """Write a delivery for every webhook that hears `event`, in this transaction."""
-    hooks = [hook for hook in await tx.q.list_webhooks() if hook.hears(event)]
+    hooks = await _hearing(tx, event)
     await tx.q.insert_deliveries([_row(hook, event, tx.now, subject) for hook in hooks])
     return len(hooks)
+
+
+async def _hearing(tx: Tx, event: Event) -> list[Webhook]:
+    return [hook for hook in await tx.q.list_webhooks() if hook.hears(event)]
 
 
 async def job_ended(tx: Tx, job: Job, status: JobStatus, changes: dict[str, Any]) -> None:
@@ -58,6 +62,9 @@ async def job_ended(tx: Tx, job: Job, status: JobStatus, changes: dict[str, Any]
     event = rules.JOB_END_EVENTS.get(status)
     if event is None:
         return
+    hooks = await _hearing(tx, event)
+    if not hooks:
+        return  # nobody listens: nothing to read for them (a job's end is the hot path)
 
     def now_(name: str) -> Any:
         return changes.get(name, getattr(job, name))
@@ -80,7 +87,7 @@ async def job_ended(tx: Tx, job: Job, status: JobStatus, changes: dict[str, Any]
             "ended_at": _iso(now_("ended_at")),
         }
     }
-    await enqueue(tx, event, subject)
+    await tx.q.insert_deliveries([_row(hook, event, tx.now, subject) for hook in hooks])
 
 
 async def worker_lost(tx: Tx, worker: Worker, reason: str, job_id: str | None) -> None:

@@ -11,8 +11,10 @@ import sqlalchemy as sa
 from gpufleet.domain.records import Attempt, Job, WorkedAttempt
 from gpufleet.domain.states import AttemptStatus, JobStatus
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.queries.base import Prebuilt, QueryBase, by
 from gpufleet.store.tables import job_attempts, jobs
+
+_ATTEMPT = Prebuilt(sa.select(job_attempts).where(job_attempts.c.id == by("id")))
 
 
 class AttemptQueries(QueryBase):
@@ -20,8 +22,7 @@ class AttemptQueries(QueryBase):
         await self.conn.execute(sa.insert(job_attempts).values(**values))
 
     async def get_attempt(self, attempt_id: str) -> Attempt | None:
-        stmt = sa.select(job_attempts).where(job_attempts.c.id == attempt_id)
-        row = await self._first(stmt)
+        row = await self._first(_ATTEMPT.plain, {"id": attempt_id})
         return rows.attempt(row) if row else None
 
     async def update_attempt(self, attempt_id: str, **values: Any) -> None:

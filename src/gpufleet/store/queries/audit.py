@@ -10,16 +10,29 @@ from gpufleet.domain.audit_chain import Head
 from gpufleet.domain.records import AuditEvent, AuditFilter
 from gpufleet.store import locks
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.queries.base import Prebuilt, QueryBase
 from gpufleet.store.tables import audit_events
+
+_CHAIN_HEAD = Prebuilt(
+    sa.select(audit_events.c.chain_seq, audit_events.c.mac)
+    .where(audit_events.c.chain_seq.is_not(None))
+    .order_by(audit_events.c.chain_seq.desc())
+    .limit(1)
+)
 
 
 class AuditQueries(QueryBase):
     async def insert_audit(self, entries: list[dict[str, Any]]) -> list[AuditEvent]:
         """Audit events in order, one statement for all; returned as stored (ids given, the
-        detail as the database keeps it), which is what their MACs must cover."""
-        stmt = sa.insert(audit_events).returning(*audit_events.c, sort_by_parameter_order=True)
-        return [rows.audit_event(m) for m in await self._mapped(stmt, entries)]
+        detail as the database keeps it), which is what their MACs must cover.
+
+        On SQLite, SQLAlchemy cannot promise RETURNING's order for a many-row INSERT and so
+        writes one row a statement when asked to; but SQLite numbers the rows of one INSERT
+        in the order of its VALUES (one writer, each row the largest id plus one), so the
+        rows are put back in order by id. PostgreSQL keeps the order in one statement."""
+        stmt = sa.insert(audit_events).returning(*audit_events.c, sort_by_parameter_order=self._pg)
+        stored = [rows.audit_event(m) for m in await self._mapped(stmt, entries)]
+        return stored if self._pg else sorted(stored, key=lambda e: e.id)
 
     async def lock_audit_chain(self) -> None:
         """One appender to the chain at a time, until commit, across orchestrators
@@ -28,13 +41,7 @@ class AuditQueries(QueryBase):
             await locks.hold_until_commit(self.conn, locks.AUDIT_CHAIN)
 
     async def audit_chain_head(self) -> Head | None:
-        stmt = (
-            sa.select(audit_events.c.chain_seq, audit_events.c.mac)
-            .where(audit_events.c.chain_seq.is_not(None))
-            .order_by(audit_events.c.chain_seq.desc())
-            .limit(1)
-        )
-        row = await self._first(stmt)
+        row = await self._first(_CHAIN_HEAD.plain)
         return Head(int(row.chain_seq), str(row.mac)) if row else None
 
     async def audit_mac_at(self, seq: int) -> str | None:

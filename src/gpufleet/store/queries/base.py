@@ -10,6 +10,23 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 
+class Prebuilt:
+    """A hot path's SELECT built once, its values bound by name at each execution: a new
+    statement each call cost its construction and its cache key (SQLAlchemy memoizes the key
+    on the statement object) on every request, more than SQLite spent running it."""
+
+    __slots__ = ("locked", "plain")
+
+    def __init__(self, stmt: sa.Select[Any]) -> None:
+        self.plain = stmt
+        self.locked = stmt.with_for_update()
+
+
+def by(name: str) -> sa.BindParameter[Any]:
+    """A value bound at execution (`Prebuilt` statements)."""
+    return sa.bindparam(name)
+
+
 class QueryBase:
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = conn
@@ -23,8 +40,12 @@ class QueryBase:
         """Every row of `stmt`, by column name."""
         return (await self.conn.execute(stmt, params)).mappings().all()
 
-    async def _first(self, stmt: sa.Executable) -> RowMapping | None:
-        return (await self.conn.execute(stmt)).mappings().first()
+    async def _first(self, stmt: sa.Executable, params: Any = None) -> RowMapping | None:
+        return (await self.conn.execute(stmt, params)).mappings().first()
+
+    def _either(self, stmt: Prebuilt, lock: bool) -> sa.Select[Any]:
+        """The prebuilt statement, locked (PostgreSQL) when asked."""
+        return stmt.locked if lock and self._pg else stmt.plain
 
     @property
     def locks_rows(self) -> bool:

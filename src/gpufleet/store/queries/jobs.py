@@ -13,8 +13,10 @@ from gpufleet.domain.matching import match_key
 from gpufleet.domain.records import Job, JobFilter
 from gpufleet.domain.states import JobStatus, RetryOn, Target
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.queries.base import Prebuilt, QueryBase, by
 from gpufleet.store.tables import jobs, workers
+
+_JOB = Prebuilt(sa.select(jobs).where(jobs.c.id == by("id")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +89,7 @@ class JobQueries(QueryBase):
             await self.conn.execute(sa.insert(jobs), [n.row() for n in new])
 
     async def get_job(self, job_id: str, *, lock: bool = False) -> Job | None:
-        stmt = sa.select(jobs).where(jobs.c.id == job_id)
-        row = await self._first(self._locked(stmt) if lock else stmt)
+        row = await self._first(self._either(_JOB, lock), {"id": job_id})
         return rows.job(row) if row else None
 
     async def update_job(self, job_id: str, **values: Any) -> None:

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from gpufleet.domain.records import Team, UsageSample, User
 from gpufleet.domain.states import PLACED_JOB, WAITING_JOB
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.queries.base import Prebuilt, QueryBase, by
 from gpufleet.store.tables import api_keys, jobs, team_members, teams, usage_samples, users
 
 USAGE_SAMPLES_MAX = 10_000  # the newest, at most, for one chart
@@ -27,6 +27,15 @@ def _by_ref(table: sa.Table, ref: str) -> sa.Select[Any]:
     )
 
 
+_USER = Prebuilt(sa.select(users).where(users.c.id == by("id")))
+_TEAMS_OF = Prebuilt(
+    sa.select(teams)
+    .join(team_members, team_members.c.team_id == teams.c.id)
+    .where(team_members.c.user_id == by("user"))
+    .order_by(teams.c.name)
+)
+
+
 class PeopleQueries(QueryBase):
     # ---- users ------------------------------------------------------------------------
 
@@ -40,8 +49,7 @@ class PeopleQueries(QueryBase):
             await self.insert_user(values)
 
     async def get_user(self, user_id: str, *, lock: bool = False) -> User | None:
-        stmt = sa.select(users).where(users.c.id == user_id)
-        row = await self._first(self._locked(stmt) if lock else stmt)
+        row = await self._first(self._either(_USER, lock), {"id": user_id})
         return rows.user(row) if row else None
 
     async def user_by_ref(self, ref: str, *, lock: bool = False) -> User | None:
@@ -190,10 +198,4 @@ class PeopleQueries(QueryBase):
         return [rows.user(m) for m in await self._mapped(stmt)]
 
     async def teams_of(self, user_id: str) -> list[Team]:
-        stmt = (
-            sa.select(teams)
-            .join(team_members, team_members.c.team_id == teams.c.id)
-            .where(team_members.c.user_id == user_id)
-            .order_by(teams.c.name)
-        )
-        return [rows.team(m) for m in await self._mapped(stmt)]
+        return [rows.team(m) for m in await self._mapped(_TEAMS_OF.plain, {"user": user_id})]

@@ -15,7 +15,7 @@ from gpufleet.domain.policy import Limits, Policy
 from gpufleet.domain.records import Job, Member
 from gpufleet.domain.states import PLACED_JOB, TERMINAL_JOB, WAITING_JOB, JobStatus, WorkerStatus
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.queries.base import Prebuilt, QueryBase
 from gpufleet.store.tables import (
     job_attempts,
     jobs,
@@ -84,6 +84,15 @@ def policy_of(m: Mapping[str, Any]) -> Policy:
     )
 
 
+_OWN_LIMITS = sa.or_(
+    sa.exists().where(sa.or_(teams.c.max_gpus.isnot(None), teams.c.max_jobs.isnot(None))),
+    sa.exists().where(sa.or_(users.c.max_gpus.isnot(None), users.c.max_jobs.isnot(None))),
+)
+_DISPATCH_POLICY = Prebuilt(
+    sa.select(queue_policy, _OWN_LIMITS.label("own_limits")).where(queue_policy.c.id == POLICY_ID)
+)
+
+
 class PolicyQueries(QueryBase):
     async def get_policy(self, *, lock: bool = False) -> Policy:
         """The policy; the defaults (nothing limited) if its row is missing."""
@@ -99,16 +108,9 @@ class PolicyQueries(QueryBase):
 
     async def dispatch_policy(self, *, lock: bool = False) -> tuple[Policy, bool]:
         """The policy, and whether any team or user has a limit of its own: one statement."""
-        own = sa.or_(
-            sa.exists().where(sa.or_(teams.c.max_gpus.isnot(None), teams.c.max_jobs.isnot(None))),
-            sa.exists().where(sa.or_(users.c.max_gpus.isnot(None), users.c.max_jobs.isnot(None))),
-        )
-        stmt = sa.select(queue_policy, own.label("own_limits")).where(
-            queue_policy.c.id == POLICY_ID
-        )
-        row = await self._first(self._locked(stmt) if lock else stmt)
+        row = await self._first(self._either(_DISPATCH_POLICY, lock))
         if row is None:
-            return Policy(), bool((await self.conn.execute(sa.select(own))).scalar())
+            return Policy(), bool((await self.conn.execute(sa.select(_OWN_LIMITS))).scalar())
         return policy_of(dict(row)), bool(row["own_limits"])
 
     async def update_policy(self, values: Mapping[str, Any]) -> None:

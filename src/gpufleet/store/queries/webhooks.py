@@ -10,8 +10,10 @@ import sqlalchemy as sa
 
 from gpufleet.domain.webhooks import Delivery, DeliveryStatus, Webhook
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.queries.base import Prebuilt, QueryBase
 from gpufleet.store.tables import webhook_deliveries, webhooks
+
+_WEBHOOKS = Prebuilt(sa.select(webhooks).order_by(webhooks.c.created_at, webhooks.c.id))
 
 
 class WebhookQueries(QueryBase):
@@ -19,8 +21,7 @@ class WebhookQueries(QueryBase):
         await self.conn.execute(sa.insert(webhooks).values(**values))
 
     async def list_webhooks(self) -> list[Webhook]:
-        stmt = sa.select(webhooks).order_by(webhooks.c.created_at, webhooks.c.id)
-        return [rows.webhook(m) for m in await self._mapped(stmt)]
+        return [rows.webhook(m) for m in await self._mapped(_WEBHOOKS.plain)]
 
     async def get_webhook(self, webhook_id: str) -> Webhook | None:
         stmt = sa.select(webhooks).where(webhooks.c.id == webhook_id)

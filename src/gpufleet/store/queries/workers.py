@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from gpufleet.domain.records import Worker
 from gpufleet.domain.states import WorkerStatus, WorkerType
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.queries.base import Prebuilt, QueryBase, by
 from gpufleet.store.tables import worker_events, worker_tokens, workers
 
 
@@ -26,13 +26,20 @@ def _newer_on_online(stamp: sa.Column[Any], param: str) -> sa.Update:
     )
 
 
+_WORKER = Prebuilt(sa.select(workers).where(workers.c.id == by("id")))
+_TOKEN = Prebuilt(
+    sa.select(worker_tokens.c.token_hash, workers)
+    .join(workers, workers.c.id == worker_tokens.c.worker_id)
+    .where(worker_tokens.c.token_hash == by("hash"), worker_tokens.c.revoked_at.is_(None))
+)
+
+
 class WorkerQueries(QueryBase):
     async def insert_worker(self, values: Mapping[str, Any]) -> None:
         await self.conn.execute(sa.insert(workers).values(**values))
 
     async def get_worker(self, worker_id: str, *, lock: bool = False) -> Worker | None:
-        stmt = sa.select(workers).where(workers.c.id == worker_id)
-        row = await self._first(self._locked(stmt) if lock else stmt)
+        row = await self._first(self._either(_WORKER, lock), {"id": worker_id})
         return rows.worker(row) if row else None
 
     async def list_workers(self, statuses: Iterable[str] = ()) -> list[Worker]:
@@ -174,12 +181,7 @@ class WorkerQueries(QueryBase):
 
     async def worker_for_token(self, token_hash: str) -> tuple[str, Worker] | None:
         """The live token's stored hash and its worker, or None."""
-        stmt = (
-            sa.select(worker_tokens.c.token_hash, workers)
-            .join(workers, workers.c.id == worker_tokens.c.worker_id)
-            .where(worker_tokens.c.token_hash == token_hash, worker_tokens.c.revoked_at.is_(None))
-        )
-        row = await self._first(stmt)
+        row = await self._first(_TOKEN.plain, {"hash": token_hash})
         if row is None:
             return None
         return row["token_hash"], rows.worker(row)

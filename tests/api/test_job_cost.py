@@ -1,0 +1,91 @@
+"""What a job costs the orchestrator in statements: each request of a job's lifecycle
+(submit, then the worker's acknowledged, running and completed) and a heartbeat, counted at
+the database driver. #19 made these fewer; a change that adds one to the hot path shows
+here, where a benchmark would only drift."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event
+
+from tests.api.conftest import Agent, Fleet
+
+# The most each request may send, on either database (PostgreSQL adds the NOTIFY that tells
+# the other replicas, and its row locks are clauses, not statements).
+BUDGET = {"submit": 14, "acknowledged": 5, "running": 11, "completed": 14, "heartbeat": 1}
+
+
+@contextmanager
+def counting(fleet: Fleet) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def capture(_conn: Any, _cur: Any, statement: str, *_: Any) -> None:
+        seen.append(statement)
+
+    engine = fleet.ctx.store.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+
+
+async def lifecycle(fleet: Fleet, agent: Agent) -> dict[str, list[str]]:
+    """One job through its whole life on an idle worker: the statements of each request."""
+    assert agent.stream is not None
+    await agent.stream.collect()
+    spent: dict[str, list[str]] = {}
+    with counting(fleet) as seen:
+        job = await fleet.submit()
+    spent["submit"] = seen
+    offer = await agent.next_offer()
+    for status in ("acknowledged", "running", "completed"):
+        with counting(fleet) as seen:
+            answer = await agent.report(job["id"], status, attempt_id=offer["attempt_id"])
+        assert answer.status_code == 200, answer.text
+        spent[status] = seen
+    with counting(fleet) as seen:
+        assert (await agent.heartbeat()).status_code == 200
+    spent["heartbeat"] = seen
+    assert (await fleet.job(job["id"]))["status"] == "completed"
+    return spent
+
+
+async def test_a_job_costs_no_more_statements_than_its_budget(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    await lifecycle(fleet, agent)  # the first job warms what is read once
+    spent = await lifecycle(fleet, agent)
+    over = {
+        step: (len(statements), BUDGET[step], statements)
+        for step, statements in spent.items()
+        if len(statements) > BUDGET[step]
+    }
+    assert not over, "\n".join(
+        f"{step}: {n} statements, budget {budget}:\n  " + "\n  ".join(s[:120] for s in stmts)
+        for step, (n, budget, stmts) in over.items()
+    )
+
+
+async def test_the_audit_rows_of_one_request_are_one_insert_in_order(fleet: Fleet) -> None:
+    """A submit that offers at once writes four audit rows: one INSERT, the rows stored in
+    the order they were recorded, each sealed onto the chain."""
+    agent = await fleet.online_worker("gpu-1")
+    with counting(fleet) as seen:
+        job = await fleet.submit()
+    await agent.next_offer()
+    inserts = [s for s in seen if s.lstrip().upper().startswith("INSERT INTO AUDIT")]
+    assert len(inserts) == 1, inserts
+    answer = await fleet.admin.get("/api/audit", params={"limit": 50})
+    events = sorted(answer.json()["events"], key=lambda e: e["id"])
+    mine = [e for e in events if e["target"] in (job["id"], agent.id)]
+    assert [e["event_type"] for e in mine][-4:] == [
+        "job.submitted",
+        "worker.status_changed",
+        "job.dispatched",
+        "job.status_changed",
+    ]
+    verified = (await fleet.admin.get("/api/audit/verify")).json()
+    assert verified["ok"] is True, verified
