@@ -212,12 +212,15 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         dependencies=[Depends(deps.bind_log_ids)],
     )
     errors.install(app)
+    # Routes are tried in order, each pattern in turn: the workers' (every report and
+    # heartbeat, most of the requests a fleet makes) first. No other router's path starts
+    # with /api/workers, so none is shadowed.
     for api in (
+        workers.router,
         admin.router,
         artifacts.router,
         storage.router,
         notifications.router,
-        workers.router,
         policy.router,  # before queue's /api/queue/{job_id}
         people.router,
         queue.router,
