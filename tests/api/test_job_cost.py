@@ -13,9 +13,30 @@ from sqlalchemy import event
 
 from tests.api.conftest import Agent, Fleet
 
-# The most each request may send, on either database (PostgreSQL adds the NOTIFY that tells
-# the other replicas, and its row locks are clauses, not statements).
-BUDGET = {"submit": 14, "acknowledged": 5, "running": 11, "completed": 14, "heartbeat": 1}
+# The most each request may send. PostgreSQL adds the NOTIFY that tells the other replicas
+# and the audit chain's lock (its row locks are clauses, not statements), and reads a
+# worker's token on every request: on SQLite one process makes every write, and keeps what a
+# token names between requests (store/worker_cache.py).
+BUDGET = {
+    # The worker changed (the claim made it busy, the end freed it): the next request of
+    # its token reads it again (acknowledged; the first heartbeat), the others do not.
+    "sqlite": {
+        "submit": 12,
+        "acknowledged": 5,
+        "running": 8,
+        "completed": 11,
+        "heartbeat": 1,
+        "heartbeat at rest": 0,
+    },
+    "postgres": {
+        "submit": 14,
+        "acknowledged": 5,
+        "running": 11,
+        "completed": 14,
+        "heartbeat": 1,
+        "heartbeat at rest": 1,
+    },
+}
 
 
 @contextmanager
@@ -47,9 +68,10 @@ async def lifecycle(fleet: Fleet, agent: Agent) -> dict[str, list[str]]:
             answer = await agent.report(job["id"], status, attempt_id=offer["attempt_id"])
         assert answer.status_code == 200, answer.text
         spent[status] = seen
-    with counting(fleet) as seen:
-        assert (await agent.heartbeat()).status_code == 200
-    spent["heartbeat"] = seen
+    for beat in ("heartbeat", "heartbeat at rest"):
+        with counting(fleet) as seen:
+            assert (await agent.heartbeat()).status_code == 200
+        spent[beat] = seen
     assert (await fleet.job(job["id"]))["status"] == "completed"
     return spent
 
@@ -58,10 +80,11 @@ async def test_a_job_costs_no_more_statements_than_its_budget(fleet: Fleet) -> N
     agent = await fleet.online_worker("gpu-1")
     await lifecycle(fleet, agent)  # the first job warms what is read once
     spent = await lifecycle(fleet, agent)
+    budget = BUDGET[fleet.ctx.store.dialect.replace("postgresql", "postgres")]
     over = {
-        step: (len(statements), BUDGET[step], statements)
+        step: (len(statements), budget[step], statements)
         for step, statements in spent.items()
-        if len(statements) > BUDGET[step]
+        if len(statements) > budget[step]
     }
     assert not over, "\n".join(
         f"{step}: {n} statements, budget {budget}:\n  " + "\n  ".join(s[:120] for s in stmts)

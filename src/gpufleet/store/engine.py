@@ -24,6 +24,7 @@ from gpufleet.domain import jsonpolicy
 from gpufleet.errors import ConfigurationError, StoreError, WriteConflict
 from gpufleet.store import locks, sqlite_inline
 from gpufleet.store.queries import Queries
+from gpufleet.store.worker_cache import WorkerCache
 
 # PostgreSQL's deadlock_detected and serialization_failure: the write may simply be retried.
 # (The services take rows in one order, worker before job, so these should not happen.)
@@ -52,6 +53,9 @@ class Store:
             else engine
         )
         self._lock_file = lock_file
+        # SQLite: this process makes every write, so it can keep what a token names
+        # (store/worker_cache.py). PostgreSQL: another replica may change a worker any time.
+        self.workers = WorkerCache() if self.dialect == "sqlite" else None
         database = engine.url.database if self.dialect == "sqlite" else None
         self._checkpointer = (
             sqlite_inline.Checkpointer(database) if database and database != ":memory:" else None
@@ -77,8 +81,14 @@ class Store:
         """One write transaction. `after_commit` runs once it has committed, before the next
         writer waiting on SQLite's lock goes on: the streams it wakes send first."""
 
+        written: Queries | None = None
+
         def committed(exc_type: object, _exc: object, _tb: object) -> bool:
-            if exc_type is None and after_commit is not None:
+            if exc_type is not None:
+                return False
+            if self.workers is not None and written is not None and written.workers_written:
+                self.workers.evict(written.workers_written)
+            if after_commit is not None:
                 after_commit()
             return False
 
@@ -91,7 +101,8 @@ class Store:
             except (OperationalError, DBAPIError, OSError) as exc:
                 raise StoreError(f"cannot reach the database: {exc}") from exc
             try:
-                yield Queries(conn)
+                written = Queries(conn)
+                yield written
             except DBAPIError as exc:
                 if getattr(exc.orig, "sqlstate", None) in _RETRYABLE:
                     raise WriteConflict(f"write aborted by the database: {exc.orig}") from exc

@@ -147,8 +147,7 @@ async def authenticate_worker(
     """The worker a token names; checked before the limiter, like an API key."""
     token = presented.strip() if presented else ""
     if token:
-        async with ctx.store.read() as q:
-            found = await q.worker_for_token(hash_secret(token))
+        found = await _worker_for_token(ctx, hash_secret(token))
         if found is not None and same_hash(found[0], token):
             return found[1]
     _check_not_locked_out(ctx, client)
@@ -159,6 +158,20 @@ async def authenticate_worker(
     raise Unauthenticated(
         "invalid token: it may have been rotated (request a new one) or contain whitespace"
     )
+
+
+async def _worker_for_token(ctx: Context, token_hash: str) -> tuple[str, Worker] | None:
+    """The token's stored hash and its worker: from the store's worker cache when it has it
+    (SQLite), else read (and kept)."""
+    cache = ctx.store.workers
+    if cache is not None and (found := cache.get(token_hash)) is not None:
+        return found
+    generation = cache.generation if cache is not None else 0
+    async with ctx.store.read() as q:
+        found = await q.worker_for_token(token_hash)
+    if cache is not None and found is not None:
+        cache.put(token_hash, found, generation)
+    return found
 
 
 async def upload_token_refused(ctx: Context, client: str | None, why: str) -> None:

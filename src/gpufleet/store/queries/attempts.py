@@ -11,24 +11,26 @@ import sqlalchemy as sa
 from gpufleet.domain.records import Attempt, Job, WorkedAttempt
 from gpufleet.domain.states import AttemptStatus, JobStatus
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import Prebuilt, QueryBase, by
+from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by
 from gpufleet.store.tables import job_attempts, jobs
 
+_INSERT_ATTEMPT = sa.insert(job_attempts)
+_UPDATE_ATTEMPT = sa.update(job_attempts).where(job_attempts.c.id == by(ROW))
 _ATTEMPT = Prebuilt(sa.select(job_attempts).where(job_attempts.c.id == by("id")))
 
 
 class AttemptQueries(QueryBase):
     async def insert_attempt(self, values: Mapping[str, Any]) -> None:
-        await self.conn.execute(sa.insert(job_attempts).values(**values))
+        await self.conn.execute(_INSERT_ATTEMPT, dict(values))
 
     async def get_attempt(self, attempt_id: str) -> Attempt | None:
         row = await self._first(_ATTEMPT.plain, {"id": attempt_id})
         return rows.attempt(row) if row else None
 
     async def update_attempt(self, attempt_id: str, **values: Any) -> None:
-        await self.conn.execute(
-            sa.update(job_attempts).where(job_attempts.c.id == attempt_id).values(**values)
-        )
+        if not values:
+            return  # nothing to set (a prebuilt UPDATE sets its parameters' columns)
+        await self.conn.execute(_UPDATE_ATTEMPT, {**values, ROW: attempt_id})
 
     async def attempts_for_job(self, job_id: str) -> list[Attempt]:
         stmt = (

@@ -27,10 +27,18 @@ def by(name: str) -> sa.BindParameter[Any]:
     return sa.bindparam(name)
 
 
+# The row a prebuilt UPDATE's WHERE names: a parameter no column is called (the other
+# parameters are the columns it sets).
+ROW = "row_key"
+
+
 class QueryBase:
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = conn
         self._pg = conn.dialect.name == "postgresql"
+        # The workers (or their tokens) this transaction wrote: the store's worker cache
+        # forgets them when it commits (store/worker_cache.py).
+        self.workers_written: set[str] = set()
 
     async def _rowcount(self, stmt: sa.Executable, params: Any = None) -> int:
         result = await self.conn.execute(stmt, params)

@@ -13,9 +13,13 @@ from gpufleet.domain.matching import match_key
 from gpufleet.domain.records import Job, JobFilter
 from gpufleet.domain.states import JobStatus, RetryOn, Target
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import Prebuilt, QueryBase, by
+from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by
 from gpufleet.store.tables import jobs, workers
 
+# Writes built once: the columns set are the parameters' keys (`Prebuilt`'s reasoning).
+_INSERT_JOB = sa.insert(jobs)
+_UPDATE_JOB = sa.update(jobs).where(jobs.c.id == by(ROW))
+_CLAIM_JOB = sa.update(jobs).where(jobs.c.id == by(ROW), jobs.c.status == JobStatus.QUEUED.value)
 _JOB = Prebuilt(sa.select(jobs).where(jobs.c.id == by("id")))
 
 
@@ -76,7 +80,7 @@ class NewJob:
 class JobQueries(QueryBase):
     async def insert_job(self, values: Mapping[str, Any]) -> Job:
         """Insert a job; the job as inserted (columns not given are empty)."""
-        await self.conn.execute(sa.insert(jobs).values(**values))
+        await self.conn.execute(_INSERT_JOB, dict(values))
         return rows.new_job(values)
 
     async def queue_job(self, new: NewJob) -> Job:
@@ -93,16 +97,13 @@ class JobQueries(QueryBase):
         return rows.job(row) if row else None
 
     async def update_job(self, job_id: str, **values: Any) -> None:
-        await self.conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(**values))
+        if not values:
+            return  # nothing to set (a prebuilt UPDATE sets its parameters' columns)
+        await self.conn.execute(_UPDATE_JOB, {**values, ROW: job_id})
 
     async def claim_job(self, job_id: str, values: Mapping[str, Any]) -> bool:
         """Queued → offered, only if still queued (the compare-and-set of dispatch)."""
-        stmt = (
-            sa.update(jobs)
-            .where(jobs.c.id == job_id, jobs.c.status == JobStatus.QUEUED.value)
-            .values(**values)
-        )
-        return await self._rowcount(stmt) == 1
+        return await self._rowcount(_CLAIM_JOB, {**values, ROW: job_id}) == 1
 
     def _job_filter(self, stmt: sa.Select[Any], f: JobFilter) -> sa.Select[Any]:
         if f.statuses:

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from gpufleet.domain.records import Worker
 from gpufleet.domain.states import WorkerStatus, WorkerType
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import Prebuilt, QueryBase, by
+from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by
 from gpufleet.store.tables import worker_events, worker_tokens, workers
 
 
@@ -26,6 +26,10 @@ def _newer_on_online(stamp: sa.Column[Any], param: str) -> sa.Update:
     )
 
 
+_UPDATE_WORKER = sa.update(workers).where(workers.c.id == by(ROW))
+_CLAIM_WORKER = sa.update(workers).where(
+    workers.c.id == by(ROW), workers.c.status == WorkerStatus.IDLE.value
+)
 _WORKER = Prebuilt(sa.select(workers).where(workers.c.id == by("id")))
 _TOKEN = Prebuilt(
     sa.select(worker_tokens.c.token_hash, workers)
@@ -36,6 +40,7 @@ _TOKEN = Prebuilt(
 
 class WorkerQueries(QueryBase):
     async def insert_worker(self, values: Mapping[str, Any]) -> None:
+        self.workers_written.add(str(values["id"]))
         await self.conn.execute(sa.insert(workers).values(**values))
 
     async def get_worker(self, worker_id: str, *, lock: bool = False) -> Worker | None:
@@ -58,21 +63,19 @@ class WorkerQueries(QueryBase):
         return {r.id: r.name for r in await self.conn.execute(stmt)}
 
     async def update_worker(self, worker_id: str, **values: Any) -> None:
-        await self.conn.execute(
-            sa.update(workers).where(workers.c.id == worker_id).values(**values)
-        )
+        if not values:
+            return  # nothing to set (a prebuilt UPDATE sets its parameters' columns)
+        self.workers_written.add(worker_id)
+        await self.conn.execute(_UPDATE_WORKER, {**values, ROW: worker_id})
 
     async def claim_worker(self, worker_id: str, values: Mapping[str, Any]) -> bool:
-        stmt = (
-            sa.update(workers)
-            .where(workers.c.id == worker_id, workers.c.status == WorkerStatus.IDLE.value)
-            .values(**values)
-        )
-        return await self._rowcount(stmt) == 1
+        self.workers_written.add(worker_id)
+        return await self._rowcount(_CLAIM_WORKER, {**values, ROW: worker_id}) == 1
 
     async def touch_workers(self, beats: dict[str, datetime]) -> None:
         """Record heartbeat times, one executemany: never for an offline worker (it must
-        register again) and never back in time."""
+        register again) and never back in time. The worker cache keeps its copies (their
+        last heartbeat is the one field it may hold stale)."""
         if not beats:
             return
         stmt = _newer_on_online(workers.c.last_heartbeat, "beat").values(
@@ -82,7 +85,7 @@ class WorkerQueries(QueryBase):
 
     async def record_gpu_stats(self, samples: dict[str, tuple[datetime, list[Any]]]) -> None:
         """Keep each worker's newest GPU sample, one executemany; never for an offline
-        worker, nor older than the one stored."""
+        worker, nor older than the one stored. The worker cache keeps its copies."""
         if not samples:
             return
         stmt = _newer_on_online(workers.c.gpu_stats_at, "at").values(
@@ -92,6 +95,7 @@ class WorkerQueries(QueryBase):
         await self.conn.execute(stmt, rows)
 
     async def clear_stream_owner(self, worker_id: str, owner: str) -> bool:
+        self.workers_written.add(worker_id)
         stmt = (
             sa.update(workers)
             .where(workers.c.id == worker_id, workers.c.stream_owner == owner)
@@ -100,6 +104,7 @@ class WorkerQueries(QueryBase):
         return await self._rowcount(stmt) == 1
 
     async def delete_worker(self, worker_id: str) -> None:
+        self.workers_written.add(worker_id)
         await self.conn.execute(
             sa.delete(worker_tokens).where(worker_tokens.c.worker_id == worker_id)
         )
@@ -163,6 +168,7 @@ class WorkerQueries(QueryBase):
         return {s: int(n) for s, n in await self.conn.execute(stmt)}
 
     async def insert_token(self, worker_id: str, token_hash: str, now: datetime) -> None:
+        self.workers_written.add(worker_id)
         await self.conn.execute(
             sa.insert(worker_tokens).values(
                 worker_id=worker_id, token_hash=token_hash, created_at=now
@@ -173,6 +179,7 @@ class WorkerQueries(QueryBase):
         )
 
     async def revoke_tokens(self, worker_id: str, now: datetime) -> None:
+        self.workers_written.add(worker_id)
         await self.conn.execute(
             sa.update(worker_tokens)
             .where(worker_tokens.c.worker_id == worker_id, worker_tokens.c.revoked_at.is_(None))

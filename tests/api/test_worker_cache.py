@@ -1,0 +1,97 @@
+"""The worker a token names, kept between requests on SQLite (store/worker_cache.py): never
+what a request is answered from once the worker or its token changed."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.server.services import health
+from tests.api.conftest import Agent, Fleet, sqlite_only
+
+
+async def warm(agent: Agent) -> None:
+    """A heartbeat: the token's worker is read (and, on SQLite, kept)."""
+    assert (await agent.heartbeat()).status_code == 200
+
+
+@sqlite_only
+async def test_a_heartbeat_of_a_known_token_reads_nothing(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    await warm(agent)
+    cache = fleet.ctx.store.workers
+    assert cache is not None and len(cache) >= 1
+    generation = cache.generation
+
+    await warm(agent)
+
+    assert cache.generation == generation  # a heartbeat that changes nothing evicts nothing
+
+
+async def test_a_rotated_token_is_refused_at_once(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    await warm(agent)
+    old = agent.token
+
+    new = await fleet.rotate_token(agent)
+
+    refused = await fleet.http.post(
+        "/api/workers/heartbeat", json={}, headers={"X-Worker-Token": old}
+    )
+    assert refused.status_code == 401, refused.text
+    taken = await fleet.http.post(
+        "/api/workers/heartbeat", json={}, headers={"X-Worker-Token": new}
+    )
+    assert taken.status_code == 200, taken.text
+
+
+async def test_a_deleted_worker_token_is_refused_at_once(fleet: Fleet) -> None:
+    agent = await fleet.create_worker("never-connected")  # deletable: it never connected
+    await warm(agent)
+
+    gone = await fleet.admin.delete(f"/api/admin/workers/{agent.id}")
+    assert gone.status_code in (200, 204), gone.text
+
+    assert (await agent.heartbeat()).status_code == 401
+
+
+async def test_a_drained_worker_hears_it_on_its_next_heartbeat(fleet: Fleet) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    await warm(agent)
+
+    drained = await fleet.admin.post(f"/api/admin/workers/{agent.id}/drain")
+    assert drained.status_code == 200, drained.text
+
+    answer = await agent.heartbeat()
+    assert answer.status_code == 200 and answer.json()["draining"] is True
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_worker_marked_offline_is_seen_offline_by_its_next_heartbeat(
+    fleet: Fleet,
+) -> None:
+    """The health sweep marks a silent worker offline; its next heartbeat must see that (and
+    be told to register again), not the idle worker it was when its token was last read."""
+    agent = await fleet.online_worker("gpu-1")
+    await warm(agent)
+    fleet.clock.advance(fleet.ctx.settings.heartbeat_timeout + 1)
+    await health.mark_silent_workers_offline(fleet.ctx)
+    assert (await fleet.admin.get(f"/api/admin/workers/{agent.id}")).json()["status"] == "offline"
+
+    answer = await agent.heartbeat()
+
+    assert answer.status_code == 409, answer.text
+    assert "register again" in answer.json()["detail"]
+
+
+async def test_an_offer_is_what_the_next_heartbeat_holds(fleet: Fleet) -> None:
+    """A job offered since the last heartbeat: the worker now holds it (the heartbeat that
+    says it runs nothing after the grace disowns it; here, within the grace, it keeps it)."""
+    agent = await fleet.online_worker("gpu-1")
+    await warm(agent)
+    job = await fleet.submit()
+    offer = await agent.next_offer()
+
+    answer = await agent.heartbeat(current_job_id=job["id"])
+
+    assert answer.status_code == 200 and answer.json()["status"] == "busy", answer.text
+    assert offer["job_id"] == job["id"]
