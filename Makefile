@@ -61,7 +61,7 @@ system-packages:
 	  if [ -n "$$missing" ]; then apt-get update && apt-get install -y $$missing; fi
 
 test: venv wheelhouse agent-wheel postgres system-packages
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -n 3 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -n 2 --dist loadfile --no-loadscope-reorder
 
 # The README's screenshots, retaken by the browser tests in Debian's Chromium.
 screenshots: venv postgres system-packages

@@ -14,13 +14,10 @@ import secrets
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
 import pytest_asyncio
-from xdist.scheduler import LoadFileScheduling
-from xdist.workermanage import WorkerController
 
 PG_HOST = os.environ.get("GPUFLEET_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("GPUFLEET_TEST_PG_PORT", "5432"))
@@ -29,69 +26,35 @@ PG_USERS = ("root", "postgres")
 START_PG = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 
 
-# The test files that mostly wait (on timeouts, on processes they kill and restart, on the
-# SimpleTuner agent's own pace), longest first: `make test` gives them a lane of their own.
-WAITING = (
-    "tests/chaos/test_faults.py",
-    "tests/e2e/test_simpletuner_agent.py",
-    "tests/e2e/test_orchestrator.py",
-    "tests/e2e/test_artifacts_resume.py",
-    "tests/e2e/test_worker_failover.py",
-    "tests/e2e/test_replicas.py",
-    "tests/e2e/test_sharing.py",
-    "tests/chaos/test_preemption.py",
-)
-# The rest of the longest (their time in `make test`, measured with --junitxml) first, so
-# that no lane is left running one long file alone at the tail.
+# The longest test files first (their time in `make test`, measured with --junitxml), a file
+# that mostly waits (on timeouts, on the SimpleTuner agent's own pace) between files that keep
+# a CPU busy. `make test` runs two files at a time (-n 2 --dist loadfile
+# --no-loadscope-reorder): so one process waits while the other computes, and neither is left
+# running one long file alone at the tail. The rest keep their collection order.
 LONGEST_FIRST = (
-    *WAITING,
-    "tests/bench/test_smoke.py",
+    "tests/chaos/test_faults.py",  # waits
+    "tests/e2e/test_artifacts_resume.py",  # waits
     "tests/e2e/test_schemathesis.py",
     "tests/api/test_dispatch.py",
     "tests/api/test_policy.py",
+    "tests/e2e/test_sharing.py",  # waits
+    "tests/bench/test_smoke.py",
+    "tests/e2e/test_simpletuner_agent.py",  # waits
     "tests/browser/test_ui.py",
-    "tests/api/test_failures.py",
-    "tests/api/test_people.py",
-    "tests/browser/test_pages_polish.py",
-    "tests/e2e/test_cli.py",
-    "tests/e2e/test_cli_artifacts.py",
     "tests/browser/test_sharing.py",
-    "tests/api/test_job_artifacts.py",
-    "tests/browser/test_queue_page.py",
-    "tests/api/test_audit_chain.py",
+    "tests/api/test_people.py",
+    "tests/api/test_failures.py",
+    "tests/e2e/test_orchestrator.py",  # waits
+    "tests/e2e/test_cli.py",
     "tests/api/test_input_property.py",
+    "tests/e2e/test_replicas.py",  # waits
     "tests/browser/test_job_logs.py",
     "tests/browser/test_workers_page.py",
+    "tests/e2e/test_worker_failover.py",  # waits
+    "tests/chaos/test_preemption.py",  # waits
+    "tests/e2e/test_cli_artifacts.py",
     "tests/api/test_simpletuner_storage.py",
 )
-
-
-class LaneScheduling(LoadFileScheduling):
-    """`--dist loadfile` in lanes (`make test`: -n 3 on two cores). The first worker runs
-    only the files that mostly wait, one after another, and stops when they are done; the
-    other two run the files that keep a CPU busy, one each on the two cores, and take a
-    waiting file only when no other is left. Plain loadfile at -n 3 ran three CPU-bound
-    files at once on two cores (730 s against 697 s at -n 2 in one measurement; 636 s
-    with the first worker taking busy files once its own were done, each busy file 40 %
-    slower than at -n 2)."""
-
-    def _assign_work_unit(self, node: WorkerController) -> None:
-        waits = node.gateway.id == "gw0"
-        mine = next((scope for scope in self.workqueue if (scope in WAITING) == waits), None)
-        if mine is None and waits:
-            if not node.shutting_down:
-                node.shutdown()  # its lane is done: two busy files at a time from here
-            return
-        if mine is not None:
-            self.workqueue.move_to_end(mine, last=False)
-        super()._assign_work_unit(node)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadFileScheduling | None:
-    if config.getoption("dist") == "loadfile" and (config.getoption("numprocesses") or 0) >= 3:
-        return LaneScheduling(config, log)
-    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
