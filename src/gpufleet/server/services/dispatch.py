@@ -89,8 +89,9 @@ def refused(ctx: Context, job: Job, snap: Snapshot | None, seen: _Seen | None = 
     return held
 
 
-async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | None = None) -> str:
-    """Offer the job to the worker: a new attempt, the job offered, the worker busy.
+async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | None = None) -> Job:
+    """Offer the job to the worker: a new attempt, the job offered, the worker busy; the job
+    as it leaves it (`as_offered`).
 
     Both rows move by compare-and-set (job still queued, worker still idle), so concurrent
     dispatches, in one process on PostgreSQL or across replicas, never double-book.
@@ -155,7 +156,7 @@ async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | N
     # The worker's stream sends the offer as it is handed over, without reading it back.
     event = offers.offer(tx.key, job, attempt_id, resume, tx.settings.worker_url())
     tx.hand_over(worker_topic(worker.id), event)
-    return attempt_id
+    return offered
 
 
 def as_offered(job: Job, worker_id: str, attempt_id: str, now: datetime) -> Job:
@@ -176,10 +177,9 @@ async def claim_new(tx: Tx, job: Job, worker: Worker) -> Job | None:
     was lost (another dispatch took it first), and then nothing was written and the
     transaction goes on."""
     try:
-        attempt_id = await claim(tx, job, worker)
+        return await claim(tx, job, worker)
     except WorkerTaken:
         return None
-    return as_offered(job, worker.id, attempt_id, tx.now)
 
 
 async def _retrying(attempt: Callable[[], Awaitable[T]], lost: T) -> T:

@@ -49,8 +49,12 @@ def _row(hook: Webhook, event: Event, now: datetime, subject: dict[str, Any]) ->
 async def enqueue(tx: Tx, event: Event, subject: dict[str, Any]) -> int:
     """Write a delivery for every webhook that hears `event`, in this transaction."""
     hooks = await _hearing(tx, event)
-    await tx.q.insert_deliveries([_row(hook, event, tx.now, subject) for hook in hooks])
+    await _deliver(tx, hooks, event, subject)
     return len(hooks)
+
+
+async def _deliver(tx: Tx, hooks: list[Webhook], event: Event, subject: dict[str, Any]) -> None:
+    await tx.q.insert_deliveries([_row(hook, event, tx.now, subject) for hook in hooks])
 
 
 async def _hearing(tx: Tx, event: Event) -> list[Webhook]:
@@ -87,7 +91,7 @@ async def job_ended(tx: Tx, job: Job, status: JobStatus, changes: dict[str, Any]
             "ended_at": _iso(now_("ended_at")),
         }
     }
-    await tx.q.insert_deliveries([_row(hook, event, tx.now, subject) for hook in hooks])
+    await _deliver(tx, hooks, event, subject)
 
 
 async def worker_lost(tx: Tx, worker: Worker, reason: str, job_id: str | None) -> None:
