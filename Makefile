@@ -60,8 +60,14 @@ system-packages:
 	  command -v nginx >/dev/null || test -x /usr/sbin/nginx || missing="$$missing nginx"; \
 	  if [ -n "$$missing" ]; then apt-get update && apt-get install -y $$missing; fi
 
+# PYTHONDONTWRITEBYTECODE (set on some machines, CI's among them) would have every server and
+# worker process a test starts compile the package again (a second of CPU each), and pytest
+# rewrite every test module's asserts again in each of its processes: the bytecode is kept.
+# Three test files at a time on two cores: a third of the suite's time is spent waiting (on
+# timeouts, on subprocesses, on the SimpleTuner agent's own pace), and a third process keeps the
+# CPUs busy meanwhile (773 s against 844 s at -n 2, one run each; docs/benchmarks.md, #19).
 test: venv wheelhouse agent-wheel postgres system-packages
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -n 2 --dist loadfile --no-loadscope-reorder
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -n 3 --dist loadfile --no-loadscope-reorder
 
 # The README's screenshots, retaken by the browser tests in Debian's Chromium.
 screenshots: venv postgres system-packages

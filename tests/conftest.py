@@ -28,8 +28,8 @@ START_PG = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main s
 
 # The longest test files first (their time in `make test`, measured with --junitxml), a file
 # that mostly waits (on timeouts, on the SimpleTuner agent's own pace) between files that keep
-# a CPU busy. `make test` runs two files at a time (-n 2 --dist loadfile
-# --no-loadscope-reorder): so one process waits while the other computes, and neither is left
+# a CPU busy. `make test` runs three files at a time on two cores (-n 3 --dist loadfile
+# --no-loadscope-reorder): so the CPUs compute while a file waits, and no process is left
 # running one long file alone at the tail. The rest keep their collection order.
 LONGEST_FIRST = (
     "tests/chaos/test_faults.py",  # waits

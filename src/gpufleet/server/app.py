@@ -10,13 +10,13 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufleet import __version__, logs
 from gpufleet.artifacts.backends import open_artifact_store
-from gpufleet.server import deps, errors, streams
+from gpufleet.server import errors, streams
 from gpufleet.server.context import Context
 from gpufleet.server.door import RefuseNulInUrl
 from gpufleet.server.local import parse_local_gpus, start_local_runner
@@ -35,7 +35,6 @@ from gpufleet.server.routes import (
     ui,
     workers,
 )
-from gpufleet.server.schemas.base import ERROR_RESPONSES
 from gpufleet.server.services import (
     agents,
     audit,
@@ -205,17 +204,11 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
                 log.warning("could not record the audit chain's head: %s", exc)
             await store.close()
 
-    app = FastAPI(
-        title="gpufleet orchestrator",
-        version=__version__,
-        lifespan=lifespan,
-        dependencies=[Depends(deps.bind_log_ids)],
-    )
-    errors.install(app)
     # Routes are tried in order, each pattern in turn: the workers' (every report and
     # heartbeat, most of the requests a fleet makes) first. No other router's path starts
-    # with /api/workers, so none is shadowed.
-    for api in (
+    # with /api/workers, so none is shadowed. The app holds the routes as their modules built
+    # them (`routes.api_router`): included, each app would build them all again.
+    routers = (
         workers.router,
         admin.router,
         artifacts.router,
@@ -226,10 +219,16 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         queue.router,
         events.router,
         ops.router,
-    ):
-        app.include_router(api, responses=ERROR_RESPONSES)
-    app.include_router(progress.router, responses=ERROR_RESPONSES)
-    app.include_router(ui.router)
+        progress.router,
+        ui.router,
+    )
+    app = FastAPI(
+        title="gpufleet orchestrator",
+        version=__version__,
+        lifespan=lifespan,
+        routes=[route for api in routers for route in api.routes],
+    )
+    errors.install(app)
     app.mount("/static", ui.static_files(), name="static")
     app.add_middleware(BodyLimit)
     app.add_middleware(RefuseNulInUrl)

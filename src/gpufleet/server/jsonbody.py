@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import APIRouter, params
+from fastapi import params
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.requests import Request
@@ -107,8 +107,3 @@ def _as_json(request: Request, body: bytes) -> Request:
         return {"type": "http.request", "body": body, "more_body": False}
 
     return Request({**request.scope, "headers": headers}, receive)
-
-
-def api_router(**options: Any) -> APIRouter:
-    """Every router of the app is made here, so that every JSON route reads bodies alike."""
-    return APIRouter(route_class=JsonBodyRoute, **options)

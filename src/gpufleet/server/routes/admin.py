@@ -11,7 +11,7 @@ from gpufleet.address import own_executable
 from gpufleet.domain.permissions import ADMIN_WORKERS, ALL
 from gpufleet.domain.states import WorkerStatus
 from gpufleet.server.deps import Client, Ctx, require
-from gpufleet.server.jsonbody import api_router
+from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.admin import ApiKeyOut, CreateApiKey, CreatedApiKey
 from gpufleet.server.schemas.base import Ok
 from gpufleet.server.schemas.workers import (

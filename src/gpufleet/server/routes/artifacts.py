@@ -11,7 +11,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from gpufleet.artifacts.keys import checked_path
 from gpufleet.domain.permissions import ALL, QUEUE_READ
 from gpufleet.server.deps import Client, Ctx, require
-from gpufleet.server.jsonbody import api_router
+from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.job_artifacts import ArtifactList, Deleted, PinIn, PinOut
 from gpufleet.server.services import job_artifacts
 from gpufleet.server.services.auth import Principal

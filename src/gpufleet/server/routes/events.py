@@ -17,7 +17,7 @@ from gpufleet.domain.permissions import ADMIN_WORKERS, QUEUE_READ, allows
 from gpufleet.server import sse
 from gpufleet.server.deps import Ctx, require
 from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC
-from gpufleet.server.jsonbody import api_router
+from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.base import SSE_RESPONSE
 from gpufleet.server.services import auth
 from gpufleet.server.services.auth import Principal

@@ -9,7 +9,7 @@ from fastapi import Depends
 from gpufleet.domain.permissions import ALL
 from gpufleet.domain.webhooks import SUBSCRIPTION_HELP
 from gpufleet.server.deps import Client, Ctx, require
-from gpufleet.server.jsonbody import api_router
+from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.base import Ok
 from gpufleet.server.schemas.webhooks import (
     CreateWebhook,

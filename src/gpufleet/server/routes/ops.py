@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from gpufleet.domain.permissions import METRICS_READ
 from gpufleet.server.deps import Ctx, require
-from gpufleet.server.jsonbody import api_router
+from gpufleet.server.routes import api_router
 from gpufleet.server.services import ops
 from gpufleet.server.services.auth import Principal
 

@@ -9,7 +9,7 @@ from fastapi import Depends, Query
 
 from gpufleet.domain.permissions import ALL, QUEUE_READ
 from gpufleet.server.deps import Client, Ctx, require
-from gpufleet.server.jsonbody import api_router
+from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.base import Ok
 from gpufleet.server.schemas.people import (
     CreateTeam,

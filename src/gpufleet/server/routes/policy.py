@@ -10,7 +10,7 @@ from fastapi import Depends, Query
 from gpufleet.domain.permissions import ALL, QUEUE_APPROVE, QUEUE_READ
 from gpufleet.domain.policy import Policy
 from gpufleet.server.deps import Client, Ctx, require
-from gpufleet.server.jsonbody import api_router
+from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.jobs import JobOut
 from gpufleet.server.schemas.policy import (
     CleanupOut,

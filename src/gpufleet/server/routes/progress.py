@@ -8,7 +8,7 @@ from fastapi import Depends
 
 from gpufleet.domain.permissions import QUEUE_READ
 from gpufleet.server.deps import Ctx, require
-from gpufleet.server.jsonbody import api_router
+from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.jobs import ProgressHistoryOut, SeriesOut
 from gpufleet.server.services import history
 from gpufleet.server.services.auth import Principal

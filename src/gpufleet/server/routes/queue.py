@@ -16,7 +16,7 @@ from gpufleet.domain.states import TERMINAL_JOB, Target
 from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.hub import job_topic
-from gpufleet.server.jsonbody import api_router
+from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.admin import AuditList, AuditOut, AuditVerification
 from gpufleet.server.schemas.base import SSE_RESPONSE, Ok
 from gpufleet.server.schemas.jobs import (

@@ -11,18 +11,20 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Request, Response
+from fastapi import Header, Request, Response
+from fastapi.routing import APIRoute
 from starlette.responses import StreamingResponse
 
 from gpufleet.domain.publishing import STORAGE_PATH
 from gpufleet.errors import InvalidInput
 from gpufleet.server.deps import Ctx, client_addr
+from gpufleet.server.routes import api_router
 from gpufleet.server.s3body import S3Body
 from gpufleet.server.schemas.base import ErrorOut
 from gpufleet.server.services import storage
 from gpufleet.server.services.storage import Served, Uploader
 
-router = APIRouter(tags=["storage"])
+router = api_router(tags=["storage"], route_class=APIRoute)  # bodies are objects' bytes
 OBJECT = STORAGE_PATH + "/{bucket}/{key:path}"
 Token = Annotated[str | None, Header(alias="X-SimpleTuner-Secret")]
 UploadToken = Annotated[str | None, Header(alias="X-Upload-Token")]

@@ -35,7 +35,8 @@ from gpufleet.domain.permissions import allows as key_allows
 from gpufleet.domain.webhooks import SUBSCRIPTION_HELP
 from gpufleet.errors import Forbidden, InvalidInput, Unauthenticated
 from gpufleet.server.deps import Client, Ctx
-from gpufleet.server.jsonbody import api_router, declares_json, is_json
+from gpufleet.server.jsonbody import declares_json, is_json
+from gpufleet.server.routes import api_router
 from gpufleet.server.services import sessions
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"

@@ -14,7 +14,7 @@ from gpufleet import protocol
 from gpufleet.domain.records import Artifact, ArtifactKind, GpuStat
 from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, CurrentWorker
-from gpufleet.server.jsonbody import api_router
+from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.agent import (
     HeartbeatIn,
     HeartbeatOut,
