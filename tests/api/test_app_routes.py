@@ -7,14 +7,17 @@ modules built (`routes.api_router`), so a new app builds none."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi import routing
 from fastapi.routing import APIRoute
 
+from gpufleet.server.app import create_app
 from gpufleet.server.deps import bind_log_ids
 from gpufleet.server.schemas.base import ERROR_RESPONSES
+from gpufleet.server.settings import ServerSettings
 from tests.api.conftest import Fleet, sqlite_only
 
 
@@ -41,19 +44,11 @@ async def test_a_new_app_answers_without_building_its_routes_again(
 
 
 def test_every_api_route_labels_its_log_lines_and_documents_the_error_answers(
-    fleet_app_routes: list[APIRoute],
+    tmp_path: Path,
 ) -> None:
-    api = [r for r in fleet_app_routes if r.path.startswith("/api/")]
+    app = create_app(ServerSettings(data_dir=tmp_path))
+    api = [r for r in app.routes if isinstance(r, APIRoute) and r.path.startswith("/api/")]
     assert len(api) > 50
     for route in api:
         assert bind_log_ids in [d.call for d in route.dependant.dependencies], route.path
         assert set(ERROR_RESPONSES) <= set(route.responses), route.path
-
-
-@pytest.fixture
-def fleet_app_routes(tmp_path: Any) -> list[APIRoute]:
-    from gpufleet.server.app import create_app
-    from gpufleet.server.settings import ServerSettings
-
-    app = create_app(ServerSettings(data_dir=tmp_path))
-    return [r for r in app.routes if isinstance(r, APIRoute)]

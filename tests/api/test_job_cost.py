@@ -28,7 +28,7 @@ BUDGET = {
         "heartbeat": 1,
         "heartbeat at rest": 0,
     },
-    "postgres": {
+    "postgresql": {
         "submit": 14,
         "acknowledged": 5,
         "running": 11,
@@ -80,7 +80,7 @@ async def test_a_job_costs_no_more_statements_than_its_budget(fleet: Fleet) -> N
     agent = await fleet.online_worker("gpu-1")
     await lifecycle(fleet, agent)  # the first job warms what is read once
     spent = await lifecycle(fleet, agent)
-    budget = BUDGET[fleet.ctx.store.dialect.replace("postgresql", "postgres")]
+    budget = BUDGET[fleet.ctx.store.dialect]
     over = {
         step: (len(statements), budget[step], statements)
         for step, statements in spent.items()

@@ -16,7 +16,7 @@ row as it was before that write.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from gpufleet.domain.records import Worker
 
@@ -33,18 +33,19 @@ class WorkerCache:
     def __len__(self) -> int:
         return len(self._found)
 
-    def get(self, token_hash: str) -> Found | None:
-        return self._found.get(token_hash)
-
-    def put(self, token_hash: str, found: Found, generation: int) -> None:
-        """Keep what a read found, unless a write evicted anything since it began."""
-        if generation != self.generation:
-            return
-        if len(self._found) >= self._size:
-            old_hash, (_, old) = self._found.popitem(last=False)
-            self._forget(old.id, old_hash)
-        self._found[token_hash] = found
-        self._hashes.setdefault(found[1].id, set()).add(token_hash)
+    async def through(
+        self, token_hash: str, read: Callable[[], Awaitable[Found | None]]
+    ) -> Found | None:
+        """What the token names: as kept, or `read` and kept, unless a write evicted anything
+        while it read (it may have read the row as it was before that write)."""
+        found = self._found.get(token_hash)
+        if found is not None:
+            return found
+        generation = self.generation
+        found = await read()
+        if found is not None and generation == self.generation:
+            self._keep(token_hash, found)
+        return found
 
     def evict(self, worker_ids: Iterable[str]) -> None:
         """These workers (or their tokens) changed: their next request reads again."""
@@ -53,10 +54,12 @@ class WorkerCache:
             for token_hash in self._hashes.pop(worker_id, ()):
                 self._found.pop(token_hash, None)
 
-    def clear(self) -> None:
-        self.generation += 1
-        self._found.clear()
-        self._hashes.clear()
+    def _keep(self, token_hash: str, found: Found) -> None:
+        if len(self._found) >= self._size:
+            old_hash, (_, old) = self._found.popitem(last=False)
+            self._forget(old.id, old_hash)
+        self._found[token_hash] = found
+        self._hashes.setdefault(found[1].id, set()).add(token_hash)
 
     def _forget(self, worker_id: str, token_hash: str) -> None:
         hashes = self._hashes.get(worker_id)

@@ -161,17 +161,15 @@ async def authenticate_worker(
 
 
 async def _worker_for_token(ctx: Context, token_hash: str) -> tuple[str, Worker] | None:
-    """The token's stored hash and its worker: from the store's worker cache when it has it
-    (SQLite), else read (and kept)."""
+    """The token's stored hash and its worker: through the store's worker cache (SQLite),
+    else read."""
+
+    async def read() -> tuple[str, Worker] | None:
+        async with ctx.store.read() as q:
+            return await q.worker_for_token(token_hash)
+
     cache = ctx.store.workers
-    if cache is not None and (found := cache.get(token_hash)) is not None:
-        return found
-    generation = cache.generation if cache is not None else 0
-    async with ctx.store.read() as q:
-        found = await q.worker_for_token(token_hash)
-    if cache is not None and found is not None:
-        cache.put(token_hash, found, generation)
-    return found
+    return await (read() if cache is None else cache.through(token_hash, read))
 
 
 async def upload_token_refused(ctx: Context, client: str | None, why: str) -> None:
