@@ -104,7 +104,8 @@ async def throughput_run(
     while time.monotonic() < deadline:
         more, _ = await fleet.collect()
         seen += more
-        completed = len(first(seen, "done"))
+        # Only this run's jobs: a job an earlier run left queued may end meanwhile.
+        completed = len(first(seen, "done").keys() & submitted.keys())
         if completed >= len(submitted):
             break
         if time.monotonic() - noted > 15:

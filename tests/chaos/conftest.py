@@ -278,6 +278,10 @@ class Fleet:
     def busy_workers(self) -> list[tuple[WorkerProcess, str]]:
         """Workers whose own attempt at their job has started (its `start` line is written):
         (worker, job id). Not a worker merely offered a job another worker started before."""
+        return [(worker, job_id) for worker, job_id, _began in self.busy_since()]
+
+    def busy_since(self) -> list[tuple[WorkerProcess, str, float]]:
+        """`busy_workers`, each with the unix time its attempt's process started."""
         # attempt → when its process started (`start JOB ATTEMPT PID TIME`)
         started = {
             parts[2]: float(parts[4])
@@ -297,7 +301,7 @@ class Fleet:
                 # signal handlers not set yet), beside a job the server has not found lost.
                 ours = job["worker_id"] == w.id and began is not None
                 if ours and began >= self.restarted.get(w.id, 0.0):
-                    busy.append((w, job_id))
+                    busy.append((w, job_id, began))
         return busy
 
     def out_of_work(self) -> bool:

@@ -81,6 +81,10 @@ def test_workers_killed_with_sigkill_mid_job(fleet: Fleet) -> None:
     assert report.attempt_outcomes.get("lost", 0) >= 1, "no SIGKILL caught a job mid-run"
 
 
+# A job frozen with less of its run left than this may have ended before its agent stopped.
+FREEZE_MARGIN = 1.5
+
+
 def test_workers_frozen_past_the_heartbeat_timeout_are_fenced(fleet: Fleet) -> None:
     """SIGSTOP holds the agent, not its job (a session of its own): the job runs on, the
     orchestrator gives it to another worker, and the agent, woken, must stop its copy."""
@@ -94,8 +98,18 @@ def test_workers_frozen_past_the_heartbeat_timeout_are_fenced(fleet: Fleet) -> N
     frozen: list[tuple[WorkerProcess, str]] = []
 
     def running_long_job() -> list[tuple[WorkerProcess, str]]:
-        long_ids = {j for j, plan in zip(submitter.acked, plans, strict=False) if plan in long_runs}
-        return [(w, j) for w, j in fleet.busy_workers() if j in long_ids and (w, j) not in frozen]
+        """Workers mid-way through a long job. Not one whose job may end, and be reported,
+        before the SIGSTOP lands: that worker would be frozen idle (a race that failed runs)."""
+        seconds = {
+            j: p.seconds for j, p in zip(submitter.acked, plans, strict=False) if p in long_runs
+        }
+        return [
+            (w, j)
+            for w, j, began in fleet.busy_since()
+            if j in seconds
+            and began + seconds[j] - time.time() >= FREEZE_MARGIN
+            and (w, j) not in frozen
+        ]
 
     while len(frozen) < freezes and all(w.running() for w in workers):  # else: say why below
         running = fleet.wait_for_work(running_long_job, what="a long job running")

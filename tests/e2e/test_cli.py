@@ -17,7 +17,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from gpufleet.cli.main import _register_commands, cli
+from gpufleet.cli import main as gpufleet_main
+from gpufleet.cli.main import cli
 from tests.e2e.conftest import GPUFLEET, ServerProcess, free_port, job_state, unique, wait_for
 
 PY = sys.executable
@@ -98,10 +99,9 @@ def submit_local(server: ServerProcess, tmp_path: Path, code: str, *extra: str) 
 
 
 def operator_commands() -> list[tuple[str, ...]]:
-    _register_commands()
     found = []
     for name in ("workers", "configs", "jobs"):
-        group = cli.commands[name]
+        group = gpufleet_main.command(name)
         assert isinstance(group, click.Group)
         found += [(name, sub) for sub in group.commands]
     return [*found, ("audit",)]

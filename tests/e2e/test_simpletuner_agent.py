@@ -330,7 +330,9 @@ def test_the_agent_resumes_its_job_after_the_orchestrator_is_killed(
     own_server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
 ) -> None:
     agent = st_agents(own_server).start()
-    job_id = submit(own_server, {"stub_steps": 300, "stub_sleep": 0.05}, lane(agent))
+    # 20 s of training: the job must outlast the restart and the agent's 10 s wait (at 15 s,
+    # a loaded machine let it finish first, once, and there was nothing left to resume).
+    job_id = submit(own_server, {"stub_steps": 400, "stub_sleep": 0.05}, lane(agent))
     wait_job(own_server, job_id, "running", timeout=20)
     own_server.kill(signal.SIGKILL)
     own_server.start()
