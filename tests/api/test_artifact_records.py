@@ -4,11 +4,9 @@ docs/artifacts.md names, a downgrade that leaves 0012's schema, and the rows rea
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 
 import sqlalchemy as sa
 from alembic import command
-from alembic.config import Config
 from sqlalchemy.engine import Connection
 
 from gpufleet.domain.records import ArtifactKind
@@ -20,14 +18,14 @@ from gpufleet.domain.states import (
     parse_reported_status,
 )
 from gpufleet.store import Store, open_store
+from gpufleet.store.engine import alembic_config
 from gpufleet.store.queries import NewJob
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
 def _migrate(sync_conn: Connection, revision: str, *, down: bool) -> None:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(resources.files("gpufleet.store") / "migrations"))
+    cfg = alembic_config()
     cfg.attributes["connection"] = sync_conn
     (command.downgrade if down else command.upgrade)(cfg, revision)
 

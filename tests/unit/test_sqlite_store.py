@@ -11,10 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
+from sqlalchemy.engine import Connection
 
 from gpufleet.errors import StoreError
 from gpufleet.store import Queries, open_store
+from gpufleet.store.engine import alembic_config, newest_revision
 from gpufleet.store.queries.jobs import TeamOf
 from gpufleet.store.sqlite_inline import InlineConnection
 
@@ -164,3 +169,51 @@ async def test_a_commit_wakes_its_streams_before_the_next_writer_goes_on(tmp_pat
     finally:
         await store.close()
     assert order == ["woken", "next writer"]
+
+
+# ---- migrations at open -------------------------------------------------------------------
+
+
+def _revision(sync_conn: Connection) -> str | None:
+    return MigrationContext.configure(sync_conn).get_current_revision()
+
+
+async def test_a_schema_at_the_newest_migration_opens_without_running_alembic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alembic's `upgrade` read every migration script at each open to find nothing to do."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gf.db'}"
+    await (await open_store(url)).close()
+
+    def refuse(*_args: Any, **_kwargs: Any) -> None:  # the fault: upgrade fails if it runs
+        raise AssertionError("Alembic's upgrade ran on a schema at the newest migration")
+
+    monkeypatch.setattr(command, "upgrade", refuse)
+    store = await open_store(url)
+    async with store.engine.connect() as conn:
+        assert await conn.run_sync(_revision) == newest_revision()
+    await store.close()
+
+
+async def test_a_schema_a_migration_behind_is_brought_to_the_newest(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gf.db'}"
+    store = await open_store(url, lock=False)
+    head = newest_revision()
+    scripts = ScriptDirectory.from_config(alembic_config())
+    assert head == scripts.get_current_head() is not None
+    previous = scripts.get_revision(head).down_revision
+    assert isinstance(previous, str)
+
+    def down_one(sync_conn: Connection) -> None:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = sync_conn
+        command.downgrade(cfg, "-1")
+
+    async with store.engine.begin() as conn:
+        await conn.run_sync(down_one)
+        assert await conn.run_sync(_revision) == previous
+    await store.close()
+    store = await open_store(url, lock=False)
+    async with store.engine.connect() as conn:
+        assert await conn.run_sync(_revision) == head
+    await store.close()
