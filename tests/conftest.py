@@ -93,6 +93,10 @@ async def _create_database(conn: asyncpg.Connection) -> str:
     return name
 
 
+async def _drop_database(conn: asyncpg.Connection, name: str) -> None:
+    await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def _postgres_database() -> AsyncIterator[tuple[str, str]]:
     """One PostgreSQL database per test module, dropped at its end (creating one costs
@@ -104,7 +108,7 @@ async def _postgres_database() -> AsyncIterator[tuple[str, str]]:
         yield user, name
     finally:
         if name:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await _drop_database(conn, name)
         await conn.close()
 
 
@@ -188,7 +192,7 @@ def fresh_database() -> Iterator[str]:
     async def drop(name: str) -> None:
         conn, _user = await _pg_admin_connection()
         try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await _drop_database(conn, name)
         finally:
             await conn.close()
 

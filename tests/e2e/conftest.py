@@ -24,10 +24,9 @@ import certifi
 import httpx
 import pytest
 
-from tests.conftest import fresh_database as pg_database
+from tests.conftest import fresh_database
 
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
-PG_ADMIN_DSN = "postgresql://root@127.0.0.1:5432/test"
 
 
 def free_port() -> int:
@@ -318,7 +317,7 @@ def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
     if request.param == "sqlite":
         yield None
         return
-    with pg_database() as url:
+    with fresh_database() as url:
         yield url
 
 

@@ -28,10 +28,10 @@ from bench.s3 import moto_s3, new_bucket, s3_environment
 from playwright.sync_api import expect, sync_playwright
 
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, LAPTOP, sign_in
+from tests.conftest import fresh_database
 from tests.e2e.conftest import (
     ServerProcess,
     WorkerProcess,
-    pg_database,
     start_replicas,
     submit_job,
     wait_for,
@@ -74,7 +74,7 @@ def orchestrator(
         yield Orchestrator(server, server)
         server.kill(signal.SIGTERM)
         return
-    with pg_database() as database, moto_s3() as endpoint:
+    with fresh_database() as database, moto_s3() as endpoint:
         env = {**os.environ, **s3_environment(endpoint)}
         replicas = start_replicas(
             root,

@@ -17,7 +17,6 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from gpufleet.cli import main as gpufleet_main
 from gpufleet.cli.main import cli
 from tests.e2e.conftest import GPUFLEET, ServerProcess, free_port, job_state, unique, wait_for
 
@@ -101,7 +100,7 @@ def submit_local(server: ServerProcess, tmp_path: Path, code: str, *extra: str) 
 def operator_commands() -> list[tuple[str, ...]]:
     found = []
     for name in ("workers", "configs", "jobs"):
-        group = gpufleet_main.command(name)
+        group = cli.get_command(click.Context(cli), name)
         assert isinstance(group, click.Group)
         found += [(name, sub) for sub in group.commands]
     return [*found, ("audit",)]

@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import fresh_database
 from tests.e2e.conftest import (
     GPUFLEET,
     FakeWorker,
     ServerProcess,
-    pg_database,
     start_replicas,
     unique,
     wait_for,
@@ -41,7 +41,7 @@ def replicas(tmp_path: Path, pg_database: str) -> Iterator[list[ServerProcess]]:
 def shared_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ServerProcess]]:
     """Two replicas for the module's tests that leave both running (each its own workers
     and labels)."""
-    with pg_database() as url:
+    with fresh_database() as url:
         started = start_replicas(tmp_path_factory.mktemp("replicas"), url, 2)
         yield started
         for replica in started:

@@ -33,11 +33,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import fresh_database
 from tests.e2e.conftest import (
     ServerProcess,
     WorkerProcess,
     job_state,
-    pg_database,
     unique,
     wait_for,
     wait_job,
@@ -303,7 +303,7 @@ def own_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Serve
     the test parametrises it (indirect) with "postgres"."""
     backend = getattr(request, "param", "sqlite")
     with contextlib.ExitStack() as stack:
-        db = stack.enter_context(pg_database()) if backend == "postgres" else None
+        db = stack.enter_context(fresh_database()) if backend == "postgres" else None
         proc = ServerProcess(tmp_path / "own", db, **AGENT_SERVER_FLAGS, **{"ack-timeout": 60})
         proc.start()
         stack.callback(proc.kill, signal.SIGTERM)

@@ -34,7 +34,7 @@ class LazyGroup(click.Group):
     "Lazily Loading Subcommands")."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *COMMANDS})
+        return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
@@ -51,13 +51,6 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="gpufleet")
 def cli() -> None:
     """gpufleet: spread GPU training jobs over a fleet of machines."""
-
-
-def command(name: str) -> click.Command:
-    """One of `cli`'s commands, imported."""
-    found = cli.get_command(click.Context(cli), name)
-    assert found is not None, name
-    return found
 
 
 def main() -> None:
