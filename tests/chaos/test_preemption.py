@@ -21,14 +21,19 @@ import signal
 import textwrap
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from tests.chaos.conftest import Fleet, weighted_share
 from tests.chaos.invariants import conclude, epoch
-from tests.e2e.conftest import PYTHON
+from tests.e2e.conftest import PYTHON, WorkerProcess
 
 EVERY = 5  # steps between checkpoints
 STEP_S = 0.1
+# A preemption is aimed at a job with this many steps left at least (1 s): a SIGTERM that
+# reaches a job in its last steps lets it finish, completed, not preempted, and a run whose
+# notices all landed so found no attempt preempted (it failed 2 of 8 full runs).
+LEFT_STEPS = 10
 
 # Counts steps from its checkpoint (GPUFLEET_RESUME_FROM) to argv[3]; a checkpoint every
 # argv[4] steps and when the worker signals; start/stop/end lines in argv[1] as the tier's
@@ -76,6 +81,7 @@ def test_preempted_and_killed_jobs_resume_from_their_checkpoints(fleet: Fleet) -
     steps_file = fleet.root / "steps.txt"
     count = max(6, weighted_share(10) // 3)
     acked: list[str] = []
+    total: dict[str, int] = {}  # job → its steps
     with fleet.server.admin() as admin:
         for _ in range(count):
             steps = fleet.rng.randint(25, 45)
@@ -98,13 +104,17 @@ def test_preempted_and_killed_jobs_resume_from_their_checkpoints(fleet: Fleet) -
             resp = admin.post("/api/queue/submit", json=body)
             assert resp.status_code == 201, resp.text
             acked.append(resp.json()["id"])
+            total[acked[-1]] = steps
     fleet.submit([], pace=0)  # nothing more: the jobs above are the run
     killed: dict[str, list[float]] = defaultdict(list)
     preemptions = 0
     noticed = 0
     for i in range(max(4, count // 2)):
         time.sleep(fleet.rng.uniform(0.8, 2.0))
-        busy = fleet.wait_for_work(fleet.busy_workers, what="a worker with a running job")
+        busy = fleet.wait_for_work(
+            lambda: far_from_done(fleet, steps_file, total),
+            what=f"a worker with a running job {LEFT_STEPS} steps from its end at least",
+        )
         if not busy:
             break
         worker, _job = fleet.rng.choice(busy)
@@ -127,6 +137,24 @@ def test_preempted_and_killed_jobs_resume_from_their_checkpoints(fleet: Fleet) -
     unnoticed = preemptions - noticed
     assert repeated <= noticed * EVERY + unnoticed * 2 * EVERY, (repeated, noticed, unnoticed)
     assert all(w.running() for w in workers)
+
+
+def far_from_done(
+    fleet: Fleet, steps_file: Path, total: dict[str, int]
+) -> list[tuple[WorkerProcess, str]]:
+    """Busy workers whose job has `LEFT_STEPS` steps to run at least, by the newest step its
+    attempts wrote (the current attempt's, or, before its first step, the step it resumed
+    from or one its predecessor reached: a later one, so the count errs on the short side)."""
+    reached: dict[str, int] = {}
+    lines = steps_file.read_text().splitlines() if steps_file.exists() else []
+    for line in lines:
+        _kind, job_id, _attempt, n = line.split()
+        reached[job_id] = int(n)
+    return [
+        (worker, job_id)
+        for worker, job_id, _began in fleet.busy_since()
+        if total[job_id] - reached.get(job_id, 0) >= LEFT_STEPS
+    ]
 
 
 def check_resumes(fleet: Fleet, job_ids: list[str], lines: list[str]) -> int:
