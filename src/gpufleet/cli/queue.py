@@ -9,22 +9,9 @@ import click
 
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
+from gpufleet.domain.policy import COUNT_FIELDS, POLICY_FIELDS, SECONDS_FIELDS, SWITCH_FIELDS
 from gpufleet.errors import InvalidInput
 
-# The policy's fields `limits --set` takes, and how each value is read.
-_COUNTS = (
-    "max_jobs",
-    "max_gpus",
-    "team_max_jobs",
-    "team_max_gpus",
-    "user_max_jobs",
-    "user_max_gpus",
-    "user_max_queued",
-    "approve_gpus_over",
-)
-_SWITCHES = ("fair_share", "preemption")
-_SECONDS = ("half_life_s", "min_runtime_s", "preempt_grace_s")
-FIELDS = (*_COUNTS, *_SWITCHES, *_SECONDS, "approve_levels")
 _NONE = ("none", "null", "off", "")
 
 
@@ -33,16 +20,18 @@ def parse_setting(pair: str) -> tuple[str, Any]:
     levels separated by commas."""
     name, eq, raw = pair.partition("=")
     name, raw = name.strip().replace("-", "_"), raw.strip()
-    if not eq or name not in FIELDS:
-        raise InvalidInput(f"{pair!r} is not FIELD=VALUE with FIELD one of: {', '.join(FIELDS)}")
+    if not eq or name not in POLICY_FIELDS:
+        raise InvalidInput(
+            f"{pair!r} is not FIELD=VALUE with FIELD one of: {', '.join(POLICY_FIELDS)}"
+        )
     try:
-        if name in _COUNTS:
+        if name in COUNT_FIELDS:
             return name, None if raw.lower() in _NONE else int(raw)
-        if name in _SECONDS:
+        if name in SECONDS_FIELDS:
             return name, float(raw)
     except ValueError:
         raise InvalidInput(f"{name} takes a number (or none for no limit), not {raw!r}") from None
-    if name in _SWITCHES:
+    if name in SWITCH_FIELDS:
         if raw.lower() not in ("on", "off", "true", "false", "yes", "no"):
             raise InvalidInput(f"{name} is on or off, not {raw!r}")
         return name, raw.lower() in ("on", "true", "yes")
@@ -165,7 +154,7 @@ def reject(api: ApiClient, job_id: str, reason: str, as_json: bool) -> None:
     "settings",
     multiple=True,
     metavar="FIELD=VALUE",
-    help=f"Change a field (repeatable; admins): {', '.join(FIELDS)}. A count of none lifts "
+    help=f"Change a field (repeatable; admins): {', '.join(POLICY_FIELDS)}. A count of none lifts "
     "the limit; fair_share and preemption are on or off; approve_levels lists levels.",
 )
 @json_option
@@ -179,7 +168,7 @@ def limits(api: ApiClient, settings: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         out.print_json(body)
         return
-    shown = [(name, body[name]) for name in FIELDS]
+    shown = [(name, body[name]) for name in POLICY_FIELDS]
     out.console().print(out.fields((n, _shown(v)) for n, v in shown))
 
 

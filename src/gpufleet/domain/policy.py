@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
@@ -63,6 +63,15 @@ class Policy:
     preempt_grace_s: float = 120.0
     approve_gpus_over: int | None = None
     approve_levels: frozenset[Level] = frozenset({Level.VIEWER})
+
+
+# The policy's fields by the kind of value each takes: what the API changes, the store keeps
+# and `gpufleet queue limits --set` reads.
+LIMIT_FIELDS = tuple(f.name for f in fields(Limits))
+COUNT_FIELDS = (*LIMIT_FIELDS, "approve_gpus_over")  # a count, or None: no limit
+SWITCH_FIELDS = ("fair_share", "preemption")
+SECONDS_FIELDS = ("half_life_s", "min_runtime_s", "preempt_grace_s")
+POLICY_FIELDS = (*COUNT_FIELDS, *SWITCH_FIELDS, *SECONDS_FIELDS, "approve_levels")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ from typing import Any
 from gpufleet.domain.levels import Level
 from gpufleet.domain.matching import Wait, WaitCode
 from gpufleet.domain.policy import (
+    COUNT_FIELDS,
+    POLICY_FIELDS,
+    SWITCH_FIELDS,
     LimitHit,
     Policy,
     Snapshot,
@@ -31,7 +34,7 @@ from gpufleet.server.services import dispatch, job_artifacts
 from gpufleet.server.services.lifecycle import no_job
 from gpufleet.server.services.standing import candidate, is_plain, snapshot
 from gpufleet.store import Queries
-from gpufleet.store.queries.policy import POLICY_FIELDS, policy_of
+from gpufleet.store.queries.policy import policy_of
 
 CLEANUP_BATCH = 500
 MAX_RANKED = 100_000  # queued jobs a position is counted among
@@ -57,9 +60,7 @@ async def get_policy(ctx: Context) -> tuple[Policy, dict[str, Any]]:
 
 # ---- changing the policy -----------------------------------------------------------------
 
-_INT_FIELDS = frozenset(POLICY_FIELDS[:7]) | {"approve_gpus_over"}
-_BOOL_FIELDS = frozenset({"fair_share", "preemption"})
-_SECONDS = {  # each: (least, most)
+_SECONDS = {  # each of SECONDS_FIELDS: (least, most)
     "half_life_s": (60.0, 10 * 365 * 86400.0),
     "min_runtime_s": (0.0, 365 * 86400.0),
     "preempt_grace_s": (0.0, 86400.0),
@@ -70,13 +71,13 @@ def check_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
     """The changes as they are stored; each refused field says what it takes."""
     out: dict[str, Any] = {}
     for name, value in changes.items():
-        if name in _INT_FIELDS:
+        if name in COUNT_FIELDS:
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LIMIT
             ):
                 raise InvalidInput(f"{name} is a count from 0 to {MAX_LIMIT}, or null: no limit")
             out[name] = value
-        elif name in _BOOL_FIELDS:
+        elif name in SWITCH_FIELDS:
             if not isinstance(value, bool):
                 raise InvalidInput(f"{name} is true or false")
             out[name] = value

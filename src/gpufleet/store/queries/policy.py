@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpufleet.domain.levels import Level
-from gpufleet.domain.policy import Limits, Policy
+from gpufleet.domain.policy import LIMIT_FIELDS, Limits, Policy
 from gpufleet.domain.records import Job, Member
 from gpufleet.domain.states import PLACED_JOB, TERMINAL_JOB, WAITING_JOB, JobStatus, WorkerStatus
 from gpufleet.store.queries import rows
@@ -28,22 +28,6 @@ from gpufleet.store.tables import (
 )
 
 POLICY_ID = 1
-POLICY_FIELDS = (
-    "max_jobs",
-    "max_gpus",
-    "team_max_jobs",
-    "team_max_gpus",
-    "user_max_jobs",
-    "user_max_gpus",
-    "user_max_queued",
-    "fair_share",
-    "half_life_s",
-    "preemption",
-    "min_runtime_s",
-    "preempt_grace_s",
-    "approve_gpus_over",
-    "approve_levels",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +50,6 @@ class PlacedJob:
     preempt_at: datetime | None
 
 
-LIMIT_FIELDS = POLICY_FIELDS[:7]
 _LEVELS = frozenset(level.value for level in Level)
 
 
