@@ -218,3 +218,54 @@ def test_the_queue_and_job_pages_fit_a_phone_screen(
 
     assert overflow <= 0, f"{path} is {overflow} px wider than a phone screen"
     screenshot(page, "phone-job" if path.startswith("/queue/") else "phone-queue-filtered")
+
+
+def page_of(first: int, last: int, total: int) -> str:
+    """The Queue's count of a page of jobs, as `#total` says it."""
+    return f"{first}\N{EN DASH}{last} of {total} jobs"
+
+
+def test_older_and_newer_page_through_more_jobs_than_a_page_holds(
+    server: ServerProcess, page: Page
+) -> None:
+    """The Queue showed the newest 100 jobs and no way to the others."""
+    label = unique("pages")
+    ids = waiting_jobs(server, label, 105)  # newest first
+    with server.admin() as admin:
+        older = admin.get(
+            "/api/queue", params={"label": f"pool={label}", "limit": 100, "offset": 100}
+        ).json()["jobs"]
+    assert [j["id"] for j in older] == ids[100:]
+    rows = page.locator("#jobs tbody tr")
+    sign_in(page, server.admin_key, then=f"/queue?status=queued&label=pool%3D{label}")
+    expect(page.locator("#total")).to_have_text(page_of(1, 100, 105))
+    expect(rows).to_have_count(100)
+    expect(rows.first).to_have_attribute("data-job", ids[0])
+    expect(page.locator("#newer")).to_be_disabled()
+
+    page.click("#older")
+    expect(page.locator("#total")).to_have_text(page_of(101, 105, 105))
+    expect(rows).to_have_count(5)
+    screenshot(page, "queue-older")
+    assert [rows.nth(i).get_attribute("data-job") for i in range(5)] == ids[100:]
+    expect(page.locator("#older")).to_be_disabled()
+    page.click("#newer")
+    expect(page.locator("#total")).to_have_text(page_of(1, 100, 105))
+    expect(rows.first).to_have_attribute("data-job", ids[0])
+
+    # A filter starts again at the newest; a page emptied meanwhile (the five newest
+    # cancelled, so no longer queued) gives way to the last page that has jobs.
+    page.click("#older")
+    expect(page.locator("#total")).to_have_text(page_of(101, 105, 105))
+    page.fill("#f-q", "j_")
+    page.press("#f-q", "Enter")
+    expect(page.locator("#total")).to_have_text(page_of(1, 100, 105))
+    page.click("#older")
+    expect(page.locator("#total")).to_have_text(page_of(101, 105, 105))
+    with server.admin() as admin:
+        resp = admin.post("/api/queue/cancel", json={"job_ids": ids[:5]})
+        assert resp.status_code == 200 and resp.json()["done"] == 5, resp.text
+    expect(page.locator("#total")).to_have_text("100 jobs")
+    expect(rows.first).to_have_attribute("data-job", ids[5])
+    expect(page.locator("#older")).to_be_hidden()  # one page: nothing to page through
+    expect(page.locator("#newer")).to_be_hidden()

@@ -1,5 +1,5 @@
-// Queue: every job, live, newest first; filters live in the URL; re-run and cancel one job
-// or the selected ones.
+// Queue: every job, live, newest first, a page of PAGE at a time (Older, Newer); filters live
+// in the URL; re-run and cancel one job or the selected ones.
 import { get, post } from "./api.js";
 import {
   $, badge, busy, confirmDialog, h, progress, serial, showError, span, startClock, textOr, when,
@@ -17,7 +17,9 @@ const FINAL = new Set(["completed", "failed", "cancelled"]);
 const WAITING = new Set(["pending_approval", "queued", "offered"]);
 // The page's URL names (short, for links people share) → the list endpoint's parameters.
 const FILTERS = { status: "status", worker: "worker", target: "target", config: "config_name", q: "id_prefix" };
+const PAGE = 100;
 const selected = new Set(); // ids of the shown jobs that are ticked
+let offset = 0; // how many newer jobs the shown page skips
 let shown = []; // the jobs in the table now
 let applied = null; // the filters in force: set from the URL, then by Filter and Clear
 
@@ -38,7 +40,7 @@ function fromUrl() {
 // The page's own query (what the address bar keeps) and the API's.
 function queries() {
   const page = new URLSearchParams();
-  const api = new URLSearchParams({ limit: "100" });
+  const api = new URLSearchParams({ limit: String(PAGE) });
   for (const [name, param] of Object.entries(FILTERS)) {
     const value = form.elements[name].value.trim();
     if (!value) continue;
@@ -99,19 +101,34 @@ function updateBulk() {
 // Filters apply when chosen (a select) or sent (Enter, Filter), not while being typed.
 function apply() {
   applied = queries();
+  offset = 0;
   const { page } = applied;
   history.replaceState(null, "", page.toString() ? `?${page}` : location.pathname);
   refresh();
 }
 
+// The page at `offset`; past the last job (jobs deleted meanwhile), the last page instead.
+async function fetchPage() {
+  const api = new URLSearchParams(applied.api);
+  api.set("offset", String(offset));
+  const body = await get(`/api/queue?${api}`);
+  if (body.jobs.length || offset === 0 || body.total === 0) return body;
+  offset = Math.floor((body.total - 1) / PAGE) * PAGE;
+  return fetchPage();
+}
+
 const refresh = serial(async () => {
-  const { api } = applied;
   try {
-    const { jobs, total } = await get(`/api/queue?${api}`);
+    const { jobs, total } = await fetchPage();
     shown = jobs;
     const ids = new Set(jobs.map((j) => j.id));
     for (const id of [...selected]) if (!ids.has(id)) selected.delete(id);
-    $("#total").textContent = `${total} job${total === 1 ? "" : "s"}${total > jobs.length ? `, newest ${jobs.length} shown` : ""}`;
+    $("#total").textContent = total > jobs.length
+      ? `${offset + 1}–${offset + jobs.length} of ${total} jobs`
+      : `${total} job${total === 1 ? "" : "s"}`;
+    $("#newer").disabled = offset === 0;
+    $("#older").disabled = offset + PAGE >= total;
+    $("#newer").hidden = $("#older").hidden = offset === 0 && total <= PAGE; // one page: no paging
     $("#jobs tbody").replaceChildren(...(jobs.length ? jobs.map(row)
       : [h("tr", { class: "empty" }, h("td", { colspan: 14, text: "No jobs." }))]));
     updateBulk();
@@ -167,6 +184,8 @@ form.addEventListener("submit", (event) => {
 form.addEventListener("change", (event) => {
   if (event.target.tagName === "SELECT") apply();
 });
+$("#newer").addEventListener("click", () => { offset = Math.max(0, offset - PAGE); refresh(); });
+$("#older").addEventListener("click", () => { offset += PAGE; refresh(); });
 $("#clear").addEventListener("click", () => {
   form.reset();
   apply();
