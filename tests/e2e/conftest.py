@@ -474,6 +474,59 @@ def submit_job(
     return str(resp.json()["id"])
 
 
+class Member:
+    """A user of one team, with a key of their own."""
+
+    def __init__(self, server: ServerProcess, team: str, level: str, **team_fields: Any) -> None:
+        self.server = server
+        self.team = unique(team)
+        self.name = unique(f"{team}-user")
+        with server.admin() as admin:
+            created = admin.post("/api/teams", json={"name": self.team, **team_fields})
+            assert created.status_code == 201, created.text
+            created = admin.post(
+                "/api/users", json={"name": self.name, "level": level, "team": self.team}
+            )
+            assert created.status_code == 201, created.text
+            key = admin.post(
+                "/api/admin/api-keys",
+                json={
+                    "name": self.name,
+                    "permissions": ["queue.read", "queue.submit"],
+                    "user": self.name,
+                },
+            )
+            assert key.status_code == 201, key.text
+        self.key = str(key.json()["key"])
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.server.url, timeout=10, headers={"Authorization": f"Bearer {self.key}"}
+        )
+
+    def submit(
+        self, labels: dict[str, str], command: list[str] | None, **body: Any
+    ) -> dict[str, Any]:
+        """A job for a worker with `labels` and one GPU (unless `body` says otherwise): the
+        command, or with None the config alone (`body`'s `config`: a SimpleTuner agent's)."""
+        config = {**({"command": command} if command else {}), **body.pop("config", {})}
+        with self.client() as c:
+            resp = c.post(
+                "/api/queue/submit",
+                json={
+                    "config": config,
+                    "target": "worker",
+                    "worker_labels": labels,
+                    "gpu_count": 1,
+                    **body,
+                },
+            )
+        assert resp.status_code == 201, resp.text
+        job = dict(resp.json())
+        assert job["team"] == self.team and job["user"] == self.name, job
+        return job
+
+
 def job_state(server: ServerProcess, job_id: str) -> dict[str, Any]:
     with server.admin() as admin:
         return dict(admin.get(f"/api/queue/{job_id}").json())

@@ -18,10 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.e2e.conftest import (
+    Member,
     ServerProcess,
     WorkerProcess,
     job_log_lines,
@@ -82,55 +82,6 @@ def gpu_env(tmp_path: Path) -> dict[str, str]:
     smi.write_text(FAKE_SMI)
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     return {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
-
-
-class Member:
-    """A user of one team, with a key of their own."""
-
-    def __init__(self, server: ServerProcess, team: str, level: str, **team_fields: Any) -> None:
-        self.server = server
-        self.team = unique(team)
-        self.name = unique(f"{team}-user")
-        with server.admin() as admin:
-            created = admin.post("/api/teams", json={"name": self.team, **team_fields})
-            assert created.status_code == 201, created.text
-            created = admin.post(
-                "/api/users", json={"name": self.name, "level": level, "team": self.team}
-            )
-            assert created.status_code == 201, created.text
-            key = admin.post(
-                "/api/admin/api-keys",
-                json={
-                    "name": self.name,
-                    "permissions": ["queue.read", "queue.submit"],
-                    "user": self.name,
-                },
-            )
-            assert key.status_code == 201, key.text
-        self.key = str(key.json()["key"])
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.server.url, timeout=10, headers={"Authorization": f"Bearer {self.key}"}
-        )
-
-    def submit(self, labels: dict[str, str], command: list[str], **body: Any) -> dict[str, Any]:
-        config = {"command": command, **body.pop("config", {})}
-        with self.client() as c:
-            resp = c.post(
-                "/api/queue/submit",
-                json={
-                    "config": config,
-                    "target": "worker",
-                    "worker_labels": labels,
-                    "gpu_count": 1,
-                    **body,
-                },
-            )
-        assert resp.status_code == 201, resp.text
-        job = dict(resp.json())
-        assert job["team"] == self.team and job["user"] == self.name, job
-        return job
 
 
 def offered_at(attempt: dict[str, Any]) -> datetime:

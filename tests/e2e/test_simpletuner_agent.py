@@ -35,6 +35,7 @@ import pytest
 
 from tests.conftest import fresh_database
 from tests.e2e.conftest import (
+    Member,
     ServerProcess,
     WorkerProcess,
     job_state,
@@ -342,3 +343,57 @@ def test_the_agent_resumes_its_job_after_the_orchestrator_is_killed(
     assert [a["status"] for a in job["attempt_history"]] == ["completed"]
     # The whole log: `log()` is its tail, and the training's lines since may fill it.
     assert "Resuming job: " + job_id in agent.log_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def policy_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A server of the test's own whose policy loop runs every 0.2 s, with fair share and
+    preemption on (a job may be preempted half a second after it started)."""
+    proc = ServerProcess(tmp_path / "policy", None, **AGENT_SERVER_FLAGS, **{"usage-interval": 0.2})
+    proc.start()
+    try:
+        policy = {"fair_share": True, "preemption": True, "min_runtime_s": 0.5}
+        with proc.admin() as admin:
+            resp = admin.patch("/api/queue/policy", json={**policy, "preempt_grace_s": 10})
+        assert resp.status_code == 200, resp.text
+        yield proc
+    finally:
+        proc.kill(signal.SIGTERM)
+
+
+def test_a_policy_preemption_cancels_the_agents_job_and_requeues_it_without_a_retry(
+    policy_server: ServerProcess, st_agents: Callable[..., ReleasedAgent]
+) -> None:
+    """docs/scheduling.md: the released agent ignores the `job_cancel`'s `preempt` and
+    `grace_s` and cancels; its attempt counts as preempted all the same, the job is requeued
+    without spending a retry, and the freed agent is offered the job it was freed for first."""
+    server = policy_server
+    agent = st_agents(server).start()
+    low = Member(server, "low", "researcher", preemptible=True)
+    high = Member(server, "high", "lead", can_preempt=True)
+    on_agent = {"gpu_count": 0}  # the agent has no GPU here
+    victim = low.submit(lane(agent), None, config=LONG, max_retries=0, **on_agent)["id"]
+    wait_job(server, victim, "running", timeout=20)
+    urgent = high.submit(lane(agent), None, config={"stub_steps": 2}, **on_agent)["id"]
+
+    theirs = wait_job(server, urgent, "completed", "failed", "cancelled", timeout=30)
+    assert theirs["status"] == "completed", (theirs, agent.log())
+    wait_for(
+        lambda: len(job_state(server, victim)["attempt_history"]) == 2,
+        what="the preempted job to be offered again",
+    )
+    job = job_state(server, victim)
+    first, second = sorted(job["attempt_history"], key=lambda a: a["number"])
+    assert first["status"] == "preempted", (first, agent.log())
+    assert first["error"] == "cancelled on the worker", first  # a cancel's path, not a preempt's
+    assert job["max_retries"] == 0 and job["status"] in ("offered", "running"), job
+    with server.admin() as admin:
+        audit = admin.get("/api/audit", params={"type": "job.preempted", "target": victim})
+    [preempted] = audit.json()["events"]
+    assert preempted["detail"]["preempted_by"] == urgent
+    assert preempted["detail"]["attempt_id"] == first["id"]
+    [ran] = theirs["attempt_history"]
+    assert first["worker_id"] == ran["worker_id"] == second["worker_id"] == agent.id
+    assert first["offered_at"] < ran["offered_at"] < second["offered_at"]
+    admin_post(server, f"/api/queue/{victim}/cancel")  # its 30 s need not run again
+    assert wait_job(server, victim, "cancelled")["status"] == "cancelled"
