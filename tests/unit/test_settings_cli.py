@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import MappingProxyType
 
@@ -345,6 +347,31 @@ def test_help_lists_every_command() -> None:
     section = result.output.split("Commands:\n")[1]
     listed = [line.split()[0] for line in section.splitlines() if line.startswith("  ")]
     assert listed == sorted(COMMANDS) == EVERY_COMMAND.split()
+
+
+def every_help_text() -> Iterator[tuple[str, str]]:
+    """(where, text) for every command's and every option's help, subcommands included."""
+
+    def walk(command: click.Command, path: str) -> Iterator[tuple[str, str]]:
+        yield path, command.help or ""
+        for param in command.params:
+            if isinstance(param, click.Option):
+                yield f"{path} {param.opts[0]}", param.help or ""
+        if isinstance(command, click.Group):
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, f"{path} {name}"
+                yield from walk(sub, f"{path} {name}")
+
+    yield from walk(cli, "gpufleet")
+
+
+def test_no_help_text_says_a_word_or_two_twice_in_a_row() -> None:
+    """`gpufleet users create --max-gpus` said "in use at once at once"."""
+    repeated = re.compile(r"\b(\w+(?: \w+)?) \1\b")  # case counts: "DAYS days" is right
+    found = [(where, m[0]) for where, text in every_help_text() if (m := repeated.search(text))]
+    assert found == []
 
 
 # ---- the worker command's options -----------------------------------------------------------

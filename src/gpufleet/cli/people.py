@@ -57,7 +57,7 @@ def _limit_options(*fields: str) -> Callable[[F], F]:
                 flag,
                 field,
                 type=LIMIT,
-                help=f"At most this many {what} at once ('none': no limit).",
+                help=f"At most this many {what} ('none': no limit).",
             )(command)
         return command
 
