@@ -168,6 +168,43 @@ def test_an_ephemeral_worker_runs_one_job_over_tls_then_exits(
         worker.stop()
 
 
+def installed_cli(installed: Installation, server: ServerProcess, *args: str) -> str:
+    """`gpufleet ARGS` of the installation, as the admin, over TLS: its output; it must
+    succeed."""
+    env = {
+        **installed.env,
+        "GPUFLEET_URL": server.url,
+        "GPUFLEET_API_KEY": server.admin_key,
+        "GPUFLEET_CA_CERT": str(server.trusted_cert),
+    }
+    done = subprocess.run(
+        [installed.gpufleet, *args], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_installed_cli_sets_the_sharing_policy_and_makes_teams_and_users(
+    installed: Installation, server: ServerProcess
+) -> None:
+    """#18 as installed: the policy, a team and a user through the installed CLI, each read
+    back through the API."""
+    installed_cli(installed, server, "queue", "limits", "--set", "team_max_gpus=4")
+    installed_cli(
+        installed, server, "teams", "create", "vision", "--weight", "2", "--max-jobs", "3"
+    )
+    installed_cli(
+        installed, server, "users", "create", "ada", "--level", "lead", "--team", "vision"
+    )
+    stats = json.loads(installed_cli(installed, server, "queue", "stats", "--json"))
+    assert stats["team_max_gpus"] == 4, stats
+    with server.admin() as admin:
+        team = admin.get("/api/teams/vision").json()
+        user = admin.get("/api/users/ada").json()
+    assert (team["weight"], team["max_jobs"]) == (2, 3), team
+    assert user["level"] == "lead" and user["teams"] == ["vision"], user
+
+
 def test_a_jobs_files_come_home_and_download_with_the_installed_cli(
     installed: Installation, server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -193,20 +230,7 @@ def test_a_jobs_files_come_home_and_download_with_the_installed_cli(
             listed = admin.get(f"/api/queue/{job_id}/artifacts").json()["artifacts"]
         assert sorted(a["path"] for a in listed) == ["output/model.bin", "result.json"]
         out = tmp_path / "download"
-        env = {
-            **installed.env,
-            "GPUFLEET_URL": server.url,
-            "GPUFLEET_API_KEY": server.admin_key,
-            "GPUFLEET_CA_CERT": str(server.trusted_cert),
-        }
-        done = subprocess.run(
-            [installed.gpufleet, "jobs", "download", job_id, "-o", str(out)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+        installed_cli(installed, server, "jobs", "download", job_id, "-o", str(out))
         for artifact in listed:
             data = (out / artifact["path"]).read_bytes()
             assert hashlib.sha256(data).hexdigest() == artifact["sha256"], artifact["path"]
