@@ -43,6 +43,7 @@ async def test_every_json_endpoint_answers_a_json_body_alike_whatever_its_conten
         "job_id": "j_nope",
         "name": "cfg",
         "key_id": "k_nope",
+        "webhook_id": "wh_nope",
         "user": "nobody",
         "team": "nobody",
     }

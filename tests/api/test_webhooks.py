@@ -18,10 +18,11 @@ from gpufleet.domain.webhooks import FIRST_RETRY_S
 from gpufleet.server.context import transaction
 from gpufleet.server.services import delivery
 from gpufleet.server.services.lifecycle import move_job
-from tests.api.conftest import HEARTBEAT_TIMEOUT, Fleet, sqlite_only
+from tests.api.conftest import HEARTBEAT_TIMEOUT, Agent, Fleet, sqlite_only
 from tests.webhook_receiver import Receiver, receiving
 
 SECRET = "s3cret-for-signing"
+NEW_SECRET = "another-s3cret"
 
 
 @pytest.fixture
@@ -101,6 +102,86 @@ async def test_a_webhook_that_could_not_work_is_refused_saying_what_to_fix(
     assert answer.status_code == 422, answer.text
     assert says in json.dumps(answer.json()["detail"])
     assert (await fleet.admin.get("/api/admin/webhooks")).json()["webhooks"] == []
+
+
+async def failed_job(fleet: Fleet, agent: Agent) -> None:
+    await fleet.submit()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    await agent.finish(offer, "failed", exit_code=3, error="exited with code 3")
+
+
+async def test_an_admin_changes_a_webhooks_events_secret_and_url_and_its_deliveries_follow(
+    fleet: Fleet, receiver: Receiver
+) -> None:
+    hook = await add_webhook(fleet, receiver.url, "worker.lost", secret=SECRET)
+    fleet.secrets.add(NEW_SECRET)
+    path = f"/api/admin/webhooks/{hook['id']}"
+    answer = await fleet.admin.patch(path, json={"events": ["job.failed"], "secret": NEW_SECRET})
+    assert answer.status_code == 200, answer.text
+    changed = answer.json()
+    assert (changed["url"], changed["events"], changed["signed"]) == (
+        receiver.url,
+        ["job.failed"],
+        True,
+    )
+    assert changed["created_at"] == hook["created_at"] and "secret" not in changed
+    [audited] = await fleet.audit(type="webhook.updated", target=hook["id"])
+    assert audited["detail"] == {"events": ["job.failed"], "signed": True}
+    stored = await fleet.all_stored_text()
+    assert NEW_SECRET not in stored and NEW_SECRET not in json.dumps(audited)
+
+    agent = await fleet.online_worker("gpu-1")
+    await failed_job(fleet, agent)  # heard now; worker.lost no longer is
+    assert await delivery.deliver_due(fleet.ctx) == 1
+    [signed] = receiver.wait_for(1)
+    assert signed.headers["x-gpufleet-signature"] == signature(NEW_SECRET, signed.body)
+
+    answer = await fleet.admin.patch(path, json={"secret": None})  # unsigned from now on
+    assert answer.status_code == 200 and answer.json()["signed"] is False, answer.text
+    await failed_job(fleet, agent)
+    assert await delivery.deliver_due(fleet.ctx) == 1
+    _, unsigned = receiver.wait_for(2)
+    assert "x-gpufleet-signature" not in unsigned.headers
+
+    elsewhere = "https://hooks.example.com/moved"
+    answer = await fleet.admin.patch(path, json={"url": elsewhere})
+    assert answer.status_code == 200, answer.text
+    [listed] = (await fleet.admin.get("/api/admin/webhooks")).json()["webhooks"]
+    assert (listed["url"], listed["events"], listed["signed"]) == (elsewhere, ["job.failed"], False)
+    assert [a["detail"] for a in await fleet.audit(type="webhook.updated")][:2] == [
+        {"url": elsewhere},
+        {"signed": False},
+    ]
+
+
+@sqlite_only
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"url": "ftp://hooks.example.com/x"}, "http:// or https://"),
+        ({"url": None}, "needs a URL"),
+        ({"url": "   "}, "needs a URL"),
+        ({"events": None}, "at least one event"),
+        ({"events": []}, "events"),
+        ({"events": ["job.ended", "job.started"]}, "unknown event"),
+        ({"secret": " x "}, "whitespace"),
+        ({"name": "mine"}, "Extra inputs"),
+    ],
+)
+async def test_a_change_that_could_not_work_is_refused_and_the_webhook_left_as_it_was(
+    fleet: Fleet, body: dict[str, Any], says: str
+) -> None:
+    hook = await add_webhook(fleet, "https://hooks.example.com/a", "job.ended", secret=SECRET)
+    answer = await fleet.admin.patch(f"/api/admin/webhooks/{hook['id']}", json=body)
+    assert answer.status_code == 422, answer.text
+    assert says in json.dumps(answer.json()["detail"])
+    assert (await fleet.admin.get("/api/admin/webhooks")).json()["webhooks"] == [hook]
+    assert await fleet.audit(type="webhook.updated") == []
+    gone = await fleet.admin.patch(
+        "/api/admin/webhooks/wh_000000000000", json={"events": ["job.ended"]}
+    )
+    assert gone.status_code == 404 and "list the webhooks again" in gone.json()["detail"]
 
 
 async def test_a_failed_job_is_posted_signed_retried_after_a_500_and_logged(

@@ -130,6 +130,73 @@ def test_an_admin_adds_a_webhook_sends_a_test_and_deletes_it(
             assert admin.get("/api/admin/webhooks").json()["webhooks"] == []
 
 
+def test_an_admin_edits_a_webhooks_url_events_and_secret(server: ServerProcess, page: Page) -> None:
+    """Webhooks could only be deleted and added again (a new id, the log lost)."""
+    with server.admin() as admin:
+        resp = admin.post(
+            "/api/admin/webhooks",
+            json={"url": "https://hooks.example.com/a", "events": ["job.failed"], "secret": "s1"},
+        )
+        assert resp.status_code == 201, resp.text
+    hook = resp.json()
+
+    def stored() -> dict[str, object]:
+        with server.admin() as admin:
+            [found] = [
+                h
+                for h in admin.get("/api/admin/webhooks").json()["webhooks"]
+                if h["id"] == hook["id"]
+            ]
+        return dict(found)
+
+    sign_in(page, server.admin_key, then="/webhooks")
+    card = page.locator(f'section.hook[data-webhook="{hook["id"]}"]')
+    card.locator("[data-action=edit]").click()
+    dialog = page.locator("#hook-edit")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#e-url")).to_have_value("https://hooks.example.com/a")
+    expect(dialog.locator("input[value='job.failed']")).to_be_checked()
+
+    page.fill("#e-url", "https://hooks.example.com:99999/")  # the server's check
+    dialog.locator("input[value='job.failed']").uncheck()
+    page.click("#hook-save")
+    expect(dialog.locator("[data-error-for=events]")).to_contain_text("Tick at least one event")
+    dialog.locator("input[value='worker.lost']").check()
+    dialog.locator("input[name=secret_mode][value=new]").check()
+    page.click("#hook-save")
+    expect(dialog.locator("[data-error-for=secret]")).to_contain_text("Type the new secret")
+    dialog.locator("input[name=secret_mode][value=none]").check()
+    page.click("#hook-save")
+    expect(dialog.locator("[data-error-for=url]")).to_contain_text("check its host and port")
+    assert stored() == hook  # nothing was changed by the refused saves
+
+    page.fill("#e-url", "https://hooks.example.com/b")
+    screenshot(page, "webhook-edit")
+    page.click("#hook-save")
+    expect(dialog).to_be_hidden()
+    expect(card.locator(".hook-url")).to_have_text("https://hooks.example.com/b")
+    expect(card).to_contain_text("not signed")
+    after = stored()
+    assert (after["url"], after["events"], after["signed"]) == (
+        "https://hooks.example.com/b",
+        ["worker.lost"],
+        False,
+    )
+    assert after["id"] == hook["id"] and after["created_at"] == hook["created_at"]
+
+    card.locator("[data-action=edit]").click()  # a new secret, typed: chosen by typing it
+    page.fill("#e-secret", "s2")
+    page.click("#hook-save")
+    expect(card).to_contain_text("signed with its secret")
+    assert stored()["signed"] is True
+    with server.admin() as admin:
+        audit = admin.get("/api/audit", params={"type": "webhook.updated", "target": hook["id"]})
+    assert [e["detail"] for e in audit.json()["events"]] == [
+        {"signed": True},
+        {"url": "https://hooks.example.com/b", "events": ["worker.lost"], "signed": False},
+    ]
+
+
 @pytest.mark.parametrize("path", ["/keys", "/webhooks"])
 def test_the_keys_and_webhooks_pages_fit_a_phone_and_a_laptop(
     server: ServerProcess, page: Page, path: str

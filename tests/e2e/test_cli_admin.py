@@ -44,7 +44,7 @@ def test_revoking_the_key_in_use_is_refused_in_one_line(server: ServerProcess) -
     assert ok(gf(server, "keys", "list"))
 
 
-def test_webhooks_add_test_deliveries_and_delete(
+def test_webhooks_add_test_deliveries_update_and_delete(
     server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     refused = one_line_error(gf(server, "webhooks", "add", "ftp://x.example/", "-e", "job.ended"))
@@ -74,6 +74,30 @@ def test_webhooks_add_test_deliveries_and_delete(
         assert json.loads(request.body)["event"] == "test"
         log = ok(gf(server, "webhooks", "deliveries", added["id"]))
         assert "delivered" in log and "answered 200" in log
+
+        nothing = one_line_error(gf(server, "webhooks", "update", added["id"]))
+        assert "nothing to change" in nothing and "--unsigned" in nothing
+        both = gf(
+            server, "webhooks", "update", added["id"], "--secret-env", "HOOK_SECRET", "--unsigned"
+        )
+        assert "not both" in one_line_error(both)
+        changed = ok(
+            gf(server, "webhooks", "update", added["id"], "--unsigned", "-e", "job.failed")
+        )
+        assert changed.strip() == (
+            f"Updated webhook {added['id']} (unsigned) for job.failed, sending to {receiver.url}."
+        )
+        assert "Delivered" in ok(gf(server, "webhooks", "test", added["id"]))
+        _, unsigned = receiver.wait_for(2)
+        assert "x-gpufleet-signature" not in unsigned.headers
+    moved = as_json(
+        gf(server, "webhooks", "update", added["id"], "--to", "https://h.example/x", "--json")
+    )
+    assert (moved["url"], moved["events"], moved["signed"]) == (
+        "https://h.example/x",
+        ["job.failed"],
+        False,
+    )
 
     ok(gf(server, "webhooks", "delete", added["id"], "--yes"))
     assert as_json(gf(server, "webhooks", "list", "--json"))["webhooks"] == []

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -16,11 +17,12 @@ from gpufleet.errors import InvalidInput
 
 _EVENTS = ", ".join(f"{s.value} ({text})" for s, text in SUBSCRIPTION_HELP.items())
 TEST_WAIT_S = 20.0
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group()
 def webhooks() -> None:
-    """Add, test and delete webhooks, and read their delivery logs."""
+    """Add, change, test and delete webhooks, and read their delivery logs."""
 
 
 @webhooks.command("list")
@@ -48,23 +50,43 @@ def list_webhooks(api: ApiClient, as_json: bool) -> None:
     out.console().print(out.table(("ID", "URL", "EVENTS", "SIGNED", "ADDED"), rows, wrap="URL"))
 
 
-@webhooks.command("add")
-@click.argument("target", metavar="URL")
-@click.option(
-    "--event",
-    "-e",
-    "events",
-    multiple=True,
-    required=True,
-    type=click.Choice([s.value for s in Subscription]),
-    help=f"An event to send (repeat for several): {_EVENTS}.",
-)
-@click.option(
+def _event_option(*, required: bool) -> Callable[[F], F]:
+    return click.option(
+        "--event",
+        "-e",
+        "events",
+        multiple=True,
+        required=required,
+        type=click.Choice([s.value for s in Subscription]),
+        help=f"An event to send (repeat for several): {_EVENTS}."
+        + ("" if required else " Given, they replace the webhook's events."),
+    )
+
+
+_secret_env_option = click.option(
     "--secret-env",
     metavar="VAR",
     help="Sign deliveries with the secret in this environment variable (kept off the "
     "command line and out of shell history).",
 )
+
+
+def _secret_from(secret_env: str) -> str:
+    secret = os.environ.get(secret_env, "")
+    if not secret:
+        raise InvalidInput(f"${secret_env} is empty or unset; export the secret in it first")
+    return secret
+
+
+def _said(hook: dict[str, Any]) -> str:
+    signed = "signed" if hook["signed"] else "unsigned"
+    return f"webhook {hook['id']} ({signed}) for {', '.join(hook['events'])}"
+
+
+@webhooks.command("add")
+@click.argument("target", metavar="URL")
+@_event_option(required=True)
+@_secret_env_option
 @json_option
 @api_options
 def add_webhook(
@@ -73,17 +95,52 @@ def add_webhook(
     """Send the chosen events to URL (http or https)."""
     body: dict[str, Any] = {"url": target, "events": list(events)}
     if secret_env is not None:
-        secret = os.environ.get(secret_env, "")
-        if not secret:
-            raise InvalidInput(f"${secret_env} is empty or unset; export the secret in it first")
-        body["secret"] = secret
+        body["secret"] = _secret_from(secret_env)
     hook = api.post("/api/admin/webhooks", body)
     if as_json:
         out.print_json(hook)
         return
-    signed = "signed" if hook["signed"] else "unsigned"
-    out.echo(f"Added webhook {hook['id']} ({signed}) for {', '.join(hook['events'])}.")
+    out.echo(f"Added {_said(hook)}.")
     out.echo(f"Try it: gpufleet webhooks test {hook['id']}")
+
+
+@webhooks.command("update")
+@click.argument("webhook_id")
+@click.option("--to", "target", metavar="URL", help="Send to this URL (http or https) instead.")
+@_event_option(required=False)
+@_secret_env_option
+@click.option("--unsigned", is_flag=True, help="Drop the secret: deliveries go unsigned.")
+@json_option
+@api_options
+def update_webhook(
+    api: ApiClient,
+    webhook_id: str,
+    target: str | None,
+    events: tuple[str, ...],
+    secret_env: str | None,
+    unsigned: bool,
+    as_json: bool,
+) -> None:
+    """Change a webhook's URL, events or secret; what is not given stays. Deliveries not
+    sent yet go to it as it is then."""
+    if secret_env is not None and unsigned:
+        raise InvalidInput("give --secret-env VAR or --unsigned, not both")
+    body: dict[str, Any] = {}
+    if target is not None:
+        body["url"] = target
+    if events:
+        body["events"] = list(events)
+    if secret_env is not None:
+        body["secret"] = _secret_from(secret_env)
+    if unsigned:
+        body["secret"] = None
+    if not body:
+        raise InvalidInput("nothing to change: give --to, --event, --secret-env or --unsigned")
+    hook = api.patch(f"/api/admin/webhooks/{part(webhook_id)}", body)
+    if as_json:
+        out.print_json(hook)
+        return
+    out.echo(f"Updated {_said(hook)}, sending to {hook['url']}.")
 
 
 @webhooks.command("delete")

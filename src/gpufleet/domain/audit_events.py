@@ -55,6 +55,7 @@ EVENT_TYPES = frozenset(
         "webhook.created",
         "webhook.deleted",
         "webhook.tested",
+        "webhook.updated",
     }
 )
 FAMILIES = sorted({t.split(".", 1)[0] + "." for t in EVENT_TYPES})

@@ -15,6 +15,7 @@ from gpufleet.server.schemas.webhooks import (
     CreateWebhook,
     DeliveryList,
     DeliveryOut,
+    UpdateWebhook,
     WebhookList,
     WebhookOut,
 )
@@ -38,6 +39,14 @@ async def list_webhooks(ctx: Ctx, who: Root) -> WebhookList:
 async def create_webhook(ctx: Ctx, who: Root, client: Client, body: CreateWebhook) -> WebhookOut:
     hook = await webhooks.create(ctx, body.url, body.events, body.secret, who.actor, client)
     return WebhookOut.of(hook)
+
+
+@router.patch("/{webhook_id}", response_model=WebhookOut)
+async def update_webhook(
+    ctx: Ctx, who: Root, client: Client, webhook_id: str, body: UpdateWebhook
+) -> WebhookOut:
+    changes = body.model_dump(exclude_unset=True)
+    return WebhookOut.of(await webhooks.update(ctx, webhook_id, changes, who.actor, client))
 
 
 @router.delete("/{webhook_id}", response_model=Ok)

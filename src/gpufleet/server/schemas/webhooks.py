@@ -18,6 +18,15 @@ class CreateWebhook(Strict):
     secret: str | None = Field(None, max_length=rules.MAX_SECRET_LENGTH)
 
 
+class UpdateWebhook(Strict):
+    """Only the fields sent change; a secret sent as null (or "") leaves deliveries unsigned,
+    a url or events sent as null are refused (a webhook has both)."""
+
+    url: str | None = Field(None, min_length=1, max_length=rules.MAX_URL_LENGTH)
+    events: list[str] | None = Field(None, min_length=1, max_length=8)
+    secret: str | None = Field(None, max_length=rules.MAX_SECRET_LENGTH)
+
+
 class WebhookOut(Record):
     id: str
     url: str

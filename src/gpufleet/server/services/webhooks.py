@@ -6,6 +6,7 @@ the change commits; `services/delivery.py` sends it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -120,9 +121,8 @@ async def create(
 ) -> Webhook:
     url = rules.check_url(url)
     chosen = rules.check_subscriptions(events)
-    secret = rules.check_secret(secret)
     webhook_id = new_id("wh")
-    sealed = seal_secret(ctx.audit_key, SECRET_PURPOSE, webhook_id, secret) if secret else None
+    sealed = _sealed(ctx, webhook_id, secret)
     async with transaction(ctx) as tx:
         await tx.q.insert_webhook(
             {
@@ -151,6 +151,41 @@ async def create(
             created_at=tx.now,
             created_by=actor,
         )
+
+
+def _sealed(ctx: Context, webhook_id: str, secret: str | None) -> str | None:
+    """The secret as stored (sealed under the audit key), checked; None: deliveries go
+    unsigned."""
+    checked = rules.check_secret(secret)
+    return seal_secret(ctx.audit_key, SECRET_PURPOSE, webhook_id, checked) if checked else None
+
+
+async def update(
+    ctx: Context, webhook_id: str, changes: Mapping[str, Any], actor: str, client: str | None
+) -> Webhook:
+    """Change a webhook's `url`, `events` or `secret` (None or "": its deliveries go
+    unsigned); a key absent from `changes` stays as it is. Deliveries not sent yet go to the
+    webhook as it is when they are sent."""
+    values: dict[str, Any] = {}
+    said: dict[str, Any] = {}  # what the audit row says: never the secret
+    if "url" in changes:
+        values["url"] = said["url"] = rules.check_url(changes["url"] or "")
+    if "events" in changes:
+        chosen = rules.check_subscriptions(changes["events"] or ())
+        values["events"] = said["events"] = [e.value for e in chosen]
+    if "secret" in changes:
+        values["secret_sealed"] = _sealed(ctx, webhook_id, changes["secret"])
+        said["signed"] = values["secret_sealed"] is not None
+    async with transaction(ctx) as tx:
+        if await tx.q.get_webhook(webhook_id) is None:
+            raise _missing(webhook_id)
+        if values:
+            await tx.q.update_webhook(webhook_id, **values)
+            tx.audit("webhook.updated", actor, webhook_id, client, **said)
+        hook = await tx.q.get_webhook(webhook_id)
+    if hook is None:  # read in this very transaction
+        raise RuntimeError(f"webhook {webhook_id} vanished")
+    return hook
 
 
 async def list_all(ctx: Context) -> list[Webhook]:

@@ -28,6 +28,11 @@ class WebhookQueries(QueryBase):
         row = await self._first(stmt)
         return rows.webhook(row) if row else None
 
+    async def update_webhook(self, webhook_id: str, **values: Any) -> None:
+        await self.conn.execute(
+            sa.update(webhooks).where(webhooks.c.id == webhook_id).values(**values)
+        )
+
     async def delete_webhook(self, webhook_id: str) -> bool:
         await self.conn.execute(
             sa.delete(webhook_deliveries).where(webhook_deliveries.c.webhook_id == webhook_id)

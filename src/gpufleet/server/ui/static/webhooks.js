@@ -1,6 +1,8 @@
-// Administration → Webhooks: add, send a test, delete, and each webhook's delivery log.
-import { ApiError, del, get, post } from "./api.js";
-import { $, act as actOn, badge, busy, confirmDialog, h, showError, when, wireDialogs } from "./dom.js";
+// Administration → Webhooks: add, edit, send a test, delete, and each webhook's delivery log.
+import { ApiError, del, get, patch, post } from "./api.js";
+import {
+  $, act as actOn, badge, busy, confirmDialog, formErrors, h, showError, when, wireDialogs,
+} from "./dom.js";
 import "./nav.js";
 
 const error = $("#error");
@@ -43,6 +45,10 @@ function card(hook, deliveries) {
       h("h2", { class: "hook-url", text: hook.url }),
       h("span", { class: "spacer" }),
       h("button", {
+        class: "small", type: "button", "data-action": "edit", text: "Edit",
+        onclick: () => edit(hook),
+      }),
+      h("button", {
         class: "small", type: "button", "data-action": "test", text: "Send test",
         onclick: (e) => act(e.currentTarget, () => post(`/api/admin/webhooks/${hook.id}/test`)),
       }),
@@ -82,6 +88,53 @@ async function refresh() {
   if (logs.some((log) => log.some((d) => d.status === "pending"))) polling = setTimeout(refresh, 1000);
 }
 
+// ---- edit -------------------------------------------------------------------------------
+
+const editDialog = $("#hook-edit");
+const editForm = $("#hook-edit-form");
+let editing = null; // the webhook as it was when its dialog opened
+
+const ticked = (form) => [...form.querySelectorAll("input[name=events]:checked")].map((i) => i.value);
+// The server's word on the URL goes next to the URL field.
+const aboutUrl = (err) => err instanceof ApiError && /URL/.test(err.message);
+
+function edit(hook) {
+  editing = hook;
+  editForm.reset();
+  editForm.elements.url.value = hook.url;
+  for (const box of editForm.querySelectorAll("input[name=events]")) box.checked = hook.events.includes(box.value);
+  formErrors(editForm, null);
+  editDialog.showModal();
+}
+
+editForm.elements.secret.addEventListener("input", () => { editForm.elements.secret_mode.value = "new"; });
+
+editForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const url = editForm.elements.url.value.trim();
+  const events = ticked(editForm);
+  const mode = editForm.elements.secret_mode.value;
+  const problems = {};
+  const wrong = urlProblem(url);
+  if (wrong) problems.url = wrong;
+  if (!events.length) problems.events = "Tick at least one event.";
+  if (mode === "new" && !editForm.elements.secret.value) problems.secret = "Type the new secret, or leave the secret as it is.";
+  formErrors(editForm, null, problems);
+  if (Object.keys(problems).length) return;
+  const body = {}; // only what changed
+  if (url !== editing.url) body.url = url;
+  if ([...events].sort().join() !== [...editing.events].sort().join()) body.events = events;
+  if (mode === "new") body.secret = editForm.elements.secret.value;
+  if (mode === "none") body.secret = null;
+  try {
+    if (Object.keys(body).length) await busy(event.submitter, () => patch(`/api/admin/webhooks/${editing.id}`, body));
+  } catch (err) {
+    return formErrors(editForm, err, aboutUrl(err) ? { url: err.message } : {});
+  }
+  editDialog.close();
+  refresh();
+});
+
 // ---- add --------------------------------------------------------------------------------
 
 const form = $("#hook-form");
@@ -97,7 +150,7 @@ form.addEventListener("submit", async (event) => {
   event.preventDefault();
   const submit = $("#hook-add");
   const url = $("#h-url").value.trim();
-  const events = [...form.querySelectorAll("input[name=events]:checked")].map((i) => i.value);
+  const events = ticked(form);
   showError($("#hook-error"), null);
   const problem = urlProblem(url);
   showError($("#h-url-error"), problem ? new Error(problem) : null);
@@ -109,9 +162,7 @@ form.addEventListener("submit", async (event) => {
     await busy(submit, () => post("/api/admin/webhooks", body));
     form.reset();
   } catch (err) {
-    // The server's word on the URL goes next to the URL field.
-    const onUrl = err instanceof ApiError && /URL/.test(err.message);
-    showError(onUrl ? $("#h-url-error") : $("#hook-error"), err);
+    showError(aboutUrl(err) ? $("#h-url-error") : $("#hook-error"), err);
   }
   refresh();
 });
