@@ -92,6 +92,38 @@ def undeclared_imports(package: Path, requirements: Iterable[str]) -> dict[str, 
     return missing
 
 
+# Declared, yet never imported by name: what loads them, and why the package needs them.
+LOADED_FOR_US = {
+    "aiosqlite": "SQLAlchemy loads it for sqlite+aiosqlite:// URLs (the default database)",
+    "jinja2": "Starlette's Jinja2Templates renders the web UI's pages with it",
+}
+
+
+def unimported_dependencies(package: Path, requirements: Iterable[str]) -> list[str]:
+    """Declared distributions no module of `package` imports (in any block)."""
+    providers = packages_distributions()
+    imported: set[str] = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                imported.update(normalize(d) for d in providers.get(name.split(".")[0], []))
+    return sorted({distribution_name(r) for r in requirements} - imported)
+
+
+def test_every_declared_dependency_is_imported_or_said_why_not() -> None:
+    """pydantic-settings was declared, installed with every `pip install`, and never used."""
+    unused = unimported_dependencies(PACKAGE, declared_dependencies())
+    assert unused == sorted(LOADED_FOR_US), (
+        "in [project].dependencies of pyproject.toml but imported nowhere in the package "
+        f"(drop it, or say in LOADED_FOR_US what loads it): {unused}"
+    )
+
+
 def test_every_runtime_import_of_the_package_is_a_declared_dependency() -> None:
     missing = undeclared_imports(PACKAGE, declared_dependencies())
     assert missing == {}, (
