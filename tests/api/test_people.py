@@ -113,6 +113,55 @@ async def test_a_name_is_taken_once_and_unknown_ones_answer_404(fleet: Fleet) ->
     assert not_in.status_code == 404 and "bob is not in team rl" in not_in.json()["detail"]
 
 
+async def test_a_user_and_a_team_are_renamed_and_what_they_hold_follows(fleet: Fleet) -> None:
+    """Users and teams could not be renamed: a typo in a name stayed for good."""
+    await make_team(fleet, "vison")
+    user = await make_user(fleet, "grace", "lead", team="vison")
+    await key_of(fleet, "grace", "queue.read", "queue.submit")
+    assert (await fleet.admin.put("/api/teams/vison/members/admin")).status_code == 200
+    job = await fleet.submit(team="vison")
+
+    team = await fleet.admin.patch("/api/teams/vison", json={"name": "vision", "weight": 2})
+    assert team.status_code == 200, team.text
+    assert (team.json()["name"], team.json()["weight"], team.json()["members"]) == (
+        "vision",
+        2,
+        ["admin", "grace"],
+    )
+    renamed = await fleet.admin.patch(f"/api/users/{user['id']}", json={"name": "hopper"})
+    assert renamed.status_code == 200, renamed.text
+    assert (renamed.json()["name"], renamed.json()["teams"]) == ("hopper", ["vision"])
+
+    assert (await fleet.admin.get("/api/teams/vison")).status_code == 404
+    assert (await fleet.admin.get("/api/users/grace")).status_code == 404
+    assert (await fleet.admin.get("/api/users/hopper")).json()["id"] == user["id"]
+    shown = (await fleet.admin.get(f"/api/queue/{job['id']}")).json()
+    assert shown["team"] == "vision"
+    [key] = [
+        k for k in (await fleet.admin.get("/api/admin/api-keys")).json() if k["name"] == "grace-key"
+    ]
+    assert key["user"] == "hopper"
+
+    [team_row] = await fleet.audit(type="team.updated", target=team.json()["id"])
+    assert team_row["detail"] == {"name": "vision", "weight": 2.0, "renamed_from": "vison"}
+    [user_row] = await fleet.audit(type="user.updated", target=user["id"])
+    assert user_row["detail"] == {"name": "hopper", "renamed_from": "grace"}
+
+    same = await fleet.admin.patch("/api/users/hopper", json={"name": "hopper"})
+    assert same.status_code == 200 and len(await fleet.audit(type="user.updated")) == 1
+    await make_user(fleet, "ada")
+    taken = await fleet.admin.patch("/api/users/ada", json={"name": "hopper"})
+    assert taken.status_code == 409 and "exists already" in taken.json()["detail"]
+    await make_team(fleet, "nlp")
+    assert (await fleet.admin.patch("/api/teams/nlp", json={"name": "vision"})).status_code == 409
+    bad = await fleet.admin.patch("/api/teams/nlp", json={"name": "a/b"})
+    assert bad.status_code == 422 and "use letters, digits" in bad.json()["detail"]
+    me = await fleet.admin.patch("/api/users/ada", json={"name": "me"})
+    assert me.status_code == 422, me.text
+    names = sorted(u["name"] for u in (await fleet.admin.get("/api/users")).json()["users"])
+    assert names == ["ada", "admin", "hopper"]
+
+
 async def test_a_default_team_must_be_one_of_the_users_teams(fleet: Fleet) -> None:
     await make_user(fleet, "carol")
     await make_team(fleet, "vision")

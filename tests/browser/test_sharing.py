@@ -227,6 +227,44 @@ def test_an_admin_creates_a_team_and_a_user_adds_the_member_and_sets_weight_and_
     screenshot(page, "teams")
 
 
+def test_an_admin_renames_a_team_and_a_user_from_the_teams_page(
+    server: ServerProcess, page: Page
+) -> None:
+    """Neither could be renamed: a typo in a name stayed for good."""
+    team, user = unique("tema"), unique("usr")
+    created = admin_call(server, "POST", "/api/teams", json={"name": team})
+    admin_call(server, "POST", "/api/users", json={"name": user, "level": "viewer", "team": team})
+    sign_in(page, server.admin_key, then="/teams")
+
+    card = page.locator(f'section.team[data-team="{team}"]')
+    edit = card.locator("form.team-edit")
+    expect(edit.locator("input[name=name]")).to_have_value(team)
+    edit.locator("input[name=name]").fill("")
+    edit.locator("[data-action=save]").click()
+    expect(edit.locator("[data-error-for=name]")).to_contain_text("needs a name")
+    new_team = unique("team")
+    edit.locator("input[name=name]").fill(new_team)
+    edit.locator("[data-action=save]").click()
+    renamed = page.locator(f'section.team[data-team="{new_team}"]')
+    expect(renamed).to_be_visible()
+    assert admin_call(server, "GET", f"/api/teams/{created['id']}")["name"] == new_team
+
+    row = page.locator(f'#users tr[data-user="{user}"]')
+    row.locator("[data-action=limits]").click()
+    expect(page.locator("#user-limits-title")).to_have_text(f"Edit {user}")
+    expect(page.locator("#l-name")).to_have_value(user)
+    page.fill("#l-name", "admin")  # taken
+    page.click("#user-limits-save")
+    expect(page.locator("#user-limits")).to_contain_text("exists already")
+    new_user = unique("user")
+    page.fill("#l-name", new_user)
+    page.click("#user-limits-save")
+    expect(page.locator(f'#users tr[data-user="{new_user}"]')).to_be_visible()
+    expect(renamed.locator(f'[data-member="{new_user}"]')).to_be_visible()
+    moved = admin_call(server, "GET", f"/api/users/{new_user}")
+    assert (moved["teams"], moved["level"]) == ([new_team], "viewer")
+
+
 def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
     sampling_server: ServerProcess, browser: Browser
 ) -> None:

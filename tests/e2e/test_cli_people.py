@@ -42,9 +42,17 @@ def test_teams_and_users_round_trip_through_the_cli(server: ServerProcess) -> No
     cv = as_json(gf(server, "teams", "show", "cv", "--json"))
     assert cv["preemptible"] is False and cv["weight"] == 3
 
-    assert "none" in ok(gf(server, "teams", "remove", "cv", "alice"))
+    ok(gf(server, "teams", "update", "nlp", "--rename", "language"))
+    ok(gf(server, "users", "update", "alice", "--rename", "alicia"))
+    alicia = as_json(gf(server, "users", "show", "alicia", "--json"))
+    assert alicia["teams"] == ["cv", "language"] and alicia["default_team"] == "cv"
+    taken = one_line_error(gf(server, "teams", "update", "cv", "--rename", "language"))
+    assert "a team named 'language' exists already" in taken
+
+    assert "none" in ok(gf(server, "teams", "remove", "cv", "alicia"))
     ok(gf(server, "teams", "delete", "cv", "--yes"))
-    assert [t["name"] for t in as_json(gf(server, "teams", "list", "--json"))["teams"]] == ["nlp"]
+    listed = as_json(gf(server, "teams", "list", "--json"))["teams"]
+    assert [t["name"] for t in listed] == ["language"]
 
 
 def test_a_key_for_a_user_is_capped_by_their_level_and_dies_with_them(

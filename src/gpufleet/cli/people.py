@@ -171,13 +171,16 @@ def show_user(api: ApiClient, user: str, as_json: bool) -> None:
 
 @users.command("update")
 @click.argument("user")
+@click.option(
+    "--rename", "name", metavar="NAME", help="A new name; their keys, teams and jobs follow."
+)
 @click.option("--level", type=click.Choice(LEVELS), help="A new level.")
 @click.option("--default-team", help="One of their teams, for jobs that name none ('none').")
 @_limit_options(*USER_LIMITS)
 @json_option
 @api_options
 def update_user(api: ApiClient, user: str, as_json: bool, **options: Any) -> None:
-    """Change a USER's level, default team or limits; what is not given stays."""
+    """Change a USER's name, level, default team or limits; what is not given stays."""
     changes = _changes(**options)
     if not changes:
         raise click.UsageError("give something to change, e.g. --level lead or --max-gpus 4")
@@ -326,11 +329,12 @@ def show_team(api: ApiClient, team: str, as_json: bool) -> None:
 
 @teams.command("update")
 @click.argument("team")
+@click.option("--rename", "name", metavar="NAME", help="A new name; its members and jobs follow.")
 @_team_options
 @json_option
 @api_options
 def update_team(api: ApiClient, team: str, as_json: bool, **options: Any) -> None:
-    """Change a TEAM's weight, limits or preemption; what is not given stays."""
+    """Change a TEAM's name, weight, limits or preemption; what is not given stays."""
     changes = _changes(**options)
     if not changes:
         raise click.UsageError("give something to change, e.g. --weight 2 or --max-gpus 8")

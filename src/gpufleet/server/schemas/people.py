@@ -15,6 +15,7 @@ from gpufleet.server.services.people import TeamView, UserView
 
 # The domain says the rule (domain/people.py); this only bounds what is read.
 PersonName = Field(min_length=1, max_length=256)
+NewName = Field("", min_length=1, max_length=256)  # a rename; its default stands for "not sent"
 Ref = Field(None, min_length=1, max_length=256)  # a user or team: its id or name
 # Strict: `true` is not 1, "8" is not 8.
 Limit = Field(None, ge=0, le=MAX_LIMIT, strict=True)  # null: no limit of its own
@@ -33,6 +34,7 @@ class CreateUser(Strict):
 class UpdateUser(Strict):
     """Only the fields sent change; a limit sent as null is no limit."""
 
+    name: str = NewName
     level: Level = Level.RESEARCHER
     default_team: str | None = Ref
     max_gpus: int | None = Limit
@@ -52,6 +54,7 @@ class CreateTeam(Strict):
 class UpdateTeam(Strict):
     """Only the fields sent change."""
 
+    name: str = NewName
     weight: float = Weight
     max_gpus: int | None = Limit
     max_jobs: int | None = Limit

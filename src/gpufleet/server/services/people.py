@@ -170,8 +170,7 @@ async def create_user(
     rules.check_name("user", name)
     checked = _limits(USER_LIMITS, limits)
     async with transaction(ctx) as tx:
-        if await tx.q.user_name_taken(name):
-            raise Conflict(f"a user named {name!r} exists already; choose another name")
+        await _name_free(tx.q, "user", name)
         joined = await _team(tx.q, team) if team is not None else None
         user_id = new_id("u")
         await tx.q.insert_user(
@@ -195,6 +194,29 @@ async def create_user(
         return view
 
 
+async def _name_free(q: Queries, kind: str, name: str) -> None:
+    """Conflict unless no user (`kind` "user") or team ("team") is named `name`."""
+    taken = q.user_name_taken if kind == "user" else q.team_name_taken
+    if await taken(name):
+        raise Conflict(f"a {kind} named {name!r} exists already; choose another name")
+
+
+async def _renamed(
+    q: Queries, kind: str, current: str, changes: Mapping[str, Any]
+) -> dict[str, str]:
+    """{"name": the new name} when `changes` renames the user or team named `current`."""
+    if "name" not in changes or changes["name"] == current:
+        return {}
+    name = rules.check_name(kind, changes["name"])
+    await _name_free(q, kind, name)
+    return {"name": name}
+
+
+def _updated(was: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """An `*.updated` audit row's detail: the name, what changed, and a rename's old name."""
+    return {"name": was, **values, **({"renamed_from": was} if "name" in values else {})}
+
+
 async def update_user(
     ctx: Context,
     ref: str,
@@ -203,11 +225,12 @@ async def update_user(
     caller_user_id: str,
     client: str | None,
 ) -> UserView:
-    """Change a user's `level`, `default_team` (a team of theirs, or None) or limits; a key
-    absent from `changes` stays as it is."""
+    """Change a user's `name`, `level`, `default_team` (a team of theirs, or None) or limits;
+    a key absent from `changes` stays as it is."""
     values: dict[str, Any] = _limits(USER_LIMITS, changes)
     async with transaction(ctx) as tx:
         user = await _user(tx.q, ref, lock=True)
+        values.update(await _renamed(tx.q, "user", user.name, changes))
         if "level" in changes:
             level = Level(changes["level"])
             rules.check_level_change(user, level, caller_user_id)
@@ -216,7 +239,7 @@ async def update_user(
             values["default_team_id"] = await _default_team(tx.q, user, changes["default_team"])
         if values:
             await tx.q.update_user(user.id, **values)
-            tx.audit("user.updated", actor, user.id, client, name=user.name, **values)
+            tx.audit("user.updated", actor, user.id, client, **_updated(user.name, values))
         (view,) = await _user_views(tx.q, [await _user(tx.q, user.id)])
         return view
 
@@ -272,8 +295,7 @@ async def create_team(
     rules.check_name("team", name)
     values = {"weight": 1.0, "preemptible": False, "can_preempt": False, **_team_values(settings)}
     async with transaction(ctx) as tx:
-        if await tx.q.team_name_taken(name):
-            raise Conflict(f"a team named {name!r} exists already; choose another name")
+        await _name_free(tx.q, "team", name)
         team_id = new_id("t")
         await tx.q.insert_team(
             {"id": team_id, "name": name, "usage": 0.0, "created_at": tx.now, **values}
@@ -293,9 +315,10 @@ async def update_team(
     values = _team_values(changes)
     async with transaction(ctx) as tx:
         team = await _team(tx.q, ref, lock=True)
+        values.update(await _renamed(tx.q, "team", team.name, changes))
         if values:
             await tx.q.update_team(team.id, **values)
-            tx.audit("team.updated", actor, team.id, client, name=team.name, **values)
+            tx.audit("team.updated", actor, team.id, client, **_updated(team.name, values))
         return await _one_team(tx, team.id)
 
 

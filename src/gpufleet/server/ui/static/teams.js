@@ -128,6 +128,13 @@ function teamSettings(form) {
   return { body, problems };
 }
 
+// The new name in a form's `name` field: in `body` when it changed, a problem when empty.
+function renamed(form, current, body, problems, what) {
+  const name = form.elements.name.value.trim();
+  if (!name) problems.name = `The ${what} needs a name; it is ${current} now.`;
+  else if (name !== current) body.name = name;
+}
+
 function editForm(t, card) {
   const input = (name, label, value, attrs) => h("div", {},
     h("label", { for: `e-${t.id}-${name}`, text: label }),
@@ -135,6 +142,7 @@ function editForm(t, card) {
     h("p", { class: "error field-error", "data-error-for": name, role: "alert" }));
   const form = h("form", { class: "team-edit", novalidate: true },
     h("div", { class: "row" },
+      input("name", "Name", t.name, { type: "text", maxlength: "64", autocomplete: "off" }),
       input("weight", "Weight", t.weight, { min: "0", step: "any" }),
       input("max_gpus", "Max GPUs", t.max_gpus, { min: "0", step: "1", placeholder: "no limit" }),
       input("max_jobs", "Max jobs", t.max_jobs, { min: "0", step: "1", placeholder: "no limit" })),
@@ -142,7 +150,12 @@ function editForm(t, card) {
       h("p", { class: "error", "data-error-for": "form", role: "alert" }),
       h("span", { class: "spacer" }),
       h("button", { type: "submit", "data-action": "save", text: "Save" })));
-  onSubmit(form, teamSettings, (body) => patch(path("teams", t.name), body), refresh);
+  const read = (f) => {
+    const { body, problems } = teamSettings(f);
+    renamed(f, t.name, body, problems, "team");
+    return { body, problems };
+  };
+  onSubmit(form, read, (body) => patch(path("teams", t.name), body), refresh);
   return form;
 }
 
@@ -220,7 +233,7 @@ function userRow(u) {
     h("td", { "data-label": "Keys", class: "num", text: String(u.keys) }),
     h("td", { "data-label": "Created" }, when(u.created_at)),
     h("td", { "data-label": "Actions" }, h("div", { class: "actions" }, h("button", {
-      type: "button", class: "small", "data-action": "limits", text: "Limits",
+      type: "button", class: "small", "data-action": "limits", text: "Edit",
       onclick: () => editLimits(u),
     }), h("button", {
       type: "button", class: "small danger", "data-action": "delete-user", text: "Delete",
@@ -233,14 +246,15 @@ function userRow(u) {
   );
 }
 
-// A user's own limits, in a dialog: each problem beside its field.
+// A user's name and own limits, in a dialog: each problem beside its field.
 const limitsDialog = $("#user-limits");
 const limitsForm = $("#user-limits-form");
 let limitsOf = null; // the user being edited
 
 function editLimits(u) {
   limitsOf = u;
-  $("#user-limits-title").textContent = `Limits of ${u.name}`;
+  $("#user-limits-title").textContent = `Edit ${u.name}`;
+  limitsForm.elements.name.value = u.name;
   for (const name of ["max_gpus", "max_jobs", "max_queued"]) limitsForm.elements[name].value = u[name] ?? "";
   formErrors(limitsForm, null);
   limitsDialog.showModal();
@@ -252,8 +266,9 @@ onSubmit(limitsForm, (form) => {
   for (const [name, label] of [["max_gpus", "Max GPUs"], ["max_jobs", "Max jobs"], ["max_queued", "Max queued"]]) {
     body[name] = limitValue(form, name, problems, label);
   }
+  renamed(form, limitsOf.name, body, problems, "user");
   return { body, problems };
-}, (body) => patch(path("users", limitsOf.name), body), () => {
+}, (body) => patch(path("users", limitsOf.id), body), () => {
   limitsDialog.close();
   refresh();
 });
