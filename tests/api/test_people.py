@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.errors import Forbidden, InvalidInput
-from gpufleet.server.services import auth, people
+from gpufleet.server.services import auth, people, policy_loop
 from tests.api.conftest import Fleet, post_raw, sqlite_only
 
 
@@ -160,6 +160,22 @@ async def test_a_user_and_a_team_are_renamed_and_what_they_hold_follows(fleet: F
     assert me.status_code == 422, me.text
     names = sorted(u["name"] for u in (await fleet.admin.get("/api/users")).json()["users"])
     assert names == ["ada", "admin", "hopper"]
+
+
+async def test_a_change_to_people_or_their_usage_nudges_live_views(fleet: Fleet) -> None:
+    """The Teams page re-reads on a `teams` nudge: sent when a change commits, not otherwise."""
+    stream = await fleet.open_sse("/api/events", "", {"Authorization": f"Bearer {fleet.admin_key}"})
+    hello = await stream.expect("hello")
+    assert "teams" in hello["topics"]
+    await make_team(fleet, "nlp")
+    await stream.expect("teams")
+    await make_user(fleet, "ann", team="nlp")
+    await stream.expect("teams")
+    await policy_loop.accrue_usage(fleet.ctx)  # the usage moved, a sample was taken
+    await stream.expect("teams")
+    refused = await fleet.admin.post("/api/teams", json={"name": "nlp"})
+    assert refused.status_code == 409
+    assert [e for e in await stream.collect(1.0) if e["type"] == "teams"] == []
 
 
 async def test_a_default_team_must_be_one_of_the_users_teams(fleet: Fleet) -> None:

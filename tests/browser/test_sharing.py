@@ -265,6 +265,33 @@ def test_an_admin_renames_a_team_and_a_user_from_the_teams_page(
     assert (moved["teams"], moved["level"]) == ([new_team], "viewer")
 
 
+def test_the_teams_page_is_live_but_never_under_an_edit_not_saved(
+    server: ServerProcess, page: Page
+) -> None:
+    """The Teams page was the one page a change elsewhere did not reach without a reload."""
+    sign_in(page, server.admin_key, then="/teams")
+    expect(page.locator("main")).not_to_contain_text("Loading…")
+    team, user = unique("live"), unique("member")
+    admin_call(server, "POST", "/api/teams", json={"name": team})
+    card = page.locator(f'section.team[data-team="{team}"]')
+    expect(card).to_be_visible()  # no reload
+    admin_call(server, "POST", "/api/users", json={"name": user, "level": "viewer", "team": team})
+    expect(card.locator(f'[data-member="{user}"]')).to_be_visible()
+    expect(page.locator(f'#users tr[data-user="{user}"]')).to_be_visible()
+
+    weight = card.locator("form.team-edit input[name=weight]")
+    weight.fill("7")
+    page.locator("h1").click()  # the field loses the focus, its edit is not saved yet
+    other = unique("later")
+    admin_call(server, "POST", "/api/teams", json={"name": other})
+    page.wait_for_timeout(3000)  # two live periods: a nudge would have landed by now
+    expect(page.locator(f'section.team[data-team="{other}"]')).to_have_count(0)
+    expect(weight).to_have_value("7")
+    card.locator("form.team-edit [data-action=save]").click()
+    expect(page.locator(f'section.team[data-team="{other}"]')).to_be_visible()
+    assert admin_call(server, "GET", f"/api/teams/{team}")["weight"] == 7
+
+
 def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
     sampling_server: ServerProcess, browser: Browser
 ) -> None:

@@ -117,6 +117,7 @@ class Hub:
 
 WORKERS_TOPIC = "workers"  # the fleet changed: live views re-read it
 JOBS_TOPIC = "jobs"  # some job changed: live views re-read the queue
+TEAMS_TOPIC = "teams"  # users, teams or their usage changed: live views re-read them
 WORKER_TOPIC_PREFIX = "worker:"
 
 

@@ -5,7 +5,8 @@ built-in admin are `domain/people.py`'s."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,7 +18,7 @@ from gpufleet.domain.records import Team, UsageSample, User
 from gpufleet.domain.secrets import new_id
 from gpufleet.errors import Conflict, InvalidInput, NotFound
 from gpufleet.server.context import Context, Tx, transaction
-from gpufleet.server.hub import key_topic
+from gpufleet.server.hub import TEAMS_TOPIC, key_topic
 from gpufleet.server.services import standing
 from gpufleet.store import Queries
 
@@ -169,7 +170,7 @@ async def create_user(
     """A new user; with `team`, in that team, which becomes their default."""
     rules.check_name("user", name)
     checked = _limits(USER_LIMITS, limits)
-    async with transaction(ctx) as tx:
+    async with _changing(ctx) as tx:
         await _name_free(tx.q, "user", name)
         joined = await _team(tx.q, team) if team is not None else None
         user_id = new_id("u")
@@ -192,6 +193,14 @@ async def create_user(
             tx.audit("team.member_added", actor, joined.id, client, team=joined.name, user=name)
         (view,) = await _user_views(tx.q, [await _user(tx.q, user_id)])
         return view
+
+
+@contextlib.asynccontextmanager
+async def _changing(ctx: Context) -> AsyncIterator[Tx]:
+    """A write transaction on users or teams: live views re-read them once it commits."""
+    async with transaction(ctx) as tx:
+        tx.wake(TEAMS_TOPIC)
+        yield tx
 
 
 async def _name_free(q: Queries, kind: str, name: str) -> None:
@@ -228,7 +237,7 @@ async def update_user(
     """Change a user's `name`, `level`, `default_team` (a team of theirs, or None) or limits;
     a key absent from `changes` stays as it is."""
     values: dict[str, Any] = _limits(USER_LIMITS, changes)
-    async with transaction(ctx) as tx:
+    async with _changing(ctx) as tx:
         user = await _user(tx.q, ref, lock=True)
         values.update(await _renamed(tx.q, "user", user.name, changes))
         if "level" in changes:
@@ -262,7 +271,7 @@ async def delete_user(
     ctx: Context, ref: str, actor: str, caller_user_id: str, client: str | None
 ) -> None:
     """Delete the user, leave their teams, and revoke their keys (their streams end)."""
-    async with transaction(ctx) as tx:
+    async with _changing(ctx) as tx:
         user = await _user(tx.q, ref, lock=True)
         rules.check_user_deletable(user, caller_user_id)
         keys = await tx.q.active_key_ids(user.id)
@@ -294,7 +303,7 @@ async def create_team(
 ) -> TeamView:
     rules.check_name("team", name)
     values = {"weight": 1.0, "preemptible": False, "can_preempt": False, **_team_values(settings)}
-    async with transaction(ctx) as tx:
+    async with _changing(ctx) as tx:
         await _name_free(tx.q, "team", name)
         team_id = new_id("t")
         await tx.q.insert_team(
@@ -313,7 +322,7 @@ async def update_team(
     ctx: Context, ref: str, changes: Mapping[str, Any], actor: str, client: str | None
 ) -> TeamView:
     values = _team_values(changes)
-    async with transaction(ctx) as tx:
+    async with _changing(ctx) as tx:
         team = await _team(tx.q, ref, lock=True)
         values.update(await _renamed(tx.q, "team", team.name, changes))
         if values:
@@ -323,7 +332,7 @@ async def update_team(
 
 
 async def delete_team(ctx: Context, ref: str, actor: str, client: str | None) -> None:
-    async with transaction(ctx) as tx:
+    async with _changing(ctx) as tx:
         team = await _team(tx.q, ref, lock=True)
         live = await tx.q.unfinished_jobs_of_team(team.id)
         if live:
@@ -339,7 +348,7 @@ async def add_member(
     ctx: Context, team_ref: str, user_ref: str, actor: str, client: str | None
 ) -> TeamView:
     """Put the user in the team; already in it, nothing changes."""
-    async with transaction(ctx) as tx:
+    async with _changing(ctx) as tx:
         team = await _team(tx.q, team_ref, lock=True)
         user = await _user(tx.q, user_ref)
         if await tx.q.add_member(team.id, user.id):
@@ -351,7 +360,7 @@ async def remove_member(
     ctx: Context, team_ref: str, user_ref: str, actor: str, client: str | None
 ) -> TeamView:
     """Take the user out of the team (and off it as their default team)."""
-    async with transaction(ctx) as tx:
+    async with _changing(ctx) as tx:
         team = await _team(tx.q, team_ref, lock=True)
         user = await _user(tx.q, user_ref)
         if not await tx.q.remove_member(team.id, user.id):

@@ -24,7 +24,7 @@ from gpufleet.domain.policy import (
 )
 from gpufleet.domain.records import Worker
 from gpufleet.server.context import Context, Tx, transaction
-from gpufleet.server.hub import JOBS_TOPIC, job_topic
+from gpufleet.server.hub import JOBS_TOPIC, TEAMS_TOPIC, job_topic
 from gpufleet.server.services.standing import candidate, snapshot
 from gpufleet.store.queries.policy import PlacedJob
 
@@ -90,6 +90,7 @@ async def accrue_usage(ctx: Context) -> None:
             ]
         )
         await tx.q.prune_usage_samples(now - SAMPLES_KEPT)
+        tx.wake(TEAMS_TOPIC)  # the Teams page's usage and charts
 
 
 def _running(placed: Sequence[PlacedJob]) -> list[Running]:

@@ -1,10 +1,12 @@
-// Teams: each team's share of the fleet, what it runs, its limits and its usage over time;
-// an admin creates teams and users, sets weights and limits, and manages members and levels.
+// Teams: each team's share of the fleet, what it runs, its limits and its usage over time, live;
+// an admin creates teams and users, renames them, sets weights and limits, and manages members
+// and levels.
 import { del, get, patch, post, put } from "./api.js";
 import { fmt, lineChart } from "./chart.js";
 import {
   $, act, busy, confirmDialog, formErrors, h, serial, showError, textOr, when, wireDialogs,
 } from "./dom.js";
+import { live } from "./live.js";
 import "./nav.js";
 
 const box = $("#teams");
@@ -325,5 +327,43 @@ creating($("#user-form"), "/api/users", (form) => {
   return { body, problems };
 });
 
+// ---- live ---------------------------------------------------------------------------------------
+
+// A change elsewhere (a job started or ended, a team edited, the usage sampled) re-reads the page
+// at most every LIVE_MS, but never under someone's hands: while a field of the cards or the users
+// table has the focus or holds an edit not saved yet, the page waits until they leave it.
+const LIVE_MS = 2000;
+const rebuilt = [box, $("#users")];
+let lastLive = 0;
+let later = null;
+let held = false;
+
+// A select shows its first option when none is marked selected.
+const edited = (el) => (el.tagName === "SELECT"
+  ? el.selectedIndex !== Math.max(0, [...el.options].findIndex((o) => o.defaultSelected))
+  : el.value !== el.defaultValue);
+
+function inHand() {
+  const active = document.activeElement;
+  return rebuilt.some((root) => (root.contains(active) && active.matches("input, select"))
+    || [...root.querySelectorAll("input, select")].some(edited));
+}
+
+function nudged() {
+  clearTimeout(later);
+  held = inHand();
+  if (held) return;
+  const wait = lastLive + LIVE_MS - Date.now();
+  if (wait > 0) {
+    later = setTimeout(nudged, wait);
+    return;
+  }
+  lastLive = Date.now();
+  refresh();
+}
+
+document.addEventListener("focusout", () => { if (held) setTimeout(nudged); });
+
 wireDialogs();
 refresh();
+live({ teams: nudged, jobs: nudged });
