@@ -254,7 +254,7 @@ async def test_the_events_stream_nudges_live_pages_when_workers_and_jobs_change(
     session, _csrf = await sign_in(fleet)
     events = await stream_events(fleet, as_browser(session))
     hello = await events.next()
-    assert hello == {"type": "hello", "topics": ["jobs", "workers"]}
+    assert hello == {"type": "hello", "topics": ["jobs", "teams", "workers"]}
 
     await fleet.create_worker("nudged")
     assert (await events.expect("workers"))["type"] == "workers"
@@ -267,7 +267,7 @@ async def test_a_key_without_admin_workers_gets_no_worker_nudges(fleet: Fleet) -
     key = await fleet.mint_key("queue.read", name="viewer")
     events = await stream_events(fleet, {"X-API-Key": key["key"]})
 
-    assert await events.next() == {"type": "hello", "topics": ["jobs"]}
+    assert await events.next() == {"type": "hello", "topics": ["jobs", "teams"]}
     await fleet.create_worker("unseen")
     assert await events.collect(0.5) == []
 

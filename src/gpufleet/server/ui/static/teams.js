@@ -277,7 +277,11 @@ onSubmit(limitsForm, (form) => {
 
 // ---- the page ----------------------------------------------------------------------------------
 
-const refresh = serial(async () => {
+let liveRun = false; // this read was asked for by a nudge: it gives way to an edit in hand
+
+const render = serial(async () => {
+  const live = liveRun;
+  liveRun = false;
   let teams;
   let users = [];
   try {
@@ -285,6 +289,10 @@ const refresh = serial(async () => {
     if (isAdmin) users = (await get("/api/users")).users;
   } catch (err) {
     return showError(error, err);
+  }
+  if (live && inHand()) { // an edit began while the page was read
+    held = true;
+    return;
   }
   showError(error, null);
   box.replaceChildren(...(teams.length ? teams.map((t) => teamCard(t, users, isAdmin))
@@ -298,6 +306,11 @@ const refresh = serial(async () => {
   $("#users tbody").replaceChildren(...(users.length ? users.map(userRow)
     : [h("tr", { class: "empty" }, h("td", { colspan: 7, text: "No users yet." }))]));
 });
+
+function refresh() {
+  liveRun = false;
+  return render();
+}
 
 // ---- create --------------------------------------------------------------------------------------
 
@@ -359,7 +372,8 @@ function nudged() {
     return;
   }
   lastLive = Date.now();
-  refresh();
+  liveRun = true;
+  render();
 }
 
 document.addEventListener("focusout", () => { if (held) setTimeout(nudged); });
