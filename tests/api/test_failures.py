@@ -193,6 +193,27 @@ async def test_a_job_whose_process_fails_is_failed_at_once_by_default(fleet: Fle
     assert (await agent.info())["status"] == "idle"
 
 
+async def test_a_completed_jobs_failed_uploads_are_said_on_the_job(fleet: Fleet) -> None:
+    """The worker reports what it could not upload with the job's end; a completed job kept
+    it on its attempt only, and the job (its page, `jobs show`, the webhooks) said nothing."""
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    said = "1 upload(s) failed: output/model.bin: the orchestrator refused it (413)"
+    await agent.finish(offer, "completed", exit_code=0, error=said)
+    final = await fleet.job(job["id"])
+    assert (final["status"], final["error"]) == ("completed", said)
+    [attempt] = final["attempt_history"]
+    assert attempt["status"] == "completed" and attempt["error"] == said
+
+    again = await fleet.submit()  # a clean end says nothing
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    await agent.finish(offer, "completed", exit_code=0)
+    assert (await fleet.job(again["id"]))["error"] is None
+
+
 async def test_a_job_stopped_by_its_worker_is_retried_like_a_lost_one(fleet: Fleet) -> None:
     """`cancelled` from the worker, not from a user: preempted, or the agent shut down."""
     agent = await fleet.online_worker("gpu-1")

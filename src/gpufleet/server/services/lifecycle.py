@@ -141,7 +141,7 @@ async def end_attempt(
         by_user=by_user,
         poison_after_workers=tx.settings.poison_after_workers,
     )
-    return await _apply(tx, job, attempt, outcome, decision, exit_code)
+    return await _apply(tx, job, attempt, outcome, decision, exit_code, error)
 
 
 async def _apply(
@@ -151,6 +151,7 @@ async def _apply(
     outcome: AttemptStatus,
     decision: outcomes.Decision,
     exit_code: int | None,
+    error: str | None,
 ) -> JobStatus:
     match decision:
         case outcomes.Complete():
@@ -160,7 +161,7 @@ async def _apply(
                 JobStatus.COMPLETED,
                 ended_at=tx.now,
                 exit_code=exit_code or 0,
-                error=None,
+                error=error,  # what went wrong beside the job's own success: failed uploads
                 current_attempt_id=attempt.id,
             )
             return JobStatus.COMPLETED
