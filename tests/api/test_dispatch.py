@@ -75,10 +75,11 @@ async def test_the_claim_hands_its_offer_to_the_stream_without_a_read_back(
         submitted = time.monotonic()
         job = await fleet.submit()
         offer = await agent.next_offer()
-        assert await agent.stream.collect() == []  # sent once
+        again = await agent.stream.collect()
         # Before the first resend could be due (a resend asks the database first, rightly):
         # on a loaded machine the steps above can outlast it.
         resend_due = submitted + streams.FIRST_RESEND
+        assert again == [] or time.monotonic() >= resend_due, again  # sent once, or resent
         handed_over = [statement for at, statement in stream_reads if at < resend_due]
         # The control: the stream's own read of what waits for a worker is seen.
         async with fleet.ctx.store.write() as q:
