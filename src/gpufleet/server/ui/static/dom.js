@@ -223,6 +223,28 @@ export function formErrors(form, err, problems = {}) {
   if (general && err && !placed) general.textContent = err.message || String(err);
 }
 
+// A form's submit: `read(form)` gives {body, problems}; the problems are shown beside their
+// fields before anything is sent, the server's after it (`placed(err)`: more of its problems,
+// by field, for a message that names one); `done` once it was sent.
+export function onSubmit(form, read, send, done, placed = () => ({})) {
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const { body, problems } = read(form);
+    formErrors(form, null, problems);
+    const first = Object.keys(problems)[0];
+    if (first) {
+      const field = form.elements[first]; // a group of boxes is a RadioNodeList
+      return (field instanceof RadioNodeList ? field[0] : field).focus();
+    }
+    try {
+      await busy(event.submitter, () => send(body));
+    } catch (err) {
+      return formErrors(form, err, placed(err));
+    }
+    done();
+  });
+}
+
 // Buttons marked data-close close their dialog.
 export function wireDialogs() {
   for (const button of document.querySelectorAll("dialog [data-close]")) {

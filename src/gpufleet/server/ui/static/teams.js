@@ -4,7 +4,7 @@
 import { del, get, patch, post, put } from "./api.js";
 import { fmt, lineChart } from "./chart.js";
 import {
-  $, act, busy, confirmDialog, formErrors, h, serial, showError, textOr, when, wireDialogs,
+  $, act, busy, confirmDialog, formErrors, h, onSubmit, serial, showError, textOr, when, wireDialogs,
 } from "./dom.js";
 import { live } from "./live.js";
 import "./nav.js";
@@ -83,24 +83,6 @@ function members(t, card, isAdmin) {
       type: "button", class: "small link-danger", "data-action": "remove-member", "aria-label": `Remove ${name} from ${t.name}`, text: "Remove",
       onclick: (e) => teamAct(card, e.currentTarget, () => del(`${path("teams", t.name)}/members/${encodeURIComponent(name)}`)),
     }) : null)));
-}
-
-// A form's submit: `read(form)` gives {body, problems}; the problems are shown beside their
-// fields before anything is sent, the server's after it; `done` once it was sent.
-function onSubmit(form, read, send, done) {
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const { body, problems } = read(form);
-    formErrors(form, null, problems);
-    const first = Object.keys(problems)[0];
-    if (first) return form.elements[first].focus();
-    try {
-      await busy(event.submitter, () => send(body));
-    } catch (err) {
-      return formErrors(form, err);
-    }
-    done();
-  });
 }
 
 // Empty: null (no limit); else a whole number ≥ 0, or a problem in words.

@@ -1,7 +1,7 @@
 // Administration → Webhooks: add, edit, send a test, delete, and each webhook's delivery log.
 import { ApiError, del, get, patch, post } from "./api.js";
 import {
-  $, act as actOn, badge, busy, confirmDialog, formErrors, h, showError, when, wireDialogs,
+  $, act as actOn, badge, busy, confirmDialog, formErrors, h, onSubmit, showError, when, wireDialogs,
 } from "./dom.js";
 import "./nav.js";
 
@@ -109,31 +109,34 @@ function edit(hook) {
 
 editForm.elements.secret.addEventListener("input", () => { editForm.elements.secret_mode.value = "new"; });
 
-editForm.addEventListener("submit", async (event) => {
-  event.preventDefault();
-  const url = editForm.elements.url.value.trim();
-  const events = ticked(editForm);
-  const mode = editForm.elements.secret_mode.value;
+// What changed, as the PATCH takes it; the problems found before sending.
+function changes(f) {
+  const url = f.elements.url.value.trim();
+  const events = ticked(f);
+  const mode = f.elements.secret_mode.value;
   const problems = {};
   const wrong = urlProblem(url);
   if (wrong) problems.url = wrong;
   if (!events.length) problems.events = "Tick at least one event.";
-  if (mode === "new" && !editForm.elements.secret.value) problems.secret = "Type the new secret, or leave the secret as it is.";
-  formErrors(editForm, null, problems);
-  if (Object.keys(problems).length) return;
-  const body = {}; // only what changed
+  if (mode === "new" && !f.elements.secret.value) problems.secret = "Type the new secret, or leave the secret as it is.";
+  const body = {};
   if (url !== editing.url) body.url = url;
   if ([...events].sort().join() !== [...editing.events].sort().join()) body.events = events;
-  if (mode === "new") body.secret = editForm.elements.secret.value;
+  if (mode === "new") body.secret = f.elements.secret.value;
   if (mode === "none") body.secret = null;
-  try {
-    if (Object.keys(body).length) await busy(event.submitter, () => patch(`/api/admin/webhooks/${editing.id}`, body));
-  } catch (err) {
-    return formErrors(editForm, err, aboutUrl(err) ? { url: err.message } : {});
-  }
-  editDialog.close();
-  refresh();
-});
+  return { body, problems };
+}
+
+onSubmit(
+  editForm,
+  changes,
+  (body) => (Object.keys(body).length ? patch(`/api/admin/webhooks/${editing.id}`, body) : null),
+  () => {
+    editDialog.close();
+    refresh();
+  },
+  (err) => (aboutUrl(err) ? { url: err.message } : {}),
+);
 
 // ---- add --------------------------------------------------------------------------------
 
