@@ -228,6 +228,21 @@ async def test_hostile_names_are_refused_and_nothing_is_stored(fleet: Fleet, nam
     assert [u["name"] for u in users] == ["admin"]
 
 
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+async def test_hostile_renames_are_refused_and_the_names_stay(fleet: Fleet, name: str) -> None:
+    await make_team(fleet, "nlp")
+    await make_user(fleet, "ann")
+    user = await post_raw(fleet.admin, "/api/users/ann", {"name": name}, method="PATCH")
+    team = await post_raw(fleet.admin, "/api/teams/nlp", {"name": name}, method="PATCH")
+    assert user.status_code in (400, 422), user.text
+    assert len(user.text) < 2000  # the name is not echoed back whole
+    if name != "me":  # a team may be called me
+        assert team.status_code in (400, 422), team.text
+        assert (await fleet.admin.get("/api/teams/nlp")).status_code == 200
+    assert (await fleet.admin.get("/api/users/ann")).status_code == 200
+    assert await fleet.audit(type="user.updated") == []
+
+
 @sqlite_only
 async def test_a_name_refused_by_the_rule_says_the_rule(fleet: Fleet) -> None:
     answer = await fleet.admin.post("/api/users", json={"name": "a/b", "level": "viewer"})

@@ -18,7 +18,7 @@ from gpufleet.domain.webhooks import FIRST_RETRY_S
 from gpufleet.server.context import transaction
 from gpufleet.server.services import delivery
 from gpufleet.server.services.lifecycle import move_job
-from tests.api.conftest import HEARTBEAT_TIMEOUT, Agent, Fleet, sqlite_only
+from tests.api.conftest import HEARTBEAT_TIMEOUT, Agent, Fleet, post_raw, sqlite_only
 from tests.webhook_receiver import Receiver, receiving
 
 SECRET = "s3cret-for-signing"
@@ -182,6 +182,28 @@ async def test_a_change_that_could_not_work_is_refused_and_the_webhook_left_as_i
         "/api/admin/webhooks/wh_000000000000", json={"events": ["job.ended"]}
     )
     assert gone.status_code == 404 and "list the webhooks again" in gone.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"url": "https://hooks.example.com/\ud800"},
+        {"url": "https://hooks.example.com/a\x00b"},
+        {"events": ["job.ended\x00"]},
+        {"secret": "s" * 100_000},
+        {"secret": "\udfff"},
+        {"events": [["job.ended"]]},
+        {"url": 10**400},
+    ],
+)
+async def test_hostile_changes_are_refused_and_the_webhook_left_as_it_was(
+    fleet: Fleet, body: dict[str, Any]
+) -> None:
+    hook = await add_webhook(fleet, "https://hooks.example.com/a", "job.ended", secret=SECRET)
+    answer = await post_raw(fleet.admin, f"/api/admin/webhooks/{hook['id']}", body, method="PATCH")
+    assert 400 <= answer.status_code < 500, answer.text
+    assert len(answer.text) < 2000  # not echoed back whole
+    assert (await fleet.admin.get("/api/admin/webhooks")).json()["webhooks"] == [hook]
 
 
 async def test_a_failed_job_is_posted_signed_retried_after_a_500_and_logged(
