@@ -135,7 +135,7 @@ def check_addresses(host: str, addresses: Iterable[IPAddress], allow: AllowList)
             continue
         named = "" if literal_address(host) == address else f" (it resolves to {address})"
         raise InvalidInput(
-            f"the webhook's host {host}{named} is {why}, which webhooks may not reach; use a "
+            f"the URL's host {host}{named} is {why}, which webhooks may not reach; use a "
             f"public address, or start the server with {ALLOW_FLAG} {address} (or the host "
             "name, or its network) to allow it"
         )

@@ -125,6 +125,10 @@ def check_url(url: str) -> str:
         )
     if not parts.hostname:
         raise InvalidInput("the URL has no host; write it as https://host[:port]/path")
+    if parts.path.endswith("/…"):
+        raise InvalidInput(
+            "the URL is one as gpufleet shows it, its path hidden; give the whole URL"
+        )
     return url
 
 
