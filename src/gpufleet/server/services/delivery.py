@@ -219,7 +219,8 @@ class Lanes:
             return
         _quiet_httpx()
         async with self._ctx.store.read() as q:
-            due = await q.due_webhooks(self._ctx.clock(), LANES)
+            # those with a lane running may fill the first places: look past them
+            due = await q.due_webhooks(self._ctx.clock(), LANES + len(self._running))
         for webhook_id in [w for w in due if w not in self._running][:room]:
             task = self._supervisor.spawn(f"webhook {webhook_id}", self._run(webhook_id))
             self._running[webhook_id] = task

@@ -31,7 +31,7 @@ async def resolve(host: str, port: int) -> list[IPAddress]:
     try:
         async with asyncio.timeout(RESOLVE_TIMEOUT_S):
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError, TimeoutError) as exc:
+    except (OSError, ValueError, TimeoutError) as exc:  # UnicodeError: a label too long
         raise Unresolved(f"{host} could not be resolved ({exc})") from exc
     addresses: list[IPAddress] = []
     for *_, sockaddr in infos:
