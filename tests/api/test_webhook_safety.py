@@ -4,6 +4,7 @@ their userinfo, path and query, and one deadline per send whatever the receiver 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -15,6 +16,7 @@ import pytest
 
 from gpufleet.domain.webhooks import FIRST_RETRY_S
 from gpufleet.server.services import delivery
+from gpufleet.supervisor import Supervisor
 from tests.api.conftest import Fleet, sqlite_only
 from tests.api.test_webhooks import add_webhook, deliveries
 from tests.webhook_receiver import Receiver, receiving, trickling
@@ -204,3 +206,33 @@ async def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_deadline_an
         assert await delivery.deliver_due(fleet.ctx) == 1  # retried as any failure
         slow.wait_connected(2)
         assert (await deliveries(fleet, hook["id"]))[0]["attempts"] == 2
+
+
+async def test_a_trickling_receiver_holds_back_only_its_own_lane(fleet: Fleet) -> None:
+    """The loop's side: a tick starts a lane per webhook and waits for none of them."""
+    allow(fleet, "127.0.0.1", timeout=6.0)
+    supervisor = Supervisor()
+    lanes = delivery.Lanes(fleet.ctx, supervisor)
+    try:
+        with trickling(every=2.0, longest=20.0) as slow, receiving() as fast:
+            slow_hook = await add_webhook(fleet, slow.url, "job.ended")
+            fast_hook = await add_webhook(fleet, fast.url, "job.ended")
+            await fleet.admin.post(f"/api/admin/webhooks/{slow_hook['id']}/test")
+            await lanes.tick()
+            await asyncio.to_thread(slow.wait_connected)
+            assert lanes.running == [slow_hook["id"]]
+
+            await fleet.admin.post(f"/api/admin/webhooks/{fast_hook['id']}/test")
+            await lanes.tick()
+            await asyncio.to_thread(fast.wait_for, 1, 3.0)
+            assert not slow.hung_up  # still trickling
+
+            await asyncio.to_thread(slow.wait_hung_up, 6.0 + 5.0)
+            await lanes.idle()  # the slow lane records its try, then ends
+            assert lanes.running == []
+            [slow_log] = await deliveries(fleet, slow_hook["id"])
+            assert slow_log["error"] == "no answer within 6 s"
+            [fast_log] = await deliveries(fleet, fast_hook["id"])
+            assert fast_log["status"] == "delivered"
+    finally:
+        await supervisor.close()

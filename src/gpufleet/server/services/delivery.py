@@ -225,6 +225,10 @@ class Lanes:
             task = self._supervisor.spawn(f"webhook {webhook_id}", self._run(webhook_id))
             self._running[webhook_id] = task
 
+    async def idle(self) -> None:
+        """Wait for the lanes running now to end."""
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+
     async def _run(self, webhook_id: str) -> None:
         try:
             await _lane(self._ctx, webhook_id)
