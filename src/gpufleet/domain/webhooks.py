@@ -60,7 +60,7 @@ class DeliveryStatus(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Webhook:
     id: str
-    url: str
+    url: str = field(repr=False)  # may hold credentials: shown only as redact_url gives it
     events: frozenset[Subscription]
     secret_sealed: str | None = field(repr=False)  # never leaves the server
     created_at: datetime
