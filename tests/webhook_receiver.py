@@ -1,8 +1,10 @@
-"""A tiny real HTTP server that receives webhooks: it records each request and answers the
-status codes it was told to, in order (then 200)."""
+"""Tiny real HTTP servers that receive webhooks: `Receiver` records each request and answers
+the status codes it was told to, in order (then 200); `Trickler` answers one byte at a time."""
 
 from __future__ import annotations
 
+import select
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -67,4 +69,96 @@ def receiving() -> Iterator[Receiver]:
     finally:
         receiver.server.shutdown()
         receiver.server.server_close()
+        thread.join(timeout=5)
+
+
+class Trickler:
+    """A receiver that never finishes its answer: it reads the request, then sends one byte
+    of a status line every `every` seconds (each read of the client succeeds, so only an
+    overall deadline ends the send), for at most `longest` seconds. It records when each
+    connection came and when the client hung up."""
+
+    def __init__(self, every: float = 2.0, longest: float = 60.0) -> None:
+        self.every = every
+        self.longest = longest
+        self.accepted: list[float] = []  # time.monotonic() of each connection
+        self.hung_up: list[float] = []  # when the client closed each one
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/slow"
+        self._threads: list[threading.Thread] = []
+
+    def serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self.accepted.append(time.monotonic())
+            thread = threading.Thread(target=self._trickle, args=(conn,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            try:
+                conn.recv(65536)  # the request (small: one read is enough here)
+            except OSError:
+                return
+            ends = time.monotonic() + self.longest
+            answer = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"." * 10_000
+            for byte in answer:
+                if self._stop.is_set() or time.monotonic() > ends:
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                    # a closed peer shows as a readable socket with nothing to read
+                    readable, _, _ = select.select([conn], [], [], self.every)
+                    if readable and not conn.recv(65536):  # (or the rest of the request)
+                        raise ConnectionResetError
+                except OSError:
+                    with self._lock:
+                        self.hung_up.append(time.monotonic())
+                    return
+
+    def wait_connected(self, count: int = 1, within: float = 10.0) -> float:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.accepted) >= count:
+                    return self.accepted[count - 1]
+            time.sleep(0.02)
+        raise AssertionError(f"the trickling receiver had {len(self.accepted)} connections")
+
+    def wait_hung_up(self, within: float) -> float:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self.hung_up:
+                    return self.hung_up[0]
+            time.sleep(0.02)
+        raise AssertionError(f"the client did not hang up within {within:g} s")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+
+@contextmanager
+def trickling(every: float = 2.0, longest: float = 60.0) -> Iterator[Trickler]:
+    trickler = Trickler(every, longest)
+    thread = threading.Thread(target=trickler.serve, daemon=True)
+    thread.start()
+    try:
+        yield trickler
+    finally:
+        trickler.close()
         thread.join(timeout=5)

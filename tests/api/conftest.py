@@ -292,6 +292,7 @@ class Fleet:
             health_interval=3600,
             ack_timeout=ACK_TIMEOUT,
             print_admin_key=False,
+            webhook_allow_hosts=("127.0.0.1",),  # tests/webhook_receiver.py listens there
         )
         self.clock = FakeClock()
         self.secrets: set[str] = set()  # every token and key handed out, for the leak scan

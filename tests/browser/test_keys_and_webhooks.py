@@ -5,14 +5,26 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Iterator
 
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from gpufleet.domain.webhook_targets import redact_url
 from tests.browser.conftest import LAPTOP, PHONE, screenshot, sign_in
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, serving
 from tests.webhook_receiver import receiving
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """An orchestrator whose webhooks may reach tests/webhook_receiver.py on 127.0.0.1."""
+    yield from serving(
+        tmp_path_factory.mktemp("orchestrator"),
+        None,
+        **{"local-gpus": "auto", "webhook-allow-hosts": "127.0.0.1"},
+    )
 
 
 def as_key(server: ServerProcess, key: str) -> httpx.Client:
@@ -91,6 +103,13 @@ def test_an_admin_adds_a_webhook_sends_a_test_and_deletes_it(
         page.fill("#h-url", "https://hooks.example.com:99999/")  # the server's check
         page.click("#hook-add")
         expect(page.locator("#h-url-error")).to_contain_text("check its host and port")
+        page.fill("#h-url", "http://169.254.169.254/latest/meta-data/")  # the cloud's keys
+        page.click("#hook-add")
+        expect(page.locator("#h-url-error")).to_contain_text("--webhook-allow-hosts")
+        page.fill("#h-url", receiver.url)
+        page.fill("#h-secret", "too-short")
+        page.click("#hook-add")
+        expect(page.locator("#hook-error")).to_contain_text("at least 16")
         with server.admin() as admin:
             assert admin.get("/api/admin/webhooks").json()["webhooks"] == []
 
@@ -100,12 +119,13 @@ def test_an_admin_adds_a_webhook_sends_a_test_and_deletes_it(
         page.click("#hook-add")
         card = page.locator("section.hook")
         expect(card).to_have_count(1)
-        expect(card.locator(".hook-url")).to_have_text(receiver.url)
+        shown = redact_url(receiver.url)  # its path (and query, userinfo) may be a secret
+        expect(card.locator(".hook-url")).to_have_text(shown)
         expect(card).to_contain_text("signed with its secret")
         expect(page.locator("#h-secret")).to_have_value("")  # the form forgets it
         with server.admin() as admin:
             [hook] = admin.get("/api/admin/webhooks").json()["webhooks"]
-        assert hook["url"] == receiver.url and hook["signed"] is True
+        assert hook["url"] == shown and hook["signed"] is True
         assert hook["events"] == ["job.failed", "worker.lost"]
 
         card.locator("[data-action=test]").click()
@@ -135,7 +155,11 @@ def test_an_admin_edits_a_webhooks_url_events_and_secret(server: ServerProcess, 
     with server.admin() as admin:
         resp = admin.post(
             "/api/admin/webhooks",
-            json={"url": "https://hooks.example.com/a", "events": ["job.failed"], "secret": "s1"},
+            json={
+                "url": "https://hooks.example.com/a",
+                "events": ["job.failed"],
+                "secret": "first-secret-of-16",
+            },
         )
         assert resp.status_code == 201, resp.text
     hook = resp.json()
@@ -154,7 +178,10 @@ def test_an_admin_edits_a_webhooks_url_events_and_secret(server: ServerProcess, 
     card.locator("[data-action=edit]").click()
     dialog = page.locator("#hook-edit")
     expect(dialog).to_be_visible()
-    expect(page.locator("#e-url")).to_have_value("https://hooks.example.com/a")
+    expect(page.locator("#e-url")).to_have_value("")  # never sent back whole
+    expect(page.locator("#e-url")).to_have_attribute(
+        "placeholder", "Unchanged: https://hooks.example.com/…"
+    )
     expect(dialog.locator("input[value='job.failed']")).to_be_checked()
 
     page.fill("#e-url", "https://hooks.example.com:99999/")  # the server's check
@@ -170,22 +197,22 @@ def test_an_admin_edits_a_webhooks_url_events_and_secret(server: ServerProcess, 
     expect(dialog.locator("[data-error-for=url]")).to_contain_text("check its host and port")
     assert stored() == hook  # nothing was changed by the refused saves
 
-    page.fill("#e-url", "https://hooks.example.com/b")
+    page.fill("#e-url", "https://hooks2.example.com/b")
     screenshot(page, "webhook-edit")
     page.click("#hook-save")
     expect(dialog).to_be_hidden()
-    expect(card.locator(".hook-url")).to_have_text("https://hooks.example.com/b")
+    expect(card.locator(".hook-url")).to_have_text("https://hooks2.example.com/…")
     expect(card).to_contain_text("not signed")
     after = stored()
     assert (after["url"], after["events"], after["signed"]) == (
-        "https://hooks.example.com/b",
+        "https://hooks2.example.com/…",
         ["worker.lost"],
         False,
     )
     assert after["id"] == hook["id"] and after["created_at"] == hook["created_at"]
 
     card.locator("[data-action=edit]").click()  # a new secret, typed: chosen by typing it
-    page.fill("#e-secret", "s2")
+    page.fill("#e-secret", "second-secret-of-16")
     page.click("#hook-save")
     expect(card).to_contain_text("signed with its secret")
     assert stored()["signed"] is True
@@ -193,7 +220,7 @@ def test_an_admin_edits_a_webhooks_url_events_and_secret(server: ServerProcess, 
         audit = admin.get("/api/audit", params={"type": "webhook.updated", "target": hook["id"]})
     assert [e["detail"] for e in audit.json()["events"]] == [
         {"signed": True},
-        {"url": "https://hooks.example.com/b", "events": ["worker.lost"], "signed": False},
+        {"url": "https://hooks2.example.com/…", "events": ["worker.lost"], "signed": False},
     ]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpufleet.domain.webhook_targets import redact_url
 from tests.e2e.conftest import ServerProcess, serving
 from tests.e2e.test_cli import as_json, gf, ok, one_line_error
 from tests.webhook_receiver import receiving
@@ -18,7 +19,10 @@ from tests.webhook_receiver import receiving
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from serving(tmp_path_factory.mktemp("cli-admin"), None)
+    # tests/webhook_receiver.py listens on 127.0.0.1, an address webhooks may not reach else
+    yield from serving(
+        tmp_path_factory.mktemp("cli-admin"), None, **{"webhook-allow-hosts": "127.0.0.1"}
+    )
 
 
 def test_keys_create_list_use_and_revoke_by_name(server: ServerProcess) -> None:
@@ -49,8 +53,23 @@ def test_webhooks_add_test_deliveries_update_and_delete(
 ) -> None:
     refused = one_line_error(gf(server, "webhooks", "add", "ftp://x.example/", "-e", "job.ended"))
     assert "http:// or https://" in refused
-    monkeypatch.setenv("HOOK_SECRET", "cli-secret")
+    monkeypatch.setenv("HOOK_SECRET", "cli-secret-15ch")
     with receiving() as receiver:
+        shown = redact_url(receiver.url)
+        short = one_line_error(
+            gf(
+                server,
+                "webhooks",
+                "add",
+                receiver.url,
+                "-e",
+                "job.ended",
+                "--secret-env",
+                "HOOK_SECRET",
+            )
+        )
+        assert "$HOOK_SECRET holds 15 characters" in short and "at least 16" in short
+        monkeypatch.setenv("HOOK_SECRET", "cli-secret-of-16-or-more")
         added = as_json(
             gf(
                 server,
@@ -65,11 +84,12 @@ def test_webhooks_add_test_deliveries_update_and_delete(
             )
         )
         assert added["signed"] is True and "secret" not in added
-        assert receiver.url in ok(gf(server, "webhooks", "list"))
+        listing = ok(gf(server, "webhooks", "list"))
+        assert shown in listing and "/hook" not in listing
 
         assert "Delivered" in ok(gf(server, "webhooks", "test", added["id"]))
         [request] = receiver.wait_for(1)
-        digest = hmac.new(b"cli-secret", request.body, hashlib.sha256).hexdigest()
+        digest = hmac.new(b"cli-secret-of-16-or-more", request.body, hashlib.sha256).hexdigest()
         assert request.headers["x-gpufleet-signature"] == f"sha256={digest}"
         assert json.loads(request.body)["event"] == "test"
         log = ok(gf(server, "webhooks", "deliveries", added["id"]))
@@ -85,7 +105,7 @@ def test_webhooks_add_test_deliveries_update_and_delete(
             gf(server, "webhooks", "update", added["id"], "--unsigned", "-e", "job.failed")
         )
         assert changed.strip() == (
-            f"Updated webhook {added['id']} (unsigned) for job.failed, sending to {receiver.url}."
+            f"Updated webhook {added['id']} (unsigned) for job.failed, sending to {shown}."
         )
         assert "Delivered" in ok(gf(server, "webhooks", "test", added["id"]))
         _, unsigned = receiver.wait_for(2)
@@ -94,7 +114,7 @@ def test_webhooks_add_test_deliveries_update_and_delete(
         gf(server, "webhooks", "update", added["id"], "--to", "https://h.example/x", "--json")
     )
     assert (moved["url"], moved["events"], moved["signed"]) == (
-        "https://h.example/x",
+        "https://h.example/…",
         ["job.failed"],
         False,
     )

@@ -21,7 +21,8 @@ TESTS = 30
 
 @pytest.fixture
 def replicas(tmp_path: Path, pg_database: str) -> Iterator[list[ServerProcess]]:
-    started = start_replicas(tmp_path, pg_database, 2)
+    # the receiver listens on 127.0.0.1, an address webhooks may not reach unless allowed
+    started = start_replicas(tmp_path, pg_database, 2, **{"webhook-allow-hosts": "127.0.0.1"})
     yield started
     for replica in started:
         replica.kill(signal.SIGTERM)

@@ -167,6 +167,12 @@ def test_server_settings_refuse_unknown_fields_and_cannot_be_changed():
         (["--port", "70000"], "--port: Input should be less than or equal to 65535"),
         (["--heartbeat-timeout", "0"], "--heartbeat-timeout: Input should be greater than 0"),
         (["--ack-timeout", "0ms"], "--ack-timeout: Input should be greater than 0"),
+        (["--webhook-timeout", "0"], "--webhook-timeout: Input should be greater than 0"),
+        (
+            ["--webhook-allow-hosts", "10.0.0.0/33"],
+            "--webhook-allow-hosts: Value error, '10.0.0.0/33' is neither a host name, an "
+            "address nor a network (such as 10.0.0.0/8)",
+        ),
     ],
 )
 def test_impossible_server_settings_name_the_flag_to_change(args, message):

@@ -81,3 +81,12 @@ def test_a_sealed_secret_opens_only_with_the_same_key_and_owner(secret: str) -> 
     assert open_secret(other, "webhook secret", "wh_1", sealed) is None
     assert open_secret(key, "webhook secret", "wh_2", sealed) is None  # not movable to a row
     assert open_secret(key, "webhook secret", "wh_1", "garbage") is None
+
+
+@pytest.mark.parametrize(("secret", "ok"), [("s" * 15, False), ("s" * 16, True), ("", True)])
+def test_a_secret_has_at_least_16_characters_or_none(secret: str, ok: bool) -> None:
+    if ok:
+        assert rules.check_secret(secret) == (secret or None)
+    else:
+        with pytest.raises(InvalidInput, match="at least 16"):
+            rules.check_secret(secret)

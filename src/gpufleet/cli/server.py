@@ -14,6 +14,7 @@ from gpufleet import address, logs
 from gpufleet.address import check_public_url, default_public_url
 from gpufleet.artifacts import DEFAULT_MAX_JOB_BYTES
 from gpufleet.cli.options import DURATION, log_format_option, setting
+from gpufleet.domain.webhook_targets import split_entries
 from gpufleet.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -194,6 +195,23 @@ log = logging.getLogger("gpufleet.server")
     "sweep, never one a running attempt resumed from (0: keep every one).",
 )
 @setting(
+    "--webhook-timeout",
+    default="10",
+    type=DURATION,
+    var="WEBHOOK_TIMEOUT",
+    help="One webhook send's deadline, from connecting to the answer's last byte; a send "
+    "past it counts as a failed try and is retried.",
+)
+@setting(
+    "--webhook-allow-hosts",
+    default="",
+    var="WEBHOOK_ALLOW_HOSTS",
+    metavar="HOSTS",
+    help="Internal hosts, addresses or networks (comma-separated, e.g. "
+    "hooks.internal,10.1.0.0/16) that webhooks may reach; other loopback, link-local, "
+    "private, unique-local and multicast addresses are refused.",
+)
+@setting(
     "--forwarded-allow-ips",
     default="127.0.0.1",
     var="FORWARDED_ALLOW_IPS",
@@ -235,6 +253,8 @@ def server(
     artifact_max_job_bytes: int,
     artifact_retention_days: float,
     keep_checkpoints: int,
+    webhook_timeout: float,
+    webhook_allow_hosts: str,
     forwarded_allow_ips: str,
     log_level: str,
     log_format: logs.Format,
@@ -292,6 +312,8 @@ def server(
             artifact_max_job_bytes=artifact_max_job_bytes,
             artifact_retention_days=artifact_retention_days,
             keep_checkpoints=keep_checkpoints,
+            webhook_timeout=webhook_timeout,
+            webhook_allow_hosts=split_entries(webhook_allow_hosts),
             public_url=check_public_url(public_url)
             if public_url
             else default_public_url(host, port, tls=tls is not None),

@@ -12,7 +12,7 @@ import click
 
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
-from gpufleet.domain.webhooks import SUBSCRIPTION_HELP, Subscription
+from gpufleet.domain.webhooks import MIN_SECRET_LENGTH, SUBSCRIPTION_HELP, Subscription
 from gpufleet.errors import InvalidInput
 
 _EVENTS = ", ".join(f"{s.value} ({text})" for s, text in SUBSCRIPTION_HELP.items())
@@ -29,7 +29,8 @@ def webhooks() -> None:
 @json_option
 @api_options
 def list_webhooks(api: ApiClient, as_json: bool) -> None:
-    """List webhooks (never their secret)."""
+    """List webhooks (never their secret; URLs as scheme://host[:port]/…, since the rest
+    may hold credentials)."""
     body = api.get("/api/admin/webhooks")
     if as_json:
         out.print_json(body)
@@ -66,8 +67,8 @@ def _event_option(*, required: bool) -> Callable[[F], F]:
 _secret_env_option = click.option(
     "--secret-env",
     metavar="VAR",
-    help="Sign deliveries with the secret in this environment variable (kept off the "
-    "command line and out of shell history).",
+    help="Sign deliveries with the secret in this environment variable (at least 16 "
+    "characters; kept off the command line and out of shell history).",
 )
 
 
@@ -75,6 +76,11 @@ def _secret_from(secret_env: str) -> str:
     secret = os.environ.get(secret_env, "")
     if not secret:
         raise InvalidInput(f"${secret_env} is empty or unset; export the secret in it first")
+    if len(secret) < MIN_SECRET_LENGTH:
+        raise InvalidInput(
+            f"${secret_env} holds {len(secret)} characters; a webhook secret needs at least "
+            f"{MIN_SECRET_LENGTH}: export a longer one (such as: openssl rand -hex 32)"
+        )
     return secret
 
 

@@ -19,10 +19,11 @@ EVENT_HEADER = "X-Gpufleet-Event"
 DELIVERY_HEADER = "X-Gpufleet-Delivery"
 MAX_URL_LENGTH = 2048
 MAX_SECRET_LENGTH = 256
+MIN_SECRET_LENGTH = 16  # a short secret is guessed from one signed body, offline
 MAX_ATTEMPTS = 8  # the first try and seven retries, over about ten minutes
 FIRST_RETRY_S = 5.0
 LONGEST_WAIT_S = 300.0
-SEND_TIMEOUT_S = 10.0
+SEND_TIMEOUT_S = 10.0  # the default deadline of one send, connect to last byte
 
 
 class Subscription(StrEnum):
@@ -59,7 +60,7 @@ class DeliveryStatus(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Webhook:
     id: str
-    url: str
+    url: str = field(repr=False)  # may hold credentials: shown only as redact_url gives it
     events: frozenset[Subscription]
     secret_sealed: str | None = field(repr=False)  # never leaves the server
     created_at: datetime
@@ -124,6 +125,10 @@ def check_url(url: str) -> str:
         )
     if not parts.hostname:
         raise InvalidInput("the URL has no host; write it as https://host[:port]/path")
+    if parts.path.endswith("/…"):
+        raise InvalidInput(
+            "the URL is one as gpufleet shows it, its path hidden; give the whole URL"
+        )
     return url
 
 
@@ -147,6 +152,11 @@ def check_secret(secret: str | None) -> str | None:
         raise InvalidInput(f"the secret is longer than {MAX_SECRET_LENGTH} characters")
     if secret != secret.strip():
         raise InvalidInput("the secret starts or ends with whitespace; remove it")
+    if len(secret) < MIN_SECRET_LENGTH:
+        raise InvalidInput(
+            f"the secret is {len(secret)} characters; a webhook secret needs at least "
+            f"{MIN_SECRET_LENGTH} (make one with: openssl rand -hex 32)"
+        )
     return secret
 
 

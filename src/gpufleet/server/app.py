@@ -180,7 +180,8 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
             leader_only(health.withdraw_unacknowledged_offers),
         )
         # every replica: each sends only the deliveries it claimed
-        supervisor.every("webhooks", delivery.INTERVAL_S, lambda: delivery.deliver_due(ctx))
+        lanes = delivery.Lanes(ctx, supervisor)
+        supervisor.every("webhooks", delivery.INTERVAL_S, lanes.tick)
         supervisor.every("webhook-log-prune", 3600.0, lambda: delivery.prune(ctx))
         supervisor.every(
             "artifact-retention", settings.retention_interval, leader_only(retention.sweep)

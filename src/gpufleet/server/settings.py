@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpufleet.address import default_public_url
 from gpufleet.artifacts import DEFAULT_MAX_JOB_BYTES
 from gpufleet.artifacts.backends import ArtifactSettings, default_artifact_url
+from gpufleet.domain.webhook_targets import AllowList
+from gpufleet.domain.webhooks import SEND_TIMEOUT_S
 from gpufleet.errors import ConfigurationError
 
 # A worker may miss one heartbeat (a slow request, a busy machine) without being marked
@@ -50,6 +52,19 @@ class ServerSettings(BaseModel):
     artifact_retention_days: float = Field(30.0, ge=0, le=36500)
     keep_checkpoints: int = Field(3, ge=0, le=10000)
     retention_interval: float = Field(3600.0, gt=0)  # how often the retention sweep runs
+    # One webhook send's deadline, connect to the answer's last byte (docs/webhooks.md).
+    webhook_timeout: float = Field(SEND_TIMEOUT_S, gt=0, le=300)
+    # Internal hosts and networks webhooks may reach anyway (`--webhook-allow-hosts`).
+    webhook_allow_hosts: tuple[str, ...] = ()
+
+    @field_validator("webhook_allow_hosts")
+    @classmethod
+    def _allow_list_reads(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        AllowList.parse(entries)  # its ValueError names the entry
+        return entries
+
+    def webhook_allow(self) -> AllowList:
+        return AllowList.parse(self.webhook_allow_hosts)
 
     @model_validator(mode="after")
     def _timeout_spans_heartbeats(self) -> ServerSettings:

@@ -8,6 +8,7 @@ from typing import Self
 from pydantic import BaseModel, Field
 
 from gpufleet.domain import webhooks as rules
+from gpufleet.domain.webhook_targets import redact_url
 from gpufleet.domain.webhooks import Webhook
 from gpufleet.server.schemas.base import Record, Strict
 
@@ -29,7 +30,7 @@ class UpdateWebhook(Strict):
 
 class WebhookOut(Record):
     id: str
-    url: str
+    url: str  # redacted for every reader: scheme://host[:port]/… (the rest may be a secret)
     events: list[str]
     signed: bool  # whether a secret signs its deliveries (the secret is never returned)
     created_at: datetime
@@ -37,7 +38,7 @@ class WebhookOut(Record):
 
     @classmethod
     def of(cls, hook: Webhook) -> Self:
-        return cls.over(hook, events=sorted(e.value for e in hook.events))
+        return cls.over(hook, url=redact_url(hook.url), events=sorted(e.value for e in hook.events))
 
 
 class WebhookList(BaseModel):

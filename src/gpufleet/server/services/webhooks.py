@@ -16,9 +16,11 @@ from gpufleet.domain import webhooks as rules
 from gpufleet.domain.records import Job, Worker
 from gpufleet.domain.secrets import new_id, seal_secret
 from gpufleet.domain.states import JobStatus
+from gpufleet.domain.webhook_targets import redact_url
 from gpufleet.domain.webhooks import Delivery, DeliveryStatus, Event, Webhook
 from gpufleet.errors import NotFound
 from gpufleet.server.context import Context, Tx, transaction
+from gpufleet.server.services import webhook_targets
 
 SECRET_PURPOSE = "webhook secret"
 LOG_LENGTH = 50  # deliveries listed per webhook
@@ -119,7 +121,7 @@ async def create(
     actor: str,
     client: str | None,
 ) -> Webhook:
-    url = rules.check_url(url)
+    url = await _checked_url(ctx, url)
     chosen = rules.check_subscriptions(events)
     webhook_id = new_id("wh")
     sealed = _sealed(ctx, webhook_id, secret)
@@ -134,12 +136,12 @@ async def create(
                 "created_by": actor,
             }
         )
-        tx.audit(  # never the secret: only whether there is one
+        tx.audit(  # never the secret (only whether there is one), nor the URL's path or query
             "webhook.created",
             actor,
             webhook_id,
             client,
-            url=url,
+            url=redact_url(url),
             events=[e.value for e in chosen],
             signed=sealed is not None,
         )
@@ -151,6 +153,13 @@ async def create(
             created_at=tx.now,
             created_by=actor,
         )
+
+
+async def _checked_url(ctx: Context, url: str) -> str:
+    """A URL that can work and whose host the server may reach (docs/webhooks.md)."""
+    checked = rules.check_url(url)
+    await webhook_targets.check_url(checked, ctx.settings.webhook_allow())
+    return checked
 
 
 def _sealed(ctx: Context, webhook_id: str, secret: str | None) -> str | None:
@@ -167,9 +176,10 @@ async def update(
     unsigned); a key absent from `changes` stays as it is. Deliveries not sent yet go to the
     webhook as it is when they are sent."""
     values: dict[str, Any] = {}
-    said: dict[str, Any] = {}  # what the audit row says: never the secret
+    said: dict[str, Any] = {}  # what the audit row says: never the secret nor the whole URL
     if "url" in changes:
-        values["url"] = said["url"] = rules.check_url(changes["url"] or "")
+        values["url"] = await _checked_url(ctx, changes["url"] or "")
+        said["url"] = redact_url(values["url"])
     if "events" in changes:
         chosen = rules.check_subscriptions(changes["events"] or ())
         values["events"] = said["events"] = [e.value for e in chosen]

@@ -43,16 +43,35 @@ class WebhookQueries(QueryBase):
         if rows:
             await self.conn.execute(sa.insert(webhook_deliveries), list(rows))
 
-    async def due_deliveries(self, now: datetime, limit: int) -> list[str]:
+    @staticmethod
+    def _due(now: datetime) -> sa.ColumnElement[bool]:
+        d = webhook_deliveries.c
+        return sa.and_(
+            d.status == DeliveryStatus.PENDING.value,
+            d.next_at <= now,
+            sa.or_(d.claimed_until.is_(None), d.claimed_until < now),
+        )
+
+    async def due_webhooks(self, now: datetime, limit: int) -> list[str]:
+        """The webhooks with a delivery due and unclaimed, the longest waiting first."""
+        d = webhook_deliveries.c
+        first = sa.func.min(d.next_at)
+        stmt = (
+            sa.select(d.webhook_id)
+            .where(self._due(now))
+            .group_by(d.webhook_id)
+            .order_by(first, d.webhook_id)
+            .limit(limit)
+        )
+        return list((await self.conn.execute(stmt)).scalars())
+
+    async def due_deliveries(self, now: datetime, limit: int, webhook_id: str) -> list[str]:
+        """That webhook's due, unclaimed deliveries, in the order they are sent."""
         d = webhook_deliveries.c
         stmt = (
             sa.select(d.id)
-            .where(
-                d.status == DeliveryStatus.PENDING.value,
-                d.next_at <= now,
-                sa.or_(d.claimed_until.is_(None), d.claimed_until < now),
-            )
-            .order_by(d.next_at, d.id)
+            .where(self._due(now), d.webhook_id == webhook_id)
+            .order_by(d.next_at, d.created_at, d.id)
             .limit(limit)
         )
         return list((await self.conn.execute(stmt)).scalars())
@@ -61,15 +80,9 @@ class WebhookQueries(QueryBase):
         """Take a due delivery for sending until `until`: one replica wins (the update is
         conditional, and PostgreSQL re-reads the row for a second updater once the first
         commits)."""
-        d = webhook_deliveries.c
         stmt = (
             sa.update(webhook_deliveries)
-            .where(
-                d.id == delivery_id,
-                d.status == DeliveryStatus.PENDING.value,
-                d.next_at <= now,
-                sa.or_(d.claimed_until.is_(None), d.claimed_until < now),
-            )
+            .where(webhook_deliveries.c.id == delivery_id, self._due(now))
             .values(claimed_until=until)
         )
         return await self._rowcount(stmt) == 1

@@ -101,7 +101,8 @@ const aboutUrl = (err) => err instanceof ApiError && /URL/.test(err.message);
 function edit(hook) {
   editing = hook;
   editForm.reset();
-  editForm.elements.url.value = hook.url;
+  // The URL is never sent back whole (its path and query may be a secret): typed, it replaces it.
+  editForm.elements.url.placeholder = `Unchanged: ${hook.url}`;
   for (const box of editForm.querySelectorAll("input[name=events]")) box.checked = hook.events.includes(box.value);
   formErrors(editForm, null);
   editDialog.showModal();
@@ -115,12 +116,12 @@ function changes(f) {
   const events = ticked(f);
   const mode = f.elements.secret_mode.value;
   const problems = {};
-  const wrong = urlProblem(url);
+  const wrong = url && urlProblem(url);
   if (wrong) problems.url = wrong;
   if (!events.length) problems.events = "Tick at least one event.";
   if (mode === "new" && !f.elements.secret.value) problems.secret = "Type the new secret, or leave the secret as it is.";
   const body = {};
-  if (url !== editing.url) body.url = url;
+  if (url) body.url = url;
   if ([...events].sort().join() !== [...editing.events].sort().join()) body.events = events;
   if (mode === "new") body.secret = f.elements.secret.value;
   if (mode === "none") body.secret = null;
