@@ -29,8 +29,8 @@ class Outcome:
 async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, by: User) -> Job:
     """A new job of `by`'s with the old one's config and requirements, linked to it
     (`rerun_of`), if `by` may re-run it (`domain.ownership`). The config is the one the old
-    job ran, even if its stored config changed since; the team its, when `by` is in it,
-    else `by`'s own (an admin re-running another team's job)."""
+    job ran, even if its stored config changed since. It is for the old job's team when `by`
+    is in it, else for `by`'s own (an admin re-running another team's job)."""
     async with ctx.store.read() as q:
         old = await q.get_job(job_id)
         if old is None:
