@@ -1,6 +1,6 @@
 """A job's artifacts for its users (docs/artifacts.md, User API): list and download with
-`queue.read`, delete and pin as an admin; on SQLite and PostgreSQL, the data folder and,
-for the redirect to a presigned URL, object storage (moto's S3 server)."""
+`queue.read`, delete and pin as its owner (here the admin); on SQLite and PostgreSQL, the
+data folder and, for the redirect to a presigned URL, object storage (moto's S3 server)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from gpufleet.artifacts.backends import open_artifact_store
 from tests.api.artifact_world import Run, start_run, stored_keys
 from tests.api.conftest import Fleet, sqlite_only
 from tests.api.test_artifact_store import _s3_settings, s3_endpoint
+from tests.api.test_policy import add_user, client_of
 
 WEIGHTS = secrets.token_bytes(300_000)
 CONFIG = b'{"rank": 16}'
@@ -111,10 +112,10 @@ async def test_an_admin_deletes_one_path_then_everything_blobs_first_and_audited
     run = await two_attempts(fleet)
     other = await start_run(fleet)
     await other.put("models/keep.bin", b"another job's")
-    reader = await fleet.mint_key("queue.read", "queue.submit")
+    someone = await client_of(fleet, await add_user(fleet, "rita", "researcher"))
     url = f"/api/queue/{run.job_id}/artifacts"
-    refused = await fleet.http.delete(url, headers={"Authorization": f"Bearer {reader['key']}"})
-    assert refused.status_code == 403
+    refused = await someone.delete(url)  # the admin's job: not hers
+    assert refused.status_code == 403, refused.text
     before = len(await stored_keys(fleet))
     one = await fleet.admin.delete(f"{url}/output/models/weights.bin")
     assert one.json() == {"job_id": run.job_id, "deleted": 2}  # both attempts' copies
@@ -138,14 +139,12 @@ async def test_an_admin_deletes_one_path_then_everything_blobs_first_and_audited
     assert all(e["target"] == run.job_id for e in audited)
 
 
-async def test_pinning_is_an_admins_and_is_audited(fleet: Fleet) -> None:
+async def test_pinning_is_its_owners_and_is_audited(fleet: Fleet) -> None:
     run = await start_run(fleet)
     url = f"/api/queue/{run.job_id}/artifacts/pin"
-    submitter = await fleet.mint_key("queue.submit", "queue.read")
-    refused = await fleet.http.put(
-        url, json={"pinned": True}, headers={"Authorization": f"Bearer {submitter['key']}"}
-    )
-    assert refused.status_code == 403
+    someone = await client_of(fleet, await add_user(fleet, "rita", "researcher"))
+    refused = await someone.put(url, json={"pinned": True})  # the admin's job: not hers
+    assert refused.status_code == 403, refused.text
     pinned = await fleet.admin.put(url, json={"pinned": True})
     assert pinned.json() == {"job_id": run.job_id, "pinned": True}
     assert (await fleet.admin.get(f"/api/queue/{run.job_id}/artifacts")).json()["pinned"]

@@ -190,12 +190,13 @@ async def test_a_rule_on_gpus_holds_a_researchers_big_jobs_only(fleet: Fleet) ->
 
 
 async def test_a_lead_may_approve_and_a_researcher_may_not(fleet: Fleet) -> None:
-    viewer = await client_of(fleet, await add_user(fleet, "vic", "viewer"))
+    team = await add_team(fleet, "nlp")  # a lead approves the jobs of their own team's members
+    viewer = await client_of(fleet, await add_user(fleet, "vic", "viewer", team=team))
     lead = await client_of(
-        fleet, await add_user(fleet, "lea", "lead"), "queue.read", "queue.approve"
+        fleet, await add_user(fleet, "lea", "lead", team=team), "queue.read", "queue.approve"
     )
     researcher = await client_of(
-        fleet, await add_user(fleet, "rita", "researcher"), "queue.read", "queue.approve"
+        fleet, await add_user(fleet, "rita", "researcher", team=team), "queue.read", "queue.approve"
     )
     job_id = (await viewer.post("/api/queue/submit", json={"config": {"command": ["x"]}})).json()[
         "id"

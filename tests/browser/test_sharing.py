@@ -39,10 +39,12 @@ def admin_call(server: ServerProcess, method: str, path: str, **kwargs: Any) -> 
     return resp.json()
 
 
-def user_with_key(server: ServerProcess, level: str, *permissions: str) -> tuple[str, str]:
-    """A new user at `level`, and a key of theirs with `permissions`: (name, key)."""
+def user_with_key(
+    server: ServerProcess, level: str, *permissions: str, team: str | None = None
+) -> tuple[str, str]:
+    """A new user at `level` (in `team`), and a key of theirs with `permissions`: (name, key)."""
     name = unique(level)
-    admin_call(server, "POST", "/api/users", json={"name": name, "level": level})
+    admin_call(server, "POST", "/api/users", json={"name": name, "level": level, "team": team})
     minted = admin_call(
         server,
         "POST",
@@ -78,8 +80,14 @@ def sign_out(page: Page) -> None:
 def test_a_lead_approves_a_viewers_job_in_the_queue_panel_and_it_joins_the_queue(
     server: ServerProcess, page: Page
 ) -> None:
-    viewer, viewer_key = user_with_key(server, "viewer", "queue.read", "queue.submit")
-    lead, lead_key = user_with_key(server, "lead", "queue.read", "queue.submit", "queue.approve")
+    # A lead approves the jobs of their team's members; its name short, as the list's width
+    # is measured below.
+    team = unique("nlp")[:8]
+    admin_call(server, "POST", "/api/teams", json={"name": team})
+    viewer, viewer_key = user_with_key(server, "viewer", "queue.read", "queue.submit", team=team)
+    lead, lead_key = user_with_key(
+        server, "lead", "queue.read", "queue.submit", "queue.approve", team=team
+    )
     job_id = held_job(server, viewer_key)
 
     sign_in(page, viewer_key, then="/queue")
@@ -129,15 +137,17 @@ def test_a_lead_sees_the_teams_but_not_the_admins_forms(server: ServerProcess, p
 def test_a_lead_rejects_a_job_from_its_page_with_a_reason_and_it_is_cancelled(
     server: ServerProcess, page: Page
 ) -> None:
-    viewer, viewer_key = user_with_key(server, "viewer", "queue.read", "queue.submit")
-    _, lead_key = user_with_key(server, "lead", "queue.read", "queue.approve")
+    team = unique("nlp")
+    admin_call(server, "POST", "/api/teams", json={"name": team})
+    viewer, viewer_key = user_with_key(server, "viewer", "queue.read", "queue.submit", team=team)
+    _, lead_key = user_with_key(server, "lead", "queue.read", "queue.approve", team=team)
     job_id = held_job(server, viewer_key)
     reason = "ask for 1 GPU, not the whole node"
 
     sign_in(page, lead_key, then=f"/queue/{job_id}")
     facts = page.locator("#facts")
     expect(facts).to_contain_text(viewer)
-    expect(facts).to_contain_text("no team")
+    expect(facts).to_contain_text(team)
     expect(page.locator("#status")).to_have_text("waiting for approval")
     expect(page.locator("#approve")).to_be_visible()
 

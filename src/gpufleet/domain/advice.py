@@ -61,9 +61,9 @@ _LIMIT_ADVICE = {
     "`gpufleet queue limits --set FIELD=VALUE`",
 }
 _APPROVE = {
-    Surface.API: "a lead or an admin approves it with POST /api/queue/{job_id}/approve",
-    Surface.UI: "a lead or an admin approves it with Approve on the Queue page",
-    Surface.CLI: "a lead or an admin approves it with `gpufleet queue approve JOB`",
+    Surface.API: "a lead of its team or an admin approves it with POST /api/queue/{job_id}/approve",
+    Surface.UI: "a lead of its team or an admin approves it with Approve on the Queue page",
+    Surface.CLI: "a lead of its team or an admin approves it with `gpufleet queue approve JOB`",
 }
 _POLICY_WAITS = frozenset(
     {

@@ -378,7 +378,7 @@ def next_job(worker_gpus: int, queued: Sequence[Candidate], snap: Snapshot) -> C
 def approval_needed(policy: Policy, level: Level, gpus: int) -> str | None:
     """Why a submitted job waits for a lead's or an admin's approval, or None. The GPU rule
     spares admins: they may change the rule itself."""
-    by_whom = "wait for approval by a lead or an admin"
+    by_whom = "wait for approval by a lead of their team or an admin"
     if level in policy.approve_levels:
         return f"jobs of {level}s {by_whom}"
     over = policy.approve_gpus_over

@@ -1,4 +1,5 @@
-"""A job's artifacts for its users: list and download (`queue.read`), delete and pin (admin)."""
+"""A job's artifacts for its users: list and download (`queue.read`), delete and pin
+(`queue.submit`, by its owner, a lead of its team or an admin: `domain.ownership`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fastapi import Depends, Query
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from gpufleet.artifacts.keys import checked_path
-from gpufleet.domain.permissions import ALL, QUEUE_READ
+from gpufleet.domain.permissions import QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.job_artifacts import ArtifactList, Deleted, PinIn, PinOut
@@ -18,7 +19,7 @@ from gpufleet.server.services.auth import Principal
 
 router = api_router(tags=["artifacts"])
 Reader = Annotated[Principal, Depends(require(QUEUE_READ))]
-Admin = Annotated[Principal, Depends(require(ALL))]
+Writer = Annotated[Principal, Depends(require(QUEUE_SUBMIT))]
 AttemptId = Annotated[str | None, Query(min_length=1, max_length=64)]
 
 
@@ -29,10 +30,10 @@ async def list_artifacts(ctx: Ctx, who: Reader, job_id: str) -> ArtifactList:
 
 
 @router.put("/api/queue/{job_id}/artifacts/pin", response_model=PinOut)
-async def pin_artifacts(ctx: Ctx, who: Admin, client: Client, job_id: str, body: PinIn) -> PinOut:
+async def pin_artifacts(ctx: Ctx, who: Writer, client: Client, job_id: str, body: PinIn) -> PinOut:
     """A pinned job's artifacts outlive the retention period and its checkpoints are all
     kept; unpinning hands them back to the retention sweep."""
-    job = await job_artifacts.pin(ctx, job_id, body.pinned, who.actor, client)
+    job = await job_artifacts.pin(ctx, job_id, body.pinned, who.actor, client, by=who.user)
     return PinOut(job_id=job.id, pinned=job.artifacts_pinned)
 
 
@@ -63,14 +64,16 @@ async def download_artifact(
 
 
 @router.delete("/api/queue/{job_id}/artifacts", response_model=Deleted)
-async def delete_all_artifacts(ctx: Ctx, who: Admin, client: Client, job_id: str) -> Deleted:
+async def delete_all_artifacts(ctx: Ctx, who: Writer, client: Client, job_id: str) -> Deleted:
     """Every artifact and checkpoint of the job, from the store and the list."""
-    count = await job_artifacts.delete(ctx, job_id, None, who.actor, client)
+    count = await job_artifacts.delete(ctx, job_id, None, who.actor, client, by=who.user)
     return Deleted(job_id=job_id, deleted=count)
 
 
 @router.delete("/api/queue/{job_id}/artifacts/{path:path}", response_model=Deleted)
-async def delete_artifact(ctx: Ctx, who: Admin, client: Client, job_id: str, path: str) -> Deleted:
+async def delete_artifact(ctx: Ctx, who: Writer, client: Client, job_id: str, path: str) -> Deleted:
     """The artifact at `path`, in every attempt; a checkpoint it belonged to goes too."""
-    count = await job_artifacts.delete(ctx, job_id, checked_path(path), who.actor, client)
+    count = await job_artifacts.delete(
+        ctx, job_id, checked_path(path), who.actor, client, by=who.user
+    )
     return Deleted(job_id=job_id, deleted=count)

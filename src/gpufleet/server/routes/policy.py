@@ -96,7 +96,7 @@ async def position(ctx: Ctx, who: Reader, job_id: str) -> PositionOut:
 
 @router.post("/api/queue/{job_id}/approve", response_model=JobOut)
 async def approve(ctx: Ctx, who: Approver, client: Client, job_id: str) -> JobOut:
-    job = await policy.approve(ctx, job_id, who.actor, client)
+    job = await policy.approve(ctx, job_id, who.actor, client, by=who.user)
     return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 
@@ -108,7 +108,7 @@ async def reject(
     job_id: str,
     reason: Annotated[str, Query(max_length=500, pattern=r"^[^\x00-\x1f]*$")] = "",
 ) -> JobOut:
-    job = await policy.reject(ctx, job_id, reason, who.actor, who.user.name, client)
+    job = await policy.reject(ctx, job_id, reason, who.actor, client, by=who.user)
     return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 

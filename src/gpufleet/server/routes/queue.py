@@ -33,7 +33,7 @@ from gpufleet.server.schemas.jobs import (
     LogsOut,
     SubmitIn,
 )
-from gpufleet.server.services import audit, auth, joblogs, queue, reruns
+from gpufleet.server.services import audit, auth, joblogs, ownership, queue, reruns
 from gpufleet.server.services.auth import Principal
 from gpufleet.server.services.queue import Submission
 
@@ -105,19 +105,23 @@ async def list_jobs(
     )
     jobs, total = await queue.list_jobs(ctx, f, limit, offset)
     names = await queue.job_names(ctx, jobs)
+    actions = await ownership.actions_on(ctx, who.user, who.permissions, jobs)
     return JobList(
-        jobs=[JobOut.of(j, names) for j in jobs], total=total, limit=limit, offset=offset
+        jobs=[JobOut.of(j, names, actions[j.id]) for j in jobs],
+        total=total,
+        limit=limit,
+        offset=offset,
     )
 
 
 @router.post("/api/queue/rerun", response_model=BulkOut)
 async def rerun_jobs(ctx: Ctx, who: Submitter, client: Client, body: JobIds) -> BulkOut:
-    return _bulk(await reruns.rerun_many(ctx, body.job_ids, who.actor, client, user_id=who.user.id))
+    return _bulk(await reruns.rerun_many(ctx, body.job_ids, who.actor, client, by=who.user))
 
 
 @router.post("/api/queue/cancel", response_model=BulkOut)
 async def cancel_jobs(ctx: Ctx, who: Submitter, client: Client, body: JobIds) -> BulkOut:
-    return _bulk(await reruns.cancel_many(ctx, body.job_ids, who.actor, client))
+    return _bulk(await reruns.cancel_many(ctx, body.job_ids, who.actor, client, by=who.user))
 
 
 def _bulk(outcomes: list[reruns.Outcome]) -> BulkOut:
@@ -134,8 +138,9 @@ def _bulk(outcomes: list[reruns.Outcome]) -> BulkOut:
 @router.get("/api/queue/{job_id}", response_model=JobDetail)
 async def get_job(ctx: Ctx, who: Reader, job_id: str) -> JobDetail:
     view = await queue.view_job(ctx, job_id)
+    actions = await ownership.actions_on(ctx, who.user, who.permissions, [view.job])
     return JobDetail(
-        **JobOut.of(view.job, view.names).model_dump(),
+        **JobOut.of(view.job, view.names, actions[view.job.id]).model_dump(),
         config=view.job.config,
         attempt_history=[AttemptOut.of(a, view.names, view.resumed) for a in view.attempts],
         waiting=view.waiting,
@@ -145,13 +150,13 @@ async def get_job(ctx: Ctx, who: Reader, job_id: str) -> JobDetail:
 
 @router.post("/api/queue/{job_id}/cancel", response_model=JobOut)
 async def cancel_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> JobOut:
-    return JobOut.of(await queue.cancel(ctx, job_id, who.actor, client))
+    return JobOut.of(await queue.cancel(ctx, job_id, who.actor, client, by=who.user))
 
 
 @router.post("/api/queue/{job_id}/rerun", response_model=JobOut, status_code=201)
 async def rerun_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> JobOut:
     """A new job with this one's config and requirements, linked to it."""
-    job = await reruns.rerun(ctx, job_id, who.actor, client, user_id=who.user.id)
+    job = await reruns.rerun(ctx, job_id, who.actor, client, by=who.user)
     return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 

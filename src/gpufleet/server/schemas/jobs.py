@@ -107,10 +107,16 @@ class JobOut(Record):
     approved_by: str | None = None  # the actor who approved it, when a rule held it
     approved_by_name: str | None = None  # the approving key's name
     preemptible: bool | None = None  # None: as its team says
+    # What the caller may do to it now (`domain.ownership.JobAction`'s values), in the
+    # answers of GET /api/queue and GET /api/queue/{id}; None in the others.
+    actions: list[str] | None = None
 
     @classmethod
-    def of(cls, j: Job, names: Mapping[str, str] = _NO_NAMES) -> Self:
-        """`names`: worker, user and team ids and actors to names (services.queue.names_of)."""
+    def of(
+        cls, j: Job, names: Mapping[str, str] = _NO_NAMES, actions: list[str] | None = None
+    ) -> Self:
+        """`names`: worker, user and team ids and actors to names (services.queue.names_of);
+        `actions`: what the caller may do to it (services.ownership.actions_on)."""
         return cls.over(
             j,
             job_id=j.id,
@@ -120,6 +126,7 @@ class JobOut(Record):
             approved_by_name=names.get(j.approved_by) if j.approved_by else None,
             user=names.get(j.user_id, j.user_id) if j.user_id else None,
             team=names.get(j.team_id, j.team_id) if j.team_id else None,
+            actions=actions,
         )
 
 

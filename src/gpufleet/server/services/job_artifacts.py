@@ -1,4 +1,5 @@
-"""A job's artifacts as its users see them: list, download, delete (admin), pin (admin).
+"""A job's artifacts as its users see them: list, download, delete and pin (its owner, a
+lead of its team or an admin: `domain.ownership`).
 
 Downloads stream from the data folder through the orchestrator, or are a presigned URL the
 caller is redirected to when the store is a bucket (the bytes then never pass through here).
@@ -13,9 +14,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from gpufleet.domain.records import Artifact, Checkpoint, Job
+from gpufleet.domain.ownership import JobAction
+from gpufleet.domain.records import Artifact, Checkpoint, Job, User
 from gpufleet.errors import ArtifactStoreError, NotFound
 from gpufleet.server.context import Context, transaction
+from gpufleet.server.services import ownership
 from gpufleet.server.services.lifecycle import no_job
 
 log = logging.getLogger("gpufleet.server.artifacts")
@@ -89,11 +92,14 @@ async def counted(ctx: Context, source: AsyncIterator[bytes]) -> AsyncIterator[b
 
 
 async def delete(
-    ctx: Context, job_id: str, path: str | None, actor: str, client: str | None
+    ctx: Context, job_id: str, path: str | None, actor: str, client: str | None, *, by: User
 ) -> int:
-    """Delete the job's artifact at `path` (every attempt's), or all of them; a checkpoint
-    that loses a file goes with it (it could no longer be resumed from). The count deleted."""
+    """Delete the job's artifact at `path` (every attempt's), or all of them, if `by` may
+    (`domain.ownership`); a checkpoint that loses a file goes with it (it could no longer be
+    resumed from). The count deleted."""
     listed = await list_for_job(ctx, job_id)
+    async with ctx.store.read() as q:
+        await ownership.require(q, by, listed.job, JobAction.DELETE_ARTIFACTS)
     doomed = [a for a in listed.artifacts if path is None or a.path == path]
     if path is not None and not doomed:
         pick(doomed, job_id, path, None)  # raises the NotFound that says what to do
@@ -145,11 +151,14 @@ async def remove(
         raise failure
 
 
-async def pin(ctx: Context, job_id: str, pinned: bool, actor: str, client: str | None) -> Job:
+async def pin(
+    ctx: Context, job_id: str, pinned: bool, actor: str, client: str | None, *, by: User
+) -> Job:
     async with transaction(ctx) as tx:
         job = await tx.q.get_job(job_id, lock=True)
         if job is None:
             raise no_job(job_id)
+        await ownership.require(tx.q, by, job, JobAction.PIN)
         await tx.q.set_artifacts_pinned(job_id, pinned)
         tx.audit("artifacts.pinned", actor, job_id, client, pinned=pinned)
         updated = await tx.q.get_job(job_id)

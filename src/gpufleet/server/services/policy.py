@@ -15,6 +15,7 @@ from typing import Any
 
 from gpufleet.domain.levels import Level
 from gpufleet.domain.matching import Wait, WaitCode
+from gpufleet.domain.ownership import JobAction
 from gpufleet.domain.policy import (
     COUNT_FIELDS,
     POLICY_FIELDS,
@@ -25,12 +26,12 @@ from gpufleet.domain.policy import (
     limit_hit,
     rank_key,
 )
-from gpufleet.domain.records import Job
+from gpufleet.domain.records import Job, User
 from gpufleet.domain.states import PLACED_JOB, SIMPLETUNER_STATUS, JobStatus, check_job_move
 from gpufleet.errors import Conflict, InvalidInput
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import JOBS_TOPIC, job_topic
-from gpufleet.server.services import dispatch, job_artifacts
+from gpufleet.server.services import dispatch, job_artifacts, ownership
 from gpufleet.server.services.lifecycle import no_job
 from gpufleet.server.services.standing import candidate, is_plain, snapshot
 from gpufleet.store import Queries
@@ -163,12 +164,14 @@ def _not_pending(job: Job) -> Conflict:
     )
 
 
-async def approve(ctx: Context, job_id: str, actor: str, client: str | None) -> Job:
-    """A held job joins the queue, and is offered if a worker fits now."""
+async def approve(ctx: Context, job_id: str, actor: str, client: str | None, *, by: User) -> Job:
+    """A held job joins the queue, and is offered if a worker fits now; `by` is an admin or
+    a lead of its team other than its owner (`domain.ownership`)."""
     async with transaction(ctx) as tx:
         job = await tx.q.get_job(job_id, lock=True)
         if job is None:
             raise no_job(job_id)
+        await ownership.require(tx.q, by, job, JobAction.APPROVE)
         if job.status is not JobStatus.PENDING_APPROVAL:
             raise _not_pending(job)
         check_job_move(job.id, job.status, JobStatus.QUEUED)
@@ -183,18 +186,19 @@ async def approve(ctx: Context, job_id: str, actor: str, client: str | None) -> 
 
 
 async def reject(
-    ctx: Context, job_id: str, reason: str, actor: str, by: str, client: str | None
+    ctx: Context, job_id: str, reason: str, actor: str, client: str | None, *, by: User
 ) -> Job:
-    """A held job is cancelled, saying who rejected it and why. `by`: the rejecter's name."""
+    """A held job is cancelled, saying who rejected it (`by`: as for `approve`) and why."""
     reason = reason.strip()
     async with transaction(ctx) as tx:
         job = await tx.q.get_job(job_id, lock=True)
         if job is None:
             raise no_job(job_id)
+        await ownership.require(tx.q, by, job, JobAction.REJECT)
         if job.status is not JobStatus.PENDING_APPROVAL:
             raise _not_pending(job)
         check_job_move(job.id, job.status, JobStatus.CANCELLED)
-        error = f"rejected by {by}: {reason}" if reason else f"rejected by {by}"
+        error = f"rejected by {by.name}: {reason}" if reason else f"rejected by {by.name}"
         await tx.q.update_job(
             job.id,
             status=JobStatus.CANCELLED.value,

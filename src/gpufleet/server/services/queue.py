@@ -25,6 +25,7 @@ from gpufleet.domain.matching import (
     reasons_not_running,
     why_waiting,
 )
+from gpufleet.domain.ownership import JobAction
 from gpufleet.domain.policy import Policy, approval_needed, check_priority, queued_limit_hit
 from gpufleet.domain.records import (
     Attempt,
@@ -52,7 +53,7 @@ from gpufleet.errors import Conflict, InvalidInput, NotFound, StoreError, TooMan
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
-from gpufleet.server.services import dispatch
+from gpufleet.server.services import dispatch, ownership
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job, no_job
 from gpufleet.server.services.people import resolve_submitter
@@ -446,11 +447,13 @@ async def read_logs(ctx: Context, job_id: str, after: int, limit: int) -> list[L
 # ---- cancel -----------------------------------------------------------------------------
 
 
-async def cancel(ctx: Context, job_id: str, actor: str, client: str | None) -> Job:
+async def cancel(ctx: Context, job_id: str, actor: str, client: str | None, *, by: User) -> Job:
+    """Cancel the job, if `by` may (`domain.ownership`); a running one is stopped."""
     async with transaction(ctx) as tx:
         job = await tx.q.get_job(job_id, lock=True)
         if job is None:
             raise no_job(job_id)
+        await ownership.require(tx.q, by, job, JobAction.CANCEL)
         if job.status in TERMINAL_JOB:
             raise Conflict(f"job {job_id} is already {job.status.value}; nothing to cancel")
         attempt = await tx.q.get_attempt(job.current_attempt_id) if job.current_attempt_id else None

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from gpufleet.domain.records import Job
+from gpufleet.domain.ownership import JobAction
+from gpufleet.domain.records import Job, User
 from gpufleet.domain.states import TERMINAL_JOB
 from gpufleet.errors import Conflict, DomainError, InvalidInput
 from gpufleet.server.context import Context
-from gpufleet.server.services import queue
+from gpufleet.server.services import ownership, queue
+from gpufleet.server.services.lifecycle import no_job
 from gpufleet.server.services.queue import Submission
 
 MAX_BULK = 100  # jobs one bulk action takes: the Queue shows 100 at a time
@@ -24,10 +26,17 @@ class Outcome:
     error: str | None = None
 
 
-async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, user_id: str) -> Job:
-    """A new job with the old one's config and requirements, linked to it (`rerun_of`).
-    The config is the one the old job ran, even if its stored config changed since."""
-    old = await queue.get_job(ctx, job_id)
+async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, by: User) -> Job:
+    """A new job of `by`'s with the old one's config and requirements, linked to it
+    (`rerun_of`), if `by` may re-run it (`domain.ownership`). The config is the one the old
+    job ran, even if its stored config changed since. It is for the old job's team when `by`
+    is in it, else for `by`'s own (an admin re-running another team's job)."""
+    async with ctx.store.read() as q:
+        old = await q.get_job(job_id)
+        if old is None:
+            raise no_job(job_id)
+        await ownership.require(q, by, old, JobAction.RERUN)
+        teams = await q.team_ids_of(by.id)
     if old.status not in TERMINAL_JOB:
         raise Conflict(
             f"job {job_id} is still {old.status.value}; cancel it first, or re-run it once "
@@ -42,12 +51,12 @@ async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, us
         priority=old.priority,
         max_retries=old.max_retries,
         retry_on=old.retry_on,
-        team=old.team_id,
+        team=old.team_id if old.team_id in teams else None,
         preemptible=old.preemptible,
     )
     # The same path as a submit: the re-runner's limits, level and approval rules apply.
     queued = await queue.enqueue(
-        ctx, sub, old.config, actor, client, user_id=user_id, rerun_of=old.id
+        ctx, sub, old.config, actor, client, user_id=by.id, rerun_of=old.id
     )
     return queued.job
 
@@ -74,12 +83,13 @@ async def _each(job_ids: Sequence[str], act: Callable[[str], Awaitable[Job]]) ->
 
 
 async def rerun_many(
-    ctx: Context, job_ids: Sequence[str], actor: str, client: str | None, *, user_id: str
+    ctx: Context, job_ids: Sequence[str], actor: str, client: str | None, *, by: User
 ) -> list[Outcome]:
-    return await _each(job_ids, lambda job_id: rerun(ctx, job_id, actor, client, user_id=user_id))
+    return await _each(job_ids, lambda job_id: rerun(ctx, job_id, actor, client, by=by))
 
 
 async def cancel_many(
-    ctx: Context, job_ids: Sequence[str], actor: str, client: str | None
+    ctx: Context, job_ids: Sequence[str], actor: str, client: str | None, *, by: User
 ) -> list[Outcome]:
-    return await _each(job_ids, lambda job_id: queue.cancel(ctx, job_id, actor, client))
+    """Each job `by` may cancel is; each other is reported with who may (a 403's words)."""
+    return await _each(job_ids, lambda job_id: queue.cancel(ctx, job_id, actor, client, by=by))

@@ -34,6 +34,9 @@ _TEAMS_OF = Prebuilt(
     .where(team_members.c.user_id == by("user"))
     .order_by(teams.c.name)
 )
+_TEAM_IDS_OF = Prebuilt(
+    sa.select(team_members.c.team_id).where(team_members.c.user_id == by("user"))
+)
 
 
 class PeopleQueries(QueryBase):
@@ -199,3 +202,8 @@ class PeopleQueries(QueryBase):
 
     async def teams_of(self, user_id: str) -> list[Team]:
         return [rows.team(m) for m in await self._mapped(_TEAMS_OF.plain, {"user": user_id})]
+
+    async def team_ids_of(self, user_id: str) -> frozenset[str]:
+        """The ids of the user's teams (who may act on a job: `domain.ownership`)."""
+        found = await self.conn.execute(_TEAM_IDS_OF.plain, {"user": user_id})
+        return frozenset(found.scalars())

@@ -35,7 +35,9 @@ function sha(value) {
   return h("span", { class: "mono sha", title: value, text: value.slice(0, SHA_SHOWN) });
 }
 
-export function artifactsView({ jobId, canAdmin, panel }) {
+// `canSubmit`: whether the key may ever act on a job (the Actions column is there); what it
+// may do to this one is the job's `actions`, handed over by `allow`.
+export function artifactsView({ jobId, canSubmit, panel }) {
   const error = $(".error", panel);
   const pin = $("#artifacts-pin", panel);
   const wipe = $("#artifacts-delete", panel);
@@ -43,6 +45,7 @@ export function artifactsView({ jobId, canAdmin, panel }) {
   let count = 0;
   let drawn = "";
   let unread = false;
+  let may = new Set();
 
   function fileRow(a) {
     const name = a.path.split("/").pop();
@@ -54,12 +57,12 @@ export function artifactsView({ jobId, canAdmin, panel }) {
       h("td", { "data-label": "Size", text: bytes(a.size) }),
       h("td", { "data-label": "SHA-256" }, sha(a.sha256)),
       h("td", { "data-label": "Created" }, ago(a.created_at)),
-      canAdmin
+      canSubmit
         ? h("td", { "data-label": "Actions" },
-          h("button", {
+          may.has("delete_artifacts") ? h("button", {
             type: "button", class: "small danger", "aria-label": `Delete ${a.path}`,
             onclick: (event) => removeOne(a.path, event.currentTarget),
-          }, "Delete"))
+          }, "Delete") : null)
         : null,
     );
   }
@@ -100,16 +103,16 @@ export function artifactsView({ jobId, canAdmin, panel }) {
       `${files}, ${bytes(body.total_bytes)}${pinned ? " · pinned" : ""}`;
     $("#artifacts tbody", panel).replaceChildren(...(count
       ? body.artifacts.map(fileRow)
-      : [empty(canAdmin ? 7 : 6, "No files stored yet: they come home when an attempt ends.")]));
+      : [empty(canSubmit ? 7 : 6, "No files stored yet: they come home when an attempt ends.")]));
     $("#checkpoints tbody", panel).replaceChildren(...(body.checkpoints.length
       ? body.checkpoints.map(checkpointRow)
       : [empty(6, "No checkpoints.")]));
-    pin.hidden = !canAdmin;
+    pin.hidden = !may.has("pin");
     pin.textContent = pinned ? "Unpin" : "Pin";
     pin.title = pinned
       ? "Let the retention sweep delete these files again when they are old enough"
       : "Keep these files past the retention period";
-    wipe.hidden = !canAdmin || !count;
+    wipe.hidden = !may.has("delete_artifacts") || !count;
   });
 
   async function removeOne(path, button) {
@@ -131,5 +134,13 @@ export function artifactsView({ jobId, canAdmin, panel }) {
     if (ok) await act(button, () => del(base(jobId)), error, refresh);
   });
 
-  return { refresh };
+  // What the key may do to the job now; the list is drawn again when that changed.
+  function allow(actions) {
+    const next = new Set(actions);
+    if ([...next].sort().join() === [...may].sort().join()) return;
+    may = next;
+    drawn = "";
+  }
+
+  return { refresh, allow };
 }

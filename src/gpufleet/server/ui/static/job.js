@@ -13,13 +13,11 @@ import "./nav.js";
 
 const root = $("#job");
 const jobId = root.dataset.jobId;
-const canCancel = root.dataset.canCancel === "true";
 const error = $("#error");
-const canApprove = root.dataset.canApprove === "true"; // its own permission, cut to its level's
 const FINAL = new Set(["completed", "failed", "cancelled"]);
 const charts = trainingCharts($("#charts-panel"), jobId);
 const stored = artifactsView({
-  jobId, canAdmin: root.dataset.canAdmin === "true", panel: $("#artifacts-panel"),
+  jobId, canSubmit: root.dataset.canSubmit === "true", panel: $("#artifacts-panel"),
 });
 
 // A name a person knows, with the id on hover; the id alone once the thing is gone.
@@ -92,11 +90,9 @@ const refresh = serial(async () => {
   $("#facts").replaceChildren(...facts(j));
   $("#progress").replaceChildren(...progressView(j.progress));
   charts.update(j);
-  $("#cancel").hidden = !canCancel || FINAL.has(j.status);
-  $("#rerun").hidden = !canCancel || !FINAL.has(j.status);
-  const held = j.status === "pending_approval" && canApprove;
-  $("#approve").hidden = !held;
-  $("#reject").hidden = !held;
+  // The buttons of what the server says this key may do to the job now (its `actions`).
+  const may = new Set(j.actions || []);
+  for (const action of ["cancel", "rerun", "approve", "reject"]) $(`#${action}`).hidden = !may.has(action);
   const waiting = $("#waiting");
   waiting.hidden = !j.waiting;
   if (j.waiting) {
@@ -109,6 +105,7 @@ const refresh = serial(async () => {
     : [h("tr", { class: "empty" }, h("td", { colspan: 9, text: "Not offered to a worker yet." }))]));
   $("#config").textContent = JSON.stringify(j.config, null, 2);
   logs.attempts(j.attempt_history);
+  stored.allow(j.actions || []);
   stored.refresh();
 });
 

@@ -13,7 +13,6 @@ import { sharingPanel } from "./sharing.js";
 const form = $("#filters");
 const error = $("#error");
 const canSubmit = form.dataset.canSubmit === "true";
-const FINAL = new Set(["completed", "failed", "cancelled"]);
 const WAITING = new Set(["pending_approval", "queued", "offered"]);
 // The page's URL names (short, for links people share) → the list endpoint's parameters.
 const FILTERS = { status: "status", worker: "worker", target: "target", config: "config_name", q: "id_prefix" };
@@ -54,11 +53,16 @@ function queries() {
   return { page, api };
 }
 
+// The buttons of what the server says this key may do to the job (its `actions`).
 function actions(j) {
-  if (FINAL.has(j.status)) {
+  const may = new Set(j.actions || []);
+  if (may.has("rerun")) {
     return h("button", { type: "button", class: "small", "data-action": "rerun", onclick: (e) => rerunOne(j.id, e.currentTarget) }, "Re-run");
   }
-  return h("button", { type: "button", class: "small danger", "data-action": "cancel", onclick: (e) => cancelOne(j.id, e.currentTarget) }, "Cancel");
+  if (may.has("cancel")) {
+    return h("button", { type: "button", class: "small danger", "data-action": "cancel", onclick: (e) => cancelOne(j.id, e.currentTarget) }, "Cancel");
+  }
+  return null;
 }
 
 function row(j) {

@@ -42,21 +42,23 @@ function meFacts(m) {
   ]);
 }
 
+// A held job, with Approve and Reject where the server says this key may (its `actions`).
 function approval(j, error, after) {
+  const may = new Set(j.actions || []);
   return h("li", { "data-job": j.id },
     h("div", { class: "who" },
       h("a", { href: `/queue/${j.id}`, class: "mono", text: j.id }),
       h("span", { class: "muted", text: ` ${j.user || "?"} · ${j.team || "no team"} · ${j.gpu_count} GPU${j.gpu_count === 1 ? "" : "s"} · ` }),
       when(j.created_at)),
     h("div", { class: "actions" },
-      h("button", {
+      may.has("approve") ? h("button", {
         type: "button", class: "small primary", "data-action": "approve", text: "Approve",
         onclick: (e) => approveJob(j.id, e.currentTarget, error, after),
-      }),
-      h("button", {
+      }) : null,
+      may.has("reject") ? h("button", {
         type: "button", class: "small danger", "data-action": "reject", text: "Reject",
         onclick: (e) => rejectJob(j.id, e.currentTarget, error, after),
-      })));
+      }) : null));
 }
 
 
