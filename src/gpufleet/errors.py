@@ -11,7 +11,6 @@
     │   ├── Unauthenticated         401: no credentials, or credentials we do not recognise
     │   ├── Forbidden               403: valid credentials without the needed permission
     │   ├── PayloadTooLarge         413: the body is over the limit
-    │   ├── NotImplementedYet       501: a route that exists for the wire's sake, not yet served
     │   └── TooManyRequests         429: too many failed authentications from one address
     ├── StoreError                  the database failed underneath us
     │   └── ArtifactStoreError      the artifact store (data folder or bucket) failed
@@ -81,10 +80,6 @@ class Forbidden(DomainError):
 
 class PayloadTooLarge(DomainError):
     status_code = 413
-
-
-class NotImplementedYet(DomainError):
-    status_code = 501
 
 
 class TooManyRequests(DomainError):

@@ -183,8 +183,8 @@ async def test_a_freed_worker_is_offered_the_job_the_policy_names_and_no_limit_i
     await dispatch.dispatch_worker(fleet.ctx, agent.id)
 
     async with fleet.ctx.store.read() as q:
-        after = await q.get_jobs([j.id for j in queued])
-    offered = [j for j in after.values() if j.status is JobStatus.OFFERED]
+        after = [await q.get_job(j.id) for j in queued]
+    offered = [j for j in after if j is not None and j.status is JobStatus.OFFERED]
     assert [j.id for j in offered] == ([expected.job_id] if expected else [])
     for job in offered:
         assert limit_hit(candidate(job, snap), snap) is None

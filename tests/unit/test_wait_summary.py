@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gpufleet.domain.advice import wait_summary
-from gpufleet.domain.matching import Capacity, Requirement, fits
+from gpufleet.domain.advice import Surface, say_wait
+from gpufleet.domain.matching import Capacity, Requirement, fits, why_waiting
 from gpufleet.domain.states import Target, WorkerStatus
 
 KEYS = ["gpu", "zone", "team"]
@@ -27,6 +27,11 @@ capacities = st.builds(
     labels=st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=3),
     is_local=st.booleans(),
 )
+
+
+def wait_summary(req: Requirement, caps: list[Capacity]) -> str:
+    """The line the API answers as a queued job's `waiting.summary` (services/queue.py)."""
+    return say_wait(why_waiting(req, caps), Surface.API)
 
 
 @given(req=requirements, caps=st.lists(capacities, max_size=4))

@@ -38,14 +38,6 @@ def job_prefix(job_id: str) -> str:
     return f"{JOBS_PREFIX}/{_checked_id('job', job_id)}"
 
 
-def relative_path(key: str, job_id: str, attempt_id: str) -> str:
-    """The artifact path back from its key (what `artifact_key` was given)."""
-    prefix = f"{job_prefix(job_id)}/{_checked_id('attempt', attempt_id)}/"
-    if not key.startswith(prefix):
-        raise UnsafeArtifactPath(f"key {key!r} is not in {prefix!r}; list that prefix instead")
-    return key[len(prefix) :]
-
-
 def checked_path(path: str) -> str:
     """`path` if it is a relative POSIX path of plain segments, else `UnsafeArtifactPath`."""
     problem = _path_problem(path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from gpufleet.domain.matching import Capacity, Requirement, Wait, WaitCode, why_waiting
+from gpufleet.domain.matching import Wait, WaitCode
 from gpufleet.domain.states import Target
 
 
@@ -121,8 +121,3 @@ def say_wait(wait: Wait, surface: Surface) -> str:
 def say_wait_everywhere(wait: Wait) -> dict[str, str]:
     """The line for every surface, as the API hands it on (`waiting.summaries`)."""
     return {surface.value: say_wait(wait, surface) for surface in Surface}
-
-
-def wait_summary(req: Requirement, caps: list[Capacity]) -> str:
-    """What a queued job waits for, in the API's words (`waiting.summary`)."""
-    return say_wait(why_waiting(req, caps), Surface.API)

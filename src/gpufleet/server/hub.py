@@ -111,9 +111,6 @@ class Hub:
         """Topics with at least one subscriber, among those that start with `prefix`."""
         return sum(1 for name in self._subs if name.startswith(prefix))
 
-    def listeners(self, topic: str) -> int:
-        return len(self._subs.get(topic, ()))
-
 
 WORKERS_TOPIC = "workers"  # the fleet changed: live views re-read it
 JOBS_TOPIC = "jobs"  # some job changed: live views re-read the queue

@@ -48,10 +48,6 @@ COMPAT_FIELDS = {  # SimpleTuner's /api/queue/concurrency names → ours
 }
 
 
-async def read_policy(q: Queries, *, lock: bool = False) -> Policy:
-    return await q.get_policy(lock=lock)
-
-
 async def get_policy(ctx: Context) -> tuple[Policy, dict[str, Any]]:
     """The policy, and its row (who changed it, when)."""
     async with ctx.store.read() as q:

@@ -136,10 +136,6 @@ class JobQueries(QueryBase):
         total = int((await self.conn.execute(total_stmt)).scalar_one())
         return found, total
 
-    async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
-        stmt = sa.select(jobs).where(jobs.c.id.in_(list(job_ids)))
-        return {m["id"]: rows.job(m) for m in await self._mapped(stmt)}
-
     async def reruns_of(self, job_id: str) -> list[str]:
         """The jobs that re-run this one, oldest first (ix_jobs_rerun_of)."""
         stmt = (

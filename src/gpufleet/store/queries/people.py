@@ -191,15 +191,6 @@ class PeopleQueries(QueryBase):
         )
         return removed == 1
 
-    async def members_of(self, team_id: str) -> list[User]:
-        stmt = (
-            sa.select(users)
-            .join(team_members, team_members.c.user_id == users.c.id)
-            .where(team_members.c.team_id == team_id)
-            .order_by(users.c.name)
-        )
-        return [rows.user(m) for m in await self._mapped(stmt)]
-
     async def teams_of(self, user_id: str) -> list[Team]:
         return [rows.team(m) for m in await self._mapped(_TEAMS_OF.plain, {"user": user_id})]
 

@@ -94,15 +94,6 @@ class WorkerQueries(QueryBase):
         rows = [{"worker_id": w, "at": at, "stats": stats} for w, (at, stats) in samples.items()]
         await self.conn.execute(stmt, rows)
 
-    async def clear_stream_owner(self, worker_id: str, owner: str) -> bool:
-        self.workers_written.add(worker_id)
-        stmt = (
-            sa.update(workers)
-            .where(workers.c.id == worker_id, workers.c.stream_owner == owner)
-            .values(stream_owner=None)
-        )
-        return await self._rowcount(stmt) == 1
-
     async def delete_worker(self, worker_id: str) -> None:
         self.workers_written.add(worker_id)
         await self.conn.execute(
