@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import Page, Route, expect
 
@@ -299,8 +300,12 @@ def test_sign_out_ends_the_pages_session(server: ServerProcess, page: Page) -> N
     """Every button is clicked (#15.1): Sign out."""
     sign_in(page, server.admin_key, then="/queue")
     assert page.request.get("/api/queue").status == 200
+    (kept,) = [c["value"] for c in page.context.cookies() if c["name"] == "gpufleet_session"]
     page.click("#signout")
     page.wait_for_url("**/signin**")
     assert page.request.get("/api/queue").status == 401
+    # The server ended it: the cookie, kept by someone who copied it, is refused too.
+    old_cookie = {"Cookie": f"gpufleet_session={kept}"}
+    assert httpx.get(f"{server.url}/api/queue", headers=old_cookie, timeout=10).status_code == 401
     page.goto("/queue")
     page.wait_for_url(re.compile(r"/signin\?next=(/|%2F)queue$"))
