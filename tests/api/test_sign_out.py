@@ -3,10 +3,13 @@ replica (they read the same database), while the key's other sessions go on."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
+from sqlalchemy import event
 
 from gpufleet.server.services.sessions import SESSION_SECONDS
-from tests.api.conftest import Fleet
+from tests.api.conftest import Fleet, sqlite_only
 from tests.api.test_ui_session import as_browser, sign_in
 
 
@@ -103,3 +106,31 @@ async def test_signing_out_ends_the_event_streams_that_session_opened(fleet: Fle
     assert await ending.wait_closed(within=2.0)
     await fleet.create_worker("nudge")
     assert (await going_on.expect("workers"))["type"] == "workers"
+
+
+@sqlite_only
+async def test_the_sign_out_check_is_a_primary_key_probe_inside_the_sessions_one_read(
+    fleet: Fleet,
+) -> None:
+    """Every page and call of the web UI pays it: no extra statement, no scan of the
+    signed-out sessions (however many)."""
+    session, _csrf = await sign_in(fleet)
+    seen: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cur: Any, statement: str, params: Any, *_: Any) -> None:
+        seen.append((statement, params))
+
+    engine = fleet.ctx.store.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        answer = await fleet.http.get("/api/admin/orchestrator", headers=as_browser(session))
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    assert answer.status_code == 200
+    (statement, params), *_ = [s for s in seen if "revoked_sessions" in s[0]]
+    assert "FROM api_keys JOIN users" in statement  # the read that loads the session's key
+    async with fleet.ctx.store.read() as q:
+        rows = await q.conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)
+        plan = " / ".join(str(row[-1]) for row in rows)
+    assert "SEARCH revoked_sessions USING" in plan and "SCAN revoked_sessions" not in plan, plan
+    assert len([s for s in seen if "revoked_sessions" in s[0]]) == 1
