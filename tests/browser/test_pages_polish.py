@@ -141,6 +141,23 @@ def test_a_save_the_server_refuses_is_explained_beside_save_config(
     expect(page.locator("#error")).to_be_hidden()
 
 
+def test_a_gpu_count_other_than_the_configs_is_explained_in_the_pages_terms(
+    server: ServerProcess, page: Page
+) -> None:
+    with server.admin() as admin:
+        before = admin.get("/api/queue").json()["total"]
+    sign_in(page, server.admin_key, then="/train")
+    train_ready(page)
+    page.fill("#config-json", '{"num_processes": 8, "model_type": "lora"}')
+    page.fill("#gpu-count", "0")
+    page.click("#submit")
+    error = page.locator("#error")
+    expect(error).to_contain_text("GPU count 0 disagrees with the config's own GPU count")
+    expect(error).to_contain_text("set GPU count to 8, or leave it blank")
+    with server.admin() as admin:
+        assert admin.get("/api/queue").json()["total"] == before
+
+
 def test_the_waiting_advice_on_the_job_page_names_buttons_not_endpoints(
     server: ServerProcess, page: Page
 ) -> None:
