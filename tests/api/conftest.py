@@ -108,6 +108,7 @@ class EventStream:
         self._buffer = b""
         self._requested = False
         self.status = 0
+        self.headers: dict[str, str] = {}
         self.ended = False
         self.frames: list[str] = []  # raw frames, `event:` lines included
 
@@ -126,6 +127,7 @@ class EventStream:
         start = await asyncio.wait_for(self._messages.get(), EVENT_TIMEOUT)
         assert start["type"] == "http.response.start"
         self.status = start["status"]
+        self.headers = {k.decode(): v.decode() for k, v in start.get("headers", [])}
         return self
 
     async def body(self) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import Page, Route, expect
 
@@ -138,6 +139,23 @@ def test_a_save_the_server_refuses_is_explained_beside_save_config(
     page.click("#config-save")
     expect(page.locator("#config-error")).to_contain_text("gpu_count")
     expect(page.locator("#error")).to_be_hidden()
+
+
+def test_a_gpu_count_other_than_the_configs_is_explained_in_the_pages_terms(
+    server: ServerProcess, page: Page
+) -> None:
+    with server.admin() as admin:
+        before = admin.get("/api/queue").json()["total"]
+    sign_in(page, server.admin_key, then="/train")
+    train_ready(page)
+    page.fill("#config-json", '{"num_processes": 8, "model_type": "lora"}')
+    page.fill("#gpu-count", "0")
+    page.click("#submit")
+    error = page.locator("#error")
+    expect(error).to_contain_text("GPU count 0 disagrees with the config's own GPU count")
+    expect(error).to_contain_text("set GPU count to 8, or leave it blank")
+    with server.admin() as admin:
+        assert admin.get("/api/queue").json()["total"] == before
 
 
 def test_the_waiting_advice_on_the_job_page_names_buttons_not_endpoints(
@@ -299,8 +317,12 @@ def test_sign_out_ends_the_pages_session(server: ServerProcess, page: Page) -> N
     """Every button is clicked (#15.1): Sign out."""
     sign_in(page, server.admin_key, then="/queue")
     assert page.request.get("/api/queue").status == 200
+    (kept,) = [c["value"] for c in page.context.cookies() if c["name"] == "gpufleet_session"]
     page.click("#signout")
     page.wait_for_url("**/signin**")
     assert page.request.get("/api/queue").status == 401
+    # The server ended it: the cookie, kept by someone who copied it, is refused too.
+    old_cookie = {"Cookie": f"gpufleet_session={kept}"}
+    assert httpx.get(f"{server.url}/api/queue", headers=old_cookie, timeout=10).status_code == 401
     page.goto("/queue")
     page.wait_for_url(re.compile(r"/signin\?next=(/|%2F)queue$"))

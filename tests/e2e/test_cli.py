@@ -445,6 +445,22 @@ def test_an_invalid_config_file_is_one_line_and_nothing_is_submitted(
         assert admin.get("/api/queue").json()["total"] == before
 
 
+def test_gpus_other_than_the_configs_own_count_is_one_line_naming_both_and_nothing_is_submitted(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    with server.admin() as admin:
+        before = admin.get("/api/queue").json()["total"]
+    config = tmp_path / "eight.json"
+    config.write_text(json.dumps({"num_processes": 8, "model_type": "lora"}))
+
+    line = one_line_error(gf(server, "jobs", "submit", str(config), "--gpus", "0"))
+
+    assert "--gpus 0 disagrees with the config's own GPU count, 'num_processes' (8)" in line
+    assert "run it with --gpus 8, or without --gpus" in line
+    with server.admin() as admin:
+        assert admin.get("/api/queue").json()["total"] == before
+
+
 def test_a_job_no_worker_can_run_yet_is_queued_and_submit_says_what_it_waits_for(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -136,6 +136,33 @@ def test_a_newer_stream_on_another_replica_ends_the_older_one(
         worker.close()
 
 
+def test_a_session_signed_out_on_one_replica_is_refused_by_the_other(
+    shared_replicas: list[ServerProcess],
+) -> None:
+    a, b = shared_replicas
+    signed_in = httpx.post(f"{a.url}/ui/session", json={"api_key": a.admin_key}, timeout=10)
+    assert signed_in.status_code == 200, signed_in.text
+    cookie = {"Cookie": f"gpufleet_session={signed_in.cookies['gpufleet_session']}"}
+    csrf = {"X-CSRF-Token": signed_in.cookies["gpufleet_csrf"]}
+    with httpx.Client(base_url=b.url, headers=cookie, timeout=10) as on_b:
+        assert on_b.get("/api/queue").status_code == 200
+        with on_b.stream("GET", "/api/events", timeout=httpx.Timeout(10, read=5)) as events:
+            assert events.status_code == 200
+            lines = events.iter_lines()
+            assert any('"hello"' in line for line in lines)  # the stream is open
+
+            signed_out = httpx.delete(f"{a.url}/ui/session", headers=cookie | csrf, timeout=10)
+            assert signed_out.status_code == 200, signed_out.text
+
+            # Refused by the other replica at once (it reads the same database), and the
+            # stream the session opened there ends (the sign-out is heard through NOTIFY).
+            assert on_b.get("/api/queue").status_code == 401
+            page = on_b.get("/queue")
+            assert page.status_code == 303 and page.headers["location"].startswith("/signin")
+            rest = list(lines)  # ends when the server closes it; a read timeout fails
+        assert all(not line.startswith("data:") or "ping" in line for line in rest), rest
+
+
 def test_one_replica_runs_the_sweeps_and_another_takes_over_when_it_dies(
     replicas: list[ServerProcess],
 ) -> None:

@@ -1,9 +1,9 @@
 """Every curl example of the specification, verbatim, run by curl against a real server.
 
-The examples are read from the specification itself (`../shared/spec/` beside the
-repository), so a new or changed example is tested as written. Only what cannot be verbatim
-changes: the server's address, an `Authorization` header where an example has none (the
-spec leaves it out for brevity), the placeholder worker id, and `| jq`.
+The examples are copied from the specification into `spec_examples.txt` beside this file (its
+header says from which version), so a new or changed example is tested as written once copied.
+Only what cannot be verbatim changes: the server's address, an `Authorization` header where an
+example has none (the spec leaves it out for brevity), the placeholder worker id, and `| jq`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e.conftest import ServerProcess, serving
 
-SPEC = Path(__file__).resolve().parents[2] / ".." / "shared" / "spec" / "worker-orchestration.md"
+EXAMPLES = Path(__file__).resolve().parent / "spec_examples.txt"
 SPEC_URL = "http://localhost:8001"
 PLACEHOLDER_WORKER = "w_abc123"
 # The stored configs the submit examples name.
@@ -37,19 +37,19 @@ def _complete(text: str) -> bool:
     return True
 
 
-def curl_examples(markdown: str) -> list[str]:
-    """The curl commands of the ```bash blocks, each as written (continuations included)."""
+def curl_examples(script: str) -> list[str]:
+    """The curl commands of a shell text, each as written (continuations included)."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", markdown, re.S):
-        pending = ""
-        for line in block.splitlines(keepends=True):
-            if not pending and (not line.strip() or line.lstrip().startswith("#")):
-                continue
-            pending += line
-            if _complete(pending):
-                if pending.lstrip().startswith("curl "):
-                    commands.append(pending.strip())
-                pending = ""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        pending += line
+        if _complete(pending):
+            if pending.lstrip().startswith("curl "):
+                commands.append(pending.strip())
+            pending = ""
+    assert not pending, f"an example is not a whole command: {pending!r}"
     return commands
 
 
@@ -63,9 +63,7 @@ def runnable(example: str, url: str, worker_id: str) -> str:
 
 @pytest.fixture(scope="module")
 def spec_text() -> str:
-    if not SPEC.is_file():
-        pytest.fail(f"the specification is not at {SPEC}: check out shared/ beside the repository")
-    return SPEC.read_text()
+    return EXAMPLES.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +71,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     yield from serving(tmp_path_factory.mktemp("spec"), None)
 
 
-def test_every_curl_line_of_the_specification_is_found(spec_text: str) -> None:
-    blocks = re.findall(r"```bash\n(.*?)```", spec_text, re.S)
-    curl_lines = [ln for b in blocks for ln in b.splitlines() if ln.lstrip().startswith("curl ")]
+def test_every_curl_line_of_the_examples_is_found(spec_text: str) -> None:
+    curl_lines = [ln for ln in spec_text.splitlines() if ln.lstrip().startswith("curl ")]
     examples = curl_examples(spec_text)
     assert len(examples) == len(curl_lines) >= 10
     assert all(e.startswith("curl ") and e.count("curl ") == 1 for e in examples)

@@ -15,6 +15,7 @@ from gpufleet.domain.jobspec import (
     check_config,
     check_config_name,
     config_gpu_count,
+    job_gpu_count,
 )
 from gpufleet.errors import InvalidInput
 
@@ -227,24 +228,61 @@ def test_the_config_size_limit_is_one_megabyte():
         ({"gpu_count": 2}, 2),
         ({"num_processes": 4}, 4),
         ({"--num_processes": 3}, 3),
-        ({"gpu_count": 1, "num_processes": 8}, 1),
-        ({"num_processes": 2, "--num_processes": 8}, 2),
-        ({"gpu_count": 0, "num_processes": 8}, 0),  # an explicit zero wins
-        ({"gpu_count": None, "num_processes": 8}, 8),  # a null does not
+        ({"gpu_count": 8, "num_processes": 8, "--num_processes": 8}, 8),
+        ({"gpu_count": None, "num_processes": 8}, 8),  # a null states nothing
     ],
 )
-def test_the_gpu_count_comes_from_gpu_count_then_num_processes_then_zero(config, gpus):
+def test_the_gpu_count_is_the_one_the_config_states_else_zero(config, gpus):
     assert config_gpu_count(config) == gpus
 
 
-@given(
-    values=st.fixed_dictionaries(
-        {}, optional={f: st.none() | st.integers(0, 64) for f in GPU_FIELDS}
-    )
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"gpu_count": 0, "num_processes": 8},  # a zero beside the trainer's eight
+        {"gpu_count": 1, "num_processes": 8},
+        {"num_processes": 2, "--num_processes": 8},
+    ],
 )
-def test_the_gpu_count_is_the_first_field_that_is_set(values):
-    expected = next((values[f] for f in GPU_FIELDS if values.get(f) is not None), 0)
-    assert config_gpu_count(values) == expected
+def test_a_config_whose_gpu_fields_disagree_is_refused_naming_both(config):
+    (first, a), (second, b) = config.items()
+    with pytest.raises(InvalidInput) as refused:
+        check_config(config)
+    assert f"{first!r} ({a})" in refused.value.message
+    assert f"{second!r} ({b})" in refused.value.message
+    with pytest.raises(InvalidInput):
+        config_gpu_count(config)
+
+
+_COUNTS = st.fixed_dictionaries({}, optional={f: st.none() | st.integers(0, 9) for f in GPU_FIELDS})
+
+
+@given(values=_COUNTS)
+def test_the_gpu_count_is_the_fields_one_value_or_refused(values):
+    stated = {values[f] for f in GPU_FIELDS if values.get(f) is not None}
+    if len(stated) > 1:
+        with pytest.raises(InvalidInput, match="disagree"):
+            config_gpu_count(values)
+    else:
+        assert config_gpu_count(values) == next(iter(stated), 0)
+
+
+@given(values=_COUNTS, requested=st.none() | st.integers(0, 9))
+def test_a_submits_gpu_count_is_the_configs_own_when_it_states_one(values, requested):
+    stated = {values[f] for f in GPU_FIELDS if values.get(f) is not None}
+    if len(stated) > 1:
+        return  # refused by the config's own check (above)
+    own = next(iter(stated), None)
+    if requested is not None and own is not None and requested != own:
+        with pytest.raises(InvalidInput) as refused:
+            job_gpu_count(requested, values)
+        assert f"gpu_count {requested}" in refused.value.message
+        assert f"({own})" in refused.value.message
+        assert f"--gpus {own}" in refused.value.detail_for["cli"]
+        assert f"GPU count to {own}" in refused.value.detail_for["ui"]
+    else:
+        expected = requested if requested is not None else (own or 0)
+        assert job_gpu_count(requested, values) == expected
 
 
 def test_an_invalid_gpu_count_is_refused_rather_than_guessed():

@@ -130,3 +130,84 @@ def test_no_module_imports_itself_back_through_others() -> None:
     for module in sorted(graph):
         if module not in state:
             walk(module, [module])
+
+
+# No test reads outside the repository: a fresh clone with nothing beside it runs every tier.
+REPO = PACKAGE.parents[1]
+
+
+def _climb(node: ast.expr) -> int | None:
+    """How many folders up from its file an expression rooted in `__file__` points (its
+    folder is 1), or None where it is not such a path."""
+    levels = 0
+    while True:
+        if isinstance(node, ast.Attribute):
+            levels += node.attr == "parent"
+            node = node.value
+        elif isinstance(node, ast.Subscript):
+            index = node.slice
+            if isinstance(node.value, ast.Attribute) and node.value.attr == "parents":
+                if not (isinstance(index, ast.Constant) and isinstance(index.value, int)):
+                    return None
+                levels += index.value + 1
+                node = node.value.value
+            else:
+                node = node.value
+        elif isinstance(node, ast.Call):
+            rooted = [r for r in map(_climb, node.args) if r is not None]
+            if rooted:  # Path(__file__), Path(os.path.abspath(__file__))
+                return levels + max(rooted)
+            node = node.func
+        elif isinstance(node, ast.Name):
+            return levels if node.id == "__file__" else None
+        else:
+            return None
+
+
+def paths_outside(source: str, relative: Path) -> list[str]:
+    """Where a test file names a path outside the repository: a climb from `__file__` above
+    the repository's root, a path joined with `..`, or the `shared/` folder beside it."""
+    depth = len(relative.parts)  # tests/unit/x.py: its root is 3 folders up
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if "../shared" in node.value or "shared/spec" in node.value:
+                found.append(f"line {node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            joined = [node.left, node.right]
+            for part in joined:
+                if isinstance(part, ast.Constant) and ".." in str(part.value).split("/"):
+                    found.append(f"line {node.lineno}: joins {part.value!r}")
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            levels = _climb(node)
+            if levels is not None and levels > depth:
+                found.append(f"line {node.lineno}: {levels} folders up from {relative}")
+    return found
+
+
+def test_the_outside_check_finds_what_it_is_for() -> None:
+    here = Path("tests/e2e/test_x.py")
+    assert paths_outside('P = Path(__file__).resolve().parents[2] / "src"\n', here) == []
+    assert paths_outside("P = Path(__file__).resolve().parent.parent.parent\n", here) == []
+    assert paths_outside('x = {"job_id": "../../etc"}\n', here) == []  # hostile data, not a path
+    for outside in [
+        'SPEC = Path(__file__).resolve().parents[2] / ".." / "shared" / "spec" / "x.md"\n',
+        "P = Path(__file__).resolve().parents[3]\n",
+        "P = Path(__file__).parent.parent.parent.parent / 'x'\n",
+        "P = Path(os.path.abspath(__file__)).parents[5]\n",
+        'open("../shared/spec/x.md")\n',
+        'P = ROOT / "../x"\n',
+    ]:
+        assert paths_outside(outside, here), outside
+
+
+def test_no_test_reads_outside_the_repository() -> None:
+    files = sorted((REPO / "tests").rglob("*.py"))
+    assert len(files) > 50
+    found = {
+        str(path.relative_to(REPO)): where
+        for path in files
+        if path != Path(__file__).resolve()  # its own examples above
+        and (where := paths_outside(path.read_text(), path.relative_to(REPO)))
+    }
+    assert found == {}, "a test reads outside the repository (copy what it needs into tests/)"

@@ -88,16 +88,54 @@ def check_config(body: Any) -> dict[str, Any]:
         raise InvalidInput(
             f"config field 'timeout_s' must be a number of seconds > 0, got {timeout!r}"
         )
-    for field in ("gpu_count", "num_processes", "--num_processes"):
-        if body.get(field) is not None:
-            _int(body[field], field)
+    _stated_gpu_count(body)
     return body
 
 
+# The fields where a config states its GPU count: ours, then SimpleTuner's (`num_processes`, the
+# processes its trainer starts, one a GPU; `--num_processes` as its CLI spells it).
+GPU_FIELDS = ("gpu_count", "num_processes", "--num_processes")
+
+
+def _stated_gpu_count(config: dict[str, Any]) -> tuple[str, int] | None:
+    """The field and the count the config states, None when it states none; refused when
+    two of its fields disagree (the trainer would not use the GPUs the job holds)."""
+    stated = [(f, _int(config[f], f)) for f in GPU_FIELDS if config.get(f) is not None]
+    for field, count in stated[1:]:
+        first, first_count = stated[0]
+        if count != first_count:
+            raise InvalidInput(
+                f"config fields {first!r} ({first_count}) and {field!r} ({count}) disagree: "
+                "they both say how many GPUs the job uses; make them the same number, or "
+                "keep only one"
+            )
+    return stated[0] if stated else None
+
+
 def config_gpu_count(config: dict[str, Any]) -> int:
-    """GPUs a config asks for: `gpu_count`, else SimpleTuner's `num_processes`, else 0."""
-    for field in ("gpu_count", "num_processes", "--num_processes"):
-        value = config.get(field)
-        if value is not None:
-            return _int(value, field)
-    return 0
+    """GPUs a config asks for: the count its fields state (`GPU_FIELDS`), else 0."""
+    stated = _stated_gpu_count(config)
+    return 0 if stated is None else stated[1]
+
+
+def job_gpu_count(requested: int | None, config: dict[str, Any]) -> int:
+    """The GPUs a job holds: the submit's `gpu_count`, else the config's. When the config
+    states a count, a submit's other count is refused: the job would hold one number of
+    GPUs while its trainer starts another, sidestepping the approval rules and the matching
+    (a `gpu_count` of 0 beside `num_processes: 8`)."""
+    stated = _stated_gpu_count(config)
+    if requested is None or stated is None:
+        return requested if requested is not None else config_gpu_count(config)
+    field, own = stated
+    if requested == own:
+        return own
+    why = f"disagrees with the config's own GPU count, {field!r} ({own})"
+    fix = f"or change {field!r} in the config"
+    raise InvalidInput(
+        f"gpu_count {requested} {why}: submit with gpu_count {own}, leave gpu_count out to "
+        f"take the config's, {fix}",
+        cli=f"--gpus {requested} {why}: run it with --gpus {own}, or without --gpus to take "
+        f"the config's, {fix}",
+        ui=f"GPU count {requested} {why}: set GPU count to {own}, or leave it blank to take "
+        f"the config's, {fix}",
+    )

@@ -19,6 +19,7 @@ from gpufleet.artifacts.backends import open_artifact_store
 from gpufleet.server import errors, streams
 from gpufleet.server.context import Context
 from gpufleet.server.door import RefuseNulInUrl
+from gpufleet.server.headers import ResponseHeaders
 from gpufleet.server.local import parse_local_gpus, start_local_runner
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.routes import (
@@ -233,4 +234,5 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
     app.mount("/static", ui.static_files(), name="static")
     app.add_middleware(BodyLimit)
     app.add_middleware(RefuseNulInUrl)
+    app.add_middleware(ResponseHeaders)  # outermost: the answers of the others get them too
     return app

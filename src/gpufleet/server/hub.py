@@ -130,3 +130,8 @@ def job_topic(job_id: str) -> str:
 def key_topic(key_id: str) -> str:
     """Closed when the API key is revoked: every stream it opened (a web session's too) ends."""
     return f"key:{key_id}"
+
+
+def session_topic(nonce: str) -> str:
+    """Closed when a web session signs out: every stream it opened ends."""
+    return f"session:{nonce}"

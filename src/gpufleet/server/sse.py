@@ -29,7 +29,7 @@ def stream(body: AsyncIterator[bytes]) -> StreamingResponse:
         body,
         media_type="text/event-stream",
         headers={
-            "Cache-Control": "no-cache",
+            "Cache-Control": "no-store",
             "X-Accel-Buffering": "no",
             "Connection": "keep-alive",
         },

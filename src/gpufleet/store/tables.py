@@ -97,6 +97,18 @@ api_keys = sa.Table(
     sa.Column("user_id", sa.String(32)),  # whose key it is (0014); null only before 0014
 )
 
+# Web sessions signed out before they expire (services/sessions.py): every replica refuses
+# their cookies. A row is kept until the session would have expired, then swept.
+revoked_sessions = sa.Table(
+    "revoked_sessions",
+    metadata,
+    sa.Column("nonce", sa.String(32), primary_key=True),  # the cookie's random part
+    sa.Column("key_id", sa.String(32), nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+    sa.Column("revoked_at", UTCDateTime, nullable=False),
+    sa.Index("ix_revoked_sessions_expires_at", "expires_at"),  # the sweep's
+)
+
 configs = sa.Table(
     "configs",
     metadata,

@@ -275,9 +275,7 @@ async def sign_in(ctx: Ctx, client: Client, request: Request) -> Response:
 @router.delete("/ui/session")
 async def sign_out(ctx: Ctx, request: Request) -> Response:
     cookie = request.cookies.get(sessions.SESSION_COOKIE)
-    if cookie and await sessions.current(ctx, cookie) is not None:
-        csrf = request.headers.get(sessions.CSRF_HEADER)
-        await sessions.authenticate(ctx, cookie, csrf, request.method, None)
+    await sessions.sign_out(ctx, cookie, request.headers.get(sessions.CSRF_HEADER))
     response = JSONResponse({"ok": True, "next": "/signin"})
     response.delete_cookie(sessions.SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     response.delete_cookie(sessions.CSRF_COOKIE, path="/", samesite="strict")

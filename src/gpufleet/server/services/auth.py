@@ -31,7 +31,7 @@ from gpufleet.errors import (
     Unauthenticated,
 )
 from gpufleet.server.context import Context, Tx, transaction
-from gpufleet.server.hub import Subscription, key_topic
+from gpufleet.server.hub import Subscription, key_topic, session_topic
 
 log = logging.getLogger("gpufleet.server.auth")
 USE_RESOLUTION = timedelta(minutes=1)  # how finely `last_used_at` is kept
@@ -43,6 +43,7 @@ class Principal:
 
     key: ApiKey
     user: User
+    session: str | None = None  # a web session's nonce: signing out ends its streams
 
     @property
     def permissions(self) -> frozenset[str]:
@@ -259,11 +260,12 @@ async def list_api_keys(ctx: Context) -> tuple[list[ApiKey], dict[str, str]]:
         return keys, await q.user_names(k.user_id for k in keys if k.user_id)
 
 
-async def active_principal(ctx: Context, key_id: str) -> Principal | None:
-    """The key's principal, unless the key is unknown or revoked (a web session's)."""
+async def session_principal(ctx: Context, key_id: str, nonce: str) -> Principal | None:
+    """A web session's principal, unless its key is unknown or revoked, or the session was
+    signed out."""
     async with ctx.store.read() as q:
-        found = await q.api_key_with_user(key_id)
-    return None if found is None or found[0].revoked else Principal(*found)
+        found = await q.api_key_for_session(key_id, nonce)
+    return None if found is None or found[0].revoked else Principal(*found, session=nonce)
 
 
 async def revoke_api_key(ctx: Context, key_id: str, actor: str, client: str | None) -> None:
@@ -290,12 +292,20 @@ async def active_key(ctx: Context, key_id: str) -> ApiKey | None:
 async def subscription(
     ctx: Context, principal: Principal, topic: str, *more: str
 ) -> AsyncIterator[Subscription]:
-    """A stream's subscription to the topics, closed when the key that opened it is revoked.
+    """A stream's subscription to the topics, closed when the key that opened it is revoked
+    or the web session that opened it signs out.
 
-    The key is read again once subscribed, so that a revoke landing between the request's
-    authentication and now is not missed; after that only the revoke's close is heard."""
-    with ctx.hub.subscribe(topic, *more, key_topic(principal.key.id)) as sub:
-        if await active_key(ctx, principal.key.id) is None:
+    The key (and session) is read again once subscribed, so that a revoke landing between the
+    request's authentication and now is not missed; after that only the revoke's close is
+    heard."""
+    key_id, session = principal.key.id, principal.session
+    ends = [key_topic(key_id)] + ([session_topic(session)] if session else [])
+    with ctx.hub.subscribe(topic, *more, *ends) as sub:
+        if session is None:
+            gone = await active_key(ctx, key_id) is None
+        else:
+            gone = await session_principal(ctx, key_id, session) is None
+        if gone:
             sub.close()
         yield sub
 

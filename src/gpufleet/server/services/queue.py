@@ -14,7 +14,7 @@ from gpufleet.domain.jobspec import (
     MAX_CONFIG_BYTES,
     check_config,
     check_config_name,
-    config_gpu_count,
+    job_gpu_count,
 )
 from gpufleet.domain.matching import (
     Requirement,
@@ -227,7 +227,7 @@ async def enqueue(
 ) -> Enqueued:
     """Queue a job of this config (checked already) for the submitting user, and offer it
     if a worker fits now (unless an approval rule holds it); `rerun_of`: the job it repeats."""
-    gpu_count = sub.gpu_count if sub.gpu_count is not None else config_gpu_count(config)
+    gpu_count = job_gpu_count(sub.gpu_count, config)
     labels = check_labels(sub.worker_labels)
     _check_target(ctx, sub.target)
     req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs_of(config))

@@ -3,9 +3,12 @@
 The session cookie reads `<key id>.<expiry>.<nonce>.<signature>` (HMAC-SHA256 under the data
 folder's `ui-secret`). Nothing lives in process memory, so a restarted orchestrator, or
 another one on the same data folder, accepts it; every request re-reads the key, so revoking
-it signs the browser out. The CSRF token is an HMAC of the session cookie: a page script
-reads it from a cookie and echoes it in a header, which another site can neither read nor
-forge (double submit, bound to the session so a planted cookie is useless).
+it signs the browser out. Signing out stores the cookie's nonce until the session would have
+expired, read in the same query as the key: every replica refuses the cookie from the
+commit on, at no extra round trip and with no cache to disagree. The CSRF token is an
+HMAC of the session cookie: a page script reads it from a cookie and echoes it in a header,
+which another site can neither read nor forge (double submit, bound to the session so a
+planted cookie is useless).
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import hmac
 import os
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gpufleet.errors import Forbidden, Unauthenticated
-from gpufleet.server.context import Context
+from gpufleet.server.context import Context, transaction
+from gpufleet.server.hub import session_topic
 from gpufleet.server.services import auth
 from gpufleet.server.services.auth import Principal
 
@@ -61,8 +65,17 @@ def csrf_token(secret: bytes, cookie: str) -> str:
     return _sign(secret, b"csrf", cookie)
 
 
-def _key_id(secret: bytes, cookie: str, now: datetime) -> str | None:
-    """The key id a well-signed, unexpired cookie names; None otherwise."""
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """What a well-signed cookie says."""
+
+    key_id: str
+    expiry: int  # a Unix time
+    nonce: str
+
+
+def _signed(secret: bytes, cookie: str, now: datetime) -> Signed | None:
+    """What a well-signed, unexpired cookie says; None otherwise."""
     parts = cookie.rsplit(".", 3)
     if len(parts) != 4 or not parts[1].isdigit():
         return None
@@ -70,7 +83,7 @@ def _key_id(secret: bytes, cookie: str, now: datetime) -> str | None:
     expected = _sign(secret, b"session", f"{key_id}.{expiry}.{nonce}")
     if not hmac.compare_digest(signature.encode(), expected.encode()):
         return None
-    return key_id if int(expiry) > now.timestamp() else None
+    return Signed(key_id, int(expiry), nonce) if int(expiry) > now.timestamp() else None
 
 
 async def sign_in(ctx: Context, presented: str | None, client: str | None) -> Session:
@@ -83,11 +96,12 @@ async def sign_in(ctx: Context, presented: str | None, client: str | None) -> Se
 
 
 async def current(ctx: Context, cookie: str | None) -> Principal | None:
-    """Who a session cookie signs in, or None (missing, forged, expired or revoked)."""
-    key_id = _key_id(ctx.ui_secret, cookie, ctx.clock()) if cookie else None
-    if key_id is None:
+    """Who a session cookie signs in, or None (missing, forged, expired, signed out, or its
+    key revoked)."""
+    signed = _signed(ctx.ui_secret, cookie, ctx.clock()) if cookie else None
+    if signed is None:
         return None
-    return await auth.active_principal(ctx, key_id)
+    return await auth.session_principal(ctx, signed.key_id, signed.nonce)
 
 
 async def authenticate(
@@ -107,3 +121,18 @@ async def authenticate(
     permitted = auth.permit(principal, needed)
     await auth.note_use(ctx, permitted.key)
     return permitted
+
+
+async def sign_out(ctx: Context, cookie: str | None, csrf: str | None) -> None:
+    """End the session on the server, on every replica (CSRF-checked: another site cannot
+    sign a browser out). A cookie already ended, expired or forged has nothing to end."""
+    if not cookie or await current(ctx, cookie) is None:
+        return
+    await authenticate(ctx, cookie, csrf, "DELETE", None)
+    signed = _signed(ctx.ui_secret, cookie, ctx.clock())
+    if signed is None:  # it expired in between
+        return
+    expires_at = datetime.fromtimestamp(signed.expiry, UTC)
+    async with transaction(ctx) as tx:
+        await tx.q.revoke_session(signed.nonce, signed.key_id, expires_at, tx.now)
+        tx.end_streams(session_topic(signed.nonce))  # on every replica

@@ -7,13 +7,14 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
 
 from gpufleet.domain.records import ApiKey, StoredConfig, User
 from gpufleet.store import locks
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import QueryBase
-from gpufleet.store.tables import api_keys, configs, users
+from gpufleet.store.queries.base import Prebuilt, QueryBase, by
+from gpufleet.store.tables import api_keys, configs, revoked_sessions, users
 
 _USER_COLUMNS = [c.label(f"owner_{c.name}") for c in users.c]
 
@@ -28,6 +29,16 @@ def _key_and_user(row: RowMapping) -> tuple[ApiKey, User]:
     return rows.api_key(row), rows.user(user)
 
 
+# Every page and every call of the web UI: the session's key and user, unless the session
+# was signed out, in one read (the sign-out is one primary-key probe inside it).
+_SESSION = Prebuilt(
+    _with_user().where(
+        api_keys.c.id == by("key_id"),
+        ~sa.exists().where(revoked_sessions.c.nonce == by("nonce")),
+    )
+)
+
+
 class KeyQueries(QueryBase):
     async def insert_api_key(self, values: Mapping[str, Any]) -> None:
         await self.conn.execute(sa.insert(api_keys).values(**values))
@@ -38,10 +49,25 @@ class KeyQueries(QueryBase):
         row = await self._first(stmt)
         return (row["key_hash"], *_key_and_user(row)) if row else None
 
-    async def api_key_with_user(self, key_id: str) -> tuple[ApiKey, User] | None:
-        """The key (revoked or not) and its user; None if either is gone."""
-        row = await self._first(_with_user().where(api_keys.c.id == key_id))
+    async def api_key_for_session(self, key_id: str, nonce: str) -> tuple[ApiKey, User] | None:
+        """The key (revoked or not) and its user; None if either is gone or the session
+        `nonce` names was signed out."""
+        row = await self._first(_SESSION.plain, {"key_id": key_id, "nonce": nonce})
         return _key_and_user(row) if row else None
+
+    async def revoke_session(
+        self, nonce: str, key_id: str, expires_at: datetime, now: datetime
+    ) -> None:
+        """Keep a signed-out session until it would have expired (a second sign-out of it
+        changes nothing); forget those that have."""
+        await self.conn.execute(
+            sa.delete(revoked_sessions).where(revoked_sessions.c.expires_at <= now)
+        )
+        dialect = postgresql if self._pg else sqlite
+        values = {"nonce": nonce, "key_id": key_id, "expires_at": expires_at, "revoked_at": now}
+        await self.conn.execute(
+            dialect.insert(revoked_sessions).values(**values).on_conflict_do_nothing()
+        )
 
     async def get_api_key(self, key_id: str) -> ApiKey | None:
         row = await self._first(sa.select(api_keys).where(api_keys.c.id == key_id))
