@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from typing import Any
@@ -101,3 +103,10 @@ def config_gpu_count(config: dict[str, Any]) -> int:
         if value is not None:
             return _int(value, field)
     return 0
+
+
+def config_digest(body: dict[str, Any]) -> str:
+    """A config's sha256 over its canonical JSON (keys sorted, no spaces, ASCII): the same
+    config has the same digest whatever order its keys were sent in."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
