@@ -153,6 +153,8 @@ async def test_a_new_name_is_the_callers_and_shared_only_with_a_team_of_theirs(
     moved = await fleet.admin.put("/api/configs/alice-cfg?team=vision", json=PROD)
     assert moved.status_code == 200 and moved.json()["team"] == "vision"
     assert moved.json()["owner"] == "alice" and moved.json()["written_by"] == "admin"
+    hostile = await people.alice.put("/api/configs/alice-cfg?team=" + "x" * 65, json=PROD)
+    assert hostile.status_code == 422 and (await _config(fleet, "alice-cfg"))["version"] == 2
     listed = (await people.vera.get("/api/configs")).json()["configs"]  # reads stay open
     assert {(c["name"], c["owner"], c["version"]) for c in listed} == {
         ("vera-probe", "vera", 2),
@@ -227,3 +229,11 @@ async def test_the_versions_of_a_config_that_is_not_there_are_not_found(
 ) -> None:
     answer = await fleet.admin.get(path)
     assert answer.status_code == 404 and "no config named 'nope'" in answer.json()["detail"]
+
+
+async def test_a_config_shared_with_a_deleted_team_is_shared_with_none(fleet: Fleet) -> None:
+    await make_team(fleet, "gone")
+    await fleet.admin.put("/api/configs/cfg?team=gone", json=PROD)
+    assert (await fleet.admin.delete("/api/teams/gone")).status_code == 200
+    config = await _config(fleet, "cfg")
+    assert config["team"] is None and config["team_id"] is None and config["version"] == 1
