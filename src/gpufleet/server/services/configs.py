@@ -66,15 +66,15 @@ def _refused(
     owner = names.get(stored.owner_id, stored.owner_id)
     team = names.get(stored.team_id, stored.team_id) if stored.team_id else None
     who = (
-        f"its owner {owner}, the leads of team {team} and admins"
+        f"its owner ({owner}), the leads of team {team} and admins"
         if team
-        else (f"only its owner {owner} and admins")
+        else f"only its owner ({owner}) and admins"
     )
     verb = "overwrite" if action is ConfigAction.OVERWRITE else "delete"
     said = f"config {name!r} belongs to {owner}{f' (shared with team {team})' if team else ''}"
     said += f"; {who} may {verb} it"
     if action is not ConfigAction.OVERWRITE:
-        return Forbidden(f"{said}; ask one of them", cli=f"{said}; ask one of them")
+        return Forbidden(f"{said}; ask one of them")
     mine = f"{name}-{user.name}"[:128]
     other = f" (e.g. {mine})" if could_be_config_name(mine) else ""
     return Forbidden(
@@ -88,10 +88,8 @@ def _refused(
 async def _team_asked(q: Queries, team: str) -> str:
     found = await q.team_by_ref(team)
     if found is None:
-        raise InvalidInput(
-            f"no team {team!r} to share the config with; name one of your teams (id or name), "
-            "or leave team out"
-        )
+        said = f"no team {team!r} to share the config with; name one of your teams (id or name)"
+        raise InvalidInput(f"{said}, or leave team out", cli=f"{said}, or leave --team out")
     return found.id
 
 
@@ -103,7 +101,10 @@ def _share_refused(name: str, team: str | None) -> Forbidden:
             f"config {name!r} can be shared with team {team!r} only by its owner, if they "
             "are in that team, or by an admin"
         )
-    return Forbidden(f"{said}; leave team out to keep it as it is")
+    return Forbidden(
+        f"{said}; leave team out to keep it as it is",
+        cli=f"{said}; leave --team and --no-team out to keep it as it is",
+    )
 
 
 async def put_config(
