@@ -71,6 +71,8 @@ def test_a_viewer_cannot_overwrite_admins_config_and_admins_job_runs_admins_comm
     assert not any("PWNED" in line for line in lines)
     assert job["config"] == ADMINS and job["config_version"] == 1
     assert job["config_written_by"] == "admin" and job["config_digest"] == config["digest"]
+    shown = _gpufleet(orchestrator, orchestrator.admin_key, "jobs", "show", job["id"]).stdout
+    assert f"{name} v1 (sha256 {config['digest'][:8]}…) written by admin" in shown
 
 
 def _gpufleet(server: ServerProcess, key: str, *args: str) -> subprocess.CompletedProcess[str]:
