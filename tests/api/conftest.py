@@ -433,6 +433,7 @@ class Fleet:
         paths += [f"/api/queue/{j['id']}/logs/download" for j in jobs]
         paths += [f"/api/admin/workers/{w['id']}" for w in workers]
         paths += [f"/api/configs/{c['name']}" for c in configs]
+        paths += [f"/api/configs/{c['name']}/versions" for c in configs]
         for path in paths:
             answer = await self.admin.get(path)
             assert answer.status_code == 200, (path, answer.text[:300])

@@ -130,6 +130,11 @@ def test_an_admin_runs_a_worker_and_a_job_from_the_browser(
         job = admin.get(f"/api/queue/{job_id}").json()
     assert job["config_name"] == "browser-training"
     assert job["worker_labels"] == {"pool": "browser"}
+    # The version of the stored config it ran, and who wrote it (#31).
+    assert job["config_version"] == 1 and job["config_written_by"] == "admin"
+    expect(page.locator("#config-ran")).to_have_text(
+        f"browser-training v1 (sha256 {job['config_digest'][:8]}…) written by admin"
+    )
 
     page.click("nav >> text=Queue")
     queued = page.locator(f'#jobs tr[data-job="{job_id}"]')

@@ -17,6 +17,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 
+from gpufleet.domain.levels import ADMIN_USER_ID
+from gpufleet.domain.records import StoredConfig
 from gpufleet.errors import StoreError
 from gpufleet.store import Queries, open_store
 from gpufleet.store.engine import alembic_config, newest_revision
@@ -46,7 +48,11 @@ async def test_checkpoint_folds_the_log_in_and_close_empties_it(tmp_path: Path) 
     now = datetime.now(UTC)
     for n in range(50):
         async with store.write() as q:
-            await q.put_config(f"cfg-{n}", {"n": n, "pad": "x" * 2000}, now)
+            body = {"n": n, "pad": "x" * 2000}
+            config = StoredConfig(
+                f"cfg-{n}", body, now, now, ADMIN_USER_ID, None, 1, "0" * 64, None
+            )
+            assert await q.insert_config(config)
     wal = path.with_name("gf.db-wal")
     assert wal.stat().st_size > 0
     assert _configs_in_the_file_alone(path, tmp_path / "before.db") == 0

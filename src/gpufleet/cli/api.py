@@ -116,8 +116,8 @@ class ApiClient:
     def post(self, path: str, body: Any = None) -> Any:
         return self._request("POST", path, json=body)
 
-    def put(self, path: str, body: Any = None) -> Any:
-        return self._request("PUT", path, json=body)
+    def put(self, path: str, body: Any = None, **params: Any) -> Any:
+        return self._request("PUT", path, json=body, params=_drop_none(params))
 
     def patch(self, path: str, body: Any) -> Any:
         return self._request("PATCH", path, json=body)

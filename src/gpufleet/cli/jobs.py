@@ -259,13 +259,24 @@ def _named(name: str | None, ident: str | None) -> str | None:
     return f"{name} ({ident})" if name and ident else ident
 
 
+def _config_ran(job: dict[str, Any]) -> str:
+    """`prod-train v3 (sha256 abcd1234…) written by vera`: the stored config's version it ran."""
+    if not job["config_name"]:
+        return "(inline)"
+    if job.get("config_version") is None:
+        return str(job["config_name"])
+    said = f"{job['config_name']} v{job['config_version']} (sha256 {job['config_digest'][:8]}…)"
+    writer = job.get("config_written_by")
+    return f"{said} written by {writer}" if writer else said
+
+
 def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
     by = _named(job.get("submitted_by_name"), job["submitted_by"]) or "-"
     reruns = [("re-run of", job.get("rerun_of")), ("re-run as", ", ".join(job.get("rerun_as", [])))]
     return [
         ("id", job["id"]),
         ("status", out.status(job["status"])),
-        ("config", job["config_name"] or "(inline)"),
+        ("config", _config_ran(job)),
         ("target", job["target"]),
         ("labels", job["worker_labels"]),
         ("gpus", job["gpu_count"]),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from typing import Any
@@ -139,3 +141,10 @@ def job_gpu_count(requested: int | None, config: dict[str, Any]) -> int:
         ui=f"GPU count {requested} {why}: set GPU count to {own}, or leave it blank to take "
         f"the config's, {fix}",
     )
+
+
+def config_digest(body: dict[str, Any]) -> str:
+    """A config's sha256 over its canonical JSON (keys sorted, no spaces, ASCII): the same
+    config has the same digest whatever order its keys were sent in."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()

@@ -1,4 +1,5 @@
-"""Who may act on what is owned: decided once, here, and applied by the services.
+"""Who may act on what is owned, jobs and stored configs: decided once, here, and applied by
+the services.
 
 A job belongs to the user who submitted it (`user_id`; older rows without one belong to the
 built-in admin) and is for a team (`team_id`). Reads stay open to `queue.read`; every write
@@ -143,3 +144,40 @@ def job_actions(actor: Actor, permissions: Iterable[str], job: StatusedJob) -> l
         and _fits_status(action, job.status)
         and isinstance(decide(actor, job, action), Allowed)
     ]
+
+
+# ---- stored configs -----------------------------------------------------------------------
+
+
+class ConfigAction(StrEnum):
+    OVERWRITE = "overwrite"  # PUT over a stored config's body (a new version)
+    DELETE = "delete"  # the config and its versions
+    SHARE = "share"  # set or clear the team it is shared with
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOwner:
+    """Whose a stored config is: its creator, and the team it is shared with (None: none)."""
+
+    owner_id: str
+    team_id: str | None
+
+
+def may_change_config(
+    actor: Actor, config: ConfigOwner, action: ConfigAction, *, share_with: str | None = None
+) -> bool:
+    """Whether `actor` may take `action` on the stored config.
+
+    Admins may do everything. Overwrite and delete: the owner, and the leads of the team it
+    is shared with. Share (`share_with`: the team asked for, None to share with none): the
+    owner, only with a team they are in; a lead of the shared team may change the config
+    but not move it to another team."""
+    if actor.level is Level.ADMIN:
+        return True
+    owner = actor.user_id == config.owner_id
+    if action is ConfigAction.SHARE:
+        return owner and (share_with is None or share_with in actor.teams)
+    lead_of_team = (
+        config.team_id is not None and actor.level is Level.LEAD and config.team_id in actor.teams
+    )
+    return owner or lead_of_team

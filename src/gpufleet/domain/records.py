@@ -146,6 +146,10 @@ class Job:
     team_id: str | None = None  # for which team; None: its user is in none
     preemptible: bool | None = None  # may be preempted; None: as its team says
     approved_by: str | None = None  # the actor who approved it, when a rule held it
+    # the stored config's version it ran, its digest and who wrote it (a user id)
+    config_version: int | None = None
+    config_digest: str | None = None
+    config_written_by: str | None = None
 
     def requirement(self) -> Requirement:
         return Requirement(
@@ -280,10 +284,27 @@ class UsageSample:
 
 @dataclass(frozen=True, slots=True)
 class StoredConfig:
+    """A stored config as its latest version has it (domain/ownership.py: who may change it)."""
+
     name: str
     body: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    owner_id: str  # who created it
+    team_id: str | None  # the team it is shared with
+    version: int  # the latest version's number, from 1
+    digest: str  # domain.jobspec.config_digest of `body`
+    written_by: str | None  # the user who wrote the latest version; None: before 0016
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigVersion:
+    name: str
+    version: int
+    body: dict[str, Any]
+    digest: str
+    written_by: str | None  # a user id; None: written before versions were kept
+    written_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

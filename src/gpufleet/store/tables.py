@@ -116,6 +116,25 @@ configs = sa.Table(
     sa.Column("body", JSON, nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
+    # whose it is and the team it is shared with (domain/ownership.py); the latest version's
+    # number, digest and writer (a user id), as in config_versions (0016)
+    sa.Column("owner_id", sa.String(32), nullable=False),
+    sa.Column("team_id", sa.String(32)),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False),
+    sa.Column("written_by", sa.String(32)),
+)
+
+# Every version a stored config had, the latest included; deleted with the config (0016).
+config_versions = sa.Table(
+    "config_versions",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("body", JSON, nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False),  # domain.jobspec.config_digest
+    sa.Column("written_by", sa.String(32)),  # the user; null: written before 0016
+    sa.Column("written_at", UTCDateTime, nullable=False),
 )
 
 jobs = sa.Table(
@@ -152,6 +171,10 @@ jobs = sa.Table(
     sa.Column("team_id", sa.String(32)),
     sa.Column("preemptible", sa.Boolean),  # null: the team's setting
     sa.Column("approved_by", sa.String(64)),  # the actor who approved it, when a rule held it
+    # the stored config's version it ran, its digest and who wrote it (a user id) (0016)
+    sa.Column("config_version", sa.Integer),
+    sa.Column("config_digest", sa.String(64)),
+    sa.Column("config_written_by", sa.String(32)),
     sa.Index("ix_jobs_match", "status", "match_key", "priority", "created_at"),
     sa.Index("ix_jobs_created", "created_at"),
     sa.Index("ix_jobs_rerun_of", "rerun_of"),

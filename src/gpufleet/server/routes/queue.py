@@ -1,4 +1,4 @@
-"""The queue (`queue.submit`, `queue.read`), configs, and the audit log (`admin.audit`)."""
+"""The queue (`queue.submit`, `queue.read`), stored configs, and the audit log (`admin.audit`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Body, Depends, Query
+from fastapi import Body, Depends, Path, Query
 from starlette.responses import StreamingResponse
 
 from gpufleet.domain.permissions import ADMIN_AUDIT, QUEUE_READ, QUEUE_SUBMIT
@@ -25,6 +25,8 @@ from gpufleet.server.schemas.jobs import (
     BulkResult,
     ConfigList,
     ConfigOut,
+    ConfigVersionList,
+    ConfigVersionOut,
     JobDetail,
     JobIds,
     JobList,
@@ -33,7 +35,7 @@ from gpufleet.server.schemas.jobs import (
     LogsOut,
     SubmitIn,
 )
-from gpufleet.server.services import audit, auth, joblogs, ownership, queue, reruns
+from gpufleet.server.services import audit, auth, configs, joblogs, ownership, queue, reruns
 from gpufleet.server.services.auth import Principal
 from gpufleet.server.services.queue import Submission
 
@@ -242,25 +244,71 @@ async def _follow(ctx: Ctx, who: Principal, job_id: str, after: int) -> AsyncIte
 
 @router.get("/api/configs", response_model=ConfigList)
 async def list_configs(ctx: Ctx, who: Reader) -> ConfigList:
-    return ConfigList(configs=[ConfigOut.of(c) for c in await queue.list_configs(ctx)])
+    found, names = await configs.list_configs(ctx)
+    return ConfigList(configs=[ConfigOut.of(c, names) for c in found])
+
+
+# Before `{name:path}`, which would take `NAME/versions` for a name (names hold no '/').
+@router.get("/api/configs/{name}/versions", response_model=ConfigVersionList)
+async def list_config_versions(
+    ctx: Ctx,
+    who: Reader,
+    name: str,
+    limit: Annotated[int, Query(ge=1, le=configs.MAX_VERSIONS_PAGE)] = 20,
+    offset: Offset = 0,
+) -> ConfigVersionList:
+    """The config's versions, newest first (their bodies: one version at a time)."""
+    versions, names = await configs.list_versions(ctx, name, limit, offset)
+    return ConfigVersionList(
+        name=name,
+        versions=[ConfigVersionOut.of(v, names) for v in versions],
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get("/api/configs/{name}/versions/{version}", response_model=ConfigVersionOut)
+async def get_config_version(
+    ctx: Ctx, who: Reader, name: str, version: Annotated[int, Path(ge=1, le=2**31 - 1)]
+) -> ConfigVersionOut:
+    found, names = await configs.get_version(ctx, name, version)
+    return ConfigVersionOut.of(found, names, body=True)
 
 
 @router.get("/api/configs/{name:path}", response_model=ConfigOut)
 async def get_config(ctx: Ctx, who: Reader, name: str) -> ConfigOut:
-    return ConfigOut.of(await queue.get_config(ctx, name))
+    view = await configs.get_config(ctx, name)
+    return ConfigOut.of(view.config, view.names)
 
 
 @router.put("/api/configs/{name:path}", response_model=ConfigOut)
 async def put_config(
-    ctx: Ctx, who: Submitter, client: Client, name: str, body: Annotated[dict[str, Any], Body()]
+    ctx: Ctx,
+    who: Submitter,
+    client: Client,
+    name: str,
+    body: Annotated[dict[str, Any], Body()],
+    team: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="share it with this team (id or name; one of the owner's); empty: "
+            "with none; left out: as it is",
+        ),
+    ] = None,
 ) -> ConfigOut:
-    stored, _created = await queue.put_config(ctx, name, body, who.actor, client)
-    return ConfigOut.of(stored)
+    """Store the config (a new one is the caller's) as its next version. Only its owner,
+    the leads of the team it is shared with and admins may overwrite one."""
+    view, _created = await configs.put_config(
+        ctx, name, body, who.user, who.actor, client, team=team
+    )
+    return ConfigOut.of(view.config, view.names)
 
 
 @router.delete("/api/configs/{name:path}", response_model=Ok)
 async def delete_config(ctx: Ctx, who: Submitter, client: Client, name: str) -> Ok:
-    await queue.delete_config(ctx, name, who.actor, client)
+    """The config and its versions: its owner, the leads of its team and admins only."""
+    await configs.delete_config(ctx, name, who.user, who.actor, client)
     return Ok()
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
-from gpufleet.domain.records import Attempt, Checkpoint, Job, StoredConfig
+from gpufleet.domain.records import Attempt, Checkpoint, ConfigVersion, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
 from gpufleet.server.schemas.base import Record, Strict
 
@@ -110,6 +110,10 @@ class JobOut(Record):
     # What the caller may do to it now (`domain.ownership.JobAction`'s values), in the
     # answers of GET /api/queue and GET /api/queue/{id}; None in the others.
     actions: list[str] | None = None
+    config_version: int | None = None  # the stored config's version it ran
+    config_digest: str | None = None  # that version's sha256 (canonical JSON)
+    config_written_by: str | None = None  # who wrote that version (name; id once deleted)
+    config_written_by_id: str | None = None
 
     @classmethod
     def of(
@@ -127,6 +131,10 @@ class JobOut(Record):
             user=names.get(j.user_id, j.user_id) if j.user_id else None,
             team=names.get(j.team_id, j.team_id) if j.team_id else None,
             actions=actions,
+            config_written_by=(
+                names.get(j.config_written_by, j.config_written_by) if j.config_written_by else None
+            ),
+            config_written_by_id=j.config_written_by,
         )
 
 
@@ -178,18 +186,66 @@ class LogsOut(BaseModel):
 
 
 class ConfigOut(Record):
+    """A stored config as its latest version has it."""
+
     name: str
     config: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    version: int = Field(description="the latest version's number, from 1")
+    digest: str = Field(description="sha256 of the config's canonical JSON (keys sorted)")
+    owner: str = Field(description="who created it: may change it (its id once deleted)")
+    owner_id: str
+    team: str | None = Field(description="the team it is shared with: its leads may change it")
+    team_id: str | None
+    written_by: str | None = Field(description="who wrote the latest version (a user)")
+    written_by_id: str | None
 
     @classmethod
-    def of(cls, c: StoredConfig) -> Self:
-        return cls.over(c, config=c.body)
+    def of(cls, c: StoredConfig, names: Mapping[str, str] = _NO_NAMES) -> Self:
+        """`names`: user and team ids to names (services.configs)."""
+        return cls.over(
+            c,
+            config=c.body,
+            owner=names.get(c.owner_id, c.owner_id),
+            team=names.get(c.team_id, c.team_id) if c.team_id else None,
+            written_by=names.get(c.written_by, c.written_by) if c.written_by else None,
+            written_by_id=c.written_by,
+        )
 
 
 class ConfigList(BaseModel):
     configs: list[ConfigOut]
+
+
+class ConfigVersionOut(Record):
+    """One version of a stored config; its body is read one version at a time."""
+
+    name: str
+    version: int
+    digest: str
+    written_by: str | None  # the user's name (its id once deleted); null: before versions
+    written_by_id: str | None
+    written_at: datetime
+    config: dict[str, Any] | None = None  # only when one version is read
+
+    @classmethod
+    def of(
+        cls, v: ConfigVersion, names: Mapping[str, str] = _NO_NAMES, *, body: bool = False
+    ) -> Self:
+        return cls.over(
+            v,
+            written_by=names.get(v.written_by, v.written_by) if v.written_by else None,
+            written_by_id=v.written_by,
+            config=v.body if body else None,
+        )
+
+
+class ConfigVersionList(BaseModel):
+    name: str
+    versions: list[ConfigVersionOut]  # newest first
+    limit: int
+    offset: int
 
 
 # ---- progress history (charts) ------------------------------------------------------------

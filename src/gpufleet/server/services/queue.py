@@ -1,19 +1,17 @@
-"""The queue: configs, submissions, cancellation, and what a client can read back."""
+"""The queue: submissions, cancellation, and what a client can read back (stored configs:
+services/configs.py)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpufleet import protocol
 from gpufleet.domain.advice import say_wait_everywhere
 from gpufleet.domain.audit_events import KEY_ACTOR, key_actor
 from gpufleet.domain.jobspec import (
-    MAX_CONFIG_BYTES,
     check_config,
-    check_config_name,
     job_gpu_count,
 )
 from gpufleet.domain.matching import (
@@ -33,7 +31,6 @@ from gpufleet.domain.records import (
     Job,
     JobFilter,
     LogLine,
-    StoredConfig,
     Team,
     User,
     Worker,
@@ -49,11 +46,11 @@ from gpufleet.domain.states import (
     Target,
     parse_job_status,
 )
-from gpufleet.errors import Conflict, InvalidInput, NotFound, StoreError, TooManyRequests
+from gpufleet.errors import Conflict, InvalidInput, TooManyRequests
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
-from gpufleet.server.services import dispatch, ownership
+from gpufleet.server.services import configs, dispatch, ownership
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job, no_job
 from gpufleet.server.services.people import resolve_submitter
@@ -88,56 +85,6 @@ class JobView:
     resumed: dict[str, Checkpoint] = field(default_factory=dict)  # by id, attempts resumed from
 
 
-# ---- configs ----------------------------------------------------------------------------
-
-
-async def put_config(
-    ctx: Context, name: str, body: Any, actor: str, client: str | None
-) -> tuple[StoredConfig, bool]:
-    check_config_name(name)
-    body = check_config(body)
-    if len(json.dumps(body)) > MAX_CONFIG_BYTES:
-        raise InvalidInput(f"config {name!r} is larger than 1 MB; keep data out of configs")
-    async with transaction(ctx) as tx:
-        created = await tx.q.put_config(name, body, tx.now)
-        tx.audit("config.created" if created else "config.updated", actor, name, client)
-        stored = await tx.q.get_config(name)
-    if stored is None:
-        raise StoreError(f"config {name!r} was not readable right after it was written; retry")
-    return stored, created
-
-
-async def get_config(ctx: Context, name: str) -> StoredConfig:
-    check_config_name(name)
-    async with ctx.store.read() as q:
-        stored = await q.get_config(name)
-    if stored is None:
-        raise NotFound(
-            f"no config named {name!r}; store one with PUT /api/configs/{name}",
-            ui=f"no config named {name!r}; save one with Save config on the Train page",
-            cli=f"no config named {name!r}; store one with `gpufleet configs put FILE --name "
-            f"{name}`",
-        )
-    return stored
-
-
-async def list_configs(ctx: Context) -> list[StoredConfig]:
-    async with ctx.store.read() as q:
-        return await q.list_configs()
-
-
-async def delete_config(ctx: Context, name: str, actor: str, client: str | None) -> None:
-    check_config_name(name)
-    async with transaction(ctx) as tx:
-        if not await tx.q.delete_config(name):
-            raise NotFound(
-                f"no config named {name!r}; list configs with GET /api/configs",
-                ui=f"no config named {name!r}; the Train page lists the stored configs",
-                cli=f"no config named {name!r}; list them with `gpufleet configs list`",
-            )
-        tx.audit("config.deleted", actor, name, client)
-
-
 # ---- submit -----------------------------------------------------------------------------
 
 
@@ -169,11 +116,32 @@ async def submit(
 ) -> Enqueued:
     if (sub.config is None) == (sub.config_name is None):
         raise InvalidInput("send exactly one of 'config_name' (a stored config) or 'config'")
-    if sub.config_name is not None:
-        config = (await get_config(ctx, sub.config_name)).body
-    else:
+    if sub.config_name is None:
         config = check_config(sub.config)
-    return await enqueue(ctx, sub, config, actor, client, user_id=user_id)
+        return await enqueue(ctx, sub, config, actor, client, user_id=user_id)
+    view = await configs.get_config(ctx, sub.config_name)
+    stored = view.config
+    ran = RanVersion(stored.version, stored.digest, stored.written_by)
+    queued = await enqueue(ctx, sub, stored.body, actor, client, user_id=user_id, ran=ran)
+    if queued.names is None:
+        return queued
+    return replace(queued, names=view.names | queued.names)  # the writer's name among them
+
+
+@dataclass(frozen=True, slots=True)
+class RanVersion:
+    """The version of a stored config a job runs: its number, digest and writer (a user)."""
+
+    version: int | None
+    digest: str | None
+    written_by: str | None
+
+    @classmethod
+    def of(cls, job: Job) -> RanVersion | None:
+        """The version `job` ran (a re-run runs it again); None: an inline config."""
+        if job.config_version is None:
+            return None
+        return cls(job.config_version, job.config_digest, job.config_written_by)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,9 +192,11 @@ async def enqueue(
     *,
     user_id: str,
     rerun_of: str | None = None,
+    ran: RanVersion | None = None,
 ) -> Enqueued:
     """Queue a job of this config (checked already) for the submitting user, and offer it
-    if a worker fits now (unless an approval rule holds it); `rerun_of`: the job it repeats."""
+    if a worker fits now (unless an approval rule holds it); `rerun_of`: the job it repeats;
+    `ran`: the stored config's version it is."""
     gpu_count = job_gpu_count(sub.gpu_count, config)
     labels = check_labels(sub.worker_labels)
     _check_target(ctx, sub.target)
@@ -258,9 +228,14 @@ async def enqueue(
                 team_id=admitted.team.id if admitted.team else None,
                 preemptible=sub.preemptible,
                 status=admitted.status,
+                config_version=ran.version if ran else None,
+                config_digest=ran.digest if ran else None,
+                config_written_by=ran.written_by if ran else None,
             )
         )
         extra: dict[str, Any] = {"rerun_of": rerun_of} if rerun_of else {}
+        if ran:
+            extra |= {"config_version": ran.version, "config_digest": ran.digest}
         if admitted.held:
             extra["held"] = admitted.held
         tx.audit(
@@ -338,7 +313,7 @@ async def names_of(
     if key_ids:
         keys = await q.api_key_names(key_ids)
         names.update({key_actor(key_id): name for key_id, name in keys.items()})
-    user_ids = {j.user_id for j in jobs if j.user_id}
+    user_ids = {u for j in jobs for u in (j.user_id, j.config_written_by) if u}
     team_ids = {j.team_id for j in jobs if j.team_id}
     if user_ids:  # user (u_…) and team (t_…) ids never look like a worker's or a key's
         names.update(await q.user_names(user_ids))

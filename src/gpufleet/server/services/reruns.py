@@ -56,7 +56,14 @@ async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, by
     )
     # The same path as a submit: the re-runner's limits, level and approval rules apply.
     queued = await queue.enqueue(
-        ctx, sub, old.config, actor, client, user_id=by.id, rerun_of=old.id
+        ctx,
+        sub,
+        old.config,
+        actor,
+        client,
+        user_id=by.id,
+        rerun_of=old.id,
+        ran=queue.RanVersion.of(old),
     )
     return queued.job
 

@@ -50,6 +50,9 @@ class NewJob:
     team_id: str | None = None
     preemptible: bool | None = None
     status: JobStatus = JobStatus.QUEUED  # PENDING_APPROVAL when an approval rule holds it
+    config_version: int | None = None  # the stored config's version it runs
+    config_digest: str | None = None
+    config_written_by: str | None = None
 
     def row(self) -> dict[str, Any]:
         """The row of `jobs` it is: queued, with the key dispatch finds it by."""
@@ -74,6 +77,9 @@ class NewJob:
             "user_id": self.user_id,
             "team_id": self.team_id,
             "preemptible": self.preemptible,
+            "config_version": self.config_version,
+            "config_digest": self.config_digest,
+            "config_written_by": self.config_written_by,
         }
 
 

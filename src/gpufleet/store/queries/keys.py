@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -10,11 +11,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
 
-from gpufleet.domain.records import ApiKey, StoredConfig, User
+from gpufleet.domain.records import ApiKey, ConfigVersion, StoredConfig, User
 from gpufleet.store import locks
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import Prebuilt, QueryBase, by
-from gpufleet.store.tables import api_keys, configs, revoked_sessions, users
+from gpufleet.store.tables import api_keys, config_versions, configs, revoked_sessions, users
 
 _USER_COLUMNS = [c.label(f"owner_{c.name}") for c in users.c]
 
@@ -103,25 +104,67 @@ class KeyQueries(QueryBase):
         if self._pg:
             await locks.hold_until_commit(self.conn, locks.API_KEYS)
 
-    async def get_config(self, name: str) -> StoredConfig | None:
-        row = await self._first(sa.select(configs).where(configs.c.name == name))
+    async def get_config(self, name: str, *, lock: bool = False) -> StoredConfig | None:
+        stmt = sa.select(configs).where(configs.c.name == name)
+        row = await self._first(self._locked(stmt) if lock else stmt)
         return StoredConfig(**row) if row else None
 
     async def list_configs(self) -> list[StoredConfig]:
         stmt = sa.select(configs).order_by(configs.c.name)
         return [StoredConfig(**m) for m in await self._mapped(stmt)]
 
-    async def put_config(self, name: str, body: dict[str, Any], now: datetime) -> bool:
-        """Insert or replace; True when it was new."""
-        updated = await self._rowcount(
-            sa.update(configs).where(configs.c.name == name).values(body=body, updated_at=now)
-        )
-        if updated:
+    async def insert_config(self, config: StoredConfig) -> bool:
+        """A new config and its version 1; False when the name was taken meanwhile."""
+        insert = (postgresql.insert if self._pg else sqlite.insert)(configs)
+        stmt = insert.values(**asdict(config)).on_conflict_do_nothing(index_elements=["name"])
+        inserted = await self._rowcount(stmt)
+        if inserted != 1:
             return False
-        await self.conn.execute(
-            sa.insert(configs).values(name=name, body=body, created_at=now, updated_at=now)
-        )
+        await self._insert_version(config)
         return True
 
-    async def delete_config(self, name: str) -> bool:
-        return await self._rowcount(sa.delete(configs).where(configs.c.name == name)) == 1
+    async def update_config(self, config: StoredConfig) -> None:
+        """The config's latest version (the row, locked by the caller) and its new version."""
+        values = asdict(config)
+        del values["name"], values["created_at"]
+        await self.conn.execute(
+            sa.update(configs).where(configs.c.name == config.name).values(**values)
+        )
+        await self._insert_version(config)
+
+    async def _insert_version(self, config: StoredConfig) -> None:
+        await self.conn.execute(
+            sa.insert(config_versions).values(
+                name=config.name,
+                version=config.version,
+                body=config.body,
+                digest=config.digest,
+                written_by=config.written_by,
+                written_at=config.updated_at,
+            )
+        )
+
+    async def config_versions(self, name: str, limit: int, offset: int) -> list[ConfigVersion]:
+        """Newest first."""
+        stmt = (
+            sa.select(config_versions)
+            .where(config_versions.c.name == name)
+            .order_by(config_versions.c.version.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        return [ConfigVersion(**m) for m in await self._mapped(stmt)]
+
+    async def config_version(self, name: str, version: int) -> ConfigVersion | None:
+        stmt = sa.select(config_versions).where(
+            config_versions.c.name == name, config_versions.c.version == version
+        )
+        row = await self._first(stmt)
+        return ConfigVersion(**row) if row else None
+
+    async def delete_config(self, name: str) -> int:
+        """The config and its versions; how many versions it had."""
+        await self.conn.execute(sa.delete(configs).where(configs.c.name == name))
+        return await self._rowcount(
+            sa.delete(config_versions).where(config_versions.c.name == name)
+        )

@@ -12,7 +12,15 @@ from gpufleet.domain.records import Team, UsageSample, User
 from gpufleet.domain.states import PLACED_JOB, WAITING_JOB
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import Prebuilt, QueryBase, by
-from gpufleet.store.tables import api_keys, jobs, team_members, teams, usage_samples, users
+from gpufleet.store.tables import (
+    api_keys,
+    configs,
+    jobs,
+    team_members,
+    teams,
+    usage_samples,
+    users,
+)
 
 USAGE_SAMPLES_MAX = 10_000  # the newest, at most, for one chart
 
@@ -128,9 +136,13 @@ class PeopleQueries(QueryBase):
         await self.conn.execute(sa.update(teams).where(teams.c.id == team_id).values(**values))
 
     async def delete_team(self, team_id: str) -> None:
-        """The team, its memberships, and its place as anyone's default team."""
+        """The team, its memberships, its place as anyone's default team, and the stored
+        configs shared with it (they stay, shared with none)."""
         await self.conn.execute(
             sa.update(users).where(users.c.default_team_id == team_id).values(default_team_id=None)
+        )
+        await self.conn.execute(
+            sa.update(configs).where(configs.c.team_id == team_id).values(team_id=None)
         )
         await self.conn.execute(sa.delete(team_members).where(team_members.c.team_id == team_id))
         await self.conn.execute(sa.delete(teams).where(teams.c.id == team_id))

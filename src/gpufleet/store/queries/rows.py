@@ -116,6 +116,9 @@ def job(m: Columns) -> Job:
         team_id=m["team_id"],
         preemptible=m["preemptible"],
         approved_by=m["approved_by"],
+        config_version=m["config_version"],
+        config_digest=m["config_digest"],
+        config_written_by=m["config_written_by"],
     )
 
 

@@ -28,11 +28,20 @@ function named(name, id) {
 
 const jobLink = (id) => h("a", { href: `/queue/${id}`, class: "mono", text: id });
 
+// "prod-train v3 (sha256 abcd1234…) written by vera": the stored config's version it ran.
+function configRan(j) {
+  if (!j.config_name) return "inline";
+  if (j.config_version === null) return j.config_name;
+  const said = `${j.config_name} v${j.config_version} (sha256 ${j.config_digest.slice(0, 8)}…)`;
+  const text = j.config_written_by ? `${said} written by ${j.config_written_by}` : said;
+  return h("span", { id: "config-ran", title: j.config_digest, text });
+}
+
 function facts(j) {
   const pairs = [
     ["Status", badge(j.status)],
     ["Target", j.target],
-    ["Config", j.config_name || "inline"],
+    ["Config", configRan(j)],
     ["Worker", named(j.worker_name, j.worker_id)],
     ["GPUs", String(j.gpu_count)],
     ["Labels", Object.entries(j.worker_labels).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],

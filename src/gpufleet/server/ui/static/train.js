@@ -96,7 +96,9 @@ pick.addEventListener("change", async () => {
     const stored = await get(`/api/configs/${encodeURIComponent(pick.value)}`);
     text.value = loaded = pretty(stored.config);
     nameInput.value = stored.name;
-    status.textContent = `Loaded ${stored.name}; edit it and Save config to change it.`;
+    const shared = stored.team ? `, shared with ${stored.team}` : "";
+    status.textContent = `Loaded ${stored.name} v${stored.version} (owner ${stored.owner}${shared}); `
+      + "edit it and Save config to change it.";
   } catch (err) {
     showError(error, err);
   }
