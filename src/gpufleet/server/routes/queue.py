@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, Query
 from starlette.responses import StreamingResponse
 
+from gpufleet.domain import job_secrets
 from gpufleet.domain.permissions import ADMIN_AUDIT, QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.domain.records import AuditFilter, JobFilter
 from gpufleet.domain.states import TERMINAL_JOB, Target
@@ -136,7 +137,7 @@ async def get_job(ctx: Ctx, who: Reader, job_id: str) -> JobDetail:
     view = await queue.view_job(ctx, job_id)
     return JobDetail(
         **JobOut.of(view.job, view.names).model_dump(),
-        config=view.job.config,
+        config=job_secrets.shown(view.job.config, view.job.user_id, who.user.id),
         attempt_history=[AttemptOut.of(a, view.names, view.resumed) for a in view.attempts],
         waiting=view.waiting,
         rerun_as=view.reruns,
@@ -237,12 +238,13 @@ async def _follow(ctx: Ctx, who: Principal, job_id: str, after: int) -> AsyncIte
 
 @router.get("/api/configs", response_model=ConfigList)
 async def list_configs(ctx: Ctx, who: Reader) -> ConfigList:
-    return ConfigList(configs=[ConfigOut.of(c) for c in await queue.list_configs(ctx)])
+    configs = await queue.list_configs(ctx)
+    return ConfigList(configs=[ConfigOut.shown(c, who.user.id) for c in configs])
 
 
 @router.get("/api/configs/{name:path}", response_model=ConfigOut)
 async def get_config(ctx: Ctx, who: Reader, name: str) -> ConfigOut:
-    return ConfigOut.of(await queue.get_config(ctx, name))
+    return ConfigOut.shown(await queue.get_config(ctx, name), who.user.id)
 
 
 @router.put("/api/configs/{name:path}", response_model=ConfigOut)
@@ -250,7 +252,7 @@ async def put_config(
     ctx: Ctx, who: Submitter, client: Client, name: str, body: Annotated[dict[str, Any], Body()]
 ) -> ConfigOut:
     stored, _created = await queue.put_config(ctx, name, body, who.actor, client)
-    return ConfigOut.of(stored)
+    return ConfigOut.shown(stored, who.user.id)
 
 
 @router.delete("/api/configs/{name:path}", response_model=Ok)

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
+from gpufleet.domain import job_secrets
+from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import Attempt, Checkpoint, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
 from gpufleet.server.schemas.base import Record, Strict
@@ -177,8 +179,10 @@ class ConfigOut(Record):
     updated_at: datetime
 
     @classmethod
-    def of(cls, c: StoredConfig) -> Self:
-        return cls.over(c, config=c.body)
+    def shown(cls, c: StoredConfig, viewer_id: str) -> Self:
+        """Credential-looking env values masked for anyone but the config's owner (every
+        stored config is the built-in admin's until configs record who wrote them)."""
+        return cls.over(c, config=job_secrets.shown(c.body, ADMIN_USER_ID, viewer_id))
 
 
 class ConfigList(BaseModel):

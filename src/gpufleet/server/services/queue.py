@@ -52,7 +52,7 @@ from gpufleet.errors import Conflict, InvalidInput, NotFound, StoreError, TooMan
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
-from gpufleet.server.services import dispatch
+from gpufleet.server.services import dispatch, job_secrets
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job, no_job
 from gpufleet.server.services.people import resolve_submitter
@@ -233,6 +233,7 @@ async def enqueue(
     job_id = new_id("j")
     async with transaction(ctx) as tx:
         admitted = await _admit(tx, sub, gpu_count, user_id)
+        await job_secrets.check_resolvable(ctx, tx.q, config, admitted.user, admitted.team)
         queued = admitted.status is JobStatus.QUEUED
         # The policy first: with a limit set, its row is the first a dispatch locks.
         snap = await dispatch.policy_gate(tx, admitted.policy) if queued else None

@@ -12,7 +12,15 @@ from gpufleet.domain.records import Team, UsageSample, User
 from gpufleet.domain.states import PLACED_JOB, WAITING_JOB
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import Prebuilt, QueryBase, by
-from gpufleet.store.tables import api_keys, jobs, team_members, teams, usage_samples, users
+from gpufleet.store.tables import (
+    api_keys,
+    job_secrets,
+    jobs,
+    team_members,
+    teams,
+    usage_samples,
+    users,
+)
 
 USAGE_SAMPLES_MAX = 10_000  # the newest, at most, for one chart
 
@@ -70,6 +78,11 @@ class PeopleQueries(QueryBase):
         await self.conn.execute(sa.update(users).where(users.c.id == user_id).values(**values))
 
     async def delete_user(self, user_id: str) -> None:
+        await self.conn.execute(
+            sa.delete(job_secrets).where(
+                job_secrets.c.scope == "user", job_secrets.c.owner_id == user_id
+            )
+        )
         await self.conn.execute(sa.delete(team_members).where(team_members.c.user_id == user_id))
         await self.conn.execute(sa.delete(users).where(users.c.id == user_id))
 
@@ -130,6 +143,11 @@ class PeopleQueries(QueryBase):
             sa.update(users).where(users.c.default_team_id == team_id).values(default_team_id=None)
         )
         await self.conn.execute(sa.delete(team_members).where(team_members.c.team_id == team_id))
+        await self.conn.execute(
+            sa.delete(job_secrets).where(
+                job_secrets.c.scope == "team", job_secrets.c.owner_id == team_id
+            )
+        )
         await self.conn.execute(sa.delete(teams).where(teams.c.id == team_id))
 
     async def unfinished_jobs_of_team(self, team_id: str) -> int:
