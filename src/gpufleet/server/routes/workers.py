@@ -277,7 +277,7 @@ async def job_secrets_for_attempt(
     ctx: Ctx,
     worker: CurrentWorker,
     job_id: str,
-    attempt_id: Annotated[str, Query(min_length=1, max_length=64)],
+    attempt_id: Annotated[str | None, Query(max_length=64)] = None,
 ) -> JobSecretsOut:
     """The values of the secrets the job's env refers to, for its live attempt on this
     worker only: the worker puts them in the job's process environment, nowhere else."""

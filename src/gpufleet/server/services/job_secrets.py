@@ -16,7 +16,7 @@ from gpufleet.domain.records import Job, Team, User, Worker
 from gpufleet.domain.secrets import open_secret, seal_secret
 from gpufleet.errors import Forbidden, InvalidInput, NotFound
 from gpufleet.server.context import Context, transaction
-from gpufleet.server.services.artifacts import live_job
+from gpufleet.server.services.artifacts import live_job, offered_job
 from gpufleet.store.queries import Queries
 
 
@@ -153,10 +153,16 @@ async def check_resolvable(
         raise InvalidInput(rules.say_missing(missing, user.name, team.name if team else None))
 
 
-async def for_attempt(ctx: Context, worker: Worker, job_id: str, attempt_id: str) -> dict[str, str]:
-    """The values of the job's references, for its live attempt on this worker only (409
-    otherwise); a secret deleted since the submit is refused, and the attempt fails."""
+async def for_attempt(
+    ctx: Context, worker: Worker, job_id: str, attempt_id: str | None
+) -> dict[str, str]:
+    """The values of the job's references, for its live attempt on this worker only (403 for
+    another worker's job, 409 for an attempt not live); a secret deleted since the submit is
+    refused, and the attempt fails."""
     async with ctx.store.read() as q:
+        await offered_job(q, worker, job_id)
+        if not attempt_id:
+            raise InvalidInput("name the attempt the secrets are for: ?attempt_id=<your attempt>")
         job: Job = await live_job(q, worker, job_id, attempt_id, lock=False)
         refs = rules.references(job.config)
         if not refs:
