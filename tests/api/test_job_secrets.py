@@ -257,3 +257,44 @@ async def test_a_credential_looking_plain_value_is_masked_to_all_but_its_owner(
         one = (await other.get("/api/configs/plain")).json()["config"]["env"]
         assert one["HF_TOKEN"] == MASK and one["MODE"] == "fast"
         assert token not in (await other.get("/api/configs")).text
+
+
+async def test_only_the_submitter_re_runs_a_job_whose_env_holds_plain_credentials(
+    fleet: Fleet, people: People
+) -> None:
+    token = "hf_rerun_plain_value_987654"
+    plain = {"command": ["true"], "env": {"HF_TOKEN": token}}
+    referring = {"command": ["true"], "env": {"HF_TOKEN": {"secret": "hf"}}}
+    assert (await put(people.alice, "/api/secrets/hf", ALICES)).status_code == 200
+    assert (await put(people.lena, "/api/secrets/hf", "lenas-own-value")).status_code == 200
+    ids = []
+    for config in (plain, referring):
+        job = await people.alice.post("/api/queue/submit", json={"config": config})
+        assert job.status_code == 201, job.text
+        ids.append(job.json()["id"])
+        assert (await people.alice.post(f"/api/queue/{ids[-1]}/cancel")).status_code == 200
+
+    refused = await people.lena.post(f"/api/queue/{ids[0]}/rerun")
+    assert refused.status_code == 403, refused.text
+    assert token not in refused.text
+    jobs = (await fleet.admin.get("/api/queue?limit=500")).json()["jobs"]
+    assert len(jobs) == 2  # nothing queued for lena
+    mine = await people.alice.post(f"/api/queue/{ids[0]}/rerun")
+    assert mine.status_code == 201, mine.text
+    # A reference re-run by another resolves to *their* secret, never the submitter's.
+    theirs = await people.lena.post(f"/api/queue/{ids[1]}/rerun")
+    assert theirs.status_code == 201, theirs.text
+    agent = await fleet.online_worker("w1")
+    seen = {}
+    for _ in range(2):
+        offer = await agent.next_offer()
+        await agent.run(offer)
+        seen[offer["job_id"]] = (await fetch_secrets(agent, offer)).json()["env"]
+        await agent.finish(offer)
+    assert seen[theirs.json()["id"]] == {"HF_TOKEN": "lenas-own-value"}
+
+    # The masked value, sent back (from a job or config page), is refused by name.
+    masked = await people.lena.post(
+        "/api/queue/submit", json={"config": {"env": {"HF_TOKEN": MASK}}}
+    )
+    assert masked.status_code == 422 and "env.HF_TOKEN" in masked.text

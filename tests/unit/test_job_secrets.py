@@ -146,3 +146,9 @@ def test_a_sealed_secret_opens_only_for_its_own_row(value):
     moved = js.sealed_owner(js.Scope.USER, "u_bob", "hf")
     assert open_secret(key, js.SEAL_PURPOSE, moved, stored) is None
     assert open_secret(b"j" * 32, js.SEAL_PURPOSE, owner, stored) is None
+
+
+def test_a_masked_credential_sent_back_is_refused_naming_its_field():
+    with pytest.raises(InvalidInput, match=r"env\.HF_TOKEN.*masked"):
+        check_config({"env": {"HF_TOKEN": js.MASK}})
+    assert check_config({"env": {"MODE": js.MASK}})  # not a credential's name: a value

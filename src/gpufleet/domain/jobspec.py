@@ -6,7 +6,7 @@ import math
 import re
 from typing import Any
 
-from gpufleet.domain.job_secrets import reference
+from gpufleet.domain.job_secrets import MASK, looks_like_credential, reference
 from gpufleet.errors import InvalidInput
 
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -68,6 +68,11 @@ def _check_env(env: Any) -> None:
             )
         if reference(name, value) is not None:  # refused naming the field, if malformed
             continue
+        if value == MASK and looks_like_credential(name):
+            raise InvalidInput(
+                f"config field 'env.{name}' is {MASK!r}, a value masked for you: write the "
+                'value itself, or refer to a secret: {"secret": "NAME"}'
+            )
         if "\x00" in value:
             raise InvalidInput(f"config field 'env.{name}' contains a NUL character")
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from gpufleet.domain import job_secrets
 from gpufleet.domain.records import Job
 from gpufleet.domain.states import TERMINAL_JOB
-from gpufleet.errors import Conflict, DomainError, InvalidInput
+from gpufleet.errors import Conflict, DomainError, Forbidden, InvalidInput
 from gpufleet.server.context import Context
 from gpufleet.server.services import queue
 from gpufleet.server.services.queue import Submission
@@ -32,6 +33,12 @@ async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, us
         raise Conflict(
             f"job {job_id} is still {old.status.value}; cancel it first, or re-run it once "
             "it has ended"
+        )
+    if job_secrets.shown(old.config, old.user_id, user_id) != old.config:
+        raise Forbidden(
+            f"job {job_id}'s env holds credentials (a *_TOKEN, *_KEY …) that only its "
+            "submitter may see; ask them to re-run it, or have them move those values into "
+            'secrets ({"secret": "NAME"})'
         )
     sub = Submission(
         config_name=old.config_name,
