@@ -50,6 +50,11 @@ def job_logs_path(job_id: str) -> str:
     return f"{WORKER_API}/job/{job_id}/logs"
 
 
+def job_secrets_path(job_id: str) -> str:
+    """Where a worker reads the values of the secrets its job's env refers to (`?attempt_id=`)."""
+    return f"{WORKER_API}/job/{job_id}/secrets"
+
+
 def job_upload_path(job_id: str) -> str:
     """Where a worker announces an upload (docs/artifacts.md, Worker API)."""
     return f"{WORKER_API}/job/{job_id}/upload"
@@ -126,15 +131,19 @@ def job_submit(
     the trainer's environment: both must be strings (a null crashes the agent's job handler).
     `upload_token` is the attempt's own (domain.secrets.upload_token). `resume`: the
     checkpoint the attempt starts from (docs/artifacts.md: checkpoint_id, name, path, step,
-    attempt_id, attempt_number), or None.
+    attempt_id, attempt_number), or None. `env` holds the config's plain values; `secret_env`
+    names, by env name, the secrets the worker fetches for the attempt (`job_secrets_path`):
+    never a value.
     """
+    env = config.get("env") or {}
     return {
         "type": EventType.JOB_SUBMIT.value,
         "job_id": job_id,
         "attempt_id": attempt_id,
         "config": config,
         "command": config.get("command"),
-        "env": config.get("env") or {},
+        "env": {k: v for k, v in env.items() if isinstance(v, str)},
+        "secret_env": {k: v["secret"] for k, v in env.items() if isinstance(v, dict)},
         "gpu_count": gpu_count,
         "timeout_s": config.get("timeout_s"),
         "dataloader": None,

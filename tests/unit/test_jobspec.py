@@ -120,7 +120,7 @@ def test_a_command_must_be_a_non_empty_list_of_strings(command):
 
 @pytest.mark.parametrize("env", [["A=1"], {"A": 1}, {"A": None}, "A=1"])
 def test_env_must_be_an_object_of_string_values(env):
-    with pytest.raises(InvalidInput, match="'env' must be an object of string values"):
+    with pytest.raises(InvalidInput, match=r"'env(.A)?' must be (an object of |a )string"):
         check_config({"env": env})
 
 

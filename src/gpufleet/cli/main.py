@@ -26,6 +26,7 @@ COMMANDS = {
     "users": "gpufleet.cli.people",
     "teams": "gpufleet.cli.people",
     "webhooks": "gpufleet.cli.webhooks",
+    "secrets": "gpufleet.cli.secrets",
 }
 
 

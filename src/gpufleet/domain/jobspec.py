@@ -8,6 +8,7 @@ import math
 import re
 from typing import Any
 
+from gpufleet.domain.job_secrets import MASK, looks_like_credential, reference
 from gpufleet.errors import InvalidInput
 
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -57,16 +58,22 @@ def _check_command(command: Any) -> None:
 
 def _check_env(env: Any) -> None:
     if not isinstance(env, dict):
-        raise InvalidInput("config field 'env' must be an object of string values")
+        raise InvalidInput(
+            "config field 'env' must be an object of string values or secret references "
+            '({"secret": "NAME"})'
+        )
     for name, value in env.items():
         if not ENV_NAME.fullmatch(name):
             raise InvalidInput(
                 f"config field 'env' has the name {name!r}, which no process can be given: "
                 "use letters, digits and '_', not starting with a digit"
             )
-        if not isinstance(value, str):
+        if reference(name, value) is not None:  # refused naming the field, if malformed
+            continue
+        if value == MASK and looks_like_credential(name):
             raise InvalidInput(
-                f"config field 'env' must be an object of string values; {name!r} is {value!r}"
+                f"config field 'env.{name}' is {MASK!r}, a value masked for you: write the "
+                'value itself, or refer to a secret: {"secret": "NAME"}'
             )
         if "\x00" in value:
             raise InvalidInput(f"config field 'env.{name}' contains a NUL character")

@@ -32,6 +32,7 @@ from gpufleet.server.routes import (
     policy,
     progress,
     queue,
+    secrets,
     storage,
     ui,
     workers,
@@ -218,6 +219,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         notifications.router,
         policy.router,  # before queue's /api/queue/{job_id}
         people.router,
+        secrets.router,
         queue.router,
         events.router,
         ops.router,

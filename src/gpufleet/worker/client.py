@@ -125,6 +125,13 @@ class OrchestratorClient:
         response = await self._send("GET", path, {}, params={"attempt_id": attempt_id})
         return _json_object(response)
 
+    async def fetch_secrets(self, job_id: str, attempt_id: str) -> Json:
+        """The values of the secrets the job's env refers to, for this attempt: kept in
+        memory for its process's environment only."""
+        path = protocol.job_secrets_path(job_id)
+        response = await self._send("GET", path, {}, params={"attempt_id": attempt_id})
+        return _json_object(response)
+
     async def put_file(
         self, url: str, headers: dict[str, str], body: AsyncIterator[bytes], size: int
     ) -> Json:

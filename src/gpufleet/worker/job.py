@@ -89,6 +89,8 @@ class JobSpec:
     argv: tuple[str, ...]
     config: Mapping[str, Any]
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # env name → the secret it refers to: fetched for the attempt as it starts (starting.py)
+    secret_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     gpu_count: int | None = None
     timeout_s: float | None = None
     keep: KeepRules = field(default_factory=KeepRules)
@@ -127,6 +129,7 @@ class JobSpec:
             resume=resume,
             config=MappingProxyType(dict(config)),
             env=MappingProxyType(_env(job_id, env)),
+            secret_env=MappingProxyType(_secret_env(job_id, event.get("secret_env"))),
             gpu_count=_gpu_count(job_id, event.get("gpu_count")),
             timeout_s=_timeout(job_id, event.get("timeout_s", config.get("timeout_s"))),
         )
@@ -244,6 +247,18 @@ def _env(job_id: str, env: Any) -> dict[str, str]:
             )
         result[name] = value
     return result
+
+
+def _secret_env(job_id: str, refs: Any) -> dict[str, str]:
+    """The offer's `secret_env`: env names to secret names (never values)."""
+    if refs is None:
+        return {}
+    if not isinstance(refs, Mapping) or not all(
+        isinstance(k, str) and k and "=" not in k and "\0" not in k and isinstance(v, str)
+        for k, v in refs.items()
+    ):
+        raise BadOffer(f"job {job_id}: secret_env must name a secret for each env name")
+    return dict(refs)
 
 
 def _gpu_count(job_id: str, value: Any) -> int | None:

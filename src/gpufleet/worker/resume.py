@@ -44,6 +44,8 @@ class ResumeFailed(AgentError):
 class Downloads(Protocol):
     async def fetch_checkpoint(self, job_id: str, checkpoint_id: str, attempt_id: str) -> Json: ...
 
+    async def fetch_secrets(self, job_id: str, attempt_id: str) -> Json: ...
+
     def download(
         self, url: str, headers: dict[str, str]
     ) -> contextlib.AbstractAsyncContextManager[httpx.Response]: ...
@@ -93,7 +95,7 @@ async def download_checkpoint(
 ) -> list[FileDigest]:
     """Every file of the checkpoint in place under `folder`; `ResumeFailed` otherwise.
     `Fenced` (the attempt is not ours) is raised as it is."""
-    answer = await _retried(
+    answer = await retried(
         backoff,
         functools.partial(downloads.fetch_checkpoint, job_id, resume.checkpoint_id, attempt_id),
         f"checkpoint {resume.name} could not be fetched",
@@ -109,7 +111,7 @@ async def download_checkpoint(
             raise ResumeFailed(f"checkpoint {resume.name} file {wanted.path}: no download URL")
         target = folder / wanted.path
         sent = {str(k): str(v) for k, v in headers.items()}
-        await _retried(
+        await retried(
             backoff,
             functools.partial(_download, downloads, url, sent, target, resume, wanted),
             f"checkpoint {resume.name} file {wanted.path} could not be downloaded",
@@ -190,7 +192,7 @@ def _relative(path: Any) -> str | None:
         return None
 
 
-async def _retried(
+async def retried(
     backoff: Callable[[], Backoff], call: Callable[[], Awaitable[Any]], what: str
 ) -> Json:
     delays, tries = backoff(), 1

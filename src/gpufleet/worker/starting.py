@@ -4,6 +4,7 @@ a `Fenced` answer (the attempt is no longer ours) is raised as it is."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -14,7 +15,7 @@ from gpufleet.errors import AgentError
 from gpufleet.progress import RESUME_FROM_ENV
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.job import JobSpec, Offer, Workspace, job_environment, prepare_workspace
-from gpufleet.worker.resume import Downloads, download_checkpoint
+from gpufleet.worker.resume import Downloads, download_checkpoint, retried
 from gpufleet.worker.uploads import FileDigest
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ async def prepare(
     spec = offer.spec()
     space = prepare_workspace(work_dir, spec)
     env = job_environment(spec, space, spec.gpus(gpus))
+    if spec.secret_env:
+        env.update(await _secrets(downloads, spec, backoff))
     resume = spec.resume
     if resume is None:
         return Prepared(spec, space, env)
@@ -58,6 +61,28 @@ async def prepare(
         "job %s resumes from %s (step %s) in %s", offer.label, resume.name, resume.step, target
     )
     return Prepared(spec, space, env, files, resume.path)
+
+
+async def _secrets(
+    downloads: Downloads, spec: JobSpec, backoff: Callable[[], Backoff]
+) -> dict[str, str]:
+    """The values of the secrets the job's env refers to, fetched for this attempt: they go
+    into its process's environment only (never a file, never a log line)."""
+    if not spec.attempt_id:
+        raise AgentError("the job's env refers to secrets, and the offer names no attempt")
+    answer = await retried(
+        backoff,
+        functools.partial(downloads.fetch_secrets, spec.job_id, spec.attempt_id),
+        "the job's secrets could not be fetched",
+    )
+    env = answer.get("env")
+    if not isinstance(env, dict):
+        raise AgentError("the orchestrator sent no secrets for the job's env")
+    wanted = set(spec.secret_env)
+    values = {k: v for k, v in env.items() if k in wanted and isinstance(v, str) and "\0" not in v}
+    if missing := sorted(wanted - values.keys()):
+        raise AgentError(f"the orchestrator sent no value for env {', '.join(missing)}")
+    return values
 
 
 def _resume_simpletuner(space: Workspace, spec: JobSpec, folder: str) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, Path, Query
 from starlette.responses import StreamingResponse
 
+from gpufleet.domain import job_secrets
 from gpufleet.domain.permissions import ADMIN_AUDIT, QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.domain.records import AuditFilter, JobFilter
 from gpufleet.domain.states import TERMINAL_JOB, Target
@@ -143,7 +144,7 @@ async def get_job(ctx: Ctx, who: Reader, job_id: str) -> JobDetail:
     actions = await ownership.actions_on(ctx, who.user, who.permissions, [view.job])
     return JobDetail(
         **JobOut.of(view.job, view.names, actions[view.job.id]).model_dump(),
-        config=view.job.config,
+        config=job_secrets.shown(view.job.config, view.job.user_id, who.user.id),
         attempt_history=[AttemptOut.of(a, view.names, view.resumed) for a in view.attempts],
         waiting=view.waiting,
         rerun_as=view.reruns,
@@ -245,7 +246,7 @@ async def _follow(ctx: Ctx, who: Principal, job_id: str, after: int) -> AsyncIte
 @router.get("/api/configs", response_model=ConfigList)
 async def list_configs(ctx: Ctx, who: Reader) -> ConfigList:
     found, names = await configs.list_configs(ctx)
-    return ConfigList(configs=[ConfigOut.of(c, names) for c in found])
+    return ConfigList(configs=[ConfigOut.of(c, names, who.user.id) for c in found])
 
 
 # Before `{name:path}`, which would take `NAME/versions` for a name (names hold no '/').
@@ -272,13 +273,13 @@ async def get_config_version(
     ctx: Ctx, who: Reader, name: str, version: Annotated[int, Path(ge=1, le=2**31 - 1)]
 ) -> ConfigVersionOut:
     found, names = await configs.get_version(ctx, name, version)
-    return ConfigVersionOut.of(found, names, body=True)
+    return ConfigVersionOut.of(found, names, viewer_id=who.user.id)
 
 
 @router.get("/api/configs/{name:path}", response_model=ConfigOut)
 async def get_config(ctx: Ctx, who: Reader, name: str) -> ConfigOut:
     view = await configs.get_config(ctx, name)
-    return ConfigOut.of(view.config, view.names)
+    return ConfigOut.of(view.config, view.names, who.user.id)
 
 
 @router.put("/api/configs/{name:path}", response_model=ConfigOut)
@@ -302,7 +303,7 @@ async def put_config(
     view, _created = await configs.put_config(
         ctx, name, body, who.user, who.actor, client, team=team
     )
-    return ConfigOut.of(view.config, view.names)
+    return ConfigOut.of(view.config, view.names, who.user.id)
 
 
 @router.delete("/api/configs/{name:path}", response_model=Ok)

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from gpufleet import __version__
 from gpufleet.domain.audit_events import EVENT_TYPES, FAMILIES
+from gpufleet.domain.job_secrets import SECRET_NAME
 from gpufleet.domain.jobspec import CONFIG_NAME, CONFIG_NAME_RULE
 from gpufleet.domain.levels import Level
 from gpufleet.domain.permissions import (
@@ -67,10 +68,11 @@ WORKERS = Page("/workers", "Workers", ADMIN_WORKERS)
 TRAIN = Page("/train", "Train", QUEUE_SUBMIT)
 QUEUE = Page("/queue", "Queue", QUEUE_READ)
 TEAMS = Page("/teams", "Teams", QUEUE_READ)
+SECRETS = Page("/secrets", "Secrets", QUEUE_SUBMIT)
 AUDIT = Page("/audit", "Audit", ADMIN_AUDIT)
 KEYS = Page("/keys", "API keys", ALL)
 WEBHOOKS = Page("/webhooks", "Webhooks", ALL)
-PAGES = (WORKERS, TRAIN, QUEUE, TEAMS, AUDIT, KEYS, WEBHOOKS)  # the navigation, in order
+PAGES = (WORKERS, TRAIN, QUEUE, TEAMS, SECRETS, AUDIT, KEYS, WEBHOOKS)  # the navigation, in order
 
 
 def static_files() -> StaticFiles:
@@ -177,6 +179,11 @@ async def job_page(ctx: Ctx, request: Request, job_id: str) -> Response:
 @router.get("/teams")
 async def teams_page(ctx: Ctx, request: Request) -> Response:
     return await _page(ctx, request, TEAMS, levels=[level.value for level in Level])
+
+
+@router.get("/secrets")
+async def secrets_page(ctx: Ctx, request: Request) -> Response:
+    return await _page(ctx, request, SECRETS, secret_name_pattern=SECRET_NAME.pattern)
 
 
 @router.get("/audit")

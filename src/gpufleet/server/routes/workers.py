@@ -18,6 +18,7 @@ from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.agent import (
     HeartbeatIn,
     HeartbeatOut,
+    JobSecretsOut,
     LogsIn,
     RegisterIn,
     RegisterOut,
@@ -36,7 +37,7 @@ from gpufleet.server.schemas.artifacts import (
     UploadOut,
 )
 from gpufleet.server.schemas.base import SSE_RESPONSE, Ok
-from gpufleet.server.services import agents, artifacts, checkpoints, reports
+from gpufleet.server.services import agents, artifacts, checkpoints, job_secrets, reports
 from gpufleet.server.services.agents import Registration
 from gpufleet.server.services.reports import StatusReport
 from gpufleet.server.streams import WorkerStream
@@ -269,6 +270,18 @@ async def job_artifact_download(
             "X-Gpufleet-Sha256": artifact.sha256,
         },
     )
+
+
+@router.get("/job/{job_id}/secrets", response_model=JobSecretsOut)
+async def job_secrets_for_attempt(
+    ctx: Ctx,
+    worker: CurrentWorker,
+    job_id: str,
+    attempt_id: Annotated[str | None, Query(max_length=64)] = None,
+) -> JobSecretsOut:
+    """The values of the secrets the job's env refers to, for its live attempt on this
+    worker only: the worker puts them in the job's process environment, nowhere else."""
+    return JobSecretsOut(env=await job_secrets.for_attempt(ctx, worker, job_id, attempt_id))
 
 
 @router.get("/queue")

@@ -102,3 +102,10 @@ class LogsIn(Lenient):
 
 class WorkerIdIn(Lenient):
     worker_id: str | None = None
+
+
+class JobSecretsOut(BaseModel):
+    """What a job's env refers to, resolved for its live attempt (never logged, never stored
+    by the worker)."""
+
+    env: dict[str, str]

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
+from gpufleet.domain import job_secrets
+from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import Attempt, Checkpoint, ConfigVersion, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
 from gpufleet.server.schemas.base import Record, Strict
@@ -202,11 +204,13 @@ class ConfigOut(Record):
     written_by_id: str | None
 
     @classmethod
-    def of(cls, c: StoredConfig, names: Mapping[str, str] = _NO_NAMES) -> Self:
-        """`names`: user and team ids to names (services.configs)."""
+    def of(cls, c: StoredConfig, names: Mapping[str, str] = _NO_NAMES, viewer_id: str = "") -> Self:
+        """`names`: user and team ids to names (services.configs); credential-looking env
+        values are masked for anyone but the config's owner (`viewer_id`: who reads it;
+        left out, for everyone)."""
         return cls.over(
             c,
-            config=c.body,
+            config=job_secrets.shown(c.body, c.owner_id, viewer_id),
             owner=names.get(c.owner_id, c.owner_id),
             team=names.get(c.team_id, c.team_id) if c.team_id else None,
             written_by=names.get(c.written_by, c.written_by) if c.written_by else None,
@@ -231,13 +235,16 @@ class ConfigVersionOut(Record):
 
     @classmethod
     def of(
-        cls, v: ConfigVersion, names: Mapping[str, str] = _NO_NAMES, *, body: bool = False
+        cls, v: ConfigVersion, names: Mapping[str, str] = _NO_NAMES, *, viewer_id: str | None = None
     ) -> Self:
+        """`viewer_id`: who reads its body (None: the body is left out); credential-looking
+        env values are masked for anyone but the version's writer (the admin's, before)."""
+        owner = v.written_by or ADMIN_USER_ID
         return cls.over(
             v,
             written_by=names.get(v.written_by, v.written_by) if v.written_by else None,
             written_by_id=v.written_by,
-            config=v.body if body else None,
+            config=None if viewer_id is None else job_secrets.shown(v.body, owner, viewer_id),
         )
 
 

@@ -50,7 +50,7 @@ from gpufleet.errors import Conflict, InvalidInput, TooManyRequests
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
-from gpufleet.server.services import configs, dispatch, ownership
+from gpufleet.server.services import configs, dispatch, job_secrets, ownership
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job, no_job
 from gpufleet.server.services.people import resolve_submitter
@@ -204,6 +204,7 @@ async def enqueue(
     job_id = new_id("j")
     async with transaction(ctx) as tx:
         admitted = await _admit(tx, sub, gpu_count, user_id)
+        await job_secrets.check_resolvable(ctx, tx.q, config, admitted.user, admitted.team)
         queued = admitted.status is JobStatus.QUEUED
         # The policy first: with a limit set, its row is the first a dispatch locks.
         snap = await dispatch.policy_gate(tx, admitted.policy) if queued else None

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from gpufleet.domain import job_secrets
 from gpufleet.domain.ownership import JobAction
 from gpufleet.domain.records import Job, User
 from gpufleet.domain.states import TERMINAL_JOB
-from gpufleet.errors import Conflict, DomainError, InvalidInput
+from gpufleet.errors import Conflict, DomainError, Forbidden, InvalidInput
 from gpufleet.server.context import Context
 from gpufleet.server.services import ownership, queue
 from gpufleet.server.services.lifecycle import no_job
@@ -41,6 +42,12 @@ async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, by
         raise Conflict(
             f"job {job_id} is still {old.status.value}; cancel it first, or re-run it once "
             "it has ended"
+        )
+    if job_secrets.shown(old.config, old.user_id, by.id) != old.config:
+        raise Forbidden(
+            f"job {job_id}'s env holds credentials (a *_TOKEN, *_KEY …) that only its "
+            "submitter may see; ask them to re-run it, or have them move those values into "
+            'secrets ({"secret": "NAME"})'
         )
     sub = Submission(
         config_name=old.config_name,

@@ -15,6 +15,7 @@ from gpufleet.store.queries.logs import LOG_SEQ_MAX, LogQueries
 from gpufleet.store.queries.people import PeopleQueries
 from gpufleet.store.queries.policy import PolicyQueries
 from gpufleet.store.queries.retention import RetentionQueries
+from gpufleet.store.queries.secrets import SecretQueries
 from gpufleet.store.queries.webhooks import WebhookQueries
 from gpufleet.store.queries.workers import WorkerQueries
 
@@ -31,6 +32,7 @@ class Queries(
     RetentionQueries,
     PolicyQueries,
     PeopleQueries,
+    SecretQueries,
 ):
     """Named queries bound to one connection. The caller owns the transaction."""
 

@@ -15,6 +15,7 @@ from gpufleet.store.queries.base import Prebuilt, QueryBase, by
 from gpufleet.store.tables import (
     api_keys,
     configs,
+    job_secrets,
     jobs,
     team_members,
     teams,
@@ -81,6 +82,11 @@ class PeopleQueries(QueryBase):
         await self.conn.execute(sa.update(users).where(users.c.id == user_id).values(**values))
 
     async def delete_user(self, user_id: str) -> None:
+        await self.conn.execute(
+            sa.delete(job_secrets).where(
+                job_secrets.c.scope == "user", job_secrets.c.owner_id == user_id
+            )
+        )
         await self.conn.execute(sa.delete(team_members).where(team_members.c.user_id == user_id))
         await self.conn.execute(sa.delete(users).where(users.c.id == user_id))
 
@@ -145,6 +151,11 @@ class PeopleQueries(QueryBase):
             sa.update(configs).where(configs.c.team_id == team_id).values(team_id=None)
         )
         await self.conn.execute(sa.delete(team_members).where(team_members.c.team_id == team_id))
+        await self.conn.execute(
+            sa.delete(job_secrets).where(
+                job_secrets.c.scope == "team", job_secrets.c.owner_id == team_id
+            )
+        )
         await self.conn.execute(sa.delete(teams).where(teams.c.id == team_id))
 
     async def unfinished_jobs_of_team(self, team_id: str) -> int:
