@@ -8,6 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
+from gpufleet.domain import bounds
 from gpufleet.domain.records import Attempt, Checkpoint, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
 from gpufleet.server.schemas.base import Record, Strict
@@ -91,6 +92,7 @@ class JobOut(Record):
     worker_id: str | None
     error: str | None
     exit_code: int | None
+    # The job's whole progress; in a list (`listed`), only its step and total.
     progress: dict[str, Any] | None
     submitted_by: str | None
     created_at: datetime
@@ -111,8 +113,19 @@ class JobOut(Record):
     @classmethod
     def of(cls, j: Job, names: Mapping[str, str] = _NO_NAMES) -> Self:
         """`names`: worker, user and team ids and actors to names (services.queue.names_of)."""
+        return cls._read(j, names)
+
+    @classmethod
+    def listed(cls, j: Job, names: Mapping[str, str] = _NO_NAMES) -> Self:
+        """The job as a list shows it: its progress cut to step and total (a progress may
+        be 16 KiB; a page of 500 jobs would carry 8 MiB of it)."""
+        return cls._read(j, names, progress=bounds.progress_summary(j.progress))
+
+    @classmethod
+    def _read(cls, j: Job, names: Mapping[str, str], **more: object) -> Self:
         return cls.over(
             j,
+            **more,
             job_id=j.id,
             retry_on=sorted(j.retry_on),
             worker_name=names.get(j.worker_id) if j.worker_id else None,
@@ -168,6 +181,9 @@ class LogsOut(BaseModel):
     next_after: int
     # Pass as `before` to read the lines preceding this page; null at the log's first line.
     next_before: int | None = None
+    # Lines follow this page (it stopped at `limit` or at 4 MiB of text): read on with
+    # `after=next_after`. Always false for a page read back (`before`).
+    more: bool = False
 
 
 class ConfigOut(Record):

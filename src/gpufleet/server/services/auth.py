@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from gpufleet.domain.audit_events import SYSTEM_ACTOR, key_actor
+from gpufleet.domain.bounds import MAX_STREAMS_PER_KEY
 from gpufleet.domain.levels import ADMIN_USER_ID, ADMIN_USER_NAME, Level
 from gpufleet.domain.permissions import (
     ALL,
@@ -290,11 +291,20 @@ async def active_key(ctx: Context, key_id: str) -> ApiKey | None:
 async def subscription(
     ctx: Context, principal: Principal, topic: str, *more: str
 ) -> AsyncIterator[Subscription]:
-    """A stream's subscription to the topics, closed when the key that opened it is revoked.
+    """A stream's subscription to the topics, closed when the key that opened it is revoked,
+    or when it is the oldest of more than `MAX_STREAMS_PER_KEY` the key holds open here.
 
     The key is read again once subscribed, so that a revoke landing between the request's
     authentication and now is not missed; after that only the revoke's close is heard."""
-    with ctx.hub.subscribe(topic, *more, key_topic(principal.key.id)) as sub:
+    mine = key_topic(principal.key.id)
+    with ctx.hub.subscribe(topic, *more, mine) as sub:
+        if closed := ctx.hub.close_oldest(mine, MAX_STREAMS_PER_KEY):
+            log.info(
+                "closed %d event stream(s) of key %s: it holds %d open, the most",
+                closed,
+                principal.key.id,
+                MAX_STREAMS_PER_KEY,
+            )
         if await active_key(ctx, principal.key.id) is None:
             sub.close()
         yield sub
