@@ -151,3 +151,30 @@ def test_each_attempts_lines_sit_under_its_own_header(server: ServerProcess, pag
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, f"the job page is {overflow} px wider than a phone screen"
     screenshot(page, "phone-job-logs")
+
+
+def test_a_log_of_wide_lines_read_in_pages_of_4_mib_shows_every_line(
+    server: ServerProcess, page: Page
+) -> None:
+    wide = running_job(server, "wide")
+    texts = [f"{i:04d} " + "w" * (64 * 1024 - 5) for i in range(150)]  # 9.4 MiB, 3 pages
+    with wide.worker.http() as c:
+        for start in range(0, len(texts), 15):  # under 1 MiB a batch
+            lines = [{"stream": "stdout", "text": t} for t in texts[start : start + 15]]
+            resp = c.post(
+                f"/api/workers/job/{wide.job_id}/logs",
+                json={"attempt_id": wide.attempt_id, "lines": lines},
+            )
+            assert resp.status_code == 200, resp.text
+    wide.finish()
+    wide.worker.close()
+
+    page.set_viewport_size(DESKTOP)
+    sign_in(page, server.admin_key, then=f"/queue/{wide.job_id}")
+
+    expect(page.locator("#log-state")).to_have_text("ended: completed", timeout=15_000)
+    expect(page.locator("#logs .log-line")).to_have_count(len(texts))
+    shown = page.evaluate(
+        "[...document.querySelectorAll('#logs .log-line')].map((e) => e.textContent.slice(0, 4))"
+    )
+    assert shown == [f"{i:04d}" for i in range(len(texts))]

@@ -72,3 +72,25 @@ def test_jobs_logs_tail_refuses_a_negative_count(server: ServerProcess, job: Run
 
     assert result.returncode == 2
     assert "--tail" in result.stderr
+
+
+def test_jobs_logs_prints_every_line_of_a_log_whose_pages_stop_at_4_mib(
+    server: ServerProcess,
+) -> None:
+    wide = running_job(server, "wide")
+    texts = [f"{i:04d}" + "w" * (64 * 1024 - 4) for i in range(150)]  # 9.4 MiB
+    with wide.worker.http() as c:
+        for start in range(0, len(texts), 15):  # 15 lines of 64 KiB: under 1 MiB a batch
+            lines = [{"stream": "stdout", "text": t} for t in texts[start : start + 15]]
+            resp = c.post(
+                f"/api/workers/job/{wide.job_id}/logs",
+                json={"attempt_id": wide.attempt_id, "lines": lines},
+            )
+            assert resp.status_code == 200, resp.text
+    wide.finish()
+
+    printed = ok(gf(server, "jobs", "logs", wide.job_id)).splitlines()
+
+    assert printed == texts
+    assert len(_log_reads(server, wide.job_id)) == 3  # 64 lines a page, not 1,000
+    wide.worker.close()

@@ -289,3 +289,28 @@ def test_sigterm_asks_a_job_that_handles_it_for_a_checkpoint_then_stops_it_and_e
     (checkpoint,) = list(folder.glob("checkpoint-*"))  # written on the signal, not before
     assert sorted(p.name for p in checkpoint.iterdir()) == ["state.json", "weights.npz"]
     assert not (folder.parent / "result.json").exists()  # stopped, not finished
+
+
+def test_a_chatty_trainers_progress_is_trimmed_by_the_worker_never_refused(
+    orchestrator: ServerProcess, agents: Agents
+) -> None:
+    tag = {"pool": unique("chatty")}
+    chatty = """
+        from gpufleet.progress import report
+        report(step=3, total=4, loss=0.25, samples="x" * 50_000, lr=0.001)
+        print("reported", flush=True)
+    """
+    agent = agents(orchestrator, labels=tag)
+    job_id = submit_job(orchestrator, tag, script(chatty))
+    agent.start()
+
+    assert agent.wait() == 0
+    job = job_state(orchestrator, job_id)
+    assert job["status"] == "completed"
+    assert job["progress"] == {
+        "step": 3,
+        "total": 4,
+        "metrics": {"loss": 0.25, "lr": 0.001},
+        "trimmed": True,
+    }
+    assert "over 16384 bytes of JSON" in agent.log_path.read_text()

@@ -48,6 +48,16 @@ def test_names_with_spaces_unicode_and_hashes_are_kept_as_given() -> None:
         ("a/" * 600 + "b", f"over {MAX_KEY_BYTES} bytes"),
         ("output/model#2", "'#<digits>'"),
         ("checkpoint#100/state.bin", "'#<digits>'"),
+        ("output/\u202egnp.exe", "bidi control U+202E"),
+        ("output/\u2067x", "bidi control U+2067"),
+        ("output/\u200emark", "bidi control U+200E"),
+        ("output/zero\u200bwidth", "U+200B, an invisible"),
+        ("\ufeffmodel.bin", "U+FEFF, an invisible"),
+        ("output/c1\x85", "U+0085, an invisible or control"),
+        ("output/line\u2028sep", "U+2028"),
+        ("~", "starts with '~'"),
+        ("~/model.bin", "starts with '~'"),
+        ("output/~root/x", "starts with '~'"),
     ],
 )
 def test_hostile_paths_are_refused_with_the_reason(path: str, reason: str) -> None:
@@ -55,6 +65,11 @@ def test_hostile_paths_are_refused_with_the_reason(path: str, reason: str) -> No
         artifact_key("job_1", "att_1", path)
     assert reason in refused.value.message
     assert "relative path inside the job folder" in refused.value.message
+
+
+def test_a_tilde_inside_a_name_and_visible_unicode_are_kept() -> None:
+    path = "output/model.bin~/שלום مرحبا x~y.bin"
+    assert artifact_key("job_1", "att_1", path).endswith("/" + path)
 
 
 def test_a_refused_path_is_a_422_input_error() -> None:

@@ -239,10 +239,7 @@ async def test_a_stored_file_whose_answer_was_lost_is_not_sent_again_nor_failed(
 @on_the_fleet
 @pytest.mark.parametrize(
     ("path", "size", "why"),
-    [
-        ("output/model.bin#1", 10, "(422): artifact path 'output/model.bin#1' is refused"),
-        ("output/huge.bin", LIMIT + 1, "(413): the file's 4194305 bytes are over the per-job"),
-    ],
+    [("output/huge.bin", LIMIT + 1, "(413): the file's 4194305 bytes are over the per-job")],
 )
 async def test_a_refused_file_is_counted_and_named_and_the_next_one_goes_on(
     orchestrator: Fleet, job: Path, path: str, size: int, why: str
@@ -260,6 +257,29 @@ async def test_a_refused_file_is_counted_and_named_and_the_next_one_goes_on(
         f"1 upload(s) failed: {path}: the orchestrator refused "
         f"/api/workers/job/{held.job_id}/upload {why}"
     ), summary
+    assert set(await held.stored()) == {(held.attempt_id, "result.json")}
+
+
+@on_the_fleet
+@pytest.mark.parametrize("path", ["output/model.bin#1", "output/\u202egnp.exe", "~/model.bin"])
+async def test_a_path_the_orchestrator_would_refuse_is_failed_here_and_never_sent(
+    orchestrator: Fleet, job: Path, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    held = await held_attempt(orchestrator)
+    (job / path).parent.mkdir(parents=True, exist_ok=True)
+    (job / path).write_bytes(b"bytes")
+    wire = Wire()
+    uploader, client = make_uploader(held, wire, job)
+    try:
+        assert await uploader.upload(path) is None
+        assert await uploader.upload("result.json") is not None
+    finally:
+        await client.aclose()
+
+    assert (uploader.summary() or "").startswith(f"1 upload(s) failed: {path}: artifact path")
+    announced = [s.body.get("path") for s in wire.sent if isinstance(s.body, dict)]
+    assert announced == ["result.json"]
+    assert any(f"upload of {path} failed" in r.getMessage() for r in caplog.records)
     assert set(await held.stored()) == {(held.attempt_id, "result.json")}
 
 

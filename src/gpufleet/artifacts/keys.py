@@ -2,12 +2,16 @@
 
 A key is `jobs/<job id>/<attempt id>/<relative path>`. The relative path comes from a worker
 (or a SimpleTuner trainer), so it is hostile until checked: it must name a file inside its
-attempt's folder on every backend, a POSIX data folder and an S3 bucket alike.
+attempt's folder on every backend, a POSIX data folder and an S3 bucket alike, and read as
+what it is wherever it is shown: no control or invisible format characters (a U+202E shows
+`gnp.exe` as `exe.png`), and no name starting with `~` (a shell or a careless tool reads
+`~/x` or `~root/x` as someone's home folder).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from gpufleet.errors import UnsafeArtifactPath
 
@@ -58,6 +62,8 @@ def _path_problem(path: str) -> str | None:
         return "it holds a lone surrogate, which is not valid UTF-8"
     if _CONTROL.search(path):
         return "it holds a control character (NUL, newline, …)"
+    if problem := _hidden_problem(path):
+        return problem
     if "\\" in path:
         return "it holds a backslash"
     if path.startswith("/"):
@@ -69,8 +75,36 @@ def _path_problem(path: str) -> str | None:
             return f"it has an empty, '.' or '..' segment ({segment!r})"
         if len(segment.encode()) > MAX_SEGMENT_BYTES:
             return f"a name in it is over {MAX_SEGMENT_BYTES} bytes"
+        if segment.startswith("~"):
+            return f"a name in it starts with '~' ({segment!r}), which reads as a home folder"
         if _UNFINISHED.fullmatch(segment):
             return f"a name in it ends in '#<digits>' ({segment!r}), kept for unfinished writes"
+    return None
+
+
+# Characters that change how a path reads without showing: the bidi controls (embeddings,
+# overrides, isolates, marks), and every other format character (Cf: zero-width spaces and
+# joiners, the BOM, soft hyphens); C1 controls and the line and paragraph separators too.
+_BIDI = (
+    frozenset("\u200e\u200f\u061c")
+    | frozenset(map(chr, range(0x202A, 0x202F)))
+    | frozenset(map(chr, range(0x2066, 0x206A)))
+)
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def _hidden_problem(path: str) -> str | None:
+    for char in path:
+        if char in _BIDI:
+            return (
+                f"it holds the bidi control U+{ord(char):04X}, which shows the name in another "
+                "order than it is"
+            )
+        if unicodedata.category(char) in _HIDDEN_CATEGORIES:
+            return (
+                f"it holds U+{ord(char):04X}, an invisible or control character; "
+                "rename the file without it"
+            )
     return None
 
 

@@ -59,7 +59,7 @@ def _print_pages(api: ApiClient, job_id: str, tail: int | None, as_json: bool) -
         for line in body["lines"]:
             _print_line(line, as_json)
         sys.stdout.flush()
-        if len(body["lines"]) < PAGE:
+        if not body.get("more", len(body["lines"]) == PAGE):  # may stop short at 4 MiB
             return int(body["next_after"])
         cursor = {"after": body["next_after"]}
 

@@ -59,7 +59,8 @@ class Subscription:
 
 class Hub:
     def __init__(self) -> None:
-        self._subs: dict[str, set[Subscription]] = defaultdict(set)
+        # Each topic's subscriptions in the order they came (a dict is an ordered set).
+        self._subs: dict[str, dict[Subscription, None]] = defaultdict(dict)
         self._closed = False
 
     def subscribe(self, topic: str, *more: str) -> Subscription:
@@ -67,7 +68,7 @@ class Hub:
         once the hub is: a stream opened during shutdown ends at once)."""
         sub = Subscription(self, topic, *more)
         for name in sub.topics:
-            self._subs[name].add(sub)
+            self._subs[name][sub] = None
         if self._closed:
             sub.close()
         return sub
@@ -76,7 +77,7 @@ class Hub:
         for name in sub.topics:
             subs = self._subs.get(name)
             if subs is not None:
-                subs.discard(sub)
+                subs.pop(sub, None)
                 if not subs:
                     del self._subs[name]
 
@@ -106,6 +107,13 @@ class Hub:
         for subs in list(self._subs.values()):
             for sub in list(subs):
                 sub.close()
+
+    def close_oldest(self, topic: str, keep: int) -> int:
+        """Close the topic's oldest open subscriptions but the newest `keep`; how many."""
+        open_ = [sub for sub in self._subs.get(topic, ()) if not sub.closed]
+        for sub in open_[: max(0, len(open_) - keep)]:
+            sub.close()
+        return max(0, len(open_) - keep)
 
     def count(self, prefix: str) -> int:
         """Topics with at least one subscriber, among those that start with `prefix`."""

@@ -15,12 +15,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gpufleet.domain.bounds import MAX_LOG_BATCH_BYTES, MAX_LOG_BATCH_LINES
 from gpufleet.worker.errors import Fenced, Rejected, Unreachable
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH_LINES = 1000
-MAX_BATCH_BYTES = 1024 * 1024 - 64 * 1024  # under the protocol's 1 MiB, leaving room for JSON
+# The orchestrator's bounds on one batch (docs/protocol.md): a batch is split to stay in them.
+MAX_BATCH_LINES = MAX_LOG_BATCH_LINES
+MAX_BATCH_BYTES = MAX_LOG_BATCH_BYTES  # of the lines' text, UTF-8
 
 Line = dict[str, str]
 SendBatch = Callable[[list[Line], int], Awaitable[Any]]  # the batch, and its first line's index
@@ -58,10 +60,13 @@ class LogBuffer:
         batch: list[Line] = []
         size = 0
         for line in self._lines:
-            size += len(line["text"].encode()) + 32
+            size += _size(line["text"])
             if batch and (len(batch) >= MAX_BATCH_LINES or size > MAX_BATCH_BYTES):
                 break
             batch.append(line)
+        if batch and _size(batch[0]["text"]) > MAX_BATCH_BYTES:  # one line over it alone
+            text = batch[0]["text"].encode("utf-8", "replace")[:MAX_BATCH_BYTES]
+            batch[0] = {**batch[0], "text": text.decode("utf-8", "ignore")}
         return batch
 
     def commit(self, count: int) -> None:
@@ -70,6 +75,11 @@ class LogBuffer:
         self.position += count
         if len(self._lines) < self._flush_lines:
             self.full.clear()
+
+
+def _size(text: str) -> int:
+    """The bytes the orchestrator counts: the text as UTF-8 (a lone surrogate as 3)."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 class LogShipper:

@@ -2,7 +2,8 @@
 
 `ProgressTail` reads only what was appended since its last look and only whole lines, so it
 never parses a line the job is halfway through writing. Three kinds of line share the file:
-progress (`{"step", "total", "metrics"}`, relayed to the orchestrator, throttled), checkpoints
+progress (`{"step", "total", "metrics"}`, relayed to the orchestrator, throttled, and trimmed
+to the orchestrator's 16 KiB by `domain.bounds.trim_progress`), checkpoints
 (`{"checkpoint": path, "step"}`, handed to the checkpoint uploader, never relayed as progress)
 and the job's word that it handles the checkpoint signal (`{"checkpoint_signal": true}`).
 """
@@ -15,6 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gpufleet.domain.bounds import MAX_PROGRESS_BYTES, trim_progress
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ class ProgressTail:
         self.handles_checkpoint_signal = False
         self.checkpoints_announced = 0  # how many checkpoint lines were ever read
         self._checkpoints: list[CheckpointNote] = []
+        self.trimmed = 0  # progress lines cut to fit the orchestrator's bound
 
     def poll(self) -> Progress | None:
         """The newest progress line appended since the last poll, if any."""
@@ -63,10 +67,22 @@ class ProgressTail:
             elif value.get("checkpoint_signal") is True:
                 self.handles_checkpoint_signal = True
             else:
-                newest = _progress(value)
+                newest = self._fitted(_progress(value))
         if newest is not None:
             self.latest = newest
         return newest
+
+    def _fitted(self, progress: Progress) -> Progress:
+        fitted = trim_progress(progress)
+        if fitted != progress:
+            if not self.trimmed:  # once a job: a chatty trainer writes one a step
+                log.warning(
+                    "a progress line of the job is over %d bytes of JSON: relaying its step, "
+                    "total and numeric metrics only (gpufleet.progress.report keeps it small)",
+                    MAX_PROGRESS_BYTES,
+                )
+            self.trimmed += 1
+        return fitted
 
     def take_checkpoints(self) -> list[CheckpointNote]:
         """The checkpoints announced since the last call, oldest first."""

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpufleet.errors import AgentError
+from gpufleet.artifacts.keys import checked_path
+from gpufleet.errors import AgentError, UnsafeArtifactPath
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.errors import Fenced, Rejected, Unreachable
 
@@ -161,6 +162,11 @@ class Uploader:
         if self.fenced is not None:
             raise self.fenced
         if self.unsupported is not None:
+            return None
+        try:  # the orchestrator would refuse it: say so here, and send nothing
+            checked_path(path)
+        except UnsafeArtifactPath as exc:
+            self._failed(path, exc.message)
             return None
         try:
             file = await asyncio.to_thread(digest, self._folder, path)

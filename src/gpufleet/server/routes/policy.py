@@ -76,9 +76,9 @@ async def me(ctx: Ctx, who: Reader) -> MeOut:
         running_count=len(mine.running),
         blocked_count=len(mine.blocked),
         best_position=mine.best_position,
-        pending_jobs=[JobOut.of(j, names) for j in mine.pending],
-        running_jobs=[JobOut.of(j, names) for j in mine.running],
-        blocked_jobs=[JobOut.of(j, names) for j in mine.blocked],
+        pending_jobs=[JobOut.listed(j, names) for j in mine.pending],
+        running_jobs=[JobOut.listed(j, names) for j in mine.running],
+        blocked_jobs=[JobOut.listed(j, names) for j in mine.blocked],
     )
 
 

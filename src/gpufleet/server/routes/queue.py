@@ -110,7 +110,7 @@ async def list_jobs(
     names = await queue.job_names(ctx, jobs)
     actions = await ownership.actions_on(ctx, who.user, who.permissions, jobs)
     return JobList(
-        jobs=[JobOut.of(j, names, actions[j.id]) for j in jobs],
+        jobs=[JobOut.listed(j, names, actions[j.id]) for j in jobs],
         total=total,
         limit=limit,
         offset=offset,
@@ -130,7 +130,7 @@ async def cancel_jobs(ctx: Ctx, who: Submitter, client: Client, body: JobIds) ->
 def _bulk(outcomes: list[reruns.Outcome]) -> BulkOut:
     results = [
         BulkResult(
-            job_id=o.job_id, ok=o.job is not None, job=o.job and JobOut.of(o.job), error=o.error
+            job_id=o.job_id, ok=o.job is not None, job=o.job and JobOut.listed(o.job), error=o.error
         )
         for o in outcomes
     ]
@@ -190,6 +190,7 @@ async def job_logs(
         lines=[LogLineOut(**vars_of(line)) for line in page.lines],
         next_after=page.next_after,
         next_before=page.next_before,
+        more=page.more,
     )
 
 
@@ -225,7 +226,7 @@ async def _follow(ctx: Ctx, who: Principal, job_id: str, after: int) -> AsyncIte
     one when the orchestrator shuts down or the key is revoked)."""
     async with auth.subscription(ctx, who, job_topic(job_id)) as sub:
         while not sub.closed:
-            lines = await queue.read_logs(ctx, job_id, after, 1000)
+            lines, more = await queue.read_logs(ctx, job_id, after, 1000)
             for line in lines:
                 yield sse.frame(
                     LogLineOut(**vars_of(line)).model_dump(mode="json"),
@@ -233,7 +234,7 @@ async def _follow(ctx: Ctx, who: Principal, job_id: str, after: int) -> AsyncIte
                     event_id=line.seq,
                 )
                 after = line.seq
-            if len(lines) == 1000:
+            if more:
                 continue
             job = await queue.get_job(ctx, job_id)
             if job.status in TERMINAL_JOB:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
-from gpufleet.domain import job_secrets
+from gpufleet.domain import bounds, job_secrets
 from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import Attempt, Checkpoint, ConfigVersion, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
@@ -93,6 +93,7 @@ class JobOut(Record):
     worker_id: str | None
     error: str | None
     exit_code: int | None
+    # The job's whole progress; in a list (`listed`), only its step and total.
     progress: dict[str, Any] | None
     submitted_by: str | None
     created_at: datetime
@@ -123,8 +124,21 @@ class JobOut(Record):
     ) -> Self:
         """`names`: worker, user and team ids and actors to names (services.queue.names_of);
         `actions`: what the caller may do to it (services.ownership.actions_on)."""
+        return cls._read(j, names, actions=actions)
+
+    @classmethod
+    def listed(
+        cls, j: Job, names: Mapping[str, str] = _NO_NAMES, actions: list[str] | None = None
+    ) -> Self:
+        """The job as a list shows it: its progress cut to step and total (a progress may
+        be 16 KiB; a page of 500 jobs would carry 8 MiB of it)."""
+        return cls._read(j, names, actions=actions, progress=bounds.progress_summary(j.progress))
+
+    @classmethod
+    def _read(cls, j: Job, names: Mapping[str, str], **more: object) -> Self:
         return cls.over(
             j,
+            **more,
             job_id=j.id,
             retry_on=sorted(j.retry_on),
             worker_name=names.get(j.worker_id) if j.worker_id else None,
@@ -132,7 +146,6 @@ class JobOut(Record):
             approved_by_name=names.get(j.approved_by) if j.approved_by else None,
             user=names.get(j.user_id, j.user_id) if j.user_id else None,
             team=names.get(j.team_id, j.team_id) if j.team_id else None,
-            actions=actions,
             config_written_by=(
                 names.get(j.config_written_by, j.config_written_by) if j.config_written_by else None
             ),
@@ -185,6 +198,9 @@ class LogsOut(BaseModel):
     next_after: int
     # Pass as `before` to read the lines preceding this page; null at the log's first line.
     next_before: int | None = None
+    # Lines follow this page (it stopped at `limit` or at 4 MiB of text): read on with
+    # `after=next_after`. Always false for a page read back (`before`).
+    more: bool = False
 
 
 class ConfigOut(Record):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from gpufleet.domain.audit_events import SYSTEM_ACTOR, key_actor
+from gpufleet.domain.bounds import MAX_STREAMS_PER_KEY
 from gpufleet.domain.levels import ADMIN_USER_ID, ADMIN_USER_NAME, Level
 from gpufleet.domain.permissions import (
     ALL,
@@ -292,15 +293,24 @@ async def active_key(ctx: Context, key_id: str) -> ApiKey | None:
 async def subscription(
     ctx: Context, principal: Principal, topic: str, *more: str
 ) -> AsyncIterator[Subscription]:
-    """A stream's subscription to the topics, closed when the key that opened it is revoked
-    or the web session that opened it signs out.
+    """A stream's subscription to the topics, closed when the key that opened it is revoked,
+    the web session that opened it signs out, or when it is the oldest of more than
+    `MAX_STREAMS_PER_KEY` the key holds open here.
 
     The key (and session) is read again once subscribed, so that a revoke landing between the
     request's authentication and now is not missed; after that only the revoke's close is
     heard."""
     key_id, session = principal.key.id, principal.session
-    ends = [key_topic(key_id)] + ([session_topic(session)] if session else [])
+    mine = key_topic(key_id)
+    ends = [mine] + ([session_topic(session)] if session else [])
     with ctx.hub.subscribe(topic, *more, *ends) as sub:
+        if closed := ctx.hub.close_oldest(mine, MAX_STREAMS_PER_KEY):
+            log.info(
+                "closed %d event stream(s) of key %s: it holds %d open, the most",
+                closed,
+                key_id,
+                MAX_STREAMS_PER_KEY,
+            )
         if session is None:
             gone = await active_key(ctx, key_id) is None
         else:

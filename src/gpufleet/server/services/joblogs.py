@@ -2,7 +2,9 @@
 
 A page is read after a cursor (oldest first), before one (the newest lines before it), or as
 the last `tail` lines; optionally one attempt's only. Cursors are line `seq` numbers, so a
-page never depends on lines arriving meanwhile.
+page never depends on lines arriving meanwhile. A page holds at most `limit` lines and
+`bounds.MAX_LOG_PAGE_BYTES` of text (at least one line): past that it stops early, and
+`more` (reading on) or `next_before` (reading back) says that lines are left.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from gpufleet.domain.bounds import MAX_LOG_PAGE_BYTES
 from gpufleet.domain.records import Attempt, LogLine
 from gpufleet.errors import InvalidInput, NotFound
 from gpufleet.server.context import Context
@@ -26,6 +29,7 @@ class LogPage:
     lines: list[LogLine]
     next_after: int  # read on from here (the last line's seq, or the cursor given)
     next_before: int | None  # read back from here; None: the page starts at the first line
+    more: bool  # lines after `next_after` were there when the page was read
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +70,24 @@ async def read_page(ctx: Context, job_id: str, query: PageQuery) -> LogPage:
         after = query.after
         if query.tail is not None:
             after = await q.log_tail_cursor(job_id, query.tail, query.attempt_id)
-        lines = await q.read_logs(
-            job_id, after, query.limit, before=query.before, attempt_id=query.attempt_id
+        lines, left = await q.read_logs(
+            job_id,
+            after,
+            query.limit,
+            before=query.before,
+            attempt_id=query.attempt_id,
+            max_bytes=MAX_LOG_PAGE_BYTES,
         )
+        # Reading back, what was left lies before the page (next_before says so); after
+        # it lie the lines up to `before`, which the reader had already.
+        more = left if query.before is None else False
         first = await q.first_log_seq(job_id, query.attempt_id) if lines else None
     earlier = lines[0].seq if lines and first is not None and first < lines[0].seq else None
     return LogPage(
         lines=lines,
         next_after=lines[-1].seq if lines else after,
         next_before=earlier,
+        more=more,
     )
 
 
@@ -104,7 +117,9 @@ async def _text(ctx: Context, job_id: str) -> AsyncIterator[str]:
     headers: dict[str, str] = {}
     while True:
         async with ctx.store.read() as q:
-            lines = await q.read_logs(job_id, after, DOWNLOAD_PAGE)
+            lines, more = await q.read_logs(
+                job_id, after, DOWNLOAD_PAGE, max_bytes=MAX_LOG_PAGE_BYTES
+            )
             if any(line.attempt_id not in headers for line in lines):
                 headers = await _headers(q, job_id)
         chunk: list[str] = []
@@ -116,7 +131,7 @@ async def _text(ctx: Context, job_id: str) -> AsyncIterator[str]:
             chunk.append(line.text + "\n")
         if chunk:
             yield "".join(chunk)
-        if len(lines) < DOWNLOAD_PAGE:
+        if not more:
             return
         after = lines[-1].seq
 

@@ -10,6 +10,7 @@ from typing import Any
 from gpufleet import protocol
 from gpufleet.domain.advice import say_wait_everywhere
 from gpufleet.domain.audit_events import KEY_ACTOR, key_actor
+from gpufleet.domain.bounds import MAX_LOG_PAGE_BYTES
 from gpufleet.domain.jobspec import (
     check_config,
     job_gpu_count,
@@ -413,11 +414,14 @@ async def list_jobs(ctx: Context, f: JobFilter, limit: int, offset: int) -> tupl
         return await q.list_jobs(f, limit, offset)
 
 
-async def read_logs(ctx: Context, job_id: str, after: int, limit: int) -> list[LogLine]:
+async def read_logs(
+    ctx: Context, job_id: str, after: int, limit: int
+) -> tuple[list[LogLine], bool]:
+    """Lines after `after` (at most `limit`, and 4 MiB of text), and whether more follow."""
     async with ctx.store.read() as q:
         if await q.get_job(job_id) is None:
             raise no_job(job_id)
-        return await q.read_logs(job_id, after, limit)
+        return await q.read_logs(job_id, after, limit, max_bytes=MAX_LOG_PAGE_BYTES)
 
 
 # ---- cancel -----------------------------------------------------------------------------

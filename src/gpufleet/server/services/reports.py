@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet import protocol
+from gpufleet.domain import bounds
 from gpufleet.domain.audit_events import worker_actor
 from gpufleet.domain.records import Attempt, Job, Worker
 from gpufleet.domain.states import (
@@ -16,7 +17,7 @@ from gpufleet.domain.states import (
     JobStatus,
     parse_reported_status,
 )
-from gpufleet.errors import Forbidden, NotFound, NotHolder
+from gpufleet.errors import Forbidden, NotFound, NotHolder, PayloadTooLarge
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC, job_topic
 from gpufleet.server.services import dispatch, history
@@ -99,6 +100,8 @@ async def report_status(
     ctx: Context, worker: Worker, job_id: str, report: StatusReport
 ) -> JobStatus:
     new = parse_reported_status(report.status)
+    if problem := bounds.progress_problem(report.progress):
+        raise PayloadTooLarge(problem)
     error = report.error[-MAX_ERROR_CHARS:] if report.error else None
     refused: tuple[Job, Attempt | None] | None = None
     freed = requeued = False
@@ -188,6 +191,8 @@ async def append_logs(
     lines: list[tuple[str, str]],
     first: int | None = None,
 ) -> int:
+    if problem := bounds.log_batch_problem([text for _stream, text in lines]):
+        raise PayloadTooLarge(problem)
     refused: tuple[Job, Attempt | None] | None = None
     async with transaction(ctx) as tx:
         job, attempt, live = await _holder(tx, worker, job_id, attempt_id)

@@ -30,24 +30,64 @@ class LogQueries(QueryBase):
         *,
         before: int | None = None,
         attempt_id: str | None = None,
-    ) -> list[LogLine]:
+        max_bytes: int | None = None,
+    ) -> tuple[list[LogLine], bool]:
         """Lines after `after`, oldest first; with `before`, the newest `limit` lines between
-        the two (still oldest first); with `attempt_id`, that attempt's only."""
+        the two (still oldest first); with `attempt_id`, that attempt's only; with
+        `max_bytes`, only as many as hold that much text (at least one line). And whether
+        lines were left out in the direction read (after the page reading on, before it
+        reading back)."""
         if after >= LOG_SEQ_MAX:
-            return []
+            return [], False
         where = [*log_scope(job_id, attempt_id), job_logs.c.seq > after]
-        if before is None:
-            stmt = sa.select(job_logs).where(*where).order_by(job_logs.c.seq).limit(limit)
-            rows = list(await self.conn.execute(stmt))
-        else:
+        order: sa.ColumnElement[Any] = job_logs.c.seq
+        if before is not None:
             if before <= LOG_SEQ_MAX:  # a cursor past every seq bounds nothing
                 where.append(job_logs.c.seq < before)
-            stmt = sa.select(job_logs).where(*where).order_by(job_logs.c.seq.desc()).limit(limit)
-            rows = list(await self.conn.execute(stmt))[::-1]
-        return [
+            order = job_logs.c.seq.desc()
+        if max_bytes is None:  # one line more than asked tells whether the page is the last
+            count = limit + 1
+        else:
+            count, more = await self._fitting(where, order, limit, max_bytes)
+        stmt = sa.select(job_logs).where(*where).order_by(order).limit(count)
+        rows = list(await self.conn.execute(stmt))
+        if max_bytes is None:
+            more = len(rows) > limit
+            rows = rows[:limit]
+        if before is not None:
+            rows.reverse()
+        lines = [
             LogLine(seq=r.seq, attempt_id=r.attempt_id, stream=r.stream, text=r.text, ts=r.ts)
             for r in rows
         ]
+        return lines, more
+
+    async def _fitting(
+        self,
+        where: list[sa.ColumnElement[bool]],
+        order: sa.ColumnElement[Any],
+        limit: int,
+        max_bytes: int,
+    ) -> tuple[int, bool]:
+        """How many of the lines in this order to read (at most `limit`, at least one, their
+        text within `max_bytes`), and whether any were left out. Reads sizes, not text: a
+        page of 64 KiB lines is never held whole to be cut."""
+        text = job_logs.c.text
+        # SQLite before 3.43 has no octet_length: the length of the text's bytes instead.
+        size = (
+            sa.func.octet_length(text)
+            if self._pg
+            else sa.func.length(sa.cast(text, sa.LargeBinary))
+        )
+        stmt = sa.select(size).where(*where).order_by(order).limit(limit + 1)
+        sizes = [int(r[0] or 0) for r in await self.conn.execute(stmt)]
+        count = total = 0
+        for n in sizes[:limit]:
+            total += n
+            if count and total > max_bytes:
+                break
+            count += 1
+        return count, count < len(sizes)
 
     async def log_tail_cursor(self, job_id: str, count: int, attempt_id: str | None = None) -> int:
         """The cursor after which the last `count` lines begin (0: the log is no longer)."""

@@ -215,7 +215,7 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
     try {
       const page = await read({ after: bottom });
       append(page.lines);
-      if (page.lines.length < PAGE) behind = false;
+      if (!page.more) behind = false; // a page may stop short of PAGE lines at 4 MiB
     } catch (err) {
       onError(err);
     } finally {
