@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Query, Request
+from fastapi import Header, Query, Request
 from starlette.responses import StreamingResponse
 
 from gpufleet import protocol
@@ -36,13 +36,17 @@ from gpufleet.server.schemas.artifacts import (
     UploadOut,
 )
 from gpufleet.server.schemas.base import SSE_RESPONSE, Ok
-from gpufleet.server.services import agents, artifacts, checkpoints, reports
+from gpufleet.server.services import agents, artifacts, attempt_tokens, checkpoints, reports
 from gpufleet.server.services.agents import Registration
 from gpufleet.server.services.reports import StatusReport
 from gpufleet.server.streams import WorkerStream
 
 router = api_router(prefix=protocol.WORKER_API, tags=["workers"])
 _GPU_STAT_FIELDS = {"index", "utilization_pct", "memory_used_gb", "memory_total_gb"}
+# The attempt's own token beside the worker's, on every call about a job (attempt_tokens).
+AttemptToken = Annotated[
+    str | None, Header(alias=attempt_tokens.HEADER, min_length=1, max_length=128)
+]
 
 
 def _registration(body: RegisterIn) -> Registration:
@@ -122,7 +126,9 @@ async def heartbeat(ctx: Ctx, worker: CurrentWorker, body: HeartbeatIn) -> Heart
 
 
 @router.post("/job/{job_id}/status", response_model=StatusOut)
-async def job_status(ctx: Ctx, worker: CurrentWorker, job_id: str, body: StatusIn) -> StatusOut:
+async def job_status(
+    ctx: Ctx, worker: CurrentWorker, job_id: str, body: StatusIn, token: AttemptToken = None
+) -> StatusOut:
     report = StatusReport(
         status=body.status,
         attempt_id=body.attempt_id,
@@ -130,12 +136,14 @@ async def job_status(ctx: Ctx, worker: CurrentWorker, job_id: str, body: StatusI
         exit_code=body.exit_code,
         progress=body.progress,
     )
-    status = await reports.report_status(ctx, worker, job_id, report)
+    status = await reports.report_status(ctx, worker, job_id, report, token)
     return StatusOut(ok=True, job_status=status.value)
 
 
 @router.post("/job/{job_id}/logs", response_model=Ok)
-async def job_logs(ctx: Ctx, worker: CurrentWorker, job_id: str, body: LogsIn) -> Ok:
+async def job_logs(
+    ctx: Ctx, worker: CurrentWorker, job_id: str, body: LogsIn, token: AttemptToken = None
+) -> Ok:
     await reports.append_logs(
         ctx,
         worker,
@@ -143,6 +151,7 @@ async def job_logs(ctx: Ctx, worker: CurrentWorker, job_id: str, body: LogsIn) -
         body.attempt_id,
         [(line.stream, line.text) for line in body.lines],
         first=body.first,
+        attempt_token=token,
     )
     return Ok()
 
@@ -152,7 +161,7 @@ async def job_logs(ctx: Ctx, worker: CurrentWorker, job_id: str, body: LogsIn) -
 
 @router.post("/job/{job_id}/upload", response_model=UploadOut | UploadExistsOut)
 async def job_upload(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, body: UploadIn
+    ctx: Ctx, worker: CurrentWorker, job_id: str, body: UploadIn, token: AttemptToken = None
 ) -> UploadOut | UploadExistsOut:
     announced = artifacts.Announce(
         attempt_id=body.attempt_id,
@@ -162,7 +171,7 @@ async def job_upload(
         kind=ArtifactKind(body.kind),
         checkpoint=body.checkpoint,
     )
-    plan = await artifacts.announce(ctx, worker, job_id, announced)
+    plan = await artifacts.announce(ctx, worker, job_id, announced, token)
     if isinstance(plan, Artifact):
         return UploadExistsOut(artifact=ArtifactOut.of(plan))
     return UploadOut(upload_id=plan.upload_id, url=plan.url, headers=plan.headers, via=plan.via)
@@ -188,10 +197,15 @@ _RAW_BODY: dict[str, Any] = {
     openapi_extra=_RAW_BODY,
 )
 async def job_upload_bytes(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, upload_id: str, request: Request
+    ctx: Ctx,
+    worker: CurrentWorker,
+    job_id: str,
+    upload_id: str,
+    request: Request,
+    token: AttemptToken = None,
 ) -> ArtifactOut:
     stored = await artifacts.send(
-        ctx, worker, job_id, upload_id, request.stream(), _content_length(request)
+        ctx, worker, job_id, upload_id, request.stream(), _content_length(request), token
     )
     return ArtifactOut.of(stored)
 
@@ -200,14 +214,14 @@ async def job_upload_bytes(
     "/job/{job_id}/upload/{upload_id}/complete", status_code=201, response_model=ArtifactOut
 )
 async def job_upload_complete(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, upload_id: str
+    ctx: Ctx, worker: CurrentWorker, job_id: str, upload_id: str, token: AttemptToken = None
 ) -> ArtifactOut:
-    return ArtifactOut.of(await artifacts.complete(ctx, worker, job_id, upload_id))
+    return ArtifactOut.of(await artifacts.complete(ctx, worker, job_id, upload_id, token))
 
 
 @router.post("/job/{job_id}/checkpoints", status_code=201, response_model=CheckpointOut)
 async def job_checkpoint_commit(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, body: CheckpointIn
+    ctx: Ctx, worker: CurrentWorker, job_id: str, body: CheckpointIn, token: AttemptToken = None
 ) -> CheckpointOut:
     commit = checkpoints.CheckpointCommit(
         attempt_id=body.attempt_id,
@@ -216,7 +230,7 @@ async def job_checkpoint_commit(
         step=body.step,
         files=[checkpoints.CheckpointFile(f.path, f.size, f.sha256) for f in body.files],
     )
-    return CheckpointOut.of(await checkpoints.commit_checkpoint(ctx, worker, job_id, commit))
+    return CheckpointOut.of(await checkpoints.commit_checkpoint(ctx, worker, job_id, commit, token))
 
 
 @router.get("/job/{job_id}/checkpoints/{checkpoint_id}", response_model=CheckpointFetchOut)
@@ -226,9 +240,10 @@ async def job_checkpoint_fetch(
     job_id: str,
     checkpoint_id: str,
     attempt_id: Annotated[str | None, Query(max_length=64)] = None,
+    token: AttemptToken = None,
 ) -> CheckpointFetchOut:
     checkpoint, files = await checkpoints.fetch_checkpoint(
-        ctx, worker, job_id, checkpoint_id, attempt_id
+        ctx, worker, job_id, checkpoint_id, attempt_id, token
     )
     return CheckpointFetchOut(
         id=checkpoint.id,
@@ -259,8 +274,11 @@ async def job_artifact_download(
     job_id: str,
     artifact_id: str,
     attempt_id: Annotated[str | None, Query(max_length=64)] = None,
+    token: AttemptToken = None,
 ) -> StreamingResponse:
-    artifact, chunks = await checkpoints.download(ctx, worker, job_id, artifact_id, attempt_id)
+    artifact, chunks = await checkpoints.download(
+        ctx, worker, job_id, artifact_id, attempt_id, token
+    )
     return StreamingResponse(
         chunks,
         media_type="application/octet-stream",
