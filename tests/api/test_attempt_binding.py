@@ -103,6 +103,15 @@ async def test_another_attempts_token_or_none_writes_nothing_into_a_bound_worker
             assert answer.status_code == 403, (path, stolen, answer.text)
             assert "attempt" in answer.json()["detail"]
 
+    # Nor does it read the job's checkpoints (a resume's fetch and download).
+    for path in ("checkpoints/k_x", "artifacts/r_x"):
+        read = await fleet.http.get(
+            f"/api/workers/job/{offer_b['job_id']}/{path}",
+            params={"attempt_id": offer_b["attempt_id"]},
+            headers={**agent.headers, "X-Attempt-Token": offer_a["upload_token"]},
+        )
+        assert read.status_code == 403, (path, read.text)
+
     job_b = await fleet.job(offer_b["job_id"])
     assert job_b["status"] == "running" and (job_b["progress"] or {}).get("step") != 999
     logs = (await fleet.admin.get(f"/api/queue/{offer_b['job_id']}/logs")).json()

@@ -4,6 +4,8 @@ tests/e2e/test_worker_keys.py reads /proc of real workers."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -51,3 +53,14 @@ def test_run_as_a_user_that_does_not_exist_is_refused_saying_so() -> None:
 def test_run_as_root_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="root"):
         JobUser.resolve("root")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_DUMPABLE is Linux's")
+def test_the_worker_process_is_made_non_dumpable() -> None:
+    probe = (
+        "import ctypes; from gpufleet.worker.keys import make_undumpable; "
+        "get = lambda: ctypes.CDLL(None).prctl(3, 0, 0, 0, 0); "  # PR_GET_DUMPABLE
+        "before = get(); make_undumpable(); print(before, get())"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "0"]
