@@ -217,3 +217,40 @@ def test_run_as_is_refused_at_start_for_a_user_that_does_not_exist(
     done = subprocess.run(agent.command(), capture_output=True, text=True, timeout=30)
     assert done.returncode != 0
     assert "--run-as no-such-user-x9" in done.stderr and "no such user" in done.stderr
+
+
+def test_a_run_as_job_cannot_make_the_worker_read_a_file_only_root_reads(
+    orchestrator: ServerProcess,
+    tmp_path: Path,
+    job_user: pwd.struct_passwd,
+    open_dir: Path,
+) -> None:
+    """The worker (root) reads the job's progress file and uploads its files: a link the job
+    puts in their place is followed only to a file inside its folder."""
+    tag = {"pool": unique("runas")}
+    agent = WorkerProcess(orchestrator, tmp_path, labels=tag, extra_args=("--run-as", JOB_USER))
+    agent.work_dir = open_dir / "work"
+    secret = open_dir / "root-only.jsonl"
+    secret.write_text('{"step": 4242, "total": 5000}\n')
+    secret.chmod(0o600)
+    steps = """
+    cd "$GPUFLEET_JOB_DIR"
+    echo '{"step": 7, "total": 10, "padding": "longer than the root-only line"}' > mine.jsonl
+    ln -sf mine.jsonl "$GPUFLEET_PROGRESS_FILE"; sleep 2
+    ln -sf "$1" "$GPUFLEET_PROGRESS_FILE"; mkdir -p output; ln -sf "$1" output/stolen.jsonl
+    sleep 2.5
+    """
+    try:
+        job_id = submit_job(
+            orchestrator, tag, ["sh", "-c", textwrap.dedent(steps), "j", str(secret)]
+        )
+        agent.start()
+        job = wait_job(orchestrator, job_id, "completed", "failed")
+    finally:
+        agent.stop()
+
+    assert job["status"] == "completed", job["error"]
+    assert job["progress"]["step"] == 7  # a link inside the folder is read: this could fail
+    with orchestrator.admin() as admin:
+        files = admin.get(f"/api/queue/{job_id}/artifacts").json()["artifacts"]
+    assert [f["path"] for f in files if "stolen" in f["path"]] == []

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufleet.worker.keep import open_inside
+
 log = logging.getLogger(__name__)
 
 _MAX_READ = 4 * 1024 * 1024
@@ -44,7 +46,7 @@ class ProgressTail:
     def poll(self) -> Progress | None:
         """The newest progress line appended since the last poll, if any."""
         try:
-            with self._path.open("rb") as file:
+            with open_inside(self._path.parent, self._path) as file:
                 if os.fstat(file.fileno()).st_size < self._offset:  # rewritten from scratch
                     self._offset, self._partial = 0, b""
                 file.seek(self._offset)
