@@ -64,3 +64,11 @@ def test_the_worker_process_is_made_non_dumpable() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["1", "0"]
+
+
+def test_run_as_from_a_worker_that_is_not_root_is_refused_saying_what_to_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # the fault: a worker started unprivileged
+    with pytest.raises(ConfigurationError, match="only root can start jobs as another user"):
+        JobUser.resolve("nobody")
