@@ -35,7 +35,9 @@ HEARTBEAT_TIMEOUT = 120.0
 ACK_TIMEOUT = 30.0
 CLIENT = ("127.0.0.1", 40000)
 EVENT_TIMEOUT = 5.0
-GPUFLEET_FEATURES = ["command", "attempts"]  # what `gpufleet worker` says it does
+# What `gpufleet worker` says it does, less `attempt_token` (sending each attempt's token:
+# tests/api/test_attempt_binding.py), so these scripted workers send the worker token alone.
+GPUFLEET_FEATURES = ["command", "attempts"]
 
 # For tests of HTTP rules that no storage backend could change: SQLite only, to stay fast.
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -183,7 +183,8 @@ async def test_a_file_is_read_in_chunks_under_the_cap_not_whole(job: Path) -> No
     clock = FakeClock()
     limiter = BandwidthLimiter(CHUNK, clock=clock, sleep=clock.sleep)
     size = 3 * CHUNK + 17
-    sizes = [len(chunk) async for chunk in read_chunks(job / "output/model.bin", size, limiter)]
+    chunks = read_chunks(job, job / "output/model.bin", size, limiter)
+    sizes = [len(chunk) async for chunk in chunks]
     assert sizes == [CHUNK, CHUNK, CHUNK, 17]
     assert clock.now == pytest.approx(2 + 17 / CHUNK)  # one second's burst, then the rate
 

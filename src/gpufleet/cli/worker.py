@@ -62,7 +62,27 @@ def _parse_rate(ctx: click.Context, param: click.Parameter, value: str | None) -
     metavar="TOKEN",
     var="WORKER_TOKEN",
     simpletuner=True,
-    help="The worker's authentication token (wt_…).",
+    help=(
+        "The worker's authentication token (wt_…). The worker restarts itself at once "
+        "without it in its arguments and environment, where its jobs could read it."
+    ),
+)
+@setting(
+    "--worker-token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    var="WORKER_TOKEN_FILE",
+    help="Read the worker's token from FILE (keep it 0600) instead of --worker-token.",
+)
+@setting(
+    "--run-as",
+    metavar="USER",
+    var="WORKER_RUN_AS",
+    simpletuner=True,
+    help=(
+        "Run jobs as this OS user (the worker must be root): the job's folder is given to "
+        "it, the worker's own files and process are not readable by it."
+    ),
 )
 @setting(
     "--name",
@@ -151,6 +171,8 @@ def _parse_rate(ctx: click.Context, param: click.Parameter, value: str | None) -
 def worker(
     orchestrator_url: str | None,
     worker_token: str | None,
+    worker_token_file: Path | None,
+    run_as: str | None,
     name: str,
     persistent: bool,
     verbose: bool,
@@ -173,10 +195,20 @@ def worker(
     report it preempted (it is requeued), exit; a second SIGTERM stops the job at once.
     """
     # Imported here: the operator commands start faster without the agent's modules.
+    from gpufleet.worker import keys
     from gpufleet.worker.detect import detect
     from gpufleet.worker.main import run_agent
     from gpufleet.worker.settings import AgentSettings
 
+    # Before anything else: a token /proc shows to the jobs is taken out (keys.py).
+    inherited = keys.inherited_token()
+    if inherited is not None:
+        worker_token = inherited
+    elif worker_token and keys.shown_in_proc(worker_token):
+        keys.restart_without(worker_token)
+    elif not worker_token and worker_token_file is not None:
+        worker_token = keys.read_token_file(worker_token_file)
+    keys.make_undumpable()
     logs.configure("debug" if verbose else "info", log_format)
     if not verbose:  # httpx logs every request at INFO
         logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -187,6 +219,7 @@ def worker(
     if not worker_token:
         raise ConfigurationError(
             "No worker token: pass --worker-token or set GPUFLEET_WORKER_TOKEN "
+            "(or --worker-token-file) "
             "(make one on the orchestrator with `gpufleet workers create NAME`, or Create Worker "
             "on the Workers page)"
         )
@@ -207,7 +240,10 @@ def worker(
         cancel_grace=cancel_grace,
         upload_bandwidth=upload_bandwidth,
         preempt_grace=preempt_grace,
+        run_as=run_as,
     )
+    if settings.job_user is not None:
+        settings.job_user.close_work_dir(settings.work_dir)
     if ssl_no_verify:
         click.echo(
             "WARNING: --ssl-no-verify: the orchestrator's certificate is NOT checked; anyone on "

@@ -19,6 +19,10 @@ class Feature(StrEnum):
 
     COMMAND = "command"  # runs the config's `command` argv with its `env`, honours `timeout_s`
     ATTEMPTS = "attempts"  # names the attempt in every report, and heeds it in `job_cancel`
+    # Sends the attempt's token (X-Attempt-Token) on every call about its job: the worker's
+    # token alone then writes nothing into a job (docs/security.md, keeping jobs away from
+    # their worker's keys). Once a worker said so, it cannot register again without it.
+    ATTEMPT_TOKEN = "attempt_token"
 
 
 _KNOWN_FEATURES = frozenset(f.value for f in Feature)

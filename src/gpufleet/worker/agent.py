@@ -213,6 +213,7 @@ class Agent:
         try:
             started = await job.run()
         finally:
+            self._client.unbind_attempt(job.offer.job_id)
             self._job = None
             self._beat_now.set()
         if started:
@@ -314,6 +315,8 @@ class Agent:
         gpus = [gpu.index for gpu in self._caps.gpus]
         job = JobRun(offer, self._settings, gpus, self, self._client)
         self._job = job
+        token = event.get("upload_token")
+        self._client.bind_attempt(offer.job_id, token if isinstance(token, str) else None)
         log.info("accepted job %s", offer.label)
         self._supervisor.spawn(f"job {offer.label}", self._run_job(job))
         self._beat_now.set()

@@ -10,6 +10,10 @@ answers. When it cannot be reached (refused, reset, timed out, or a proxy's 502/
 client moves on to the next URL, round robin: a request tries each URL once before it gives
 up, and a broken event stream leaves the next URL for the agent's reconnect.
 
+Every call about a job carries, beside the worker token, that attempt's own token
+(`X-Attempt-Token`, the offer's `upload_token`, remembered by `bind_attempt`): the
+orchestrator takes a write into a job only with its attempt's token (docs/security.md).
+
 Text the worker sends comes from its jobs (output lines, progress metrics, error tails) and
 may hold NUL characters, which the orchestrator refuses in anything it stores: every body is
 sent through `encode`, here and nowhere else, made what the orchestrator takes.
@@ -48,6 +52,8 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 
+ATTEMPT_TOKEN_HEADER = "X-Attempt-Token"
+
 # What a proxy answers for a replica it cannot reach: try another one.
 GATEWAY_ERRORS = frozenset({502, 503, 504})
 
@@ -62,6 +68,7 @@ class OrchestratorClient:
         self._verify = settings.tls_verify()
         self._transport = transport
         self._plain: httpx.AsyncClient | None = None
+        self._attempt_tokens: dict[str, str] = {}  # job id → its running attempt's token
         # One client for every URL: the TLS settings (--ca-cert, --ssl-no-verify) serve them all.
         self._http = httpx.AsyncClient(
             headers={
@@ -93,6 +100,22 @@ class OrchestratorClient:
                 transport=self._transport,
             )
         return self._plain
+
+    def bind_attempt(self, job_id: str, token: str | None) -> None:
+        """Send `token` with every call about `job_id` until `unbind_attempt`."""
+        if token:
+            self._attempt_tokens[job_id] = token
+
+    def unbind_attempt(self, job_id: str) -> None:
+        self._attempt_tokens.pop(job_id, None)
+
+    def _job_headers(self, path: str) -> dict[str, str]:
+        """The attempt token for a call about a job (`/api/workers/job/<id>/…`), if bound."""
+        prefix = f"{protocol.WORKER_API}/job/"
+        if not path.startswith(prefix):
+            return {}
+        token = self._attempt_tokens.get(path[len(prefix) :].split("/", 1)[0])
+        return {ATTEMPT_TOKEN_HEADER: token} if token else {}
 
     async def register(self, body: Json) -> Json:
         return await self._post(protocol.REGISTER, body)
@@ -152,6 +175,7 @@ class OrchestratorClient:
             client, target = self._plain_client(), url
         else:
             client, target = self._http, f"{self.url}{url}"
+            headers = {**headers, **self._job_headers(url)}
         try:
             async with client.stream("GET", target, headers=headers) as response:
                 if response.status_code >= 400:
@@ -205,7 +229,9 @@ class OrchestratorClient:
             url = self.url
             try:
                 response = await self._http.post(
-                    f"{url}{path}", content=content, headers={"Content-Type": "application/json"}
+                    f"{url}{path}",
+                    content=content,
+                    headers={"Content-Type": "application/json", **self._job_headers(path)},
                 )
             except httpx.HTTPError as exc:
                 error = translate(exc, url)
@@ -230,6 +256,7 @@ class OrchestratorClient:
         """One try at the orchestrator in use, errors translated. A failure moves on to the
         next URL for the caller's retry: a streamed body cannot be replayed here."""
         url = self.url
+        headers = {**headers, **self._job_headers(path)}
         try:
             response = await self._http.request(method, f"{url}{path}", headers=headers, **kwargs)
         except httpx.HTTPError as exc:

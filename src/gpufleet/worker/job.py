@@ -34,7 +34,12 @@ log = logging.getLogger(__name__)
 SIMPLETUNER_COMMAND = (sys.executable, "-m", "simpletuner.train")
 
 # The worker's own secrets stay out of the job's environment.
-_PRIVATE_ENV = ("GPUFLEET_WORKER_TOKEN", "SIMPLETUNER_WORKER_TOKEN")
+_PRIVATE_ENV = (
+    "GPUFLEET_WORKER_TOKEN",
+    "SIMPLETUNER_WORKER_TOKEN",
+    "GPUFLEET_WORKER_TOKEN_FILE",
+    "GPUFLEET_INHERITED_KEY_FD",
+)
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.-]")
 # An id the worker can put in a report's URL as it is: the orchestrator's ids are such.
 _WIRE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.~-]{0,199}")

@@ -161,9 +161,14 @@ class JobRun:
         job = await prepare(
             self.offer, self._settings.work_dir, self._gpus, self._client, self._backoff
         )
+        user, env = self._settings.job_user, job.env
+        if user is not None:  # --run-as: the folder is the user's, the worker's files are not
+            user.hand_over(job.space.folder)
+            login = user.environment().items()
+            env = {**env, **{k: v for k, v in login if k not in job.spec.env}}
         self._output = job.space.output_path.open("a", encoding="utf-8", errors="replace")
         process = await JobProcess.start(
-            job.spec.argv, cwd=job.space.folder, env=job.env, on_line=self._on_line
+            job.spec.argv, cwd=job.space.folder, env=env, on_line=self._on_line, user=user
         )
         log.info(
             "job %s runs %s as pid %s in %s",

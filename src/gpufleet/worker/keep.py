@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpufleet.errors import AgentError
 
@@ -102,6 +103,30 @@ def inside(folder: Path, path: str) -> str | None:
         return None
     text = relative.as_posix()
     return None if text == "." else text
+
+
+def open_inside(folder: Path, path: Path) -> BinaryIO:
+    """`path` opened for reading, if what was opened is a regular file inside `folder`.
+
+    The worker (root, with `--run-as`) reads files its job can change while it reads them:
+    a link swapped in after `inside` checked the path would lead it to a file only the
+    worker may read. So the check is made again on the file actually open (Linux names it
+    in /proc/self/fd); a FIFO is not waited on. OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IsADirectoryError(f"{path} is not a regular file")
+        try:
+            opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        except FileNotFoundError:  # no /proc: the check `inside` made stands
+            opened = None
+        if opened is not None and not opened.is_relative_to(folder.resolve()):
+            raise PermissionError(f"{path} leads out of the job folder")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _files(folder: Path, under: str = "") -> Iterable[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.domain.bounds import MAX_PROGRESS_BYTES, trim_progress
+from gpufleet.worker.keep import open_inside
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class ProgressTail:
     def poll(self) -> Progress | None:
         """The newest progress line appended since the last poll, if any."""
         try:
-            with self._path.open("rb") as file:
+            with open_inside(self._path.parent, self._path) as file:
                 if os.fstat(file.fileno()).st_size < self._offset:  # rewritten from scratch
                     self._offset, self._partial = 0, b""
                 file.seek(self._offset)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.errors import AgentError
+from gpufleet.worker.jobuser import JobUser
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +70,21 @@ class JobProcess:
 
     @classmethod
     async def start(
-        cls, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], on_line: LineSink
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        on_line: LineSink,
+        user: JobUser | None = None,
     ) -> JobProcess:
+        """Start `argv`; with `user` (`--run-as`), as that user with its groups (the uid is
+        switched before the death signal is asked for: a switch would clear it)."""
         if not argv:
             raise LaunchError("the job's command is empty: give config.command as an argv list")
+        identity: dict[str, object] = {}
+        if user is not None:
+            identity = {"user": user.uid, "group": user.gid, "extra_groups": list(user.groups)}
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -83,6 +95,7 @@ class JobProcess:
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
                 preexec_fn=_die_with_parent_hook(),
+                **identity,  # type: ignore[arg-type]
             )
         except OSError as exc:
             raise LaunchError(f"could not start {argv[0]!r}: {exc.strerror or exc}") from exc

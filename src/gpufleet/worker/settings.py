@@ -12,6 +12,7 @@ from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from gpufleet.errors import ConfigurationError
+from gpufleet.worker.jobuser import JobUser
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class AgentSettings:
     # On SIGTERM (a spot instance's notice): how long a job that handles the checkpoint
     # signal gets to write its checkpoint and have it uploaded, before it is stopped.
     preempt_grace: float = 30.0
+    # Jobs run as this OS user (`--run-as`); None: as the worker's own. Checked when built:
+    # `job_user` is the user resolved.
+    run_as: str | None = None
+    job_user: JobUser | None = field(default=None, init=False)
     # The agent is the whole process (`gpufleet worker`): its id labels every log line. Not
     # for the orchestrator's embedded local runner, whose process logs for the orchestrator.
     labels_process_logs: bool = False
@@ -71,6 +76,8 @@ class AgentSettings:
         object.__setattr__(self, "worker_token", token)
         object.__setattr__(self, "work_dir", self.work_dir.expanduser().resolve())
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        if self.run_as:
+            object.__setattr__(self, "job_user", JobUser.resolve(self.run_as.strip()))
 
     def tls_verify(self) -> ssl.SSLContext | bool:
         """What httpx's `verify=` gets: a context trusting --ca-cert, the defaults, or False."""

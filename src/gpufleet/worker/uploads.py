@@ -28,6 +28,7 @@ from gpufleet.artifacts.keys import checked_path
 from gpufleet.errors import AgentError, UnsafeArtifactPath
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.errors import Fenced, Rejected, Unreachable
+from gpufleet.worker.keep import open_inside
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class FileDigest:
 def digest(folder: Path, path: str) -> FileDigest:
     """Size and sha256 of `folder/path`, read in chunks (call it in a thread)."""
     sha, size = hashlib.sha256(), 0
-    with (folder / path).open("rb") as file:
+    with open_inside(folder, folder / path) as file:
         while chunk := file.read(CHUNK):
             sha.update(chunk)
             size += len(chunk)
@@ -102,11 +103,12 @@ def digest(folder: Path, path: str) -> FileDigest:
 
 
 async def read_chunks(
-    file_path: Path, size: int, limiter: BandwidthLimiter
+    folder: Path, file_path: Path, size: int, limiter: BandwidthLimiter
 ) -> AsyncIterator[bytes]:
-    """The first `size` bytes of the file, chunk by chunk, under the bandwidth cap."""
+    """The first `size` bytes of the file (inside `folder`), chunk by chunk, under the
+    bandwidth cap."""
     left = size
-    with file_path.open("rb") as file:
+    with open_inside(folder, file_path) as file:
         while left > 0:
             chunk = await asyncio.to_thread(file.read, min(CHUNK, left))
             if not chunk:
@@ -250,7 +252,7 @@ class Uploader:
             raise UploadFailed(
                 f"the orchestrator's upload headers are not strings: {headers!r:.200}"
             )
-        chunks = read_chunks(self._folder / file.path, file.size, self._limiter)
+        chunks = read_chunks(self._folder, self._folder / file.path, file.size, self._limiter)
         await self._transfers.put_file(url, headers, chunks, file.size)
         if answer.get("via") == "store":
             await self._transfers.complete_upload(self._job_id, upload_id)

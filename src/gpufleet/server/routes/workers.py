@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Query, Request
+from fastapi import Header, Query, Request
 from starlette.responses import StreamingResponse
 
 from gpufleet import protocol
@@ -37,13 +37,24 @@ from gpufleet.server.schemas.artifacts import (
     UploadOut,
 )
 from gpufleet.server.schemas.base import SSE_RESPONSE, Ok
-from gpufleet.server.services import agents, artifacts, checkpoints, job_secrets, reports
+from gpufleet.server.services import (
+    agents,
+    artifacts,
+    attempt_tokens,
+    checkpoints,
+    job_secrets,
+    reports,
+)
 from gpufleet.server.services.agents import Registration
 from gpufleet.server.services.reports import StatusReport
 from gpufleet.server.streams import WorkerStream
 
 router = api_router(prefix=protocol.WORKER_API, tags=["workers"])
 _GPU_STAT_FIELDS = {"index", "utilization_pct", "memory_used_gb", "memory_total_gb"}
+# The attempt's own token beside the worker's, on every call about a job (attempt_tokens).
+AttemptToken = Annotated[
+    str | None, Header(alias=attempt_tokens.HEADER, min_length=1, max_length=128)
+]
 
 
 def _registration(body: RegisterIn) -> Registration:
@@ -123,7 +134,9 @@ async def heartbeat(ctx: Ctx, worker: CurrentWorker, body: HeartbeatIn) -> Heart
 
 
 @router.post("/job/{job_id}/status", response_model=StatusOut)
-async def job_status(ctx: Ctx, worker: CurrentWorker, job_id: str, body: StatusIn) -> StatusOut:
+async def job_status(
+    ctx: Ctx, worker: CurrentWorker, job_id: str, body: StatusIn, token: AttemptToken = None
+) -> StatusOut:
     report = StatusReport(
         status=body.status,
         attempt_id=body.attempt_id,
@@ -131,12 +144,14 @@ async def job_status(ctx: Ctx, worker: CurrentWorker, job_id: str, body: StatusI
         exit_code=body.exit_code,
         progress=body.progress,
     )
-    status = await reports.report_status(ctx, worker, job_id, report)
+    status = await reports.report_status(ctx, worker, job_id, report, token)
     return StatusOut(ok=True, job_status=status.value)
 
 
 @router.post("/job/{job_id}/logs", response_model=Ok)
-async def job_logs(ctx: Ctx, worker: CurrentWorker, job_id: str, body: LogsIn) -> Ok:
+async def job_logs(
+    ctx: Ctx, worker: CurrentWorker, job_id: str, body: LogsIn, token: AttemptToken = None
+) -> Ok:
     await reports.append_logs(
         ctx,
         worker,
@@ -144,6 +159,7 @@ async def job_logs(ctx: Ctx, worker: CurrentWorker, job_id: str, body: LogsIn) -
         body.attempt_id,
         [(line.stream, line.text) for line in body.lines],
         first=body.first,
+        attempt_token=token,
     )
     return Ok()
 
@@ -153,7 +169,7 @@ async def job_logs(ctx: Ctx, worker: CurrentWorker, job_id: str, body: LogsIn) -
 
 @router.post("/job/{job_id}/upload", response_model=UploadOut | UploadExistsOut)
 async def job_upload(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, body: UploadIn
+    ctx: Ctx, worker: CurrentWorker, job_id: str, body: UploadIn, token: AttemptToken = None
 ) -> UploadOut | UploadExistsOut:
     announced = artifacts.Announce(
         attempt_id=body.attempt_id,
@@ -163,7 +179,7 @@ async def job_upload(
         kind=ArtifactKind(body.kind),
         checkpoint=body.checkpoint,
     )
-    plan = await artifacts.announce(ctx, worker, job_id, announced)
+    plan = await artifacts.announce(ctx, worker, job_id, announced, token)
     if isinstance(plan, Artifact):
         return UploadExistsOut(artifact=ArtifactOut.of(plan))
     return UploadOut(upload_id=plan.upload_id, url=plan.url, headers=plan.headers, via=plan.via)
@@ -189,10 +205,15 @@ _RAW_BODY: dict[str, Any] = {
     openapi_extra=_RAW_BODY,
 )
 async def job_upload_bytes(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, upload_id: str, request: Request
+    ctx: Ctx,
+    worker: CurrentWorker,
+    job_id: str,
+    upload_id: str,
+    request: Request,
+    token: AttemptToken = None,
 ) -> ArtifactOut:
     stored = await artifacts.send(
-        ctx, worker, job_id, upload_id, request.stream(), _content_length(request)
+        ctx, worker, job_id, upload_id, request.stream(), _content_length(request), token
     )
     return ArtifactOut.of(stored)
 
@@ -201,14 +222,14 @@ async def job_upload_bytes(
     "/job/{job_id}/upload/{upload_id}/complete", status_code=201, response_model=ArtifactOut
 )
 async def job_upload_complete(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, upload_id: str
+    ctx: Ctx, worker: CurrentWorker, job_id: str, upload_id: str, token: AttemptToken = None
 ) -> ArtifactOut:
-    return ArtifactOut.of(await artifacts.complete(ctx, worker, job_id, upload_id))
+    return ArtifactOut.of(await artifacts.complete(ctx, worker, job_id, upload_id, token))
 
 
 @router.post("/job/{job_id}/checkpoints", status_code=201, response_model=CheckpointOut)
 async def job_checkpoint_commit(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, body: CheckpointIn
+    ctx: Ctx, worker: CurrentWorker, job_id: str, body: CheckpointIn, token: AttemptToken = None
 ) -> CheckpointOut:
     commit = checkpoints.CheckpointCommit(
         attempt_id=body.attempt_id,
@@ -217,7 +238,7 @@ async def job_checkpoint_commit(
         step=body.step,
         files=[checkpoints.CheckpointFile(f.path, f.size, f.sha256) for f in body.files],
     )
-    return CheckpointOut.of(await checkpoints.commit_checkpoint(ctx, worker, job_id, commit))
+    return CheckpointOut.of(await checkpoints.commit_checkpoint(ctx, worker, job_id, commit, token))
 
 
 @router.get("/job/{job_id}/checkpoints/{checkpoint_id}", response_model=CheckpointFetchOut)
@@ -227,9 +248,10 @@ async def job_checkpoint_fetch(
     job_id: str,
     checkpoint_id: str,
     attempt_id: Annotated[str | None, Query(max_length=64)] = None,
+    token: AttemptToken = None,
 ) -> CheckpointFetchOut:
     checkpoint, files = await checkpoints.fetch_checkpoint(
-        ctx, worker, job_id, checkpoint_id, attempt_id
+        ctx, worker, job_id, checkpoint_id, attempt_id, token
     )
     return CheckpointFetchOut(
         id=checkpoint.id,
@@ -260,8 +282,11 @@ async def job_artifact_download(
     job_id: str,
     artifact_id: str,
     attempt_id: Annotated[str | None, Query(max_length=64)] = None,
+    token: AttemptToken = None,
 ) -> StreamingResponse:
-    artifact, chunks = await checkpoints.download(ctx, worker, job_id, artifact_id, attempt_id)
+    artifact, chunks = await checkpoints.download(
+        ctx, worker, job_id, artifact_id, attempt_id, token
+    )
     return StreamingResponse(
         chunks,
         media_type="application/octet-stream",
@@ -278,10 +303,12 @@ async def job_secrets_for_attempt(
     worker: CurrentWorker,
     job_id: str,
     attempt_id: Annotated[str | None, Query(max_length=64)] = None,
+    token: AttemptToken = None,
 ) -> JobSecretsOut:
     """The values of the secrets the job's env refers to, for its live attempt on this
-    worker only: the worker puts them in the job's process environment, nowhere else."""
-    return JobSecretsOut(env=await job_secrets.for_attempt(ctx, worker, job_id, attempt_id))
+    worker only (and, from a worker that binds its calls, with that attempt's token): the
+    worker puts them in the job's process environment, nowhere else."""
+    return JobSecretsOut(env=await job_secrets.for_attempt(ctx, worker, job_id, attempt_id, token))
 
 
 @router.get("/queue")

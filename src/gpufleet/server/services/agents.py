@@ -11,7 +11,7 @@ from typing import Any
 
 from gpufleet import protocol
 from gpufleet.domain.audit_events import worker_actor
-from gpufleet.domain.matching import fits, targets_served
+from gpufleet.domain.matching import Feature, fits, parse_features, targets_served
 from gpufleet.domain.records import Attempt, GpuStat, Worker
 from gpufleet.domain.states import ACTIVE_ATTEMPT, TAKEN_ATTEMPT, WorkerType
 from gpufleet.errors import Conflict, Forbidden
@@ -58,6 +58,7 @@ async def register(
     requeued: str | None = None
     async with transaction(ctx) as tx:
         worker = await locked_worker(tx, worker.id)
+        _keeps_attempt_tokens(worker, reg)
         changes: dict[str, Any] = {
             "registered": True,
             "gpu_count": reg.gpu_count,
@@ -110,6 +111,21 @@ async def register(
     if requeued:
         await dispatch.dispatch_job(ctx, requeued)
     return RegisterAnswer(worker=worker, resume_job=resume, abandon_job=abandon)
+
+
+def _keeps_attempt_tokens(worker: Worker, reg: Registration) -> None:
+    """A worker that binds its writes to attempts (`attempt_tokens`) cannot be registered
+    again, with its token, by an agent that does not: whoever holds a stolen token must not
+    turn the binding off."""
+    if Feature.ATTEMPT_TOKEN in worker.features and Feature.ATTEMPT_TOKEN not in parse_features(
+        reg.extra.get("features")
+    ):
+        raise Forbidden(
+            f"worker {worker.id} registered as an agent that sends its attempt's token; an "
+            "agent that does not cannot take over its token: to run another agent, rotate "
+            "the worker's token (gpufleet workers rotate-token, or Rotate token on the "
+            "Workers page) and give it the new one"
+        )
 
 
 async def stream_opened(ctx: Context, worker: Worker, owner: str) -> None:

@@ -42,6 +42,7 @@ from gpufleet.errors import (
 )
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import job_topic
+from gpufleet.server.services import attempt_tokens
 from gpufleet.store import Queries
 
 UPLOAD_TTL = timedelta(hours=12)  # an announced upload (and its presigned URL) lasts this long
@@ -157,11 +158,12 @@ def _over_limit(limit: int, held: int, size: int) -> PayloadTooLarge:
 
 
 async def announce(
-    ctx: Context, worker: Worker, job_id: str, file: Announce
+    ctx: Context, worker: Worker, job_id: str, file: Announce, attempt_token: str | None = None
 ) -> UploadPlan | Artifact:
     """Where to send the file's bytes; the stored artifact if it is there already."""
     limit = ctx.settings.artifact_max_job_bytes
     file, key = _checked(job_id, file, limit)
+    attempt_tokens.check(ctx.audit_key, worker, file.attempt_id, attempt_token)
     async with ctx.store.read() as q:
         await live_job(q, worker, job_id, file.attempt_id, lock=False)
         stored = await q.artifact_at(file.attempt_id, file.path)
@@ -231,11 +233,14 @@ def _ticket(ctx: Context, job_id: str, upload_id: str) -> _Ticket:
 # ---- send, complete -----------------------------------------------------------------------
 
 
-async def _live_ticket(ctx: Context, worker: Worker, job_id: str, upload_id: str) -> _Ticket:
+async def _live_ticket(
+    ctx: Context, worker: Worker, job_id: str, upload_id: str, attempt_token: str | None
+) -> _Ticket:
     """The announced upload, while its attempt is live on this worker."""
     async with ctx.store.read() as q:
         await offered_job(q, worker, job_id)
         ticket = _ticket(ctx, job_id, upload_id)
+        attempt_tokens.check(ctx.audit_key, worker, ticket.file.attempt_id, attempt_token)
         await live_job(q, worker, job_id, ticket.file.attempt_id, lock=False)
     return ticket
 
@@ -247,9 +252,10 @@ async def send(
     upload_id: str,
     chunks: AsyncIterable[bytes],
     content_length: int | None,
+    attempt_token: str | None = None,
 ) -> Artifact:
     """Store the announced file's bytes as they stream in (`via: orchestrator`)."""
-    ticket = await _live_ticket(ctx, worker, job_id, upload_id)
+    ticket = await _live_ticket(ctx, worker, job_id, upload_id, attempt_token)
     file = ticket.file
     if ticket.staging_key is not None:
         raise InvalidInput("this upload goes to the artifact store: PUT it to the announced url")
@@ -266,9 +272,11 @@ async def send(
     return await _record(ctx, worker, ticket, stored)
 
 
-async def complete(ctx: Context, worker: Worker, job_id: str, upload_id: str) -> Artifact:
+async def complete(
+    ctx: Context, worker: Worker, job_id: str, upload_id: str, attempt_token: str | None = None
+) -> Artifact:
     """Check the file the worker PUT to the bucket, and make it the artifact (`via: store`)."""
-    ticket = await _live_ticket(ctx, worker, job_id, upload_id)
+    ticket = await _live_ticket(ctx, worker, job_id, upload_id, attempt_token)
     file = ticket.file
     if ticket.staging_key is None:
         raise InvalidInput("this upload goes through the orchestrator: PUT it to the announced url")

@@ -17,6 +17,7 @@ from gpufleet.domain.secrets import new_id
 from gpufleet.errors import InvalidInput, NotFound
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import job_topic
+from gpufleet.server.services import attempt_tokens
 from gpufleet.server.services.artifacts import check_name, live_job, offered_job
 from gpufleet.store import Queries
 
@@ -63,10 +64,15 @@ def _check_commit(commit: CheckpointCommit) -> None:
 
 
 async def commit_checkpoint(
-    ctx: Context, worker: Worker, job_id: str, commit: CheckpointCommit
+    ctx: Context,
+    worker: Worker,
+    job_id: str,
+    commit: CheckpointCommit,
+    attempt_token: str | None = None,
 ) -> Checkpoint:
     """Record a checkpoint whose every file is stored for the attempt, under its name."""
     _check_commit(commit)
+    attempt_tokens.check(ctx.audit_key, worker, commit.attempt_id, attempt_token)
     async with transaction(ctx) as tx:
         job = await live_job(tx.q, worker, job_id, commit.attempt_id, lock=True)
         stored = {a.path: a for a in await tx.q.checkpoint_files(commit.attempt_id, commit.name)}
@@ -113,22 +119,35 @@ async def commit_checkpoint(
     return checkpoint
 
 
-async def _reader(q: Queries, worker: Worker, job_id: str, attempt_id: str | None) -> str:
+async def _reader(
+    ctx: Context,
+    q: Queries,
+    worker: Worker,
+    job_id: str,
+    attempt_id: str | None,
+    attempt_token: str | None,
+) -> str:
     """The attempt that reads the job's files: its live one on this worker."""
     await offered_job(q, worker, job_id)
     if not attempt_id:
         raise InvalidInput("name the attempt that reads the files: ?attempt_id=<your attempt>")
+    attempt_tokens.check(ctx.audit_key, worker, attempt_id, attempt_token)
     await live_job(q, worker, job_id, attempt_id, lock=False)
     return attempt_id
 
 
 async def fetch_checkpoint(
-    ctx: Context, worker: Worker, job_id: str, checkpoint_id: str, attempt_id: str | None
+    ctx: Context,
+    worker: Worker,
+    job_id: str,
+    checkpoint_id: str,
+    attempt_id: str | None,
+    attempt_token: str | None = None,
 ) -> tuple[Checkpoint, list[FetchFile]]:
     """A checkpoint of the job and where its files download from, for the attempt that
     resumes from it (the job's live attempt on this worker)."""
     async with ctx.store.read() as q:
-        attempt_id = await _reader(q, worker, job_id, attempt_id)
+        attempt_id = await _reader(ctx, q, worker, job_id, attempt_id, attempt_token)
         checkpoint = await q.get_checkpoint(checkpoint_id)
         if checkpoint is None or checkpoint.job_id != job_id:
             raise NotFound(f"job {job_id} has no checkpoint {checkpoint_id[:64]!r}")
@@ -149,11 +168,16 @@ async def fetch_checkpoint(
 
 
 async def download(
-    ctx: Context, worker: Worker, job_id: str, artifact_id: str, attempt_id: str | None
+    ctx: Context,
+    worker: Worker,
+    job_id: str,
+    artifact_id: str,
+    attempt_id: str | None,
+    attempt_token: str | None = None,
 ) -> tuple[Artifact, AsyncIterator[bytes]]:
     """A stored file of the job, streamed to the attempt that needs it (a resume)."""
     async with ctx.store.read() as q:
-        await _reader(q, worker, job_id, attempt_id)
+        await _reader(ctx, q, worker, job_id, attempt_id, attempt_token)
         artifact = await q.get_artifact(artifact_id)
     if artifact is None or artifact.job_id != job_id:
         raise NotFound(f"job {job_id} has no artifact {artifact_id[:64]!r}")

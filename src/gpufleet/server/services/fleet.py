@@ -178,6 +178,9 @@ async def rotate_token(ctx: Context, worker_id: str, actor: str, client: str | N
         worker = await locked_worker(tx, worker_id)
         await tx.q.revoke_tokens(worker.id, tx.now)
         await tx.q.insert_token(worker.id, hash_secret(token), tx.now)
+        # The new token may go to another agent: what the old one said it does is forgotten.
+        features = {k: v for k, v in worker.capabilities.items() if k != "features"}
+        await save_worker(tx, worker, actor, capabilities=features)
         tx.audit("worker.token_rotated", actor, worker.id, client)
         tx.end_streams(worker_topic(worker.id))  # a stream opened with the old token ends now
         tx.wake(WORKERS_TOPIC)  # live views say the token was rotated

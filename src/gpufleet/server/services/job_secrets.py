@@ -16,6 +16,7 @@ from gpufleet.domain.records import Job, Team, User, Worker
 from gpufleet.domain.secrets import open_secret, seal_secret
 from gpufleet.errors import Forbidden, InvalidInput, NotFound
 from gpufleet.server.context import Context, transaction
+from gpufleet.server.services import attempt_tokens
 from gpufleet.server.services.artifacts import live_job, offered_job
 from gpufleet.store.queries import Queries
 
@@ -154,15 +155,17 @@ async def check_resolvable(
 
 
 async def for_attempt(
-    ctx: Context, worker: Worker, job_id: str, attempt_id: str | None
+    ctx: Context, worker: Worker, job_id: str, attempt_id: str | None, attempt_token: str | None
 ) -> dict[str, str]:
     """The values of the job's references, for its live attempt on this worker only (403 for
-    another worker's job, 409 for an attempt not live); a secret deleted since the submit is
+    another worker's job, or without the attempt's own token from a worker that binds its
+    calls to attempts; 409 for an attempt not live); a secret deleted since the submit is
     refused, and the attempt fails."""
     async with ctx.store.read() as q:
         await offered_job(q, worker, job_id)
         if not attempt_id:
             raise InvalidInput("name the attempt the secrets are for: ?attempt_id=<your attempt>")
+        attempt_tokens.check(ctx.audit_key, worker, attempt_id, attempt_token)
         job: Job = await live_job(q, worker, job_id, attempt_id, lock=False)
         refs = rules.references(job.config)
         if not refs:

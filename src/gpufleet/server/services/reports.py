@@ -20,7 +20,7 @@ from gpufleet.domain.states import (
 from gpufleet.errors import Forbidden, NotFound, NotHolder, PayloadTooLarge
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC, job_topic
-from gpufleet.server.services import dispatch, history
+from gpufleet.server.services import attempt_tokens, dispatch, history
 from gpufleet.server.services.lifecycle import end_attempt, move_attempt, move_job, release_worker
 
 MAX_ERROR_CHARS = 8_000
@@ -43,9 +43,10 @@ def _not_offered(job_id: str, worker: Worker) -> Forbidden:
 
 
 async def _holder(
-    tx: Tx, worker: Worker, job_id: str, attempt_id: str | None
+    tx: Tx, worker: Worker, job_id: str, attempt_id: str | None, attempt_token: str | None
 ) -> tuple[Job, Attempt | None, bool]:
-    """The job, the attempt the worker speaks of, and whether it is the live, current one."""
+    """The job, the attempt the worker speaks of, and whether it is the live, current one;
+    Forbidden if the attempt token sent is not that attempt's (`attempt_tokens`)."""
     job = await tx.q.get_job(job_id, lock=True)
     if job is None:
         raise NotFound(f"no job {job_id}; it may have been deleted")
@@ -59,6 +60,8 @@ async def _holder(
         a.worker_id == worker.id for a in await tx.q.attempts_for_job(job.id)
     ):
         raise _not_offered(job.id, worker)
+    if attempt is not None:
+        attempt_tokens.check(tx.key, worker, attempt.id, attempt_token)
     live = (
         attempt is not None
         and attempt.id == job.current_attempt_id
@@ -97,7 +100,11 @@ async def _refuse(ctx: Context, worker: Worker, job: Job, attempt: Attempt | Non
 
 
 async def report_status(
-    ctx: Context, worker: Worker, job_id: str, report: StatusReport
+    ctx: Context,
+    worker: Worker,
+    job_id: str,
+    report: StatusReport,
+    attempt_token: str | None = None,
 ) -> JobStatus:
     new = parse_reported_status(report.status)
     if problem := bounds.progress_problem(report.progress):
@@ -108,7 +115,7 @@ async def report_status(
     async with transaction(ctx) as tx:
         locked = await tx.q.get_worker(worker.id, lock=True)
         worker = locked or worker
-        job, attempt, live = await _holder(tx, worker, job_id, report.attempt_id)
+        job, attempt, live = await _holder(tx, worker, job_id, report.attempt_id, attempt_token)
         status = job.status
         if not live or attempt is None:  # a live report always names its attempt
             if attempt is not None and (attempt.status is new or new is AttemptStatus.CANCELLED):
@@ -190,12 +197,13 @@ async def append_logs(
     attempt_id: str | None,
     lines: list[tuple[str, str]],
     first: int | None = None,
+    attempt_token: str | None = None,
 ) -> int:
     if problem := bounds.log_batch_problem([text for _stream, text in lines]):
         raise PayloadTooLarge(problem)
     refused: tuple[Job, Attempt | None] | None = None
     async with transaction(ctx) as tx:
-        job, attempt, live = await _holder(tx, worker, job_id, attempt_id)
+        job, attempt, live = await _holder(tx, worker, job_id, attempt_id, attempt_token)
         if not live or attempt is None:
             refused = (job, attempt)
         else:
