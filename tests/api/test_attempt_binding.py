@@ -159,3 +159,34 @@ async def test_a_bound_worker_cannot_register_again_as_an_agent_that_sends_no_at
     agent.token = await fleet.rotate_token(agent)  # the admin's way to change agents
     again = await agent.register(features=GPUFLEET_FEATURES, gpu_count=1)
     assert again.status_code == 200, again.text
+
+
+async def test_a_bound_workers_job_secrets_are_handed_only_with_that_attempts_token(
+    fleet: Fleet,
+) -> None:
+    """A job holding its worker's token (and its own attempt's) cannot read the secrets of
+    another job running on that worker."""
+    value = "hf_admins_own_0123456789SECRET"
+    assert (await fleet.admin.put("/api/secrets/hf", json={"value": value})).status_code == 200
+    agent = await _bound_worker(fleet)
+    await fleet.submit(gpu_count=1)
+    offer_a = await agent.next_offer()
+    for status in ("acknowledged", "running", "completed"):
+        await _report(fleet, agent, offer_a, status)
+    config = {"command": ["python", "train.py"], "env": {"HF_TOKEN": {"secret": "hf"}}}
+    await fleet.submit(gpu_count=1, config=config)
+    offer_b = await agent.next_offer()
+    await _report(fleet, agent, offer_b, "acknowledged")
+    path = f"/api/workers/job/{offer_b['job_id']}/secrets"
+    params = {"attempt_id": offer_b["attempt_id"]}
+
+    for stolen in (offer_a["upload_token"], None):
+        headers = {**agent.headers, **({"X-Attempt-Token": stolen} if stolen else {})}
+        refused = await fleet.http.get(path, params=params, headers=headers)
+        assert refused.status_code == 403, refused.text
+        assert value not in refused.text
+
+    headers = {**agent.headers, "X-Attempt-Token": offer_b["upload_token"]}
+    handed = await fleet.http.get(path, params=params, headers=headers)
+    assert handed.status_code == 200, handed.text
+    assert handed.json()["env"] == {"HF_TOKEN": value}

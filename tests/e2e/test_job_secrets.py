@@ -82,7 +82,9 @@ def test_a_secret_reaches_the_jobs_process_and_nothing_else(
             other, ["python", "-c", PRINT_DIGESTS], config={"env": env}, gpu_count=0, max_retries=0
         )
         ok(gf(server, "secrets", "delete", "hf", key=alice.key))
-        late = WorkerProcess(server, tmp_path / "workers", labels=other)
+        # Persistent: an ephemeral one could take the job, fail it and exit before start()
+        # sees it connected.
+        late = WorkerProcess(server, tmp_path / "workers", labels=other, persistent=True)
         late.start()
         failed = wait_job(server, waiting["id"], "failed")
         assert "secret 'hf'" in (failed["error"] or ""), failed
