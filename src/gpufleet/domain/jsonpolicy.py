@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 MAX_DEPTH = 32  # objects and arrays inside one another
+MAX_VALUES = 100_000  # values in one body: arrays, objects, strings, numbers (keys not counted)
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # a 64-bit signed integer: SQLite's and orjson's range
 
 
@@ -78,6 +79,49 @@ def _walk(value: Any, loc: tuple[str | int, ...], depth: int) -> Iterator[Proble
             yield Problem(loc, "is not a finite number (NaN or Infinity); send a number")
     else:  # not something JSON parses to
         yield Problem(loc, f"is a {type(value).__name__}, which JSON does not have")
+
+
+# ---- counting values before parsing them ----------------------------------------------------
+
+_OUTSIDE = re.compile(rb'[",\[{]')  # what starts a string, or adds a value
+_CLOSES = re.compile(rb"\s*[\]}]")  # an empty array or object
+
+
+def more_values_than(body: bytes, limit: int) -> bool:
+    """Whether the JSON text holds more than `limit` values, told without parsing it.
+
+    A document holds 1 + its commas + its non-empty arrays and objects, counting only the
+    commas and brackets outside strings. Fewer commas and brackets than the limit, in or out
+    of strings, settle it at once (a few C-speed scans); otherwise a scan steps from one
+    such byte to the next and stops past the limit. Invalid JSON is counted as if valid:
+    the parser refuses it either way."""
+    if body.count(b",") + body.count(b"[") + body.count(b"{") < limit:
+        return False
+    values, pos = 1, 0
+    while values <= limit:
+        found = _OUTSIDE.search(body, pos)
+        if found is None:
+            return False
+        pos = found.end()
+        byte = body[found.start()]
+        if byte == 0x22:  # '"': skip the string, to the first quote no backslash escapes
+            if (pos := _string_end(body, pos)) < 0:
+                return False
+        elif byte == 0x2C or not _CLOSES.match(body, pos):  # a comma; a container's first
+            values += 1
+    return True
+
+
+def _string_end(body: bytes, start: int) -> int:
+    """Where the string opened just before `start` ends (past its quote); -1: it does not."""
+    while (quote := body.find(b'"', start)) >= 0:
+        before = quote - 1
+        while body[before] == 0x5C:  # the opening quote stops this at worst
+            before -= 1
+        if (quote - 1 - before) % 2 == 0:  # an even run of backslashes escapes each other
+            return quote + 1
+        start = quote + 1
+    return -1
 
 
 # ---- reading back what an older version stored ---------------------------------------------
