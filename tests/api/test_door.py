@@ -131,3 +131,17 @@ async def test_a_body_at_the_value_limit_or_with_commas_inside_its_strings_is_re
     assert commas.status_code == 200, commas.text[:300]
     stored = (await fleet.admin.get("/api/configs/commas")).json()
     assert stored["config"]["note"] == "," * (3 * MAX_VALUES)
+
+
+@sqlite_only
+async def test_a_body_refused_unread_ends_its_connection_and_a_read_one_keeps_it(
+    fleet: Fleet,
+) -> None:
+    fleet.ctx.auth_failures = FailureLimiter(0, 60.0)
+    refused = await fleet.http.post("/api/queue/submit", content=UNSTORABLE, headers=JSON)
+    read = await fleet.admin.post("/api/queue/submit", content=UNSTORABLE, headers=JSON)
+    no_body = await fleet.http.get("/api/queue")
+
+    assert refused.status_code == 401 and refused.headers["connection"] == "close"
+    assert read.status_code == 422 and "connection" not in read.headers
+    assert no_body.status_code == 401 and "connection" not in no_body.headers

@@ -18,7 +18,7 @@ from gpufleet import __version__, logs
 from gpufleet.artifacts.backends import open_artifact_store
 from gpufleet.server import errors, streams
 from gpufleet.server.context import Context
-from gpufleet.server.door import RefuseNulInUrl
+from gpufleet.server.door import CloseAfterRefusal, RefuseNulInUrl
 from gpufleet.server.local import parse_local_gpus, start_local_runner
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.routes import (
@@ -232,4 +232,5 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
     app.mount("/static", ui.static_files(), name="static")
     app.add_middleware(BodyLimit)
     app.add_middleware(RefuseNulInUrl)
+    app.add_middleware(CloseAfterRefusal)  # outermost: sees BodyLimit's 413 too
     return app
