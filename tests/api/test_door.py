@@ -141,7 +141,9 @@ async def test_a_body_refused_unread_ends_its_connection_and_a_read_one_keeps_it
     refused = await fleet.http.post("/api/queue/submit", content=UNSTORABLE, headers=JSON)
     read = await fleet.admin.post("/api/queue/submit", content=UNSTORABLE, headers=JSON)
     no_body = await fleet.http.get("/api/queue")
+    stored = await fleet.http.put("/api/cloud/storage/gpufleet/j_nope/m/blob", content=b"x" * 99)
 
     assert refused.status_code == 401 and refused.headers["connection"] == "close"
+    assert stored.status_code == 401 and stored.headers["connection"] == "close"  # upload token
     assert read.status_code == 422 and "connection" not in read.headers
     assert no_body.status_code == 401 and "connection" not in no_body.headers
