@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
+from gpufleet.domain import jsonpolicy
 from gpufleet.domain.jsonpolicy import (
     MAX_DEPTH,
     first_problem,
@@ -112,3 +113,19 @@ def test_a_body_s_values_are_counted_before_parsing_as_parsing_would_count_them(
 def test_counting_skips_strings_and_counts_empty_containers_once(text: str, held: int):
     assert more_values_than(text.encode(), held - 1)
     assert not more_values_than(text.encode(), held)
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 7])
+def test_a_body_counted_a_window_at_a_time_is_counted_alike_whatever_the_window(
+    window: int, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(jsonpolicy, "WINDOW", window)
+    bodies = [
+        '["a,b", "[{", [], {"k": [ ]}, ",", [ "x" ], {"[": {}}]',
+        '{"k,[": {"x": [1, 2, [[]], {"": ""}]}, "e": [\n]}',
+        '[[], [[], []], "", "" , [""]]',
+    ]
+    for text in bodies:
+        held = _count(json.loads(text))
+        assert jsonpolicy.more_values_than(text.encode(), held - 1, lambda: None), text
+        assert not jsonpolicy.more_values_than(text.encode(), held, lambda: None), text
