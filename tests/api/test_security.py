@@ -61,6 +61,35 @@ async def test_a_valid_key_token_or_session_is_never_throttled_by_the_failures_o
     assert len(await fleet.audit(type="auth.failed")) == 3  # refusals while locked: not counted
 
 
+async def test_requests_without_credentials_count_toward_the_limit_and_a_valid_key_still_works(
+    fleet: Fleet,
+) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    fleet.ctx.auth_failures = FailureLimiter(20, 60.0)  # the default: 20 a minute
+    async with fleet.client() as anon:
+        bare = [(await anon.get("/api/queue")).status_code for _ in range(12)]
+        bare += [
+            (await anon.post("/api/workers/heartbeat", json={"worker_id": agent.id})).status_code
+            for _ in range(6)
+        ]
+        bare += [(await anon.post("/api/queue/submit", json={})).status_code for _ in range(7)]
+        locked = await anon.get("/api/queue", headers={"Authorization": "Bearer "})
+        admin = await anon.get("/api/queue", headers={"Authorization": f"Bearer {fleet.admin_key}"})
+        heartbeat = await anon.post(
+            "/api/workers/heartbeat", json={"worker_id": agent.id}, headers=agent.headers
+        )
+    assert bare == [401] * 20 + [429] * 5
+    assert locked.status_code == 429 and 0 < int(locked.headers["Retry-After"]) <= 60
+    assert "too many failed authentications" in locked.json()["detail"]
+    assert admin.status_code == 200 and heartbeat.status_code == 200, heartbeat.text
+    # Anonymous probes are counted, not audited one by one: one entry when the limit is hit.
+    assert await fleet.audit(type="auth.failed") == []
+    limited = await fleet.audit(type="auth.rate_limited")
+    assert len(limited) == 1 and limited[0]["detail"]["credential"] == "none"
+    metrics = (await fleet.admin.get("/metrics")).text
+    assert 'gpufleet_auth_failures_total{credential="none"} 20.0' in metrics
+
+
 async def test_worker_token_guessing_is_limited_too(fleet: Fleet) -> None:
     fleet.ctx.auth_failures = FailureLimiter(2, 60.0)
     async with fleet.client() as anon:

@@ -9,12 +9,15 @@ from typing import Any
 import orjson
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
+from gpufleet.domain import jsonpolicy
 from gpufleet.domain.jsonpolicy import (
     MAX_DEPTH,
     first_problem,
     loads_stored,
+    more_values_than,
     problems,
     readable,
 )
@@ -77,3 +80,52 @@ def test_whatever_a_job_writes_the_worker_sends_what_the_orchestrator_takes(valu
     sent = json.loads(encode({"status": "running", "progress": {"metrics": {"m": value}}}))
     assert first_problem(sent) is None
     assert "\x00" not in json.dumps(sent, ensure_ascii=False)
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(map(_count, value.values()))
+    if isinstance(value, list):
+        return 1 + sum(map(_count, value))
+    return 1
+
+
+@settings(max_examples=300)
+@given(value=values, indent=st.sampled_from([None, 0, 2]), ascii_only=st.booleans())
+def test_a_body_s_values_are_counted_before_parsing_as_parsing_would_count_them(
+    value: Any, indent: int | None, ascii_only: bool
+):
+    body = json.dumps(value, indent=indent, ensure_ascii=ascii_only).encode(errors="surrogatepass")
+    held = _count(value)
+    assert more_values_than(body, held - 1)
+    assert not more_values_than(body, held)
+
+
+@pytest.mark.parametrize(
+    ("text", "held"),
+    [
+        ('["a,b", "[{", "\\\\", "\\"],{"]', 5),  # commas, brackets and escapes in strings
+        ("[ [ ] , { } , [\n] ]", 4),  # empty containers, spaced
+        ('{"k,[": {"x": [1, 2]}}', 5),  # keys are not values
+        ("[" + ",".join(["0"] * 200_000) + "]", 200_001),
+    ],
+)
+def test_counting_skips_strings_and_counts_empty_containers_once(text: str, held: int):
+    assert more_values_than(text.encode(), held - 1)
+    assert not more_values_than(text.encode(), held)
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 7])
+def test_a_body_counted_a_window_at_a_time_is_counted_alike_whatever_the_window(
+    window: int, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(jsonpolicy, "WINDOW", window)
+    bodies = [
+        '["a,b", "[{", [], {"k": [ ]}, ",", [ "x" ], {"[": {}}]',
+        '{"k,[": {"x": [1, 2, [[]], {"": ""}]}, "e": [\n]}',
+        '[[], [[], []], "", "" , [""]]',
+    ]
+    for text in bodies:
+        held = _count(json.loads(text))
+        assert jsonpolicy.more_values_than(text.encode(), held - 1, lambda: None), text
+        assert not jsonpolicy.more_values_than(text.encode(), held, lambda: None), text

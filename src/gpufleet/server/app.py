@@ -18,7 +18,7 @@ from gpufleet import __version__, logs
 from gpufleet.artifacts.backends import open_artifact_store
 from gpufleet.server import errors, streams
 from gpufleet.server.context import Context
-from gpufleet.server.door import RefuseNulInUrl
+from gpufleet.server.door import CloseAfterRefusal, RefuseNulInUrl
 from gpufleet.server.headers import ResponseHeaders
 from gpufleet.server.local import parse_local_gpus, start_local_runner
 from gpufleet.server.ratelimit import FailureLimiter
@@ -236,5 +236,6 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
     app.mount("/static", ui.static_files(), name="static")
     app.add_middleware(BodyLimit)
     app.add_middleware(RefuseNulInUrl)
+    app.add_middleware(CloseAfterRefusal)  # sees BodyLimit's 413 too
     app.add_middleware(ResponseHeaders)  # outermost: the answers of the others get them too
     return app

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any, Generic, TypeVar, cast
 
 from fastapi import Depends, Header, Request
 
@@ -12,6 +12,8 @@ from gpufleet.domain.records import Worker
 from gpufleet.server.context import Context
 from gpufleet.server.services import auth, sessions
 from gpufleet.server.services.auth import Principal
+
+T = TypeVar("T")
 
 
 def get_ctx(request: Request) -> Context:
@@ -44,38 +46,87 @@ def _bearer(value: str | None) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def require(permission: str | None) -> Callable[..., Awaitable[Principal]]:
-    """The caller's principal, if it may do `permission` (None: any valid key)."""
+class Credential(Generic[T]):
+    """A route's authentication, read from the request's headers alone.
 
-    async def dependency(
+    `jsonbody.JsonBodyRoute` settles it before it reads the body, so that a request without
+    valid credentials is refused unread (docs/security.md, "The door"); FastAPI then asks it
+    as a dependency and gets the same answer, kept on the request."""
+
+    async def check(self, request: Request) -> T:
+        raise NotImplementedError
+
+    async def settle(self, request: Request) -> T:
+        settled: dict[Credential[Any], Any] = request.scope.setdefault(_SETTLED, {})
+        if self not in settled:
+            settled[self] = await self.check(request)
+        return cast(T, settled[self])
+
+
+_SETTLED = "gpufleet.credentials"
+
+
+class KeyOrSession(Credential[Principal]):
+    """An API key (bearer or X-API-Key), else the web UI's session cookie, CSRF-checked on
+    writes; the caller's principal if it may do `permission` (None: any valid key)."""
+
+    def __init__(self, permission: str | None) -> None:
+        self.permission = permission
+
+    async def check(self, request: Request) -> Principal:
+        headers = request.headers
+        api_key = headers.get("x-api-key")
+        presented = _bearer(headers.get("authorization")) or (api_key.strip() if api_key else None)
+        cookie = request.cookies.get(sessions.SESSION_COOKIE)
+        if presented is None and cookie:
+            # The web UI calls the same API with its session cookie, CSRF-checked on writes.
+            csrf = headers.get(sessions.CSRF_HEADER)
+            return await sessions.authenticate(
+                get_ctx(request), cookie, csrf, request.method, self.permission
+            )
+        return await auth.authenticate_key(
+            get_ctx(request), presented, self.permission, client_addr(request)
+        )
+
+    async def __call__(  # the headers are named for the OpenAPI document; `check` reads them
+        self,
         request: Request,
         authorization: Annotated[str | None, Header()] = None,
         x_api_key: Annotated[str | None, Header()] = None,
     ) -> Principal:
-        presented = _bearer(authorization) or (x_api_key.strip() if x_api_key else None)
-        cookie = request.cookies.get(sessions.SESSION_COOKIE)
-        if presented is None and cookie:
-            # The web UI calls the same API with its session cookie, CSRF-checked on writes.
-            csrf = request.headers.get(sessions.CSRF_HEADER)
-            return await sessions.authenticate(
-                get_ctx(request), cookie, csrf, request.method, permission
-            )
-        return await auth.authenticate_key(
-            get_ctx(request), presented, permission, client_addr(request)
+        return await self.settle(request)
+
+
+def require(permission: str | None) -> Callable[..., Awaitable[Principal]]:
+    """The caller's principal, if it may do `permission` (None: any valid key)."""
+    return KeyOrSession(permission).__call__
+
+
+class WorkerToken(Credential[Worker]):
+    """The worker its `X-Worker-Token` names."""
+
+    async def check(self, request: Request) -> Worker:
+        action = request.url.path.rsplit("/", 1)[-1]
+        return await auth.authenticate_worker(
+            get_ctx(request), request.headers.get("x-worker-token"), client_addr(request), action
         )
 
-    return dependency
+    async def __call__(
+        self, request: Request, x_worker_token: Annotated[str | None, Header()] = None
+    ) -> Worker:
+        worker = await self.settle(request)
+        logs.bind(worker_id=worker.id)  # here, after bind_log_ids: a route's own labels win
+        return worker
 
 
-async def current_worker(
-    request: Request, x_worker_token: Annotated[str | None, Header()] = None
-) -> Worker:
-    action = request.url.path.rsplit("/", 1)[-1]
-    worker = await auth.authenticate_worker(
-        get_ctx(request), x_worker_token, client_addr(request), action
-    )
-    logs.bind(worker_id=worker.id)
-    return worker
+current_worker = WorkerToken().__call__
+
+
+def credential_of(dependency: Callable[..., Any] | None) -> Credential[Any] | None:
+    """The credential a dependency settles, if it is one. Dependencies are the credentials'
+    bound `__call__`: FastAPI reads the annotations of a function, not of an instance."""
+    owner = getattr(dependency, "__self__", None)
+    return owner if isinstance(owner, Credential) else None
 
 
 CurrentWorker = Annotated[Worker, Depends(current_worker)]

@@ -93,6 +93,24 @@ async def _auth_failed(
             )
 
 
+async def _credential_missing(ctx: Context, client: str | None) -> None:
+    """A request with no credential at all: counted against its address as a wrong one is,
+    but not audited one by one (a scanner sends thousands; each would be a write). The count
+    is in the metrics, and the audit log hears of the address when it reaches the limit."""
+    ctx.metrics.apply([("auth_failure", 1.0, ("none",))])
+    if ctx.auth_failures.failed(client):
+        async with transaction(ctx) as tx:
+            tx.audit(
+                "auth.rate_limited",
+                SYSTEM_ACTOR,
+                None,
+                client,
+                limit=ctx.auth_failures.limit,
+                window_s=ctx.auth_failures.window,
+                credential="none",
+            )
+
+
 async def authenticate_key(
     ctx: Context, presented: str | None, needed: str | None, client: str | None
 ) -> Principal:
@@ -109,6 +127,7 @@ async def authenticate_key(
             return principal
     _check_not_locked_out(ctx, client)
     if not presented:
+        await _credential_missing(ctx, client)
         raise Unauthenticated(
             "no API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>' "
             "(the admin key is in <data-dir>/admin.token)"
@@ -154,6 +173,7 @@ async def authenticate_worker(
             return found[1]
     _check_not_locked_out(ctx, client)
     if not token:
+        await _credential_missing(ctx, client)
         raise Unauthenticated("no worker token: send the 'X-Worker-Token' header")
     event = "worker.register_failed" if action == "register" else "auth.failed"
     await _auth_failed(ctx, "worker_token", client, "invalid token", event, action=action)
