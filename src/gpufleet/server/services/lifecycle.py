@@ -90,7 +90,6 @@ async def claim(tx: Tx, job: Job, worker: Worker, attempt_id: str) -> Job:
 
     Raises WorkerTaken or ClaimLost when another dispatch took the worker or the job first."""
     offered = as_offered(job, worker.id, attempt_id, tx.now)
-    check_job_move(job.id, JobStatus.QUEUED, offered.status)
     if not await tx.q.claim_worker(
         worker.id, WorkerStatus.BUSY, current_job_id=job.id, current_attempt_id=attempt_id
     ):
