@@ -68,14 +68,14 @@ async def _job(store: Store, job_id: str) -> None:
 async def _attempt(store: Store, job_id: str, attempt_id: str, number: int) -> None:
     async with store.write() as q:
         await q.insert_attempt(
+            AttemptStatus.RUNNING,
             {
                 "id": attempt_id,
                 "job_id": job_id,
                 "worker_id": "w_1",
                 "number": number,
-                "status": AttemptStatus.RUNNING.value,
                 "offered_at": T0,
-            }
+            },
         )
 
 

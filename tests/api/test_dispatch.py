@@ -126,11 +126,11 @@ async def test_a_submit_whose_idle_worker_is_taken_meanwhile_keeps_the_job(
     real = Queries.claim_worker
     lost: list[str] = []
 
-    async def taken_once(self: Queries, worker_id: str, values: Any) -> bool:
+    async def taken_once(self: Queries, worker_id: str, status: Any, **values: Any) -> bool:
         if not lost:
             lost.append(worker_id)
             return False
-        return await real(self, worker_id, values)
+        return await real(self, worker_id, status, **values)
 
     monkeypatch.setattr(Queries, "claim_worker", taken_once)
     job = await fleet.submit()

@@ -17,9 +17,11 @@ from gpufleet.domain.states import JobStatus
 from gpufleet.domain.webhook_targets import redact_url
 from gpufleet.domain.webhooks import FIRST_RETRY_S
 from gpufleet.server.context import transaction
+from gpufleet.server.hub import JOBS_TOPIC, job_topic
 from gpufleet.server.services import delivery
 from gpufleet.server.services.lifecycle import move_job
 from tests.api.conftest import HEARTBEAT_TIMEOUT, Agent, Fleet, post_raw, sqlite_only
+from tests.api.test_policy import add_user, client_of, set_policy
 from tests.webhook_receiver import Receiver, receiving
 
 SECRET = "s3cret-for-signing"
@@ -337,3 +339,58 @@ async def test_a_receiver_that_cannot_be_reached_is_logged_and_retried_not_fatal
         [logged] = await deliveries(fleet, hook["id"])
         assert logged["status"] == "pending" and logged["attempts"] == 1
         assert logged["status_code"] is None and logged["error"]
+
+
+async def held_job(fleet: Fleet, client: Any) -> str:
+    """A job of 8 GPUs, held for approval by the `approve_gpus_over` rule."""
+    body = {"config": {"command": ["x"]}, "gpu_count": 8}
+    answer = await client.post("/api/queue/submit", json=body)
+    assert answer.status_code == 201 and answer.json()["status"] == "pending_approval"
+    job_id: str = answer.json()["id"]
+    return job_id
+
+
+async def test_a_rejected_job_tells_the_webhooks_what_a_cancelled_one_does(
+    fleet: Fleet, receiver: Receiver
+) -> None:
+    await set_policy(fleet, approve_gpus_over=4, approve_levels=[])
+    rita = await client_of(fleet, await add_user(fleet, "rita", "researcher"))
+    hook = await add_webhook(fleet, receiver.url, "job.ended")
+    rejected, cancelled = await held_job(fleet, rita), await held_job(fleet, rita)
+
+    answer = await fleet.admin.post(f"/api/queue/{rejected}/reject", params={"reason": "too big"})
+    assert answer.status_code == 200, answer.text
+    assert (await fleet.admin.post(f"/api/queue/{cancelled}/cancel")).status_code == 200
+    assert await delivery.deliver_due(fleet.ctx) == 2
+
+    sent = {p["job"]["id"]: p for p in (json.loads(r.body) for r in receiver.wait_for(2))}
+    assert set(sent) == {rejected, cancelled}
+    assert sent[rejected]["event"] == sent[cancelled]["event"] == "job.cancelled"
+    assert sent[rejected]["job"]["status"] == sent[cancelled]["job"]["status"] == "cancelled"
+    assert sent[rejected]["job"]["error"].endswith(": too big")
+    assert sent[rejected]["job"]["ended_at"] is not None
+    assert {d["status"] for d in await deliveries(fleet, hook["id"])} == {"delivered"}
+
+
+async def test_an_approve_and_a_reject_are_audited_and_wake_the_jobs_watchers(
+    fleet: Fleet,
+) -> None:
+    await set_policy(fleet, approve_gpus_over=4, approve_levels=[])
+    rita = await client_of(fleet, await add_user(fleet, "rita", "researcher"))
+    approved, rejected = await held_job(fleet, rita), await held_job(fleet, rita)
+
+    done = (
+        (approved, "approve", "approved", "queued"),
+        (rejected, "reject", "rejected", "cancelled"),
+    )
+    for job_id, verb, event, new in done:
+        with fleet.ctx.hub.subscribe(job_topic(job_id), JOBS_TOPIC) as watching:
+            answer = await fleet.admin.post(f"/api/queue/{job_id}/{verb}")
+            assert answer.status_code == 200, answer.text
+            assert watching.take_fired() == {job_topic(job_id), JOBS_TOPIC}
+        events = await fleet.audit(target=job_id)
+        [moved] = [e for e in events if e["event_type"] == "job.status_changed"]
+        [said] = [e for e in events if e["event_type"] == f"job.{event}"]
+        assert moved["detail"] == {"old": "pending_approval", "new": new}
+        assert moved["actor"] == said["actor"] and said["actor"].startswith("key:")
+        assert (await fleet.job(job_id))["status"] == new

@@ -19,10 +19,11 @@ from sqlalchemy.engine import Connection
 
 from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import StoredConfig
+from gpufleet.domain.states import JobStatus, Target
 from gpufleet.errors import StoreError
 from gpufleet.store import Queries, open_store
 from gpufleet.store.engine import alembic_config, newest_revision
-from gpufleet.store.queries.jobs import TeamOf
+from gpufleet.store.queries.jobs import NewJob, TeamOf
 from gpufleet.store.sqlite_inline import InlineConnection
 
 
@@ -223,3 +224,38 @@ async def test_a_schema_a_migration_behind_is_brought_to_the_newest(tmp_path: Pa
     async with store.engine.connect() as conn:
         assert await conn.run_sync(_revision) == head
     await store.close()
+
+
+async def test_the_generic_update_of_a_job_refuses_a_status_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    # Only services/lifecycle.py moves a job (set_job_status); tests/unit/test_status_writers
+    # finds a writer in the source, this one a `status` that came in a dict of values.
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'gf.db'}")
+    now = datetime.now(UTC)
+    new = NewJob(
+        id="j_1",
+        config={"command": ["x"]},
+        target=Target.WORKER,
+        worker_labels={},
+        gpu_count=1,
+        priority=0,
+        max_retries=0,
+        retry_on=(),
+        submitted_by="test",
+        created_at=now,
+    )
+    try:
+        async with store.write() as q:
+            await q.queue_job(new)
+        with pytest.raises(TypeError, match="lifecycle"):
+            async with store.write() as q:
+                await q.update_job("j_1", **{"status": "failed", "error": "x"})
+        async with store.write() as q:
+            await q.update_job("j_1", error="kept")
+            await q.set_job_status("j_1", JobStatus.CANCELLED, ended_at=now)
+        async with store.read() as q:
+            job = await q.get_job("j_1")
+        assert job is not None and (job.status, job.error) == (JobStatus.CANCELLED, "kept")
+    finally:
+        await store.close()

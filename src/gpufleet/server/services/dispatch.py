@@ -8,12 +8,9 @@ needs the queue. The health loop runs a full pass as a safety net.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from typing import TypeVar
 
-from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.matching import (
     Requirement,
     available,
@@ -26,15 +23,14 @@ from gpufleet.domain.policy import Policy, Snapshot, limit_hit
 from gpufleet.domain.records import LOCAL_WORKER_ID, Attempt, Job, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import (
-    AttemptStatus,
     JobStatus,
     Target,
-    WorkerStatus,
     workers_to_avoid,
 )
 from gpufleet.server.context import Context, Tx, transaction
-from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic, worker_topic
-from gpufleet.server.services import fair_queue, offers
+from gpufleet.server.hub import worker_topic
+from gpufleet.server.services import fair_queue, lifecycle, offers
+from gpufleet.server.services.lifecycle import ClaimLost, WorkerTaken
 from gpufleet.server.services.standing import (
     candidate,
     has_limits,
@@ -49,14 +45,6 @@ _FIRST_PAGE = 4
 _HEAD = 20  # queued jobs a freed worker reads as they come before it asks the index
 _RACE_RETRIES = 5
 T = TypeVar("T")
-
-
-class ClaimLost(Exception):
-    """Another dispatch took the job or the worker first; the transaction rolls back."""
-
-
-class WorkerTaken(ClaimLost):
-    """Another dispatch took the worker first; the claim wrote nothing."""
 
 
 async def policy_gate(tx: Tx, read: tuple[Policy, bool] | None = None) -> Snapshot | None:
@@ -90,86 +78,21 @@ def refused(ctx: Context, job: Job, snap: Snapshot | None, seen: _Seen | None = 
 
 
 async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | None = None) -> Job:
-    """Offer the job to the worker: a new attempt, the job offered, the worker busy; the job
-    as it leaves it (`as_offered`).
+    """Offer the job to the worker: a new attempt, the job offered, the worker busy
+    (`lifecycle.claim`, by compare-and-set); the job as it leaves it.
 
-    Both rows move by compare-and-set (job still queued, worker still idle), so concurrent
-    dispatches, in one process on PostgreSQL or across replicas, never double-book.
     `history`: the job's attempts, when the caller has read them already (else read here
     for a job offered before, to find what it resumes from).
     """
     attempt_id = new_id("a")
-    offered = as_offered(job, worker.id, attempt_id, tx.now)
-    number = offered.attempts
-    took_worker = await tx.q.claim_worker(
-        worker.id,
-        {
-            "status": WorkerStatus.BUSY.value,
-            "current_job_id": job.id,
-            "current_attempt_id": attempt_id,
-        },
-    )
-    if not took_worker:
-        raise WorkerTaken
-    took_job = await tx.q.claim_job(
-        job.id,
-        {
-            "status": offered.status.value,
-            "attempts": offered.attempts,
-            "current_attempt_id": offered.current_attempt_id,
-            "worker_id": offered.worker_id,
-            "updated_at": offered.updated_at,
-        },
-    )
-    if not took_job:
-        raise ClaimLost
+    offered = await lifecycle.claim(tx, job, worker, attempt_id)
     resume = await offers.resume_for(tx.q, job, history)
-    await tx.q.insert_attempt(
-        {
-            "id": attempt_id,
-            "job_id": job.id,
-            "worker_id": worker.id,
-            "number": number,
-            "status": AttemptStatus.OFFERED.value,
-            "offered_at": tx.now,
-            "resumed_from": resume.id if resume else None,
-        }
-    )
-    tx.audit(
-        "worker.status_changed",
-        SYSTEM_ACTOR,
-        worker.id,
-        old=WorkerStatus.IDLE.value,
-        new=WorkerStatus.BUSY.value,
-    )
-    tx.observe("dispatch_latency", max(0.0, (tx.now - job.updated_at).total_seconds()))
-    tx.audit(
-        "job.dispatched",
-        SYSTEM_ACTOR,
-        job.id,
-        worker_id=worker.id,
-        attempt_id=attempt_id,
-        attempt=number,
-    )
-    tx.audit("job.status_changed", SYSTEM_ACTOR, job.id, old="queued", new="offered")
-    tx.wake(job_topic(job.id), JOBS_TOPIC, WORKERS_TOPIC)
+    resumed_from = resume.id if resume else None
+    await lifecycle.open_attempt(tx, job, worker.id, attempt_id, offered.attempts, resumed_from)
     # The worker's stream sends the offer as it is handed over, without reading it back.
     event = offers.offer(tx.key, job, attempt_id, resume, tx.settings.worker_url())
     tx.hand_over(worker_topic(worker.id), event)
     return offered
-
-
-def as_offered(job: Job, worker_id: str, attempt_id: str, now: datetime) -> Job:
-    """The job as `claim` leaves it: what it writes, and what a caller answers with without
-    reading the row back."""
-    return dataclasses.replace(
-        job,
-        status=JobStatus.OFFERED,
-        attempts=job.attempts + 1,
-        current_attempt_id=attempt_id,
-        worker_id=worker_id,
-        updated_at=now,
-    )
 
 
 async def claim_new(tx: Tx, job: Job, worker: Worker) -> Job | None:

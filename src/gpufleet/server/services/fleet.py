@@ -9,12 +9,12 @@ import re
 from gpufleet import protocol
 from gpufleet.domain.records import WorkedAttempt, Worker
 from gpufleet.domain.secrets import hash_secret, new_id, new_worker_token
-from gpufleet.domain.states import WorkerStatus, WorkerType, can_delete_worker
+from gpufleet.domain.states import WorkerType, can_delete_worker
 from gpufleet.errors import Conflict, InvalidInput, NotFound
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import WORKERS_TOPIC, worker_topic
 from gpufleet.server.services import dispatch
-from gpufleet.server.services.lifecycle import save_worker
+from gpufleet.server.services.lifecycle import new_worker, save_worker
 
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$")
 
@@ -64,11 +64,11 @@ async def create_worker(
     async with transaction(ctx) as tx:
         if await tx.q.worker_name_taken(name):
             raise Conflict(f"a worker named {name!r} exists already; choose another name")
-        await tx.q.insert_worker(
+        await new_worker(
+            tx,
             {
                 "id": wid,
                 "name": name,
-                "status": WorkerStatus.CONNECTING.value,
                 "worker_type": (worker_type or WorkerType.EPHEMERAL).value,
                 "type_set_by_admin": worker_type is not None,
                 "admin_labels": labels,
@@ -80,7 +80,7 @@ async def create_worker(
                 "capabilities": {},
                 "jobs_run": 0,
                 "created_at": tx.now,
-            }
+            },
         )
         await tx.q.insert_token(wid, hash_secret(token), tx.now)
         tx.audit(

@@ -1,5 +1,10 @@
 """Moving workers, jobs and attempts through their transition tables inside one transaction.
 
+The one writer of a status: every move of a job, an attempt or a worker (its birth, a claim,
+an approval, an end) is written here, with its consequences: the audit row, the webhooks'
+outbox, the wake-ups, the metrics. The store's generic `update_job` refuses a status, and
+tests/unit/test_status_writers.py finds any other module that writes one.
+
 Lock order: a transaction that changes a worker and a job locks (or conditionally updates)
 the worker row first, then the job row, then the attempt. PostgreSQL answers two
 transactions that take them in opposite orders with `deadlock detected`.
@@ -7,6 +12,8 @@ transactions that take them in opposite orders with `deadlock detected`.
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import datetime
 from typing import Any
 
 from gpufleet.domain import outcomes
@@ -16,6 +23,7 @@ from gpufleet.domain.states import (
     ACTIVE_ATTEMPT,
     REPORTED_ATTEMPT,
     TERMINAL_JOB,
+    WAITING_JOB,
     AttemptStatus,
     JobStatus,
     WorkerStatus,
@@ -28,6 +36,15 @@ from gpufleet.errors import Conflict, NotFound
 from gpufleet.server.context import Tx
 from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic
 from gpufleet.server.services import webhooks
+from gpufleet.store.queries.jobs import NewJob
+
+
+class ClaimLost(Exception):
+    """Another dispatch took the job or the worker first; the transaction rolls back."""
+
+
+class WorkerTaken(ClaimLost):
+    """Another dispatch took the worker first; the claim wrote nothing."""
 
 
 async def save_worker(
@@ -46,7 +63,7 @@ async def save_worker(
     )
     if not can_move_worker(worker.status, status):
         raise Conflict(f"worker {worker.id} cannot go from {worker.status} to {status}")
-    await tx.q.update_worker(worker.id, status=status.value, **changes)
+    await tx.q.set_worker_status(worker.id, status, **changes)
     tx.wake(WORKERS_TOPIC)  # live views (the web UI's event stream) re-read the fleet
     if status is not worker.status:
         tx.audit(
@@ -59,11 +76,100 @@ async def move_job(
     tx: Tx, job: Job, new: JobStatus, actor: str = SYSTEM_ACTOR, **values: Any
 ) -> None:
     check_job_move(job.id, job.status, new)
-    await tx.q.update_job(job.id, status=new.value, updated_at=tx.now, **values)
+    await tx.q.set_job_status(job.id, new, updated_at=tx.now, **values)
     tx.audit("job.status_changed", actor, job.id, old=job.status.value, new=new.value)
     tx.wake(job_topic(job.id), JOBS_TOPIC)
     if new in TERMINAL_JOB:  # the webhooks' outbox row commits with the change, or neither
         await webhooks.job_ended(tx, job, new, values)
+
+
+async def claim(tx: Tx, job: Job, worker: Worker, attempt_id: str) -> Job:
+    """Queued → offered and idle → busy, both by compare-and-set (job still queued, worker
+    still idle), so concurrent dispatches, in one process on PostgreSQL or across replicas,
+    never double-book; the job as offered (`as_offered`). `open_attempt` completes it.
+
+    Raises WorkerTaken or ClaimLost when another dispatch took the worker or the job first."""
+    offered = as_offered(job, worker.id, attempt_id, tx.now)
+    if not await tx.q.claim_worker(
+        worker.id, WorkerStatus.BUSY, current_job_id=job.id, current_attempt_id=attempt_id
+    ):
+        raise WorkerTaken
+    if not await tx.q.claim_job(
+        job.id,
+        offered.status,
+        attempts=offered.attempts,
+        current_attempt_id=offered.current_attempt_id,
+        worker_id=offered.worker_id,
+        updated_at=offered.updated_at,
+    ):
+        raise ClaimLost
+    return offered
+
+
+async def open_attempt(
+    tx: Tx, job: Job, worker_id: str, attempt_id: str, number: int, resumed_from: str | None
+) -> None:
+    """The attempt a `claim` made (its `number`), offered to its worker, and the claim's
+    consequences."""
+    await tx.q.insert_attempt(
+        AttemptStatus.OFFERED,
+        {
+            "id": attempt_id,
+            "job_id": job.id,
+            "worker_id": worker_id,
+            "number": number,
+            "offered_at": tx.now,
+            "resumed_from": resumed_from,
+        },
+    )
+    tx.audit(
+        "worker.status_changed",
+        SYSTEM_ACTOR,
+        worker_id,
+        old=WorkerStatus.IDLE.value,
+        new=WorkerStatus.BUSY.value,
+    )
+    tx.observe("dispatch_latency", max(0.0, (tx.now - job.updated_at).total_seconds()))
+    tx.audit(
+        "job.dispatched",
+        SYSTEM_ACTOR,
+        job.id,
+        worker_id=worker_id,
+        attempt_id=attempt_id,
+        attempt=number,
+    )
+    tx.audit("job.status_changed", SYSTEM_ACTOR, job.id, old="queued", new="offered")
+    tx.wake(job_topic(job.id), JOBS_TOPIC, WORKERS_TOPIC)
+
+
+def as_offered(job: Job, worker_id: str, attempt_id: str, now: datetime) -> Job:
+    """The job as `claim` leaves it: what it writes, and what a caller answers with without
+    reading the row back."""
+    return dataclasses.replace(
+        job,
+        status=JobStatus.OFFERED,
+        attempts=job.attempts + 1,
+        current_attempt_id=attempt_id,
+        worker_id=worker_id,
+        updated_at=now,
+    )
+
+
+async def queue_new(tx: Tx, new: NewJob) -> Job:
+    """A submitted job, born queued or held for approval (a waiting status)."""
+    if new.status not in WAITING_JOB:
+        raise Conflict(f"job {new.id} cannot be submitted {new.status}")
+    return await tx.q.queue_job(new)
+
+
+async def new_worker(tx: Tx, values: dict[str, Any]) -> WorkerStatus:
+    """A worker created by an admin: neither registered nor connected, it is connecting (or
+    draining, if created drained)."""
+    status = derive_worker_status(
+        offline=False, drained=bool(values.get("drained")), has_job=False, stream_open=False
+    )
+    await tx.q.insert_worker(status, values)
+    return status
 
 
 async def move_attempt(tx: Tx, attempt: Attempt, new: AttemptStatus, **values: Any) -> None:
@@ -71,7 +177,7 @@ async def move_attempt(tx: Tx, attempt: Attempt, new: AttemptStatus, **values: A
         raise Conflict(f"attempt {attempt.id} is {attempt.status} and cannot become {new}")
     if new not in ACTIVE_ATTEMPT:
         values.setdefault("ended_at", tx.now)
-    await tx.q.update_attempt(attempt.id, status=new.value, **values)
+    await tx.q.set_attempt_status(attempt.id, new, **values)
 
 
 async def release_worker(

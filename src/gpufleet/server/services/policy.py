@@ -27,12 +27,12 @@ from gpufleet.domain.policy import (
     rank_key,
 )
 from gpufleet.domain.records import Job, User
-from gpufleet.domain.states import PLACED_JOB, SIMPLETUNER_STATUS, JobStatus, check_job_move
+from gpufleet.domain.states import PLACED_JOB, SIMPLETUNER_STATUS, JobStatus
 from gpufleet.errors import Conflict, InvalidInput
 from gpufleet.server.context import Context, transaction
-from gpufleet.server.hub import JOBS_TOPIC, job_topic
+from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.services import dispatch, job_artifacts, ownership
-from gpufleet.server.services.lifecycle import no_job
+from gpufleet.server.services.lifecycle import move_job, no_job
 from gpufleet.server.services.standing import candidate, is_plain, snapshot
 from gpufleet.store import Queries
 from gpufleet.store.queries.policy import policy_of
@@ -170,13 +170,8 @@ async def approve(ctx: Context, job_id: str, actor: str, client: str | None, *, 
         await ownership.require(tx.q, by, job, JobAction.APPROVE)
         if job.status is not JobStatus.PENDING_APPROVAL:
             raise _not_pending(job)
-        check_job_move(job.id, job.status, JobStatus.QUEUED)
-        await tx.q.update_job(
-            job.id, status=JobStatus.QUEUED.value, approved_by=actor, updated_at=tx.now
-        )
         tx.audit("job.approved", actor, job.id, client)
-        tx.audit("job.status_changed", actor, job.id, old=job.status.value, new="queued")
-        tx.wake(job_topic(job.id), JOBS_TOPIC)
+        await move_job(tx, job, JobStatus.QUEUED, actor, approved_by=actor)
     await dispatch.dispatch_job(ctx, job_id)
     return await _job(ctx, job_id)
 
@@ -193,18 +188,10 @@ async def reject(
         await ownership.require(tx.q, by, job, JobAction.REJECT)
         if job.status is not JobStatus.PENDING_APPROVAL:
             raise _not_pending(job)
-        check_job_move(job.id, job.status, JobStatus.CANCELLED)
         error = f"rejected by {by.name}: {reason}" if reason else f"rejected by {by.name}"
-        await tx.q.update_job(
-            job.id,
-            status=JobStatus.CANCELLED.value,
-            error=error,
-            ended_at=tx.now,
-            updated_at=tx.now,
-        )
         tx.audit("job.rejected", actor, job.id, client, reason=reason)
-        tx.audit("job.status_changed", actor, job.id, old=job.status.value, new="cancelled")
-        tx.wake(job_topic(job.id), JOBS_TOPIC)
+        # A cancel like any other: its webhooks (job.cancelled) go with it.
+        await move_job(tx, job, JobStatus.CANCELLED, actor, error=error, ended_at=tx.now)
     return await _job(ctx, job_id)
 
 

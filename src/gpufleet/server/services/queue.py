@@ -53,7 +53,7 @@ from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.services import configs, dispatch, job_secrets, ownership
 from gpufleet.server.services.fleet import check_labels
-from gpufleet.server.services.lifecycle import end_attempt, move_job, no_job
+from gpufleet.server.services.lifecycle import end_attempt, move_job, no_job, queue_new
 from gpufleet.server.services.people import resolve_submitter
 from gpufleet.server.services.policy import policy_wait
 from gpufleet.server.services.standing import user_state
@@ -212,7 +212,8 @@ async def enqueue(
         # Usually an idle worker fits: the job is offered in the transaction that queues it
         # (one commit a submit). When none does, the job waits, even for a worker yet to come.
         worker = await dispatch.first_fit(tx.q, req) if queued else None
-        job = await tx.q.queue_job(
+        job = await queue_new(
+            tx,
             NewJob(
                 id=job_id,
                 config=config,
@@ -233,7 +234,7 @@ async def enqueue(
                 config_version=ran.version if ran else None,
                 config_digest=ran.digest if ran else None,
                 config_written_by=ran.written_by if ran else None,
-            )
+            ),
         )
         extra: dict[str, Any] = {"rerun_of": rerun_of} if rerun_of else {}
         if ran:

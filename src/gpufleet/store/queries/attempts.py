@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from gpufleet.domain.records import Attempt, Job, WorkedAttempt
 from gpufleet.domain.states import AttemptStatus, JobStatus
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by
+from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by, no_status
 from gpufleet.store.tables import job_attempts, jobs
 
 _INSERT_ATTEMPT = sa.insert(job_attempts)
@@ -20,17 +20,21 @@ _ATTEMPT = Prebuilt(sa.select(job_attempts).where(job_attempts.c.id == by("id"))
 
 
 class AttemptQueries(QueryBase):
-    async def insert_attempt(self, values: Mapping[str, Any]) -> None:
-        await self.conn.execute(_INSERT_ATTEMPT, dict(values))
+    async def insert_attempt(self, status: AttemptStatus, values: Mapping[str, Any]) -> None:
+        """A new attempt in `status` (offered): `services/lifecycle.py` alone calls it."""
+        await self.conn.execute(_INSERT_ATTEMPT, {**no_status(values), "status": status.value})
 
     async def get_attempt(self, attempt_id: str) -> Attempt | None:
         row = await self._first(_ATTEMPT.plain, {"id": attempt_id})
         return rows.attempt(row) if row else None
 
-    async def update_attempt(self, attempt_id: str, **values: Any) -> None:
-        if not values:
-            return  # nothing to set (a prebuilt UPDATE sets its parameters' columns)
-        await self.conn.execute(_UPDATE_ATTEMPT, {**values, ROW: attempt_id})
+    async def set_attempt_status(
+        self, attempt_id: str, status: AttemptStatus, **values: Any
+    ) -> None:
+        """Move an attempt: `services/lifecycle.py` alone calls it (an attempt's other
+        columns change only with its status)."""
+        params = {**no_status(values), "status": status.value, ROW: attempt_id}
+        await self.conn.execute(_UPDATE_ATTEMPT, params)
 
     async def attempts_for_job(self, job_id: str) -> list[Attempt]:
         stmt = (

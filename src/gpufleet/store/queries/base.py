@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
@@ -30,6 +30,17 @@ def by(name: str) -> sa.BindParameter[Any]:
 # The row a prebuilt UPDATE's WHERE names: a parameter no column is called (the other
 # parameters are the columns it sets).
 ROW = "row_key"
+
+V = TypeVar("V", bound=Mapping[str, Any])
+
+
+def no_status(values: V) -> V:
+    """The values, refused if they set a status: a job's, an attempt's or a worker's moves
+    are `services/lifecycle.py`'s, written by the queries named for them (`set_job_status`,
+    `claim_job`, ...), never by a generic update."""
+    if "status" in values:
+        raise TypeError("a status is written only through services/lifecycle.py")
+    return values
 
 
 class QueryBase:

@@ -13,7 +13,7 @@ from gpufleet.domain.matching import match_key
 from gpufleet.domain.records import Job, JobFilter
 from gpufleet.domain.states import JobStatus, RetryOn, Target
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by
+from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by, no_status
 from gpufleet.store.tables import jobs, workers
 
 # Writes built once: the columns set are the parameters' keys (`Prebuilt`'s reasoning).
@@ -103,13 +103,22 @@ class JobQueries(QueryBase):
         return rows.job(row) if row else None
 
     async def update_job(self, job_id: str, **values: Any) -> None:
+        """Set a job's columns other than its status (only `set_job_status` writes that)."""
         if not values:
             return  # nothing to set (a prebuilt UPDATE sets its parameters' columns)
-        await self.conn.execute(_UPDATE_JOB, {**values, ROW: job_id})
+        await self.conn.execute(_UPDATE_JOB, {**no_status(values), ROW: job_id})
 
-    async def claim_job(self, job_id: str, values: Mapping[str, Any]) -> bool:
-        """Queued → offered, only if still queued (the compare-and-set of dispatch)."""
-        return await self._rowcount(_CLAIM_JOB, {**values, ROW: job_id}) == 1
+    async def set_job_status(self, job_id: str, status: JobStatus, **values: Any) -> None:
+        """Move a job: `services/lifecycle.py` alone calls it (tests/unit/test_status_writers)."""
+        await self.conn.execute(
+            _UPDATE_JOB, {**no_status(values), "status": status.value, ROW: job_id}
+        )
+
+    async def claim_job(self, job_id: str, status: JobStatus, **values: Any) -> bool:
+        """Queued → `status` (offered), only if still queued (the compare-and-set of
+        dispatch); `services/lifecycle.py` alone calls it."""
+        params = {**no_status(values), "status": status.value, ROW: job_id}
+        return await self._rowcount(_CLAIM_JOB, params) == 1
 
     def _job_filter(self, stmt: sa.Select[Any], f: JobFilter) -> sa.Select[Any]:
         if f.statuses:

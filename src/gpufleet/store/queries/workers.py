@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from gpufleet.domain.records import Worker
 from gpufleet.domain.states import WorkerStatus, WorkerType
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by
+from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by, no_status
 from gpufleet.store.tables import worker_events, worker_tokens, workers
 
 
@@ -39,9 +39,10 @@ _TOKEN = Prebuilt(
 
 
 class WorkerQueries(QueryBase):
-    async def insert_worker(self, values: Mapping[str, Any]) -> None:
+    async def insert_worker(self, status: WorkerStatus, values: Mapping[str, Any]) -> None:
+        """A new worker in `status` (connecting): `services/lifecycle.py` alone calls it."""
         self.workers_written.add(str(values["id"]))
-        await self.conn.execute(sa.insert(workers).values(**values))
+        await self.conn.execute(sa.insert(workers).values(**no_status(values), status=status.value))
 
     async def get_worker(self, worker_id: str, *, lock: bool = False) -> Worker | None:
         row = await self._first(self._either(_WORKER, lock), {"id": worker_id})
@@ -62,15 +63,19 @@ class WorkerQueries(QueryBase):
         stmt = sa.select(workers.c.id, workers.c.name).where(workers.c.id.in_(set(worker_ids)))
         return {r.id: r.name for r in await self.conn.execute(stmt)}
 
-    async def update_worker(self, worker_id: str, **values: Any) -> None:
-        if not values:
-            return  # nothing to set (a prebuilt UPDATE sets its parameters' columns)
+    async def set_worker_status(self, worker_id: str, status: WorkerStatus, **values: Any) -> None:
+        """Write a worker's facts and the status derived from them: `services/lifecycle.py`
+        alone calls it (`save_worker`)."""
         self.workers_written.add(worker_id)
-        await self.conn.execute(_UPDATE_WORKER, {**values, ROW: worker_id})
+        params = {**no_status(values), "status": status.value, ROW: worker_id}
+        await self.conn.execute(_UPDATE_WORKER, params)
 
-    async def claim_worker(self, worker_id: str, values: Mapping[str, Any]) -> bool:
+    async def claim_worker(self, worker_id: str, status: WorkerStatus, **values: Any) -> bool:
+        """Idle → `status` (busy), only if still idle (the compare-and-set of dispatch);
+        `services/lifecycle.py` alone calls it."""
         self.workers_written.add(worker_id)
-        return await self._rowcount(_CLAIM_WORKER, {**values, ROW: worker_id}) == 1
+        params = {**no_status(values), "status": status.value, ROW: worker_id}
+        return await self._rowcount(_CLAIM_WORKER, params) == 1
 
     async def touch_workers(self, beats: dict[str, datetime]) -> None:
         """Record heartbeat times, one executemany: never for an offline worker (it must
