@@ -32,6 +32,7 @@ from gpufleet.domain.permissions import (
     QUEUE_SUBMIT,
 )
 from gpufleet.domain.permissions import allows as key_allows
+from gpufleet.domain.policy import LEVEL_PRIORITY
 from gpufleet.domain.webhooks import SUBSCRIPTION_HELP
 from gpufleet.errors import Forbidden, InvalidInput, Unauthenticated
 from gpufleet.server.deps import Client, Ctx
@@ -120,6 +121,8 @@ async def _page(
         "nav": [p for p in PAGES if key_allows(perms, p.permission)],
         "key_name": principal.key.name,
         "key_id": principal.key.id,
+        "level": principal.user.level.value,
+        "default_priority": LEVEL_PRIORITY[principal.user.level],  # what a submit gets unasked
         "can": {
             p: key_allows(perms, p)
             for p in (ADMIN_WORKERS, QUEUE_SUBMIT, QUEUE_APPROVE, ADMIN_AUDIT, ALL)

@@ -139,9 +139,11 @@ function submission() {
   const body = {
     target: target(),
     worker_labels: labelsOf($("#labels").value),
-    priority: Number($("#priority").value || 0),
     max_retries: Number($("#retries").value || 3),
   };
+  // Blank: the server gives the user's level's default (the placeholder shows it).
+  const priority = $("#priority").value.trim();
+  if (priority !== "") body.priority = Number(priority);
   const gpus = $("#gpu-count").value.trim();
   if (gpus !== "") body.gpu_count = Number(gpus);
   if (pick.value && text.value === loaded) body.config_name = pick.value;

@@ -1,0 +1,80 @@
+"""A new operator's first hour in Chromium (#33): what the Train, Queue, Teams and Keys pages
+offer is what the server will do, each click checked through the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import sign_in, train_ready
+from tests.e2e.conftest import ServerProcess, unique
+
+NOWHERE = {"model_type": "lora"}  # a config that waits on a label no worker has
+
+
+def as_key(server: ServerProcess, key: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"})
+
+
+def admin_call(server: ServerProcess, method: str, path: str, **kwargs: Any) -> Any:
+    with server.admin() as admin:
+        resp = admin.request(method, path, **kwargs)
+    assert resp.is_success, f"{method} {path}: {resp.status_code} {resp.text}"
+    return resp.json()
+
+
+def user_with_key(server: ServerProcess, level: str, *permissions: str) -> tuple[str, str]:
+    """A new user at `level` and a key of theirs with `permissions`: (name, key)."""
+    name = unique(level)
+    admin_call(server, "POST", "/api/users", json={"name": name, "level": level})
+    minted = admin_call(
+        server,
+        "POST",
+        "/api/admin/api-keys",
+        json={"name": f"{name}-key", "permissions": list(permissions), "user": name},
+    )
+    return name, str(minted["key"])
+
+
+def submit_from_train(page: Page, labels: str) -> dict[str, Any]:
+    """Press the Train page's button; the job it made, as the job page's URL names it."""
+    page.fill("#config-json", '{"model_type": "lora"}')
+    page.fill("#labels", labels)
+    page.click("#submit")
+    page.wait_for_url("**/queue/j_*")
+    return {"id": page.url.rsplit("/", 1)[1]}
+
+
+# ---- 1. the Train page's priority is the level's default unless typed ----------------------
+
+
+def test_a_train_page_job_gets_the_levels_default_priority_unless_one_is_typed(
+    server: ServerProcess, page: Page
+) -> None:
+    sign_in(page, server.admin_key, then="/train")
+    train_ready(page)
+    priority = page.locator("#priority")
+    expect(priority).to_have_value("")  # nothing sent unless typed
+    expect(priority).to_have_attribute("placeholder", "30")  # the admin's default, shown
+
+    job = submit_from_train(page, f"pool={unique('none')}")
+    assert admin_call(server, "GET", f"/api/queue/{job['id']}")["priority"] == 30
+
+    page.goto("/train")
+    train_ready(page)
+    page.fill("#priority", "7")
+    job = submit_from_train(page, f"pool={unique('none')}")
+    assert admin_call(server, "GET", f"/api/queue/{job['id']}")["priority"] == 7
+
+
+def test_a_researchers_train_page_shows_and_sends_the_researchers_default(
+    server: ServerProcess, page: Page
+) -> None:
+    _, key = user_with_key(server, "researcher", "queue.submit", "queue.read")
+    sign_in(page, key, then="/train")
+    train_ready(page)
+    expect(page.locator("#priority")).to_have_attribute("placeholder", "10")
+    job = submit_from_train(page, f"pool={unique('none')}")
+    assert admin_call(server, "GET", f"/api/queue/{job['id']}")["priority"] == 10
