@@ -9,7 +9,7 @@ import httpx
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import sign_in, train_ready
-from tests.e2e.conftest import ServerProcess, unique
+from tests.e2e.conftest import ServerProcess, unique, wait_for
 
 NOWHERE = {"model_type": "lora"}  # a config that waits on a label no worker has
 
@@ -78,3 +78,40 @@ def test_a_researchers_train_page_shows_and_sends_the_researchers_default(
     expect(page.locator("#priority")).to_have_attribute("placeholder", "10")
     job = submit_from_train(page, f"pool={unique('none')}")
     assert admin_call(server, "GET", f"/api/queue/{job['id']}")["priority"] == 10
+
+
+# ---- 2. a bulk action's failures stay on the page ------------------------------------------
+
+QUICK = {"command": ["python", "-c", "print('hello')"]}
+
+
+def submitted(server: ServerProcess, **body: Any) -> str:
+    return str(admin_call(server, "POST", "/api/queue/submit", json=body)["id"])
+
+
+def test_a_bulk_cancels_failures_stay_shown_while_the_queue_refreshes(
+    server: ServerProcess, page: Page
+) -> None:
+    ended = submitted(server, config=QUICK, target="local")
+    wait_for(
+        lambda: admin_call(server, "GET", f"/api/queue/{ended}")["status"] == "completed",
+        timeout=30,
+        what=f"{ended} to complete",
+    )
+    waiting = submitted(server, config=NOWHERE, worker_labels={"pool": unique("none")})
+    sign_in(page, server.admin_key, then="/queue")
+    for job_id in (ended, waiting):
+        page.check(f'#jobs tr[data-job="{job_id}"] .pick')
+    page.click("#bulk-cancel")
+    page.click("#confirm-yes")
+    expect(page.locator(f'#jobs tr[data-job="{waiting}"]')).to_have_attribute(
+        "data-status", "cancelled"
+    )
+    message = page.locator("#error")
+    expect(message).to_contain_text(f"Cancelled 1 job; 1 not: {ended}")
+    assert admin_call(server, "GET", f"/api/queue/{waiting}")["status"] == "cancelled"
+
+    # Another job arrives: the list refreshes live, and the message is still there.
+    later = submitted(server, config=NOWHERE, worker_labels={"pool": unique("none")})
+    expect(page.locator(f'#jobs tr[data-job="{later}"]')).to_be_visible()
+    expect(message).to_contain_text(f"1 not: {ended}")
