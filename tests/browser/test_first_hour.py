@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import sign_in, train_ready
+from tests.browser.conftest import PHONE, screenshot, sign_in, train_ready
 from tests.e2e.conftest import ServerProcess, unique, wait_for
 
+DESKTOP = {"width": 1440, "height": 900}
 NOWHERE = {"model_type": "lora"}  # a config that waits on a label no worker has
 
 
@@ -115,3 +117,58 @@ def test_a_bulk_cancels_failures_stay_shown_while_the_queue_refreshes(
     later = submitted(server, config=NOWHERE, worker_labels={"pool": unique("none")})
     expect(page.locator(f'#jobs tr[data-job="{later}"]')).to_be_visible()
     expect(message).to_contain_text(f"1 not: {ended}")
+
+
+# ---- 7. Train refuses a local job the local runner can never run ---------------------------
+
+
+def job_total(server: ServerProcess) -> int:
+    return int(admin_call(server, "GET", "/api/queue", params={"limit": 1})["total"])
+
+
+def test_the_api_refuses_a_local_job_wanting_more_gpus_than_the_local_runner_has(
+    server: ServerProcess,
+) -> None:
+    local = admin_call(server, "GET", "/api/admin/workers/w_local")
+    wanted = local["gpu_count"] + 2
+    before = job_total(server)
+    with server.admin() as admin:
+        resp = admin.post(
+            "/api/queue/submit",
+            json={"config": NOWHERE, "target": "local", "gpu_count": wanted},
+        )
+    assert resp.status_code == 422, resp.text
+    assert "the local runner has" in resp.json()["detail"]
+    assert f"needs {wanted} GPUs" in resp.json()["detail"]
+    assert job_total(server) == before  # nothing stored
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
+def test_train_says_before_submitting_that_the_local_runner_lacks_the_gpus(
+    server: ServerProcess, page: Page, viewport: dict[str, int]
+) -> None:
+    local_gpus = admin_call(server, "GET", "/api/admin/workers/w_local")["gpu_count"]
+    page.set_viewport_size(viewport)
+    sign_in(page, server.admin_key, then="/train")
+    train_ready(page)
+    button = page.locator("#submit")
+    expect(button).to_have_text("Train on a worker")
+    page.check("input[name=target][value=local]")
+    expect(button).to_have_text("Train locally")
+    page.fill("#gpu-count", str(local_gpus + 2))
+    hint = page.locator("#gpu-error")
+    expect(hint).to_be_visible()
+    expect(hint).to_contain_text("the local runner has")
+    expect(hint).to_contain_text("Worker or Auto")
+    screenshot(page, f"train-local-too-small-{viewport['width']}")
+
+    before = job_total(server)
+    page.fill("#config-json", '{"model_type": "lora"}')
+    button.click()
+    expect(page.locator("#error")).to_contain_text("the local runner has")
+    assert "/train" in page.url
+    assert job_total(server) == before  # refused: no job that could never run
+
+    page.check("input[name=target][value=auto]")
+    expect(hint).to_be_hidden()  # a worker may yet come for it
+    expect(button).to_have_text("Train on a worker, else locally")

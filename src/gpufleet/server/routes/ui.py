@@ -33,12 +33,14 @@ from gpufleet.domain.permissions import (
 )
 from gpufleet.domain.permissions import allows as key_allows
 from gpufleet.domain.policy import LEVEL_PRIORITY
+from gpufleet.domain.records import LOCAL_WORKER_ID
 from gpufleet.domain.webhooks import SUBSCRIPTION_HELP
 from gpufleet.errors import Forbidden, InvalidInput, Unauthenticated
 from gpufleet.server.deps import Client, Ctx
 from gpufleet.server.jsonbody import declares_json, is_json
+from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.routes import api_router
-from gpufleet.server.services import sessions
+from gpufleet.server.services import fleet, sessions
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 templates = Jinja2Templates(directory=UI_DIR / "templates")
@@ -164,7 +166,14 @@ async def worker_page(ctx: Ctx, request: Request, worker_id: str) -> Response:
 async def train_page(ctx: Ctx, request: Request) -> Response:
     # The page checks a name with the domain's own pattern and says the domain's rule.
     rule = {"config_name_pattern": CONFIG_NAME.pattern, "config_name_rule": CONFIG_NAME_RULE}
-    return await _page(ctx, request, TRAIN, **rule)
+    # The local runner's GPUs ("": off, "?": not registered yet), so that the page says before
+    # a submit that a local job asking more would be refused.
+    local_gpus = "?"
+    if not parse_local_gpus(ctx.settings.local_gpus)[0]:
+        local_gpus = ""
+    elif (local := await fleet.find_worker(ctx, LOCAL_WORKER_ID)) and local.registered:
+        local_gpus = str(local.gpu_count)
+    return await _page(ctx, request, TRAIN, local_gpus=local_gpus, **rule)
 
 
 @router.get("/queue")
