@@ -172,3 +172,59 @@ def test_train_says_before_submitting_that_the_local_runner_lacks_the_gpus(
     page.check("input[name=target][value=auto]")
     expect(hint).to_be_hidden()  # a worker may yet come for it
     expect(button).to_have_text("Train on a worker, else locally")
+
+
+# ---- 8. the Users table offers only what the server will do, and a level waits for Save ----
+
+
+def user_level(server: ServerProcess, name: str) -> str:
+    return str(admin_call(server, "GET", f"/api/users/{name}")["level"])
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
+def test_the_users_table_offers_no_level_or_delete_for_the_built_in_admin_or_yourself(
+    server: ServerProcess, page: Page, viewport: dict[str, int]
+) -> None:
+    me, key = user_with_key(server, "admin", "*")
+    other = unique("other")
+    admin_call(server, "POST", "/api/users", json={"name": other, "level": "researcher"})
+    page.set_viewport_size(viewport)
+    sign_in(page, key, then="/teams")
+    for name in ("admin", me):
+        row = page.locator(f'#users tr[data-user="{name}"]')
+        expect(row).to_be_visible()
+        expect(row.locator("select[name=level]")).to_have_count(0)
+        expect(row.locator("[data-action=delete-user]")).to_have_count(0)
+        expect(row.locator('[data-label="Level"]')).to_contain_text("admin")
+    expect(page.locator('#users tr[data-user="admin"] [data-label="Level"]')).to_contain_text(
+        "built-in"
+    )
+    expect(page.locator(f'#users tr[data-user="{me}"] [data-label="Level"]')).to_contain_text("you")
+    row = page.locator(f'#users tr[data-user="{other}"]')
+    expect(row.locator("select[name=level]")).to_be_visible()
+    expect(row.locator("[data-action=delete-user]")).to_be_visible()
+    screenshot(page, f"teams-users-{viewport['width']}")
+
+
+def test_a_users_level_changes_only_when_saved(server: ServerProcess, page: Page) -> None:
+    name = unique("leveled")
+    admin_call(server, "POST", "/api/users", json={"name": name, "level": "researcher"})
+    sign_in(page, server.admin_key, then="/teams")
+    row = page.locator(f'#users tr[data-user="{name}"]')
+    save = row.locator("[data-action=save-level]")
+    expect(save).to_be_disabled()  # nothing chosen yet
+
+    row.locator("select[name=level]").select_option("lead")
+    expect(save).to_be_enabled()
+    # Chosen, not saved: the server still has the old level (give a stray request time to land
+    # by reading the page's own list, which the server answers after any earlier request).
+    page.reload()
+    row = page.locator(f'#users tr[data-user="{name}"]')
+    expect(row.locator("select[name=level]")).to_have_value("researcher")
+    assert user_level(server, name) == "researcher"
+
+    row.locator("select[name=level]").select_option("lead")
+    row.locator("[data-action=save-level]").click()
+    expect(row.locator("[data-action=save-level]")).to_be_disabled()
+    wait_for(lambda: user_level(server, name) == "lead", what="the saved level")
+    expect(row.locator("select[name=level]")).to_have_value("lead")

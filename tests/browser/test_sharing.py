@@ -215,6 +215,7 @@ def test_an_admin_creates_a_team_and_a_user_adds_the_member_and_sets_weight_and_
     assert (changed["weight"], changed["max_gpus"], changed["max_jobs"]) == (3.5, None, 4)
 
     page.locator(f'#users tr[data-user="{user}"] select[name=level]').select_option("lead")
+    page.locator(f'#users tr[data-user="{user}"] [data-action=save-level]').click()
     expect(page.locator(f'#users tr[data-user="{user}"] select[name=level]')).to_have_value("lead")
     deadline = time.monotonic() + 10
     while admin_call(server, "GET", f"/api/users/{user}")["level"] != "lead":

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from gpufleet import __version__
 from gpufleet.domain.audit_events import EVENT_TYPES, FAMILIES
 from gpufleet.domain.jobspec import CONFIG_NAME, CONFIG_NAME_RULE
-from gpufleet.domain.levels import Level
+from gpufleet.domain.levels import ADMIN_USER_ID, Level
 from gpufleet.domain.permissions import (
     ADMIN_AUDIT,
     ADMIN_WORKERS,
@@ -123,6 +123,7 @@ async def _page(
         "nav": [p for p in PAGES if key_allows(perms, p.permission)],
         "key_name": principal.key.name,
         "key_id": principal.key.id,
+        "user_id": principal.user.id,
         "level": principal.user.level.value,
         "default_priority": LEVEL_PRIORITY[principal.user.level],  # what a submit gets unasked
         "can": {
@@ -188,7 +189,8 @@ async def job_page(ctx: Ctx, request: Request, job_id: str) -> Response:
 
 @router.get("/teams")
 async def teams_page(ctx: Ctx, request: Request) -> Response:
-    return await _page(ctx, request, TEAMS, levels=[level.value for level in Level])
+    levels = [level.value for level in Level]
+    return await _page(ctx, request, TEAMS, levels=levels, builtin_admin=ADMIN_USER_ID)
 
 
 @router.get("/audit")

@@ -189,26 +189,37 @@ function teamCard(t, users, isAdmin) {
 
 const levels = () => [...$("#u-level").options].map((o) => o.value);
 
+// What the server refuses is not offered: the built-in admin is always an admin and cannot be
+// deleted, and nobody lowers or deletes themselves (domain/people.py says why).
+const fixed = (u) => (u.id === box.dataset.builtin ? "built-in: always an admin"
+  : u.id === box.dataset.me ? "you: another admin changes it" : null);
+
+// A level is chosen, then saved: nothing changes until Save.
 function levelChoice(u) {
+  const why = fixed(u);
+  if (why) return [h("span", { text: u.level }), h("div", { class: "hint muted", text: why })];
   const problem = h("p", { class: "error field-error", role: "alert" });
-  const select = h("select", {
-    name: "level", "aria-label": `Level of ${u.name}`,
-    onchange: async (e) => {
+  const save = h("button", {
+    type: "button", class: "small", "data-action": "save-level", text: "Save", disabled: true,
+    onclick: async (e) => {
       showError(problem, null);
-      const select = e.currentTarget;
       try {
-        await patch(path("users", u.name), { level: select.value });
+        await busy(e.currentTarget, () => patch(path("users", u.name), { level: select.value }));
       } catch (err) {
-        select.value = u.level;
         return showError(problem, err);
       }
       refresh();
     },
+  });
+  const select = h("select", {
+    name: "level", "aria-label": `Level of ${u.name}`,
+    onchange: () => { save.disabled = select.value === u.level; },
   }, levels().map((l) => h("option", { value: l, text: l, selected: l === u.level })));
-  return [select, problem];
+  return [h("div", { class: "inline-save" }, select, save), problem];
 }
 
 function userRow(u) {
+  const deletable = !fixed(u);
   return h("tr", { "data-user": u.name },
     h("td", { "data-label": "Name" }, h("strong", { text: u.name }), h("div", { class: "muted mono", text: u.id })),
     h("td", { "data-label": "Level" }, h("div", {}, levelChoice(u))),
@@ -219,14 +230,14 @@ function userRow(u) {
     h("td", { "data-label": "Actions" }, h("div", { class: "actions" }, h("button", {
       type: "button", class: "small", "data-action": "limits", text: "Edit",
       onclick: () => editLimits(u),
-    }), h("button", {
+    }), deletable ? h("button", {
       type: "button", class: "small danger", "data-action": "delete-user", text: "Delete",
       onclick: (e) => act(e.currentTarget, async () => {
         const ok = await confirmDialog(`Delete user ${u.name}?`,
           "Their API keys are revoked at once; their past jobs stay in the queue and the audit log.", "Delete user");
         if (ok) await del(path("users", u.name));
       }, $("#users-error"), refresh),
-    }))),
+    }) : null)),
   );
 }
 
