@@ -228,3 +228,91 @@ def test_a_users_level_changes_only_when_saved(server: ServerProcess, page: Page
     expect(row.locator("[data-action=save-level]")).to_be_disabled()
     wait_for(lambda: user_level(server, name) == "lead", what="the saved level")
     expect(row.locator("select[name=level]")).to_have_value("lead")
+
+
+# ---- 14. papercuts -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
+def test_the_create_key_dialog_offers_only_what_the_chosen_users_level_allows(
+    server: ServerProcess, page: Page, viewport: dict[str, int]
+) -> None:
+    name = unique("res")
+    admin_call(server, "POST", "/api/users", json={"name": name, "level": "researcher"})
+    page.set_viewport_size(viewport)
+    sign_in(page, server.admin_key, then="/keys")
+    page.click("#key-create-open")
+    everything = page.locator('#key-form input[name=permissions][value="*"]')
+    workers = page.locator('#key-form input[name=permissions][value="admin.workers"]')
+    read = page.locator('#key-form input[name=permissions][value="queue.read"]')
+    hint = page.locator("#k-perm-hint")
+    expect(page.locator(f'#k-user option[value="{name}"]')).to_have_count(1)
+    expect(everything).to_be_enabled()  # "me": the admin may have all of them
+    everything.check()
+
+    page.select_option("#k-user", name)
+    expect(everything).to_be_disabled()
+    expect(everything).not_to_be_checked()  # a choice the level cannot have is taken back
+    expect(workers).to_be_disabled()
+    expect(read).to_be_enabled()
+    expect(hint).to_contain_text("researcher")
+    expect(hint).to_contain_text("queue.read, queue.submit")
+    screenshot(page, f"keys-create-researcher-{viewport['width']}")
+
+    page.fill("#k-name", f"{name}-key")
+    read.check()
+    page.click("#key-form button[type=submit]")
+    expect(page.locator("#key-value")).to_contain_text("gf")
+    keys = admin_call(server, "GET", "/api/admin/api-keys")
+    made = next(k for k in keys if k["name"] == f"{name}-key")
+    assert (made["user"], made["permissions"]) == (name, ["queue.read"])
+
+
+def test_creating_a_user_says_the_next_step_as_the_cli_does(
+    server: ServerProcess, page: Page
+) -> None:
+    name = unique("newbie")
+    sign_in(page, server.admin_key, then="/teams")
+    page.fill("#u-name", name)
+    page.click("#user-create")
+    next_step = page.locator("#user-next")
+    expect(next_step).to_contain_text(f"Created user {name}")
+    expect(next_step).to_contain_text(f"gpufleet keys create {name}-key --user {name}")
+    expect(next_step.get_by_role("link", name="API keys")).to_have_attribute("href", "/keys")
+    assert admin_call(server, "GET", f"/api/users/{name}")["level"] == "researcher"
+
+
+def test_a_job_page_of_no_job_says_so_and_links_the_queue(
+    server: ServerProcess, page: Page
+) -> None:
+    sign_in(page, server.admin_key, then="/queue")
+    answer = page.goto("/queue/j_nope")
+    assert answer is not None and answer.status == 404
+    expect(page.locator("main")).to_contain_text("There is no job j_nope")
+    expect(page.locator("main")).not_to_contain_text("oading")  # nothing left "loading…"
+    page.locator("main").get_by_role("link", name="Queue").first.click()
+    page.wait_for_url("**/queue")
+
+
+def test_an_unknown_address_is_an_html_page_for_a_browser_and_json_for_a_script(
+    server: ServerProcess, page: Page
+) -> None:
+    page.set_viewport_size(PHONE)
+    sign_in(page, server.admin_key, then="/queue")
+    answer = page.goto("/no-such-page")
+    assert answer is not None and answer.status == 404
+    assert answer.headers["content-type"].startswith("text/html")
+    expect(page.locator("h1")).to_have_text("Page not found")
+    expect(page.locator("main")).to_contain_text("/no-such-page")
+    screenshot(page, "not-found-390")
+    expect(page.locator("nav").get_by_role("link", name="Queue")).to_be_visible()
+    page.locator("main").get_by_role("link", name="start page").click()
+    page.wait_for_url(lambda url: "no-such-page" not in url)
+
+    with httpx.Client(base_url=server.url) as script:
+        plain = script.get("/no-such-page")
+        api = script.get("/api/no-such-endpoint", headers={"Accept": "text/html"})
+    for resp in (plain, api):
+        assert resp.status_code == 404
+        assert resp.headers["content-type"] == "application/json"
+        assert "no such endpoint" in resp.json()["detail"]

@@ -172,9 +172,10 @@ def test_an_unknown_job_page_points_at_the_queue_page_not_an_endpoint(
     server: ServerProcess, page: Page
 ) -> None:
     sign_in(page, server.admin_key, then="/queue/j_nope")
-    error = page.locator("#error")
-    expect(error).to_contain_text("no job j_nope; the Queue page lists the jobs")
-    expect(error).not_to_contain_text("/api/")
+    said = page.locator("#not-found")
+    expect(said).to_contain_text("There is no job j_nope")
+    expect(said).to_contain_text("Queue lists the jobs")
+    expect(said).not_to_contain_text("/api/")
 
 
 # ---- Audit (#15.6 actor, #15.8) ------------------------------------------------------------

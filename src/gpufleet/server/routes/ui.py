@@ -26,6 +26,7 @@ from gpufleet.domain.permissions import (
     ADMIN_AUDIT,
     ADMIN_WORKERS,
     ALL,
+    LEVEL_PERMISSIONS,
     PERMISSION_HELP,
     QUEUE_APPROVE,
     QUEUE_READ,
@@ -40,7 +41,7 @@ from gpufleet.server.deps import Client, Ctx
 from gpufleet.server.jsonbody import declares_json, is_json
 from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.routes import api_router
-from gpufleet.server.services import fleet, sessions
+from gpufleet.server.services import fleet, queue, sessions
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 templates = Jinja2Templates(directory=UI_DIR / "templates")
@@ -112,7 +113,13 @@ def _signin_redirect(request: Request) -> RedirectResponse:
 
 
 async def _page(
-    ctx: Ctx, request: Request, page: Page, template: str | None = None, **extra: Any
+    ctx: Ctx,
+    request: Request,
+    page: Page,
+    template: str | None = None,
+    *,
+    status_code: int = 200,
+    **extra: Any,
 ) -> Response:
     principal = await sessions.current(ctx, request.cookies.get(sessions.SESSION_COOKIE))
     if principal is None:
@@ -134,7 +141,7 @@ async def _page(
     }
     if not key_allows(perms, page.permission):
         return _render(request, "forbidden.html", 403, **context)
-    return _render(request, template or f"{page.path.strip('/')}.html", **context)
+    return _render(request, template or f"{page.path.strip('/')}.html", status_code, **context)
 
 
 @router.get("/")
@@ -166,7 +173,10 @@ async def worker_page(ctx: Ctx, request: Request, worker_id: str) -> Response:
 @router.get("/train")
 async def train_page(ctx: Ctx, request: Request) -> Response:
     # The page checks a name with the domain's own pattern and says the domain's rule.
-    rule = {"config_name_pattern": CONFIG_NAME.pattern, "config_name_rule": CONFIG_NAME_RULE}
+    rule: dict[str, Any] = {
+        "config_name_pattern": CONFIG_NAME.pattern,
+        "config_name_rule": CONFIG_NAME_RULE,
+    }
     # The local runner's GPUs ("": off, "?": not registered yet), so that the page says before
     # a submit that a local job asking more would be refused.
     local_gpus = "?"
@@ -184,7 +194,38 @@ async def queue_page(ctx: Ctx, request: Request) -> Response:
 
 @router.get("/queue/{job_id}")
 async def job_page(ctx: Ctx, request: Request, job_id: str) -> Response:
+    if not await queue.job_exists(ctx, job_id):
+        missing: dict[str, Any] = {
+            "heading": f"No job {job_id}",
+            "missing": f"job {job_id}",
+            "why": "it was deleted, or the address is mistyped",
+            "back_path": "/queue",
+            "back_title": "Queue",
+            "back_hint": "lists the jobs",
+        }
+        return await _page(ctx, request, QUEUE, "not_found.html", status_code=404, **missing)
     return await _page(ctx, request, QUEUE, "job.html", job_id=job_id)
+
+
+async def not_found_page(request: Request) -> Response:
+    """A browser's unknown address: a page of the UI saying so (a script gets JSON)."""
+    ctx = request.app.state.ctx
+    principal = await sessions.current(ctx, request.cookies.get(sessions.SESSION_COOKIE))
+    perms = principal.permissions if principal else frozenset()
+    return _render(
+        request,
+        "not_found.html",
+        404,
+        nav=[p for p in PAGES if principal and key_allows(perms, p.permission)],
+        page=None,
+        key_name=principal.key.name if principal else None,
+        heading="Page not found",
+        missing=f"page at {request.url.path}",
+        why="check the address",
+        back_path="/",
+        back_title="Go to the start page",
+        back_hint="of the UI",
+    )
 
 
 @router.get("/teams")
@@ -200,7 +241,9 @@ async def audit_page(ctx: Ctx, request: Request) -> Response:
 
 @router.get("/keys")
 async def keys_page(ctx: Ctx, request: Request) -> Response:
-    return await _page(ctx, request, KEYS, permissions=PERMISSION_HELP)
+    # What a key of each level's user may hold, so the dialog offers no more than that.
+    most = {level.value: sorted(perms) for level, perms in LEVEL_PERMISSIONS.items()}
+    return await _page(ctx, request, KEYS, permissions=PERMISSION_HELP, level_permissions=most)
 
 
 @router.get("/webhooks")

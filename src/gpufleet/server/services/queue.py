@@ -309,6 +309,11 @@ async def enqueue(
 # ---- read -------------------------------------------------------------------------------
 
 
+async def job_exists(ctx: Context, job_id: str) -> bool:
+    async with ctx.store.read() as q:
+        return await q.get_job(job_id) is not None
+
+
 async def get_job(ctx: Context, job_id: str) -> Job:
     async with ctx.store.read() as q:
         job = await q.get_job(job_id)

@@ -4,7 +4,8 @@
 import { del, get, patch, post, put } from "./api.js";
 import { fmt, lineChart } from "./chart.js";
 import {
-  $, act, busy, confirmDialog, formErrors, h, onSubmit, serial, showError, textOr, when, wireDialogs,
+  $, act, busy, confirmDialog, formErrors, h, localTime, onSubmit, serial, showError, textOr, when,
+  wireDialogs,
 } from "./dom.js";
 import { live } from "./live.js";
 import "./nav.js";
@@ -16,11 +17,11 @@ const isAdmin = box.dataset.canAdmin === "true"; // `*`, cut to its user's level
 
 // ---- the usage chart: time along x ------------------------------------------------------------
 
-const clock = (ms) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+const clock = (ms) => localTime(ms).slice(11); // 17:04:05, as every time on the UI
 const TIME = {
   axis: clock,
   tick: clock,
-  at: (ms) => new Date(ms).toLocaleString(),
+  at: localTime,
   span: (a, b) => `${clock(a)} to ${clock(b)}`,
 };
 
@@ -307,10 +308,21 @@ function refresh() {
 
 // ---- create --------------------------------------------------------------------------------------
 
-const creating = (form, endpoint, read) => onSubmit(form, read, (body) => post(endpoint, body), () => {
+const creating = (form, endpoint, read, then = () => {}) => onSubmit(form, read, (body) => post(endpoint, body), (made) => {
   form.reset();
+  then(made);
   refresh();
 });
+
+// After a user is made, what comes next (as `gpufleet users create` says it): a key of theirs.
+function userNext(u) {
+  const command = `gpufleet keys create ${u.name}-key --user ${u.name} -p queue.read -p queue.submit`;
+  $("#user-next").replaceChildren(
+    `Created user ${u.name} (${u.level}). Next, give them an API key: Create API key on the `,
+    h("a", { href: "/keys", text: "API keys" }), " page (User: ", h("strong", { text: u.name }),
+    "), or ", h("code", { text: command }), ".");
+  $("#user-next").hidden = false;
+}
 
 const named = (form, problems, what) => {
   const name = form.elements.name.value.trim();
@@ -330,8 +342,9 @@ creating($("#user-form"), "/api/users", (form) => {
   const problems = {};
   const body = { name: named(form, problems, "user"), level: form.elements.level.value };
   if (form.elements.team.value) body.team = form.elements.team.value;
+  $("#user-next").hidden = true;
   return { body, problems };
-});
+}, userNext);
 
 // ---- live ---------------------------------------------------------------------------------------
 
