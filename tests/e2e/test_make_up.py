@@ -62,6 +62,8 @@ class Up:
             os.killpg(self.proc.pid, signal.SIGINT)
         self.proc.wait(timeout=20)
         self.reader.join(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         return self.lines
 
 
