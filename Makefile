@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.installed
 WHEELS := $(VENV)/wheelhouse
 PORT   ?= 8001
 DATA   ?= .gpufleet
+LOG_LEVEL ?= warning
 
 .PHONY: up test lint venv wheelhouse agent-wheel postgres system-packages clean screenshots
 
@@ -44,7 +45,7 @@ $(WHEELS)/.done: pyproject.toml | $(STAMP)
 
 # The orchestrator on SQLite under $(DATA), with a local persistent worker, ready for jobs.
 up: venv
-	PORT=$(PORT) DATA=$(DATA) BIN=$(BIN) scripts/up.sh
+	PORT=$(PORT) DATA=$(DATA) BIN=$(BIN) LOG_LEVEL=$(LOG_LEVEL) scripts/up.sh
 
 # PostgreSQL on 127.0.0.1:5432 backs the storage tests; start it if it is down.
 postgres:

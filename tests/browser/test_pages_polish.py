@@ -168,27 +168,32 @@ def test_the_waiting_advice_on_the_job_page_names_buttons_not_endpoints(
     expect(summary).not_to_contain_text("/api/")
 
 
-def test_a_local_job_wanting_more_gpus_than_the_local_runner_is_told_what_it_has(
-    server: ServerProcess, page: Page
+def test_a_local_job_wanting_more_gpus_than_the_local_runner_is_refused_in_each_surfaces_terms(
+    server: ServerProcess,
 ) -> None:
-    job_id = submit(server, config={"model_type": "lora"}, target="local", gpu_count=2)
-    sign_in(page, server.admin_key, then=f"/queue/{job_id}")
-    summary = page.locator("#waiting-summary")
-    expect(summary).to_contain_text(re.compile(r"the local runner has (no|\d+) GPU"))
-    expect(summary).to_contain_text("GPU count")
-    expect(summary).not_to_contain_text("Create Worker")
-    expect(summary).not_to_contain_text("/api/")
+    # It would wait forever, so it is refused (#33.7); the words are the waiting advice's.
     with server.admin() as admin:
-        assert admin.post(f"/api/queue/{job_id}/cancel").status_code == 200
+        resp = admin.post(
+            "/api/queue/submit",
+            json={"config": {"model_type": "lora"}, "target": "local", "gpu_count": 2},
+        )
+    assert resp.status_code == 422, resp.text
+    body = resp.json()
+    assert re.search(r"the local runner has (no|\d+) GPU", body["detail"])
+    ui = body["detail_for"]["ui"]
+    assert "GPU count" in ui and "target Worker or Auto" in ui
+    assert "Create Worker" not in ui and "/api/" not in ui
+    assert "--gpus" in body["detail_for"]["cli"]
 
 
 def test_an_unknown_job_page_points_at_the_queue_page_not_an_endpoint(
     server: ServerProcess, page: Page
 ) -> None:
     sign_in(page, server.admin_key, then="/queue/j_nope")
-    error = page.locator("#error")
-    expect(error).to_contain_text("no job j_nope; the Queue page lists the jobs")
-    expect(error).not_to_contain_text("/api/")
+    said = page.locator("#not-found")
+    expect(said).to_contain_text("There is no job j_nope")
+    expect(said).to_contain_text("Queue lists the jobs")
+    expect(said).not_to_contain_text("/api/")
 
 
 # ---- Audit (#15.6 actor, #15.8) ------------------------------------------------------------

@@ -4,6 +4,7 @@ checked through the API."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -215,6 +216,7 @@ def test_an_admin_creates_a_team_and_a_user_adds_the_member_and_sets_weight_and_
     assert (changed["weight"], changed["max_gpus"], changed["max_jobs"]) == (3.5, None, 4)
 
     page.locator(f'#users tr[data-user="{user}"] select[name=level]').select_option("lead")
+    page.locator(f'#users tr[data-user="{user}"] [data-action=save-level]').click()
     expect(page.locator(f'#users tr[data-user="{user}"] select[name=level]')).to_have_value("lead")
     deadline = time.monotonic() + 10
     while admin_call(server, "GET", f"/api/users/{user}")["level"] != "lead":
@@ -322,6 +324,10 @@ def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
     assert int(chart.get_attribute("data-points") or 0) >= 2
     expect(chart.locator("path.line")).to_have_count(1)
     expect(card.locator('figure.chart[data-series^="Usage"] svg path.line')).to_have_count(1)
+    # The clock of the rest of the UI: 24 hours, not "03:04:05 PM" (#33.14).
+    ticks = [t for t in chart.locator("text.tick").all_text_contents() if ":" in t]  # x: times
+    assert len(ticks) == 2 and all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks), ticks
+    assert not re.search(r"AM|PM", chart.get_attribute("aria-label") or ""), "12-hour clock"
     screenshot(page, "team-usage")
     context.close()
 

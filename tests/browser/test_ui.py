@@ -112,7 +112,7 @@ def test_an_admin_runs_a_worker_and_a_job_from_the_browser(
     page.check("input[name=target][value=worker]")
     page.fill("#labels", "pool=browser")
     screenshot(page, "train")
-    page.click("#submit >> text=Train in Cloud")
+    page.click("#submit >> text=Train on a worker")
     page.wait_for_url("**/queue/j_*")
     job_id = page.url.rsplit("/", 1)[1]
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.domain.advice import Surface, say_wait
-from gpufleet.domain.matching import Capacity, Requirement, WaitCode, why_waiting
+from gpufleet.domain.matching import Capacity, Requirement, WaitCode, never_runs, why_waiting
 from gpufleet.domain.states import Target, WorkerStatus
 
 
@@ -33,13 +33,37 @@ def test_a_local_job_wanting_more_gpus_than_the_local_runner_is_told_what_it_has
 
     assert wait.code is WaitCode.LOCAL_TOO_SMALL
     has = "no GPU" if local_gpus == 0 else "1 GPU"
+    most = "0" if local_gpus == 0 else f"{local_gpus} or less"  # never "0 or less" (#33.7)
     assert say_wait(wait, Surface.UI) == (
         f"the local runner has {has} and the job needs 2 GPUs: submit again from Train with "
-        f"GPU count {local_gpus} or less, or with target Worker or Auto"
+        f"GPU count {most}, or with target Worker or Auto"
     )
-    assert f"--gpus {local_gpus} or less" in say_wait(wait, Surface.CLI)
+    assert f"--gpus {most}," in say_wait(wait, Surface.CLI)
     for surface in Surface:
         assert "create" not in say_wait(wait, surface).lower()
+
+
+@pytest.mark.parametrize(
+    ("target", "local_gpus", "wanted", "refused"),
+    [
+        (Target.LOCAL, 0, 2, True),
+        (Target.LOCAL, 1, 2, True),
+        (Target.LOCAL, 2, 2, False),
+        (Target.LOCAL, None, 2, False),  # not registered yet: its GPUs are not known
+        (Target.AUTO, 0, 2, False),  # a worker may come for it
+        (Target.WORKER, 0, 2, False),
+    ],
+)
+def test_only_a_local_job_wanting_more_gpus_than_the_local_runner_never_runs(
+    target: Target, local_gpus: int | None, wanted: int, refused: bool
+) -> None:
+    req = Requirement(target=target, gpu_count=wanted, labels={})
+    local = Capacity("w_local", "local", WorkerStatus.IDLE, local_gpus, {}, is_local=True)
+    wait = never_runs(req, local)
+    assert (wait is not None) == refused
+    if wait is not None:
+        assert wait.code is WaitCode.LOCAL_TOO_SMALL
+        assert wait.params["local_gpus"] == local_gpus
 
 
 def test_a_local_job_with_labels_the_local_runner_lacks_is_not_told_to_create_a_worker() -> None:

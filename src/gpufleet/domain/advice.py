@@ -41,13 +41,11 @@ _LOCAL_NO_MATCH = {
 
 
 def _local_too_small(surface: Surface, local_gpus: int) -> str:
+    most = f"{local_gpus} or less" if local_gpus else "0"  # never "0 or less"
     return {
-        Surface.API: f"submit again with gpu_count {local_gpus} or less, or with target "
-        "'worker' or 'auto'",
-        Surface.UI: f"submit again from Train with GPU count {local_gpus} or less, or with "
-        "target Worker or Auto",
-        Surface.CLI: f"submit again with --gpus {local_gpus} or less, or with --target worker "
-        "or --target auto",
+        Surface.API: f"submit again with gpu_count {most}, or with target 'worker' or 'auto'",
+        Surface.UI: f"submit again from Train with GPU count {most}, or with target Worker or Auto",
+        Surface.CLI: f"submit again with --gpus {most}, or with --target worker or --target auto",
     }[surface]
 
 

@@ -290,6 +290,24 @@ def why_waiting(req: Requirement, caps: list[Capacity]) -> Wait:
     return Wait(WaitCode.NO_WORKER_MATCHES, params)
 
 
+def never_runs(req: Requirement, local: Capacity | None) -> Wait | None:
+    """Why no worker will ever come to run this job, or None when one may: a job for the local
+    runner asking more GPUs than it registered with (they change only with a restart of the
+    orchestrator, so it would wait forever). Any other job may find a worker that registers
+    later: `why_waiting` says what it waits for."""
+    if req.target is not Target.LOCAL or local is None or local.gpu_count is None:
+        return None
+    if local.gpu_count >= req.gpu_count:
+        return None
+    params = {
+        "target": req.target.value,
+        "wanted": _wanted(req),
+        "gpu_count": req.gpu_count,
+        "local_gpus": local.gpu_count,
+    }
+    return Wait(WaitCode.LOCAL_TOO_SMALL, params)
+
+
 def _wanted(req: Requirement) -> str:
     """What the job asks of a worker, in words: `2 GPUs and team=nlp`."""
     parts = [f"{k}={v}" for k, v in sorted(req.labels.items())]

@@ -232,7 +232,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         lifespan=lifespan,
         routes=[route for api in routers for route in api.routes],
     )
-    errors.install(app)
+    errors.install(app, ui.not_found_page)
     app.mount("/static", ui.static_files(), name="static")
     app.add_middleware(BodyLimit)
     app.add_middleware(RefuseNulInUrl)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from gpufleet.errors import (
     ArtifactStoreError,
@@ -72,6 +73,12 @@ async def _validation(_request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _wants_page(request: Request) -> bool:
+    """A browser asking for a page (HTML first in Accept), not a script or an API call."""
+    accept = request.headers.get("accept", "")
+    return not request.url.path.startswith("/api/") and accept.startswith("text/html")
+
+
 async def _http(_request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, HTTPException):
         raise exc
@@ -120,9 +127,20 @@ async def _gone(request: Request, _exc: Exception) -> JSONResponse:
     )
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, page_not_found: Callable[[Request], Awaitable[Response]]) -> None:
+    """`page_not_found`: the web UI's answer to a browser's unknown address."""
+
+    async def http(request: Request, exc: Exception) -> Response:
+        if (
+            isinstance(exc, HTTPException)
+            and (exc.status_code, exc.detail) == (404, "Not Found")
+            and _wants_page(request)
+        ):
+            return await page_not_found(request)
+        return await _http(request, exc)
+
     app.add_exception_handler(ClientDisconnect, _gone)
     app.add_exception_handler(DomainError, _domain)
     app.add_exception_handler(RequestValidationError, _validation)
-    app.add_exception_handler(HTTPException, _http)
+    app.add_exception_handler(HTTPException, http)
     app.add_exception_handler(StoreError, _store)

@@ -22,23 +22,27 @@ from gpufleet import __version__
 from gpufleet.domain.audit_events import EVENT_TYPES, FAMILIES
 from gpufleet.domain.job_secrets import SECRET_NAME
 from gpufleet.domain.jobspec import CONFIG_NAME, CONFIG_NAME_RULE
-from gpufleet.domain.levels import Level
+from gpufleet.domain.levels import ADMIN_USER_ID, Level
 from gpufleet.domain.permissions import (
     ADMIN_AUDIT,
     ADMIN_WORKERS,
     ALL,
+    LEVEL_PERMISSIONS,
     PERMISSION_HELP,
     QUEUE_APPROVE,
     QUEUE_READ,
     QUEUE_SUBMIT,
 )
 from gpufleet.domain.permissions import allows as key_allows
+from gpufleet.domain.policy import LEVEL_PRIORITY
+from gpufleet.domain.records import LOCAL_WORKER_ID
 from gpufleet.domain.webhooks import SUBSCRIPTION_HELP
 from gpufleet.errors import Forbidden, InvalidInput, Unauthenticated
 from gpufleet.server.deps import Client, Ctx
 from gpufleet.server.jsonbody import declares_json, is_json
+from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.routes import api_router
-from gpufleet.server.services import sessions
+from gpufleet.server.services import fleet, queue, sessions
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 templates = Jinja2Templates(directory=UI_DIR / "templates")
@@ -111,7 +115,13 @@ def _signin_redirect(request: Request) -> RedirectResponse:
 
 
 async def _page(
-    ctx: Ctx, request: Request, page: Page, template: str | None = None, **extra: Any
+    ctx: Ctx,
+    request: Request,
+    page: Page,
+    template: str | None = None,
+    *,
+    status_code: int = 200,
+    **extra: Any,
 ) -> Response:
     principal = await sessions.current(ctx, request.cookies.get(sessions.SESSION_COOKIE))
     if principal is None:
@@ -122,6 +132,9 @@ async def _page(
         "nav": [p for p in PAGES if key_allows(perms, p.permission)],
         "key_name": principal.key.name,
         "key_id": principal.key.id,
+        "user_id": principal.user.id,
+        "level": principal.user.level.value,
+        "default_priority": LEVEL_PRIORITY[principal.user.level],  # what a submit gets unasked
         "can": {
             p: key_allows(perms, p)
             for p in (ADMIN_WORKERS, QUEUE_SUBMIT, QUEUE_APPROVE, ADMIN_AUDIT, ALL)
@@ -130,7 +143,7 @@ async def _page(
     }
     if not key_allows(perms, page.permission):
         return _render(request, "forbidden.html", 403, **context)
-    return _render(request, template or f"{page.path.strip('/')}.html", **context)
+    return _render(request, template or f"{page.path.strip('/')}.html", status_code, **context)
 
 
 @router.get("/")
@@ -162,8 +175,18 @@ async def worker_page(ctx: Ctx, request: Request, worker_id: str) -> Response:
 @router.get("/train")
 async def train_page(ctx: Ctx, request: Request) -> Response:
     # The page checks a name with the domain's own pattern and says the domain's rule.
-    rule = {"config_name_pattern": CONFIG_NAME.pattern, "config_name_rule": CONFIG_NAME_RULE}
-    return await _page(ctx, request, TRAIN, **rule)
+    rule: dict[str, Any] = {
+        "config_name_pattern": CONFIG_NAME.pattern,
+        "config_name_rule": CONFIG_NAME_RULE,
+    }
+    # The local runner's GPUs ("": off, "?": not registered yet), so that the page says before
+    # a submit that a local job asking more would be refused.
+    local_gpus = "?"
+    if not parse_local_gpus(ctx.settings.local_gpus)[0]:
+        local_gpus = ""
+    elif (local := await fleet.find_worker(ctx, LOCAL_WORKER_ID)) and local.registered:
+        local_gpus = str(local.gpu_count)
+    return await _page(ctx, request, TRAIN, local_gpus=local_gpus, **rule)
 
 
 @router.get("/queue")
@@ -173,12 +196,44 @@ async def queue_page(ctx: Ctx, request: Request) -> Response:
 
 @router.get("/queue/{job_id}")
 async def job_page(ctx: Ctx, request: Request, job_id: str) -> Response:
+    if not await queue.job_exists(ctx, job_id):
+        missing: dict[str, Any] = {
+            "heading": f"No job {job_id}",
+            "missing": f"job {job_id}",
+            "why": "it was deleted, or the address is mistyped",
+            "back_path": "/queue",
+            "back_title": "Queue",
+            "back_hint": "lists the jobs",
+        }
+        return await _page(ctx, request, QUEUE, "not_found.html", status_code=404, **missing)
     return await _page(ctx, request, QUEUE, "job.html", job_id=job_id)
+
+
+async def not_found_page(request: Request) -> Response:
+    """A browser's unknown address: a page of the UI saying so (a script gets JSON)."""
+    ctx = request.app.state.ctx
+    principal = await sessions.current(ctx, request.cookies.get(sessions.SESSION_COOKIE))
+    perms = principal.permissions if principal else frozenset()
+    return _render(
+        request,
+        "not_found.html",
+        404,
+        nav=[p for p in PAGES if principal and key_allows(perms, p.permission)],
+        page=None,
+        key_name=principal.key.name if principal else None,
+        heading="Page not found",
+        missing=f"page at {request.url.path}",
+        why="check the address",
+        back_path="/",
+        back_title="Go to the start page",
+        back_hint="of the UI",
+    )
 
 
 @router.get("/teams")
 async def teams_page(ctx: Ctx, request: Request) -> Response:
-    return await _page(ctx, request, TEAMS, levels=[level.value for level in Level])
+    levels = [level.value for level in Level]
+    return await _page(ctx, request, TEAMS, levels=levels, builtin_admin=ADMIN_USER_ID)
 
 
 @router.get("/secrets")
@@ -193,7 +248,9 @@ async def audit_page(ctx: Ctx, request: Request) -> Response:
 
 @router.get("/keys")
 async def keys_page(ctx: Ctx, request: Request) -> Response:
-    return await _page(ctx, request, KEYS, permissions=PERMISSION_HELP)
+    # What a key of each level's user may hold, so the dialog offers no more than that.
+    most = {level.value: sorted(perms) for level, perms in LEVEL_PERMISSIONS.items()}
+    return await _page(ctx, request, KEYS, permissions=PERMISSION_HELP, level_permissions=most)
 
 
 @router.get("/webhooks")

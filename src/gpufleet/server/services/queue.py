@@ -21,12 +21,14 @@ from gpufleet.domain.matching import (
     WaitCode,
     fits,
     needs_of,
+    never_runs,
     reasons_not_running,
     why_waiting,
 )
 from gpufleet.domain.ownership import JobAction
 from gpufleet.domain.policy import Policy, approval_needed, check_priority, queued_limit_hit
 from gpufleet.domain.records import (
+    LOCAL_WORKER_ID,
     Attempt,
     Checkpoint,
     Job,
@@ -89,15 +91,27 @@ class JobView:
 # ---- submit -----------------------------------------------------------------------------
 
 
-def _check_target(ctx: Context, target: Target) -> None:
+async def _check_target(ctx: Context, req: Requirement) -> None:
     """Refuse what no worker could ever come to run: a job for the local runner when this
-    server runs none (only a restart with --local-gpus would make one). Any other job waits
-    for its worker, which may register at any time; `explain_wait` says what it waits for."""
+    server runs none, or when it has fewer GPUs than the job asks (only a restart with other
+    --local-gpus would change either). Any other job waits for its worker, which may register
+    at any time; `explain_wait` says what it waits for."""
+    if req.target is not Target.LOCAL:
+        return
     local_on, _gpus = parse_local_gpus(ctx.settings.local_gpus)
-    if target is Target.LOCAL and not local_on:
+    if not local_on:
         raise InvalidInput(
             "target 'local' needs the orchestrator's local runner, which is off; start the "
             "server with --local-gpus auto, or submit with target 'worker'"
+        )
+    async with ctx.store.read() as q:
+        local = await q.get_worker(LOCAL_WORKER_ID)
+    if wait := never_runs(req, local.capacity() if local else None):
+        said = say_wait_everywhere(wait)
+        raise InvalidInput(
+            f"refused, as it would wait forever: {said['api']}",
+            ui=f"refused, as it would wait forever: {said['ui']}",
+            cli=f"refused, as it would wait forever: {said['cli']}",
         )
 
 
@@ -200,8 +214,8 @@ async def enqueue(
     `ran`: the stored config's version it is."""
     gpu_count = job_gpu_count(sub.gpu_count, config)
     labels = check_labels(sub.worker_labels)
-    _check_target(ctx, sub.target)
     req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs_of(config))
+    await _check_target(ctx, req)
     job_id = new_id("j")
     async with transaction(ctx) as tx:
         admitted = await _admit(tx, sub, gpu_count, user_id)
@@ -271,6 +285,11 @@ async def enqueue(
 
 
 # ---- read -------------------------------------------------------------------------------
+
+
+async def job_exists(ctx: Context, job_id: str) -> bool:
+    async with ctx.store.read() as q:
+        return await q.get_job(job_id) is not None
 
 
 async def get_job(ctx: Context, job_id: str) -> Job:

@@ -101,11 +101,15 @@ export function span(from, to) {
   return h("span", { dataset: { since: from } }, duration(secondsSince(from)));
 }
 
+// "2026-01-31 17:04:05" in local time: the UI's one clock (24 hours, whatever the locale).
+export function localTime(ms) {
+  const local = new Date(ms - new Date(ms).getTimezoneOffset() * 60000).toISOString();
+  return `${local.slice(0, 10)} ${local.slice(11, 19)}`;
+}
+
 export function when(iso) {
   if (!iso) return h("span", { class: "muted", text: "—" });
-  const d = new Date(iso);
-  const local = new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString();
-  return h("time", { datetime: iso, title: iso }, `${local.slice(0, 10)} ${local.slice(11, 19)}`);
+  return h("time", { datetime: iso, title: iso }, localTime(Date.parse(iso)));
 }
 
 let clock = null;
@@ -236,12 +240,13 @@ export function onSubmit(form, read, send, done, placed = () => ({})) {
       const field = form.elements[first]; // a group of boxes is a RadioNodeList
       return (field instanceof RadioNodeList ? field[0] : field).focus();
     }
+    let answer;
     try {
-      await busy(event.submitter, () => send(body));
+      answer = await busy(event.submitter, () => send(body));
     } catch (err) {
       return formErrors(form, err, placed(err));
     }
-    done();
+    done(answer);
   });
 }
 

@@ -75,6 +75,7 @@ $("#key-create-open").addEventListener("click", () => {
   form.reset();
   showError($("#key-create-error"), null);
   showError($("#k-user-error"), null);
+  offerLevels();
   loadUsers();
   createDialog.showModal();
 });
@@ -88,10 +89,33 @@ async function loadUsers() {
     $("#k-user-box").hidden = true;
     return;
   }
-  $("#k-user").replaceChildren(h("option", { value: "", text: "me" }),
-    ...users.map((u) => h("option", { value: u.name, text: `${u.name} (${u.level})` })));
+  $("#k-user").replaceChildren(h("option", { value: "", text: "me", "data-level": perms.dataset.myLevel }),
+    ...users.map((u) => h("option", { value: u.name, text: `${u.name} (${u.level})`, "data-level": u.level })));
   $("#k-user-box").hidden = false;
+  offerLevels();
 }
+
+// A key may hold no more than its user's level allows (the server refuses the rest): the
+// boxes beyond it are disabled, and the hint says why.
+const perms = $("#k-perms");
+const mostOf = JSON.parse(perms.dataset.levelPermissions);
+
+function offerLevels() {
+  const chosen = $("#k-user").selectedOptions[0];
+  const level = (chosen && chosen.dataset.level) || perms.dataset.myLevel;
+  const most = mostOf[level] || [];
+  const all = most.includes("*");
+  for (const box of form.querySelectorAll("input[name=permissions]")) {
+    const allowed = all || most.includes(box.value);
+    box.disabled = !allowed;
+    if (!allowed) box.checked = false;
+  }
+  const who = chosen && chosen.value ? `${chosen.value} is a ${level}: a key of theirs`
+    : `you are a ${level}: a key of yours`;
+  $("#k-perm-hint").textContent = all ? "" : `${who} may have at most ${most.join(", ")}.`;
+}
+
+$("#k-user").addEventListener("change", offerLevels);
 
 form.addEventListener("submit", async (event) => {
   event.preventDefault();

@@ -121,6 +121,9 @@ async function fetchPage() {
   return fetchPage();
 }
 
+// A refresh clears only its own failure: an action's message (a bulk action's jobs that
+// could not be done) stays until the next action.
+let loadFailed = false;
 const refresh = serial(async () => {
   try {
     const { jobs, total } = await fetchPage();
@@ -136,8 +139,10 @@ const refresh = serial(async () => {
     $("#jobs tbody").replaceChildren(...(jobs.length ? jobs.map(row)
       : [h("tr", { class: "empty" }, h("td", { colspan: 14, text: "No jobs." }))]));
     updateBulk();
-    showError(error, null);
+    if (loadFailed) showError(error, null);
+    loadFailed = false;
   } catch (err) {
+    loadFailed = true;
     showError(error, err);
   }
 });
@@ -156,6 +161,7 @@ async function bulk(action, button) {
     ? [`Cancel ${plural(ids.length)}?`, "Running jobs are stopped on their workers; jobs already ended are left as they are.", `Cancel ${plural(ids.length)}`]
     : [`Re-run ${plural(ids.length)}?`, "Each ended job is submitted again with the same config and requirements.", `Re-run ${plural(ids.length)}`];
   if (!(await confirmDialog(title, text, yes))) return;
+  showError(error, null);
   try {
     const { done, results } = await busy(button, () => post(`/api/queue/${action}`, { job_ids: ids }));
     selected.clear();

@@ -4,7 +4,8 @@
 import { del, get, patch, post, put } from "./api.js";
 import { fmt, lineChart } from "./chart.js";
 import {
-  $, act, busy, confirmDialog, formErrors, h, onSubmit, serial, showError, textOr, when, wireDialogs,
+  $, act, busy, confirmDialog, formErrors, h, localTime, onSubmit, serial, showError, textOr, when,
+  wireDialogs,
 } from "./dom.js";
 import { live } from "./live.js";
 import "./nav.js";
@@ -16,11 +17,11 @@ const isAdmin = box.dataset.canAdmin === "true"; // `*`, cut to its user's level
 
 // ---- the usage chart: time along x ------------------------------------------------------------
 
-const clock = (ms) => new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+const clock = (ms) => localTime(ms).slice(11); // 17:04:05, as every time on the UI
 const TIME = {
   axis: clock,
   tick: clock,
-  at: (ms) => new Date(ms).toLocaleString(),
+  at: localTime,
   span: (a, b) => `${clock(a)} to ${clock(b)}`,
 };
 
@@ -189,26 +190,37 @@ function teamCard(t, users, isAdmin) {
 
 const levels = () => [...$("#u-level").options].map((o) => o.value);
 
+// What the server refuses is not offered: the built-in admin is always an admin and cannot be
+// deleted, and nobody lowers or deletes themselves (domain/people.py says why).
+const fixed = (u) => (u.id === box.dataset.builtin ? "built-in: always an admin"
+  : u.id === box.dataset.me ? "you: another admin changes it" : null);
+
+// A level is chosen, then saved: nothing changes until Save.
 function levelChoice(u) {
+  const why = fixed(u);
+  if (why) return [h("span", { text: u.level }), h("div", { class: "hint muted", text: why })];
   const problem = h("p", { class: "error field-error", role: "alert" });
-  const select = h("select", {
-    name: "level", "aria-label": `Level of ${u.name}`,
-    onchange: async (e) => {
+  const save = h("button", {
+    type: "button", class: "small", "data-action": "save-level", text: "Save", disabled: true,
+    onclick: async (e) => {
       showError(problem, null);
-      const select = e.currentTarget;
       try {
-        await patch(path("users", u.name), { level: select.value });
+        await busy(e.currentTarget, () => patch(path("users", u.name), { level: select.value }));
       } catch (err) {
-        select.value = u.level;
         return showError(problem, err);
       }
       refresh();
     },
+  });
+  const select = h("select", {
+    name: "level", "aria-label": `Level of ${u.name}`,
+    onchange: () => { save.disabled = select.value === u.level; },
   }, levels().map((l) => h("option", { value: l, text: l, selected: l === u.level })));
-  return [select, problem];
+  return [h("div", { class: "inline-save" }, select, save), problem];
 }
 
 function userRow(u) {
+  const deletable = !fixed(u);
   return h("tr", { "data-user": u.name },
     h("td", { "data-label": "Name" }, h("strong", { text: u.name }), h("div", { class: "muted mono", text: u.id })),
     h("td", { "data-label": "Level" }, h("div", {}, levelChoice(u))),
@@ -219,14 +231,14 @@ function userRow(u) {
     h("td", { "data-label": "Actions" }, h("div", { class: "actions" }, h("button", {
       type: "button", class: "small", "data-action": "limits", text: "Edit",
       onclick: () => editLimits(u),
-    }), h("button", {
+    }), deletable ? h("button", {
       type: "button", class: "small danger", "data-action": "delete-user", text: "Delete",
       onclick: (e) => act(e.currentTarget, async () => {
         const ok = await confirmDialog(`Delete user ${u.name}?`,
           "Their API keys are revoked at once; their past jobs stay in the queue and the audit log.", "Delete user");
         if (ok) await del(path("users", u.name));
       }, $("#users-error"), refresh),
-    }))),
+    }) : null)),
   );
 }
 
@@ -296,10 +308,21 @@ function refresh() {
 
 // ---- create --------------------------------------------------------------------------------------
 
-const creating = (form, endpoint, read) => onSubmit(form, read, (body) => post(endpoint, body), () => {
+const creating = (form, endpoint, read, then = () => {}) => onSubmit(form, read, (body) => post(endpoint, body), (made) => {
   form.reset();
+  then(made);
   refresh();
 });
+
+// After a user is made, what comes next (as `gpufleet users create` says it): a key of theirs.
+function userNext(u) {
+  const command = `gpufleet keys create ${u.name}-key --user ${u.name} -p queue.read -p queue.submit`;
+  $("#user-next").replaceChildren(
+    `Created user ${u.name} (${u.level}). Next, give them an API key: Create API key on the `,
+    h("a", { href: "/keys", text: "API keys" }), " page (User: ", h("strong", { text: u.name }),
+    "), or ", h("code", { text: command }), ".");
+  $("#user-next").hidden = false;
+}
 
 const named = (form, problems, what) => {
   const name = form.elements.name.value.trim();
@@ -319,8 +342,9 @@ creating($("#user-form"), "/api/users", (form) => {
   const problems = {};
   const body = { name: named(form, problems, "user"), level: form.elements.level.value };
   if (form.elements.team.value) body.team = form.elements.team.value;
+  $("#user-next").hidden = true;
   return { body, problems };
-});
+}, userNext);
 
 // ---- live ---------------------------------------------------------------------------------------
 

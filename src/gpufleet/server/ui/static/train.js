@@ -9,7 +9,11 @@ const EXAMPLE = {
   env: { PYTHONUNBUFFERED: "1" },
   timeout_s: 600,
 };
-const BUTTON = { worker: "Train in Cloud", local: "Train locally", auto: "Train (auto)" };
+const BUTTON = {
+  worker: "Train on a worker",
+  local: "Train locally",
+  auto: "Train on a worker, else locally",
+};
 
 const pick = $("#config-pick");
 const text = $("#config-json");
@@ -99,6 +103,7 @@ pick.addEventListener("change", async () => {
     const shared = stored.team ? `, shared with ${stored.team}` : "";
     status.textContent = `Loaded ${stored.name} v${stored.version} (owner ${stored.owner}${shared}); `
       + "edit it and Save config to change it.";
+    checkLocal();
   } catch (err) {
     showError(error, err);
   }
@@ -125,9 +130,48 @@ $("#config-save").addEventListener("click", async (event) => {
 });
 
 const target = () => form.querySelector("input[name=target]:checked").value;
-for (const radio of form.querySelectorAll("input[name=target]")) {
-  radio.addEventListener("change", () => { $("#submit").textContent = BUTTON[target()]; });
+
+// GPUs the job asks: the GPU count typed, else the config's own (as the server reads it);
+// null while the config is not JSON.
+function gpusAsked() {
+  const typed = $("#gpu-count").value.trim();
+  if (typed !== "") return Number(typed);
+  try {
+    const config = JSON.parse(text.value);
+    for (const field of ["gpu_count", "num_processes", "--num_processes"]) {
+      if (config[field] != null) return Number(config[field]);
+    }
+    return 0;
+  } catch {
+    return null;
+  }
 }
+
+// A local job asking more GPUs than the local runner has would wait forever: say so now, in
+// the words the server's refusal would use.
+function checkLocal() {
+  const has = $("#gpu-count").dataset.localGpus; // "": no local runner; "?": not known yet
+  const asked = gpusAsked();
+  let message = null;
+  if (target() === "local" && has === "") {
+    message = "the local runner is off on this orchestrator; choose target Worker or Auto";
+  } else if (target() === "local" && has !== "?" && asked !== null && asked > Number(has)) {
+    const n = Number(has);
+    const gpus = n ? `${n} GPU${n === 1 ? "" : "s"}` : "no GPU";
+    message = `the local runner has ${gpus} and the job asks ${asked}: set GPU count ` +
+      `${n ? `${n} or less` : "0"}, or choose target Worker or Auto`;
+  }
+  showError($("#gpu-error"), message);
+}
+
+for (const radio of form.querySelectorAll("input[name=target]")) {
+  radio.addEventListener("change", () => {
+    $("#submit").textContent = BUTTON[target()];
+    checkLocal();
+  });
+}
+$("#gpu-count").addEventListener("input", checkLocal);
+text.addEventListener("input", checkLocal);
 
 function labelsOf(value) {
   try {
@@ -141,9 +185,11 @@ function submission() {
   const body = {
     target: target(),
     worker_labels: labelsOf($("#labels").value),
-    priority: Number($("#priority").value || 0),
     max_retries: Number($("#retries").value || 3),
   };
+  // Blank: the server gives the user's level's default (the placeholder shows it).
+  const priority = $("#priority").value.trim();
+  if (priority !== "") body.priority = Number(priority);
   const gpus = $("#gpu-count").value.trim();
   if (gpus !== "") body.gpu_count = Number(gpus);
   if (pick.value && text.value === loaded) body.config_name = pick.value;
@@ -167,4 +213,6 @@ if (!text.value.trim()) text.value = pretty(EXAMPLE);
 // The buttons come disabled: pressed before this module ran, they would do nothing (Save) or
 // send the form as a GET (Train). Their handlers are attached now.
 for (const button of [$("#config-save"), $("#submit")]) button.disabled = false;
+$("#submit").textContent = BUTTON[target()]; // a target chosen before this module ran
+checkLocal();
 loadConfigs().catch((err) => showError(error, err));
