@@ -121,15 +121,15 @@ async def test_a_kept_heartbeat_never_revives_an_offline_worker_nor_goes_back_in
     lost = await fleet.online_worker("lost")
     fresh = await fleet.online_worker("fresh")
     stale = fleet.clock.now
-    fleet.ctx.heartbeats[lost.id] = stale  # heard, but not written before the sweep
+    fleet.ctx.heartbeats.heard(lost.id, stale)  # heard, but not written before the sweep
     fleet.clock.advance(HEARTBEAT_TIMEOUT + 1)
     assert (await fresh.heartbeat()).status_code == 200
-    fleet.ctx.heartbeats[lost.id] = stale  # as if heard on another replica, written late
+    fleet.ctx.heartbeats.heard(lost.id, stale)  # as if heard on another replica, written late
 
     assert await fleet.heartbeat_sweep() == [lost.id]
     newest = _parse_time((await fresh.info())["last_heartbeat"])
     await agents_service.flush_heartbeats(fleet.ctx)
-    fleet.ctx.heartbeats[fresh.id] = stale
+    fleet.ctx.heartbeats.heard(fresh.id, stale)
     await agents_service.flush_heartbeats(fleet.ctx)
 
     assert (await lost.info())["status"] == "offline"

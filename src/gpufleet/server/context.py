@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -16,6 +15,7 @@ from gpufleet.errors import StoreError
 from gpufleet.protocol import Event
 from gpufleet.server.bus import Replicas
 from gpufleet.server.hub import Hub, worker_topic
+from gpufleet.server.memory import AuditHead, Heartbeats, LimitHolds, StreamCalls
 from gpufleet.server.metrics import Metrics, Observation
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.settings import ServerSettings
@@ -29,6 +29,9 @@ def utcnow() -> datetime:
 
 @dataclass
 class Context:
+    """The shared handles (settings, store, hub, clock, replicas, key material) and the named
+    parts holding this process's own state (server/memory.py), each with its one purpose."""
+
     settings: ServerSettings
     store: Store
     audit_key: bytes = field(repr=False)  # the audit chain's HMAC key (services/audit.py)
@@ -37,29 +40,18 @@ class Context:
     clock: Callable[[], datetime] = utcnow
     instance_id: str = field(default_factory=lambda: secrets.token_hex(4))
     started_at: datetime = field(default_factory=utcnow)
-    # The newest audit chain entry this process sealed, recorded outside the database by
-    # audit.record_head; `audit_cut` once the chain was found cut back below the record.
-    audit_head: audit_chain.Head | None = None
-    audit_cut: bool = False
-    auth_failures: FailureLimiter = field(default_factory=lambda: FailureLimiter(20, 60.0))
-    metrics: Metrics = field(default_factory=Metrics)
     # Signs web UI sessions; the app loads it from <data-dir>/ui-secret so sessions outlive
     # a restart and any replica on the same data folder accepts them.
     ui_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
-    # Heartbeats that changed nothing but the time, by worker, until the next flush writes
-    # them in one statement (agents.flush_heartbeats).
-    heartbeats: dict[str, datetime] = field(default_factory=dict)
-    # The GPU samples those heartbeats carried (worker → when, GpuStat dicts), written with them.
-    gpu_stats: dict[str, tuple[datetime, list[dict[str, Any]]]] = field(default_factory=dict)
     # The other replicas on a shared PostgreSQL database (wake-ups, presence, leadership).
     replicas: Replicas = field(init=False)
-    # The worker streams' database calls still running (streams.WorkerStream), which
-    # shutdown lets finish before the database goes.
-    stream_calls: set[asyncio.Task[Any]] = field(default_factory=set)
-    # Whether a dispatch of this process passed over a job because a limit held it, since
-    # the last full pass that found none held: only then can a job that ends free room that
-    # another idle worker should look at (dispatch.dispatch_worker).
-    limit_held: bool = False
+    # ---- the parts: this process's own state, one purpose each ----
+    metrics: Metrics = field(default_factory=Metrics)  # what /metrics reports
+    auth_failures: FailureLimiter = field(default_factory=lambda: FailureLimiter(20, 60.0))
+    heartbeats: Heartbeats = field(default_factory=Heartbeats)  # heard, not yet written
+    audit_head: AuditHead = field(default_factory=AuditHead)  # the newest entry sealed here
+    stream_calls: StreamCalls = field(default_factory=StreamCalls)  # for shutdown to await
+    limit_holds: LimitHolds = field(default_factory=LimitHolds)  # for dispatch's extra looks
 
     def __post_init__(self) -> None:
         backend = backend_for(self.store.engine.url, self.instance_id)
@@ -147,8 +139,8 @@ async def transaction(ctx: Context) -> AsyncIterator[Tx]:
         if tx is None:
             raise StoreError("a transaction committed before it began; this is a bug")
         ctx.metrics.apply(tx.observations)
-        if sealed is not None and (ctx.audit_head is None or sealed.seq > ctx.audit_head.seq):
-            ctx.audit_head = sealed
+        if sealed is not None:
+            ctx.audit_head.sealed(sealed)
         for topic in tx.close:
             ctx.hub.close(topic)
         for topic, events in tx.handed.items():

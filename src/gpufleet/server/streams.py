@@ -162,10 +162,7 @@ class WorkerStream:
         """A stream's database calls run as tasks of their own: the cancel that ends a stream
         (its client left) must not cut one off midway, which can leave the SQLite driver
         waiting forever on the connection it then closes. Shutdown waits for them."""
-        task = asyncio.create_task(coro)
-        self._ctx.stream_calls.add(task)
-        task.add_done_callback(self._ctx.stream_calls.discard)
-        return task
+        return self._ctx.stream_calls.start(coro)
 
     async def _pending(self) -> tuple[list[Event], dict[str, Event]] | None:
         """Queued commands (cancel, drain, shutdown) to send now, and the offers waiting for
@@ -206,5 +203,4 @@ def _cancel_applies(cmd: Event, held: Attempt | None) -> bool:
 
 async def finish_calls(ctx: Context) -> None:
     """At shutdown, before the database goes: let the streams' last calls finish."""
-    if ctx.stream_calls:
-        await asyncio.wait(set(ctx.stream_calls), timeout=STREAM_CLOSE_SECONDS)
+    await ctx.stream_calls.finish(STREAM_CLOSE_SECONDS)

@@ -188,9 +188,11 @@ async def heartbeat(
             and not _disowns(held, says_no_job, ctx.clock(), grace)
         ):
             now = ctx.clock()
-            ctx.heartbeats[worker.id] = now
-            if gpu_stats is not None:
-                ctx.gpu_stats[worker.id] = (now, [dataclasses.asdict(g) for g in gpu_stats])
+            ctx.heartbeats.heard(
+                worker.id,
+                now,
+                None if gpu_stats is None else [dataclasses.asdict(g) for g in gpu_stats],
+            )
             ctx.metrics.apply([("heartbeat", 1.0, ())])
             return dataclasses.replace(worker, last_heartbeat=now)
     async with transaction(ctx) as tx:
@@ -256,8 +258,7 @@ def _lets_go(held: Attempt | None, current_job_id: str | None) -> bool:
 
 async def flush_heartbeats(ctx: Context) -> int:
     """Write the heartbeats kept since the last flush. Returns how many workers."""
-    beats, ctx.heartbeats = ctx.heartbeats, {}
-    samples, ctx.gpu_stats = ctx.gpu_stats, {}
+    beats, samples = ctx.heartbeats.take()
     if not beats and not samples:
         return 0
     try:
@@ -266,10 +267,7 @@ async def flush_heartbeats(ctx: Context) -> int:
             await tx.q.record_gpu_stats(samples)
             tx.wake(WORKERS_TOPIC)  # live views show the new times
     except BaseException:
-        for worker_id, at in beats.items():  # kept for the next flush, unless newer came
-            ctx.heartbeats.setdefault(worker_id, at)
-        for worker_id, sample in samples.items():
-            ctx.gpu_stats.setdefault(worker_id, sample)
+        ctx.heartbeats.put_back(beats, samples)
         raise
     return len(beats)
 

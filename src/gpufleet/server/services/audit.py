@@ -143,7 +143,7 @@ async def record_head(ctx: Context) -> bool:
     """Record the newest entry this process sealed, unless the chain no longer holds the one
     recorded before: then the old record stays, the evidence of the cut. Returns whether it
     wrote."""
-    head, path = ctx.audit_head, head_file(ctx)
+    head, path = ctx.audit_head.newest, head_file(ctx)
     before = recorded_head(path)
     if head is None or (before is not None and head.seq <= before.seq):
         return False
@@ -151,14 +151,13 @@ async def record_head(ctx: Context) -> bool:
         async with ctx.store.read() as q:
             still = await q.audit_mac_at(before.seq)
         if still != before.mac:
-            if not ctx.audit_cut:
+            if ctx.audit_head.found_cut():
                 log.error(
                     "the audit chain no longer holds entry %d as recorded in %s: entries were "
                     "cut from its end; the record is kept, GET /api/audit/verify reports it",
                     before.seq,
                     path,
                 )
-            ctx.audit_cut = True
             return False
     partial = path.with_name(f"{path.name}.{ctx.instance_id}.tmp")  # replicas may share a folder
     partial.write_text(audit_chain.format_head(head))

@@ -71,7 +71,7 @@ def refused(ctx: Context, job: Job, snap: Snapshot | None, seen: _Seen | None = 
     until a full pass finds none held)."""
     held = snap is not None and limit_hit(candidate(job, snap), snap) is not None
     if held:
-        ctx.limit_held = True
+        ctx.limit_holds.held()
         if seen is not None:
             seen.held = True
     return held
@@ -179,10 +179,10 @@ async def dispatch_worker(ctx: Context, worker_id: str) -> bool:
             return False
     seen = _Seen()
     offered = await _offer_to(ctx, worker_id, seen)
-    if seen.limited and (ctx.limit_held or seen.held):
+    if seen.limited and (ctx.limit_holds.since_full_pass or seen.held):
         # A job that ended may have freed room under a limit for a job held by it, which
         # this worker cannot run and another idle one can: every idle worker looks. Only
-        # when some job was held by a limit since the last such pass (ctx.limit_held, this
+        # when some job was held by a limit since the last such pass (ctx.limit_holds, this
         # process; the health loop's full pass is every replica's safety net).
         offered = bool(await dispatch_all(ctx)) or offered
     return bool(offered)
@@ -249,7 +249,7 @@ async def dispatch_all(ctx: Context) -> int:
         idle = await q.idle_workers()
     offers = 0
     exhausted: set[tuple[object, ...]] = set()
-    ctx.limit_held = False  # until this pass (or any other dispatch) passes over a held job
+    ctx.limit_holds.full_pass()  # until this pass (or any other dispatch) passes over a held job
     for worker in sorted(idle, key=lambda w: w.id == LOCAL_WORKER_ID):
         shape = (
             worker.is_local,

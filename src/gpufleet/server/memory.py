@@ -1,0 +1,112 @@
+"""What one server process keeps in memory beside the database: the Context's named parts.
+
+Each part holds one purpose's state and the only code that touches it. None of it is shared
+between replicas: the database (and `bus.Replicas`) is what they share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from datetime import datetime
+from typing import Any, TypeVar
+
+from gpufleet.domain import audit_chain
+
+T = TypeVar("T")
+
+GpuSample = tuple[datetime, list[dict[str, Any]]]  # when, the GpuStat dicts
+
+
+class Heartbeats:
+    """Heartbeats that changed nothing but the time, and the GPU samples they carried, by
+    worker, until the next flush writes them in one statement (agents.flush_heartbeats)."""
+
+    __slots__ = ("beats", "samples")
+
+    def __init__(self) -> None:
+        self.beats: dict[str, datetime] = {}
+        self.samples: dict[str, GpuSample] = {}
+
+    def heard(
+        self, worker_id: str, at: datetime, gpu_stats: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Keep the worker's heartbeat (and its GPU sample, if it carried one) to write."""
+        self.beats[worker_id] = at
+        if gpu_stats is not None:
+            self.samples[worker_id] = (at, gpu_stats)
+
+    def take(self) -> tuple[dict[str, datetime], dict[str, GpuSample]]:
+        """Everything kept so far, to write now; the part starts over empty."""
+        taken = self.beats, self.samples
+        self.beats, self.samples = {}, {}
+        return taken
+
+    def put_back(self, beats: dict[str, datetime], samples: dict[str, GpuSample]) -> None:
+        """A flush that failed: keep what it took for the next one, unless newer came."""
+        for worker_id, at in beats.items():
+            self.beats.setdefault(worker_id, at)
+        for worker_id, sample in samples.items():
+            self.samples.setdefault(worker_id, sample)
+
+
+class AuditHead:
+    """The newest audit chain entry this process sealed, recorded outside the database by
+    audit.record_head; `cut` once the chain was found cut back below the record."""
+
+    __slots__ = ("cut", "newest")
+
+    def __init__(self) -> None:
+        self.newest: audit_chain.Head | None = None
+        self.cut = False
+
+    def sealed(self, head: audit_chain.Head) -> None:
+        """A commit sealed entries up to `head` (commits may be seen out of order)."""
+        if self.newest is None or head.seq > self.newest.seq:
+            self.newest = head
+
+    def found_cut(self) -> bool:
+        """Note that the chain was cut; True the first time (to say so once)."""
+        first, self.cut = not self.cut, True
+        return first
+
+
+class StreamCalls:
+    """The worker streams' database calls still running (streams.WorkerStream), which
+    shutdown lets finish before the database goes."""
+
+    __slots__ = ("_running",)
+
+    def __init__(self) -> None:
+        self._running: set[asyncio.Task[Any]] = set()
+
+    def start(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run `coro` as a task of its own, kept until it is done."""
+        task = asyncio.create_task(coro)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return task
+
+    async def finish(self, within: float) -> None:
+        """Wait (at most `within` seconds) for the calls still running."""
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=within)
+
+
+class LimitHolds:
+    """Whether a dispatch of this process passed over a job because a limit held it, since
+    the last full pass that found none held: only then can a job that ends free room that
+    another idle worker should look at (dispatch.dispatch_worker)."""
+
+    __slots__ = ("since_full_pass",)
+
+    def __init__(self) -> None:
+        self.since_full_pass = False
+
+    def held(self) -> None:
+        """A dispatch passed over a job a limit held."""
+        self.since_full_pass = True
+
+    def full_pass(self) -> None:
+        """A full pass begins: it looks at every idle worker, so nothing is owed before it."""
+        self.since_full_pass = False
