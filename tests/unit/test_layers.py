@@ -105,6 +105,12 @@ def test_the_domain_imports_only_the_standard_library_and_itself() -> None:
         ("gpufleet.store", ("gpufleet.server", "gpufleet.worker", "gpufleet.cli", "fastapi")),
         ("gpufleet.cli", ("gpufleet.store", "gpufleet.server.services")),
         ("gpufleet.worker", ("gpufleet.server", "gpufleet.store", "fastapi")),
+        # The settings tables: read by the CLI, the server and the worker, made into options
+        # and fields by them, so they import none of them, nor click or pydantic.
+        (
+            "gpufleet.settings",
+            ("click", "pydantic", "fastapi", "gpufleet.cli", "gpufleet.server", "gpufleet.worker"),
+        ),
     ],
 )
 def test_a_layer_does_not_reach_past_the_one_below(layer: str, forbidden: tuple[str, ...]) -> None:
