@@ -75,6 +75,7 @@ def test_the_scan_sees_the_imports_it_judges() -> None:
     assert "gpufleet.store" in " ".join(MODULES["gpufleet.server.services.dispatch"])
     assert "fastapi" in MODULES["gpufleet.server.app"]
     assert len(imports_of("gpufleet.domain")) >= 10
+    assert "gpufleet.settings.setting" in MODULES["gpufleet.settings.server"]
     assert module_imports("from gpufleet.server import app\n", "x") == {"gpufleet.server.app"}
     assert module_imports("from gpufleet.errors import X\n", "x") == {"gpufleet.errors"}
     typed_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import fastapi\n"

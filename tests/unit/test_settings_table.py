@@ -143,6 +143,11 @@ def test_each_bounded_server_number_is_refused_just_past_its_bounds(declared: Se
             ServerSettings(**{declared.name: past(bound)})
 
 
+def test_a_choice_set_in_code_is_one_of_the_tables_choices() -> None:
+    with pytest.raises(ConfigurationError, match="--log-level 'loud' is not one of debug, info"):
+        ServerSettings(log_level="loud")
+
+
 def test_the_worker_settings_object_takes_its_defaults_from_the_table() -> None:
     built = AgentSettings(orchestrator_url="http://o.example:8001", worker_token="wt_x")
     for declared in WORKER.fields():

@@ -96,6 +96,16 @@ class ServerSettings(BaseModel):
             raise ConfigurationError("--ssl-cert and --ssl-key need --ssl")
         return self
 
+    @model_validator(mode="after")
+    def _choices_are_the_tables(self) -> ServerSettings:
+        for declared in SERVER.fields():
+            value = getattr(self, declared.name)
+            if declared.choices and value not in declared.choices:
+                raise ConfigurationError(
+                    f"{declared.option} {value!r} is not one of {', '.join(declared.choices)}"
+                )
+        return self
+
     @field_validator("public_url")
     @classmethod
     def _public_url_is_callable(cls, url: str | None) -> str | None:
