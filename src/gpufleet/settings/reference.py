@@ -83,7 +83,7 @@ def row(setting: Setting) -> str:
         ", ".join(f"`{var}`" for var in setting.env_vars),
         default_text(setting),
         values_text(setting),
-        setting.help,
+        setting.help + (f" See [{setting.see}]({setting.see})." if setting.see else ""),
     ]
     return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
 

@@ -65,6 +65,7 @@ SERVER = Table(
         "usage (fair share), samples it, and preempts where the policy says so.",
         default=30.0,
         above=0,
+        see="scheduling.md",
     ),
     Setting(
         "ack_timeout",
@@ -136,6 +137,7 @@ SERVER = Table(
         "the AWS_* variables; AWS_ENDPOINT_URL for MinIO, R2, …), needed for replicas on "
         "separate machines. Default: <data-dir>/artifacts.",
         metavar="URL",
+        see="artifacts.md",
     ),
     Setting(
         "artifact_max_job_bytes",
@@ -145,6 +147,7 @@ SERVER = Table(
         default=DEFAULT_MAX_JOB_BYTES,
         least=0,
         metavar="BYTES",
+        see="artifacts.md",
     ),
     Setting(
         "artifact_retention_days",
@@ -155,6 +158,7 @@ SERVER = Table(
         least=0,
         most=36500,
         metavar="DAYS",
+        see="artifacts.md",
     ),
     Setting(
         "keep_checkpoints",
@@ -165,6 +169,7 @@ SERVER = Table(
         least=0,
         most=10000,
         metavar="N",
+        see="artifacts.md",
     ),
     Setting(
         "webhook_timeout",
@@ -174,6 +179,7 @@ SERVER = Table(
         default=SEND_TIMEOUT_S,
         above=0,
         most=300,
+        see="webhooks.md",
     ),
     Setting(
         "webhook_allow_hosts",
@@ -183,6 +189,7 @@ SERVER = Table(
         "private, unique-local and multicast addresses are refused.",
         default=(),
         metavar="HOSTS",
+        see="security.md#webhooks",
     ),
     Setting(
         "forwarded_allow_ips",
@@ -192,6 +199,7 @@ SERVER = Table(
         "host (docs/deploy.md).",
         default="127.0.0.1",
         metavar="ADDRESSES",
+        see="deploy.md",
     ),
     Setting(
         "log_level",

@@ -60,6 +60,7 @@ class Setting:
     secret: bool = False  # a credential: never shown, logged nor put in a process's arguments
     field: bool = True  # a field of the settings object (False: read by the command only)
     required: bool = False  # the settings object needs it (the command says how to give it)
+    see: str = ""  # the page of docs/ that tells more, e.g. artifacts.md#retention
 
     @property
     def option(self) -> str:

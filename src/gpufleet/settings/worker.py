@@ -44,6 +44,7 @@ WORKER = Table(
         metavar="USER",
         var="WORKER_RUN_AS",
         simpletuner=True,
+        see="security.md#keeping-jobs-away-from-their-workers-keys",
     ),
     Setting(
         "name",
@@ -134,5 +135,6 @@ WORKER = Table(
         default=30.0,
         least=0,
         metavar="SECONDS",
+        see="artifacts.md",
     ),
 )
