@@ -75,6 +75,7 @@ def test_the_scan_sees_the_imports_it_judges() -> None:
     assert "gpufleet.store" in " ".join(MODULES["gpufleet.server.services.dispatch"])
     assert "fastapi" in MODULES["gpufleet.server.app"]
     assert len(imports_of("gpufleet.domain")) >= 10
+    assert "gpufleet.settings.setting" in MODULES["gpufleet.settings.server"]
     assert module_imports("from gpufleet.server import app\n", "x") == {"gpufleet.server.app"}
     assert module_imports("from gpufleet.errors import X\n", "x") == {"gpufleet.errors"}
     typed_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import fastapi\n"
@@ -105,6 +106,12 @@ def test_the_domain_imports_only_the_standard_library_and_itself() -> None:
         ("gpufleet.store", ("gpufleet.server", "gpufleet.worker", "gpufleet.cli", "fastapi")),
         ("gpufleet.cli", ("gpufleet.store", "gpufleet.server.services")),
         ("gpufleet.worker", ("gpufleet.server", "gpufleet.store", "fastapi")),
+        # The settings tables: read by the CLI, the server and the worker, made into options
+        # and fields by them, so they import none of them, nor click or pydantic.
+        (
+            "gpufleet.settings",
+            ("click", "pydantic", "fastapi", "gpufleet.cli", "gpufleet.server", "gpufleet.worker"),
+        ),
     ],
 )
 def test_a_layer_does_not_reach_past_the_one_below(layer: str, forbidden: tuple[str, ...]) -> None:

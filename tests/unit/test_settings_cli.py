@@ -534,11 +534,19 @@ def test_an_empty_worker_token_is_refused(token):
 
 
 @pytest.mark.parametrize(
-    "overrides", [{"heartbeat_interval": 0}, {"heartbeat_interval": -1}, {"cancel_grace": -0.1}]
+    ("overrides", "message"),
+    [
+        ({"heartbeat_interval": 0}, "--heartbeat-interval must be positive"),
+        ({"heartbeat_interval": -1}, "--heartbeat-interval must be positive"),
+        ({"cancel_grace": -0.1}, "--cancel-grace must not be negative"),
+        ({"preempt_grace": -1}, "--preempt-grace must not be negative"),
+        ({"upload_bandwidth": -1}, "--upload-bandwidth must not be negative"),
+    ],
 )
-def test_a_non_positive_heartbeat_or_negative_grace_is_refused(overrides):
-    with pytest.raises(ConfigurationError, match="--heartbeat-interval must be positive"):
+def test_a_non_positive_heartbeat_or_negative_grace_is_refused_naming_its_flag(overrides, message):
+    with pytest.raises(ConfigurationError) as info:
         agent(**overrides)
+    assert info.value.message == message
 
 
 def test_agent_labels_are_copied_and_read_only():

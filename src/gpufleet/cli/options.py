@@ -10,7 +10,9 @@ from typing import Any, TypeVar
 
 import click
 
-from gpufleet.logs import FORMATS
+from gpufleet.errors import ConfigurationError
+from gpufleet.settings.setting import Kind, Setting, Table, duration_text
+from gpufleet.settings.worker import WORKER
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,31 +71,117 @@ def setting(*decls: str, var: str, simpletuner: bool = False, **attrs: Any) -> C
     return click.option(*decls, envvar=names, show_envvar=True, **attrs)
 
 
-# How a client (the CLI, a worker) trusts the orchestrator's TLS certificate.
-CA_CERT = setting(
-    "--ca-cert",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    var="CA_CERT",
-    metavar="FILE",
-    help="CA certificate to trust for the orchestrator's TLS certificate.",
-)
-SSL_NO_VERIFY = setting(
-    "--ssl-no-verify",
-    is_flag=True,
-    var="SSL_NO_VERIFY",
-    help="Do not verify the orchestrator's TLS certificate (development only).",
-)
-
-
-def log_format_option(fields: str) -> Callable[[F], F]:
-    """`--log-format text|json` (GPUFLEET_LOG_FORMAT); `fields` says what a JSON line holds."""
-    return setting(
-        "--log-format",
-        var="LOG_FORMAT",
-        default="text",
-        type=click.Choice(FORMATS),
-        help=f"text for people; json for log collectors: one object a line with {fields}.",
+def option(declared: Setting) -> Callable[[F], F]:
+    """The click option of a declared setting: its flag, type, default, bounds and
+    variables, the variables shown in --help."""
+    attrs: dict[str, Any] = {"help": declared.help or None, "metavar": declared.metavar}
+    if declared.show_default is not None:
+        attrs["show_default"] = declared.show_default
+    default = declared.default
+    kind = declared.kind
+    if kind is Kind.FLAG:
+        attrs["is_flag"] = True
+    elif kind is Kind.LABELS:
+        attrs.update(multiple=True, callback=parse_labels)
+        default = None
+    elif kind is Kind.LIST:
+        attrs["type"] = COMMA_LIST
+        default = ",".join(default or ())
+    elif kind is Kind.RATE:
+        attrs["callback"] = _rate
+        default = str(default)
+    elif kind is Kind.GPUS:
+        attrs["callback"] = _gpus
+    elif kind is Kind.DURATION:
+        attrs["type"] = DURATION  # never negative; the settings object checks its bounds
+        default = duration_text(default)
+    else:
+        attrs["type"] = _click_type(declared)
+    decls = [d for d in (declared.short, declared.option) if d]
+    if default is not None:  # none: click's own "not given"
+        attrs["default"] = default
+    return click.option(
+        *decls,
+        declared.name,
+        envvar=declared.env_vars,
+        show_envvar=True,
+        **attrs,
     )
+
+
+def options(table: Table) -> Callable[[F], F]:
+    """Every setting of `table` as an option, listed by --help in the table's order."""
+
+    def add(command: F) -> F:
+        for declared in reversed(table):
+            command = option(declared)(command)
+        return command
+
+    return add
+
+
+_PATHS = {
+    Kind.PATH: {},
+    Kind.FILE: {"dir_okay": False},
+    Kind.EXISTING_FILE: {"exists": True, "dir_okay": False},
+    Kind.FOLDER: {"file_okay": False},
+}
+
+
+def _click_type(declared: Setting) -> Any:
+    kind = declared.kind
+    if kind is Kind.CHOICE:
+        return click.Choice(declared.choices)
+    if kind in _PATHS:
+        return click.Path(path_type=Path, **_PATHS[kind])
+    if kind in (Kind.INT, Kind.FLOAT):
+        low = declared.least if declared.least is not None else declared.above
+        high = declared.most
+        if not declared.cli_range or (low is None and high is None):
+            return int if kind is Kind.INT else float
+        open_low = declared.least is None and declared.above is not None
+        if kind is Kind.INT:
+            whole = [None if b is None else int(b) for b in (low, high)]
+            return click.IntRange(min=whole[0], max=whole[1], min_open=open_low)
+        return click.FloatRange(min=low, max=high, min_open=open_low)
+    return None  # text
+
+
+class CommaList(click.ParamType):  # type: ignore[type-arg]
+    """Comma-separated entries, spaces around them dropped: `a, b` is ("a", "b")."""
+
+    name = "list"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, ...]:
+        entries = value if isinstance(value, tuple | list) else str(value).split(",")
+        return tuple(e.strip() for e in entries if e.strip())
+
+
+COMMA_LIST = CommaList()
+
+
+def _gpus(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        return tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not a comma-separated list of GPU indices like 0,1",
+            ctx=ctx,
+            param=param,
+        ) from None
+
+
+def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> int:
+    from gpufleet.worker.settings import parse_rate
+
+    try:
+        return parse_rate(value or "")
+    except ConfigurationError as exc:
+        raise click.BadParameter(exc.message, ctx=ctx, param=param) from None
 
 
 class Since(click.ParamType):  # type: ignore[type-arg]
@@ -133,3 +221,8 @@ def parse_labels(
             raise click.BadParameter(f"{value!r} is not key=value", ctx=ctx, param=param)
         labels[key.strip()] = text.strip()
     return labels
+
+
+# How a client (the CLI, a worker) trusts the orchestrator's TLS certificate.
+CA_CERT = option(WORKER.named("ca_cert"))
+SSL_NO_VERIFY = option(WORKER.named("ssl_no_verify"))

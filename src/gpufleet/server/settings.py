@@ -1,17 +1,28 @@
-"""The orchestrator's typed settings, built by the CLI from flags and environment."""
+"""The orchestrator's typed settings, built by the CLI from flags and environment, their
+defaults and bounds declared once in gpufleet/settings/server.py."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from gpufleet.address import default_public_url
-from gpufleet.artifacts import DEFAULT_MAX_JOB_BYTES
+from gpufleet.address import check_public_url, default_public_url
 from gpufleet.artifacts.backends import ArtifactSettings, default_artifact_url
 from gpufleet.domain.webhook_targets import AllowList
-from gpufleet.domain.webhooks import SEND_TIMEOUT_S
 from gpufleet.errors import ConfigurationError
+from gpufleet.logs import Format
+from gpufleet.settings.server import SERVER
+from gpufleet.settings.setting import check_annotations
 
 # A worker may miss one heartbeat (a slow request, a busy machine) without being marked
 # offline: the timeout must span this many of the intervals the server tells workers.
@@ -21,41 +32,84 @@ HEARTBEATS_PER_TIMEOUT = 2
 SIMPLETUNER_AGENT_HEARTBEAT = 30.0
 
 
+def _declared(name: str) -> Any:
+    """A field's default and bounds, as the table declares them."""
+    found = SERVER.named(name)
+    return Field(found.default, gt=found.above, ge=found.least, le=found.most)
+
+
 class ServerSettings(BaseModel):
+    """The orchestrator's settings: those of the table in gpufleet/settings/server.py (each
+    annotated here for the type checker, its default and bounds the table's), then the ones
+    the command or a test sets in code."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(8001, ge=0, le=65535)
-    data_dir: Path = Path(".gpufleet")
-    database_url: str | None = None  # default: SQLite in the data folder
-    heartbeat_timeout: float = Field(120.0, gt=0)
-    health_interval: float = Field(60.0, gt=0)
-    usage_interval: float = Field(30.0, gt=0)  # the policy loop: usage, samples, preemption
-    ack_timeout: float = Field(30.0, gt=0)
-    ephemeral_cleanup_after: float = Field(3600.0, ge=0)
-    heartbeat_interval: float = Field(30.0, gt=0)  # told to workers at registration
-    local_gpus: str = "none"  # auto | none | 0,1 (the embedded local runner)
+    host: str = _declared("host")
+    port: int = _declared("port")
+    public_url: str | None = _declared("public_url")  # None: `default_public_url`
+    data_dir: Path = _declared("data_dir")
+    database_url: str | None = _declared("database_url")  # None: SQLite in the data folder
+    heartbeat_timeout: float = _declared("heartbeat_timeout")
+    health_interval: float = _declared("health_interval")
+    usage_interval: float = _declared("usage_interval")
+    ack_timeout: float = _declared("ack_timeout")
+    ephemeral_cleanup_after: float = _declared("ephemeral_cleanup_after")
+    heartbeat_interval: float = _declared("heartbeat_interval")
+    local_gpus: str = _declared("local_gpus")
+    use_ssl: bool = _declared("use_ssl")
+    ssl_cert: Path | None = _declared("ssl_cert")
+    ssl_key: Path | None = _declared("ssl_key")
+    audit_key_file: Path | None = _declared("audit_key_file")  # None: <data-dir>/audit.key
+    auth_failure_limit: int = _declared("auth_failure_limit")
+    poison_after_workers: int = _declared("poison_after_workers")
+    artifacts: str | None = _declared("artifacts")  # None: <data-dir>/artifacts
+    artifact_max_job_bytes: int = _declared("artifact_max_job_bytes")
+    artifact_retention_days: float = _declared("artifact_retention_days")
+    keep_checkpoints: int = _declared("keep_checkpoints")
+    webhook_timeout: float = _declared("webhook_timeout")
+    webhook_allow_hosts: tuple[str, ...] = _declared("webhook_allow_hosts")
+    forwarded_allow_ips: str = _declared("forwarded_allow_ips")
+    log_level: str = _declared("log_level")
+    log_format: Format = _declared("log_format")
+
+    # Set in code, not on the command line.
     tls_cert: Path | None = None  # set when serving HTTPS: the certificate served
-    audit_key_file: Path | None = None  # default: <data-dir>/audit.key
-    auth_failure_limit: int = Field(20, ge=0)  # failed authentications per client per window
     auth_failure_window: float = Field(60.0, gt=0)
-    poison_after_workers: int = Field(3, ge=1)  # see domain.states.failed_to_start
     print_admin_key: bool = True
-    # The address workers elsewhere use (`--public-url`); None: `default_public_url`.
-    public_url: str | None = None
-    # The artifact store (docs/artifacts.md): a folder, file://… or s3://bucket/prefix;
-    # None: <data-dir>/artifacts.
-    artifacts: str | None = None
-    artifact_max_job_bytes: int = Field(DEFAULT_MAX_JOB_BYTES, ge=0)
-    # Artifacts of ended jobs are deleted this many days after the job ended (0: kept
-    # forever); each job keeps its newest `keep_checkpoints` checkpoints (0: every one).
-    artifact_retention_days: float = Field(30.0, ge=0, le=36500)
-    keep_checkpoints: int = Field(3, ge=0, le=10000)
     retention_interval: float = Field(3600.0, gt=0)  # how often the retention sweep runs
-    # One webhook send's deadline, connect to the answer's last byte (docs/webhooks.md).
-    webhook_timeout: float = Field(SEND_TIMEOUT_S, gt=0, le=300)
-    # Internal hosts and networks webhooks may reach anyway (`--webhook-allow-hosts`).
-    webhook_allow_hosts: tuple[str, ...] = ()
+
+    @classmethod
+    def from_options(cls, values: Mapping[str, Any], **in_code: Any) -> ServerSettings:
+        """The settings of `gpufleet server`'s options; a mistake a `ConfigurationError`
+        naming its flag."""
+        try:
+            return cls(**values, **in_code)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            flag = SERVER.flag_of(str(first["loc"][0])) if first["loc"] else "--?"
+            raise ConfigurationError(f"{flag}: {first['msg']}") from exc
+
+    @model_validator(mode="after")
+    def _ssl_files_need_ssl(self) -> ServerSettings:
+        if (self.ssl_cert or self.ssl_key) and not self.use_ssl:
+            raise ConfigurationError("--ssl-cert and --ssl-key need --ssl")
+        return self
+
+    @model_validator(mode="after")
+    def _choices_are_the_tables(self) -> ServerSettings:
+        for declared in SERVER.fields():
+            value = getattr(self, declared.name)
+            if declared.choices and value not in declared.choices:
+                raise ConfigurationError(
+                    f"{declared.option} {value!r} is not one of {', '.join(declared.choices)}"
+                )
+        return self
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url_is_callable(cls, url: str | None) -> str | None:
+        return check_public_url(url) if url else None
 
     @field_validator("webhook_allow_hosts")
     @classmethod
@@ -100,3 +154,6 @@ class ServerSettings(BaseModel):
             "whatever --heartbeat-interval says, so such workers would go offline and back "
             f"again; if any connect, use --heartbeat-timeout {least:g}s or more"
         )
+
+
+check_annotations(SERVER, ServerSettings.__annotations__, "ServerSettings")

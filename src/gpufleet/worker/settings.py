@@ -3,41 +3,58 @@
 from __future__ import annotations
 
 import re
-import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 from urllib.parse import urlsplit
 
 from gpufleet.errors import ConfigurationError
+from gpufleet.settings.setting import NUMBERS, check_annotations
+from gpufleet.settings.worker import WORKER
 from gpufleet.worker.jobuser import JobUser
+
+
+def _declared(name: str) -> Any:
+    """A field's default, as the table declares it."""
+    default = WORKER.named(name).default
+    if callable(default):  # computed when the settings are built: the host name
+        return field(default_factory=default)
+    if isinstance(default, dict):
+        return field(default_factory=lambda: MappingProxyType(dict(default)))
+    return default
 
 
 @dataclass(frozen=True)
 class AgentSettings:
+    """A worker agent's settings: those of the table in gpufleet/settings/worker.py (each
+    annotated here for the type checker, its default and bounds the table's), then the ones
+    set in code."""
+
     # One URL, or several comma-separated (replicas sharing one database: the agent fails
     # over among them). Once built, `orchestrator_url` is the first.
     orchestrator_url: str
     worker_token: str
-    name: str = field(default_factory=socket.gethostname)
-    persistent: bool = False
-    work_dir: Path = Path(".gpufleet/worker")
-    ca_cert: Path | None = None
-    verify_tls: bool = True
-    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    gpus: tuple[int, ...] | None = None  # offer only these GPU indices; None: all
-    heartbeat_interval: float = 30.0
-    cancel_grace: float = 30.0
-    # Bytes per second for artifact and checkpoint uploads; 0: unlimited.
-    upload_bandwidth: int = 0
+    run_as: str | None = _declared("run_as")  # None: jobs run as the worker's own user
+    name: str = _declared("name")
+    persistent: bool = _declared("persistent")
+    # A Path is immutable: one default shared by every settings object is safe.
+    work_dir: Path = _declared("work_dir")  # noqa: RUF009
+    ca_cert: Path | None = _declared("ca_cert")  # noqa: RUF009
+    labels: Mapping[str, str] = _declared("labels")
+    gpus: tuple[int, ...] | None = _declared("gpus")  # offer only these GPU indices; None: all
+    heartbeat_interval: float = _declared("heartbeat_interval")
+    cancel_grace: float = _declared("cancel_grace")
+    upload_bandwidth: int = _declared("upload_bandwidth")  # bytes per second; 0: unlimited
     # On SIGTERM (a spot instance's notice): how long a job that handles the checkpoint
     # signal gets to write its checkpoint and have it uploaded, before it is stopped.
-    preempt_grace: float = 30.0
-    # Jobs run as this OS user (`--run-as`); None: as the worker's own. Checked when built:
-    # `job_user` is the user resolved.
-    run_as: str | None = None
+    preempt_grace: float = _declared("preempt_grace")
+
+    # Set in code, not on the command line.
+    verify_tls: bool = True  # `--ssl-no-verify` turns it off
+    # Checked when built: the user `run_as` names, resolved.
     job_user: JobUser | None = field(default=None, init=False)
     # The agent is the whole process (`gpufleet worker`): its id labels every log line. Not
     # for the orchestrator's embedded local runner, whose process logs for the orchestrator.
@@ -63,14 +80,11 @@ class AgentSettings:
             )
         if self.ca_cert is not None and not self.ca_cert.is_file():
             raise ConfigurationError(f"--ca-cert {self.ca_cert}: no such file")
-        if self.heartbeat_interval <= 0 or self.cancel_grace < 0:
-            raise ConfigurationError(
-                "--heartbeat-interval must be positive and --cancel-grace not negative"
-            )
-        if self.upload_bandwidth < 0 or self.preempt_grace < 0:
-            raise ConfigurationError(
-                "--upload-bandwidth and --preempt-grace must not be negative (0: unlimited, none)"
-            )
+        for declared in WORKER.fields():
+            if declared.kind in NUMBERS:
+                broken = declared.out_of_bounds(getattr(self, declared.name))
+                if broken:
+                    raise ConfigurationError(f"{declared.option} {broken}")
         object.__setattr__(self, "orchestrator_url", urls[0])
         object.__setattr__(self, "orchestrator_urls", urls)
         object.__setattr__(self, "worker_token", token)
@@ -87,6 +101,8 @@ class AgentSettings:
             return ssl.create_default_context(cafile=str(self.ca_cert))
         return True
 
+
+check_annotations(WORKER, AgentSettings.__annotations__, "AgentSettings")
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b(?:/s)?)?\s*$", re.IGNORECASE)
 _RATE_FACTOR = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
