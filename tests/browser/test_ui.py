@@ -222,7 +222,7 @@ def test_a_key_without_admin_workers_is_not_offered_the_workers_page(
     sign_in(page, minted.json()["key"])
 
     expect(page).to_have_url(f"{server.url}/train")
-    expect(page.locator("nav a")).to_have_text(["Train", "Queue", "Teams"])
+    expect(page.locator("nav a")).to_have_text(["Train", "Queue", "Teams", "Secrets"])
     page.goto("/workers")
     expect(page.locator("main")).to_contain_text("lacks the admin.workers permission")
 

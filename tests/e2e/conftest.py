@@ -388,8 +388,13 @@ class WorkerProcess:
             self.proc = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.env
             )
+        # Connected once is enough: an ephemeral worker may take a waiting job, end it and
+        # leave before a poll sees it idle or busy.
         wait_for(
-            lambda: self.record()["status"] in ("idle", "busy"),
+            lambda: (
+                (rec := self.record())["status"] in ("idle", "busy")
+                or rec["connected_at"] is not None
+            ),
             timeout=20,
             what=f"worker {self.name} to connect (log: {self.log_path})",
         )
