@@ -70,7 +70,7 @@ system-packages:
 test: venv wheelhouse agent-wheel postgres system-packages
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -n 3 --dist loadfile --no-loadscope-reorder
 
-# The README's screenshots, retaken by the browser tests in Debian's Chromium.
+# The screenshots of docs/ui.md, retaken by the browser tests in Debian's Chromium.
 screenshots: venv postgres system-packages
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/browser
 	scripts/screenshots.sh

@@ -1,10 +1,12 @@
 #!/bin/sh
-# Copies the screenshots the README and docs show from the browser tests' output
+# Copies the screenshots the README and docs (docs/ui.md) show from the browser tests' output
 # (test-output/screenshots, written by `screenshot()` in tests/browser/conftest.py) into
 # docs/screenshots. `make screenshots` runs the browser tests first.
 set -eu
 missing=0
-for shown in $(grep -ohE 'docs/screenshots/[A-Za-z0-9_.-]+\.png' README.md docs/*.md | sort -u); do
+# README.md names them docs/screenshots/NAME.png, the pages in docs/ screenshots/NAME.png.
+for name in $(grep -ohE '(^|[(/])screenshots/[A-Za-z0-9_.-]+\.png' README.md docs/*.md | sed 's|.*/||' | sort -u); do
+  shown="docs/screenshots/$name"
   taken="test-output/screenshots/$(basename "$shown")"
   if [ -f "$taken" ]; then
     cp "$taken" "$shown"
