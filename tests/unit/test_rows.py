@@ -15,6 +15,7 @@ from gpufleet.domain.states import JobStatus, RetryOn, Target, WorkerStatus, Wor
 from gpufleet.domain.webhooks import Subscription
 from gpufleet.store import tables
 from gpufleet.store.queries import rows
+from gpufleet.store.queries.jobs import NewJob
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -117,3 +118,28 @@ def test_renamed_and_enum_set_columns_are_read_as_declared() -> None:
     assert rows.webhook(hook).events == frozenset({Subscription("job.ended")})
     user = {c.name: None for c in tables.users.c} | {"level": "lead", "usage": 2}
     assert rows.user(user).level is Level.LEAD and isinstance(rows.user(user).usage, float)
+
+
+def test_a_submitted_jobs_every_field_is_a_column_of_jobs() -> None:
+    assert {f.name for f in dataclasses.fields(NewJob)} <= set(tables.jobs.c.keys())
+
+
+def test_a_submitted_job_reads_back_as_its_fields_say() -> None:
+    new = NewJob(
+        id="j1",
+        config={"command": ["true"]},
+        target=Target.AUTO,
+        worker_labels={"pool": "a"},
+        gpu_count=2,
+        priority=5,
+        max_retries=1,
+        retry_on={RetryOn.FAILED, RetryOn.LOST},
+        submitted_by="k1",
+        created_at=NOW,
+        config_version=3,
+    )
+    row = new.row()
+    assert row["status"] == "queued" and row["retry_on"] == ["failed", "lost"]
+    job = rows.new_job(row)
+    assert (job.id, job.target, job.gpu_count, job.config_version) == ("j1", Target.AUTO, 2, 3)
+    assert job.updated_at == NOW and job.attempts == 0 and job.artifacts_pinned is False

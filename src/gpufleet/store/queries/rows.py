@@ -38,6 +38,7 @@ from gpufleet.domain.records import (
     Member,
     StoredConfig,
     Team,
+    UsageSample,
     User,
     Worker,
     effective_labels,
@@ -203,6 +204,7 @@ delivery = reader(Delivery, tables.webhook_deliveries, unread={"claimed_until"})
 user = reader(User, tables.users)
 team = reader(Team, tables.teams)
 member = reader(Member, tables.team_members)
+usage_sample = reader(UsageSample, tables.usage_samples, unread={"id"})
 stored_config = reader(StoredConfig, tables.configs)
 config_version = reader(ConfigVersion, tables.config_versions)
 job_secret = reader(JobSecret, tables.job_secrets)
