@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -55,32 +55,21 @@ class NewJob:
     config_written_by: str | None = None
 
     def row(self) -> dict[str, Any]:
-        """The row of `jobs` it is: queued, with the key dispatch finds it by."""
-        return {
-            "id": self.id,
+        """The row of `jobs` it is: each field its column's (tests/unit/test_rows.py),
+        queued, with the key dispatch finds it by."""
+        values = {name: getattr(self, name) for name in _NEW_JOB_FIELDS}
+        return values | {
             "status": self.status.value,
-            "config_name": self.config_name,
-            "config": self.config,
             "target": self.target.value,
-            "worker_labels": self.worker_labels,
-            "match_key": match_key(self.worker_labels),
-            "gpu_count": self.gpu_count,
-            "priority": self.priority,
-            "max_retries": self.max_retries,
             "retry_on": sorted(self.retry_on),
+            "match_key": match_key(self.worker_labels),
             "attempts": 0,
-            "submitted_by": self.submitted_by,
-            "created_at": self.created_at,
             "updated_at": self.created_at,
-            "rerun_of": self.rerun_of,
             "artifacts_pinned": False,
-            "user_id": self.user_id,
-            "team_id": self.team_id,
-            "preemptible": self.preemptible,
-            "config_version": self.config_version,
-            "config_digest": self.config_digest,
-            "config_written_by": self.config_written_by,
         }
+
+
+_NEW_JOB_FIELDS = tuple(f.name for f in fields(NewJob))
 
 
 class JobQueries(QueryBase):

@@ -107,11 +107,11 @@ class KeyQueries(QueryBase):
     async def get_config(self, name: str, *, lock: bool = False) -> StoredConfig | None:
         stmt = sa.select(configs).where(configs.c.name == name)
         row = await self._first(self._locked(stmt) if lock else stmt)
-        return StoredConfig(**row) if row else None
+        return rows.stored_config(row) if row else None
 
     async def list_configs(self) -> list[StoredConfig]:
         stmt = sa.select(configs).order_by(configs.c.name)
-        return [StoredConfig(**m) for m in await self._mapped(stmt)]
+        return [rows.stored_config(m) for m in await self._mapped(stmt)]
 
     async def insert_config(self, config: StoredConfig) -> bool:
         """A new config and its version 1; False when the name was taken meanwhile."""
@@ -153,14 +153,14 @@ class KeyQueries(QueryBase):
             .limit(limit)
             .offset(offset)
         )
-        return [ConfigVersion(**m) for m in await self._mapped(stmt)]
+        return [rows.config_version(m) for m in await self._mapped(stmt)]
 
     async def config_version(self, name: str, version: int) -> ConfigVersion | None:
         stmt = sa.select(config_versions).where(
             config_versions.c.name == name, config_versions.c.version == version
         )
         row = await self._first(stmt)
-        return ConfigVersion(**row) if row else None
+        return rows.config_version(row) if row else None
 
     async def delete_config(self, name: str) -> int:
         """The config and its versions; how many versions it had."""

@@ -175,15 +175,7 @@ class PeopleQueries(QueryBase):
             .order_by(usage_samples.c.at.desc())
             .limit(USAGE_SAMPLES_MAX)
         )
-        found = [
-            UsageSample(
-                team_id=m["team_id"],
-                at=m["at"],
-                running_gpus=int(m["running_gpus"]),
-                usage=float(m["usage"]),
-            )
-            for m in await self._mapped(newest)
-        ]
+        found = [rows.usage_sample(m) for m in await self._mapped(newest)]
         return found[::-1]
 
     # ---- members ----------------------------------------------------------------------

@@ -15,18 +15,6 @@ from gpufleet.store.tables import job_secrets
 _S = job_secrets.c
 
 
-def _secret(m: rows.Columns) -> JobSecret:
-    return JobSecret(
-        scope=Scope(m["scope"]),
-        owner_id=m["owner_id"],
-        name=m["name"],
-        value_sealed=m["value_sealed"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-        written_by=m["written_by"],
-    )
-
-
 def _row(scope: Scope, owner_id: str, name: str) -> sa.ColumnElement[bool]:
     return sa.and_(_S.scope == scope.value, _S.owner_id == owner_id, _S.name == name)
 
@@ -61,7 +49,7 @@ class SecretQueries(QueryBase):
 
     async def list_secrets(self) -> list[JobSecret]:
         stmt = sa.select(job_secrets).order_by(_S.scope, _S.owner_id, _S.name)
-        return [_secret(m) for m in await self._mapped(stmt)]
+        return [rows.job_secret(m) for m in await self._mapped(stmt)]
 
     async def secrets_of(
         self, scope: Scope, owner_id: str, names: Collection[str]
@@ -70,4 +58,4 @@ class SecretQueries(QueryBase):
         stmt = sa.select(job_secrets).where(
             _S.scope == scope.value, _S.owner_id == owner_id, _S.name.in_(sorted(names))
         )
-        return [_secret(m) for m in await self._mapped(stmt)]
+        return [rows.job_secret(m) for m in await self._mapped(stmt)]
