@@ -1,5 +1,5 @@
 """The queue policy (limits, fair share, preemption and approval rules): reading it and
-changing it (docs/scheduling.md). Every decision is `domain.policy`'s; approvals are
+changing it (docs/scheduling.md). The record is `domain.policy`'s; approvals are
 services/approvals.py, why a job waits services/waiting.py."""
 
 from __future__ import annotations

@@ -7,16 +7,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpufleet.domain.advice import say_wait_everywhere
+from gpufleet.domain.approvals import approval_needed
 from gpufleet.domain.jobspec import (
     check_config,
     job_gpu_count,
 )
+from gpufleet.domain.limits import queued_limit_hit
 from gpufleet.domain.matching import (
     Requirement,
     needs_of,
     never_runs,
 )
-from gpufleet.domain.policy import Policy, approval_needed, check_priority, queued_limit_hit
+from gpufleet.domain.policy import Policy, check_priority
 from gpufleet.domain.records import (
     LOCAL_WORKER_ID,
     Job,

@@ -9,8 +9,10 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet.domain.advice import say_wait_everywhere
+from gpufleet.domain.fair_share import rank_key
+from gpufleet.domain.limits import LimitHit, limit_hit
 from gpufleet.domain.matching import Wait, WaitCode, fits, reasons_not_running, why_waiting
-from gpufleet.domain.policy import LimitHit, Snapshot, limit_hit, rank_key
+from gpufleet.domain.policy import Snapshot
 from gpufleet.domain.records import Job, Worker
 from gpufleet.domain.states import JobStatus, Target
 from gpufleet.server.context import Context
