@@ -2,7 +2,7 @@
 
 Hypothesis draws small states (teams with weights and usage, members with theirs, limits,
 jobs running and queued) and a freed worker; the job dispatch offers that worker is the one
-`domain.policy.next_job` names on the same state, and starting it exceeds no limit.
+`domain.fair_share.next_job` names on the same state, and starting it exceeds no limit.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gpufleet.domain.policy import Candidate, limit_hit, next_job
+from gpufleet.domain.fair_share import next_job
+from gpufleet.domain.limits import limit_hit
+from gpufleet.domain.policy import Candidate
 from gpufleet.domain.states import JobStatus, RetryOn, Target
 from gpufleet.server.services import dispatch
 from gpufleet.server.services.standing import candidate, snapshot

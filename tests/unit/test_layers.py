@@ -120,6 +120,20 @@ def test_a_layer_does_not_reach_past_the_one_below(layer: str, forbidden: tuple[
         assert not bad, f"{module} imports {bad}"
 
 
+MAX_MODULE_LINES = 400  # a module past this holds more than one concept: split it
+
+
+def test_no_module_is_over_400_lines() -> None:
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert len(files) > 50
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in files
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, "split these modules by concept (docs/architecture.md)"
+
+
 def test_no_module_imports_itself_back_through_others() -> None:
     graph = {m: {n for n in found if n in MODULES and n != m} for m, found in MODULES.items()}
     state: dict[str, int] = {}  # 1: on the current path; 2: done

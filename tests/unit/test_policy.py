@@ -11,12 +11,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.domain.approvals import approval_needed
+from gpufleet.domain.fair_share import (
+    accrue,
+    decay,
+    fair_share_factor,
+    next_job,
+    rank_key,
+    share_gpus,
+)
+from gpufleet.domain.limits import LimitCode, LimitHit, limit_hit, queued_limit_hit
 from gpufleet.domain.policy import (
     LEVEL_PRIORITY,
     Candidate,
     Level,
-    LimitCode,
-    LimitHit,
     Limits,
     Policy,
     Running,
@@ -24,20 +32,9 @@ from gpufleet.domain.policy import (
     Tally,
     TeamState,
     UserState,
-    accrue,
-    approval_needed,
-    as_candidate,
     check_priority,
-    choose_victim,
-    decay,
-    fair_share_factor,
-    limit_hit,
-    may_preempt,
-    next_job,
-    queued_limit_hit,
-    rank_key,
-    share_gpus,
 )
+from gpufleet.domain.preemption import as_candidate, choose_victim, may_preempt
 from gpufleet.errors import Forbidden
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

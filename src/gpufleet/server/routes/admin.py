@@ -25,7 +25,7 @@ from gpufleet.server.schemas.workers import (
     WorkerList,
     WorkerOut,
 )
-from gpufleet.server.services import auth, fleet, queue
+from gpufleet.server.services import auth, fleet, waiting
 from gpufleet.server.services.auth import Principal
 
 router = api_router(prefix="/api/admin", tags=["admin"])
@@ -39,13 +39,13 @@ async def list_workers(
 ) -> WorkerList:
     workers = await fleet.list_workers(ctx, [s.value for s in status or []])
     fleet_all = await fleet.list_workers(ctx) if status else workers
-    unmatched = await queue.unmatched_jobs(ctx, fleet_all)
+    unmatched = await waiting.unmatched_jobs(ctx, fleet_all)
     counts = Counter(w.status.value for w in workers)
     return WorkerList(
         workers=[WorkerOut.of(w) for w in workers],
         counts={s.value: counts.get(s.value, 0) for s in WorkerStatus},
         unmatched_jobs=[
-            UnmatchedJob(job_id=job.id, **queue.waiting_fields(why)) for job, why in unmatched
+            UnmatchedJob(job_id=job.id, **waiting.waiting_fields(why)) for job, why in unmatched
         ],
     )
 

@@ -23,7 +23,13 @@ from gpufleet.server.schemas.policy import (
     ProcessOut,
     StatsOut,
 )
-from gpufleet.server.services import policy, queue
+from gpufleet.server.services import (
+    approvals,
+    housekeeping,
+    policy,
+    queue,
+    simpletuner_queue,
+)
 from gpufleet.server.services.auth import Principal
 
 router = api_router(tags=["queue policy"])
@@ -40,15 +46,15 @@ def _policy_out(p: Policy, row: dict[str, object] | None = None) -> PolicyOut:
 
 
 def _concurrency_out(p: Policy) -> ConcurrencyOut:
-    return ConcurrencyOut(**policy.compat_view(p))
+    return ConcurrencyOut(**simpletuner_queue.compat_view(p))
 
 
 @router.get("/api/queue/stats", response_model=StatsOut)
 async def stats(ctx: Ctx, who: Reader) -> StatsOut:
-    s = await policy.stats(ctx)
+    s = await simpletuner_queue.stats(ctx)
     lim = s.policy.limits
     by_status = dict(s.by_status)
-    for ours, theirs in policy.COMPAT_STATUS.items():
+    for ours, theirs in simpletuner_queue.COMPAT_STATUS.items():
         by_status[theirs] = by_status.get(ours, 0)
     return StatsOut(
         queue_depth=s.queue_depth,
@@ -69,7 +75,7 @@ async def stats(ctx: Ctx, who: Reader) -> StatsOut:
 
 @router.get("/api/queue/me", response_model=MeOut)
 async def me(ctx: Ctx, who: Reader) -> MeOut:
-    mine = await policy.me(ctx, who.user.id)
+    mine = await simpletuner_queue.me(ctx, who.user.id)
     names = await queue.job_names(ctx, [*mine.pending, *mine.running, *mine.blocked])
     return MeOut(
         pending_count=len(mine.pending),
@@ -84,7 +90,7 @@ async def me(ctx: Ctx, who: Reader) -> MeOut:
 
 @router.get("/api/queue/position/{job_id}", response_model=PositionOut)
 async def position(ctx: Ctx, who: Reader, job_id: str) -> PositionOut:
-    p = await policy.position(ctx, job_id)
+    p = await simpletuner_queue.position(ctx, job_id)
     return PositionOut(
         job_id=p.job.id,
         status=p.job.status.value,
@@ -96,7 +102,7 @@ async def position(ctx: Ctx, who: Reader, job_id: str) -> PositionOut:
 
 @router.post("/api/queue/{job_id}/approve", response_model=JobOut)
 async def approve(ctx: Ctx, who: Approver, client: Client, job_id: str) -> JobOut:
-    job = await policy.approve(ctx, job_id, who.actor, client, by=who.user)
+    job = await approvals.approve(ctx, job_id, who.actor, client, by=who.user)
     return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 
@@ -108,7 +114,7 @@ async def reject(
     job_id: str,
     reason: Annotated[str, Query(max_length=500, pattern=r"^[^\x00-\x1f]*$")] = "",
 ) -> JobOut:
-    job = await policy.reject(ctx, job_id, reason, who.actor, client, by=who.user)
+    job = await approvals.reject(ctx, job_id, reason, who.actor, client, by=who.user)
     return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 
@@ -122,7 +128,7 @@ async def get_concurrency(ctx: Ctx, who: Reader) -> ConcurrencyOut:
 async def set_concurrency(
     ctx: Ctx, who: Admin, client: Client, body: ConcurrencyIn
 ) -> ConcurrencyOut:
-    changes = policy.compat_changes(body.changes())
+    changes = simpletuner_queue.compat_changes(body.changes())
     return _concurrency_out(await policy.set_policy(ctx, changes, who.actor, client))
 
 
@@ -143,10 +149,10 @@ async def set_policy(ctx: Ctx, who: Admin, client: Client, body: PolicyIn) -> Po
 async def cleanup(
     ctx: Ctx, who: Admin, client: Client, days: Annotated[int, Query(ge=1, le=365)] = 30
 ) -> CleanupOut:
-    deleted = await policy.cleanup(ctx, days, who.actor, client)
+    deleted = await housekeeping.cleanup(ctx, days, who.actor, client)
     return CleanupOut(success=True, deleted=deleted, days=days)
 
 
 @router.post("/api/queue/process", response_model=ProcessOut)
 async def process(ctx: Ctx, who: Admin) -> ProcessOut:
-    return ProcessOut(success=True, offered=await policy.process(ctx))
+    return ProcessOut(success=True, offered=await housekeeping.process(ctx))

@@ -36,9 +36,18 @@ from gpufleet.server.schemas.jobs import (
     LogsOut,
     SubmitIn,
 )
-from gpufleet.server.services import audit, auth, configs, joblogs, ownership, queue, reruns
+from gpufleet.server.services import (
+    audit,
+    auth,
+    configs,
+    joblogs,
+    ownership,
+    queue,
+    reruns,
+)
+from gpufleet.server.services import submit as submitting
 from gpufleet.server.services.auth import Principal
-from gpufleet.server.services.queue import Submission
+from gpufleet.server.services.submit import Submission
 
 router = api_router(tags=["queue"])
 Reader = Annotated[Principal, Depends(require(QUEUE_READ))]
@@ -62,7 +71,7 @@ async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> Jo
         team=body.team,
         preemptible=body.preemptible,
     )
-    queued = await queue.submit(ctx, sub, who.actor, client, user_id=who.user.id)
+    queued = await submitting.submit(ctx, sub, who.actor, client, user_id=who.user.id)
     if queued.names is None:
         return JobOut.of(queued.job, await queue.job_names(ctx, [queued.job]))
     return JobOut.of(queued.job, queued.names | {who.actor: who.key.name})

@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+from gpufleet.domain.limits import limit_hit
 from gpufleet.domain.matching import (
     Requirement,
     available,
@@ -19,7 +20,7 @@ from gpufleet.domain.matching import (
     fits,
     targets_served,
 )
-from gpufleet.domain.policy import Policy, Snapshot, limit_hit
+from gpufleet.domain.policy import Policy, Snapshot
 from gpufleet.domain.records import LOCAL_WORKER_ID, Attempt, Job, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import (

@@ -1,4 +1,4 @@
-"""The queue in fair-share order (`domain.policy.rank_key`), read lazily: teams in the order
+"""The queue in fair-share order (`domain.fair_share.rank_key`), read lazily: teams in the order
 the snapshot ranks them, each team's queue as `queued_for` reads it (its head through
 ix_jobs_team_queue, then only the jobs the worker's labels can match), and a team read only
 once the teams ranked before it are exhausted or tie with it exactly.
@@ -7,7 +7,7 @@ A rank key with fair share on is (team part, user part, -priority, age, id). A t
 come off its index in priority then age order; a job read is given out only once no job
 still unread in its team could rank before it: an unread job has a user part no better
 than the best any user can have, and a priority-age-id after the last one read. So the
-order given out is exactly `rank_key`'s, which `domain.policy.next_job` also follows.
+order given out is exactly `rank_key`'s, which `domain.fair_share.next_job` also follows.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpufleet.domain.fair_share import rank_key
 from gpufleet.domain.matching import fits, match_keys_for
-from gpufleet.domain.policy import Candidate, Snapshot, rank_key
+from gpufleet.domain.policy import Candidate, Snapshot
 from gpufleet.domain.records import Job, Worker
 from gpufleet.server.services.standing import candidate
 from gpufleet.store import Queries

@@ -12,8 +12,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpufleet.domain import people as rules
+from gpufleet.domain.fair_share import fair_share_factor, share_gpus
 from gpufleet.domain.levels import Level
-from gpufleet.domain.policy import NOTHING, fair_share_factor, share_gpus
+from gpufleet.domain.policy import NOTHING
 from gpufleet.domain.records import Team, UsageSample, User
 from gpufleet.domain.secrets import new_id
 from gpufleet.errors import Conflict, InvalidInput, NotFound

@@ -12,16 +12,11 @@ from typing import TypeVar
 
 from gpufleet import protocol
 from gpufleet.domain.audit_events import SYSTEM_ACTOR
+from gpufleet.domain.fair_share import accrue, rank_key
+from gpufleet.domain.limits import limit_hit
 from gpufleet.domain.matching import Requirement, available, can_run_now, fits
-from gpufleet.domain.policy import (
-    NOTHING,
-    Running,
-    Tally,
-    accrue,
-    choose_victim,
-    limit_hit,
-    rank_key,
-)
+from gpufleet.domain.policy import NOTHING, Running, Tally
+from gpufleet.domain.preemption import choose_victim
 from gpufleet.domain.records import Worker
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC, TEAMS_TOPIC, job_topic

@@ -11,9 +11,9 @@ from gpufleet.domain.records import Job, User
 from gpufleet.domain.states import TERMINAL_JOB
 from gpufleet.errors import Conflict, DomainError, Forbidden, InvalidInput
 from gpufleet.server.context import Context
-from gpufleet.server.services import ownership, queue
+from gpufleet.server.services import ownership, queue, submit
 from gpufleet.server.services.lifecycle import no_job
-from gpufleet.server.services.queue import Submission
+from gpufleet.server.services.submit import Submission
 
 MAX_BULK = 100  # jobs one bulk action takes: the Queue shows 100 at a time
 
@@ -62,7 +62,7 @@ async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, by
         preemptible=old.preemptible,
     )
     # The same path as a submit: the re-runner's limits, level and approval rules apply.
-    queued = await queue.enqueue(
+    queued = await submit.enqueue(
         ctx,
         sub,
         old.config,
@@ -70,7 +70,7 @@ async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, by
         client,
         user_id=by.id,
         rerun_of=old.id,
-        ran=queue.RanVersion.of(old),
+        ran=submit.RanVersion.of(old),
     )
     return queued.job
 

@@ -1,0 +1,50 @@
+"""The schema, one module an aggregate. Alembic migrations create it; these tables are what
+the queries are written against, all on the one `metadata` (base.py)."""
+
+from __future__ import annotations
+
+from gpufleet.store.tables.access import api_keys, revoked_sessions
+from gpufleet.store.tables.audit import audit_events
+from gpufleet.store.tables.base import JSON, UTCDateTime, metadata
+from gpufleet.store.tables.fleet import worker_events, worker_tokens, workers
+from gpufleet.store.tables.job_files import artifacts, checkpoints
+from gpufleet.store.tables.queue import (
+    job_attempts,
+    job_logs,
+    jobs,
+    progress_points,
+    progress_series,
+)
+from gpufleet.store.tables.secrets import job_secrets
+from gpufleet.store.tables.sharing import queue_policy, team_members, teams, usage_samples, users
+from gpufleet.store.tables.stored_configs import config_versions, configs
+from gpufleet.store.tables.webhook_outbox import webhook_deliveries, webhooks
+
+__all__ = [
+    "JSON",
+    "UTCDateTime",
+    "api_keys",
+    "artifacts",
+    "audit_events",
+    "checkpoints",
+    "config_versions",
+    "configs",
+    "job_attempts",
+    "job_logs",
+    "job_secrets",
+    "jobs",
+    "metadata",
+    "progress_points",
+    "progress_series",
+    "queue_policy",
+    "revoked_sessions",
+    "team_members",
+    "teams",
+    "usage_samples",
+    "users",
+    "webhook_deliveries",
+    "webhooks",
+    "worker_events",
+    "worker_tokens",
+    "workers",
+]

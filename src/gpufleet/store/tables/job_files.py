@@ -1,0 +1,48 @@
+"""Artifacts and checkpoints (docs/artifacts.md)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from gpufleet.store.tables.base import UTCDateTime, metadata
+
+# A job's files in the artifact store (gpufleet.artifacts). A row is written only once its
+# bytes are in place and verified: a partial or corrupt upload is never listed.
+artifacts = sa.Table(
+    "artifacts",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column(
+        "job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("attempt_id", sa.String(32), nullable=False),
+    sa.Column("path", sa.String(1024), nullable=False),  # relative to the job folder
+    sa.Column("kind", sa.String(16), nullable=False),  # domain.records.ArtifactKind
+    sa.Column("checkpoint", sa.String(255)),  # the checkpoint's name, for a checkpoint file
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("key", sa.String(1200), nullable=False),  # artifacts.keys.artifact_key
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.UniqueConstraint("attempt_id", "path", name="uq_artifact_attempt_path"),
+    sa.Index("ix_artifacts_job", "job_id", "created_at"),
+)
+
+# A checkpoint the worker committed once its every file was stored: what a later attempt of
+# the job resumes from.
+checkpoints = sa.Table(
+    "checkpoints",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column(
+        "job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("attempt_id", sa.String(32), nullable=False),
+    sa.Column("name", sa.String(255), nullable=False),  # the folder's name, checkpoint-1200
+    sa.Column("path", sa.String(1024), nullable=False),  # the folder, relative to the job's
+    sa.Column("step", sa.BigInteger),
+    sa.Column("files", sa.Integer, nullable=False),  # how many files it holds
+    sa.Column("size", sa.BigInteger, nullable=False),  # their bytes together
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.UniqueConstraint("attempt_id", "name", name="uq_checkpoint_attempt_name"),
+    sa.Index("ix_checkpoints_job", "job_id", "created_at"),
+)
