@@ -87,7 +87,7 @@ def test_the_cli_shares_lists_versions_and_refuses_in_its_own_terms(
     orchestrator: ServerProcess, tmp_path: Path
 ) -> None:
     lead = Member(orchestrator, "nlp", "lead")
-    name = unique("shared")
+    name = unique("teamcfg")
     path = tmp_path / "train.json"
     path.write_text(json.dumps(ADMINS))
     admin = orchestrator.admin_key

@@ -28,7 +28,7 @@ SHARE_TARGETS = [None, SHARED, OTHER]
 
 
 def expected(
-    level: Level, relation: str, shared: bool, action: ConfigAction, target: str | None
+    level: Level, relation: str, is_shared: bool, action: ConfigAction, target: str | None
 ) -> bool:
     """The rules in words: admins do everything; the owner overwrites and deletes; so do the
     leads of the team it is shared with; only the owner shares, and only with a team of
@@ -39,7 +39,7 @@ def expected(
     is_owner = user_id == OWNER
     if action is ConfigAction.SHARE:
         return is_owner and (target is None or target in teams)
-    leads_shared_team = shared and level is Level.LEAD and SHARED in teams
+    leads_shared_team = is_shared and level is Level.LEAD and SHARED in teams
     return is_owner or leads_shared_team
 
 
@@ -52,15 +52,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("level", "relation", "shared", "action", "target"), CASES)
+@pytest.mark.parametrize(("level", "relation", "is_shared", "action", "target"), CASES)
 def test_who_may_change_a_stored_config(
-    level: Level, relation: str, shared: bool, action: ConfigAction, target: str | None
+    level: Level, relation: str, is_shared: bool, action: ConfigAction, target: str | None
 ) -> None:
     user_id, teams = RELATIONS[relation]
     actor = Actor(user_id=user_id, level=level, teams=teams)
-    config = ConfigOwner(owner_id=OWNER, team_id=SHARED if shared else None)
+    config = ConfigOwner(owner_id=OWNER, team_id=SHARED if is_shared else None)
     allowed = may_change_config(actor, config, action, share_with=target)
-    assert allowed is expected(level, relation, shared, action, target)
+    assert allowed is expected(level, relation, is_shared, action, target)
 
 
 def test_the_table_holds_the_cases_the_attack_needs() -> None:
