@@ -39,8 +39,28 @@ EVENT_TIMEOUT = 5.0
 # tests/api/test_attempt_binding.py), so these scripted workers send the worker token alone.
 GPUFLEET_FEATURES = ["command", "attempts"]
 
-# For tests of HTTP rules that no storage backend could change: SQLite only, to stay fast.
+# The API tier runs on SQLite. A test the database decides (locks and races, NOTIFY across
+# streams, SKIP LOCKED, what a column can store, migrations, statement budgets) is marked
+# `both_databases` and runs on PostgreSQL too; everything else (HTTP rules, permissions,
+# validation, what an answer says) cannot differ between them and runs once.
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+both_databases = pytest.mark.both_databases
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test of this tier asking for `database_url` gets SQLite alone unless it is marked
+    `both_databases` or names its databases itself (a parametrize of `database_url`)."""
+    if "database_url" not in metafunc.fixturenames:
+        return
+    definition = metafunc.definition
+    if definition.get_closest_marker("both_databases") is not None:
+        return
+    for mark in definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        if "database_url" in (names.split(",") if isinstance(names, str) else names):
+            return
+    definition.add_marker(sqlite_only)
 
 
 # Every list an operator or the web UI reads (`Fleet.every_read_answers` adds each item).

@@ -3,10 +3,9 @@ the key they are signed in with."""
 
 from __future__ import annotations
 
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 
 
-@sqlite_only
 async def test_revoking_the_key_the_request_is_signed_in_with_is_refused(fleet: Fleet) -> None:
     (admin,) = (await fleet.admin.get("/api/admin/api-keys")).json()
 
@@ -19,7 +18,6 @@ async def test_revoking_the_key_the_request_is_signed_in_with_is_refused(fleet: 
     assert await fleet.audit(type="apikey.revoked") == []
 
 
-@sqlite_only
 async def test_the_ui_session_cannot_revoke_its_own_key_either(fleet: Fleet) -> None:
     other = await fleet.mint_key("*", name="second admin")
     signed_in = await fleet.http.post("/ui/session", json={"api_key": other["key"]})
@@ -50,7 +48,6 @@ async def test_listed_keys_never_carry_their_secret(fleet: Fleet) -> None:
     assert all("key" not in k for k in listed)
 
 
-@sqlite_only
 async def test_a_key_shows_when_it_was_last_used_to_the_minute(fleet: Fleet) -> None:
     minted = await fleet.mint_key("queue.read", name="reader")
     reader = {"X-API-Key": minted["key"]}

@@ -18,10 +18,9 @@ from gpufleet.server.app import create_app
 from gpufleet.server.deps import bind_log_ids
 from gpufleet.server.schemas.base import ERROR_RESPONSES
 from gpufleet.server.settings import ServerSettings
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 
 
-@sqlite_only
 async def test_a_new_app_answers_without_building_its_routes_again(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,9 @@ from gpufleet.domain.states import (
 from gpufleet.store import Store, open_store
 from gpufleet.store.engine import alembic_config
 from gpufleet.store.queries import NewJob
+from tests.api.conftest import both_databases
+
+pytestmark = both_databases
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

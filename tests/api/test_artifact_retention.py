@@ -19,7 +19,7 @@ from gpufleet.server.services import retention
 from gpufleet.server.settings import ServerSettings
 from gpufleet.supervisor import Supervisor
 from tests.api.artifact_world import Run, start_run, stored_keys
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 from tests.api.test_artifact_store import _s3_settings, s3_endpoint
 
 __all__ = ["s3_endpoint"]  # moto's S3 server, a fixture used by name
@@ -136,7 +136,6 @@ async def test_on_object_storage_the_sweep_deletes_from_the_bucket(
     assert await artifacts_of(fleet, old) == set()
 
 
-@sqlite_only
 async def test_staged_uploads_older_than_a_day_are_removed(fleet: Fleet) -> None:
     store = fleet.ctx.artifacts
 
@@ -153,7 +152,6 @@ async def test_staged_uploads_older_than_a_day_are_removed(fleet: Fleet) -> None
     assert [found.key for found in await store.list("incoming")] == ["incoming/fresh"]
 
 
-@sqlite_only
 async def test_a_blob_the_store_fails_to_delete_keeps_its_row_for_the_next_sweep(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -178,7 +176,6 @@ async def test_a_blob_the_store_fails_to_delete_keeps_its_row_for_the_next_sweep
     assert sorted(e["detail"]["count"] for e in deleted) == [1, 1]
 
 
-@sqlite_only
 async def test_the_sweep_is_one_of_the_servers_named_loops(
     tmp_path: Path, database_url: str
 ) -> None:

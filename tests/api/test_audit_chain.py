@@ -22,7 +22,9 @@ from gpufleet.server.app import create_app
 from gpufleet.server.services import audit
 from gpufleet.store.queries import Queries
 from gpufleet.store.tables import audit_events
-from tests.api.conftest import Fleet
+from tests.api.conftest import Fleet, both_databases
+
+pytestmark = both_databases
 
 postgres_only = pytest.mark.parametrize(
     "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True

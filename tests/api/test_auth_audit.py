@@ -8,10 +8,9 @@ from datetime import datetime
 import pytest
 
 from gpufleet.domain.secrets import hash_secret
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet, both_databases
 
 
-@sqlite_only
 async def test_the_admin_key_is_left_in_the_data_folder_for_the_operator_only(
     fleet: Fleet,
 ) -> None:
@@ -24,7 +23,6 @@ async def test_the_admin_key_is_left_in_the_data_folder_for_the_operator_only(
     assert "key" not in admin
 
 
-@sqlite_only
 @pytest.mark.parametrize("path", ["/api/admin/workers", "/api/queue", "/api/audit"])
 async def test_a_call_without_an_api_key_is_unauthenticated(fleet: Fleet, path: str) -> None:
     answer = await fleet.http.get(path)
@@ -44,7 +42,6 @@ async def test_an_unknown_api_key_is_refused_and_audited(fleet: Fleet) -> None:
     assert failed["client_addr"] == "127.0.0.1"
 
 
-@sqlite_only
 async def test_the_key_is_accepted_as_a_bearer_token_or_an_x_api_key_header(
     fleet: Fleet,
 ) -> None:
@@ -87,6 +84,7 @@ async def test_a_revoked_key_stops_working(fleet: Fleet) -> None:
     assert answer.status_code == 401
 
 
+@both_databases
 async def test_revoking_a_key_ends_every_stream_it_opened_within_a_second(fleet: Fleet) -> None:
     job = await fleet.submit()  # queued: its log stream stays open
     revoked = await fleet.mint_key("queue.read", name="leaving")
@@ -119,7 +117,6 @@ async def test_revoking_a_key_ends_every_stream_it_opened_within_a_second(fleet:
     assert (await other.expect("jobs"))["type"] == "jobs"  # another key's stream goes on
 
 
-@sqlite_only
 async def test_a_worker_token_is_no_api_key(fleet: Fleet) -> None:
     agent = await fleet.create_worker("gpu-1")
 
@@ -132,7 +129,6 @@ async def test_a_worker_token_is_no_api_key(fleet: Fleet) -> None:
     assert as_worker.status_code == 401
 
 
-@sqlite_only
 async def test_a_worker_call_without_a_valid_token_is_unauthenticated(fleet: Fleet) -> None:
     missing = await fleet.http.post("/api/workers/heartbeat", json={})
     wrong = await fleet.http.post(
@@ -242,7 +238,6 @@ async def test_the_audit_log_filters_by_type_actor_target_and_time(fleet: Fleet)
     assert [e["event_type"] for e in by_type] == ["worker.created"] * 2
 
 
-@sqlite_only
 async def test_the_audit_log_needs_the_audit_permission(fleet: Fleet) -> None:
     key = await fleet.mint_key("admin.workers")
 
@@ -252,6 +247,7 @@ async def test_the_audit_log_needs_the_audit_permission(fleet: Fleet) -> None:
     assert "admin.audit" in answer.json()["detail"]
 
 
+@both_databases
 async def test_no_token_or_key_is_ever_stored_in_the_database(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
     other = await fleet.create_worker("gpu-2")

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.store.tables import audit_events
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 
 WORKER = "worker token"
 UPLOAD = "upload token"  # SimpleTuner's storage route: the attempt's upload token only
@@ -223,7 +223,6 @@ def _url(path: str, params: dict[str, str]) -> str:
     return path.format(**params)
 
 
-@sqlite_only
 async def test_every_route_refuses_every_wrong_credential_and_changes_nothing(
     fleet: Fleet,
 ) -> None:

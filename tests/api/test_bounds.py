@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gpufleet.domain import bounds
-from tests.api.conftest import Agent, EventStream, Fleet, sqlite_only
+from tests.api.conftest import Agent, EventStream, Fleet
 
 KIB = 1024
 
@@ -164,7 +164,6 @@ async def _events(fleet: Fleet, key: str) -> EventStream:
     return stream
 
 
-@sqlite_only
 async def test_one_stream_over_the_keys_bound_closes_its_oldest_and_no_other_keys(
     fleet: Fleet,
 ) -> None:

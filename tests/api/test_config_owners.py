@@ -18,7 +18,7 @@ from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.store import open_store
 from gpufleet.store.engine import alembic_config
 from gpufleet.store.tables import JSON, UTCDateTime
-from tests.api.conftest import Fleet
+from tests.api.conftest import Fleet, both_databases
 from tests.api.test_artifact_records import _queue_index
 from tests.api.test_people import key_of, make_team, make_user
 
@@ -193,6 +193,7 @@ def _migrate(sync_conn: Connection, revision: str, *, down: bool) -> None:
     (command.downgrade if down else command.upgrade)(cfg, revision)
 
 
+@both_databases
 async def test_migration_0016_gives_the_configs_from_before_to_admin(database_url: str) -> None:
     store = await open_store(database_url)
     try:

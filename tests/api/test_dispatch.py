@@ -15,7 +15,7 @@ from gpufleet.domain.secrets import new_id
 from gpufleet.server import sse, streams
 from gpufleet.server.services import dispatch
 from gpufleet.store import Queries
-from tests.api.conftest import Agent, Fleet, sqlite_only
+from tests.api.conftest import Agent, Fleet, both_databases
 
 
 async def test_the_stream_delivers_a_job_as_a_job_submit_event(fleet: Fleet) -> None:
@@ -55,6 +55,7 @@ async def test_an_unacknowledged_offer_is_sent_again_when_the_stream_reopens(
     assert again["attempt_id"] == first["attempt_id"]
 
 
+@both_databases
 async def test_the_claim_hands_its_offer_to_the_stream_without_a_read_back(
     fleet: Fleet,
 ) -> None:
@@ -93,6 +94,7 @@ async def test_the_claim_hands_its_offer_to_the_stream_without_a_read_back(
     assert stream_reads != []
 
 
+@both_databases
 async def test_a_submit_that_finds_an_idle_worker_commits_once(fleet: Fleet) -> None:
     """The job is queued and offered in one transaction: one commit, not one to queue it
     and another to offer it."""
@@ -116,6 +118,7 @@ async def test_a_submit_that_finds_an_idle_worker_commits_once(fleet: Fleet) -> 
     assert sorted(kinds) == ["job.dispatched", "job.status_changed", "job.submitted"]
 
 
+@both_databases
 async def test_a_submit_whose_idle_worker_is_taken_meanwhile_keeps_the_job(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,6 +148,7 @@ async def test_a_submit_whose_idle_worker_is_taken_meanwhile_keeps_the_job(
     assert len(submitted) == 1
 
 
+@both_databases
 async def test_an_ignored_offer_goes_out_again_on_the_open_stream_until_acknowledged(
     fleet: Fleet,
 ) -> None:
@@ -194,6 +198,7 @@ async def test_a_heartbeat_naming_the_job_the_worker_holds_changes_nothing(fleet
 
 
 @pytest.mark.parametrize("dialect", ["gpufleet", "simpletuner"])
+@both_databases
 async def test_a_job_runs_from_submit_to_completed(fleet: Fleet, dialect: str) -> None:
     agent = await fleet.online_worker("gpu-1")
     job = await fleet.submit()
@@ -411,7 +416,6 @@ async def test_a_job_that_fits_a_worker_not_registered_yet_names_it(fleet: Fleet
     )
 
 
-@sqlite_only
 async def test_target_local_without_a_local_runner_is_refused(fleet: Fleet) -> None:
     await fleet.online_worker("gpu-1")
 
@@ -529,6 +533,7 @@ async def test_following_the_logs_of_a_finished_job_replays_them_and_ends(fleet:
     assert frames[-1] == 'event: end\ndata: {"type":"end","status":"completed"}'
 
 
+@both_databases
 async def test_concurrent_submissions_never_offer_one_worker_two_jobs(fleet: Fleet) -> None:
     agent = await fleet.online_worker("only-one")
     jobs = await asyncio.gather(*(fleet.submit() for _ in range(12)))
@@ -542,6 +547,7 @@ async def test_concurrent_submissions_never_offer_one_worker_two_jobs(fleet: Fle
     assert [a["id"] for a in live] == [offered[0]["current_attempt_id"]]
 
 
+@both_databases
 async def test_submits_racing_reports_and_heartbeats_all_succeed(fleet: Fleet) -> None:
     """Submits (job, then worker) race reports and heartbeats (worker, then job): on
     PostgreSQL, opposite lock orders would deadlock and answer 500."""
@@ -583,6 +589,7 @@ async def test_submits_racing_reports_and_heartbeats_all_succeed(fleet: Fleet) -
     assert statuses == {"completed"}
 
 
+@both_databases
 async def test_a_freed_worker_finds_its_job_behind_a_deep_queue_of_jobs_it_cannot_run(
     fleet: Fleet,
 ) -> None:
@@ -625,6 +632,7 @@ async def test_a_job_reaches_the_one_fitting_idle_worker_behind_many_that_do_not
     assert (await fleet.job(job["id"]))["worker_id"] == wanted.id
 
 
+@both_databases
 async def test_the_sweep_asks_the_queue_once_per_shape_of_idle_worker(fleet: Fleet) -> None:
     """The health sweep's safety net offers jobs whose dispatch was missed (here: rows
     written straight into the queue), and once one idle worker of a shape finds nothing it

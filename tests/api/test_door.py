@@ -10,7 +10,7 @@ from fastapi.routing import APIRoute
 from gpufleet.domain.jsonpolicy import MAX_VALUES
 from gpufleet.server.deps import Credential, credential_of
 from gpufleet.server.ratelimit import FailureLimiter
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 
 # A body every route's input policy refuses (a NUL in a string): parsed, it is a 422.
 UNSTORABLE = b'{"name": "gpu\\u0000", "worker_id": "w\\u0000", "command": ["\\u0000"]}'
@@ -47,14 +47,12 @@ def _credentials(dependant: Any) -> list[Credential[Any]]:
     return found
 
 
-@sqlite_only
 async def test_every_route_that_reads_a_json_body_names_its_credential(fleet: Fleet) -> None:
     bodied = [r for r in fleet.app.routes if isinstance(r, APIRoute) and r.body_field]
     assert len(bodied) >= 20
     assert [r.path for r in bodied if not _credentials(r.dependant)] == []
 
 
-@sqlite_only
 async def test_a_body_without_credentials_is_refused_401_before_it_is_read(fleet: Fleet) -> None:
     fleet.ctx.auth_failures = FailureLimiter(0, 60.0)  # limiting has its own test
     operations = _json_operations(fleet)
@@ -69,7 +67,6 @@ async def test_a_body_without_credentials_is_refused_401_before_it_is_read(fleet
     assert await fleet.audit(type="auth.failed") == []  # a missing credential is counted only
 
 
-@sqlite_only
 async def test_a_key_without_the_permission_or_a_session_without_csrf_is_refused_before_the_body(
     fleet: Fleet,
 ) -> None:
@@ -100,7 +97,6 @@ def _values(count: int) -> bytes:
     return f'{{"config": {{"command": ["true"], "blob": [{zeros}]}}}}'.encode()
 
 
-@sqlite_only
 async def test_a_body_of_more_values_than_the_limit_is_refused_saying_the_limit(
     fleet: Fleet,
 ) -> None:
@@ -115,7 +111,6 @@ async def test_a_body_of_more_values_than_the_limit_is_refused_saying_the_limit(
     assert (await fleet.admin.get("/api/queue")).json()["jobs"] == []
 
 
-@sqlite_only
 async def test_a_body_at_the_value_limit_or_with_commas_inside_its_strings_is_read(
     fleet: Fleet,
 ) -> None:
@@ -133,7 +128,6 @@ async def test_a_body_at_the_value_limit_or_with_commas_inside_its_strings_is_re
     assert stored["config"]["note"] == "," * (3 * MAX_VALUES)
 
 
-@sqlite_only
 async def test_a_body_refused_unread_ends_its_connection_and_a_read_one_keeps_it(
     fleet: Fleet,
 ) -> None:

@@ -11,9 +11,10 @@ from sqlalchemy.exc import DBAPIError
 from gpufleet.server.services import agents as agents_service
 from gpufleet.server.services import health
 from gpufleet.store.queries import Queries
-from tests.api.conftest import ACK_TIMEOUT, HEARTBEAT_TIMEOUT, Fleet
+from tests.api.conftest import ACK_TIMEOUT, HEARTBEAT_TIMEOUT, Fleet, both_databases
 
 
+@both_databases
 async def test_an_offer_not_acknowledged_in_time_is_withdrawn_and_offered_again(
     fleet: Fleet,
 ) -> None:
@@ -59,6 +60,7 @@ async def test_an_acknowledged_offer_is_not_withdrawn(fleet: Fleet) -> None:
     assert (await fleet.job(job["id"]))["attempts"] == 1
 
 
+@both_databases
 async def test_a_worker_silent_past_the_heartbeat_timeout_goes_offline_and_loses_its_job(
     fleet: Fleet,
 ) -> None:
@@ -98,6 +100,7 @@ async def test_a_worker_that_heartbeats_stays_online(fleet: Fleet) -> None:
     assert (await agent.info())["status"] == "idle"
 
 
+@both_databases
 async def test_plain_heartbeats_are_written_together_by_the_flush(fleet: Fleet) -> None:
     """A heartbeat that changes nothing but the time is kept in memory, then written with
     the others in one statement: not one write transaction a heartbeat."""
@@ -115,6 +118,7 @@ async def test_plain_heartbeats_are_written_together_by_the_flush(fleet: Fleet) 
     assert await agents_service.flush_heartbeats(fleet.ctx) == 0
 
 
+@both_databases
 async def test_a_kept_heartbeat_never_revives_an_offline_worker_nor_goes_back_in_time(
     fleet: Fleet,
 ) -> None:
@@ -244,6 +248,7 @@ async def test_a_job_that_keeps_failing_fails_for_good_after_its_retries(fleet: 
     assert (await agent.info())["status"] == "idle"
 
 
+@both_databases
 async def test_a_stale_worker_is_fenced_off_and_told_to_cancel(fleet: Fleet) -> None:
     stale = await fleet.online_worker("stale")
     job = await fleet.submit()
@@ -381,6 +386,7 @@ async def test_an_ephemeral_worker_offline_past_the_cleanup_age_is_deleted(fleet
     assert deleted and deleted[0]["actor"] == "system"
 
 
+@both_databases
 async def test_a_log_batch_delivered_twice_is_stored_once(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
     job = await fleet.submit()
@@ -447,6 +453,7 @@ async def test_offers_made_before_a_restart_get_a_fresh_acknowledgement_window(
     assert (await fleet.job(job["id"]))["attempts"] == 2
 
 
+@both_databases
 async def test_a_write_the_database_aborts_as_a_deadlock_answers_503_and_stores_nothing(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:

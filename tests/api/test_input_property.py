@@ -16,8 +16,10 @@ import httpx
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.api.conftest import Agent, Fleet, post_raw
+from tests.api.conftest import Agent, Fleet, both_databases, post_raw
 from tests.nasty import nested, objects, texts, values
+
+pytestmark = both_databases
 
 Write = Callable[["Scene", Any], Awaitable[httpx.Response]]
 

@@ -11,7 +11,7 @@ import httpx
 
 from gpufleet.artifacts.backends import open_artifact_store
 from tests.api.artifact_world import Run, start_run, stored_keys
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 from tests.api.test_artifact_store import _s3_settings, s3_endpoint
 from tests.api.test_policy import add_user, client_of
 
@@ -82,7 +82,6 @@ async def test_a_download_streams_the_newest_attempts_file_or_the_one_asked_for(
     assert f"gpufleet_artifact_store_bytes {float(total)}" in metrics
 
 
-@sqlite_only
 async def test_a_download_that_names_nothing_stored_or_a_bad_path_says_what_to_do(
     fleet: Fleet,
 ) -> None:
@@ -159,7 +158,6 @@ async def test_pinning_is_its_owners_and_is_audited(fleet: Fleet) -> None:
     assert [e["detail"]["pinned"] for e in audited] == [False, True]
 
 
-@sqlite_only
 async def test_with_object_storage_a_download_redirects_to_a_presigned_url(
     fleet: Fleet, s3_endpoint: str
 ) -> None:

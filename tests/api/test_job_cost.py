@@ -11,7 +11,9 @@ from typing import Any
 
 from sqlalchemy import event
 
-from tests.api.conftest import Agent, Fleet
+from tests.api.conftest import Agent, Fleet, both_databases
+
+pytestmark = both_databases
 
 # The most each request may send. PostgreSQL adds the NOTIFY that tells the other replicas
 # and the audit chain's lock (its row locks are clauses, not statements), and reads a

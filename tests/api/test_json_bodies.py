@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 
 # What clients send with a JSON body: nothing (curl --data-binary @-, many scripts), curl's
 # default for -d, a text type, or JSON itself.
@@ -33,7 +33,6 @@ def _json_operations(fleet: Fleet) -> list[tuple[str, str]]:
     ]
 
 
-@sqlite_only
 async def test_every_json_endpoint_answers_a_json_body_alike_whatever_its_content_type(
     fleet: Fleet,
 ) -> None:
@@ -69,7 +68,6 @@ async def test_every_json_endpoint_answers_a_json_body_alike_whatever_its_conten
 
 
 @pytest.mark.parametrize("content_type", CONTENT_TYPES)
-@sqlite_only
 async def test_a_worker_is_created_from_json_sent_with_any_content_type(
     fleet: Fleet, content_type: str | None
 ) -> None:
@@ -93,7 +91,6 @@ async def test_a_worker_is_created_from_json_sent_with_any_content_type(
         ("multipart/form-data; boundary=x", b'--x\r\nContent-Disposition: form-data; name="name"'),
     ],
 )
-@sqlite_only
 async def test_a_body_that_is_not_json_is_refused_saying_to_send_json(
     fleet: Fleet, content_type: str | None, body: bytes
 ) -> None:
@@ -106,7 +103,6 @@ async def test_a_body_that_is_not_json_is_refused_saying_to_send_json(
     assert (await fleet.admin.get("/api/admin/workers")).json()["workers"] == []
 
 
-@sqlite_only
 async def test_malformed_json_is_refused_saying_where_it_breaks(fleet: Fleet) -> None:
     answer = await fleet.admin.post(
         "/api/admin/workers",
@@ -121,7 +117,6 @@ async def test_malformed_json_is_refused_saying_where_it_breaks(fleet: Fleet) ->
     assert detail.endswith(': send a JSON object, such as -d \'{"name": "gpu-1"}\'')
 
 
-@sqlite_only
 async def test_a_body_over_the_limit_sent_without_a_json_type_is_still_413(fleet: Fleet) -> None:
     async def chunks():  # no Content-Length: the limit bites while reading
         yield b'{"command": ["true"], "blob": "'
@@ -140,7 +135,6 @@ async def test_a_body_over_the_limit_sent_without_a_json_type_is_still_413(fleet
     assert (await fleet.admin.get("/api/configs/huge")).status_code == 404
 
 
-@sqlite_only
 async def test_an_empty_body_still_means_no_body_where_one_is_optional(fleet: Fleet) -> None:
     worker = await fleet.online_worker("gpu-1")
 
@@ -154,7 +148,6 @@ async def test_an_empty_body_still_means_no_body_where_one_is_optional(fleet: Fl
     assert (await worker.info())["status"] == "offline"
 
 
-@sqlite_only
 async def test_the_web_sign_in_still_takes_the_form_a_browser_posts(fleet: Fleet) -> None:
     answer = await fleet.http.post(
         "/ui/session", data={"api_key": fleet.admin_key, "next": "/audit"}
@@ -164,7 +157,6 @@ async def test_the_web_sign_in_still_takes_the_form_a_browser_posts(fleet: Fleet
     assert answer.headers["location"] == "/audit"
 
 
-@sqlite_only
 async def test_the_web_sign_in_reads_json_sent_with_curls_default_type(fleet: Fleet) -> None:
     answer = await fleet.http.post(
         "/ui/session",

@@ -6,7 +6,7 @@ import re
 
 import sqlalchemy as sa
 
-from tests.api.conftest import Fleet
+from tests.api.conftest import Fleet, both_databases
 
 
 def _value(text: str, sample: str) -> float:
@@ -22,6 +22,7 @@ async def test_liveness_and_readiness_answer_without_credentials(fleet: Fleet) -
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
 
 
+@both_databases
 async def test_readiness_fails_when_the_schema_is_behind(fleet: Fleet) -> None:
     async with fleet.ctx.store.engine.begin() as conn:
         head = (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).scalar()
@@ -68,6 +69,7 @@ async def test_the_histograms_and_counters_move_when_jobs_run(fleet: Fleet) -> N
     assert _value(after, "gpufleet_queue_depth") == 0
 
 
+@both_databases
 async def test_a_replica_reports_itself_its_leadership_and_its_streams(fleet: Fleet) -> None:
     """On SQLite the one replica always leads."""
     first = (await fleet.admin.get("/metrics")).text

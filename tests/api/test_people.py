@@ -11,7 +11,7 @@ import pytest
 from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.errors import Forbidden, InvalidInput
 from gpufleet.server.services import auth, people, policy_loop
-from tests.api.conftest import Fleet, post_raw, sqlite_only
+from tests.api.conftest import Fleet, both_databases, post_raw
 
 
 async def make_user(fleet: Fleet, name: str, level: str = "researcher", **body: Any) -> Any:
@@ -99,6 +99,7 @@ async def test_users_and_teams_are_created_joined_listed_changed_and_deleted(
     }
 
 
+@both_databases
 async def test_a_name_is_taken_once_and_unknown_ones_answer_404(fleet: Fleet) -> None:
     await make_user(fleet, "bob")
     await make_team(fleet, "rl")
@@ -162,6 +163,7 @@ async def test_a_user_and_a_team_are_renamed_and_what_they_hold_follows(fleet: F
     assert names == ["ada", "admin", "hopper"]
 
 
+@both_databases
 async def test_a_change_to_people_or_their_usage_nudges_live_views(fleet: Fleet) -> None:
     """The Teams page re-reads on a `teams` nudge: sent when a change commits, not otherwise."""
     stream = await fleet.open_sse("/api/events", "", {"Authorization": f"Bearer {fleet.admin_key}"})
@@ -199,7 +201,6 @@ async def test_a_team_with_jobs_waiting_or_running_is_not_deleted(fleet: Fleet) 
     assert (await fleet.admin.get("/api/teams/busy")).status_code == 200
 
 
-@sqlite_only
 async def test_a_teams_running_jobs_and_gpus_are_counted(fleet: Fleet) -> None:
     team = await make_team(fleet, "gpus")
     worker = await fleet.online_worker("w", gpu_count=2)
@@ -243,7 +244,6 @@ async def test_hostile_renames_are_refused_and_the_names_stay(fleet: Fleet, name
     assert await fleet.audit(type="user.updated") == []
 
 
-@sqlite_only
 async def test_a_name_refused_by_the_rule_says_the_rule(fleet: Fleet) -> None:
     answer = await fleet.admin.post("/api/users", json={"name": "a/b", "level": "viewer"})
     assert answer.status_code == 422
@@ -281,7 +281,6 @@ async def test_hostile_limits_and_weights_are_refused(fleet: Fleet, number: Any)
     assert {t["name"] for t in (await fleet.admin.get("/api/teams")).json()["teams"]} == {"t"}
 
 
-@sqlite_only
 async def test_a_weight_of_zero_and_a_null_weight_are_refused(fleet: Fleet) -> None:
     await make_team(fleet, "t")
     for weight in (0, -0.5, None, True):
@@ -361,7 +360,6 @@ async def test_the_built_in_admin_is_never_deleted_nor_lowered(fleet: Fleet) -> 
     assert await fleet.audit(type="user.") == []
 
 
-@sqlite_only
 async def test_an_admin_cannot_delete_or_lower_their_own_user(fleet: Fleet) -> None:
     await make_user(fleet, "ada", level="admin")
     async with await key_of(fleet, "ada", "*") as ada:
@@ -371,6 +369,7 @@ async def test_an_admin_cannot_delete_or_lower_their_own_user(fleet: Fleet) -> N
     assert lowered.status_code == 409 and "your own level" in lowered.json()["detail"]
 
 
+@both_databases
 async def test_deleting_a_user_revokes_their_keys_and_ends_their_streams(fleet: Fleet) -> None:
     await make_user(fleet, "eve")
     answer = await fleet.admin.post(
@@ -431,6 +430,7 @@ async def test_a_job_is_for_the_team_named_else_the_default_else_the_only_team(
     assert "there is no team 'zz'; multi is in: a, b" in unknown.value.message
 
 
+@both_databases
 async def test_hostile_names_in_the_path_answer_404_on_every_database(fleet: Fleet) -> None:
     await make_team(fleet, "t")
     for ref in ("%ED%A0%80", "%FF", "a" * 10_000, "x%20y", "u_admin%27--"):
@@ -445,7 +445,6 @@ async def test_hostile_names_in_the_path_answer_404_on_every_database(fleet: Fle
     assert (await fleet.admin.get("/api/teams/t")).json()["members"] == []
 
 
-@sqlite_only
 async def test_only_a_star_key_mints_for_another_user(fleet: Fleet) -> None:
     await make_user(fleet, "lena", level="lead")
     answer = await fleet.admin.post(

@@ -12,7 +12,7 @@ from gpufleet.domain.secrets import new_id
 from gpufleet.server.services import policy_loop
 from gpufleet.store.tables import api_keys, team_members, teams, users
 from tests.api.artifacts.uploads import stored_keys, upload, upload_checkpoint
-from tests.api.conftest import Fleet, post_raw
+from tests.api.conftest import Fleet, both_databases, post_raw
 
 # ---- people, written straight to the tables (their API is services/people.py's) -----------
 
@@ -68,6 +68,7 @@ async def set_policy(fleet: Fleet, **fields: Any) -> dict[str, Any]:
 # ---- limits ------------------------------------------------------------------------------
 
 
+@both_databases
 async def test_a_gpu_limit_keeps_the_second_job_queued_until_the_first_ends(fleet: Fleet) -> None:
     await set_policy(fleet, max_gpus=1)
     one = await fleet.online_worker("gpu-1")
@@ -293,6 +294,7 @@ async def test_with_fair_share_the_team_below_its_share_goes_first(fleet: Fleet)
 # ---- cleanup -----------------------------------------------------------------------------
 
 
+@both_databases
 async def test_cleanup_deletes_old_ended_jobs_and_never_an_active_one(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
     done = await fleet.submit()
@@ -375,6 +377,7 @@ async def test_unknown_jobs_answer_404_on_every_job_route(fleet: Fleet) -> None:
 # ---- the policy loop: usage and preemption -----------------------------------------------
 
 
+@both_databases
 async def test_the_loop_accrues_usage_and_fair_share_then_serves_the_other_team(
     fleet: Fleet,
 ) -> None:

@@ -23,7 +23,7 @@ from gpufleet.server.services import dispatch
 from gpufleet.server.services.standing import candidate, snapshot
 from gpufleet.store.queries import NewJob
 from gpufleet.store.tables import jobs, queue_policy, team_members, teams, users, workers
-from tests.api.conftest import Agent, Fleet
+from tests.api.conftest import Agent, Fleet, both_databases
 
 TEAMS = ["t_a", "t_b", "t_c"]
 USERS = ["u_1", "u_2", "u_3"]
@@ -192,6 +192,7 @@ async def test_a_freed_worker_is_offered_the_job_the_policy_names_and_no_limit_i
         assert limit_hit(candidate(job, snap), snap) is None
 
 
+@both_databases
 async def test_dispatches_racing_for_many_workers_never_pass_a_limit_together(
     fleet: Fleet,
 ) -> None:

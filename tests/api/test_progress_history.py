@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpufleet.domain import history as rules
-from tests.api.conftest import HEARTBEAT_TIMEOUT, Agent, Fleet, post_raw
+from tests.api.conftest import HEARTBEAT_TIMEOUT, Agent, Fleet, both_databases, post_raw
 
 
 async def running_job(fleet: Fleet) -> tuple[Agent, dict[str, Any]]:
@@ -74,6 +74,7 @@ async def test_the_final_report_ends_the_eta_and_adds_no_repeated_point(fleet: F
     assert series(data)["loss"] == [[1, 0.5, 1], [2, 0.25, 1]]
 
 
+@both_databases
 async def test_a_long_run_keeps_a_bounded_evenly_thinned_history(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from gpufleet.domain.records import JobFilter
 from gpufleet.store.queries import Queries
 from gpufleet.store.tables import jobs
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 
 
 async def test_a_rerun_is_a_new_job_with_the_same_config_linked_both_ways(fleet: Fleet) -> None:
@@ -174,7 +174,6 @@ async def test_jobs_name_their_worker_and_submitting_key(fleet: Fleet) -> None:
     assert (listed["worker_name"], listed["submitted_by_name"]) == ("named-w", "trainer")
 
 
-@sqlite_only
 async def test_filtering_by_worker_and_status_searches_the_worker_index(fleet: Fleet) -> None:
     """Not every job of the status (ix_jobs_queue): with 100,000 jobs, 643 ms before, 97 after."""
     f = JobFilter(statuses=["completed"], worker="gpu-7")

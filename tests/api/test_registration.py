@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 
 DOCUMENTED = {
     "name": "gpu-worker-1",
@@ -133,7 +133,6 @@ async def test_opening_the_stream_makes_a_registered_worker_idle(fleet: Fleet) -
     assert (await agent.info())["status"] == "idle"
 
 
-@sqlite_only
 async def test_a_bad_label_key_from_a_worker_is_refused(fleet: Fleet) -> None:
     agent = await fleet.create_worker("gpu-1")
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.api.conftest import Fleet, sqlite_only
-
-pytestmark = sqlite_only
+from tests.api.conftest import Fleet
 
 
 def private(answer: httpx.Response | dict[str, str]) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api.conftest import Fleet
+from tests.api.conftest import Fleet, both_databases
+
+pytestmark = both_databases
 
 
 @pytest.mark.parametrize("dialect", ["gpufleet", "simpletuner"])

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from gpufleet.server.services.sessions import SESSION_SECONDS
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet, both_databases
 from tests.api.test_ui_session import as_browser, sign_in
 
 
@@ -76,6 +76,7 @@ async def test_signing_out_twice_or_with_a_bad_cookie_stores_nothing_more(fleet:
     assert len(await signed_out_rows(fleet)) == 1
 
 
+@both_databases
 async def test_a_signed_out_session_is_forgotten_once_it_would_have_expired(
     fleet: Fleet,
 ) -> None:
@@ -93,6 +94,7 @@ async def test_a_signed_out_session_is_forgotten_once_it_would_have_expired(
     assert (await fleet.http.get("/api/queue", headers=as_browser(first))).status_code == 401
 
 
+@both_databases
 async def test_signing_out_ends_the_event_streams_that_session_opened(fleet: Fleet) -> None:
     ended, csrf = await sign_in(fleet)
     other, _other_csrf = await sign_in(fleet)
@@ -108,7 +110,6 @@ async def test_signing_out_ends_the_event_streams_that_session_opened(fleet: Fle
     assert (await going_on.expect("workers"))["type"] == "workers"
 
 
-@sqlite_only
 async def test_the_sign_out_check_is_a_primary_key_probe_inside_the_sessions_one_read(
     fleet: Fleet,
 ) -> None:

@@ -23,7 +23,7 @@ import trustme
 from botocore.exceptions import ClientError
 
 from gpufleet.artifacts.backends import open_artifact_store
-from tests.api.conftest import Agent, Fleet, sqlite_only
+from tests.api.conftest import Agent, Fleet
 from tests.api.served import free_socket, serve, trainer_publishing
 from tests.api.test_artifact_store import _s3_settings, s3_endpoint
 from tests.api.test_simpletuner_dialect import SIMPLETUNER_JOB, simpletuner_agent
@@ -119,7 +119,6 @@ async def test_the_trainers_publisher_stores_its_output_dir_as_artifacts_of_the_
         assert got.content == data
 
 
-@sqlite_only
 async def test_a_resuming_trainer_reads_a_checkpoint_back_with_boto3(
     served_fleet: Fleet, clients: list[Any], trainer_publishing: ModuleType, tmp_path: Path
 ) -> None:
@@ -166,7 +165,6 @@ def s3_client(fleet: Fleet, clients: list[Any], token: str, **headers: str) -> A
     return client
 
 
-@sqlite_only
 async def test_a_wrong_token_is_refused_and_stores_nothing(
     served_fleet: Fleet, clients: list[Any]
 ) -> None:
@@ -230,7 +228,6 @@ async def tls_fleet(
         await fleet.stop()
 
 
-@sqlite_only
 async def test_boto3_over_https_sends_aws_chunked_bodies_that_are_decoded(
     tls_fleet: Fleet, clients: list[Any], trainer_publishing: ModuleType, tmp_path: Path
 ) -> None:
@@ -254,7 +251,6 @@ async def test_boto3_over_https_sends_aws_chunked_bodies_that_are_decoded(
     }
 
 
-@sqlite_only
 async def test_on_object_storage_the_trainers_files_land_in_the_bucket_and_read_back(
     served_fleet: Fleet,
     clients: list[Any],

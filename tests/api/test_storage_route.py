@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 
 from gpufleet.server.ratelimit import FailureLimiter
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 from tests.api.test_simpletuner_storage import OUTPUT, listed, running_simpletuner_job
 
 
@@ -24,7 +24,6 @@ async def storage_put(
     )
 
 
-@sqlite_only
 async def test_hostile_keys_and_bodies_are_refused_and_store_nothing(fleet: Fleet) -> None:
     _agent, offer = await running_simpletuner_job(fleet)
     job, token = offer["job_id"], offer["upload_token"]
@@ -66,7 +65,6 @@ async def test_hostile_keys_and_bodies_are_refused_and_store_nothing(fleet: Flee
     assert await fleet.ctx.artifacts.list("jobs") == []
 
 
-@sqlite_only
 async def test_ranges_are_served_as_s3_serves_them(fleet: Fleet) -> None:
     _agent, offer = await running_simpletuner_job(fleet)
     job, token = offer["job_id"], offer["upload_token"]
@@ -99,7 +97,6 @@ async def test_ranges_are_served_as_s3_serves_them(fleet: Fleet) -> None:
     assert missing.status_code == 404
 
 
-@sqlite_only
 async def test_a_config_that_publishes_elsewhere_or_runs_a_command_is_offered_unchanged(
     fleet: Fleet,
 ) -> None:
@@ -115,7 +112,6 @@ async def test_a_config_that_publishes_elsewhere_or_runs_a_command_is_offered_un
     assert "publishing_config" not in stored
 
 
-@sqlite_only
 async def test_wrong_upload_tokens_are_audited_and_rate_limited_like_any_credential(
     fleet: Fleet,
 ) -> None:
@@ -131,7 +127,6 @@ async def test_wrong_upload_tokens_are_audited_and_rate_limited_like_any_credent
     assert (await storage_put(fleet, key, offer["upload_token"])).status_code == 200
 
 
-@sqlite_only
 async def test_an_upload_past_the_jobs_limit_is_413_whether_announced_or_not(
     fleet: Fleet,
 ) -> None:

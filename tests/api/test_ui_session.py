@@ -6,9 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.server.services.sessions import SESSION_SECONDS
-from tests.api.conftest import EventStream, Fleet, sqlite_only
-
-pytestmark = sqlite_only
+from tests.api.conftest import EventStream, Fleet
 
 
 async def sign_in(fleet: Fleet, key: str | None = None) -> tuple[str, str]:

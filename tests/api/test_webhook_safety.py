@@ -17,7 +17,7 @@ import pytest
 from gpufleet.domain.webhooks import FIRST_RETRY_S
 from gpufleet.server.services import delivery
 from gpufleet.supervisor import Supervisor
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 from tests.api.test_webhooks import add_webhook, deliveries
 from tests.webhook_receiver import Receiver, receiving, trickling
 
@@ -75,7 +75,6 @@ INTERNAL = {
 }
 
 
-@sqlite_only
 @pytest.mark.parametrize(("url", "kind"), INTERNAL.items())
 async def test_an_internal_address_is_refused_saying_how_to_allow_it(
     fleet: Fleet, url: str, kind: str
@@ -95,7 +94,6 @@ async def test_an_internal_address_is_refused_saying_how_to_allow_it(
     assert await listed(fleet) == [hook] and await fleet.audit(type="webhook.updated") == []
 
 
-@sqlite_only
 @pytest.mark.parametrize(
     ("url", "entry"),
     [

@@ -20,7 +20,13 @@ from gpufleet.server.context import transaction
 from gpufleet.server.hub import JOBS_TOPIC, job_topic
 from gpufleet.server.services import delivery
 from gpufleet.server.services.lifecycle import move_job
-from tests.api.conftest import HEARTBEAT_TIMEOUT, Agent, Fleet, post_raw, sqlite_only
+from tests.api.conftest import (
+    HEARTBEAT_TIMEOUT,
+    Agent,
+    Fleet,
+    both_databases,
+    post_raw,
+)
 from tests.api.test_policy import add_user, client_of, set_policy
 from tests.webhook_receiver import Receiver, receiving
 
@@ -80,7 +86,6 @@ async def test_an_admin_adds_lists_and_deletes_a_webhook_whose_secret_never_come
     assert missing.status_code == 404
 
 
-@sqlite_only
 @pytest.mark.parametrize(
     ("body", "says"),
     [
@@ -159,7 +164,6 @@ async def test_an_admin_changes_a_webhooks_events_secret_and_url_and_its_deliver
     ]
 
 
-@sqlite_only
 @pytest.mark.parametrize(
     ("body", "says"),
     [
@@ -306,6 +310,7 @@ async def test_a_lost_worker_is_reported_to_the_webhooks_that_listen(
     assert (await deliveries(fleet, hook["id"]))[0]["status"] == "delivered"
 
 
+@both_databases
 async def test_replicas_sending_at_once_send_each_delivery_once(
     fleet: Fleet, receiver: Receiver
 ) -> None:
@@ -322,7 +327,6 @@ async def test_replicas_sending_at_once_send_each_delivery_once(
     assert {d["status"] for d in await deliveries(fleet, hook["id"])} == {"delivered"}
 
 
-@sqlite_only
 async def test_a_receiver_that_cannot_be_reached_is_logged_and_retried_not_fatal(
     fleet: Fleet,
 ) -> None:

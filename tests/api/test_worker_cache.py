@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.server.services import health
-from tests.api.conftest import Agent, Fleet, sqlite_only
+from tests.api.conftest import Agent, Fleet, both_databases
+
+pytestmark = both_databases
 
 
 async def warm(agent: Agent) -> None:
@@ -14,7 +16,6 @@ async def warm(agent: Agent) -> None:
     assert (await agent.heartbeat()).status_code == 200
 
 
-@sqlite_only
 async def test_a_heartbeat_of_a_known_token_reads_nothing(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
     await warm(agent)

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import event
 
 from gpufleet.server.services import agents as agents_service
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet
 
 GPU_STATS = [
     {"index": 0, "utilization_pct": 87.0, "memory_used_gb": 61.5, "memory_total_gb": 80.0},
@@ -172,7 +172,6 @@ async def test_the_job_history_lists_the_workers_attempts_newest_first(fleet: Fl
     assert history[0]["number"] == 1 and history[0]["exit_code"] == 0
 
 
-@sqlite_only
 async def test_the_job_history_reads_the_worker_attempts_index(fleet: Fleet) -> None:
     """A worker's page reads its newest attempts through ix_attempts_worker, not a scan of
     every attempt of the fleet."""

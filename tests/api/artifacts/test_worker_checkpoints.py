@@ -25,7 +25,7 @@ from tests.api.artifacts.uploads import (
     upload,
     upload_checkpoint,
 )
-from tests.api.conftest import HEARTBEAT_TIMEOUT, Agent, Fleet, sqlite_only
+from tests.api.conftest import HEARTBEAT_TIMEOUT, Agent, Fleet, both_databases
 
 
 async def test_a_lost_attempts_checkpoint_is_where_the_next_attempt_resumes_from(
@@ -91,7 +91,6 @@ async def test_a_lost_attempts_checkpoint_is_where_the_next_attempt_resumes_from
 # ---- checkpoints ----------------------------------------------------------------------------
 
 
-@sqlite_only
 async def test_a_checkpoint_is_committed_only_when_every_file_is_stored_as_listed(
     fleet: Fleet,
 ) -> None:
@@ -247,7 +246,6 @@ async def test_a_preempted_job_goes_to_another_idle_worker_not_back_to_the_leavi
     assert late == [], (offer, again)
 
 
-@sqlite_only
 async def test_an_attempt_after_a_failed_one_starts_afresh(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
     offer = await running_job(fleet, agent, max_retries=1, retry_on=["failed"])
@@ -257,7 +255,6 @@ async def test_an_attempt_after_a_failed_one_starts_afresh(fleet: Fleet) -> None
     assert again["job_id"] == offer["job_id"] and again["resume"] is None
 
 
-@sqlite_only
 async def test_a_checkpoint_is_fetched_only_by_the_live_attempt_of_its_own_job(
     fleet: Fleet,
 ) -> None:
@@ -295,7 +292,6 @@ async def test_a_checkpoint_is_fetched_only_by_the_live_attempt_of_its_own_job(
 # ---- upload tokens --------------------------------------------------------------------------
 
 
-@sqlite_only
 async def test_each_attempt_has_its_own_upload_token_the_same_on_every_resend(
     fleet: Fleet,
 ) -> None:
@@ -323,6 +319,7 @@ async def test_each_attempt_has_its_own_upload_token_the_same_on_every_resend(
 
 
 @pytest.mark.parametrize("backend", ["folder", "s3"])
+@both_databases
 async def test_an_upload_announced_on_one_replica_is_taken_by_the_other(
     tmp_path: Path,
     postgres_url: str,

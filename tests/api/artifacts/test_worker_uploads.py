@@ -29,7 +29,7 @@ from tests.api.artifacts.uploads import (
     stored_keys,
     upload,
 )
-from tests.api.conftest import HEARTBEAT_TIMEOUT, Fleet, post_raw, sqlite_only
+from tests.api.conftest import HEARTBEAT_TIMEOUT, Fleet, post_raw
 
 # ---- on both backends and both databases ---------------------------------------------------
 
@@ -210,7 +210,6 @@ async def test_a_path_outside_the_job_folder_is_refused_with_422(fleet: Fleet, p
     assert await listed(fleet, offer["job_id"]) == []
 
 
-@sqlite_only
 async def test_bytes_that_are_not_the_announced_ones_store_nothing(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
     offer = await running_job(fleet, agent)
@@ -238,7 +237,6 @@ async def test_bytes_that_are_not_the_announced_ones_store_nothing(fleet: Fleet)
     assert metric(scraped, "gpufleet_artifact_upload_failures_total") == 3
 
 
-@sqlite_only
 async def test_a_replacement_that_fails_its_check_leaves_the_stored_file_as_it_was(
     fleet: Fleet,
 ) -> None:
@@ -325,7 +323,6 @@ async def test_the_per_job_limit_refuses_with_413_saying_both_numbers(
         await fleet.stop()
 
 
-@sqlite_only
 async def test_a_tampered_or_expired_upload_id_is_refused(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
     offer = await running_job(fleet, agent)

@@ -1,0 +1,33 @@
+"""The API tier runs on PostgreSQL only where the database decides (tests/api/conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _database(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return None if callspec is None else callspec.params.get("database_url")
+
+
+def test_postgresql_runs_the_marked_tests_and_sqlite_runs_every_one(
+    request: pytest.FixtureRequest,
+) -> None:
+    tier = [item for item in request.session.items if "tests/api/" in item.nodeid]
+    by_test: dict[str, set[str]] = {}
+    for item in tier:
+        database = _database(item)
+        if database is not None:
+            by_test.setdefault(item.nodeid.split("[", 1)[0], set()).add(database)
+    marked = {
+        item.nodeid.split("[", 1)[0]
+        for item in tier
+        if item.get_closest_marker("both_databases") is not None
+    }
+    assert by_test, "no test of the tier asks for a database"
+    assert all("sqlite" in found for found in by_test.values())
+    on_postgres = {test for test, found in by_test.items() if "postgres" in found}
+    # Only the marked ones, and the few that name PostgreSQL themselves (a replica's chain).
+    assert marked <= on_postgres
+    named = {test for test in on_postgres - marked if "audit_chain" in test}
+    assert on_postgres - marked == named
