@@ -5,7 +5,6 @@ checked through the API."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import LAPTOP, PHONE, screenshot, sign_in
 from tests.e2e.conftest import ServerProcess, serving, unique
+from tests.waiting import wait_until
 
 USAGE_INTERVAL_S = 0.5
 
@@ -218,10 +218,12 @@ def test_an_admin_creates_a_team_and_a_user_adds_the_member_and_sets_weight_and_
     page.locator(f'#users tr[data-user="{user}"] select[name=level]').select_option("lead")
     page.locator(f'#users tr[data-user="{user}"] [data-action=save-level]').click()
     expect(page.locator(f'#users tr[data-user="{user}"] select[name=level]')).to_have_value("lead")
-    deadline = time.monotonic() + 10
-    while admin_call(server, "GET", f"/api/users/{user}")["level"] != "lead":
-        assert time.monotonic() < deadline, "the level change never reached the API"
-        time.sleep(0.1)
+    wait_until(
+        lambda: admin_call(server, "GET", f"/api/users/{user}")["level"] == "lead",
+        timeout=10,
+        message="the level change to reach the API",
+        interval=0.1,
+    )
 
     users_row = page.locator(f'#users tr[data-user="{user}"]')
     users_row.locator("[data-action=limits]").click()
@@ -310,10 +312,12 @@ def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
     server = sampling_server
     team = unique("vision")
     admin_call(server, "POST", "/api/teams", json={"name": team})
-    deadline = time.monotonic() + 15
-    while len(admin_call(server, "GET", f"/api/teams/{team}/usage")["samples"]) < 2:
-        assert time.monotonic() < deadline, f"no usage samples of {team} after 15 s"
-        time.sleep(USAGE_INTERVAL_S)
+    wait_until(
+        lambda: len(admin_call(server, "GET", f"/api/teams/{team}/usage")["samples"]) >= 2,
+        timeout=15,
+        message=f"two usage samples of {team}",
+        interval=USAGE_INTERVAL_S,
+    )
 
     context = browser.new_context(viewport=LAPTOP, base_url=server.url)
     page = context.new_page()
