@@ -16,6 +16,7 @@ from gpufleet.server import sse, streams
 from gpufleet.server.services import dispatch
 from gpufleet.store import Queries
 from tests.api.conftest import Agent, Fleet, both_databases
+from tests.waiting import wait_until_async
 
 
 async def test_the_stream_delivers_a_job_as_a_job_submit_event(fleet: Fleet) -> None:
@@ -62,8 +63,6 @@ async def test_the_claim_hands_its_offer_to_the_stream_without_a_read_back(
     """The offer goes out as the claim that wrote it hands it over: the woken stream does
     not read the database for it (the read costs three queries and, across replicas, most
     of the latency)."""
-    agent = await fleet.online_worker("gpu-1")
-    assert agent.stream is not None and await agent.stream.collect() == []
     stream_reads: list[tuple[float, str]] = []
 
     def capture(_conn: Any, _cur: Any, statement: str, *_: Any) -> None:
@@ -73,6 +72,12 @@ async def test_the_claim_hands_its_offer_to_the_stream_without_a_read_back(
     engine = fleet.ctx.store.engine.sync_engine
     event.listen(engine, "before_cursor_execute", capture)
     try:
+        agent = await fleet.online_worker("gpu-1")
+        assert agent.stream is not None and await agent.stream.collect() == []
+        # The stream's first read of what waits for the worker, which a loaded machine may
+        # run late: once it is seen, any other read is the one this test must not find.
+        await wait_until_async(lambda: stream_reads, timeout=5, message="the stream's first read")
+        stream_reads.clear()
         submitted = time.monotonic()
         job = await fleet.submit()
         offer = await agent.next_offer()
