@@ -113,11 +113,12 @@ def _watch(api: ApiClient, job: dict[str, Any]) -> dict[str, Any]:
         TimeElapsedColumn(),
         console=out.console(),
     )
-    seen: tuple[str, str | None, str | None] | None = None
+    seen: tuple[str, str | None, str | None, str | None] | None = None
     with bar:
         task = bar.add_task(job["id"], total=None, metrics="")
         while True:
-            now = (job["status"], job["current_attempt_id"], _waiting(job))
+            unheard = (job.get("worker_unheard") or {}).get("presence")
+            now = (job["status"], job["current_attempt_id"], _waiting(job), unheard)
             if now != seen:
                 bar.console.print(out.text(_moment(job)))
                 seen = now
@@ -158,8 +159,23 @@ def _moment(job: dict[str, Any]) -> str:
     if status == "queued" and _waiting(job):
         return f"{stamp} queued: {_waiting(job)}"
     if status in PLACED_JOB:
-        return f"{stamp} {status} on {job['worker_id']} (attempt {job['attempts']})"
+        line = f"{stamp} {status} on {_worker(job)} (attempt {job['attempts']})"
+        return line + _unheard(job.get("worker_unheard"))
     return f"{stamp} {status}"
+
+
+def _worker(job: dict[str, Any]) -> str:
+    """The job's worker by the name a person gave it (its id once it is deleted)."""
+    return str(job.get("worker_name") or job["worker_id"])
+
+
+def _unheard(unheard: dict[str, Any] | None) -> str:
+    """Its worker's stream is gone: said at once, with when the job is requeued."""
+    if not unheard:
+        return ""
+    due = _clock(unheard["requeue_due"]) if unheard.get("requeue_due") else None
+    then = f"; requeued at {due} unless it reconnects" if due else ""
+    return f": its worker is {unheard['text']}{then}"
 
 
 def _clock(iso: str) -> str | None:
@@ -175,7 +191,7 @@ def _print_result(job: dict[str, Any]) -> None:
     exit_code = "-" if job["exit_code"] is None else job["exit_code"]
     line = f"Job {job['id']} {job['status']}: exit code {exit_code}, ran {took}"
     if job["worker_id"]:
-        line += f" on {job['worker_id']}"
+        line += f" on {_worker(job)}"
     out.echo(line + ".")
     if job["error"]:
         out.echo(f"Error: {job['error'].rstrip()}")

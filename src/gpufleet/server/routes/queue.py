@@ -35,6 +35,7 @@ from gpufleet.server.schemas.jobs import (
     LogLineOut,
     LogsOut,
     SubmitIn,
+    UnheardOut,
 )
 from gpufleet.server.services import (
     audit,
@@ -157,6 +158,7 @@ async def get_job(ctx: Ctx, who: Reader, job_id: str) -> JobDetail:
         attempt_history=[AttemptOut.of(a, view.names, view.resumed) for a in view.attempts],
         waiting=view.waiting,
         rerun_as=view.reruns,
+        worker_unheard=view.unheard and UnheardOut.model_validate(view.unheard),
     )
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
-from gpufleet.domain import bounds, job_secrets
+from gpufleet.domain import bounds, job_secrets, outcomes
 from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import Attempt, Checkpoint, ConfigVersion, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
@@ -92,6 +92,9 @@ class JobOut(Record):
     current_attempt_id: str | None
     worker_id: str | None
     error: str | None
+    # `error` is why its last attempt ended, as it waits or runs again (a note, not a
+    # failure: `domain.outcomes.error_is_note`).
+    error_is_note: bool = False
     exit_code: int | None
     # The job's whole progress; in a list (`listed`), only its step and total.
     progress: dict[str, Any] | None
@@ -141,6 +144,7 @@ class JobOut(Record):
             **more,
             job_id=j.id,
             retry_on=sorted(j.retry_on),
+            error_is_note=j.error is not None and outcomes.error_is_note(j.status),
             worker_name=names.get(j.worker_id) if j.worker_id else None,
             submitted_by_name=names.get(j.submitted_by) if j.submitted_by else None,
             approved_by_name=names.get(j.approved_by) if j.approved_by else None,
@@ -153,11 +157,21 @@ class JobOut(Record):
         )
 
 
+class UnheardOut(Record):
+    """Its live attempt's worker has lost its stream (`domain.presence.attempt_unheard`)."""
+
+    worker_id: str
+    presence: str
+    text: str
+    requeue_due: datetime | None
+
+
 class JobDetail(JobOut):
     config: dict[str, Any]
     attempt_history: list[AttemptOut]
     waiting: dict[str, Any] | None
     rerun_as: list[str] = Field(default_factory=list)  # the jobs that re-run this one
+    worker_unheard: UnheardOut | None = None
 
 
 class JobIds(Strict):

@@ -4,7 +4,7 @@ import { get } from "./api.js";
 import { artifactsView, resumedFrom } from "./artifacts.js";
 import { trainingCharts } from "./chart.js";
 import {
-  $, badge, h, progress, serial, showError, span, startClock, when, wireDialogs,
+  $, badge, h, progress, serial, showError, span, startClock, when, wireDialogs, workerLink,
 } from "./dom.js";
 import { approveJob, cancelJob, rejectJob, rerunJob } from "./jobactions.js";
 import { live } from "./live.js";
@@ -15,6 +15,8 @@ const root = $("#job");
 const jobId = root.dataset.jobId;
 const error = $("#error");
 const FINAL = new Set(["completed", "failed", "cancelled"]);
+const canSeeWorkers = root.dataset.canSeeWorkers === "true";
+const worker = (name, id) => workerLink(name, id, canSeeWorkers);
 const charts = trainingCharts($("#charts-panel"), jobId);
 const stored = artifactsView({
   jobId, canSubmit: root.dataset.canSubmit === "true", panel: $("#artifacts-panel"),
@@ -42,7 +44,7 @@ function facts(j) {
     ["Status", badge(j.status)],
     ["Target", j.target],
     ["Config", configRan(j)],
-    ["Worker", named(j.worker_name, j.worker_id)],
+    ["Worker", worker(j.worker_name, j.worker_id)],
     ["GPUs", String(j.gpu_count)],
     ["Labels", Object.entries(j.worker_labels).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
     ["Priority", String(j.priority)],
@@ -58,8 +60,26 @@ function facts(j) {
   if (j.rerun_of) pairs.push(["Re-run of", jobLink(j.rerun_of)]);
   if (j.rerun_as.length) pairs.push(["Re-run as", j.rerun_as.flatMap((id, i) => [i ? ", " : null, jobLink(id)])]);
   if (j.exit_code !== null) pairs.push(["Exit code", String(j.exit_code)]);
-  if (j.error) pairs.push(["Error", h("pre", { class: "mono", text: j.error })]);
+  // While it waits or runs again, `error` says why its last attempt ended: a note, not red.
+  if (j.error && j.error_is_note) {
+    pairs.push(["Last attempt", h("pre", { class: "mono note", "data-fact": "note", text: j.error })]);
+  }
+  else if (j.error) pairs.push(["Error", h("pre", { class: "mono", "data-fact": "error", text: j.error })]);
   return pairs.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", {}, v)]);
+}
+
+// Its worker's stream is gone: said at once, with when the job is requeued (the server's
+// `worker_unheard`), and the log is not "following" a process nothing hears.
+function unheard(u) {
+  const notice = $("#unheard");
+  notice.hidden = !u;
+  logs.stalled(u ? `stalled: the worker is ${u.text}` : null);
+  if (!u) return notice.replaceChildren();
+  notice.replaceChildren(
+    h("strong", { text: "Its worker's stream is gone" }), ` (${u.text}): `,
+    u.requeue_due
+      ? h("span", {}, "the job is requeued at ", when(u.requeue_due), " unless the worker reconnects.")
+      : "the job is requeued if the worker does not reconnect.");
 }
 
 function progressView(p) {
@@ -78,7 +98,7 @@ function attemptRow(a) {
   return h("tr", {},
     h("td", { "data-label": "#", text: String(a.number) }),
     h("td", { "data-label": "Attempt" }, h("span", { class: "mono", text: a.id }), resumedFrom(a.resumed_from)),
-    h("td", { "data-label": "Worker" }, named(a.worker_name, a.worker_id)),
+    h("td", { "data-label": "Worker" }, worker(a.worker_name, a.worker_id)),
     h("td", { "data-label": "Status" }, badge(a.status)),
     h("td", { "data-label": "Offered" }, when(a.offered_at)),
     h("td", { "data-label": "Started" }, when(a.started_at)),
@@ -96,6 +116,7 @@ const refresh = serial(async () => {
     return showError(error, err);
   }
   $("#status").replaceChildren(badge(j.status));
+  unheard(j.worker_unheard);
   $("#facts").replaceChildren(...facts(j));
   $("#progress").replaceChildren(...progressView(j.progress));
   charts.update(j);

@@ -19,6 +19,7 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
   let earlier = null; // cursor for the lines before the first one drawn; null: none
   let behind = false; // lines after `bottom` exist that the DOM does not hold
   let following = true;
+  let stalled = null; // the job's worker is unheard: what the state says instead of following
   let syncing = true; // reading pages: live lines wait in `pending`
   let ended = null; // the job's final status once the stream says so
   let missed = 0; // live lines that arrived while not following
@@ -152,6 +153,7 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
 
   function show() {
     if (ended) state.textContent = `ended: ${ended}`;
+    else if (stalled) state.textContent = stalled;
     else if (following) state.textContent = "following";
     else state.textContent = missed ? `paused: ${missed} new line${missed === 1 ? "" : "s"}` : "paused";
     resumeButton.hidden = following || (ended !== null && !behind);
@@ -291,6 +293,12 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
   }, onError);
 
   return {
+    // The job's worker has lost its stream (words for the state), or null: it is heard.
+    stalled(words) {
+      if (words === stalled) return;
+      stalled = words;
+      show();
+    },
     // The job's attempt_history, for the headers (attempt number, worker, start time).
     attempts(list) {
       for (const a of list) attempts.set(a.id, a);
