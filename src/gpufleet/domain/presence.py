@@ -54,6 +54,11 @@ PRESENCE_TONE: dict[Presence, WorkerStatus] = {
 }
 
 
+def presence_tones() -> dict[str, str]:
+    """Each word's colour by name, for the counts (`PRESENCE_TONE`)."""
+    return {seen.value: tone.value for seen, tone in PRESENCE_TONE.items()}
+
+
 def _last_heard(worker: Worker) -> datetime | None:
     times = [t for t in (worker.connected_at, worker.last_heartbeat) if t is not None]
     return max(times) if times else None

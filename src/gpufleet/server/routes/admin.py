@@ -8,7 +8,7 @@ from fastapi import Depends, Query
 
 from gpufleet.address import own_executable
 from gpufleet.domain.permissions import ADMIN_WORKERS, ALL
-from gpufleet.domain.presence import PRESENCE_TONE, tally
+from gpufleet.domain.presence import presence_tones, tally
 from gpufleet.domain.states import WorkerStatus
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.routes import api_router
@@ -43,7 +43,7 @@ async def list_workers(
     return WorkerList(
         workers=[WorkerOut.shown(w, ctx.settings.silence()) for w in workers],
         counts=tally(workers),
-        tones={seen.value: tone.value for seen, tone in PRESENCE_TONE.items()},
+        tones=presence_tones(),
         unmatched_jobs=[
             UnmatchedJob(job_id=job.id, **waiting.waiting_fields(why)) for job, why in unmatched
         ],

@@ -58,6 +58,24 @@ export function workerDue(w) {
     `Its stream is gone: ${what} at `, when(due), " unless it reconnects.");
 }
 
+// "2 × A100, 80 GB each", as the Workers and Fleet pages say a worker's GPUs.
+export function workerGpus(w) {
+  if (!w.registered) return h("span", { class: "muted", text: "not reported yet" });
+  if (!w.gpu_count) return h("span", { text: "CPU only" });
+  const memory = w.gpu_vram_gb ? `, ${Number(w.gpu_vram_gb).toFixed(0)} GB each` : "";
+  return h("span", { text: `${w.gpu_count} × ${w.gpu_name || "GPU"}${memory}` });
+}
+
+const ALWAYS_COUNTED = ["idle", "busy", "draining", "offline"];
+
+// One badge a word with its count of workers (the server's `counts`, per presence: what the
+// rows say), in that word's one colour (`tones`): those always shown, then any other in use.
+export function workerCounts(counts, tones) {
+  return Object.keys(counts).filter((p) => ALWAYS_COUNTED.includes(p) || counts[p]).map((p) =>
+    h("span", { class: `badge status-${tones[p]}`, "data-count": p },
+      `${p.replaceAll("_", " ")} `, h("b", { text: counts[p] })));
+}
+
 // A name, or `none` greyed where there is none.
 export function textOr(value, none = "—") {
   return value ? h("span", { text: value }) : h("span", { class: "muted", text: none });

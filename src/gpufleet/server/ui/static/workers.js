@@ -2,23 +2,13 @@
 import { get, post } from "./api.js";
 import {
   $, ago, busy, h, labels, parseLabels, serial, showError, span, startClock, wireDialogs,
-  workerBadge, workerDue,
+  workerBadge, workerCounts, workerDue, workerGpus,
 } from "./dom.js";
 import { live } from "./live.js";
 import "./nav.js";
 import { URL_KEY, loadOrchestrator as loadOwn, orchestrator, showSecret, workerActions } from "./workeractions.js";
 
-// The count chips, per presence (the server's `counts`): those always shown, then any other
-// that has a worker, each in its badge's colour (the server's `tones`).
-const ALWAYS = ["idle", "busy", "draining", "offline"];
 const error = $("#error");
-
-function gpus(w) {
-  if (!w.registered) return h("span", { class: "muted", text: "not reported yet" });
-  if (!w.gpu_count) return h("span", { text: "CPU only" });
-  const memory = w.gpu_vram_gb ? `, ${Number(w.gpu_vram_gb).toFixed(0)} GB each` : "";
-  return h("span", { text: `${w.gpu_count} × ${w.gpu_name || "GPU"}${memory}` });
-}
 
 function row(w) {
   // The words and the uptime are the server's (presence, up_since): one home for both.
@@ -27,7 +17,7 @@ function row(w) {
     h("td", { "data-label": "Name" }, h("strong", {}, h("a", { href: `/workers/${w.id}`, text: w.name })), h("div", { class: "muted mono", text: w.id })),
     h("td", { "data-label": "Status", class: "status" }, workerBadge(w), workerDue(w)),
     h("td", { "data-label": "Type", text: w.worker_type }),
-    h("td", { "data-label": "GPUs" }, gpus(w)),
+    h("td", { "data-label": "GPUs" }, workerGpus(w)),
     h("td", { "data-label": "Labels" }, labels(w.labels)),
     h("td", { "data-label": "Current job" }, w.current_job_id
       ? h("a", { href: `/queue/${w.current_job_id}`, class: "mono", text: w.current_job_id })
@@ -45,10 +35,7 @@ const refresh = serial(async () => {
   } catch (err) {
     return showError(error, err);
   }
-  const shown = Object.keys(body.counts).filter((p) => ALWAYS.includes(p) || body.counts[p]);
-  $("#counts").replaceChildren(...shown.map((p) =>
-    h("span", { class: `badge status-${body.tones[p]}`, "data-count": p },
-      `${p.replaceAll("_", " ")} `, h("b", { text: body.counts[p] }))));
+  $("#counts").replaceChildren(...workerCounts(body.counts, body.tones));
   // Queued jobs no registered worker can run: what the fleet lacks, as each job page says.
   $("#unmatched").replaceChildren(...body.unmatched_jobs.map((job) =>
     h("li", { "data-job": job.job_id },
