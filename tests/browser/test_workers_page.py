@@ -25,9 +25,9 @@ from tests.e2e.conftest import (
     job_state,
     submit_job,
     unique,
-    wait_for,
     wait_job,
 )
+from tests.waiting import wait_until
 
 WIDE = {"width": 1440, "height": 900}
 
@@ -344,7 +344,11 @@ def test_a_never_connected_worker_is_counted_as_such_in_one_colour_and_never_los
         assert admin.post("/api/admin/workers", json={"name": idle}).status_code == 201
     silent = FakeWorker(server, unique("silent"))
     silent.register()  # registered, then silent: lost a heartbeat timeout later
-    wait_for(lambda: worker(server, silent_name(server, silent.id))["status"] == "offline")
+    wait_until(
+        lambda: worker(server, silent_name(server, silent.id))["status"] == "offline",
+        timeout=20,
+        message="the silent worker to be lost",
+    )
     # The sweep that lost it passed the never-connected one too.
     awaited = worker(server, idle)
     assert awaited["status"] != "offline" and awaited["presence"] == "never_connected"
