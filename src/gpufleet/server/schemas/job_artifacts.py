@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from gpufleet.server.schemas.base import Record, Strict
 
 if TYPE_CHECKING:
-    from gpufleet.server.services.job_artifacts import JobArtifacts
+    from gpufleet.server.services.artifacts import JobArtifacts
 
 
 class ArtifactOut(Record):
