@@ -33,8 +33,8 @@ from gpufleet.worker import keep
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.checkpoints import CheckpointShipper
 from gpufleet.worker.errors import Fenced, Rejected, Unreachable
-from gpufleet.worker.job import Offer
 from gpufleet.worker.logship import Line, LogBuffer, LogShipper
+from gpufleet.worker.offer import Offer
 from gpufleet.worker.relay import ProgressTail
 from gpufleet.worker.resume import Downloads
 from gpufleet.worker.runner import JobProcess, JobResult, Outcome, run_to_end
