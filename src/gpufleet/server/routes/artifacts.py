@@ -13,7 +13,7 @@ from gpufleet.artifacts.keys import checked_path
 from gpufleet.domain.permissions import QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.routes import api_router
-from gpufleet.server.schemas.job_artifacts import ArtifactList, Deleted, PinIn, PinOut
+from gpufleet.server.schemas.artifacts import ArtifactList, Deleted, PinIn, PinOut
 from gpufleet.server.services import artifacts
 from gpufleet.server.services.auth import Principal
 

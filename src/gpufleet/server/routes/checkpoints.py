@@ -12,7 +12,7 @@ from starlette.responses import StreamingResponse
 from gpufleet import protocol
 from gpufleet.server.deps import AttemptToken, Ctx, CurrentWorker
 from gpufleet.server.routes import api_router
-from gpufleet.server.schemas.artifacts import (
+from gpufleet.server.schemas.uploads import (
     CheckpointFetchOut,
     CheckpointIn,
     CheckpointOut,

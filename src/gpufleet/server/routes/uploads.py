@@ -12,7 +12,7 @@ from gpufleet import protocol
 from gpufleet.domain.records import Artifact, ArtifactKind
 from gpufleet.server.deps import AttemptToken, Ctx, CurrentWorker
 from gpufleet.server.routes import api_router
-from gpufleet.server.schemas.artifacts import ArtifactOut, UploadExistsOut, UploadIn, UploadOut
+from gpufleet.server.schemas.uploads import ArtifactOut, UploadExistsOut, UploadIn, UploadOut
 from gpufleet.server.services import uploads
 
 router = api_router(prefix=protocol.WORKER_API, tags=["workers"])
