@@ -1,11 +1,11 @@
 """Sharing a fleet in Chromium (#18): a lead approves or rejects a viewer's job from the Queue
-panel and the job page; an admin runs teams and users from the Teams page. Each click is
-checked through the API."""
+panel and the job page; an admin runs teams and users from the Teams page; every key sees the
+fleet, read-only, and the fleet over time on the Fleet page (#33). Each click is checked
+through the API."""
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,17 +15,24 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import LAPTOP, PHONE, screenshot, sign_in
 from tests.e2e.conftest import ServerProcess, serving, unique
+from tests.waiting import wait_until
 
 USAGE_INTERVAL_S = 0.5
+WIDE = {"width": 1440, "height": 900}
 
 
 @pytest.fixture(scope="module")
 def sampling_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """An orchestrator whose policy loop samples each team's usage twice a second."""
+    """An orchestrator whose policy loop samples each team's usage, and whose fleet-history
+    loop samples the fleet, twice a second."""
     yield from serving(
         tmp_path_factory.mktemp("sampling"),
         None,
-        **{"local-gpus": "auto", "usage-interval": str(USAGE_INTERVAL_S)},
+        **{
+            "local-gpus": "auto",
+            "usage-interval": str(USAGE_INTERVAL_S),
+            "fleet-sample-interval": str(USAGE_INTERVAL_S),
+        },
     )
 
 
@@ -218,10 +225,12 @@ def test_an_admin_creates_a_team_and_a_user_adds_the_member_and_sets_weight_and_
     page.locator(f'#users tr[data-user="{user}"] select[name=level]').select_option("lead")
     page.locator(f'#users tr[data-user="{user}"] [data-action=save-level]').click()
     expect(page.locator(f'#users tr[data-user="{user}"] select[name=level]')).to_have_value("lead")
-    deadline = time.monotonic() + 10
-    while admin_call(server, "GET", f"/api/users/{user}")["level"] != "lead":
-        assert time.monotonic() < deadline, "the level change never reached the API"
-        time.sleep(0.1)
+    wait_until(
+        lambda: admin_call(server, "GET", f"/api/users/{user}")["level"] == "lead",
+        timeout=10,
+        message="the level change to reach the API",
+        interval=0.1,
+    )
 
     users_row = page.locator(f'#users tr[data-user="{user}"]')
     users_row.locator("[data-action=limits]").click()
@@ -310,10 +319,12 @@ def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
     server = sampling_server
     team = unique("vision")
     admin_call(server, "POST", "/api/teams", json={"name": team})
-    deadline = time.monotonic() + 15
-    while len(admin_call(server, "GET", f"/api/teams/{team}/usage")["samples"]) < 2:
-        assert time.monotonic() < deadline, f"no usage samples of {team} after 15 s"
-        time.sleep(USAGE_INTERVAL_S)
+    wait_until(
+        lambda: len(admin_call(server, "GET", f"/api/teams/{team}/usage")["samples"]) >= 2,
+        timeout=15,
+        message=f"two usage samples of {team}",
+        interval=USAGE_INTERVAL_S,
+    )
 
     context = browser.new_context(viewport=LAPTOP, base_url=server.url)
     page = context.new_page()
@@ -363,3 +374,77 @@ def test_the_sharing_pages_fit_a_phone(server: ServerProcess, page: Page, path: 
         assert overflow <= 0, f"{path} is {overflow} px too wide at {size['width']} px"
     page.set_viewport_size(PHONE)
     screenshot(page, f"phone-sharing-{path.strip('/')}")
+
+
+def test_a_researcher_sees_the_fleet_and_its_history_but_no_action_on_it(
+    sampling_server: ServerProcess, browser: Browser
+) -> None:
+    server = sampling_server
+    pool = unique("pool")
+    created = admin_call(
+        server, "POST", "/api/admin/workers", json={"name": unique("gpu"), "labels": {"pool": pool}}
+    )
+    _, key = user_with_key(server, "researcher", "queue.read", "queue.submit")
+    with as_key(server, key) as researcher:
+        waiting = researcher.post(  # waits in the pool's group: its worker never connects
+            "/api/queue/submit", json={"config": {}, "worker_labels": {"pool": pool}}
+        )
+        assert waiting.status_code == 201, waiting.text
+        for method, path in [
+            ("POST", f"/api/admin/workers/{created['worker_id']}/drain"),
+            ("POST", f"/api/admin/workers/{created['worker_id']}/token"),
+            ("DELETE", f"/api/admin/workers/{created['worker_id']}"),
+        ]:
+            assert researcher.request(method, path).status_code == 403, (method, path)
+        listed = researcher.get("/api/fleet/workers")
+    assert created["token"] not in listed.text and "admin_labels" not in listed.text
+
+    context = browser.new_context(viewport=WIDE, base_url=server.url)
+    page = context.new_page()
+    sign_in(page, key, then="/fleet")
+    nav = page.locator("nav[aria-label=Pages]")
+    expect(nav.get_by_role("link", name="Fleet")).to_have_attribute("aria-current", "page")
+    expect(nav.get_by_role("link", name="Workers")).to_have_count(0)
+    row = page.locator(f'#fleet-workers tr[data-worker="{created["name"]}"]')
+    expect(row.locator('[data-label="Labels"]')).to_have_text(f"pool={pool}")
+    expect(row).to_have_attribute("data-presence", "never_connected")
+    expect(page.locator("main button, main [data-action]")).to_have_count(0)
+
+    busy = page.locator('figure.chart[data-series="Busy workers"] svg')
+    expect(busy).to_be_visible()
+    assert int(busy.get_attribute("data-points") or 0) >= 2
+    page.select_option("#group", f"pool={pool}")  # offered once the group was sampled
+    depth = page.locator('figure.chart[data-series="Queue depth (jobs)"]')
+    expect(depth.locator(".latest")).to_have_text("1")
+    with as_key(server, key) as researcher:
+        sampled = researcher.get("/api/fleet/history", params={"group": f"pool={pool}"}).json()
+    assert sampled["samples"][-1]["queue_depth"] == 1
+    assert sampled["samples"][-1]["workers_unavailable"] == 1
+    screenshot(page, "fleet")
+
+    page.select_option("#range", "week")
+    expect(page.locator("#charts")).to_have_attribute("data-resolution", "900")
+    page.goto("/workers")  # an admin's page: refused, with nothing to click
+    expect(page.locator("main")).to_contain_text("lacks the admin.workers permission")
+    expect(page.locator("#create-open")).to_have_count(0)
+    context.close()
+
+
+def test_the_fleet_page_fits_a_phone_and_a_wide_screen(
+    sampling_server: ServerProcess, browser: Browser
+) -> None:
+    _, key = user_with_key(sampling_server, "viewer", "queue.read")
+    context = browser.new_context(viewport=PHONE, base_url=sampling_server.url)
+    page = context.new_page()
+    sign_in(page, key, then="/fleet")
+    expect(page.locator('figure.chart[data-series="Idle workers"] svg')).to_be_visible()
+    expect(page.locator("main")).not_to_contain_text("Loading…")
+    for size in (PHONE, WIDE):
+        page.set_viewport_size(size)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"/fleet is {overflow} px too wide at {size['width']} px"
+    page.set_viewport_size(PHONE)
+    page.select_option("#range", "day")
+    expect(page.locator("#charts")).to_have_attribute("data-resolution", "0")
+    screenshot(page, "phone-fleet")
+    context.close()

@@ -29,6 +29,7 @@ from gpufleet.server.routes import (
     checkpoints,
     configs,
     events,
+    fleet,
     history,
     housekeeping,
     ops,
@@ -50,6 +51,7 @@ from gpufleet.server.services import (
     auth,
     delivery,
     dispatch,
+    fleet_history,
     health,
     policy_loop,
     retention,
@@ -175,6 +177,11 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         supervisor.every("health", settings.health_interval, leader_only(health.health_sweep))
         # usage for fair share, its samples, and preemption (docs/scheduling.md)
         supervisor.every("policy", settings.usage_interval, leader_only(policy_loop.sweep))
+        supervisor.every(  # the fleet over time: busy, idle, GPU load, queue depth and wait
+            "fleet-history",
+            settings.fleet_sample_interval,
+            leader_only(fleet_history.sample),
+        )
         supervisor.every("audit-head", 1.0, lambda: audit.record_head(ctx))  # every replica
         supervisor.every(  # every replica writes the heartbeats it heard
             "heartbeat-flush",
@@ -232,6 +239,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         policy.router,
         housekeeping.router,
         people.router,
+        fleet.router,
         secrets.router,
         queue.router,
         configs.router,

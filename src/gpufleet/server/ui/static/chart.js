@@ -2,9 +2,9 @@
 // step / total, rate and ETA, drawn from the stored, thinned history
 // (GET /api/queue/{id}/progress) and re-read when the job's progress changes (the page's
 // `jobs` nudges on /api/events), never per report. On the Teams page: a team's usage over
-// time (`lineChart` with a time axis).
+// time; on the Fleet page: the fleet's (`lineChart` with the `TIME` axis).
 import { get } from "./api.js";
-import { duration, h, serial, showError } from "./dom.js";
+import { duration, h, localTime, serial, showError } from "./dom.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const W = 320;
@@ -38,6 +38,15 @@ function range(values) {
   }
   return [lo, hi];
 }
+
+// Time along x (the Teams and Fleet pages): the clock of the rest of the UI, 24 hours.
+const clock = (ms) => localTime(ms).slice(11); // 17:04:05
+export const TIME = {
+  axis: clock,
+  tick: clock,
+  at: localTime,
+  span: (a, b) => `${clock(a)} to ${clock(b)}`,
+};
 
 const STEPS = { axis: (v) => `step ${fmt(v)}`, tick: fmt, at: (v) => `step ${v}`, span: (a, b) => `steps ${a} to ${b}` };
 
