@@ -27,6 +27,7 @@ import logging
 from collections.abc import Coroutine, Sequence
 from typing import IO, Any, Protocol
 
+from gpufleet.domain.bounds import fit_points
 from gpufleet.errors import AgentError
 from gpufleet.progress import DEFAULT_CHECKPOINT_SIGNAL
 from gpufleet.worker import keep
@@ -323,21 +324,18 @@ class JobRun:
                 "exit_code": result.exit_code,
                 "error": _joined(result.error, uploader.summary()),
             }
-            if tail.latest is not None:
-                body["progress"] = tail.latest
+            body |= _progress_body(tail)
         await self._status(body)
         log.info("reported job %s %s", self.label, body["status"])
 
     async def _relay(self, tail: ProgressTail) -> None:
         await self._status({"status": "running"})
         self._running_reported = True
-        sent = None
         while True:
             await asyncio.sleep(self._settings.progress_interval)
             tail.poll()
-            if tail.latest is not None and tail.latest != sent:
-                await self._status({"status": "running", "progress": tail.latest})
-                sent = tail.latest
+            if body := _progress_body(tail):
+                await self._status({"status": "running", **body})
 
     async def _fenced_stops(self, loop: Coroutine[Any, Any, None]) -> None:
         try:
@@ -389,3 +387,15 @@ def _joined(error: str | None, uploads: str | None) -> str | None:
     """The job's own error, then what failed to upload: a completed job stays completed."""
     parts = [part for part in (error, uploads) if part]
     return "\n".join(parts) if parts else None
+
+
+def _progress_body(tail: ProgressTail) -> Json:
+    """The progress lines read since the last report: the newest as the job's `progress`, the
+    ones before it as `points` (every one, for the charts; thinned evenly past the bound)."""
+    points = tail.take_points()
+    if not points:
+        return {}
+    body: Json = {"progress": points[-1]}
+    if len(points) > 1:
+        body["points"] = fit_points(points[:-1])
+    return body
