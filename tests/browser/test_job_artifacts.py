@@ -221,7 +221,7 @@ def test_the_artifacts_read_as_cards_on_a_phone(server: ServerProcess, page: Pag
     box = link.bounding_box()
     assert box is not None, page.locator("#artifacts").inner_html()
     assert box["x"] + box["width"] <= PHONE["width"]
-    checkpoint = page.get_by_role("link", name="checkpoint-20")
+    checkpoint = page.get_by_role("link", name="checkpoint-20", exact=True)
     checkpoint.scroll_into_view_if_needed()
     box = checkpoint.bounding_box()
     assert box is not None and box["x"] + box["width"] <= PHONE["width"]
