@@ -27,7 +27,6 @@ import logging
 from collections.abc import Coroutine, Sequence
 from typing import IO, Any, Protocol
 
-from gpufleet.domain.bounds import fit_points
 from gpufleet.errors import AgentError
 from gpufleet.progress import DEFAULT_CHECKPOINT_SIGNAL
 from gpufleet.worker import keep
@@ -324,7 +323,7 @@ class JobRun:
                 "exit_code": result.exit_code,
                 "error": _joined(result.error, uploader.summary()),
             }
-            body |= _progress_body(tail)
+            body |= tail.take_report()
         await self._status(body)
         log.info("reported job %s %s", self.label, body["status"])
 
@@ -334,7 +333,7 @@ class JobRun:
         while True:
             await asyncio.sleep(self._settings.progress_interval)
             tail.poll()
-            if body := _progress_body(tail):
+            if body := tail.take_report():
                 await self._status({"status": "running", **body})
 
     async def _fenced_stops(self, loop: Coroutine[Any, Any, None]) -> None:
@@ -387,15 +386,3 @@ def _joined(error: str | None, uploads: str | None) -> str | None:
     """The job's own error, then what failed to upload: a completed job stays completed."""
     parts = [part for part in (error, uploads) if part]
     return "\n".join(parts) if parts else None
-
-
-def _progress_body(tail: ProgressTail) -> Json:
-    """The progress lines read since the last report: the newest as the job's `progress`, the
-    ones before it as `points` (every one, for the charts; thinned evenly past the bound)."""
-    points = tail.take_points()
-    if not points:
-        return {}
-    body: Json = {"progress": points[-1]}
-    if len(points) > 1:
-        body["points"] = fit_points(points[:-1])
-    return body

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.domain.bounds import MAX_PROGRESS_BYTES, MAX_REPORT_POINTS, evenly, trim_progress
+from gpufleet.domain.bounds import (
+    MAX_PROGRESS_BYTES,
+    MAX_REPORT_POINTS,
+    evenly,
+    fit_points,
+    trim_progress,
+)
 from gpufleet.worker.keep import open_inside
 
 log = logging.getLogger(__name__)
@@ -82,6 +88,18 @@ class ProgressTail:
         """The progress lines read since the last call, oldest first (the newest last)."""
         taken, self._points = self._points, []
         return taken
+
+    def take_report(self) -> dict[str, Any]:
+        """What a status report says of the lines read since the last: the newest as the
+        job's `progress`, the ones before it as `points` (every one, for the charts; thinned
+        evenly past the orchestrator's bound); empty when there are none."""
+        points = self.take_points()
+        if not points:
+            return {}
+        body: dict[str, Any] = {"progress": points[-1]}
+        if len(points) > 1:
+            body["points"] = fit_points(points[:-1])
+        return body
 
     def _fitted(self, progress: Progress) -> Progress:
         fitted = trim_progress(progress)
