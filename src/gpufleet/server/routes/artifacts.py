@@ -63,6 +63,23 @@ async def download_artifact(
     return StreamingResponse(found.chunks, media_type="application/octet-stream", headers=headers)
 
 
+@router.get(
+    "/api/queue/{job_id}/checkpoints/{checkpoint_id}",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/x-tar": {}}, "description": "The folder."}},
+)
+async def download_checkpoint(ctx: Ctx, who: Reader, job_id: str, checkpoint_id: str) -> Response:
+    """A committed checkpoint's folder as one tar (`checkpoint-1200/…`), its files streamed
+    through the orchestrator from the store."""
+    found = await artifacts.checkpoint_archive(ctx, job_id, checkpoint_id)
+    name = quote(f"{found.checkpoint.name}.tar", safe="")
+    headers = {
+        "Content-Length": str(found.size),
+        "Content-Disposition": f"attachment; filename*=UTF-8''{name}",
+    }
+    return StreamingResponse(found.chunks, media_type="application/x-tar", headers=headers)
+
+
 @router.delete("/api/queue/{job_id}/artifacts", response_model=Deleted)
 async def delete_all_artifacts(ctx: Ctx, who: Writer, client: Client, job_id: str) -> Deleted:
     """Every artifact and checkpoint of the job, from the store and the list."""

@@ -122,6 +122,7 @@ async def job_status(
         error=body.error,
         exit_code=body.exit_code,
         progress=body.progress,
+        points=body.points,
     )
     status = await reports.report_status(ctx, worker, job_id, report, token)
     return StatusOut(ok=True, job_status=status.value)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from gpufleet.artifacts import tar
 from gpufleet.domain.ownership import JobAction
 from gpufleet.domain.records import Artifact, Checkpoint, Job, User
 from gpufleet.errors import ArtifactStoreError, NotFound
@@ -82,6 +83,37 @@ async def download(
     if url is not None:
         return Redirect(art, url)
     return Stream(art, counted(ctx, await ctx.artifacts.open(art.key)))
+
+
+@dataclass(frozen=True, slots=True)
+class Archive:
+    checkpoint: Checkpoint
+    size: int  # the tar's bytes
+    chunks: AsyncIterator[bytes]
+
+
+async def checkpoint_archive(ctx: Context, job_id: str, checkpoint_id: str) -> Archive:
+    """A committed checkpoint of the job as one tar of its folder (`checkpoint-1200/…`),
+    streamed through the orchestrator from the store."""
+    async with ctx.store.read() as q:
+        if await q.get_job(job_id) is None:
+            raise no_job(job_id)
+        checkpoint = await q.get_checkpoint(checkpoint_id)
+        if checkpoint is None or checkpoint.job_id != job_id:
+            raise NotFound(
+                f"job {job_id} has no checkpoint {checkpoint_id[:64]!r}; list them with "
+                f"GET /api/queue/{job_id}/artifacts",
+                cli=f"list them with: gpufleet jobs artifacts {job_id}",
+            )
+        files = await q.checkpoint_files(checkpoint.attempt_id, checkpoint.name)
+    folder = checkpoint.path + "/"
+    members = [
+        tar.Member(checkpoint.name + "/" + a.path[len(folder) :], a.size, a.created_at, a.key)
+        for a in files
+        if a.path.startswith(folder)
+    ]
+    chunks = counted(ctx, tar.archive(members, ctx.artifacts.open))
+    return Archive(checkpoint, tar.archive_size(members), chunks)
 
 
 async def counted(ctx: Context, source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
