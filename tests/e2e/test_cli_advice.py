@@ -87,7 +87,7 @@ def test_audit_takes_a_key_name_as_actor_shows_names_and_says_when_no_one_has_it
     assert "key:k_" not in table
 
     none = ok(gf(server, "audit", "--actor", "nobody"))
-    assert "No audit events match. No key or worker named 'nobody'" in none
+    assert "No audit events match. No key, worker or user named 'nobody'" in none
 
 
 def test_a_worker_started_without_a_token_is_told_which_command_makes_one() -> None:

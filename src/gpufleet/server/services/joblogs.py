@@ -2,10 +2,10 @@
 
 A page is read after a cursor (oldest first), before one (the newest lines before it), or as
 the last `tail` lines; optionally one attempt's only, or only the lines holding a text (`q`,
-sought as typed, ignoring case: a search pages like the log it searches). Cursors are line `seq` numbers, so a
-page never depends on lines arriving meanwhile. A page holds at most `limit` lines and
-`bounds.MAX_LOG_PAGE_BYTES` of text (at least one line): past that it stops early, and
-`more` (reading on) or `next_before` (reading back) says that lines are left.
+sought as typed, ignoring case: a search pages like the log it searches). Cursors are line
+`seq` numbers, so a page never depends on lines arriving meanwhile. A page holds at most
+`limit` lines and `bounds.MAX_LOG_PAGE_BYTES` of text (at least one line): past that it stops
+early, and `more` (reading on) or `next_before` (reading back) says that lines are left.
 """
 
 from __future__ import annotations
