@@ -254,13 +254,16 @@ async def test_the_events_stream_nudges_live_pages_when_workers_and_jobs_change(
     session, _csrf = await sign_in(fleet)
     events = await stream_events(fleet, as_browser(session))
     hello = await events.next()
-    assert hello == {"type": "hello", "topics": ["jobs", "teams", "workers"]}
+    topics = ["jobs", "teams", "workers", "audit", "webhooks"]
+    assert hello == {"type": "hello", "topics": topics}
 
     await fleet.create_worker("nudged")
-    assert (await events.expect("workers"))["type"] == "workers"
+    heard = {(await events.expect("workers", "audit"))["type"] for _ in range(2)}
+    assert heard == {"workers", "audit"}  # audit: worker.created was recorded
 
     await fleet.submit(target="worker", gpu_count=0)
-    assert (await events.expect("jobs"))["type"] == "jobs"
+    heard = {(await events.expect("jobs", "audit"))["type"] for _ in range(2)}
+    assert heard == {"jobs", "audit"}  # audit: job.submitted was recorded
 
 
 async def test_a_key_without_admin_workers_gets_no_worker_nudges(fleet: Fleet) -> None:
