@@ -3,7 +3,6 @@ filters kept in the URL, names beside ids, and nothing a key may not read (#15).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -11,6 +10,7 @@ from playwright.sync_api import Page, Response, expect
 
 from tests.browser.conftest import PHONE, screenshot, sign_in
 from tests.e2e.conftest import ServerProcess, unique
+from tests.waiting import wait_until
 
 QUICK = {"command": ["python", "-c", "print('hello')"]}
 
@@ -37,13 +37,14 @@ def job(server: ServerProcess, job_id: str) -> dict[str, Any]:
 
 def ended_local_job(server: ServerProcess) -> dict[str, Any]:
     job_id = submit(server, config=QUICK, target="local")["id"]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        body = job(server, job_id)
-        if body["status"] in ("completed", "failed", "cancelled"):
-            return body
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not end: {job(server, job_id)}")
+    return wait_until(
+        lambda: (
+            (body := job(server, job_id))["status"] in ("completed", "failed", "cancelled") and body
+        ),
+        timeout=30,
+        message=f"job {job_id} to end",
+        interval=0.1,
+    )
 
 
 def jobs_labelled(server: ServerProcess, label: str) -> list[dict[str, Any]]:
@@ -271,7 +272,7 @@ def test_older_and_newer_page_through_more_jobs_than_a_page_holds(
     expect(page.locator("#newer")).to_be_hidden()
 
 
-NAV = ["Workers", "Train", "Queue", "Teams", "Secrets", "Audit", "API keys", "Webhooks"]
+NAV = ["Workers", "Train", "Queue", "Teams", "Fleet", "Secrets", "Audit", "API keys", "Webhooks"]
 
 
 def test_at_390_px_every_page_link_shows_and_18_queued_jobs_are_compact_rows(

@@ -1,8 +1,8 @@
 """`GET /api/events`: change nudges for live views (the web UI), as Server-Sent Events.
 
-A nudge says only what changed (`workers`, `jobs`, `teams`, `audit` or `webhooks`); the page
-re-reads the JSON API, which stays the one source of truth. Bursts are coalesced so a busy
-fleet costs one fetch a tick.
+A nudge says only what changed (`workers`, `jobs`, `teams`, `fleet`, `audit` or `webhooks`);
+the page re-reads the JSON API, which stays the one source of truth. Bursts are coalesced so
+a busy fleet costs one fetch a tick.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from typing import Annotated
 from fastapi import Depends
 from starlette.responses import StreamingResponse
 
-from gpufleet.domain.permissions import ADMIN_AUDIT, ADMIN_WORKERS, ALL, QUEUE_READ, allows
+from gpufleet.domain.permissions import ADMIN_AUDIT, ALL, QUEUE_READ, allows
 from gpufleet.server import sse
 from gpufleet.server.deps import Ctx, require
 from gpufleet.server.hub import (
     AUDIT_TOPIC,
+    FLEET_TOPIC,
     JOBS_TOPIC,
     TEAMS_TOPIC,
     WEBHOOKS_TOPIC,
@@ -36,14 +37,11 @@ COALESCE_SECONDS = 0.5
 
 @router.get("/api/events", responses=SSE_RESPONSE)
 async def events(ctx: Ctx, who: Reader) -> StreamingResponse:
-    """`jobs` and `teams` nudges; `workers` nudges for keys with `admin.workers`, `audit`
-    for those with `admin.audit`, `webhooks` (deliveries queued or tried) for `*` keys."""
-    topics = [JOBS_TOPIC, TEAMS_TOPIC]
-    for needed, topic in (
-        (ADMIN_WORKERS, WORKERS_TOPIC),
-        (ADMIN_AUDIT, AUDIT_TOPIC),
-        (ALL, WEBHOOKS_TOPIC),
-    ):
+    """`jobs`, `teams`, `workers` and `fleet` nudges: every signed-in key sees the fleet
+    (read-only, `/api/fleet/...`), so each is told when it changes; `audit` (an event was
+    recorded) for keys with `admin.audit`, `webhooks` (a delivery queued or tried) for `*`."""
+    topics = [JOBS_TOPIC, TEAMS_TOPIC, WORKERS_TOPIC, FLEET_TOPIC]
+    for needed, topic in ((ADMIN_AUDIT, AUDIT_TOPIC), (ALL, WEBHOOKS_TOPIC)):
         if allows(who.permissions, needed):
             topics.append(topic)
     return sse.stream(_nudges(ctx, who, topics))
