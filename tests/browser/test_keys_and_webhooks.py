@@ -237,3 +237,29 @@ def test_the_keys_and_webhooks_pages_fit_a_phone_and_a_laptop(
         assert overflow <= 0, f"{path} is {overflow} px too wide at {size['width']} px"
     page.set_viewport_size(PHONE)
     screenshot(page, f"phone-{path.strip('/')}")
+
+
+def test_a_delivery_made_elsewhere_shows_on_the_webhooks_page_without_a_reload(
+    server: ServerProcess, page: Page
+) -> None:
+    """#33.10: the deliveries were not live; a delivery the page had not asked for never showed."""
+    with receiving() as receiver, server.admin() as admin:
+        made = admin.post(
+            "/api/admin/webhooks", json={"url": receiver.url, "events": ["job.failed"]}
+        )
+        assert made.status_code == 201, made.text
+        hook = made.json()["id"]
+        sign_in(page, server.admin_key, then="/webhooks")
+        expect(page.locator("#live")).to_have_text("live")
+        card = page.locator(f'section.hook[data-webhook="{hook}"]')
+        expect(card).to_contain_text("No deliveries yet")
+
+        sent = admin.post(f"/api/admin/webhooks/{hook}/test")  # not through this page
+        assert sent.status_code < 300, sent.text
+        receiver.wait_for(1)
+        row = card.locator('tr[data-event="test"]')
+        expect(row).to_have_attribute("data-status", "delivered")
+        [logged] = admin.get(f"/api/admin/webhooks/{hook}/deliveries").json()["deliveries"]
+        assert logged["status"] == "delivered"
+        expect(row).to_have_attribute("data-delivery", logged["id"])
+        assert admin.delete(f"/api/admin/webhooks/{hook}").status_code == 200

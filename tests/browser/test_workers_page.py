@@ -501,3 +501,27 @@ def test_worker_names_lead_to_their_pages_and_a_resumed_job_shows_no_error(
     assert f"running on {name} (attempt 1)" in out, out
     assert f"running on {spare} (attempt 2)" in out, out
     assert agent.id not in out and other.id not in out and "key:" not in out, out
+
+
+def test_at_390_px_a_workers_labels_sit_side_by_side_beside_their_caption(
+    server: ServerProcess, page: Page
+) -> None:
+    """#33.9: a worker's second label chip sat under the "Labels" caption, in its column."""
+    name = unique("chips")
+    with server.admin() as admin:
+        made = admin.post(
+            "/api/admin/workers", json={"name": name, "labels": {"zone": "eu1", "rack": "r12"}}
+        )
+        assert made.status_code == 201, made.text
+        listed = admin.get(f"/api/admin/workers/{made.json()['worker_id']}").json()
+    assert listed["labels"] == {"zone": "eu1", "rack": "r12"}
+    page.set_viewport_size(PHONE)
+    sign_in(page, server.admin_key, then="/workers")
+    chips = page.locator(f'tr:has(a:text-is("{name}")) td[data-label=Labels] .label')
+    expect(chips).to_have_count(2)
+    # Measured in one go: the live page may draw its rows again between two reads.
+    first, second = chips.evaluate_all(
+        "cs => cs.map(c => { const r = c.getBoundingClientRect(); return [r.x, r.y, r.width]; })"
+    )
+    assert abs(first[1] - second[1]) < 2, (first, second)  # on one line
+    assert second[0] >= first[0] + first[2], (first, second)

@@ -19,6 +19,7 @@ from rich.progress import (
 
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
+from gpufleet.domain.bounds import log_search_problem
 from gpufleet.domain.states import PLACED_JOB, TERMINAL_JOB, JobStatus
 from gpufleet.errors import ClientError
 
@@ -36,26 +37,46 @@ PAGE = 1000  # lines a request; the most the CLI holds at once
     metavar="N",
     help="Only the last N lines (with -f: then the new ones as they come).",
 )
+@click.option(
+    "--grep",
+    metavar="TEXT",
+    help="Only the lines holding TEXT, as typed (no pattern), ignoring case; searched on the "
+    "orchestrator (with --tail: the last N of them).",
+)
 @json_option
 @api_options
-def logs(api: ApiClient, job_id: str, follow: bool, tail: int | None, as_json: bool) -> None:
+def logs(
+    api: ApiClient,
+    job_id: str,
+    follow: bool,
+    tail: int | None,
+    grep: str | None,
+    as_json: bool,
+) -> None:
     """Print a job's output, read and printed a page at a time (--json: one JSON object a
     line).
 
     With -f, follows the job live and exits 0 when it completed, 1 when it failed or was
     cancelled.
     """
-    after = _print_pages(api, job_id, tail, as_json)
+    if grep is not None and follow:
+        raise click.UsageError("--grep searches the lines stored so far, not new ones: drop -f")
+    if grep is not None and (problem := log_search_problem(grep, "--grep")):
+        raise click.UsageError(problem)
+    after = _print_pages(api, job_id, tail, as_json, grep)
     if follow:
         _follow_logs(api, job_id, as_json, after)
 
 
-def _print_pages(api: ApiClient, job_id: str, tail: int | None, as_json: bool) -> int:
-    """Every line there is now (the last `tail` only, if given), one page in memory at a
-    time; returns the cursor to follow on from."""
+def _print_pages(
+    api: ApiClient, job_id: str, tail: int | None, as_json: bool, grep: str | None
+) -> int:
+    """Every line there is now (the last `tail` only, if given; those holding `grep` only,
+    if given), one page in memory at a time; returns the cursor to follow on from."""
     cursor: dict[str, int] = {"after": 0} if tail is None else {"tail": tail}
+    search = {} if grep is None else {"q": grep}
     while True:
-        body = api.get(f"/api/queue/{part(job_id)}/logs", limit=PAGE, **cursor)
+        body = api.get(f"/api/queue/{part(job_id)}/logs", limit=PAGE, **search, **cursor)
         for line in body["lines"]:
             _print_line(line, as_json)
         sys.stdout.flush()

@@ -32,6 +32,8 @@ MAX_LOG_BATCH_BYTES = 1024 * 1024
 MAX_LOG_BATCH_LINES = 1000
 # A page of log lines read back: its lines' text, whatever `limit` asks (at least one line).
 MAX_LOG_PAGE_BYTES = 4 * 1024 * 1024
+# A search of a job's log (`?q=`): the text sought, in characters; a line is at most 64 KiB.
+MAX_LOG_SEARCH_CHARS = 256
 # Event streams (`/api/events` and log follows) one key holds open on one replica; one
 # more closes the oldest.
 MAX_STREAMS_PER_KEY = 20
@@ -149,3 +151,14 @@ def trim_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
             kept["metrics"][name] = number
             budget -= cost
     return kept
+
+
+def log_search_problem(text: str, name: str = "q") -> str | None:
+    """Why a log search's text (given as `name`) cannot be sought, if it cannot: what to
+    change, in a sentence."""
+    if len(text) > MAX_LOG_SEARCH_CHARS:
+        return (
+            f"{name} is {len(text)} characters; search for at most {MAX_LOG_SEARCH_CHARS} "
+            "(a shorter part of the line)"
+        )
+    return None

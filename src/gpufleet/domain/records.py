@@ -346,3 +346,5 @@ class AuditFilter:
     target: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    user: str | None = None  # a user's name or id: the events by their keys
+    actors: tuple[str, ...] | None = None  # any of these (a user's keys); () matches none

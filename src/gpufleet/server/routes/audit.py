@@ -35,11 +35,17 @@ async def list_audit(
     target: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    user: Annotated[str | None, Query(max_length=200)] = None,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> AuditList:
     f = AuditFilter(
-        event_type=type, actor=actor, target=target, since=_utc(since), until=_utc(until)
+        event_type=type,
+        actor=actor,
+        target=target,
+        since=_utc(since),
+        until=_utc(until),
+        user=user or None,
     )
     page = await audit.list_events(ctx, f, limit, offset)
     return AuditList(
@@ -48,6 +54,7 @@ async def list_audit(
         limit=limit,
         offset=offset,
         actor_names=page.names,
+        actor_users=page.users,
         hint=page.hint,
     )
 

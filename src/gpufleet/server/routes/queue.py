@@ -14,6 +14,7 @@ from gpufleet.domain import job_secrets
 from gpufleet.domain.permissions import QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.domain.records import JobFilter
 from gpufleet.domain.states import TERMINAL_JOB, Target
+from gpufleet.errors import InvalidInput
 from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.hub import job_topic
@@ -171,15 +172,19 @@ async def job_logs(
     before: Annotated[int | None, Query(ge=1, le=2**62)] = None,
     tail: Annotated[int | None, Query(ge=0, le=2**31)] = None,
     attempt_id: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    q: str | None = None,
 ) -> Any:
     """A page of lines after `after`, before `before` (the newest ones before it) or the
-    last `tail` lines, oldest first, optionally one attempt's; with follow=true, an event
-    stream of the lines after `after` until the job ends."""
+    last `tail` lines, oldest first, optionally one attempt's, or only those holding `q`
+    (as typed, ignoring case); with follow=true, an event stream of the lines after `after`
+    until the job ends."""
+    if follow and q is not None:
+        raise InvalidInput("q searches the stored lines; give it without follow=true")
     if follow:
         await queue.get_job(ctx, job_id)  # 404 before the stream starts
         return sse.stream(_follow(ctx, who, job_id, after))
     query = joblogs.PageQuery(
-        limit=limit, after=after, before=before, tail=tail, attempt_id=attempt_id
+        limit=limit, after=after, before=before, tail=tail, attempt_id=attempt_id, q=q or None
     )
     page = await joblogs.read_page(ctx, job_id, query)
     return LogsOut(

@@ -26,6 +26,7 @@ from gpufleet.domain.webhook_targets import IPAddress, literal_address, redact_t
 from gpufleet.domain.webhooks import Delivery, DeliveryStatus, Webhook
 from gpufleet.errors import InvalidInput
 from gpufleet.server.context import Context, transaction
+from gpufleet.server.hub import WEBHOOKS_TOPIC
 from gpufleet.server.services import webhook_targets
 from gpufleet.server.services.webhooks import SECRET_PURPOSE
 from gpufleet.supervisor import Supervisor
@@ -155,6 +156,7 @@ async def _record(
             claimed_until=None,
             next_at=tx.now + timedelta(seconds=wait) if wait is not None else None,
         )
+        tx.wake(WEBHOOKS_TOPIC)
     if status is DeliveryStatus.FAILED:
         log.warning(
             "webhook %s: gave up on delivery %s (%s) after %d tries: %s",

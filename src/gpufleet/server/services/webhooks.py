@@ -20,6 +20,7 @@ from gpufleet.domain.webhook_targets import redact_url
 from gpufleet.domain.webhooks import Delivery, DeliveryStatus, Event, Webhook
 from gpufleet.errors import NotFound
 from gpufleet.server.context import Context, Tx, transaction
+from gpufleet.server.hub import WEBHOOKS_TOPIC
 from gpufleet.server.services import webhook_targets
 
 SECRET_PURPOSE = "webhook secret"
@@ -58,6 +59,7 @@ async def enqueue(tx: Tx, event: Event, subject: dict[str, Any]) -> int:
 
 async def _deliver(tx: Tx, hooks: list[Webhook], event: Event, subject: dict[str, Any]) -> None:
     await tx.q.insert_deliveries([_row(hook, event, tx.now, subject) for hook in hooks])
+    tx.wake(WEBHOOKS_TOPIC)
 
 
 async def _hearing(tx: Tx, event: Event) -> list[Webhook]:
@@ -223,6 +225,7 @@ async def send_test(ctx: Context, webhook_id: str, actor: str, client: str | Non
         subject = {"webhook_id": hook.id, "message": "a test event sent from gpufleet"}
         row = _row(hook, Event.TEST, tx.now, subject)
         await tx.q.insert_deliveries([row])
+        tx.wake(WEBHOOKS_TOPIC)
         tx.audit("webhook.tested", actor, webhook_id, client, delivery_id=row["id"])
         delivery = await tx.q.get_delivery(row["id"])
     if delivery is None:  # written by this very transaction

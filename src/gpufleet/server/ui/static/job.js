@@ -8,6 +8,7 @@ import {
 } from "./dom.js";
 import { approveJob, cancelJob, rejectJob, rerunJob } from "./jobactions.js";
 import { live } from "./live.js";
+import { logSearch } from "./logsearch.js";
 import { logView } from "./logview.js";
 import "./nav.js";
 
@@ -156,6 +157,7 @@ const logs = logView({
   onEnd: () => refresh(),
   onError: (err) => showError(error, err),
 });
+logSearch(logs);
 
 wireDialogs();
 startClock();

@@ -3,10 +3,10 @@ import { ApiError, del, get, patch, post } from "./api.js";
 import {
   $, act as actOn, badge, busy, confirmDialog, formErrors, h, onSubmit, showError, when, wireDialogs,
 } from "./dom.js";
+import { live } from "./live.js";
 import "./nav.js";
 
 const error = $("#error");
-let polling = null;
 
 function outcome(d) {
   if (d.error) return h("span", { class: "delivery-error", text: d.error });
@@ -83,9 +83,6 @@ async function refresh() {
   $("#hooks").replaceChildren(...(hooks.length
     ? hooks.map((hook, i) => card(hook, logs[i]))
     : [h("p", { class: "muted", text: "No webhooks yet: add one above." })]));
-  // While a delivery waits for its try, look again shortly (the sending loop runs every second).
-  clearTimeout(polling);
-  if (logs.some((log) => log.some((d) => d.status === "pending"))) polling = setTimeout(refresh, 1000);
 }
 
 // ---- edit -------------------------------------------------------------------------------
@@ -173,3 +170,4 @@ form.addEventListener("submit", async (event) => {
 
 wireDialogs();
 refresh();
+live({ webhooks: refresh }); // a delivery queued or tried
