@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.waiting import wait_until
+
 
 @dataclass(frozen=True)
 class Received:
@@ -50,13 +52,13 @@ class Receiver:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
 
     def wait_for(self, count: int, within: float = 10.0) -> list[Received]:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
+        def arrived() -> list[Received]:
             with self._lock:
-                if len(self.received) >= count:
-                    return list(self.received)
-            time.sleep(0.05)
-        raise AssertionError(f"expected {count} webhook requests, got {len(self.received)}")
+                return list(self.received) if len(self.received) >= count else []
+
+        return wait_until(
+            arrived, timeout=within, message=f"{count} webhook requests", interval=0.05
+        )
 
 
 @contextmanager
@@ -128,22 +130,23 @@ class Trickler:
                     return
 
     def wait_connected(self, count: int = 1, within: float = 10.0) -> float:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
+        def connected() -> float | None:
             with self._lock:
-                if len(self.accepted) >= count:
-                    return self.accepted[count - 1]
-            time.sleep(0.02)
-        raise AssertionError(f"the trickling receiver had {len(self.accepted)} connections")
+                return self.accepted[count - 1] if len(self.accepted) >= count else None
+
+        return wait_until(
+            connected,
+            timeout=within,
+            message=f"{count} connections to the trickling receiver",
+            interval=0.02,
+        )
 
     def wait_hung_up(self, within: float) -> float:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
+        def hung_up() -> float | None:
             with self._lock:
-                if self.hung_up:
-                    return self.hung_up[0]
-            time.sleep(0.02)
-        raise AssertionError(f"the client did not hang up within {within:g} s")
+                return self.hung_up[0] if self.hung_up else None
+
+        return wait_until(hung_up, timeout=within, message="the client to hang up", interval=0.02)
 
     def close(self) -> None:
         self._stop.set()

@@ -27,6 +27,8 @@ import trustme
 import uvicorn
 from fastapi import FastAPI
 
+from tests.waiting import wait_until_async
+
 AGENT_VERSION = "4.10.1"
 AGENT_WHEEL = Path(sys.prefix) / "agent-wheels" / f"simpletuner-{AGENT_VERSION}-py3-none-any.whl"
 PUBLISHING = "simpletuner/helpers/publishing/"
@@ -63,11 +65,14 @@ async def serve(
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
+
+    def started() -> bool:
+        if task.done():
+            task.result()  # raises what stopped it
+        return bool(server.started)
+
     try:
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
+        await wait_until_async(started, timeout=30, message="the server to start", interval=0.01)
         yield
     finally:
         server.should_exit = True

@@ -195,3 +195,4 @@ async def test_the_sweep_is_one_of_the_servers_named_loops(
     async with LifespanManager(create_app(settings, on_start=look)):
         pass
     assert "artifact-retention" in names
+    assert "fleet-history" in names  # the fleet over time (#33), leader only likewise

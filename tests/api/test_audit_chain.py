@@ -58,7 +58,7 @@ async def run_with_loops(fleet: Fleet, seconds: float) -> None:
     """Stop the test's orchestrator and run one with its background loops for a while."""
     await fleet.stop()
     async with LifespanManager(create_app(fleet.settings)):
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(seconds)  # deliberate: the callers check what the loops leave alone
     await fleet.start()
 
 

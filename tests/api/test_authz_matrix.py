@@ -90,6 +90,8 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("get", "/api/users"): "*",
     ("post", "/api/users"): "*",
     ("get", "/api/users/me"): ANY_KEY,
+    ("get", "/api/fleet/workers"): ANY_KEY,  # the fleet, read-only, for every signed-in key
+    ("get", "/api/fleet/history"): ANY_KEY,
     ("get", "/api/users/{user}"): "*",
     ("patch", "/api/users/{user}"): "*",
     ("delete", "/api/users/{user}"): "*",

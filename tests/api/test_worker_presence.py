@@ -4,11 +4,13 @@ never started, one whose token was rotated, and one whose process exited are not
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
+
+import httpx
 
 from gpufleet.server.services import health
 from tests.api.conftest import Agent, Fleet
+from tests.waiting import wait_until_async
 
 
 async def view(fleet: Fleet, agent: Agent) -> dict[str, Any]:
@@ -90,12 +92,14 @@ async def test_a_worker_whose_stream_ended_says_disconnected_without_an_uptime(
     fleet.clock.advance(5)
 
     await agent.stream.close()
-    seen = await fleet.admin.get(f"/api/admin/workers/{agent.id}")
-    for _ in range(50):  # the server notices the client gone in its own time
-        if seen.json()["presence"] == "disconnected":
-            break
-        await asyncio.sleep(0.05)
+
+    async def noticed() -> httpx.Response | None:  # the server notices it in its own time
         seen = await fleet.admin.get(f"/api/admin/workers/{agent.id}")
+        return seen if seen.json()["presence"] == "disconnected" else None
+
+    seen = await wait_until_async(
+        noticed, timeout=2.5, message="the worker's presence to read disconnected", interval=0.05
+    )
 
     assert seen.json()["status"] == "connecting"
     assert seen.json()["presence_text"] == "disconnected, waiting for it to reconnect"

@@ -10,7 +10,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import PHONE, screenshot, sign_in, train_ready
-from tests.e2e.conftest import ServerProcess, unique, wait_for
+from tests.e2e.conftest import ServerProcess, unique
+from tests.waiting import wait_until
 
 DESKTOP = {"width": 1440, "height": 900}
 NOWHERE = {"model_type": "lora"}  # a config that waits on a label no worker has
@@ -95,10 +96,10 @@ def test_a_bulk_cancels_failures_stay_shown_while_the_queue_refreshes(
     server: ServerProcess, page: Page
 ) -> None:
     ended = submitted(server, config=QUICK, target="local")
-    wait_for(
+    wait_until(
         lambda: admin_call(server, "GET", f"/api/queue/{ended}")["status"] == "completed",
         timeout=30,
-        what=f"{ended} to complete",
+        message=f"{ended} to complete",
     )
     waiting = submitted(server, config=NOWHERE, worker_labels={"pool": unique("none")})
     sign_in(page, server.admin_key, then="/queue")
@@ -226,7 +227,7 @@ def test_a_users_level_changes_only_when_saved(server: ServerProcess, page: Page
     row.locator("select[name=level]").select_option("lead")
     row.locator("[data-action=save-level]").click()
     expect(row.locator("[data-action=save-level]")).to_be_disabled()
-    wait_for(lambda: user_level(server, name) == "lead", what="the saved level")
+    wait_until(lambda: user_level(server, name) == "lead", timeout=15, message="the saved level")
     expect(row.locator("select[name=level]")).to_have_value("lead")
 
 

@@ -3,7 +3,6 @@ filters kept in the URL, names beside ids, and nothing a key may not read (#15).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -11,6 +10,7 @@ from playwright.sync_api import Page, Response, expect
 
 from tests.browser.conftest import PHONE, screenshot, sign_in
 from tests.e2e.conftest import ServerProcess, unique
+from tests.waiting import wait_until
 
 QUICK = {"command": ["python", "-c", "print('hello')"]}
 
@@ -37,13 +37,14 @@ def job(server: ServerProcess, job_id: str) -> dict[str, Any]:
 
 def ended_local_job(server: ServerProcess) -> dict[str, Any]:
     job_id = submit(server, config=QUICK, target="local")["id"]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        body = job(server, job_id)
-        if body["status"] in ("completed", "failed", "cancelled"):
-            return body
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not end: {job(server, job_id)}")
+    return wait_until(
+        lambda: (
+            (body := job(server, job_id))["status"] in ("completed", "failed", "cancelled") and body
+        ),
+        timeout=30,
+        message=f"job {job_id} to end",
+        interval=0.1,
+    )
 
 
 def jobs_labelled(server: ServerProcess, label: str) -> list[dict[str, Any]]:

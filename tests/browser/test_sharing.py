@@ -1,11 +1,11 @@
 """Sharing a fleet in Chromium (#18): a lead approves or rejects a viewer's job from the Queue
-panel and the job page; an admin runs teams and users from the Teams page. Each click is
-checked through the API."""
+panel and the job page; an admin runs teams and users from the Teams page; every key sees the
+fleet, read-only, and the fleet over time on the Fleet page (#33). Each click is checked
+through the API."""
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,17 +15,24 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import LAPTOP, PHONE, screenshot, sign_in
 from tests.e2e.conftest import ServerProcess, serving, unique
+from tests.waiting import wait_until
 
 USAGE_INTERVAL_S = 0.5
+WIDE = {"width": 1440, "height": 900}
 
 
 @pytest.fixture(scope="module")
 def sampling_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """An orchestrator whose policy loop samples each team's usage twice a second."""
+    """An orchestrator whose policy loop samples each team's usage, and whose fleet-history
+    loop samples the fleet, twice a second."""
     yield from serving(
         tmp_path_factory.mktemp("sampling"),
         None,
-        **{"local-gpus": "auto", "usage-interval": str(USAGE_INTERVAL_S)},
+        **{
+            "local-gpus": "auto",
+            "usage-interval": str(USAGE_INTERVAL_S),
+            "fleet-sample-interval": str(USAGE_INTERVAL_S),
+        },
     )
 
 
@@ -124,6 +131,109 @@ def test_a_lead_approves_a_viewers_job_in_the_queue_panel_and_it_joins_the_queue
     expect(page.locator("#approve")).to_be_hidden()
 
 
+DEFAULT_POLICY = {
+    "fair_share": False, "half_life_s": 604800.0, "preemption": False, "min_runtime_s": 600.0,
+    "preempt_grace_s": 120.0, "approve_gpus_over": None, "approve_levels": ["viewer"],
+    "user_max_jobs": None,
+}  # fmt: skip
+WIDE = {"width": 1440, "height": 900}
+
+
+@pytest.fixture
+def policy_restored(server: ServerProcess) -> Iterator[None]:
+    """The module's server shares one policy: put back as the other tests expect it."""
+    yield
+    admin_call(server, "PATCH", "/api/queue/policy", json=DEFAULT_POLICY)
+
+
+def test_an_admin_sets_the_queue_policy_in_the_queue_panel_and_a_researcher_is_told_the_rule(
+    server: ServerProcess, page: Page, policy_restored: None
+) -> None:
+    page.set_viewport_size(WIDE)
+    sign_in(page, server.admin_key, then="/queue")
+    expect(page.locator("#policy-approvals")).to_have_text(
+        "viewers' jobs wait for a lead's or an admin's approval"
+    )
+    expect(page.locator("#policy-limits")).to_have_text("none")
+    page.click("#policy-edit")
+    form = page.locator("#policy-form")
+    expect(form).to_be_visible()
+    form.locator("[name=half_life_h]").fill("0")  # under the least the policy takes
+    form.locator("[name=user_max_jobs]").fill("2")
+    page.click("#policy-save")
+    expect(form.locator('[data-error-for="half_life_h"]')).to_contain_text("at least")
+    assert admin_call(server, "GET", "/api/queue/policy")["user_max_jobs"] is None  # nothing
+    form.locator("[name=fair_share]").check()
+    form.locator("[name=half_life_h]").fill("24")
+    form.locator("[name=preemption]").check()
+    form.locator("[name=min_runtime_min]").fill("5")
+    form.locator("[name=preempt_grace_s]").fill("30")
+    form.locator("[name=approve_levels][value=researcher]").check()
+    form.locator("[name=approve_gpus_over]").fill("4")
+    screenshot(page, "queue-policy-dialog")
+    page.click("#policy-save")
+    expect(page.locator("#policy")).to_be_hidden()
+
+    policy = admin_call(server, "GET", "/api/queue/policy")
+    assert (policy["fair_share"], policy["half_life_s"]) == (True, 86400.0)
+    assert (policy["preemption"], policy["min_runtime_s"], policy["preempt_grace_s"]) == (
+        True, 300.0, 30.0,
+    )  # fmt: skip
+    assert policy["approve_levels"] == ["researcher", "viewer"]
+    assert (policy["approve_gpus_over"], policy["user_max_jobs"]) == (4, 2)
+    expect(page.locator("#policy-limits")).to_have_text("per user 2 jobs")
+    expect(page.locator("#policy-approvals")).to_have_text(
+        "researchers' and viewers' jobs, and jobs asking more than 4 GPUs, wait for a lead's "
+        "or an admin's approval"
+    )
+    expect(page.locator("#policy-fair-share")).to_have_text("on, usage halves every 1 d")
+    expect(page.locator("#policy-preemption")).to_have_text(
+        "on, after 5 min of running, with 30 s to checkpoint"
+    )
+    screenshot(page, "queue-policy")
+    sign_out(page)
+
+    # A researcher reads the policy, may not change it, and is told why their job waits.
+    _name, key = user_with_key(server, "researcher", "queue.read", "queue.submit")
+    job_id = held_job(server, key)
+    with as_key(server, key) as researcher:
+        refused = researcher.patch("/api/queue/policy", json={"approve_levels": []})
+    assert refused.status_code == 403, refused.text
+    assert admin_call(server, "GET", "/api/queue/policy")["approve_levels"] == [
+        "researcher", "viewer",
+    ]  # fmt: skip
+    sign_in(page, key, then="/queue")
+    expect(page.locator("#policy-approvals")).to_contain_text("researchers' and viewers' jobs")
+    expect(page.locator("#policy-edit")).to_have_count(0)
+    page.set_viewport_size(PHONE)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the policy makes the Queue page {overflow} px too wide on a phone"
+    screenshot(page, "phone-queue-policy")
+    page.goto(f"/queue/{job_id}")
+    expect(page.locator("#waiting-summary")).to_have_text(
+        "held for approval: researchers' jobs need a lead's or an admin's approval (queue "
+        "policy); a lead of its team or an admin approves it with Approve on the Queue page"
+    )
+
+
+def test_the_policy_dialog_fits_a_phone(
+    server: ServerProcess, page: Page, policy_restored: None
+) -> None:
+    page.set_viewport_size(PHONE)
+    sign_in(page, server.admin_key, then="/queue")
+    page.click("#policy-edit")
+    save = page.locator("#policy-save")
+    save.scroll_into_view_if_needed()
+    box = save.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= PHONE["width"]
+    screenshot(page, "phone-queue-policy-dialog")
+    page.locator("#policy-form [name=max_gpus]").fill("8")
+    save.click()
+    expect(page.locator("#policy-limits")).to_have_text("fleet 8 GPUs")
+    assert admin_call(server, "GET", "/api/queue/policy")["max_gpus"] == 8
+    admin_call(server, "PATCH", "/api/queue/policy", json={"max_gpus": None})
+
+
 def test_a_lead_sees_the_teams_but_not_the_admins_forms(server: ServerProcess, page: Page) -> None:
     team = unique("speech")
     admin_call(server, "POST", "/api/teams", json={"name": team, "weight": 2})
@@ -218,10 +328,12 @@ def test_an_admin_creates_a_team_and_a_user_adds_the_member_and_sets_weight_and_
     page.locator(f'#users tr[data-user="{user}"] select[name=level]').select_option("lead")
     page.locator(f'#users tr[data-user="{user}"] [data-action=save-level]').click()
     expect(page.locator(f'#users tr[data-user="{user}"] select[name=level]')).to_have_value("lead")
-    deadline = time.monotonic() + 10
-    while admin_call(server, "GET", f"/api/users/{user}")["level"] != "lead":
-        assert time.monotonic() < deadline, "the level change never reached the API"
-        time.sleep(0.1)
+    wait_until(
+        lambda: admin_call(server, "GET", f"/api/users/{user}")["level"] == "lead",
+        timeout=10,
+        message="the level change to reach the API",
+        interval=0.1,
+    )
 
     users_row = page.locator(f'#users tr[data-user="{user}"]')
     users_row.locator("[data-action=limits]").click()
@@ -310,10 +422,12 @@ def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
     server = sampling_server
     team = unique("vision")
     admin_call(server, "POST", "/api/teams", json={"name": team})
-    deadline = time.monotonic() + 15
-    while len(admin_call(server, "GET", f"/api/teams/{team}/usage")["samples"]) < 2:
-        assert time.monotonic() < deadline, f"no usage samples of {team} after 15 s"
-        time.sleep(USAGE_INTERVAL_S)
+    wait_until(
+        lambda: len(admin_call(server, "GET", f"/api/teams/{team}/usage")["samples"]) >= 2,
+        timeout=15,
+        message=f"two usage samples of {team}",
+        interval=USAGE_INTERVAL_S,
+    )
 
     context = browser.new_context(viewport=LAPTOP, base_url=server.url)
     page = context.new_page()
@@ -363,3 +477,77 @@ def test_the_sharing_pages_fit_a_phone(server: ServerProcess, page: Page, path: 
         assert overflow <= 0, f"{path} is {overflow} px too wide at {size['width']} px"
     page.set_viewport_size(PHONE)
     screenshot(page, f"phone-sharing-{path.strip('/')}")
+
+
+def test_a_researcher_sees_the_fleet_and_its_history_but_no_action_on_it(
+    sampling_server: ServerProcess, browser: Browser
+) -> None:
+    server = sampling_server
+    pool = unique("pool")
+    created = admin_call(
+        server, "POST", "/api/admin/workers", json={"name": unique("gpu"), "labels": {"pool": pool}}
+    )
+    _, key = user_with_key(server, "researcher", "queue.read", "queue.submit")
+    with as_key(server, key) as researcher:
+        waiting = researcher.post(  # waits in the pool's group: its worker never connects
+            "/api/queue/submit", json={"config": {}, "worker_labels": {"pool": pool}}
+        )
+        assert waiting.status_code == 201, waiting.text
+        for method, path in [
+            ("POST", f"/api/admin/workers/{created['worker_id']}/drain"),
+            ("POST", f"/api/admin/workers/{created['worker_id']}/token"),
+            ("DELETE", f"/api/admin/workers/{created['worker_id']}"),
+        ]:
+            assert researcher.request(method, path).status_code == 403, (method, path)
+        listed = researcher.get("/api/fleet/workers")
+    assert created["token"] not in listed.text and "admin_labels" not in listed.text
+
+    context = browser.new_context(viewport=WIDE, base_url=server.url)
+    page = context.new_page()
+    sign_in(page, key, then="/fleet")
+    nav = page.locator("nav[aria-label=Pages]")
+    expect(nav.get_by_role("link", name="Fleet")).to_have_attribute("aria-current", "page")
+    expect(nav.get_by_role("link", name="Workers")).to_have_count(0)
+    row = page.locator(f'#fleet-workers tr[data-worker="{created["name"]}"]')
+    expect(row.locator('[data-label="Labels"]')).to_have_text(f"pool={pool}")
+    expect(row).to_have_attribute("data-presence", "never_connected")
+    expect(page.locator("main button, main [data-action]")).to_have_count(0)
+
+    busy = page.locator('figure.chart[data-series="Busy workers"] svg')
+    expect(busy).to_be_visible()
+    assert int(busy.get_attribute("data-points") or 0) >= 2
+    page.select_option("#group", f"pool={pool}")  # offered once the group was sampled
+    depth = page.locator('figure.chart[data-series="Queue depth (jobs)"]')
+    expect(depth.locator(".latest")).to_have_text("1")
+    with as_key(server, key) as researcher:
+        sampled = researcher.get("/api/fleet/history", params={"group": f"pool={pool}"}).json()
+    assert sampled["samples"][-1]["queue_depth"] == 1
+    assert sampled["samples"][-1]["workers_unavailable"] == 1
+    screenshot(page, "fleet")
+
+    page.select_option("#range", "week")
+    expect(page.locator("#charts")).to_have_attribute("data-resolution", "900")
+    page.goto("/workers")  # an admin's page: refused, with nothing to click
+    expect(page.locator("main")).to_contain_text("lacks the admin.workers permission")
+    expect(page.locator("#create-open")).to_have_count(0)
+    context.close()
+
+
+def test_the_fleet_page_fits_a_phone_and_a_wide_screen(
+    sampling_server: ServerProcess, browser: Browser
+) -> None:
+    _, key = user_with_key(sampling_server, "viewer", "queue.read")
+    context = browser.new_context(viewport=PHONE, base_url=sampling_server.url)
+    page = context.new_page()
+    sign_in(page, key, then="/fleet")
+    expect(page.locator('figure.chart[data-series="Idle workers"] svg')).to_be_visible()
+    expect(page.locator("main")).not_to_contain_text("Loading…")
+    for size in (PHONE, WIDE):
+        page.set_viewport_size(size)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"/fleet is {overflow} px too wide at {size['width']} px"
+    page.set_viewport_size(PHONE)
+    page.select_option("#range", "day")
+    expect(page.locator("#charts")).to_have_attribute("data-resolution", "0")
+    screenshot(page, "phone-fleet")
+    context.close()

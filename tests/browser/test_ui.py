@@ -211,7 +211,7 @@ def test_signing_in_never_leads_the_browser_off_the_site(
         context.close()
 
 
-def test_a_key_without_admin_workers_is_not_offered_the_workers_page(
+def test_a_key_without_admin_workers_is_offered_the_fleet_but_not_the_workers_page(
     server: ServerProcess, page: Page
 ) -> None:
     with server.admin() as admin:
@@ -222,7 +222,7 @@ def test_a_key_without_admin_workers_is_not_offered_the_workers_page(
     sign_in(page, minted.json()["key"])
 
     expect(page).to_have_url(f"{server.url}/train")
-    expect(page.locator("nav a")).to_have_text(["Train", "Queue", "Teams", "Secrets"])
+    expect(page.locator("nav a")).to_have_text(["Train", "Queue", "Teams", "Fleet", "Secrets"])
     page.goto("/workers")
     expect(page.locator("main")).to_contain_text("lacks the admin.workers permission")
 

@@ -15,7 +15,8 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import PHONE, screenshot, sign_in
 from tests.browser.test_ui import processes, start_copied_command, worker_row
-from tests.e2e.conftest import ServerProcess, unique, wait_for, wait_job
+from tests.e2e.conftest import ServerProcess, unique, wait_job
+from tests.waiting import wait_until
 
 __all__ = ["processes"]  # the fixture, used by name
 
@@ -188,4 +189,8 @@ def test_a_simpletuner_agent_shows_as_such_with_no_gpu_load(
     expect(page.locator("#gpus th.usage").first).to_be_hidden()
     expect(page.locator("#gpu-versions")).to_have_text("driver 535.1")
     expect(page.locator("#history")).to_contain_text("No jobs offered to this worker yet.")
-    wait_for(lambda: _detail(server, created["worker_id"])["gpu_stats"] == [], what="no load")
+    wait_until(
+        lambda: _detail(server, created["worker_id"])["gpu_stats"] == [],
+        timeout=15,
+        message="no load",
+    )

@@ -39,8 +39,8 @@ from tests.e2e.conftest import (
     WorkerProcess,
     start_replicas,
     unique,
-    wait_for,
 )
+from tests.waiting import wait_until
 
 TOTAL_JOBS = int(os.environ.get("GPUFLEET_CHAOS_JOBS", "200"))
 SEED = int(os.environ.get("GPUFLEET_CHAOS_SEED", str(random.randrange(1 << 30))))
@@ -202,8 +202,8 @@ class Submitter(threading.Thread):
             "worker_labels": self.fleet.labels,
             "max_retries": plan.max_retries,
         }
-        deadline = time.monotonic() + 120
-        while True:
+
+        def acknowledged() -> str | None:
             try:
                 with self.fleet.server.admin() as admin:
                     resp = admin.post("/api/queue/submit", json=body)
@@ -212,9 +212,9 @@ class Submitter(threading.Thread):
             except (httpx.HTTPError, OSError):
                 pass
             self.unacked_tries += 1
-            if time.monotonic() > deadline:
-                raise AssertionError("no submit was acknowledged for 120 s")
-            time.sleep(0.2)
+            return None
+
+        return wait_until(acknowledged, timeout=120, message="an acknowledged submit")
 
     def wait(self, timeout: float = 300) -> list[str]:
         if not self.done.wait(timeout):
@@ -324,7 +324,7 @@ class Fleet:
             found[:] = predicate()
             return bool(found) or self.out_of_work()
 
-        wait_for(ready, timeout=timeout, what=what)
+        wait_until(ready, timeout=timeout, message=what)
         return found
 
     def result_lines(self) -> list[str]:
@@ -347,13 +347,13 @@ class Fleet:
         assert self.submitter is not None
         self.submitter.wait()
         with contextlib.suppress(AssertionError):  # the invariants name what did not end
-            wait_for(
+            wait_until(
                 lambda: (
                     not any(w.running() for w in self.workers)
                     or all(j["status"] in TERMINAL for j in self.all_jobs())
                 ),
                 timeout=timeout,
-                what="every job to end",
+                message="every job to end",
             )
 
     def stop(self) -> None:

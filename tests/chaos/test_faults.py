@@ -22,7 +22,8 @@ from tests.chaos.conftest import (
     weighted_share,
 )
 from tests.chaos.invariants import conclude
-from tests.e2e.conftest import WorkerProcess, wait_for
+from tests.e2e.conftest import WorkerProcess
+from tests.waiting import wait_until
 
 
 def short(rng: random.Random) -> float:
@@ -37,25 +38,27 @@ def short_or_long(rng: random.Random) -> float:
 def wait_for_the_next_submit(submitter: Submitter) -> None:
     """Until one more submit is acknowledged (or the submitter is done)."""
     seen = len(submitter.acked)
-    wait_for(
-        lambda: len(submitter.acked) > seen or submitter.done.is_set(), timeout=30, what="a submit"
+    wait_until(
+        lambda: len(submitter.acked) > seen or submitter.done.is_set(),
+        timeout=30,
+        message="a submit",
     )
 
 
 def wait_offline(worker: WorkerProcess, timeout: float = 20) -> None:
-    wait_for(
+    wait_until(
         lambda: worker.record()["status"] == "offline",
         timeout=timeout,
-        what=f"the orchestrator to mark {worker.name} offline",
+        message=f"the orchestrator to mark {worker.name} offline",
     )
 
 
 def wait_back(worker: WorkerProcess, timeout: float = 45) -> None:
     """Reconnecting can take a while: the agent's backoff grows with the outage."""
-    wait_for(
+    wait_until(
         lambda: worker.record()["status"] in ("idle", "busy"),
         timeout=timeout,
-        what=f"{worker.name} to reconnect",
+        message=f"{worker.name} to reconnect",
     )
 
 
@@ -192,7 +195,7 @@ def test_orchestrator_unreachable_past_the_heartbeat_timeout(fleet: Fleet) -> No
             fleet.proxy.partition(blackhole=blackhole)
             for worker in cut_off:
                 wait_offline(worker)
-            time.sleep(1.0)
+            time.sleep(1.0)  # deliberate: the partition outlasts the workers' going offline
             fleet.proxy.heal()
         for worker in cut_off:
             wait_back(worker)

@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from tests.conftest import fresh_database
+from tests.waiting import wait_until
 
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
 
@@ -39,7 +40,7 @@ def free_port() -> int:
 def default_tls() -> ssl.SSLContext:
     """httpx's default verification (certifi's CAs), made once. A client given no context
     makes its own, loading the CA bundle: about 25 ms of CPU, paid on every poll of
-    `wait_for` by the helpers that open a client per request."""
+    `wait_until` by the helpers that open a client per request."""
     return ssl.create_default_context(cafile=certifi.where())
 
 
@@ -47,26 +48,6 @@ def default_tls() -> ssl.SSLContext:
 def trusting(cafile: Path, mtime_ns: int) -> ssl.SSLContext:
     """A context that trusts this certificate (or CA), made once per version of the file."""
     return ssl.create_default_context(cafile=cafile)
-
-
-# `wait_for`'s pauses between polls: short at first, for what happens at once, then longer.
-# A poll is a request (about 8 ms of CPU between the test and the server on a busy machine),
-# and a fixed 50 ms pause made a five-second wait a hundred of them, not thirty.
-FIRST_PAUSE, PAUSE_GROWTH, LONGEST_PAUSE = 0.02, 1.5, 0.2
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    """Poll until predicate() is truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    pause = FIRST_PAUSE
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(pause)
-        pause = min(pause * PAUSE_GROWTH, LONGEST_PAUSE)
 
 
 class ServerProcess:
@@ -140,7 +121,9 @@ class ServerProcess:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         try:
-            wait_for(self._ready, timeout=30, what=f"server on {self.url} (log: {self.log_path})")
+            wait_until(
+                self._ready, timeout=30, message=f"server on {self.url} (log: {self.log_path})"
+            )
         except BaseException:
             self.kill()  # never leave a half-started server behind
             raise
@@ -390,13 +373,13 @@ class WorkerProcess:
             )
         # Connected once is enough: an ephemeral worker may take a waiting job, end it and
         # leave before a poll sees it idle or busy.
-        wait_for(
+        wait_until(
             lambda: (
                 (rec := self.record())["status"] in ("idle", "busy")
                 or rec["connected_at"] is not None
             ),
             timeout=20,
-            what=f"worker {self.name} to connect (log: {self.log_path})",
+            message=f"worker {self.name} to connect (log: {self.log_path})",
         )
         return self
 
@@ -547,10 +530,10 @@ def wait_job(
     server: ServerProcess, job_id: str, *statuses: str, timeout: float = 30
 ) -> dict[str, Any]:
     return dict(
-        wait_for(
+        wait_until(
             lambda: (job := job_state(server, job_id))["status"] in statuses and job,
             timeout=timeout,
-            what=f"job {job_id} to be {'/'.join(statuses)}",
+            message=f"job {job_id} to be {'/'.join(statuses)}",
         )
     )
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.e2e.conftest import FakeWorker, ServerProcess, unique, wait_for
+from tests.e2e.conftest import FakeWorker, ServerProcess, unique
+from tests.waiting import wait_until
 
 MiB = 1024 * 1024
 SIZE = 96 * MiB
@@ -138,10 +139,10 @@ def abandon_an_upload(server: ServerProcess, token: str, job_id: str, attempt_id
             + body[:10]
         )
         time.sleep(0.2)  # the server is reading the body when the connection goes
-    wait_for(
+    wait_until(
         lambda: "went away before" in server.log_path.read_text(),
         timeout=10,
-        what="the orchestrator to note the abandoned upload",
+        message="the orchestrator to note the abandoned upload",
     )
     log = server.log_path.read_text()
     assert "Traceback" not in log and "Exception in ASGI application" not in log, log[-3000:]

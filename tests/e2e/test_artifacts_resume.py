@@ -34,9 +34,9 @@ from tests.e2e.conftest import (
     WorkerProcess,
     start_replicas,
     submit_job,
-    wait_for,
     wait_job,
 )
+from tests.waiting import wait_until
 
 STEPS, EVERY = 200, 25
 TRAIN = [
@@ -100,10 +100,10 @@ def test_a_job_whose_worker_is_killed_resumes_from_its_checkpoint_and_every_arti
     job_id = submit_job(
         server, labels, [*TRAIN, "--step-delay", "0.012"], config={"env": {"PYTHONUNBUFFERED": "1"}}
     )
-    wait_for(
+    wait_until(
         lambda: listing(users, job_id)["checkpoints"],
         timeout=60,
-        what="the job's first committed checkpoint",
+        message="the job's first committed checkpoint",
     )
     kill_with_its_job(first)  # the spot instance is gone, the job's process with it
 

@@ -18,7 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpufleet.cli.main import cli
-from tests.e2e.conftest import GPUFLEET, ServerProcess, free_port, job_state, unique, wait_for
+from tests.e2e.conftest import GPUFLEET, ServerProcess, free_port, job_state, unique
+from tests.waiting import wait_until
 
 PY = sys.executable
 
@@ -30,9 +31,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path_factory.mktemp("cli"), None, **flags)
     proc.start()
     with proc.admin() as admin:
-        wait_for(
+        wait_until(
             lambda: admin.get("/api/admin/workers/w_local").json().get("status") == "idle",
-            what="the local runner to be idle",
+            timeout=15,
+            message="the local runner to be idle",
         )
     yield proc
     proc.kill(signal.SIGTERM)
@@ -277,9 +279,10 @@ def test_jobs_list_filters_by_status_and_prints_json_for_scripts(
 ) -> None:
     job_id = submit_local(server, tmp_path, "print('listed')")
     with server.admin() as admin:
-        wait_for(
+        wait_until(
             lambda: admin.get(f"/api/queue/{job_id}").json()["status"] == "completed",
-            what="the job to complete",
+            timeout=15,
+            message="the job to complete",
         )
     body = as_json(gf(server, "jobs", "list", "--status", "completed", "--json"))
     assert job_id in [j["id"] for j in body["jobs"]]
@@ -359,7 +362,11 @@ def test_job_output_reaches_the_terminal_with_its_control_characters_escaped(
 ) -> None:
     shout = r"print('\x1b]0;pwned\x07\x1b[31mred\x1b[0m [bold]loud[/bold] \x9b2J\x7f\x08over')"
     job_id = submit_local(server, tmp_path, f"{shout}\nraise SystemExit(2)", "--max-retries", "0")
-    wait_for(lambda: job_state(server, job_id)["status"] == "failed", what="the job to fail")
+    wait_until(
+        lambda: job_state(server, job_id)["status"] == "failed",
+        timeout=15,
+        message="the job to fail",
+    )
 
     printed = {
         "logs": ok(gf(server, "jobs", "logs", job_id)),

@@ -26,9 +26,9 @@ from tests.e2e.conftest import (
     start_replicas,
     submit_job,
     unique,
-    wait_for,
     wait_job,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -134,7 +134,7 @@ def deployment(tmp_path: Path, pg_database: str) -> Iterator[tuple[list[ServerPr
         stack.callback(nginx.stop)
         nginx.start()
         front = Front(nginx, tls / "ca.pem", replicas[0])
-        wait_for(lambda: _serves(front), timeout=10, what="nginx to serve")
+        wait_until(lambda: _serves(front), timeout=10, message="nginx to serve")
         yield replicas, front
 
 
@@ -166,7 +166,7 @@ def test_a_worker_behind_nginx_survives_the_loss_of_the_replica_holding_its_stre
     worker = WorkerProcess(front, tmp_path, persistent=True, labels=labels)
     worker.start()
     try:
-        holder = wait_for(lambda: holder_of_streams(replicas), timeout=10, what="one stream")
+        holder = wait_until(lambda: holder_of_streams(replicas), timeout=10, message="one stream")
         # A job that outlives the replica: it starts, its replica dies, it ends elsewhere.
         script = "import time; print('working', flush=True); time.sleep(3); print('done')"
         job_id = submit_job(front, labels, [sys.executable, "-c", script])
@@ -175,7 +175,7 @@ def test_a_worker_behind_nginx_survives_the_loss_of_the_replica_holding_its_stre
         holder.kill(signal.SIGKILL)
 
         survivor = next(r for r in replicas if r is not holder)
-        wait_for(lambda: holder_of_streams([survivor]), timeout=20, what="the stream to move")
+        wait_until(lambda: holder_of_streams([survivor]), timeout=20, message="the stream to move")
         done: dict[str, Any] = wait_job(front, job_id, "completed", timeout=30)
         assert [a["status"] for a in done["attempt_history"]] == ["completed"]
         assert worker.running()

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.e2e.conftest import ServerProcess, serving, wait_for
+from tests.e2e.conftest import ServerProcess, serving
+from tests.waiting import wait_until
 
 HOSTILE = b"[" + b",".join([b"0"] * 2_000_000) + b"]"  # 4.0 MB, under the 4 MiB size limit
 CLIENTS = 3
@@ -97,7 +98,7 @@ def attack(server: ServerProcess, token: str) -> tuple[float, float, list[Hostil
     for client in clients:
         client.start()
     try:
-        wait_for(lambda: all(c.answers for c in clients), timeout=30, what="hostile answers")
+        wait_until(lambda: all(c.answers for c in clients), timeout=30, message="hostile answers")
         attacked = p99(healthz_times(server.url, SAMPLES, 0.02))
     finally:
         for client in clients:

@@ -18,11 +18,11 @@ from tests.e2e.conftest import (
     job_log_lines,
     serving,
     unique,
-    wait_for,
     wait_job,
 )
 from tests.e2e.test_cli import gf, one_line_error
 from tests.e2e.test_sharing import gpu_env
+from tests.waiting import wait_until
 
 __all__ = ["gpu_env"]  # a fixture used by name
 
@@ -56,7 +56,7 @@ def test_a_viewer_cannot_cancel_another_teams_running_job_and_it_keeps_running(
     vera = Member(server, "nlp", "viewer")
     job = bob.submit(labels, TICKING)
     wait_job(server, job["id"], "running")
-    wait_for(lambda: ticks(server, job["id"]) > 0, what="bob's job to print")
+    wait_until(lambda: ticks(server, job["id"]) > 0, timeout=15, message="bob's job to print")
 
     with vera.client() as c:
         one = c.post(f"/api/queue/{job['id']}/cancel")
@@ -72,7 +72,11 @@ def test_a_viewer_cannot_cancel_another_teams_running_job_and_it_keeps_running(
     assert "403" not in said and "/api/" not in said
     # Still running: it goes on printing after both refusals.
     seen = ticks(server, job["id"])
-    wait_for(lambda: ticks(server, job["id"]) > seen + 2, what="bob's job to go on printing")
+    wait_until(
+        lambda: ticks(server, job["id"]) > seen + 2,
+        timeout=15,
+        message="bob's job to go on printing",
+    )
     running: dict[str, Any] = wait_job(server, job["id"], "running")
     assert running["attempt_history"][-1]["status"] == "running"
     assert worker.record()["current_job_id"] == job["id"]

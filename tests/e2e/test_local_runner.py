@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import FakeWorker, ServerProcess, free_port, unique, wait_for
+from tests.e2e.conftest import FakeWorker, ServerProcess, free_port, unique
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,9 +25,10 @@ def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     )
     proc.start()
     with proc.admin() as admin:
-        wait_for(
+        wait_until(
             lambda: admin.get("/api/admin/workers/w_local").json().get("status") == "idle",
-            what="the local runner to be idle",
+            timeout=15,
+            message="the local runner to be idle",
         )
     yield proc
     proc.kill(signal.SIGTERM)
@@ -38,13 +40,14 @@ def _run(server: ServerProcess, **body: object) -> dict[str, object]:
         assert resp.status_code == 201, resp.text
         job_id = resp.json()["id"]
         return dict(
-            wait_for(
+            wait_until(
                 lambda: (
                     (j := admin.get(f"/api/queue/{job_id}").json())["status"]
                     in ("completed", "failed")
                     and j
                 ),
-                what="the job to end",
+                timeout=15,
+                message="the job to end",
             )
         )
 
@@ -79,9 +82,10 @@ def test_the_local_runner_gets_a_fresh_token_at_every_start(local_server: Server
     local_server.kill(signal.SIGTERM)
     local_server.start()
     with local_server.admin() as admin:
-        wait_for(
+        wait_until(
             lambda: admin.get("/api/admin/workers/w_local").json().get("status") == "idle",
-            what="the local runner back after a restart",
+            timeout=15,
+            message="the local runner back after a restart",
         )
     assert _run(local_server, config={"command": ["true"]}, target="local")["status"] == "completed"
 
@@ -120,9 +124,10 @@ def test_make_up_serves_a_fresh_checkout_ready_for_a_job(tmp_path: Path) -> None
         job = server.post(
             "/api/queue/submit", json={"config": {"command": ["echo", "hello"]}, "target": "local"}
         ).json()
-        done = wait_for(
+        done = wait_until(
             lambda: server.get(f"/api/queue/{job['id']}").json()["status"] == "completed",
-            what="the first job to complete",
+            timeout=15,
+            message="the first job to complete",
         )
         assert done
         server.close()

@@ -14,9 +14,9 @@ from tests.e2e.conftest import (
     WorkerProcess,
     submit_job,
     unique,
-    wait_for,
     wait_job,
 )
+from tests.waiting import wait_until
 
 
 def _lines(server: ServerProcess) -> list[dict[str, Any]]:
@@ -47,17 +47,19 @@ def test_json_logs_label_a_jobs_and_a_lost_workers_lines_and_leak_no_secret(
         assert w.report(job_id, "completed", attempt_id=attempt, exit_code=0).status_code == 200
         w.close()  # no more heartbeats: the health sweep declares it lost
         with server.admin() as admin:
-            wait_for(
+            wait_until(
                 lambda: admin.get(f"/api/admin/workers/{w.id}").json()["status"] == "offline",
-                what="the silent worker to go offline",
+                timeout=15,
+                message="the silent worker to go offline",
             )
-        lost = wait_for(
+        lost = wait_until(
             lambda: [
                 line
                 for line in _lines(server)
                 if line.get("worker_id") == w.id and "lost: no heartbeat" in line["message"]
             ],
-            what="the line saying the worker was lost",
+            timeout=15,
+            message="the line saying the worker was lost",
         )
     finally:
         server.kill(signal.SIGTERM)
@@ -107,9 +109,10 @@ def test_the_embedded_local_runner_does_not_label_the_orchestrators_lines(tmp_pa
     server.start()
     try:
         with server.admin() as admin:
-            wait_for(
+            wait_until(
                 lambda: admin.get("/api/admin/workers/w_local").json()["status"] == "idle",
-                what="the local runner to connect",
+                timeout=15,
+                message="the local runner to connect",
             )
             assert admin.get("/api/queue").status_code == 200
     finally:

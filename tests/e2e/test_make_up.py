@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import free_port, wait_for
+from tests.e2e.conftest import free_port
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BANNER_END = "Press Ctrl-C to stop."
@@ -47,10 +48,10 @@ class Up:
             self.lines.append(line.rstrip("\n"))
 
     def banner(self) -> list[str]:
-        wait_for(
+        wait_until(
             lambda: BANNER_END in self.lines or self.proc.poll() is not None,
             timeout=60,
-            what="make up's banner",
+            message="make up's banner",
         )
         assert BANNER_END in self.lines, "make up stopped:\n" + "\n".join(self.lines)
         start = next(i for i, line in enumerate(self.lines) if "gpufleet is up" in line)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.conftest import ServerProcess, WorkerProcess, unique, wait_for
+from tests.e2e.conftest import ServerProcess, WorkerProcess, unique
+from tests.waiting import wait_until
 
 
 def test_no_raw_secret_reaches_the_database_or_the_log(tmp_path: Path) -> None:
@@ -32,9 +33,10 @@ def test_no_raw_secret_reaches_the_database_or_the_log(tmp_path: Path) -> None:
                     "worker_labels": tag,
                 },
             ).json()
-            wait_for(
+            wait_until(
                 lambda: admin.get(f"/api/queue/{job['id']}").json()["status"] == "completed",
-                what="the job",
+                timeout=15,
+                message="the job",
             )
             other = admin.post("/api/admin/workers", json={"name": unique("w")}).json()
             secrets.append(other["token"])

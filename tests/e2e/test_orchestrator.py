@@ -6,7 +6,8 @@ from typing import Any
 
 import httpx
 
-from tests.e2e.conftest import FakeWorker, ServerProcess, unique, wait_for
+from tests.e2e.conftest import FakeWorker, ServerProcess, unique
+from tests.waiting import wait_until
 
 
 def _pool(server: ServerProcess, n: int = 1, **kw: Any) -> tuple[list[FakeWorker], dict[str, str]]:
@@ -141,10 +142,15 @@ def test_a_silent_worker_goes_offline_and_its_job_is_retried_until_retries_run_o
         assert offer["job_id"] == job["id"]
         w.report(job["id"], "running", attempt_id=offer["attempt_id"])
         w.close()
-        wait_for(lambda w=w: _worker(server, w.id)["status"] == "offline", what="worker offline")
-    failed = wait_for(
+        wait_until(
+            lambda w=w: _worker(server, w.id)["status"] == "offline",
+            timeout=15,
+            message="worker offline",
+        )
+    failed = wait_until(
         lambda: (j := _job(server, job["id"]))["status"] == "failed" and j,
-        what="job failed after retries",
+        timeout=15,
+        message="job failed after retries",
     )
     assert failed["attempts"] == 2
     assert [a["status"] for a in failed["attempt_history"]] == ["lost", "lost"]
@@ -182,7 +188,11 @@ def test_a_stale_worker_is_fenced_off_and_told_to_cancel(server: ServerProcess) 
     offer = stale_stream.next("job_submit")
     stale.report(job["id"], "running", attempt_id=offer["attempt_id"])
     # The stale worker stops heartbeating (frozen); its job moves to the fresh worker.
-    wait_for(lambda: _worker(server, stale.id)["status"] == "offline", what="stale offline")
+    wait_until(
+        lambda: _worker(server, stale.id)["status"] == "offline",
+        timeout=15,
+        message="stale offline",
+    )
     fresh.register()
     fresh_offer = fresh.connect().next("job_submit", timeout=10)
     assert fresh_offer["job_id"] == job["id"]

@@ -22,8 +22,8 @@ from tests.e2e.conftest import (
     ServerProcess,
     start_replicas,
     unique,
-    wait_for,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -125,8 +125,8 @@ def test_a_newer_stream_on_another_replica_ends_the_older_one(
         worker.server = b
         worker.connect()
 
-        wait_for(
-            first.closed.is_set, timeout=5, what="the older stream, on the other replica, to end"
+        wait_until(
+            first.closed.is_set, timeout=5, message="the older stream, on the other replica, to end"
         )
         with b.admin() as admin:
             record = admin.get(f"/api/admin/workers/{worker.id}").json()
@@ -168,7 +168,7 @@ def test_a_session_signed_out_on_one_replica_is_refused_by_the_other(
 def test_one_replica_runs_the_sweeps_and_another_takes_over_when_it_dies(
     replicas: list[ServerProcess],
 ) -> None:
-    wait_for(lambda: len(leaders(replicas)) == 1, timeout=10, what="one replica to lead")
+    wait_until(lambda: len(leaders(replicas)) == 1, timeout=10, message="one replica to lead")
     assert metric(replicas[0], "gpufleet_replicas") == 2
     leader = leaders(replicas)[0]
     survivor = next(r for r in replicas if r is not leader)
@@ -187,22 +187,22 @@ def test_one_replica_runs_the_sweeps_and_another_takes_over_when_it_dies(
     try:
         leader.kill(signal.SIGKILL)
 
-        wait_for(lambda: leaders([survivor]) == [survivor], timeout=10, what="a new leader")
+        wait_until(lambda: leaders([survivor]) == [survivor], timeout=10, message="a new leader")
         assert metric(survivor, "gpufleet_replicas") == 1
         with survivor.admin() as admin:
             # The dead replica's stream is known gone: the worker waits for a new one.
-            wait_for(
+            wait_until(
                 lambda: (
                     admin.get(f"/api/admin/workers/{streaming.id}").json()["status"] == "connecting"
                 ),
                 timeout=10,
-                what="the stream of the dead replica to be cleared",
+                message="the stream of the dead replica to be cleared",
             )
             # The heartbeat sweep runs on the survivor now.
-            wait_for(
+            wait_until(
                 lambda: admin.get(f"/api/admin/workers/{silent.id}").json()["status"] == "offline",
                 timeout=15,
-                what="the silent worker to be marked offline by the new leader",
+                message="the silent worker to be marked offline by the new leader",
             )
         doomed.close()
         streaming.connect()
@@ -226,7 +226,7 @@ def test_replicas_starting_together_on_an_empty_database_mint_one_admin_key(
             cmd += [str(server.data_dir), "--database-url", pg_database]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
         for server in servers:
-            wait_for(lambda s=server: _serves(s), timeout=30, what=f"{server.url} to serve")
+            wait_until(lambda s=server: _serves(s), timeout=30, message=f"{server.url} to serve")
         minted = [s for s in servers if (s.data_dir / "admin.token").exists()]
         assert len(minted) == 1
         with minted[0].admin() as admin:

@@ -28,9 +28,9 @@ from tests.e2e.conftest import (
     job_state,
     serving,
     unique,
-    wait_for,
     wait_job,
 )
+from tests.waiting import wait_until
 
 FAKE_SMI = """#!/bin/sh
 case "$1" in
@@ -102,9 +102,10 @@ def test_a_team_that_floods_the_queue_does_not_hold_another_teams_job_past_the_n
     other = Member(server, "other", "researcher")
 
     flood = [flooder.submit(labels, SHORT)["id"] for _ in range(30)]
-    wait_for(
+    wait_until(
         lambda: sum(job_state(server, j)["status"] == "completed" for j in flood[:6]) >= 2,
-        what="the flood to be under way (two of its jobs completed)",
+        timeout=15,
+        message="the flood to be under way (two of its jobs completed)",
     )
     theirs = other.submit(labels, SHORT)
     done = wait_job(server, theirs["id"], "completed", "failed", timeout=30)
@@ -138,9 +139,10 @@ def test_a_preempted_job_checkpoints_is_requeued_without_a_retry_and_resumes_aft
 
     unbuffered = {"env": {"PYTHONUNBUFFERED": "1"}}
     victim = low.submit(labels, TRAIN, max_retries=0, config=unbuffered)["id"]
-    wait_for(
+    wait_until(
         lambda: (job_state(server, victim).get("progress") or {}).get("step", 0) >= 10,
-        what="the low team's job to be training",
+        timeout=15,
+        message="the low team's job to be training",
     )
     urgent = high.submit(labels, SHORT)["id"]
 

@@ -17,8 +17,8 @@ from tests.e2e.conftest import (
     FakeWorker,
     ServerProcess,
     unique,
-    wait_for,
 )
+from tests.waiting import wait_until
 
 # uvicorn waits this long for open connections before it cancels them (cli/server.py).
 GRACEFUL_SHUTDOWN_SECONDS = 3.0
@@ -65,7 +65,7 @@ def test_sigterm_with_open_streams_ends_them_and_exits_at_once_without_an_error(
         code = server.proc.wait(timeout=15)
         took = time.monotonic() - started
 
-        wait_for(stream.closed.is_set, timeout=5, what="the worker's stream to end")
+        wait_until(stream.closed.is_set, timeout=5, message="the worker's stream to end")
         for thread in followers:
             thread.join(timeout=5)
             assert not thread.is_alive()
@@ -96,9 +96,10 @@ def test_following_logs_through_a_shutdown_ends_in_one_line_that_says_so(tmp_pat
             stderr=subprocess.PIPE,
             text=True,
         )
-        wait_for(
+        wait_until(
             lambda: f"/api/queue/{job_id}/logs?follow=true" in server.log_path.read_text(),
-            what="the CLI to follow the logs",
+            timeout=15,
+            message="the CLI to follow the logs",
         )
         server.kill(signal.SIGTERM)
         _out, err = follower.communicate(timeout=15)

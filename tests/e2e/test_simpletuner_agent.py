@@ -40,9 +40,9 @@ from tests.e2e.conftest import (
     WorkerProcess,
     job_state,
     unique,
-    wait_for,
     wait_job,
 )
+from tests.waiting import wait_until
 
 AGENT_VERSION = "4.10.1"
 AGENT_WHEEL = Path(sys.prefix) / "agent-wheels" / f"simpletuner-{AGENT_VERSION}-py3-none-any.whl"
@@ -159,7 +159,9 @@ def test_a_job_completes_on_the_released_agent(
     seen = json.loads(record.read_text())
     assert isinstance(seen["env"]["SIMPLETUNER_UPLOAD_TOKEN"], str)
     assert seen["env"]["SIMPLETUNER_UPLOAD_ENDPOINT"].startswith(server.url + "/api/")
-    wait_for(lambda: agent.record()["status"] == "idle", what="the agent to be idle again")
+    wait_until(
+        lambda: agent.record()["status"] == "idle", timeout=15, message="the agent to be idle again"
+    )
 
 
 def test_a_failing_job_fails_with_the_agents_error_and_is_not_retried(
@@ -181,7 +183,11 @@ def test_a_cancelled_job_is_cancelled_and_the_agent_takes_the_next(
     wait_job(server, job_id, "running", timeout=20)
     admin_post(server, f"/api/queue/{job_id}/cancel")
     assert wait_job(server, job_id, "cancelled")["status"] == "cancelled"
-    wait_for(lambda: agent.record()["status"] == "idle", what="the agent to confirm the cancel")
+    wait_until(
+        lambda: agent.record()["status"] == "idle",
+        timeout=15,
+        message="the agent to confirm the cancel",
+    )
     after = submit(server, {"stub_steps": 2}, lane(agent))
     assert wait_job(server, after, "completed", "failed")["status"] == "completed", agent.log()
 
@@ -200,7 +206,9 @@ def test_a_stale_cancel_never_stops_the_next_job(
     assert job["status"] == "completed", (job, agent.log())
     assert [a["status"] for a in job["attempt_history"]] == ["completed"]
     assert job_state(server, x)["status"] == "cancelled"
-    wait_for(lambda: agent.record()["status"] == "idle", what="the agent to be idle again")
+    wait_until(
+        lambda: agent.record()["status"] == "idle", timeout=15, message="the agent to be idle again"
+    )
 
 
 def test_a_persistent_agent_runs_jobs_back_to_back(
@@ -236,7 +244,11 @@ def test_drain_lets_the_running_job_finish_and_offers_nothing_more(
     admin_post(server, f"/api/admin/workers/{agent.id}/drain")
     assert wait_job(server, running, "completed", "failed")["status"] == "completed"
     waiting = submit(server, {"stub_steps": 1}, lane(agent))
-    wait_for(lambda: agent.record()["status"] == "draining", what="the agent to stay draining")
+    wait_until(
+        lambda: agent.record()["status"] == "draining",
+        timeout=15,
+        message="the agent to stay draining",
+    )
     assert job_state(server, waiting)["status"] == "queued"
     assert agent.running()
 
@@ -378,9 +390,10 @@ def test_a_policy_preemption_cancels_the_agents_job_and_requeues_it_without_a_re
 
     theirs = wait_job(server, urgent, "completed", "failed", "cancelled", timeout=30)
     assert theirs["status"] == "completed", (theirs, agent.log())
-    wait_for(
+    wait_until(
         lambda: len(job_state(server, victim)["attempt_history"]) == 2,
-        what="the preempted job to be offered again",
+        timeout=15,
+        message="the preempted job to be offered again",
     )
     job = job_state(server, victim)
     first, second = sorted(job["attempt_history"], key=lambda a: a["number"])

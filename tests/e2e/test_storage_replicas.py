@@ -20,7 +20,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.api.test_artifact_store import s3_endpoint
-from tests.e2e.conftest import SHARED_FILES, FakeWorker, ServerProcess, unique, wait_for
+from tests.e2e.conftest import SHARED_FILES, FakeWorker, ServerProcess, unique
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 __all__ = ["s3_endpoint"]  # moto's S3 server, a fixture used by name
@@ -113,7 +114,11 @@ def test_a_file_put_through_one_replica_downloads_through_the_other(
     reader.download_file("gpufleet", key, str(target))  # ranged GETs, on the other replica
     assert target.read_bytes() == data
     assert worker.report(job_id, "completed").status_code == 200
-    wait_for(lambda: _status(second, job_id) == "completed", what="the job to be completed")
+    wait_until(
+        lambda: _status(second, job_id) == "completed",
+        timeout=15,
+        message="the job to be completed",
+    )
     with pytest.raises(ClientError) as refused:
         reader.put_object(Bucket="gpufleet", Key=f"{job_id}/models/late.bin", Body=b"late")
     assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 409

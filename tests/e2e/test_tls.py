@@ -13,7 +13,8 @@ import pytest
 import trustme
 
 from gpufleet.server.tls import fingerprint
-from tests.e2e.conftest import GPUFLEET, ServerProcess, WorkerProcess, serving, unique, wait_for
+from tests.e2e.conftest import GPUFLEET, ServerProcess, WorkerProcess, serving, unique
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +103,10 @@ def test_a_worker_trusting_a_private_ca_runs_a_job_over_tls(tmp_path: Path) -> N
                     "worker_labels": tag,
                 },
             ).json()
-            done = wait_for(
+            done = wait_until(
                 lambda: admin.get(f"/api/queue/{job['id']}").json()["status"] == "completed",
-                what="the job to complete over TLS",
+                timeout=15,
+                message="the job to complete over TLS",
             )
             assert done
             lines = admin.get(f"/api/queue/{job['id']}/logs").json()["lines"]

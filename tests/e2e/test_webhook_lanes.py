@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.conftest import ServerProcess, serving, wait_for
+from tests.e2e.conftest import ServerProcess, serving
+from tests.waiting import wait_until
 from tests.webhook_receiver import Receiver, receiving, trickling
 
 DEADLINE = 4.0  # --webhook-timeout: short, for the test
@@ -60,13 +61,15 @@ def test_a_trickling_receiver_holds_back_no_other_webhook_and_is_cut_off_at_the_
             tried = [d for d in log["deliveries"] if d["attempts"]]
             return tried[0] if tried else None
 
-        logged = wait_for(slow_tried, what="the slow delivery's try recorded")
+        logged = wait_until(slow_tried, timeout=15, message="the slow delivery's try recorded")
         assert logged["status"] == "pending"
         assert logged["error"] == f"no answer within {DEADLINE:g} s"
         audit = admin.get("/api/audit", params={"type": "webhook."}).text
 
     ours = f"to http://127.0.0.1:{port}/…: answered 200"  # our line, redacted
-    wait_for(lambda: ours in server.log_path.read_text(), what="the fast delivery logged")
+    wait_until(
+        lambda: ours in server.log_path.read_text(), timeout=15, message="the fast delivery logged"
+    )
     text = server.log_path.read_text()
     for secret in ("hookuser", "hookpass", "T0PSECRETPATH", "tok3n", "S1OWPATH", "s1owtok3n"):
         assert secret not in text and secret not in audit

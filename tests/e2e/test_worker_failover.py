@@ -23,9 +23,9 @@ from tests.e2e.conftest import (
     serving,
     submit_job,
     unique,
-    wait_for,
     wait_job,
 )
+from tests.waiting import wait_until
 
 Agents = Callable[..., WorkerProcess]
 
@@ -72,11 +72,21 @@ def test_a_job_of_a_killed_worker_is_requeued_and_completed_by_another(
     doomed.start()
     first = wait_job(orchestrator, job_id, "running")
     pid_file = doomed.work_dir / "jobs" / job_id / first["current_attempt_id"] / "pid"
-    orphan = int(wait_for(lambda: pid_file.exists() and pid_file.read_text()))
+    orphan = int(
+        wait_until(
+            lambda: pid_file.exists() and pid_file.read_text(),
+            timeout=15,
+            message="the orphan's pid file",
+        )
+    )
 
     doomed.signal(signal.SIGKILL)
     doomed.wait()
-    wait_for(lambda: not process_alive(orphan), what="the dead worker's job to die with it")
+    wait_until(
+        lambda: not process_alive(orphan),
+        timeout=15,
+        message="the dead worker's job to die with it",
+    )
     gate.touch()
     rescuer = agents(orchestrator, labels=tag).start()
 
@@ -96,11 +106,17 @@ def test_a_job_survives_an_orchestrator_crash_and_is_recorded_once(
     agent = agents(orchestrator, labels=tag, persistent=True)
     job_id = submit_job(orchestrator, tag, [PYTHON, "-c", GATED, str(gate)])
     agent.start()
-    wait_for(lambda: "started" in job_log_lines(orchestrator, job_id), what="the job to start")
+    wait_until(
+        lambda: "started" in job_log_lines(orchestrator, job_id),
+        timeout=15,
+        message="the job to start",
+    )
 
     orchestrator.kill(signal.SIGKILL)
     gate.touch()  # the job ends while nobody listens
-    wait_for(lambda: "completed (exit code 0)" in agent.log(), what="the job to end")
+    wait_until(
+        lambda: "completed (exit code 0)" in agent.log(), timeout=15, message="the job to end"
+    )
     orchestrator.start()
 
     job = wait_job(orchestrator, job_id, "completed", "failed", timeout=60)
@@ -108,7 +124,11 @@ def test_a_job_survives_an_orchestrator_crash_and_is_recorded_once(
     assert len(job["attempt_history"]) == 1 and job["worker_id"] == agent.id
     assert job_log_lines(orchestrator, job_id) == ["started", "finished"]
     assert agent.running()
-    wait_for(lambda: agent.record()["status"] == "idle", what="the worker to be idle again")
+    wait_until(
+        lambda: agent.record()["status"] == "idle",
+        timeout=15,
+        message="the worker to be idle again",
+    )
 
 
 # -- several orchestrator URLs ----------------------------------------------------------------
@@ -182,17 +202,23 @@ def test_a_worker_whose_orchestrator_url_dies_mid_job_switches_and_runs_it_once(
     agent = agents(orchestrator, labels=tag, orchestrator_url=f"{relayed},{orchestrator.url}")
     job_id = submit_job(orchestrator, tag, [PYTHON, "-c", GATED, str(gate)])
     agent.start()
-    wait_for(lambda: "started" in job_log_lines(orchestrator, job_id), what="the job to start")
+    wait_until(
+        lambda: "started" in job_log_lines(orchestrator, job_id),
+        timeout=15,
+        message="the job to start",
+    )
     assert f"with {relayed}, offering" in full_log(agent)  # connected through the relay
 
     relay.stop()  # that URL now refuses connections
-    wait_for(
+    wait_until(
         lambda: f"orchestrator {relayed} unreachable; trying {orchestrator.url}" in full_log(agent),
-        what="the worker to move on to the direct URL",
+        timeout=15,
+        message="the worker to move on to the direct URL",
     )
-    wait_for(
+    wait_until(
         lambda: "resumes job" in full_log(agent),
-        what="the worker to register again with its running job",
+        timeout=15,
+        message="the worker to register again with its running job",
     )
     gate.touch()  # the job ends only once the worker is back
 

@@ -19,9 +19,9 @@ from tests.e2e.conftest import (
     process_alive,
     submit_job,
     unique,
-    wait_for,
     wait_job,
 )
+from tests.waiting import wait_until
 
 Agents = Callable[..., WorkerProcess]
 EXAMPLE_CONFIG = Path(__file__).parents[2] / "examples" / "train-config.json"
@@ -103,12 +103,15 @@ def test_logs_and_progress_are_visible_while_the_job_runs(
     job_id = submit_job(orchestrator, tag, script(GATED, str(gate)))
     agent.start()
 
-    wait_for(
+    wait_until(
         lambda: {"halfway there", "a warning"} <= set(job_log_lines(orchestrator, job_id)),
-        what="the first lines to reach the orchestrator",
+        timeout=15,
+        message="the first lines to reach the orchestrator",
     )
-    running = wait_for(
-        lambda: (job := job_state(orchestrator, job_id))["progress"] and job, what="progress"
+    running = wait_until(
+        lambda: (job := job_state(orchestrator, job_id))["progress"] and job,
+        timeout=15,
+        message="progress",
     )
     assert running["status"] == "running"
     assert running["progress"] == {"step": 5, "total": 10, "metrics": {"loss": 0.5}}
@@ -135,7 +138,11 @@ def test_cancelling_a_job_kills_its_process_group_even_when_it_ignores_sigterm(
     agent = agents(orchestrator, labels=tag, persistent=True, cancel_grace=0.5)
     job_id = submit_job(orchestrator, tag, script(code, str(pids)))
     agent.start()
-    wait_for(lambda: "both running" in job_log_lines(orchestrator, job_id), what="job start")
+    wait_until(
+        lambda: "both running" in job_log_lines(orchestrator, job_id),
+        timeout=15,
+        message="job start",
+    )
 
     with orchestrator.admin() as admin:
         assert admin.post(f"/api/queue/{job_id}/cancel").status_code == 200
@@ -143,9 +150,13 @@ def test_cancelling_a_job_kills_its_process_group_even_when_it_ignores_sigterm(
     job = wait_job(orchestrator, job_id, "cancelled")
     assert job["attempt_history"][-1]["status"] == "cancelled"
     for pid in map(int, pids.read_text().split()):
-        wait_for(lambda pid=pid: not process_alive(pid), timeout=10, what=f"pid {pid} to die")
+        wait_until(lambda pid=pid: not process_alive(pid), timeout=10, message=f"pid {pid} to die")
     assert agent.running()  # a persistent worker carries on
-    wait_for(lambda: agent.record()["status"] == "idle", what="the worker to be idle again")
+    wait_until(
+        lambda: agent.record()["status"] == "idle",
+        timeout=15,
+        message="the worker to be idle again",
+    )
 
 
 def test_a_job_past_its_timeout_fails_saying_so(
@@ -198,7 +209,9 @@ def test_a_drained_persistent_worker_finishes_its_job_takes_no_new_one_until_und
         second = submit_job(orchestrator, tag, script("print('second')"))
         gate.touch()
         assert wait_job(orchestrator, first, "completed")["worker_id"] == agent.id
-        wait_for(lambda: agent.record()["status"] == "draining", what="draining status")
+        wait_until(
+            lambda: agent.record()["status"] == "draining", timeout=15, message="draining status"
+        )
         assert job_state(orchestrator, second)["status"] == "queued"
         assert agent.running()
 
@@ -229,7 +242,9 @@ def test_one_sigint_lets_the_job_finish_then_the_worker_exits(
 
     # SIGINT: an operator at a terminal. (SIGTERM preempts: test_worker_preempt.py.)
     agent.signal(signal.SIGINT)
-    wait_for(lambda: "stopping" in agent.log(), what="the worker to take the signal")
+    wait_until(
+        lambda: "stopping" in agent.log(), timeout=15, message="the worker to take the signal"
+    )
     assert agent.running()
     gate.touch()
 
@@ -247,7 +262,9 @@ def test_two_sigints_cancel_the_job_report_it_and_exit(
     wait_job(orchestrator, job_id, "running")
 
     agent.signal(signal.SIGINT)
-    wait_for(lambda: "stopping" in agent.log(), what="the worker to take the first signal")
+    wait_until(
+        lambda: "stopping" in agent.log(), timeout=15, message="the worker to take the first signal"
+    )
     agent.signal(signal.SIGINT)
 
     assert agent.wait() == 0
@@ -276,7 +293,11 @@ def test_sigterm_asks_a_job_that_handles_it_for_a_checkpoint_then_stops_it_and_e
     agent = agents(orchestrator, labels=tag, persistent=True, extra_args=("--preempt-grace", "10"))
     job_id = submit_job(orchestrator, tag, command)
     agent.start()
-    wait_for(lambda: (job_state(orchestrator, job_id)["progress"] or {}).get("step"), what="steps")
+    wait_until(
+        lambda: (job_state(orchestrator, job_id)["progress"] or {}).get("step"),
+        timeout=15,
+        message="steps",
+    )
 
     agent.signal(signal.SIGTERM)
 

@@ -9,12 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from gpufleet.examples import train
+from tests.waiting import wait_until
 
 
 def test_the_numpy_backend_learns_a_separable_problem(tmp_path: Path) -> None:
@@ -101,10 +101,11 @@ def test_a_run_killed_after_a_checkpoint_and_resumed_ends_byte_identical(
         env=env,
         stdout=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while not any("checkpoint" in line for line in progress_lines(first)):
-        assert time.monotonic() < deadline, "no checkpoint announced"
-        time.sleep(0.02)
+    wait_until(
+        lambda: any("checkpoint" in line for line in progress_lines(first)),
+        timeout=30,
+        message="a checkpoint announced",
+    )
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not (first / "result.json").exists()
@@ -149,15 +150,18 @@ def test_the_checkpoint_signal_makes_the_job_checkpoint_at_its_next_step(tmp_pat
         stdout=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while {"checkpoint_signal": True} not in progress_lines(tmp_path):
-            assert time.monotonic() < deadline, "the job never said it handles the signal"
-            time.sleep(0.02)
+        wait_until(
+            lambda: {"checkpoint_signal": True} in progress_lines(tmp_path),
+            timeout=30,
+            message="the job to say it handles the signal",
+        )
         process.send_signal(signal.SIGUSR1)
-        while not any("checkpoint" in line for line in progress_lines(tmp_path)):
+
+        def checkpointed() -> bool:
             assert process.poll() is None, "SIGUSR1 killed the job"
-            assert time.monotonic() < deadline, "no checkpoint after the signal"
-            time.sleep(0.02)
+            return any("checkpoint" in line for line in progress_lines(tmp_path))
+
+        wait_until(checkpointed, timeout=30, message="a checkpoint after the signal")
     finally:
         process.kill()
         process.wait()

@@ -11,6 +11,7 @@ import pytest
 
 from gpufleet.worker.job import JobSpec, job_environment, prepare_workspace
 from gpufleet.worker.runner import JobProcess, LaunchError, Outcome, run_to_end
+from tests.waiting import wait_until_async
 
 PY = sys.executable
 
@@ -48,12 +49,9 @@ def alive(pid: int) -> bool:
 
 
 async def gone(pid: int, within: float = 5) -> bool:
-    deadline = time.monotonic() + within
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
+    return await wait_until_async(
+        lambda: not alive(pid), timeout=within, message=f"process {pid} to end", interval=0.02
+    )
 
 
 async def start(code: str, sink: Collected, cwd: Path) -> JobProcess:

@@ -20,6 +20,8 @@ from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.detect import Capabilities
 from gpufleet.worker.settings import AgentSettings
 from tests.offers import NOT_EVENTS, nameless_offers, unrunnable_offers
+from tests.unit.test_runner import alive
+from tests.waiting import wait_until_async
 
 Call = tuple[str, dict[str, Any]]
 CPU = Capabilities(accelerator_type="cpu", gpus=(), cpu_cores=2, ram_gb=4.0)
@@ -237,18 +239,21 @@ async def test_a_409_fences_the_job_off_it_is_stopped_and_nothing_more_is_said(f
 async def test_output_and_the_result_wait_for_an_orchestrator_that_went_away(
     fake, start_agent, tmp_path: Path
 ):
-    gate = tmp_path / "gate"
+    gate, pid = tmp_path / "gate", tmp_path / "pid"
     code = (
-        "import pathlib, sys, time\nprint('before', flush=True)\n"
+        "import os, pathlib, sys, time\n"
+        "pathlib.Path(sys.argv[2]).write_text(str(os.getpid()))\nprint('before', flush=True)\n"
         "while not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.02)\nprint('after')"
     )
     await start_agent()
-    offer(fake, code, str(gate))
+    offer(fake, code, str(gate), str(pid))
     await fake.wait_call(lambda call: "before" in [x["text"] for x in call[1].get("lines", [])])
+    job = int(pid.read_text())  # written before 'before'
 
     fake.go_away()
     gate.touch()
-    await asyncio.sleep(0.5)  # the job ends and its last words wait
+    # The job ends while the orchestrator is away: its last words wait.
+    await wait_until_async(lambda: not alive(job), timeout=10, message=f"job {job} to end")
     fake.down = False
 
     await fake.wait_call(status("j_1", "completed"))

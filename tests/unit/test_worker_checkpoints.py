@@ -20,6 +20,7 @@ from gpufleet.worker.keep import KeepRules
 from gpufleet.worker.relay import CheckpointNote, ProgressTail
 from gpufleet.worker.uploads import BandwidthLimiter, Uploader
 from tests.api.conftest import Fleet
+from tests.waiting import wait_until_async
 from tests.worker_orchestrator import Held, Wire, held_attempt, module_fleets
 
 on_the_fleet = pytest.mark.asyncio(loop_scope="module")
@@ -141,7 +142,9 @@ async def test_an_announced_checkpoint_is_uploaded_and_committed_once(
         file.write('{"checkpoint": "output/missing"}\n')
     task = asyncio.create_task(ship.run())
     await asyncio.wait_for(ship.wait_for_note(4), 5)
-    await asyncio.sleep(0.1)  # several polls: the glob sees the folder too
+    # Deliberate, a check that nothing happens: several polls in which the glob sees the
+    # folder too, and must not commit it again.
+    await asyncio.sleep(0.1)
     ship.end(completed=True)
     await asyncio.wait_for(task, 5)
     await client.aclose()
@@ -176,10 +179,9 @@ async def test_a_glob_checkpoint_is_committed_once_it_stops_changing(
     write_checkpoint(tmp_path, "ckpt/step-1")
     write_checkpoint(tmp_path, "ckpt/step-2")
     task = asyncio.create_task(ship.run())
-    for _ in range(100):
-        if ship.commits:
-            break
-        await asyncio.sleep(0.02)
+    await wait_until_async(
+        lambda: ship.commits, timeout=2, message="a committed checkpoint", interval=0.02
+    )
     ship.end(completed=False)
     await asyncio.wait_for(task, 5)
     await client.aclose()

@@ -10,9 +10,9 @@ import json
 import secrets
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -22,23 +22,14 @@ from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.settings import AgentSettings
 from tests.api.conftest import Fleet
 from tests.unit.test_runner_agent import CPU
+from tests.waiting import wait_until_async
 from tests.worker_orchestrator import Sent, Wire, module_fleets, url_of
 
 TRAIN = [sys.executable, "-m", "gpufleet.examples.train", "--backend", "numpy", "--steps"]
-T = TypeVar("T")
 on_the_fleet = pytest.mark.asyncio(loop_scope="module")
 
 
 orchestrator, *_ = module_fleets()  # one orchestrator for the module
-
-
-async def until(check: Callable[[], Awaitable[T | None]], within: float = 20) -> T:
-    """`check`'s first answer that is not None (or empty), polled."""
-    async with asyncio.timeout(within):
-        while True:
-            if found := await check():
-                return found
-            await asyncio.sleep(0.02)
 
 
 class Lane:
@@ -85,7 +76,7 @@ class Lane:
                 s.url.split("?")[0].endswith("/stream") and s.status == 200 for s in wire.sent
             )
 
-        await until(streaming)
+        await wait_until_async(streaming, timeout=20, message="the agent's event stream")
         return agent, task, wire
 
     async def submit(self, command: list[str], **config: Any) -> str:
@@ -208,7 +199,11 @@ async def test_sigterm_checkpoints_a_job_that_handles_it_then_reports_it_preempt
 ) -> None:
     agent, task, wire = await lane.start_agent(persistent=True)
     job_id = await lane.submit([*TRAIN, "2000", "--step-delay", "0.01"])
-    await until(lambda: asyncio.sleep(0, any(b.get("progress") for b in statuses(wire))))
+    await wait_until_async(
+        lambda: any(b.get("progress") for b in statuses(wire)),
+        timeout=20,
+        message="a progress report",
+    )
 
     agent.request_preempt()
 
@@ -241,7 +236,7 @@ async def test_a_job_that_does_not_handle_the_signal_is_never_sent_it(lane: Lane
     )
     agent, task, _ = await lane.start_agent(persistent=True)
     job_id = await lane.submit([sys.executable, "-c", code])
-    await until(lambda: _has_line(lane, job_id, "up"))
+    await wait_until_async(lambda: _has_line(lane, job_id, "up"), timeout=20, message="'up'")
 
     agent.request_preempt()
 
@@ -262,18 +257,20 @@ async def test_a_second_sigterm_stops_the_job_at_once_and_uploads_nothing_more(
     code = (
         "import time\n"
         "from gpufleet.progress import on_checkpoint_signal\n"
-        "on_checkpoint_signal(lambda: None)  # says it will, never does\n"
+        "on_checkpoint_signal(lambda: print('asked', flush=True))  # says it will, never does\n"
         "open('result.json', 'w').write('{}')\n"
         "print('up', flush=True)\n"
         "time.sleep(60)\n"
     )
     agent, task, wire = await lane.start_agent(persistent=True, grace=60)
     job_id = await lane.submit([sys.executable, "-c", code])
-    await until(lambda: _has_line(lane, job_id, "up"))
-    await asyncio.sleep(0.2)  # the worker reads that the job handles the signal
+    await wait_until_async(lambda: _has_line(lane, job_id, "up"), timeout=20, message="'up'")
 
     agent.request_preempt()
-    await asyncio.sleep(0.3)
+    # The job was sent the checkpoint signal: the worker now waits out its grace for one.
+    await wait_until_async(
+        lambda: _has_line(lane, job_id, "asked"), timeout=20, message="the checkpoint signal"
+    )
     agent.request_preempt()
 
     assert await asyncio.wait_for(task, 10) == 0  # far within the 60 s grace
@@ -301,7 +298,7 @@ async def test_a_preempted_job_resumes_from_its_checkpoint_and_ends_as_an_unbrok
         found: list[dict[str, Any]] = (await lane.listing(job_id))["checkpoints"]
         return found
 
-    await until(committed)
+    await wait_until_async(committed, timeout=20, message="a committed checkpoint")
     agent.request_preempt()
     assert await asyncio.wait_for(task, 30) == 0
     first = (await lane.job(job_id))["attempt_history"][0]

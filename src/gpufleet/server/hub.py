@@ -122,6 +122,7 @@ class Hub:
 
 WORKERS_TOPIC = "workers"  # the fleet changed: live views re-read it
 JOBS_TOPIC = "jobs"  # some job changed: live views re-read the queue
+FLEET_TOPIC = "fleet"  # a sample of the fleet over time was taken: its charts re-read
 TEAMS_TOPIC = "teams"  # users, teams or their usage changed: live views re-read them
 WORKER_TOPIC_PREFIX = "worker:"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gpufleet.domain.fleet_history import FleetSample
 from gpufleet.domain.states import JobStatus, WorkerStatus
 
 _LATENCY_BUCKETS = (
@@ -99,6 +100,32 @@ class Metrics:
             "Artifact uploads refused after their bytes were sent (size, sha256, limit, store)",
             registry=r,
         )
+        # The newest sample of the fleet over time, by label group ("" the whole fleet):
+        # what the Fleet page draws, read from the database at scrape time.
+        self.fleet_workers = Gauge(
+            "gpufleet_fleet_workers",
+            "Workers busy, idle or unavailable at the newest fleet sample, by label group",
+            ["group", "state"],
+            registry=r,
+        )
+        self.fleet_gpu_utilization = Gauge(
+            "gpufleet_fleet_gpu_utilization_percent",
+            "Mean load of the GPUs that report it, at the newest fleet sample, by label group",
+            ["group"],
+            registry=r,
+        )
+        self.fleet_queue_depth = Gauge(
+            "gpufleet_fleet_queue_depth",
+            "Queued jobs at the newest fleet sample, by the label group they ask for",
+            ["group"],
+            registry=r,
+        )
+        self.fleet_queue_wait = Gauge(
+            "gpufleet_fleet_queue_wait_seconds",
+            "Submit-to-start wait of the jobs started since the sample before, by label group",
+            ["group", "quantile"],
+            registry=r,
+        )
         self._by_name = {
             "dispatch_latency": self.dispatch_latency,
             "time_to_gpu": self.time_to_gpu,
@@ -123,6 +150,26 @@ class Metrics:
         for job_status in JobStatus:
             self.jobs.labels(job_status.value).set(jobs.get(job_status.value, 0))
         self.queue_depth.set(jobs.get(JobStatus.QUEUED.value, 0))
+
+    def set_fleet(self, samples: list[FleetSample]) -> None:
+        """The newest sample's gauges; a group no longer sampled goes."""
+        for gauge in (
+            self.fleet_workers,
+            self.fleet_gpu_utilization,
+            self.fleet_queue_depth,
+            self.fleet_queue_wait,
+        ):
+            gauge.clear()
+        for s in samples:
+            self.fleet_workers.labels(s.group, "busy").set(s.workers_busy)
+            self.fleet_workers.labels(s.group, "idle").set(s.workers_idle)
+            self.fleet_workers.labels(s.group, "unavailable").set(s.workers_unavailable)
+            self.fleet_queue_depth.labels(s.group).set(s.queue_depth)
+            if s.gpu_util_pct is not None:
+                self.fleet_gpu_utilization.labels(s.group).set(s.gpu_util_pct)
+            for quantile, wait in (("0.5", s.wait_p50_s), ("0.9", s.wait_p90_s)):
+                if wait is not None:
+                    self.fleet_queue_wait.labels(s.group, quantile).set(wait)
 
     def set_replica(self, instance_id: str, leading: bool, alive: int, streams: int) -> None:
         self.replica.labels(instance_id).set(1)

@@ -53,6 +53,7 @@ class ServerSettings(BaseModel):
     heartbeat_timeout: float = _declared("heartbeat_timeout")
     health_interval: float = _declared("health_interval")
     usage_interval: float = _declared("usage_interval")
+    fleet_sample_interval: float = _declared("fleet_sample_interval")
     ack_timeout: float = _declared("ack_timeout")
     ephemeral_cleanup_after: float = _declared("ephemeral_cleanup_after")
     heartbeat_interval: float = _declared("heartbeat_interval")

@@ -68,6 +68,16 @@ SERVER = Table(
         see="scheduling.md",
     ),
     Setting(
+        "fleet_sample_interval",
+        Kind.DURATION,
+        "How often the fleet-history loop samples busy and idle workers, GPU load, queue "
+        "depth and queue wait, per label group (the Fleet page's charts; kept a day, and "
+        "a week in quarter-hours).",
+        default=60.0,
+        above=0,
+        see="ui.md",
+    ),
+    Setting(
         "ack_timeout",
         Kind.DURATION,
         "An offer not acknowledged this fast is withdrawn and offered elsewhere.",

@@ -1,7 +1,8 @@
 """`GET /api/events`: change nudges for live views (the web UI), as Server-Sent Events.
 
-A nudge says only what changed (`workers`, `jobs` or `teams`); the page re-reads the JSON API, which
-stays the one source of truth. Bursts are coalesced so a busy fleet costs one fetch a tick.
+A nudge says only what changed (`workers`, `jobs`, `teams` or `fleet`); the page re-reads
+the JSON API, which stays the one source of truth. Bursts are coalesced so a busy fleet
+costs one fetch a tick.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from typing import Annotated
 from fastapi import Depends
 from starlette.responses import StreamingResponse
 
-from gpufleet.domain.permissions import ADMIN_WORKERS, QUEUE_READ, allows
+from gpufleet.domain.permissions import QUEUE_READ
 from gpufleet.server import sse
 from gpufleet.server.deps import Ctx, require
-from gpufleet.server.hub import JOBS_TOPIC, TEAMS_TOPIC, WORKERS_TOPIC
+from gpufleet.server.hub import FLEET_TOPIC, JOBS_TOPIC, TEAMS_TOPIC, WORKERS_TOPIC
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.base import SSE_RESPONSE
 from gpufleet.server.services import auth
@@ -29,10 +30,9 @@ COALESCE_SECONDS = 0.5
 
 @router.get("/api/events", responses=SSE_RESPONSE)
 async def events(ctx: Ctx, who: Reader) -> StreamingResponse:
-    """`jobs` and `teams` nudges, and `workers` nudges for keys with `admin.workers`."""
-    topics = [JOBS_TOPIC, TEAMS_TOPIC]
-    if allows(who.permissions, ADMIN_WORKERS):
-        topics.append(WORKERS_TOPIC)
+    """`jobs`, `teams`, `workers` and `fleet` nudges: every signed-in key sees the fleet
+    (read-only, `/api/fleet/...`), so each is told when it changes."""
+    topics = [JOBS_TOPIC, TEAMS_TOPIC, WORKERS_TOPIC, FLEET_TOPIC]
     return sse.stream(_nudges(ctx, who, topics))
 
 

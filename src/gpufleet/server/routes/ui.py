@@ -65,10 +65,14 @@ SECURITY_HEADERS = {
 class Page:
     path: str
     title: str
-    permission: str
+    permission: str | None  # None: every signed-in key
+
+    def open_to(self, perms: frozenset[str]) -> bool:
+        return self.permission is None or key_allows(perms, self.permission)
 
 
 WORKERS = Page("/workers", "Workers", ADMIN_WORKERS)
+FLEET = Page("/fleet", "Fleet", None)  # read-only workers and the fleet over time
 TRAIN = Page("/train", "Train", QUEUE_SUBMIT)
 QUEUE = Page("/queue", "Queue", QUEUE_READ)
 TEAMS = Page("/teams", "Teams", QUEUE_READ)
@@ -76,7 +80,8 @@ SECRETS = Page("/secrets", "Secrets", QUEUE_SUBMIT)
 AUDIT = Page("/audit", "Audit", ADMIN_AUDIT)
 KEYS = Page("/keys", "API keys", ALL)
 WEBHOOKS = Page("/webhooks", "Webhooks", ALL)
-PAGES = (WORKERS, TRAIN, QUEUE, TEAMS, SECRETS, AUDIT, KEYS, WEBHOOKS)  # the navigation, in order
+# the navigation, in order
+PAGES = (WORKERS, TRAIN, QUEUE, TEAMS, FLEET, SECRETS, AUDIT, KEYS, WEBHOOKS)
 
 
 def static_files() -> StaticFiles:
@@ -129,7 +134,7 @@ async def _page(
     perms = principal.permissions
     context: dict[str, Any] = {
         "page": page,
-        "nav": [p for p in PAGES if key_allows(perms, p.permission)],
+        "nav": [p for p in PAGES if p.open_to(perms)],
         "key_name": principal.key.name,
         "key_id": principal.key.id,
         "user_id": principal.user.id,
@@ -141,7 +146,7 @@ async def _page(
         },
         **extra,
     }
-    if not key_allows(perms, page.permission):
+    if not page.open_to(perms):
         return _render(request, "forbidden.html", 403, **context)
     return _render(request, template or f"{page.path.strip('/')}.html", status_code, **context)
 
@@ -151,7 +156,7 @@ async def home(ctx: Ctx, request: Request) -> Response:
     principal = await sessions.current(ctx, request.cookies.get(sessions.SESSION_COOKIE))
     if principal is None:
         return _signin_redirect(request)
-    first = next((p for p in PAGES if key_allows(principal.permissions, p.permission)), None)
+    first = next((p for p in PAGES if p.open_to(principal.permissions)), None)
     return RedirectResponse(first.path if first else "/queue", status_code=303)
 
 
@@ -170,6 +175,11 @@ async def workers_page(ctx: Ctx, request: Request) -> Response:
 @router.get("/workers/{worker_id}")
 async def worker_page(ctx: Ctx, request: Request, worker_id: str) -> Response:
     return await _page(ctx, request, WORKERS, "worker.html", worker_id=worker_id)
+
+
+@router.get("/fleet")
+async def fleet_page(ctx: Ctx, request: Request) -> Response:
+    return await _page(ctx, request, FLEET, sample_every_s=ctx.settings.fleet_sample_interval)
 
 
 @router.get("/train")
@@ -218,7 +228,7 @@ async def not_found_page(request: Request) -> Response:
         request,
         "not_found.html",
         404,
-        nav=[p for p in PAGES if principal and key_allows(perms, p.permission)],
+        nav=[p for p in PAGES if principal and p.open_to(perms)],
         page=None,
         key_name=principal.key.name if principal else None,
         heading="Page not found",

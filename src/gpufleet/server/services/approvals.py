@@ -13,23 +13,25 @@ from gpufleet.server.services import dispatch, ownership, webhooks
 from gpufleet.server.services.lifecycle import move_job, no_job
 
 
-def _not_pending(job: Job) -> Conflict:
-    return Conflict(
-        f"job {job.id} is {job.status.value}, not waiting for approval; only a job in "
-        "pending_approval can be approved or rejected"
-    )
+async def _held(tx: Tx, job_id: str, by: User, action: JobAction) -> Job:
+    """The job, locked, if `by` may take `action` on it and it is waiting for approval."""
+    job = await tx.q.get_job(job_id, lock=True)
+    if job is None:
+        raise no_job(job_id)
+    await ownership.require(tx.q, by, job, action)
+    if job.status is not JobStatus.PENDING_APPROVAL:
+        raise Conflict(
+            f"job {job.id} is {job.status.value}, not waiting for approval; only a job in "
+            "pending_approval can be approved or rejected"
+        )
+    return job
 
 
 async def approve(ctx: Context, job_id: str, actor: str, client: str | None, *, by: User) -> Job:
     """A held job joins the queue, and is offered if a worker fits now; `by` is an admin or
     a lead of its team other than its owner (`domain.ownership`)."""
     async with transaction(ctx) as tx:
-        job = await tx.q.get_job(job_id, lock=True)
-        if job is None:
-            raise no_job(job_id)
-        await ownership.require(tx.q, by, job, JobAction.APPROVE)
-        if job.status is not JobStatus.PENDING_APPROVAL:
-            raise _not_pending(job)
+        job = await _held(tx, job_id, by, JobAction.APPROVE)
         tx.audit("job.approved", actor, job.id, client)
         await move_job(tx, job, JobStatus.QUEUED, actor, approved_by=actor)
         await _tell_submitter(tx, job, Event.JOB_APPROVED, by, None)
@@ -43,12 +45,7 @@ async def reject(
     """A held job is cancelled, saying who rejected it (`by`: as for `approve`) and why."""
     reason = reason.strip()
     async with transaction(ctx) as tx:
-        job = await tx.q.get_job(job_id, lock=True)
-        if job is None:
-            raise no_job(job_id)
-        await ownership.require(tx.q, by, job, JobAction.REJECT)
-        if job.status is not JobStatus.PENDING_APPROVAL:
-            raise _not_pending(job)
+        job = await _held(tx, job_id, by, JobAction.REJECT)
         error = f"rejected by {by.name}: {reason}" if reason else f"rejected by {by.name}"
         tx.audit("job.rejected", actor, job.id, client, reason=reason)
         # A cancel like any other: its webhooks (job.cancelled) go with it.

@@ -83,14 +83,20 @@ async def _auth_failed(
         tx.observe("auth_failure", 1.0, kind)
         tx.audit(event, "anonymous", None, client, credential=kind, reason=why, **detail)
         if reached:
-            tx.audit(
-                "auth.rate_limited",
-                SYSTEM_ACTOR,
-                None,
-                client,
-                limit=ctx.auth_failures.limit,
-                window_s=ctx.auth_failures.window,
-            )
+            _audit_rate_limited(ctx, tx, client)
+
+
+def _audit_rate_limited(ctx: Context, tx: Tx, client: str | None, **detail: str) -> None:
+    """The audit row for an address that just reached the failure limit."""
+    tx.audit(
+        "auth.rate_limited",
+        SYSTEM_ACTOR,
+        None,
+        client,
+        limit=ctx.auth_failures.limit,
+        window_s=ctx.auth_failures.window,
+        **detail,
+    )
 
 
 async def _credential_missing(ctx: Context, client: str | None) -> None:
@@ -100,15 +106,7 @@ async def _credential_missing(ctx: Context, client: str | None) -> None:
     ctx.metrics.apply([("auth_failure", 1.0, ("none",))])
     if ctx.auth_failures.failed(client):
         async with transaction(ctx) as tx:
-            tx.audit(
-                "auth.rate_limited",
-                SYSTEM_ACTOR,
-                None,
-                client,
-                limit=ctx.auth_failures.limit,
-                window_s=ctx.auth_failures.window,
-                credential="none",
-            )
+            _audit_rate_limited(ctx, tx, client, credential="none")
 
 
 async def authenticate_key(

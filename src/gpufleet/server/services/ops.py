@@ -20,7 +20,9 @@ async def metrics(ctx: Context) -> bytes:
         workers = await q.count_workers_by_status()
         jobs = await q.count_jobs_by_status()
         stored = await q.artifact_store_bytes()
+        fleet = await q.latest_fleet_samples()
     ctx.metrics.set_counts(workers, jobs)
+    ctx.metrics.set_fleet(fleet)
     ctx.metrics.artifact_store_bytes.set(stored)
     alive = await ctx.replicas.alive()
     ctx.metrics.set_replica(

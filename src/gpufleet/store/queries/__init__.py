@@ -9,6 +9,7 @@ from __future__ import annotations
 from gpufleet.store.queries.artifacts import ArtifactQueries
 from gpufleet.store.queries.attempts import AttemptQueries
 from gpufleet.store.queries.audit import AuditQueries
+from gpufleet.store.queries.fleet_history import FleetHistoryQueries
 from gpufleet.store.queries.jobs import JobQueries, NewJob
 from gpufleet.store.queries.keys import KeyQueries
 from gpufleet.store.queries.logs import LOG_SEQ_MAX, LogQueries
@@ -33,6 +34,7 @@ class Queries(
     PolicyQueries,
     PeopleQueries,
     SecretQueries,
+    FleetHistoryQueries,
 ):
     """Named queries bound to one connection. The caller owns the transaction."""
 

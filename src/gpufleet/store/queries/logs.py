@@ -129,22 +129,32 @@ class LogQueries(QueryBase):
         return {r.series: r.received for r in await self.conn.execute(stmt)}
 
     async def add_progress(
-        self, job_id: str, counts: dict[str, int], points: list[dict[str, Any]]
+        self,
+        job_id: str,
+        counts: dict[str, int],
+        added: dict[str, int],
+        points: list[dict[str, Any]],
     ) -> None:
-        """Store points and the series' new counts (`counts`: series → received before)."""
+        """Store points and the series' new counts (`counts`: series → received before;
+        `added`: series → points added now)."""
         t = progress_series
-        old = [name for name, n in counts.items() if n > 0]
-        new = [name for name, n in counts.items() if n == 0]
-        if old:
+        grown: dict[int, list[str]] = {}  # series grown alike share one statement
+        for name, n in counts.items():
+            if n > 0:
+                grown.setdefault(added[name], []).append(name)
+        for by, old in grown.items():
             await self.conn.execute(
                 sa.update(t)
                 .where(t.c.job_id == job_id, t.c.series.in_(old))
-                .values(received=t.c.received + 1)
+                .values(received=t.c.received + by)
             )
+        new = [
+            {"job_id": job_id, "series": s, "received": added[s]}
+            for s, n in counts.items()
+            if n == 0
+        ]
         if new:
-            await self.conn.execute(
-                sa.insert(t), [{"job_id": job_id, "series": s, "received": 1} for s in new]
-            )
+            await self.conn.execute(sa.insert(t), new)
         await self.conn.execute(sa.insert(progress_points), points)
 
     async def thin_progress(self, job_id: str, series: list[str], plan: Thinning) -> None:

@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
 
+from gpufleet.domain.fleet_history import FleetSample
 from gpufleet.domain.job_secrets import JobSecret
 from gpufleet.domain.records import (
     ApiKey,
@@ -211,6 +212,7 @@ usage_sample = reader(UsageSample, tables.usage_samples, unread={"id"})
 stored_config = reader(StoredConfig, tables.configs)
 config_version = reader(ConfigVersion, tables.config_versions)
 job_secret = reader(JobSecret, tables.job_secrets)
+fleet_sample = reader(FleetSample, tables.fleet_samples, unread={"id"})
 
 _EMPTY_JOB: dict[str, Any] = {column.name: None for column in tables.jobs.c}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpufleet.store.tables.access import api_keys, revoked_sessions
 from gpufleet.store.tables.audit import audit_events
 from gpufleet.store.tables.base import JSON, UTCDateTime, metadata
-from gpufleet.store.tables.fleet import worker_events, worker_tokens, workers
+from gpufleet.store.tables.fleet import fleet_samples, worker_events, worker_tokens, workers
 from gpufleet.store.tables.job_files import artifacts, checkpoints
 from gpufleet.store.tables.queue import (
     job_attempts,
@@ -29,6 +29,7 @@ __all__ = [
     "checkpoints",
     "config_versions",
     "configs",
+    "fleet_samples",
     "job_attempts",
     "job_logs",
     "job_secrets",

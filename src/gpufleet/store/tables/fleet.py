@@ -62,3 +62,26 @@ worker_events = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Index("ix_worker_events_worker", "worker_id", "id"),
 )
+
+# The fleet over time (domain.fleet_history): one row a sample and label group
+# (resolution_s 0, kept a day) and one a quarter of an hour (900, kept a week).
+fleet_samples = sa.Table(
+    "fleet_samples",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("resolution_s", sa.Integer, nullable=False),
+    sa.Column("group", sa.String(200), nullable=False),  # "": the whole fleet; else key=value
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("workers_busy", sa.Float, nullable=False),
+    sa.Column("workers_idle", sa.Float, nullable=False),
+    sa.Column("workers_unavailable", sa.Float, nullable=False),
+    sa.Column("gpus", sa.Float, nullable=False),
+    sa.Column("gpus_busy", sa.Float, nullable=False),
+    sa.Column("gpu_util_pct", sa.Float),
+    sa.Column("queue_depth", sa.Float, nullable=False),
+    sa.Column("jobs_started", sa.Integer, nullable=False),
+    sa.Column("wait_p50_s", sa.Float),
+    sa.Column("wait_p90_s", sa.Float),
+    sa.Index("ix_fleet_samples_series", "resolution_s", "group", "at"),
+    sa.Index("ix_fleet_samples_at", "resolution_s", "at"),
+)

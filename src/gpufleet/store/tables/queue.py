@@ -100,6 +100,7 @@ job_attempts = sa.Table(
     sa.Index("ix_attempts_job", "job_id"),
     sa.Index("ix_attempts_status", "status", "offered_at"),
     sa.Index("ix_attempts_worker", "worker_id", "offered_at", "id"),  # a worker's job history
+    sa.Index("ix_attempts_started", "started_at"),  # the jobs that started since a sample (0018)
 )
 
 job_logs = sa.Table(

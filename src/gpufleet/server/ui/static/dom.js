@@ -39,6 +39,22 @@ export function workerBadge(w) {
   return el;
 }
 
+// "2 × A100, 80 GB each", as the Workers and Fleet pages say a worker's GPUs.
+export function workerGpus(w) {
+  if (!w.registered) return h("span", { class: "muted", text: "not reported yet" });
+  if (!w.gpu_count) return h("span", { text: "CPU only" });
+  const memory = w.gpu_vram_gb ? `, ${Number(w.gpu_vram_gb).toFixed(0)} GB each` : "";
+  return h("span", { text: `${w.gpu_count} × ${w.gpu_name || "GPU"}${memory}` });
+}
+
+const WORKER_STATUSES = ["connecting", "idle", "busy", "draining", "offline"];
+
+// One badge a status with its count of workers.
+export function workerCounts(counts) {
+  return WORKER_STATUSES.map((s) =>
+    h("span", { class: `badge status-${s}`, "data-count": s }, `${s} `, h("b", { text: counts[s] ?? 0 })));
+}
+
 // A name, or `none` greyed where there is none.
 export function textOr(value, none = "—") {
   return value ? h("span", { text: value }) : h("span", { class: "muted", text: none });

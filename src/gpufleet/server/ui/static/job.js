@@ -130,7 +130,7 @@ const refresh = serial(async () => {
     : [h("tr", { class: "empty" }, h("td", { colspan: 9, text: "Not offered to a worker yet." }))]));
   $("#config").textContent = JSON.stringify(j.config, null, 2);
   logs.attempts(j.attempt_history);
-  stored.allow(j.actions || []);
+  stored.allow(j.actions || [], FINAL.has(j.status));
   stored.refresh();
 });
 

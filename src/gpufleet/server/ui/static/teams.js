@@ -2,9 +2,9 @@
 // an admin creates teams and users, renames them, sets weights and limits, and manages members
 // and levels.
 import { del, get, patch, post, put } from "./api.js";
-import { fmt, lineChart } from "./chart.js";
+import { fmt, lineChart, TIME } from "./chart.js";
 import {
-  $, act, busy, confirmDialog, formErrors, h, localTime, onSubmit, serial, showError, textOr, when,
+  $, act, busy, confirmDialog, formErrors, h, onSubmit, serial, showError, textOr, when,
   wireDialogs,
 } from "./dom.js";
 import { live } from "./live.js";
@@ -16,14 +16,6 @@ const path = (kind, name) => `/api/${kind}/${encodeURIComponent(name)}`;
 const isAdmin = box.dataset.canAdmin === "true"; // `*`, cut to its user's level's: an admin
 
 // ---- the usage chart: time along x ------------------------------------------------------------
-
-const clock = (ms) => localTime(ms).slice(11); // 17:04:05, as every time on the UI
-const TIME = {
-  axis: clock,
-  tick: clock,
-  at: localTime,
-  span: (a, b) => `${clock(a)} to ${clock(b)}`,
-};
 
 async function usageCharts(team, target) {
   const { samples } = await get(`${path("teams", team.name)}/usage`);

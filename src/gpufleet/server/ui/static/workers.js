@@ -2,20 +2,12 @@
 import { del, get, post } from "./api.js";
 import {
   $, act as actOn, ago, busy, confirmDialog, h, labels, parseLabels, serial, showError, span,
-  startClock, wireDialogs, workerBadge,
+  startClock, wireDialogs, workerBadge, workerCounts, workerGpus,
 } from "./dom.js";
 import { live } from "./live.js";
 import "./nav.js";
 
-const STATUSES = ["connecting", "idle", "busy", "draining", "offline"];
 const error = $("#error");
-
-function gpus(w) {
-  if (!w.registered) return h("span", { class: "muted", text: "not reported yet" });
-  if (!w.gpu_count) return h("span", { text: "CPU only" });
-  const memory = w.gpu_vram_gb ? `, ${Number(w.gpu_vram_gb).toFixed(0)} GB each` : "";
-  return h("span", { text: `${w.gpu_count} × ${w.gpu_name || "GPU"}${memory}` });
-}
 
 function shellWord(word) {
   return /^[\w.@%+=:,/-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`;
@@ -175,7 +167,7 @@ function row(w) {
     h("td", { "data-label": "Name" }, h("strong", {}, h("a", { href: `/workers/${w.id}`, text: w.name })), h("div", { class: "muted mono", text: w.id })),
     h("td", { "data-label": "Status", class: "status" }, workerBadge(w)),
     h("td", { "data-label": "Type", text: w.worker_type }),
-    h("td", { "data-label": "GPUs" }, gpus(w)),
+    h("td", { "data-label": "GPUs" }, workerGpus(w)),
     h("td", { "data-label": "Labels" }, labels(w.labels)),
     h("td", { "data-label": "Current job" }, w.current_job_id
       ? h("a", { href: `/queue/${w.current_job_id}`, class: "mono", text: w.current_job_id })
@@ -193,8 +185,7 @@ const refresh = serial(async () => {
   } catch (err) {
     return showError(error, err);
   }
-  $("#counts").replaceChildren(...STATUSES.map((s) =>
-    h("span", { class: `badge status-${s}`, "data-count": s }, `${s} `, h("b", { text: body.counts[s] ?? 0 }))));
+  $("#counts").replaceChildren(...workerCounts(body.counts));
   // Queued jobs no registered worker can run: what the fleet lacks, as each job page says.
   $("#unmatched").replaceChildren(...body.unmatched_jobs.map((job) =>
     h("li", { "data-job": job.job_id },

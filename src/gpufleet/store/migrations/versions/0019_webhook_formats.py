@@ -2,7 +2,7 @@
 discord), and who rejected a held job (`jobs.rejected_by`, beside `approved_by`)
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-11-27 03:00:00
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0019"
-down_revision: str | None = "0017"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
