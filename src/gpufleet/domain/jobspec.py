@@ -123,6 +123,14 @@ def config_gpu_count(config: dict[str, Any]) -> int:
     return 0 if stated is None else stated[1]
 
 
+def rerun_gpu_count(edited: int | None, old: int, config: dict[str, Any]) -> int | None:
+    """The GPU count an edit-and-re-run asks (`job_gpu_count`'s `requested`): the one the
+    edit gave, else the old job's, unless the config states its own (then the config's)."""
+    if edited is not None:
+        return edited
+    return None if _stated_gpu_count(config) is not None else old
+
+
 def job_gpu_count(requested: int | None, config: dict[str, Any]) -> int:
     """The GPUs a job holds: the submit's `gpu_count`, else the config's. When the config
     states a count, a submit's other count is refused: the job would hold one number of

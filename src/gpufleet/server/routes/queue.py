@@ -30,6 +30,7 @@ from gpufleet.server.schemas.jobs import (
     JobOut,
     LogLineOut,
     LogsOut,
+    RerunIn,
     SubmitIn,
     UnheardOut,
 )
@@ -155,9 +156,13 @@ async def cancel_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> J
 
 
 @router.post("/api/queue/{job_id}/rerun", response_model=JobOut, status_code=201)
-async def rerun_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> JobOut:
-    """A new job with this one's config and requirements, linked to it."""
-    job = await reruns.rerun(ctx, job_id, who.actor, client, by=who.user)
+async def rerun_job(
+    ctx: Ctx, who: Submitter, client: Client, job_id: str, body: RerunIn | None = None
+) -> JobOut:
+    """A new job with this one's config and requirements, linked to it; with a body, edited
+    as it says (edit and re-run)."""
+    edits = reruns.Edits(**body.model_dump(exclude_none=True)) if body else reruns.NO_EDITS
+    job = await reruns.rerun(ctx, job_id, who.actor, client, by=who.user, edits=edits)
     return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 

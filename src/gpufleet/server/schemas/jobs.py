@@ -32,6 +32,18 @@ class SubmitIn(Strict):
     preemptible: bool | None = None  # None: as its team says
 
 
+class RerunIn(Strict):
+    """Edit and re-run (the Train page's editor): each field sent replaces the old job's;
+    one not sent (or null) is kept. An edited config is checked as a submit's is."""
+
+    config: dict[str, Any] | None = None
+    target: Target | None = None
+    worker_labels: dict[str, str] | None = Field(None, max_length=64)
+    gpu_count: int | None = Field(None, ge=0, le=1024)
+    priority: int | None = Field(None, ge=-1000, le=1000)
+    max_retries: int | None = Field(None, ge=0, le=100)
+
+
 class ResumedFromOut(BaseModel):
     """Where an attempt resumed: "resumed from checkpoint-1200 (attempt 2)"."""
 
@@ -112,6 +124,8 @@ class JobOut(Record):
     team_id: str | None = None
     approved_by: str | None = None  # the actor who approved it, when a rule held it
     approved_by_name: str | None = None  # the approving key's name
+    rejected_by: str | None = None  # the actor who rejected it (`error` says why)
+    rejected_by_name: str | None = None  # the rejecting key's name
     preemptible: bool | None = None  # None: as its team says
     # What the caller may do to it now (`domain.ownership.JobAction`'s values), in the
     # answers of GET /api/queue and GET /api/queue/{id}; None in the others.
@@ -148,6 +162,7 @@ class JobOut(Record):
             worker_name=names.get(j.worker_id) if j.worker_id else None,
             submitted_by_name=names.get(j.submitted_by) if j.submitted_by else None,
             approved_by_name=names.get(j.approved_by) if j.approved_by else None,
+            rejected_by_name=names.get(j.rejected_by) if j.rejected_by else None,
             user=names.get(j.user_id, j.user_id) if j.user_id else None,
             team=names.get(j.team_id, j.team_id) if j.team_id else None,
             config_written_by=(

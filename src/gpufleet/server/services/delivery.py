@@ -20,6 +20,7 @@ from datetime import timedelta
 import httpx
 
 from gpufleet import __version__
+from gpufleet.domain import webhook_formats
 from gpufleet.domain import webhooks as rules
 from gpufleet.domain.secrets import open_secret
 from gpufleet.domain.webhook_targets import IPAddress, literal_address, redact_text, redact_url
@@ -78,8 +79,9 @@ async def _claim_next(ctx: Context, webhook_id: str) -> tuple[Delivery, Webhook]
     return None
 
 
-def _headers(ctx: Context, delivery: Delivery, hook: Webhook) -> dict[str, str] | str:
-    """The request's headers, or why it cannot be signed."""
+def _headers(ctx: Context, delivery: Delivery, hook: Webhook, body: bytes) -> dict[str, str] | str:
+    """The request's headers (the signature: of `body`, the bytes sent), or why it cannot be
+    signed."""
     headers = {
         "Content-Type": "application/json",
         "User-Agent": f"gpufleet/{__version__}",
@@ -93,7 +95,7 @@ def _headers(ctx: Context, delivery: Delivery, hook: Webhook) -> dict[str, str] 
                 "the webhook's secret cannot be read with this server's audit key (was the "
                 "key replaced?); delete the webhook and add it again with its secret"
             )
-        headers[rules.SIGNATURE_HEADER] = rules.sign(secret, delivery.body.encode())
+        headers[rules.SIGNATURE_HEADER] = rules.sign(secret, body)
     return headers
 
 
@@ -119,7 +121,9 @@ def _request(
 async def _send(
     ctx: Context, http: httpx.AsyncClient, delivery: Delivery, hook: Webhook
 ) -> tuple[int | None, str | None]:
-    headers = _headers(ctx, delivery, hook)
+    # In the webhook's format as it is now (a Slack or Discord message made from our JSON).
+    body = webhook_formats.render(hook.format, delivery.body)
+    headers = _headers(ctx, delivery, hook, body)
     if isinstance(headers, str):
         return None, headers
     deadline = ctx.settings.webhook_timeout
@@ -127,7 +131,7 @@ async def _send(
     try:
         async with asyncio.timeout(deadline):  # whatever the receiver trickles
             address = await webhook_targets.address_to_send_to(hook.url, allow)
-            request = _request(http, hook.url, address, delivery.body.encode(), headers)
+            request = _request(http, hook.url, address, body, headers)
             answer = await http.send(request)
     except (TimeoutError, httpx.TimeoutException):
         return None, f"no answer within {deadline:g} s"

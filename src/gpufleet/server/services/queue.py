@@ -89,7 +89,7 @@ async def names_of(
     worker name, actor (`key:k_…`) → the key's name, user and team id → name. Ids of
     deleted ones are left out."""
     worker_ids = {j.worker_id for j in jobs if j.worker_id} | {a.worker_id for a in attempts}
-    actors = {a for j in jobs for a in (j.submitted_by, j.approved_by) if a}
+    actors = {a for j in jobs for a in (j.submitted_by, j.approved_by, j.rejected_by) if a}
     key_ids = {a.removeprefix(KEY_ACTOR) for a in actors if a.startswith(KEY_ACTOR)}
     names: dict[str, str] = dict(await q.worker_names(worker_ids)) if worker_ids else {}
     if key_ids:

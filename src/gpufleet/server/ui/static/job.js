@@ -58,6 +58,7 @@ function facts(j) {
     ["Ran", span(j.started_at, j.ended_at)],
   ];
   if (j.approved_by) pairs.push(["Approved by", named(j.approved_by_name, j.approved_by)]);
+  if (j.rejected_by) pairs.push(["Rejected by", named(j.rejected_by_name, j.rejected_by)]);
   if (j.rerun_of) pairs.push(["Re-run of", jobLink(j.rerun_of)]);
   if (j.rerun_as.length) pairs.push(["Re-run as", j.rerun_as.flatMap((id, i) => [i ? ", " : null, jobLink(id)])]);
   if (j.exit_code !== null) pairs.push(["Exit code", String(j.exit_code)]);
@@ -109,6 +110,19 @@ function attemptRow(a) {
   );
 }
 
+// An approval request's outcome, said to its submitter (and anyone reading) at the top.
+function judged(j) {
+  const note = $("#judged");
+  const who = (name, id) => name || id;
+  if (j.rejected_by) {
+    note.textContent = `Rejected by ${who(j.rejected_by_name, j.rejected_by)}: it will not run. ${j.error || ""}`.trim();
+  } else if (j.approved_by) {
+    note.textContent = `Approved by ${who(j.approved_by_name, j.approved_by)}: it joined the queue.`;
+  }
+  note.hidden = !(j.rejected_by || j.approved_by);
+  note.dataset.outcome = j.rejected_by ? "rejected" : "approved";
+}
+
 const refresh = serial(async () => {
   let j;
   try {
@@ -124,6 +138,8 @@ const refresh = serial(async () => {
   // The buttons of what the server says this key may do to the job now (its `actions`).
   const may = new Set(j.actions || []);
   for (const action of ["cancel", "rerun", "approve", "reject"]) $(`#${action}`).hidden = !may.has(action);
+  $("#edit-rerun").hidden = !may.has("rerun");
+  judged(j);
   const waiting = $("#waiting");
   waiting.hidden = !j.waiting;
   if (j.waiting) {
