@@ -59,7 +59,7 @@ async def test_the_worker_list_has_the_documented_shape(fleet: Fleet) -> None:
     assert listed["gpu_count"] == 0
     assert listed["last_heartbeat"] is None
     assert listed["current_job_id"] is None
-    assert answer.json()["counts"]["connecting"] == 1
+    assert answer.json()["counts"]["never_connected"] == 1  # per presence, as the row says
 
 
 async def test_a_worker_name_is_taken_only_once(fleet: Fleet) -> None:

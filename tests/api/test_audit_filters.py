@@ -54,4 +54,33 @@ async def test_an_actor_filter_that_matches_no_one_says_so(fleet: Fleet) -> None
     body = (await fleet.admin.get("/api/audit", params={"actor": "nobody"})).json()
 
     assert body["total"] == 0
-    assert "no key or worker named 'nobody'" in body["hint"]
+    assert "no key, worker or user named 'nobody'" in body["hint"]
+
+
+async def test_a_users_name_filters_to_their_keys_events_and_each_event_names_its_user(
+    fleet: Fleet,
+) -> None:
+    """#33.10: `rita` answered "No key or worker named 'rita'"; the log spoke in keys."""
+    from tests.api.test_people import key_of, make_user
+
+    await make_user(fleet, "rita")
+    for name in ("one", "two"):  # two keys of hers, each submitting a job
+        async with await key_of(fleet, "rita", "queue.submit", "queue.read") as rita:
+            answer = await rita.post("/api/queue/submit", json={"config": {"command": [name]}})
+            assert answer.status_code == 201, answer.text
+    await fleet.submit()  # the admin's
+
+    by_actor = (await fleet.admin.get("/api/audit", params={"actor": "rita"})).json()
+    by_user = (await fleet.admin.get("/api/audit", params={"user": "rita"})).json()
+    everyone = (await fleet.admin.get("/api/audit", params={"type": "job.submitted"})).json()
+    nobody = (await fleet.admin.get("/api/audit", params={"user": "nobody"})).json()
+
+    assert by_actor["hint"] is None
+    assert by_user["events"] == by_actor["events"]
+    assert [e["event_type"] for e in by_user["events"]].count("job.submitted") == 2
+    assert len({e["actor"] for e in by_user["events"]}) == 2  # her two keys
+    assert set(by_user["actor_users"].values()) == {"rita"}
+    users = {everyone["actor_users"].get(e["actor"]) for e in everyone["events"]}
+    assert {"rita", "admin"} <= users
+    assert nobody["total"] == 0
+    assert "no user named 'nobody'" in nobody["hint"]

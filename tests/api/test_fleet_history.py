@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from gpufleet.server.services import agents as agents_service
 from gpufleet.server.services import fleet_history
 from gpufleet.store.tables import fleet_samples
-from tests.api.conftest import Fleet, sqlite_only
+from tests.api.conftest import Fleet, both_databases
 from tests.api.test_ops import _value
 from tests.api.test_policy import add_user, client_of
 
@@ -39,6 +39,7 @@ async def rows(fleet: Fleet, resolution_s: int) -> list[Any]:
         return list(await conn.execute(stmt.order_by(fleet_samples.c.at)))
 
 
+@both_databases
 async def test_a_sample_says_busy_idle_gpu_load_queue_depth_and_wait_per_label_group(
     fleet: Fleet,
 ) -> None:
@@ -148,7 +149,6 @@ async def test_a_worker_of_sixty_labels_is_sampled_in_at_most_sixteen_groups(fle
     assert len(await rows(fleet, 0)) == 16
 
 
-@sqlite_only
 async def test_the_range_and_group_are_checked_with_a_clear_answer(fleet: Fleet) -> None:
     for bad, words in [
         ("fortnight", "range is hour, day, week, or a span such as 30m"),
@@ -176,7 +176,6 @@ async def test_the_range_and_group_are_checked_with_a_clear_answer(fleet: Fleet)
 ADMIN_ONLY = {"admin_labels", "capabilities", "token_issued_at", "hostname", "address"}
 
 
-@sqlite_only
 async def test_a_researcher_and_a_viewer_see_the_fleet_but_cannot_change_it(
     fleet: Fleet,
 ) -> None:

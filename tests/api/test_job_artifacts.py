@@ -5,7 +5,9 @@ data folder and, for the redirect to a presigned URL, object storage (moto's S3 
 from __future__ import annotations
 
 import hashlib
+import io
 import secrets
+import tarfile
 
 import httpx
 
@@ -156,6 +158,37 @@ async def test_pinning_is_its_owners_and_is_audited(fleet: Fleet) -> None:
     assert unpinned.json()["pinned"] is False
     audited = await fleet.audit(type="artifacts.pinned")
     assert [e["detail"]["pinned"] for e in audited] == [False, True]
+
+
+async def test_a_checkpoint_downloads_as_one_tar_of_its_folder_to_a_reader_only(
+    fleet: Fleet,
+) -> None:
+    run = await two_attempts(fleet)
+    listed = (await fleet.admin.get(f"/api/queue/{run.job_id}/artifacts")).json()
+    [checkpoint] = listed["checkpoints"]
+    url = f"/api/queue/{run.job_id}/checkpoints/{checkpoint['id']}"
+
+    answer = await fleet.admin.get(url)
+
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "application/x-tar"
+    assert answer.headers["content-disposition"] == "attachment; filename*=UTF-8''checkpoint-20.tar"
+    assert int(answer.headers["content-length"]) == len(answer.content)
+    with tarfile.open(fileobj=io.BytesIO(answer.content)) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+    assert files == {"checkpoint-20/rng.bin": b"r", "checkpoint-20/state.bin": b"s" * 100}
+
+    other = await start_run(fleet)
+    refused = {
+        f"/api/queue/{other.job_id}/checkpoints/{checkpoint['id']}": (404, "list them"),
+        f"/api/queue/{run.job_id}/checkpoints/c_none": (404, "list them"),
+        f"/api/queue/j_none/checkpoints/{checkpoint['id']}": (404, "no job"),
+    }
+    for where, (status, said) in refused.items():
+        answer = await fleet.admin.get(where)
+        assert answer.status_code == status, (where, answer.text)
+        assert said in answer.json()["detail"], (where, answer.text)
+    assert (await fleet.http.get(url)).status_code == 401  # no key, no bytes
 
 
 async def test_with_object_storage_a_download_redirects_to_a_presigned_url(

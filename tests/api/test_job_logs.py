@@ -176,3 +176,103 @@ async def test_cursors_at_their_bounds_answer_an_empty_or_whole_page(fleet: Flee
     assert before_all["lines"] == [] and before_all["next_before"] is None
     assert [line["text"] for line in before_end["lines"]] == texts
     assert [line["text"] for line in longest["lines"]] == texts
+
+
+async def _searched(fleet: Fleet) -> tuple[str, list[str]]:
+    """A job whose one attempt printed lines holding LIKE's and regular expressions' signs."""
+    agent = await fleet.online_worker("gpu-1")
+    job = await fleet.submit()
+    offer = await agent.next_offer()
+    await agent.run(offer)
+    texts = [
+        "step 1 loss 0.9",
+        "step 2 LOSS 0.8 (50% done)",
+        "step 3 loss_x 0.7 [a-z]+ .*",
+        "warning: 100%_ under_score",
+        "back\\slash and \x1b[31mred\x1b[0m",
+        "nothing here",
+    ]
+    lines = [{"stream": "stdout", "text": t} for t in texts]
+    answer = await agent.logs(job["id"], lines, attempt_id=offer["attempt_id"])
+    assert answer.status_code == 200, answer.text
+    return job["id"], texts
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"),
+    [
+        ("loss", [0, 1, 2]),  # ignoring case
+        ("50%", [1]),  # `%` is itself, not any text
+        ("%_", [3]),
+        ("loss_", [2]),  # `_` is itself, not any one character
+        ("[a-z]+ .*", [2]),  # a regular expression's signs are themselves too
+        ("back\\slash", [4]),
+        ("\x1b[31mred", [4]),
+        ("\ufffd", []),
+    ],
+)
+async def test_q_finds_the_lines_holding_the_text_as_typed(
+    fleet: Fleet, q: str, expected: list[int]
+) -> None:
+    job_id, texts = await _searched(fleet)
+
+    page = await _page(fleet, job_id, q=q)
+
+    assert [line["text"] for line in page["lines"]] == [texts[i] for i in expected]
+
+
+async def test_a_search_pages_back_from_its_tail_like_the_log(fleet: Fleet) -> None:
+    job_id, texts = await _searched(fleet)
+
+    tail = await _page(fleet, job_id, q="loss", tail=1)
+    earlier = await _page(fleet, job_id, q="loss", before=tail["next_before"])
+
+    assert [line["text"] for line in tail["lines"]] == [texts[2]]
+    assert [line["text"] for line in earlier["lines"]] == texts[:2]
+    assert earlier["next_before"] is None
+
+
+@pytest.mark.parametrize(
+    ("q", "says"),
+    [
+        ("a\x00b", "holds a NUL character (%00)"),  # the door's word, before the route
+        ("x" * 257, "q is 257 characters; search for at most 256"),
+    ],
+)
+async def test_a_search_for_nul_or_too_long_a_text_is_refused_saying_what_to_fix(
+    fleet: Fleet, q: str, says: str
+) -> None:
+    job_id, _texts = await _searched(fleet)
+
+    answer = await fleet.admin.get(f"/api/queue/{job_id}/logs", params={"q": q})
+    followed = await fleet.admin.get(
+        f"/api/queue/{job_id}/logs", params={"q": "loss", "follow": "true"}
+    )
+
+    assert answer.status_code == 422, answer.text
+    assert says in answer.json()["detail"]
+    assert followed.status_code == 422
+    assert "give it without follow=true" in followed.json()["detail"]
+
+
+async def test_a_lone_surrogate_in_q_is_sought_as_the_replacement_character(
+    fleet: Fleet,
+) -> None:
+    job_id, _texts = await _searched(fleet)
+
+    answer = await fleet.admin.get(f"/api/queue/{job_id}/logs?q=%ED%A0%80loss")
+
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["lines"] == []
+
+
+async def test_a_key_that_may_not_read_logs_may_not_search_them(fleet: Fleet) -> None:
+    job_id, _texts = await _searched(fleet)
+    key = await fleet.mint_key("admin.workers")
+
+    answer = await fleet.http.get(
+        f"/api/queue/{job_id}/logs", params={"q": "loss"}, headers={"X-API-Key": key["key"]}
+    )
+
+    assert answer.status_code == 403
+    assert "loss" not in answer.text

@@ -175,6 +175,15 @@ async def ended_job_of(people: People, owner: str) -> dict[str, Any]:
     return ended
 
 
+# An edit-and-re-run's body (the Train page's editor): a new command, labels and GPUs.
+EDIT: dict[str, Any] = {
+    "config": {"command": ["python", "train.py", "--lr", "0.1"]},
+    "worker_labels": {"gpu_type": "a100*"},
+    "gpu_count": 0,
+    "max_retries": 1,
+}
+
+
 async def job_count(fleet: Fleet) -> int:
     total: int = (await fleet.admin.get("/api/queue")).json()["total"]
     return total
@@ -192,13 +201,14 @@ async def job_count(fleet: Fleet) -> int:
         ("admin", "bob", True),
     ],
 )
+@pytest.mark.parametrize("edit", [None, EDIT], ids=["as-it-was", "edited"])
 async def test_a_job_is_re_run_only_by_its_owner_a_lead_of_its_team_or_an_admin(
-    fleet: Fleet, people: People, caller: str, owner: str, may: bool
+    fleet: Fleet, people: People, caller: str, owner: str, may: bool, edit: Any
 ) -> None:
     old = await ended_job_of(people, owner)
     before, count = await snapshot(fleet, old["id"]), await job_count(fleet)
 
-    answer = await people[caller].post(f"/api/queue/{old['id']}/rerun")
+    answer = await people[caller].post(f"/api/queue/{old['id']}/rerun", json=edit)
 
     if may:
         assert answer.status_code == 201, answer.text
@@ -207,6 +217,81 @@ async def test_a_job_is_re_run_only_by_its_owner_a_lead_of_its_team_or_an_admin(
         refused(answer, "re-run")
         assert await job_count(fleet) == count  # no new job
         assert await snapshot(fleet, old["id"]) == before
+
+
+async def test_an_edited_re_run_runs_the_edits_linked_to_the_job_it_re_runs(
+    fleet: Fleet, people: People
+) -> None:
+    value = "hf_alices_token_value"
+    fleet.secrets.add(value)
+    answer = await people.alice.put("/api/secrets/hf", json={"value": value})
+    assert answer.status_code == 200, answer.text
+    old = await ended_job_of(people, "alice")
+    edit = {**EDIT, "config": {**EDIT["config"], "env": {"HF_TOKEN": {"secret": "hf"}}}}
+
+    answer = await people.alice.post(f"/api/queue/{old['id']}/rerun", json=edit)
+
+    assert answer.status_code == 201, answer.text
+    new = await fleet.job(answer.json()["id"])
+    assert new["rerun_of"] == old["id"] and new["user"] == "alice"
+    assert new["config"] == edit["config"]  # the secret stays a reference, never its value
+    assert value not in await fleet.all_stored_text()
+    assert new["worker_labels"] == EDIT["worker_labels"]
+    assert (new["gpu_count"], new["max_retries"]) == (0, 1)
+    assert (await fleet.job(old["id"]))["rerun_as"] == [new["id"]]
+    # Only what is sent changes: the rest is the old job's.
+    assert (await people.alice.post(f"/api/queue/{new['id']}/cancel")).status_code == 200
+    again = await people.alice.post(f"/api/queue/{new['id']}/rerun", json={"max_retries": 5})
+    assert again.status_code == 201, again.text
+    kept = await fleet.job(again.json()["id"])
+    assert kept["config"] == edit["config"] and kept["max_retries"] == 5
+    assert kept["worker_labels"] == EDIT["worker_labels"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "status", "says"),
+    [
+        ({"config": {"command": "rm -rf /"}}, 422, "non-empty list of strings"),
+        ({"config": {"command": ["x"], "env": {"A": {"secret": "nope"}}}}, 422, "nope"),
+        ({"config": {"command": ["x"], "gpu_count": 2}, "gpu_count": 4}, 422, "disagrees"),
+        ({"config": ["not", "an", "object"]}, 422, "config"),
+        ({"gpu_count": -1}, 422, "gpu_count"),
+        ({"worker_labels": {"gpu": 3}}, 422, "worker_labels"),
+        ({"target": "moon"}, 422, "target"),
+        ({"status": "completed"}, 422, "status"),  # no field but the editor's
+        ({"priority": 10**9}, 422, "priority"),
+    ],
+)
+async def test_a_hostile_edit_is_refused_saying_what_to_fix_and_no_job_is_made(
+    fleet: Fleet, people: People, edit: dict[str, Any], status: int, says: str
+) -> None:
+    old = await ended_job_of(people, "alice")
+    count = await job_count(fleet)
+
+    answer = await people.alice.post(f"/api/queue/{old['id']}/rerun", json=edit)
+
+    assert answer.status_code == status, answer.text
+    assert says in answer.text
+    assert await job_count(fleet) == count
+
+
+async def test_a_lead_cannot_edit_and_re_run_a_job_whose_credentials_only_its_owner_sees(
+    fleet: Fleet, people: People
+) -> None:
+    config = {"command": ["x"], "env": {"WANDB_API_KEY": "alices-plain-key-value"}}
+    fleet.secrets.add("alices-plain-key-value")
+    job = await job_of(people, "alice", config=config)
+    assert (await people.admin.post(f"/api/queue/{job['id']}/cancel")).status_code == 200
+    shown = await people.lena.get(f"/api/queue/{job['id']}")
+    assert "alices-plain-key-value" not in shown.text  # what the editor would be filled with
+    count = await job_count(fleet)
+
+    answer = await people.lena.post(
+        f"/api/queue/{job['id']}/rerun", json={"config": shown.json()["config"]}
+    )
+
+    assert answer.status_code == 403 and "only its" in answer.json()["detail"], answer.text
+    assert await job_count(fleet) == count
 
 
 async def test_a_bulk_re_run_re_runs_the_callers_jobs_only(fleet: Fleet, people: People) -> None:

@@ -490,6 +490,14 @@ async def test_a_held_job_says_it_waits_for_approval(fleet: Fleet) -> None:
     assert waiting["code"] == "awaiting_approval"
     assert "gpufleet queue approve JOB" in waiting["summaries"]["cli"]
     assert f"/api/queue/{job['id']}/approve" in waiting["summary"]
+    rule = "held for approval: viewers' jobs need a lead's or an admin's approval (queue policy)"
+    assert all(said.startswith(rule) for said in waiting["summaries"].values())
+
+    await set_policy(fleet, approve_levels=[])  # the rule is gone; the job stays held
+    waiting = (await fleet.job(job["id"]))["waiting"]
+    assert waiting["summaries"]["ui"].startswith(
+        "held for approval: a rule held it when it was submitted (queue policy); "
+    )
 
 
 async def test_a_job_behind_fair_share_says_how_many_go_first(fleet: Fleet) -> None:

@@ -74,6 +74,68 @@ async def test_the_final_report_ends_the_eta_and_adds_no_repeated_point(fleet: F
     assert series(data)["loss"] == [[1, 0.5, 1], [2, 0.25, 1]]
 
 
+async def test_a_report_carries_every_line_since_the_last_so_the_chart_starts_at_the_start(
+    fleet: Fleet,
+) -> None:
+    agent, offer = await running_job(fleet)
+    lines = [{"step": s, "total": 300, "metrics": {"loss": 0.693 - s / 1000}} for s in range(50)]
+    for batch in (lines[:24], lines[24:]):  # what the worker read in each of two seconds
+        answer = await agent.report(
+            offer["job_id"],
+            "running",
+            attempt_id=offer["attempt_id"],
+            progress=batch[-1],
+            points=batch[:-1],
+        )
+        assert answer.status_code == 200, answer.text
+    again = await agent.report(  # a retried send adds nothing twice
+        offer["job_id"], "running", attempt_id=offer["attempt_id"], progress=lines[-1], points=lines
+    )
+    assert again.status_code == 200, again.text
+
+    loss = series(await history(fleet, offer["job_id"]))["loss"]
+
+    assert [p[0] for p in loss] == list(range(50))
+    assert loss[0] == [0, 0.693, 1]
+
+
+async def test_a_batch_that_outgrows_the_capacity_is_thinned_as_if_sent_one_by_one(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rules, "CAPACITY", 6)
+    agent, offer = await running_job(fleet)
+    lines = [{"step": step, "metrics": {"loss": float(step)}} for step in range(50)]
+    for first in range(0, 50, 7):
+        batch = lines[first : first + 7]
+        await agent.report(
+            offer["job_id"],
+            "running",
+            attempt_id=offer["attempt_id"],
+            progress=batch[-1],
+            points=batch[:-1],
+        )
+
+    steps = [p[0] for p in series(await history(fleet, offer["job_id"]))["loss"]]
+
+    assert steps == rules.kept(49, 6)
+
+
+async def test_a_report_with_too_many_points_is_refused_and_stores_none(fleet: Fleet) -> None:
+    agent, offer = await running_job(fleet)
+    lines = [{"step": s, "metrics": {"loss": 1.0}} for s in range(202)]
+    answer = await agent.report(
+        offer["job_id"],
+        "running",
+        attempt_id=offer["attempt_id"],
+        progress=lines[-1],
+        points=lines[:-1],
+    )
+
+    assert answer.status_code == 413
+    assert "over the limit of 200" in answer.json()["detail"]
+    assert series(await history(fleet, offer["job_id"])) == {}
+
+
 @both_databases
 async def test_a_long_run_keeps_a_bounded_evenly_thinned_history(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch

@@ -72,7 +72,15 @@ async def test_an_admin_adds_lists_and_deletes_a_webhook_whose_secret_never_come
 
     listed = (await fleet.admin.get("/api/admin/webhooks")).json()
     assert [h["id"] for h in listed["webhooks"]] == [hook["id"]]
-    assert set(listed["events"]) == {"job.ended", "job.failed", "worker.lost"}
+    assert set(listed["events"]) == {
+        "job.ended",
+        "job.failed",
+        "worker.lost",
+        "job.approved",
+        "job.rejected",
+    }
+    assert set(listed["formats"]) == {"gpufleet", "slack", "discord"}
+    assert hook["format"] == "gpufleet"  # unless told
     stored = await fleet.all_stored_text()
     assert SECRET not in stored and SECRET not in json.dumps(listed)  # sealed, not plain
     created = await fleet.audit(type="webhook.created", target=hook["id"])
@@ -101,6 +109,14 @@ async def test_an_admin_adds_lists_and_deletes_a_webhook_whose_secret_never_come
         ({"url": "https://example.com/" + "a" * 3000, "events": ["job.ended"]}, "url"),
         ({"url": "https://example.com/", "events": ["job.ended"], "secret": " x "}, "whitespace"),
         ({"url": "https://example.com/", "events": ["job.ended"], "extra": 1}, "extra"),
+        ({"url": "https://example.com/", "events": ["job.ended"], "format": "teams"}, "slack"),
+        (  # a Slack or Discord webhook meets the same refusal of internal addresses
+            {"url": "http://169.254.169.254/x", "events": ["job.ended"], "format": "slack"},
+            "--webhook-allow-hosts",
+        ),
+        ({"url": "https://example.com/", "events": ["job.ended"], "format": ""}, "discord"),
+        ({"url": "https://example.com/", "events": ["job.ended"], "format": 3}, "format"),
+        ({"url": "https://example.com/", "events": ["job.ended"], "format": "x" * 65}, "format"),
     ],
 )
 async def test_a_webhook_that_could_not_work_is_refused_saying_what_to_fix(
@@ -175,6 +191,10 @@ async def test_an_admin_changes_a_webhooks_events_secret_and_url_and_its_deliver
         ({"events": ["job.ended", "job.started"]}, "unknown event"),
         ({"secret": " x "}, "whitespace"),
         ({"name": "mine"}, "Extra inputs"),
+        ({"format": None}, "a webhook has a format"),
+        ({"format": "slack\x00"}, "NUL character"),
+        ({"format": "matrix"}, "choose one of gpufleet, slack, discord"),
+        ({"format": ["slack"]}, "format"),
     ],
 )
 async def test_a_change_that_could_not_work_is_refused_and_the_webhook_left_as_it_was(
@@ -202,6 +222,8 @@ async def test_a_change_that_could_not_work_is_refused_and_the_webhook_left_as_i
         {"secret": "\udfff"},
         {"events": [["job.ended"]]},
         {"url": 10**400},
+        {"format": "\udfff"},
+        {"format": {"$ne": "gpufleet"}},
     ],
 )
 async def test_hostile_changes_are_refused_and_the_webhook_left_as_it_was(
@@ -398,3 +420,114 @@ async def test_an_approve_and_a_reject_are_audited_and_wake_the_jobs_watchers(
         assert moved["detail"] == {"old": "pending_approval", "new": new}
         assert moved["actor"] == said["actor"] and said["actor"].startswith("key:")
         assert (await fleet.job(job_id))["status"] == new
+
+
+async def add_formatted(fleet: Fleet, url: str, fmt: str, *events: str) -> Any:
+    answer = await fleet.admin.post(
+        "/api/admin/webhooks", json={"url": url, "events": list(events), "format": fmt}
+    )
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["format"] == fmt
+    return answer.json()
+
+
+async def test_slack_and_discord_webhooks_get_their_own_shapes_signed_over_the_bytes_sent(
+    fleet: Fleet,
+) -> None:
+    agent = await fleet.online_worker("gpu-1")
+    with receiving() as slack, receiving() as discord, receiving() as ours:
+        hooks = {
+            "slack": await add_formatted(fleet, slack.url, "slack", "job.failed"),
+            "discord": await add_formatted(fleet, discord.url, "discord", "job.failed"),
+            "gpufleet": await add_webhook(fleet, ours.url, "job.failed"),
+        }
+        answer = await fleet.admin.patch(
+            f"/api/admin/webhooks/{hooks['discord']['id']}", json={"secret": SECRET}
+        )
+        assert answer.status_code == 200 and answer.json()["format"] == "discord"
+        fleet.secrets.add(SECRET)
+        # A job's error is anyone's words: it must not ping a channel nor forge a link.
+        await fleet.submit()
+        offer = await agent.next_offer()
+        await agent.run(offer)
+        hostile = "boom <!channel> <https://evil.example|click> @everyone"
+        await agent.finish(offer, "failed", exit_code=3, error=hostile)
+        assert await delivery.deliver_due(fleet.ctx) == 3
+        [to_slack], [to_discord], [to_ours] = (
+            slack.wait_for(1),
+            discord.wait_for(1),
+            ours.wait_for(1),
+        )
+
+    said = json.loads(to_slack.body)
+    assert set(said) == {"text", "blocks"} and said["text"].startswith("gpufleet: Job j_")
+    assert "failed" in said["text"] and "(exit code 3)" in said["text"]
+    assert "<!channel>" not in to_slack.body.decode() and "&lt;!channel&gt;" in said["text"]
+    assert said["blocks"][0] == {
+        "type": "section",
+        "text": {"type": "mrkdwn", "text": said["text"]},
+    }
+    posted = json.loads(to_discord.body)
+    assert set(posted) == {"content", "allowed_mentions"} and "failed" in posted["content"]
+    assert posted["allowed_mentions"] == {"parse": []} and len(posted["content"]) <= 2000
+    assert to_discord.headers["x-gpufleet-signature"] == signature(SECRET, to_discord.body)
+    assert to_slack.headers["content-type"] == "application/json"
+    ours_said = json.loads(to_ours.body)
+    assert ours_said["event"] == "job.failed" and ours_said["job"]["error"] == hostile
+    ids = {r.headers["x-gpufleet-delivery"] for r in (to_slack, to_discord, to_ours)}
+    assert len(ids) == 3 and all(i.startswith("d_") for i in ids)
+
+
+async def test_a_webhooks_format_is_changed_and_audited_and_pending_deliveries_follow_it(
+    fleet: Fleet, receiver: Receiver
+) -> None:
+    hook = await add_webhook(fleet, receiver.url, "job.ended")
+    queued = await fleet.admin.post(f"/api/admin/webhooks/{hook['id']}/test")
+    assert queued.status_code == 202, queued.text
+    answer = await fleet.admin.patch(f"/api/admin/webhooks/{hook['id']}", json={"format": "slack"})
+    assert answer.status_code == 200 and answer.json()["format"] == "slack", answer.text
+    [audited] = await fleet.audit(type="webhook.updated", target=hook["id"])
+    assert audited["detail"] == {"format": "slack"}
+
+    assert await delivery.deliver_due(fleet.ctx) == 1
+    [sent] = receiver.wait_for(1)
+    assert json.loads(sent.body)["text"].startswith("gpufleet: A test event sent from gpufleet")
+
+
+async def test_the_submitter_hears_that_a_held_job_was_approved_or_rejected_and_why(
+    fleet: Fleet,
+) -> None:
+    await set_policy(fleet, approve_gpus_over=4, approve_levels=[])
+    rita = await client_of(fleet, await add_user(fleet, "rita", "researcher"))
+    approved, rejected, cancelled = [await held_job(fleet, rita) for _ in range(3)]
+    with receiving() as ours, receiving() as slack, receiving() as deaf:
+        await add_webhook(fleet, ours.url, "job.approved", "job.rejected")
+        await add_formatted(fleet, slack.url, "slack", "job.rejected")
+        await add_webhook(fleet, deaf.url, "job.ended", "worker.lost")
+
+        assert (await fleet.admin.post(f"/api/queue/{approved}/approve")).status_code == 200
+        reason = {"reason": "ask for 2 GPUs, not 8 <!here>"}
+        answer = await fleet.admin.post(f"/api/queue/{rejected}/reject", params=reason)
+        assert answer.status_code == 200, answer.text
+        assert (await rita.post(f"/api/queue/{cancelled}/cancel")).status_code == 200
+        assert await delivery.deliver_due(fleet.ctx) == 5  # ours 2, slack 1, deaf 2 cancels
+        heard = [json.loads(r.body) for r in ours.wait_for(2)]
+        [to_slack] = slack.wait_for(1)
+        assert {json.loads(r.body)["event"] for r in deaf.wait_for(2)} == {"job.cancelled"}
+
+    said = {p["event"]: p for p in heard}
+    assert set(said) == {"job.approved", "job.rejected"}  # never a cancel by its owner
+    assert said["job.approved"]["job"]["id"] == approved
+    assert said["job.approved"]["job"]["user_name"] == "rita"
+    assert said["job.approved"]["by"] == "admin" and said["job.approved"]["reason"] is None
+    assert said["job.rejected"]["job"]["id"] == rejected
+    assert said["job.rejected"]["reason"] == reason["reason"]
+    text = json.loads(to_slack.body)["text"]
+    assert text.startswith("gpufleet: rita's job ") and "rejected by admin" in text
+    assert "&lt;!here&gt;" in text and "<!here>" not in text
+    # The job's page says so too: who approved it, who rejected it and why.
+    done = await fleet.job(approved)
+    assert done["approved_by"] and done["approved_by_name"] and done["rejected_by"] is None
+    refused = await fleet.job(rejected)
+    assert refused["rejected_by"] == done["approved_by"] and refused["rejected_by_name"]
+    assert refused["error"].endswith(reason["reason"])

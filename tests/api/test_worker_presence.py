@@ -23,9 +23,10 @@ async def view(fleet: Fleet, agent: Agent) -> dict[str, Any]:
     return one
 
 
-async def test_a_worker_that_never_started_says_never_connected_even_once_offline(
+async def test_a_worker_that_never_started_says_never_connected_and_is_never_lost(
     fleet: Fleet,
 ) -> None:
+    """#33.11: the sweep marked it offline ("lost: no heartbeat") though it never had one."""
     agent = await fleet.create_worker("never-started", worker_type="persistent")
 
     created = await view(fleet, agent)
@@ -36,8 +37,10 @@ async def test_a_worker_that_never_started_says_never_connected_even_once_offlin
     assert created["status"] == "connecting"
     assert (created["presence"], created["presence_text"]) == ("never_connected", "never connected")
     assert created["up_since"] is None
-    assert later["status"] == "offline"
+    assert later["status"] == "connecting"  # awaited, not lost: nothing ran there
     assert later["presence_text"] == "never connected"
+    counts = (await fleet.admin.get("/api/admin/workers")).json()["counts"]
+    assert (counts["never_connected"], counts["offline"], counts["connecting"]) == (1, 0, 0)
 
 
 async def test_a_connected_worker_counts_its_uptime_from_its_stream(fleet: Fleet) -> None:

@@ -4,7 +4,9 @@ the page's confirmation; a key that may only read sees the files and no admin bu
 
 from __future__ import annotations
 
+import io
 import secrets
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,9 @@ def test_the_job_page_lists_files_and_checkpoints_and_a_click_downloads_the_list
     checkpoint = page.locator("#checkpoints tbody tr")
     expect(checkpoint).to_have_count(1)
     expect(checkpoint.locator('td[data-label="Name"]')).to_have_text("checkpoint-20")
+    expect(checkpoint.locator('td[data-label="Attempt"]')).to_have_text("1")
+    expect(page.locator("#artifacts thead th").first).to_have_text("Attempt")
+    expect(page.locator("#checkpoints thead th").first).to_have_text("Attempt")
     expect(checkpoint.locator('td[data-label="Step"]')).to_have_text("20")
     expect(checkpoint.locator('td[data-label="Files"]')).to_have_text("1")
     expect(
@@ -68,6 +73,18 @@ def test_the_job_page_lists_files_and_checkpoints_and_a_click_downloads_the_list
     download.value.save_as(saved)
     assert download.value.suggested_filename == "model.bin"
     assert sha(saved.read_bytes()) == listed["output/model.bin"]["sha256"]
+
+    # A checkpoint is one link: its folder, as one tar holding the listed bytes.
+    with page.expect_download() as download:
+        checkpoint.get_by_role("link", name="checkpoint-20").click()
+    assert download.value.suggested_filename == "checkpoint-20.tar"
+    saved = tmp_path / "checkpoint-20.tar"
+    download.value.save_as(saved)
+    with tarfile.open(fileobj=io.BytesIO(saved.read_bytes())) as tar:
+        assert tar.getnames() == ["checkpoint-20/weights.npz"]
+        member = tar.extractfile("checkpoint-20/weights.npz")
+        assert member is not None
+        assert sha(member.read()) == listed["output/checkpoint-20/weights.npz"]["sha256"]
 
 
 def test_pin_and_unpin_go_through_the_api_and_the_button_says_which_is_next(
@@ -155,6 +172,23 @@ def test_files_appear_without_a_reload_when_the_attempt_ends(
     expect(page.locator("#artifacts-total")).to_have_text("1 file, 195.3 KiB")
 
 
+def test_an_ended_job_without_files_says_so_and_offers_no_pin(
+    server: ServerProcess, page: Page
+) -> None:
+    attempt = Attempt(server)
+    attempt.finish()
+    sign_in(page, server.admin_key, then=f"/queue/{attempt.job_id}")
+    expect(page.locator("#status")).to_have_text("completed")
+
+    expect(page.locator("#artifacts tbody tr.empty")).to_have_text(
+        "No files are stored for this job: its attempts brought none home, or they were deleted."
+    )
+    expect(page.locator("#checkpoints tbody tr.empty")).to_have_text("No checkpoints.")
+    expect(page.locator("#artifacts-pin")).to_be_hidden()
+    expect(page.locator("#artifacts-total")).to_have_text("0 files, 0 B")
+    assert listing(server, attempt.job_id)["artifacts"] == []
+
+
 def test_an_attempt_that_resumed_says_from_which_checkpoint(
     server: ServerProcess, page: Page
 ) -> None:
@@ -187,3 +221,7 @@ def test_the_artifacts_read_as_cards_on_a_phone(server: ServerProcess, page: Pag
     box = link.bounding_box()
     assert box is not None, page.locator("#artifacts").inner_html()
     assert box["x"] + box["width"] <= PHONE["width"]
+    checkpoint = page.get_by_role("link", name="checkpoint-20", exact=True)
+    checkpoint.scroll_into_view_if_needed()
+    box = checkpoint.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= PHONE["width"]

@@ -13,12 +13,14 @@ from tests.e2e.conftest import ServerProcess
 
 DESKTOP = {"width": 1440, "height": 900}
 STEPS = 400  # long enough (about 8 s) to watch it run, and to see points arrive
+EVERY = STEPS // 50  # the example reports every 8th step: 50 points, several a relay
 LOSS = 'figure.chart[data-series="loss"] svg'
 
 
-def training_job(server: ServerProcess) -> str:
-    command = [str(arg) for arg in TRAINING["command"]]
-    command[command.index("--steps") + 1] = str(STEPS)
+def training_job(server: ServerProcess, command: list[str] | None = None) -> str:
+    if command is None:
+        command = [str(arg) for arg in TRAINING["command"]]
+        command[command.index("--steps") + 1] = str(STEPS)
     config = {**TRAINING, "command": command}
     with server.admin() as admin:
         resp = admin.post("/api/queue/submit", json={"config": config, "target": "local"})
@@ -53,7 +55,8 @@ def test_the_job_page_charts_the_training_metrics_with_step_rate_and_eta(
     series = {s["name"]: s["points"] for s in history["series"]}
     assert {"loss", "accuracy", "lr"} <= set(series)
     assert history["step"] == history["total"] == STEPS
-    assert series["loss"][-1][0] == STEPS
+    # Every point the job reported, from its first: the worker relays them all, batched.
+    assert [p[0] for p in series["loss"]] == list(range(EVERY, STEPS + 1, EVERY))
     assert series["loss"][0][1] > series["loss"][-1][1]  # it learned
     expect(page.locator(LOSS)).to_have_attribute("data-points", str(len(series["loss"])))
     expect(page.locator(f"{LOSS} .line")).to_have_count(1)
@@ -70,3 +73,19 @@ def test_the_job_page_charts_the_training_metrics_with_step_rate_and_eta(
     box = page.locator(LOSS).bounding_box()
     assert box is not None and box["width"] <= PHONE["width"]
     screenshot(page, "phone-job-charts")
+
+
+def test_a_chart_of_one_point_reads_from_zero_in_whole_steps(
+    server: ServerProcess, page: Page
+) -> None:
+    once = "from gpufleet.progress import report; report(step=32, total=300, loss=0.99)"
+    job_id = training_job(server, ["python", "-c", once])
+    sign_in(page, server.admin_key, then=f"/queue/{job_id}")
+    expect(page.locator("#status")).to_have_text("completed", timeout=60_000)
+    expect(page.locator(LOSS)).to_have_attribute("data-points", "1")
+
+    ticks = page.locator(f"{LOSS} .tick").all_text_contents()
+
+    assert ticks == ["0.99", "0", "step 0", "32"]  # not 0.891 to 1.089, not step 28.8
+    label = page.locator(LOSS).get_attribute("aria-label")
+    assert label == "loss over steps 0 to 32: latest 0.99 at step 32"

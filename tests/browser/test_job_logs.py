@@ -6,6 +6,7 @@ The figures it measures are printed (run with -s) and recorded in docs/benchmark
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -178,3 +179,110 @@ def test_a_log_of_wide_lines_read_in_pages_of_4_mib_shows_every_line(
         "[...document.querySelectorAll('#logs .log-line')].map((e) => e.textContent.slice(0, 4))"
     )
     assert shown == [f"{i:04d}" for i in range(len(texts))]
+
+
+HOSTILE = "\x1b[1;31mred error\x1b[0m <img src=x onerror=alert(1)> <b>bold?</b> \x1b[?25l"
+NEEDLE = "needle (a.b) [x]+ 50%_ here"
+
+
+@pytest.fixture(scope="module")
+def searched_job(server: ServerProcess) -> Iterator[tuple[str, dict[int, int]]]:
+    """A 3,000-line log: line 10 coloured and holding markup, lines 20 and 2,500 a needle.
+    Yields the job and each line's seq by its number."""
+    job = running_job(server, "search")
+    special = {10: HOSTILE, 20: NEEDLE, 2500: "NEEDLE (A.B) [X]+ 50%_ HERE again"}
+    with job.worker.http() as c:
+        for start in range(0, 3000, 1000):
+            lines = [{"text": special.get(i, f"plain {i}")} for i in range(start, start + 1000)]
+            resp = c.post(
+                f"/api/workers/job/{job.job_id}/logs",
+                json={"attempt_id": job.attempt_id, "lines": lines},
+            )
+            assert resp.status_code == 200, resp.text
+    with server.admin() as admin:
+        body = admin.get(f"/api/queue/{job.job_id}/logs", params={"limit": 5000}).json()
+    seqs = {i: line["seq"] for i, line in enumerate(body["lines"])}
+    yield job.job_id, seqs
+    job.worker.close()
+
+
+def _in_view(page: Page, selector: str) -> bool:
+    box = "document.querySelector('#logs').getBoundingClientRect()"
+    return bool(
+        page.evaluate(
+            f"""(() => {{ const r = document.querySelector('{selector}').getBoundingClientRect();
+            const b = {box}; return r.top >= b.top && r.bottom <= b.bottom + 1; }})()"""
+        )
+    )
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
+def test_a_link_to_a_line_times_colours_and_search_within_and_across_the_log(
+    server: ServerProcess,
+    page: Page,
+    searched_job: tuple[str, dict[int, int]],
+    viewport: dict[str, int],
+) -> None:
+    job_id, seqs = searched_job
+    with server.admin() as admin:
+        found = admin.get(f"/api/queue/{job_id}/logs", params={"q": "NEEDLE (a.b)"}).json()
+        line10 = admin.get(f"/api/queue/{job_id}/logs", params={"after": seqs[10] - 1, "limit": 1})
+    assert [line["seq"] for line in found["lines"]] == [seqs[20], seqs[2500]]
+    page.set_viewport_size(viewport)
+
+    # A link to line 10, far above the tail the page opens on: read, marked, in view.
+    sign_in(page, server.admin_key, then="/queue")
+    page.goto(f"/queue/{job_id}#L{seqs[10]}")
+    target = page.locator(f"#L{seqs[10]}")
+    expect(target).to_have_class(re.compile(r"\blog-target\b"))
+    assert _in_view(page, f"#L{seqs[10]}")
+    expect(page.locator("#log-state")).to_have_text(re.compile("^paused"))
+    # Its colours drawn, its markup shown as text (no element made of it).
+    expect(target.locator("span.ansi-fg-1.ansi-bold")).to_have_text("red error")
+    expect(target).to_have_text("red error <img src=x onerror=alert(1)> <b>bold?</b> \n")
+    expect(page.locator("#logs img, #logs b")).to_have_count(0)
+
+    # Times on demand, drawn beside the text, never in it; the choice is kept.
+    before = "(el) => getComputedStyle(el, '::before').content"
+    assert target.evaluate(before) == "none"
+    page.check("#log-times")
+    stamp = target.evaluate(before)
+    assert line10.json()["lines"][0]["ts"][:4] in stamp, stamp
+    page.reload()
+    expect(page.locator("#log-times")).to_be_checked()
+    expect(page.locator(f"#L{seqs[10]}")).to_have_class(re.compile(r"\blog-target\b"))
+
+    # Find in the lines shown (those around line 10): only line 20, with its signs as typed.
+    page.fill("#log-q", "(A.B) [x]+ 50%_")
+    page.click("#log-next")
+    expect(page.locator("#log-hits")).to_have_text("1 of 1 in the lines shown")
+    expect(page.locator(f"#L{seqs[20]}")).to_have_class(re.compile(r"\blog-target\b"))
+    page.fill("#log-q", "(a.b] no such")
+    page.press("#log-q", "Enter")
+    expect(page.locator("#log-hits")).to_contain_text("no match in the lines shown")
+
+    # Search whole log: both needles, each a link that brings its line.
+    page.fill("#log-q", "needle (a.b)")
+    page.click("#log-search-all")
+    results = page.locator("#log-results a")
+    expect(results).to_have_count(2)
+    expect(page.locator("#log-results-title")).to_contain_text("2 lines hold")
+    assert [results.nth(i).get_attribute("href") for i in range(2)] == [
+        f"#L{seqs[20]}",
+        f"#L{seqs[2500]}",
+    ]
+    results.nth(1).click()
+    far = page.locator(f"#L{seqs[2500]}")
+    expect(far).to_have_class(re.compile(r"\blog-target\b"))
+    assert _in_view(page, f"#L{seqs[2500]}")
+    assert page.evaluate("location.hash") == f"#L{seqs[2500]}"
+
+    # A tap on a line makes the page's address that line's.
+    page.locator(f"#L{seqs[2501]}").click(position={"x": 200, "y": 5})
+    assert page.evaluate("location.hash") == f"#L{seqs[2501]}"
+    expect(page.locator(f"#L{seqs[2501]}")).to_have_class(re.compile(r"\blog-target\b"))
+
+    page.set_viewport_size(viewport)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the job page is {overflow} px wider than the window"
+    screenshot(page, f"job-log-search-{viewport['width']}")

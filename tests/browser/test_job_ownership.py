@@ -4,6 +4,9 @@ cancels it, checked through the API."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import sign_in
@@ -72,3 +75,66 @@ def test_the_owner_cancels_their_own_job_from_its_page(server: ServerProcess, pa
 
     expect(page.locator("#status")).to_have_text("cancelled")
     assert job(server, job_id)["status"] == "cancelled"
+
+
+SIZES = [{"width": 1440, "height": 900}, {"width": 390, "height": 844}]
+
+
+def ended_job(server: ServerProcess, key: str) -> str:
+    job_id = queued_job(server, key)
+    with as_key(server, key) as owner:
+        assert owner.post(f"/api/queue/{job_id}/cancel").status_code == 200
+    return job_id
+
+
+def fits(page: Page) -> None:
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"{page.url} is {overflow} px too wide"
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s['width']}px")
+def test_the_owner_edits_and_re_runs_a_job_and_another_teams_researcher_cannot(
+    server: ServerProcess, page: Page, size: dict[str, int]
+) -> None:
+    team, other = unique("nlp"), unique("vision")
+    for name in (team, other):
+        admin_call(server, "POST", "/api/teams", json={"name": name})
+    _, alice_key = user_with_key(server, "researcher", *READ_SUBMIT, team=team)
+    _, bob_key = user_with_key(server, "researcher", *READ_SUBMIT, team=other)
+    job_id = ended_job(server, alice_key)
+    page.set_viewport_size(size)
+
+    sign_in(page, bob_key, then=f"/queue/{job_id}")  # another team's: no button, and the
+    expect(page.locator("#facts")).to_contain_text(team)  # editor's submit is refused
+    expect(page.locator("#edit-rerun")).to_be_hidden()
+    page.goto(f"/train?rerun={job_id}")
+    expect(page.locator("#config-json")).to_have_value(re.compile('"true"'))
+    page.click("#submit")
+    expect(page.locator("#error")).to_contain_text("only its owner, a lead of its team")
+    assert job(server, job_id)["rerun_as"] == []
+    sign_out(page)
+
+    sign_in(page, alice_key, then=f"/queue/{job_id}")
+    page.click("#edit-rerun")
+    page.wait_for_url(f"**/train?rerun={job_id}")
+    expect(page.locator("#rerun-of")).to_contain_text(f"Editing a re-run of job {job_id}")
+    expect(page.locator("#submit")).to_have_text("Re-run with these changes")
+    labels = page.locator("#labels")
+    expect(labels).to_have_value(re.compile(r"^pool=none"))
+    fits(page)
+    page.fill("#config-json", '{"command": ["true", "--edited"], "env": {"HF": {"secret": 1}}}')
+    page.click("#submit")  # a hostile edit: refused, saying what to fix, and no job made
+    expect(page.locator("#error")).to_contain_text("env")
+    assert job(server, job_id)["rerun_as"] == []
+    page.fill("#config-json", '{"command": ["true", "--edited"]}')
+    page.fill("#labels", "pool=edited")
+    page.click("#submit")
+
+    page.wait_for_url(re.compile(r"/queue/j_"))
+    new_id = page.url.rsplit("/", 1)[1]
+    expect(page.locator("#facts")).to_contain_text(f"Re-run of{job_id}")
+    new = job(server, new_id)
+    assert new["rerun_of"] == job_id and new["config"] == {"command": ["true", "--edited"]}
+    assert new["worker_labels"] == {"pool": "edited"}
+    assert job(server, job_id)["rerun_as"] == [new_id]
+    fits(page)

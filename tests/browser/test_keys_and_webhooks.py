@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -13,8 +14,9 @@ from playwright.sync_api import Page, expect
 
 from gpufleet.domain.webhook_targets import redact_url
 from tests.browser.conftest import LAPTOP, PHONE, screenshot, sign_in
-from tests.e2e.conftest import ServerProcess, serving
-from tests.webhook_receiver import receiving
+from tests.browser.test_sharing import admin_call, held_job, job, sign_out, user_with_key
+from tests.e2e.conftest import ServerProcess, serving, unique
+from tests.webhook_receiver import Receiver, receiving
 
 
 @pytest.fixture(scope="module")
@@ -237,3 +239,139 @@ def test_the_keys_and_webhooks_pages_fit_a_phone_and_a_laptop(
         assert overflow <= 0, f"{path} is {overflow} px too wide at {size['width']} px"
     page.set_viewport_size(PHONE)
     screenshot(page, f"phone-{path.strip('/')}")
+
+
+def test_a_delivery_made_elsewhere_shows_on_the_webhooks_page_without_a_reload(
+    server: ServerProcess, page: Page
+) -> None:
+    """#33.10: the deliveries were not live; a delivery the page had not asked for never showed."""
+    with receiving() as receiver, server.admin() as admin:
+        made = admin.post(
+            "/api/admin/webhooks", json={"url": receiver.url, "events": ["job.failed"]}
+        )
+        assert made.status_code == 201, made.text
+        hook = made.json()["id"]
+        sign_in(page, server.admin_key, then="/webhooks")
+        expect(page.locator("#live")).to_have_text("live")
+        card = page.locator(f'section.hook[data-webhook="{hook}"]')
+        expect(card).to_contain_text("No deliveries yet")
+
+        sent = admin.post(f"/api/admin/webhooks/{hook}/test")  # not through this page
+        assert sent.status_code < 300, sent.text
+        receiver.wait_for(1)
+        row = card.locator('tr[data-event="test"]')
+        expect(row).to_have_attribute("data-status", "delivered")
+        [logged] = admin.get(f"/api/admin/webhooks/{hook}/deliveries").json()["deliveries"]
+        assert logged["status"] == "delivered"
+        expect(row).to_have_attribute("data-delivery", logged["id"])
+        assert admin.delete(f"/api/admin/webhooks/{hook}").status_code == 200
+
+
+SIZES = [{"width": 1440, "height": 900}, PHONE]
+
+
+def webhooks_now(server: ServerProcess) -> list[dict[str, Any]]:
+    with server.admin() as admin:
+        found: list[dict[str, Any]] = admin.get("/api/admin/webhooks").json()["webhooks"]
+    return found
+
+
+def delete_webhook(server: ServerProcess, webhook_id: str) -> None:
+    """Other tests of this module's server expect no webhook of theirs to find."""
+    with server.admin() as admin:
+        assert admin.delete(f"/api/admin/webhooks/{webhook_id}").status_code == 200
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s['width']}px")
+def test_an_admin_chooses_slack_then_discord_and_the_receiver_gets_each_shape(
+    server: ServerProcess, page: Page, size: dict[str, int]
+) -> None:
+    with receiving() as receiver:
+        page.set_viewport_size(size)
+        sign_in(page, server.admin_key, then="/webhooks")
+        page.fill("#h-url", receiver.url)
+        page.select_option("#h-format", "slack")
+        page.check("#hook-form input[value='job.rejected']")
+        page.click("#hook-add")
+        shown = redact_url(receiver.url)  # this receiver's port: none of another test's
+        expect(page.locator("section.hook .hook-url", has_text=shown)).to_have_count(1)
+        [hook] = [h for h in webhooks_now(server) if h["url"] == shown]
+        card = page.locator(f'section.hook[data-webhook="{hook["id"]}"]')
+        expect(card.locator(".hook-format")).to_have_text("slack")
+        try:
+            assert hook["format"] == "slack" and "job.rejected" in hook["events"]
+            card.locator("[data-action=test]").click()
+            [to_slack] = receiver.wait_for(1)
+            said = json.loads(to_slack.body)
+            assert set(said) == {"text", "blocks"} and said["text"].startswith("gpufleet: ")
+
+            card.locator("[data-action=edit]").click()
+            expect(page.locator("#e-format")).to_have_value("slack")
+            page.select_option("#e-format", "discord")
+            page.click("#hook-save")
+            expect(card.locator(".hook-format")).to_have_text("discord")
+            assert [h["format"] for h in webhooks_now(server) if h["id"] == hook["id"]] == [
+                "discord"
+            ]
+            card.locator("[data-action=test]").click()
+            _, to_discord = receiver.wait_for(2)
+            posted = json.loads(to_discord.body)
+            assert posted["content"].startswith("gpufleet: A test event")
+            assert posted["allowed_mentions"] == {"parse": []}
+            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"/webhooks is {overflow} px too wide at {size['width']} px"
+        finally:
+            delete_webhook(server, hook["id"])
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s['width']}px")
+def test_a_submitter_hears_and_sees_that_a_lead_rejected_or_approved_their_job(
+    server: ServerProcess, page: Page, size: dict[str, int]
+) -> None:
+    team = unique("nlp")
+    admin_call(server, "POST", "/api/teams", json={"name": team})
+    viewer, viewer_key = user_with_key(server, "viewer", "queue.read", "queue.submit", team=team)
+    _, lead_key = user_with_key(server, "lead", "queue.read", "queue.approve", team=team)
+    rejected, approved = held_job(server, viewer_key), held_job(server, viewer_key)
+    page.set_viewport_size(size)
+    sign_in(page, lead_key, then=f"/queue/{rejected}")
+    with receiving() as receiver:
+        with server.admin() as admin:
+            body = {"url": receiver.url, "events": ["job.approved", "job.rejected"]}
+            hook = admin.post("/api/admin/webhooks", json=body | {"format": "slack"}).json()
+        try:
+            judge_and_hear(page, receiver, (rejected, approved, viewer))
+        finally:
+            delete_webhook(server, hook["id"])
+
+    sign_in(page, viewer_key, then=f"/queue/{rejected}")  # the submitter's own view
+    note = page.locator("#judged")
+    expect(note).to_contain_text("Rejected by")
+    expect(note).to_contain_text(REASON)
+    expect(page.locator("#facts")).to_contain_text("Rejected by")
+    page.goto(f"/queue/{approved}")
+    expect(page.locator("#judged")).to_contain_text("it joined the queue")
+    assert job(server, rejected)["rejected_by"] and job(server, approved)["approved_by"]
+
+
+REASON = "ask for 1 GPU <!channel>"
+
+
+def judge_and_hear(page: Page, receiver: Receiver, jobs: tuple[str, str, str]) -> None:
+    """A lead of the team rejects one job and approves the other on their pages; the
+    webhook (Slack's shape) carries each outcome, naming the submitter."""
+    rejected, approved, viewer = jobs
+    page.click("#reject")
+    page.fill("#confirm-input", REASON)
+    page.click("#confirm-yes")
+    expect(page.locator("#status")).to_have_text("cancelled")
+    page.goto(f"/queue/{approved}")
+    page.click("#approve")
+    expect(page.locator("#judged")).to_contain_text("Approved by")
+    sign_out(page)
+
+    sent = receiver.wait_for(2)
+    texts = {r.headers["x-gpufleet-event"]: json.loads(r.body)["text"] for r in sent}
+    assert texts["job.rejected"].startswith(f"gpufleet: {viewer}'s job {rejected}")
+    assert "&lt;!channel&gt;" in texts["job.rejected"]
+    assert f"job {approved} was approved by" in texts["job.approved"]

@@ -292,7 +292,7 @@ def test_the_audit_actor_filter_takes_a_key_name_and_says_when_no_one_has_it(
 
     page.fill("#f-actor", "nobody")
     page.click("#filters button[type=submit]")
-    expect(page.locator("#no-events")).to_contain_text("No key or worker named 'nobody'")
+    expect(page.locator("#no-events")).to_contain_text("No key, worker or user named 'nobody'")
 
 
 def test_older_and_newer_page_through_the_audit_log_as_the_api_counts_it(
@@ -331,3 +331,64 @@ def test_sign_out_ends_the_pages_session(server: ServerProcess, page: Page) -> N
     assert httpx.get(f"{server.url}/api/queue", headers=old_cookie, timeout=10).status_code == 401
     page.goto("/queue")
     page.wait_for_url(re.compile(r"/signin\?next=(/|%2F)queue$"))
+
+
+def _user_with_key(server: ServerProcess, name: str) -> str:
+    with server.admin() as admin:
+        made = admin.post("/api/users", json={"name": name, "level": "researcher"})
+        assert made.status_code == 201, made.text
+        key = admin.post(
+            "/api/admin/api-keys",
+            json={"name": f"{name}-laptop", "permissions": ["queue.submit"], "user": name},
+        )
+        assert key.status_code == 201, key.text
+    return str(key.json()["key"])
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
+def test_audit_filters_by_a_users_name_names_the_user_and_shows_new_events_live(
+    server: ServerProcess, page: Page, viewport: dict[str, int]
+) -> None:
+    """#33.10: "rita" answered "No key or worker named 'rita'"; no User column; not live."""
+    rita = unique("rita")
+    key = _user_with_key(server, rita)
+    with httpx.Client(base_url=server.url, headers={"X-API-Key": key}, timeout=10) as client:
+        first = client.post("/api/queue/submit", json={"config": {"command": ["true"]}})
+        assert first.status_code == 201, first.text
+    page.set_viewport_size(viewport)
+    sign_in(page, server.admin_key, then="/audit")
+    expect(page.locator("#live")).to_have_text("live")
+    page.fill("#f-actor", rita)
+    page.click("#filters button[type=submit]")
+    rows = page.locator("#events tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator("td[data-label=User]")).to_have_text(rita)
+    expect(rows.first.locator("td[data-label=Actor]")).to_have_text(f"{rita}-laptop")
+
+    with httpx.Client(base_url=server.url, headers={"X-API-Key": key}, timeout=10) as client:
+        second = client.post("/api/queue/submit", json={"config": {"command": ["true"]}})
+        assert second.status_code == 201, second.text
+    expect(rows).to_have_count(2)  # no reload: the page heard of it
+    with server.admin() as admin:
+        body = admin.get("/api/audit", params={"user": rita}).json()
+    assert body["total"] == 2
+    assert [e["target"] for e in body["events"]] == [second.json()["id"], first.json()["id"]]
+    expect(rows.first.locator("td[data-label=Target]")).to_have_text(second.json()["id"])
+    expect(page.locator("#total")).to_have_text(re.compile(r"of 2 events$"))
+    assert sideways(page) <= 0
+
+
+def test_audit_rows_at_390_px_are_compact_cards(
+    server: ServerProcess, page: Page, audited: dict[str, str]
+) -> None:
+    """#33.9: the Audit page was 29,489 px at 390 px: a field a line made each row tall."""
+    page.set_viewport_size(PHONE)
+    sign_in(page, server.admin_key, then="/audit")
+    rows = page.locator("#events tbody tr[data-event]")
+    expect(rows.first).to_be_visible()
+    page.wait_for_function("document.querySelector('#events tbody tr').offsetHeight > 0")
+    heights = rows.evaluate_all("rs => rs.map(r => r.getBoundingClientRect().height)")
+    mean = sum(heights) / len(heights)
+    print(f"\n{len(heights)} audit rows at 390 px: mean {mean:.0f}, tallest {max(heights):.0f} px")
+    assert mean <= 240, heights
+    assert sideways(page) <= 0

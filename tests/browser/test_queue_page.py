@@ -131,7 +131,8 @@ def test_the_job_page_names_its_worker_and_the_key_that_submitted_it(
     worker = page.locator("#facts dd").nth(3)
     by = page.locator("#facts dt", has_text="By").locator("xpath=following-sibling::dd[1]")
     expect(worker).to_have_text("local")
-    expect(worker.locator("span")).to_have_attribute("title", ran["worker_id"])
+    expect(worker.locator("a")).to_have_attribute("title", ran["worker_id"])
+    expect(worker.locator("a")).to_have_attribute("href", f"/workers/{ran['worker_id']}")
     expect(by).to_have_text("admin")
     expect(by.locator("span")).to_have_attribute("title", ran["submitted_by"])
     expect(page.locator('#attempts td[data-label="Worker"]')).to_have_text("local")
@@ -270,3 +271,37 @@ def test_older_and_newer_page_through_more_jobs_than_a_page_holds(
     expect(rows.first).to_have_attribute("data-job", ids[5])
     expect(page.locator("#older")).to_be_hidden()  # one page: nothing to page through
     expect(page.locator("#newer")).to_be_hidden()
+
+
+NAV = ["Workers", "Train", "Queue", "Teams", "Fleet", "Secrets", "Audit", "API keys", "Webhooks"]
+
+
+def test_at_390_px_every_page_link_shows_and_18_queued_jobs_are_compact_rows(
+    server: ServerProcess, page: Page
+) -> None:
+    """#33.9: at 390 px "API keys" and "Webhooks" were cut off the navigation, and a queued
+    job was a ~600 px card (18 jobs: a 10,918 px page)."""
+    label = unique("phone")
+    ids = waiting_jobs(server, label, 18)
+    page.set_viewport_size(PHONE)
+    sign_in(page, server.admin_key, then=f"/queue?status=queued&label=pool%3D{label}")
+    rows = page.locator("#jobs tbody tr")
+    expect(rows).to_have_count(18)
+    expect(rows.first).to_have_attribute("data-job", ids[0])
+
+    links = page.locator("nav a")
+    expect(links).to_have_text(NAV)
+    boxes = [links.nth(i).bounding_box() for i in range(len(NAV))]
+    outside = [t for t, b in zip(NAV, boxes, strict=True) if not b or b["x"] + b["width"] > 390]
+    assert outside == [], f"nav links beyond the window's right edge: {outside}"
+    heights = rows.evaluate_all("rs => rs.map(r => r.getBoundingClientRect().height)")
+    whole = page.evaluate("document.documentElement.scrollHeight")
+    print(f"\n18 queued jobs at 390 px: rows up to {max(heights):.0f} px, page {whole} px")
+    assert max(heights) <= 200, heights
+    assert whole <= 5500
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0
+    screenshot(page, "phone-queue-18")
+
+    links.filter(has_text="Webhooks").click()  # reachable: a click away
+    expect(page).to_have_url(f"{server.url}/webhooks")

@@ -131,6 +131,109 @@ def test_a_lead_approves_a_viewers_job_in_the_queue_panel_and_it_joins_the_queue
     expect(page.locator("#approve")).to_be_hidden()
 
 
+DEFAULT_POLICY = {
+    "fair_share": False, "half_life_s": 604800.0, "preemption": False, "min_runtime_s": 600.0,
+    "preempt_grace_s": 120.0, "approve_gpus_over": None, "approve_levels": ["viewer"],
+    "user_max_jobs": None,
+}  # fmt: skip
+WIDE = {"width": 1440, "height": 900}
+
+
+@pytest.fixture
+def policy_restored(server: ServerProcess) -> Iterator[None]:
+    """The module's server shares one policy: put back as the other tests expect it."""
+    yield
+    admin_call(server, "PATCH", "/api/queue/policy", json=DEFAULT_POLICY)
+
+
+def test_an_admin_sets_the_queue_policy_in_the_queue_panel_and_a_researcher_is_told_the_rule(
+    server: ServerProcess, page: Page, policy_restored: None
+) -> None:
+    page.set_viewport_size(WIDE)
+    sign_in(page, server.admin_key, then="/queue")
+    expect(page.locator("#policy-approvals")).to_have_text(
+        "viewers' jobs wait for a lead's or an admin's approval"
+    )
+    expect(page.locator("#policy-limits")).to_have_text("none")
+    page.click("#policy-edit")
+    form = page.locator("#policy-form")
+    expect(form).to_be_visible()
+    form.locator("[name=half_life_h]").fill("0")  # under the least the policy takes
+    form.locator("[name=user_max_jobs]").fill("2")
+    page.click("#policy-save")
+    expect(form.locator('[data-error-for="half_life_h"]')).to_contain_text("at least")
+    assert admin_call(server, "GET", "/api/queue/policy")["user_max_jobs"] is None  # nothing
+    form.locator("[name=fair_share]").check()
+    form.locator("[name=half_life_h]").fill("24")
+    form.locator("[name=preemption]").check()
+    form.locator("[name=min_runtime_min]").fill("5")
+    form.locator("[name=preempt_grace_s]").fill("30")
+    form.locator("[name=approve_levels][value=researcher]").check()
+    form.locator("[name=approve_gpus_over]").fill("4")
+    screenshot(page, "queue-policy-dialog")
+    page.click("#policy-save")
+    expect(page.locator("#policy")).to_be_hidden()
+
+    policy = admin_call(server, "GET", "/api/queue/policy")
+    assert (policy["fair_share"], policy["half_life_s"]) == (True, 86400.0)
+    assert (policy["preemption"], policy["min_runtime_s"], policy["preempt_grace_s"]) == (
+        True, 300.0, 30.0,
+    )  # fmt: skip
+    assert policy["approve_levels"] == ["researcher", "viewer"]
+    assert (policy["approve_gpus_over"], policy["user_max_jobs"]) == (4, 2)
+    expect(page.locator("#policy-limits")).to_have_text("per user 2 jobs")
+    expect(page.locator("#policy-approvals")).to_have_text(
+        "researchers' and viewers' jobs, and jobs asking more than 4 GPUs, wait for a lead's "
+        "or an admin's approval"
+    )
+    expect(page.locator("#policy-fair-share")).to_have_text("on, usage halves every 1 d")
+    expect(page.locator("#policy-preemption")).to_have_text(
+        "on, after 5 min of running, with 30 s to checkpoint"
+    )
+    screenshot(page, "queue-policy")
+    sign_out(page)
+
+    # A researcher reads the policy, may not change it, and is told why their job waits.
+    _name, key = user_with_key(server, "researcher", "queue.read", "queue.submit")
+    job_id = held_job(server, key)
+    with as_key(server, key) as researcher:
+        refused = researcher.patch("/api/queue/policy", json={"approve_levels": []})
+    assert refused.status_code == 403, refused.text
+    assert admin_call(server, "GET", "/api/queue/policy")["approve_levels"] == [
+        "researcher", "viewer",
+    ]  # fmt: skip
+    sign_in(page, key, then="/queue")
+    expect(page.locator("#policy-approvals")).to_contain_text("researchers' and viewers' jobs")
+    expect(page.locator("#policy-edit")).to_have_count(0)
+    page.set_viewport_size(PHONE)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the policy makes the Queue page {overflow} px too wide on a phone"
+    screenshot(page, "phone-queue-policy")
+    page.goto(f"/queue/{job_id}")
+    expect(page.locator("#waiting-summary")).to_have_text(
+        "held for approval: researchers' jobs need a lead's or an admin's approval (queue "
+        "policy); a lead of its team or an admin approves it with Approve on the Queue page"
+    )
+
+
+def test_the_policy_dialog_fits_a_phone(
+    server: ServerProcess, page: Page, policy_restored: None
+) -> None:
+    page.set_viewport_size(PHONE)
+    sign_in(page, server.admin_key, then="/queue")
+    page.click("#policy-edit")
+    save = page.locator("#policy-save")
+    save.scroll_into_view_if_needed()
+    box = save.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= PHONE["width"]
+    screenshot(page, "phone-queue-policy-dialog")
+    page.locator("#policy-form [name=max_gpus]").fill("8")
+    save.click()
+    expect(page.locator("#policy-limits")).to_have_text("fleet 8 GPUs")
+    assert admin_call(server, "GET", "/api/queue/policy")["max_gpus"] == 8
+    admin_call(server, "PATCH", "/api/queue/policy", json={"max_gpus": None})
+
+
 def test_a_lead_sees_the_teams_but_not_the_admins_forms(server: ServerProcess, page: Page) -> None:
     team = unique("speech")
     admin_call(server, "POST", "/api/teams", json={"name": team, "weight": 2})

@@ -9,8 +9,9 @@ to a results file shared by the whole fleet, one `O_APPEND` write each:
 That file is the ground truth the invariants are checked against (which attempts really ran,
 when, and whether one ran twice), beside what the orchestrator's API says.
 
-Size: `GPUFLEET_CHAOS_JOBS` jobs over the whole tier (default 100, the budget `make test` spends; raise it for a longer run), shared among the scenarios
-by their weights; `GPUFLEET_CHAOS_SEED` fixes the random choices (a fresh seed is printed);
+Size: `GPUFLEET_CHAOS_JOBS` jobs over the whole tier (default 100, the budget `make test`
+spends; raise it for a longer run), shared among the scenarios by their weights;
+`GPUFLEET_CHAOS_SEED` fixes the random choices (a fresh seed is printed);
 `GPUFLEET_CHAOS_DATABASE_URL` runs the orchestrator on PostgreSQL instead of SQLite.
 """
 

@@ -105,11 +105,21 @@ def test_webhooks_add_test_deliveries_update_and_delete(
             gf(server, "webhooks", "update", added["id"], "--unsigned", "-e", "job.failed")
         )
         assert changed.strip() == (
-            f"Updated webhook {added['id']} (unsigned) for job.failed, sending to {shown}."
+            f"Updated webhook {added['id']} (unsigned, gpufleet) for job.failed, "
+            f"sending to {shown}."
         )
         assert "Delivered" in ok(gf(server, "webhooks", "test", added["id"]))
         _, unsigned = receiver.wait_for(2)
         assert "x-gpufleet-signature" not in unsigned.headers
+        # A Discord (or Slack) incoming webhook gets its own shape.
+        teams = gf(server, "webhooks", "update", added["id"], "--format", "teams")
+        assert teams.returncode != 0 and "'teams' is not one of" in teams.stderr
+        discord = ok(gf(server, "webhooks", "update", added["id"], "--format", "discord"))
+        assert "(unsigned, discord)" in discord
+        assert "discord" in ok(gf(server, "webhooks", "list"))
+        assert "Delivered" in ok(gf(server, "webhooks", "test", added["id"]))
+        *_, shaped = receiver.wait_for(3)
+        assert json.loads(shaped.body)["content"].startswith("gpufleet: A test event")
     moved = as_json(
         gf(server, "webhooks", "update", added["id"], "--to", "https://h.example/x", "--json")
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.e2e.conftest import ServerProcess
-from tests.e2e.test_cli import gf, job_file, ok, one_line_error, server
+from tests.e2e.test_cli import as_json, gf, job_file, ok, one_line_error, server
 
 __all__ = ["server"]  # the module's orchestrator, shared with test_cli's fixture
 
@@ -87,7 +87,22 @@ def test_audit_takes_a_key_name_as_actor_shows_names_and_says_when_no_one_has_it
     assert "key:k_" not in table
 
     none = ok(gf(server, "audit", "--actor", "nobody"))
-    assert "No audit events match. No key or worker named 'nobody'" in none
+    assert "No audit events match. No key, worker or user named 'nobody'" in none
+
+
+def test_audit_user_shows_a_users_keys_events_in_a_user_column(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    ok(gf(server, "users", "create", "cli-rita", "--level", "researcher"))
+    create = ("keys", "create", "rita-cli", "-p", "queue.submit", "-p", "queue.read", "--user")
+    create += ("cli-rita",)
+    made = as_json(gf(server, *create, "--json"))
+    ok(gf(server, "jobs", "submit", str(job_file(tmp_path, "pass")), key=made["key"]))
+
+    table = ok(gf(server, "audit", "--user", "cli-rita"))
+    header, row = table.splitlines()[:2]
+    assert header.split()[:5] == ["TIME", "TYPE", "ACTOR", "USER", "TARGET"]
+    assert "job.submitted" in row and "rita-cli" in row and "cli-rita" in row
 
 
 def test_a_worker_started_without_a_token_is_told_which_command_makes_one() -> None:

@@ -94,3 +94,28 @@ def test_jobs_logs_prints_every_line_of_a_log_whose_pages_stop_at_4_mib(
     assert printed == texts
     assert len(_log_reads(server, wide.job_id)) == 3  # 64 lines a page, not 1,000
     wide.worker.close()
+
+
+def test_jobs_logs_grep_prints_the_lines_holding_the_text_as_typed(
+    server: ServerProcess, job: RunningJob
+) -> None:
+    found = ok(gf(server, "jobs", "logs", job.job_id, "--grep", "STEP=1234 ")).splitlines()
+    last = ok(gf(server, "jobs", "logs", job.job_id, "--grep", "step=12", "-n", "2"))
+    pattern = ok(gf(server, "jobs", "logs", job.job_id, "--grep", "step=1.34"))
+
+    assert found == [line_text(1234)]
+    matching = [line_text(i) for i in range(LINES) if "step=12" in line_text(i)]
+    assert last.splitlines() == matching[-2:]
+    assert pattern == ""  # `.` is a dot, not any character
+
+
+def test_jobs_logs_grep_refuses_follow_and_a_text_too_long_in_its_own_terms(
+    server: ServerProcess, job: RunningJob
+) -> None:
+    followed = gf(server, "jobs", "logs", job.job_id, "--grep", "x", "-f")
+    long = gf(server, "jobs", "logs", job.job_id, "--grep", "x" * 300)
+
+    assert followed.returncode == 2
+    assert "--grep searches the lines stored so far, not new ones: drop -f" in followed.stderr
+    assert long.returncode == 2
+    assert "--grep is 300 characters; search for at most 256" in long.stderr

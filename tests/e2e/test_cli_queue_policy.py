@@ -85,12 +85,14 @@ def test_a_rejected_job_says_why_and_a_bad_setting_is_one_line(server: ServerPro
 
     rejected = ok(gf(server, "queue", "reject", job_id, "--reason", "not today"))
     again = one_line_error(gf(server, "queue", "approve", job_id))
+    shown = ok(gf(server, "jobs", "show", job_id))
     bad = one_line_error(gf(server, "queue", "limits", "--set", "max_gpus=lots"))
     unknown = one_line_error(gf(server, "queue", "limits", "--set", "speed=11"))
     cleaned = as_json(gf(server, "queue", "cleanup", "--days", "30", "--json"))
 
     assert f"Rejected job {job_id}: rejected by " in rejected and "not today" in rejected
     assert "not waiting for approval" in again
+    assert re.search(r"rejected by\s+admin \(key:k_", shown)
     assert "max_gpus takes a number" in bad
     assert "FIELD one of" in unknown
     assert cleaned == {"success": True, "deleted": 0, "days": 30}

@@ -109,3 +109,44 @@ def test_the_relay_trims_a_chatty_trainers_progress_and_says_so_once(
     with path.open("a") as file:
         file.write(json.dumps({"step": 9, "total": 70, "metrics": {"loss": 0.4}}) + "\n")
     assert tail.poll() == {"step": 9, "total": 70, "metrics": {"loss": 0.4}}
+
+
+def test_the_relay_keeps_every_progress_line_until_a_report_takes_them(tmp_path: Path) -> None:
+    path = tmp_path / "progress.jsonl"
+    tail = ProgressTail(path)
+    with path.open("w") as file:
+        for step in range(5):
+            file.write(json.dumps({"step": step, "metrics": {"loss": 1 / (step + 1)}}) + "\n")
+            file.write(json.dumps({"checkpoint": f"out/c{step}", "step": step}) + "\n")
+    tail.poll()
+    tail.poll()  # another look (the checkpoint shipper's) loses none
+
+    taken = tail.take_points()
+
+    assert [p["step"] for p in taken] == [0, 1, 2, 3, 4]
+    assert tail.take_points() == []
+
+
+@given(st.integers(0, 1000), st.integers(0, 40_000))
+def test_a_reports_points_are_thinned_evenly_to_fit_with_the_first_and_last_kept(
+    count: int, padding: int
+) -> None:
+    points = [{"step": i, "metrics": {"loss": 0.5, "x": "z" * padding}} for i in range(count)]
+
+    fitted = bounds.fit_points(points)
+
+    assert bounds.points_problem(fitted) is None
+    if count:
+        assert fitted[0] == points[0] and fitted[-1] == points[-1]
+    steps = [p["step"] for p in fitted]
+    assert steps == sorted(set(steps))
+    if bounds.points_problem(points) is None:
+        assert fitted == points
+
+
+def test_a_report_over_200_points_or_512_kib_of_them_is_refused_naming_the_limit() -> None:
+    assert bounds.points_problem([{"step": 1}] * 200) is None
+    many = bounds.points_problem([{"step": 1}] * 201)
+    assert many is not None and "limit of 200" in many
+    big = bounds.points_problem([{"step": 1, "x": "z" * (256 * KIB)}] * 2)
+    assert big is not None and "524288 bytes" in big

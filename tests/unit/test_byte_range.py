@@ -1,4 +1,4 @@
-"""`Range: bytes=…` as the storage route reads it (routes/storage.byte_range)."""
+"""`Range: bytes=…` as the storage route reads it (routes/s3_storage.byte_range)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.errors import InvalidInput
-from gpufleet.server.routes.storage import byte_range
+from gpufleet.server.routes.s3_storage import byte_range
 
 
 @given(size=st.integers(1, 10**12), first=st.integers(0, 10**13), last=st.integers(0, 10**13))

@@ -41,6 +41,21 @@ def test_thinning_point_by_point_keeps_exactly_the_evenly_spaced_points(
     assert replay(received, capacity) == set(kept(received - 1, capacity))
 
 
+@given(st.integers(3, 40), st.lists(st.integers(1, 300), min_size=1, max_size=20))
+def test_thinning_a_batch_at_a_time_keeps_what_one_by_one_would(
+    capacity: int, batches: list[int]
+) -> None:
+    stored: set[int] = set()
+    received = 0
+    for size in batches:  # a report carries every point the job wrote since the last one
+        first, received = received, received + size
+        stored |= set(range(first, received))
+        plan = thinning(received - 1, capacity, first=first)
+        if plan is not None:
+            stored -= {o for o in range(plan.start, plan.stop) if o in stored and o % plan.stride}
+        assert stored == set(kept(received - 1, capacity))
+
+
 @given(st.integers(3, 1000), st.integers(0, 10**9))
 def test_a_series_keeps_at_most_its_capacity_with_the_first_and_latest_points(
     capacity: int, ordinal: int

@@ -628,7 +628,7 @@ def test_a_submit_past_the_queued_limit_is_refused_and_one_below_is_not():
 
 def test_viewers_jobs_wait_for_approval_by_default():
     assert approval_needed(Policy(), Level.VIEWER, 1) == (
-        "jobs of viewers wait for approval by a lead of their team or an admin"
+        "viewers' jobs need a lead's or an admin's approval"
     )
     assert approval_needed(Policy(), Level.RESEARCHER, 64) is None
 
@@ -637,7 +637,7 @@ def test_jobs_over_the_gpu_rule_wait_for_approval_except_an_admins():
     policy = Policy(approve_gpus_over=4, approve_levels=frozenset())
     assert approval_needed(policy, Level.RESEARCHER, 4) is None
     assert approval_needed(policy, Level.LEAD, 5) == (
-        "jobs asking more than 4 GPUs wait for approval by a lead of their team or an admin"
+        "jobs asking more than 4 GPUs need a lead's or an admin's approval"
     )
     assert approval_needed(policy, Level.ADMIN, 64) is None
     assert approval_needed(policy, Level.VIEWER, 1) is None

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from gpufleet.domain.levels import Level
 from gpufleet.domain.records import GpuStat, Job
 from gpufleet.domain.states import JobStatus, RetryOn, Target, WorkerStatus, WorkerType
-from gpufleet.domain.webhooks import Subscription
+from gpufleet.domain.webhooks import PayloadFormat, Subscription
 from gpufleet.store import tables
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.jobs import NewJob
@@ -114,8 +114,9 @@ def test_renamed_and_enum_set_columns_are_read_as_declared() -> None:
     key = {c.name: None for c in tables.api_keys.c} | {"permissions": ["admin"]}
     assert rows.api_key(key).revoked is False
     assert rows.api_key(key | {"revoked_at": NOW}).revoked is True
-    hook = {c.name: None for c in tables.webhooks.c} | {"events": ["job.ended"]}
+    hook = {c.name: None for c in tables.webhooks.c} | {"events": ["job.ended"], "format": "slack"}
     assert rows.webhook(hook).events == frozenset({Subscription("job.ended")})
+    assert rows.webhook(hook).format is PayloadFormat.SLACK
     user = {c.name: None for c in tables.users.c} | {"level": "lead", "usage": 2}
     assert rows.user(user).level is Level.LEAD and isinstance(rows.user(user).usage, float)
 

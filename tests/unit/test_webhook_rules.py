@@ -5,15 +5,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpufleet.domain import webhook_formats
 from gpufleet.domain import webhooks as rules
 from gpufleet.domain.permissions import PERMISSION_HELP, PERMISSIONS
 from gpufleet.domain.secrets import open_secret, seal_secret
 from gpufleet.domain.states import TERMINAL_JOB
-from gpufleet.domain.webhooks import DeliveryStatus, Event, Subscription
+from gpufleet.domain.webhooks import DeliveryStatus, Event, PayloadFormat, Subscription
 from gpufleet.errors import InvalidInput
 
 
@@ -90,3 +92,53 @@ def test_a_secret_has_at_least_16_characters_or_none(secret: str, ok: bool) -> N
     else:
         with pytest.raises(InvalidInput, match="at least 16"):
             rules.check_secret(secret)
+
+
+# ---- payload formats (domain/webhook_formats.py) ----------------------------------------
+
+_PAYLOADS = {
+    "job.failed": {"job": {"id": "j_1", "status": "failed", "exit_code": 3, "error": "x"}},
+    "worker.lost": {"worker": {"name": "gpu-1", "job_id": "j_1"}, "reason": "silent"},
+    "job.approved": {"job": {"id": "j_1", "user_name": "rita"}, "by": "lena", "reason": None},
+    "job.rejected": {"job": {"id": "j_1", "user_name": "rita"}, "by": "lena", "reason": "no"},
+    "test": {"webhook_id": "wh_1"},
+}
+
+
+def _body(event: str, **more: object) -> str:
+    return orjson.dumps({"id": "d_1", "event": event, "occurred_at": "now", **more}).decode()
+
+
+def test_formats_are_checked_and_each_is_explained() -> None:
+    assert rules.check_format(None) is PayloadFormat.GPUFLEET
+    assert rules.check_format(" Slack") is PayloadFormat.SLACK
+    assert set(rules.FORMAT_HELP) == set(PayloadFormat)
+    for wrong in ("", "teams", "slack,discord", "x" * 500):
+        with pytest.raises(InvalidInput, match="choose one of gpufleet, slack, discord") as exc:
+            rules.check_format(wrong)
+        assert len(exc.value.message) < 120  # a long value is not echoed back whole
+
+
+@pytest.mark.parametrize("event", [*_PAYLOADS, "job.completed", "job.cancelled"])
+def test_every_event_reads_as_a_sentence_in_slack_and_discord_and_ours_is_unchanged(
+    event: str,
+) -> None:
+    body = _body(event, **_PAYLOADS.get(event, {"job": {"id": "j_1", "status": "x"}}))
+    assert webhook_formats.render(PayloadFormat.GPUFLEET, body) == body.encode()
+    slack = orjson.loads(webhook_formats.render(PayloadFormat.SLACK, body))
+    discord = orjson.loads(webhook_formats.render(PayloadFormat.DISCORD, body))
+    named = {"worker.lost": "gpu-1", "test": "wh_1"}.get(event, "j_1")  # what it is about
+    assert slack["text"].startswith("gpufleet: ") and named in slack["text"]
+    assert slack["blocks"][0]["text"]["text"] == slack["text"]
+    assert discord["content"] == webhook_formats.summary(orjson.loads(body))
+
+
+@given(st.text(max_size=5000), st.text(max_size=200))
+def test_what_people_write_never_pings_nor_overflows_a_message(error: str, name: str) -> None:
+    body = _body("job.rejected", job={"id": "j_1", "user_name": name}, by=name, reason=error)
+    slack = orjson.loads(webhook_formats.render(PayloadFormat.SLACK, body))
+    discord = orjson.loads(webhook_formats.render(PayloadFormat.DISCORD, body))
+    assert "<" not in slack["text"] and ">" not in slack["text"]  # no <!channel>, no <url|x>
+    assert len(slack["text"]) <= webhook_formats.SLACK_TEXT_MAX
+    assert len(discord["content"]) <= webhook_formats.DISCORD_CONTENT_MAX
+    assert discord["allowed_mentions"] == {"parse": []}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.worker.job import BadOffer, Offer
+from gpufleet.worker.job import JobSpec
 from gpufleet.worker.keep import (
     DEFAULT_ARTIFACTS,
     BadKeepRule,
@@ -16,6 +16,7 @@ from gpufleet.worker.keep import (
     checkpoint_folders,
     inside,
 )
+from gpufleet.worker.offer import BadOffer, Offer
 
 
 def write(folder: Path, *paths: str) -> None:
@@ -142,7 +143,7 @@ def test_a_bad_keep_rule_makes_the_offer_unrunnable_with_a_clear_message() -> No
         }
     )
     with pytest.raises(BadOffer, match=r"job j_1: artifacts '\.\./\.\./etc/\*\*' is refused"):
-        offer.spec()
+        JobSpec.from_offer(offer)
 
 
 @pytest.mark.parametrize(
@@ -161,4 +162,4 @@ def test_a_resume_the_worker_cannot_follow_makes_the_offer_unrunnable(resume: ob
         {"job_id": "j_1", "attempt_id": "a_1", "config": {}, "command": ["true"], "resume": resume}
     )
     with pytest.raises(BadOffer, match="job j_1: the offer's resume"):
-        offer.spec()
+        JobSpec.from_offer(offer)

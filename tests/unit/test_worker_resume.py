@@ -21,7 +21,7 @@ import pytest
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.errors import Fenced
-from gpufleet.worker.job import Offer
+from gpufleet.worker.offer import Offer
 from gpufleet.worker.resume import Resume, ResumeFailed, download_checkpoint
 from gpufleet.worker.starting import prepare
 from gpufleet.worker.uploads import FileDigest

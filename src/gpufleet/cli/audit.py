@@ -21,7 +21,10 @@ from gpufleet.cli.options import SINCE
     metavar="TYPE",
     help="An event type (job.submitted) or a prefix ending in a dot (worker.).",
 )
-@click.option("--actor", help="Only events by this actor (admin, api_key:…, worker:…).")
+@click.option(
+    "--actor", help="Only events by this actor: a key's name or id, a worker's name, a user's name."
+)
+@click.option("--user", metavar="USER", help="Only events by this user's keys (a name or id).")
 @click.option("--target", metavar="ID", help="Only events about this worker, job or config.")
 @click.option("--since", type=SINCE, help="Only events after this: 30m, 2h (ago) or an ISO time.")
 @click.option("--until", type=SINCE, help="Only events before this: 30m, 2h (ago) or an ISO time.")
@@ -37,6 +40,7 @@ def audit(
     api: ApiClient,
     event_type: str | None,
     actor: str | None,
+    user: str | None,
     target: str | None,
     since: datetime | None,
     until: datetime | None,
@@ -52,6 +56,7 @@ def audit(
         "/api/audit",
         type=event_type,
         actor=actor,
+        user=user,
         target=target,
         since=since.isoformat() if since else None,
         until=until.isoformat() if until else None,
@@ -68,17 +73,19 @@ def audit(
         )
         return
     names = body.get("actor_names", {})  # an actor by its key's or worker's name
+    users = body.get("actor_users", {})  # the user whose key it is
     rows = [
         (
             out.clock(e["ts"]),
             e["event_type"],
             names.get(e["actor"], e["actor"]),
+            users.get(e["actor"], "-"),
             e["target"],
             _brief(e["detail"]),
         )
         for e in body["events"]
     ]
-    console.print(out.table(("TIME", "TYPE", "ACTOR", "TARGET", "DETAIL"), rows))
+    console.print(out.table(("TIME", "TYPE", "ACTOR", "USER", "TARGET", "DETAIL"), rows))
     console.print(f"\n{len(rows)} of {body['total']} event{'s' if body['total'] != 1 else ''}")
 
 

@@ -19,6 +19,7 @@ from rich.progress import (
 
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
+from gpufleet.domain.bounds import log_search_problem
 from gpufleet.domain.states import PLACED_JOB, TERMINAL_JOB, JobStatus
 from gpufleet.errors import ClientError
 
@@ -36,26 +37,46 @@ PAGE = 1000  # lines a request; the most the CLI holds at once
     metavar="N",
     help="Only the last N lines (with -f: then the new ones as they come).",
 )
+@click.option(
+    "--grep",
+    metavar="TEXT",
+    help="Only the lines holding TEXT, as typed (no pattern), ignoring case; searched on the "
+    "orchestrator (with --tail: the last N of them).",
+)
 @json_option
 @api_options
-def logs(api: ApiClient, job_id: str, follow: bool, tail: int | None, as_json: bool) -> None:
+def logs(
+    api: ApiClient,
+    job_id: str,
+    follow: bool,
+    tail: int | None,
+    grep: str | None,
+    as_json: bool,
+) -> None:
     """Print a job's output, read and printed a page at a time (--json: one JSON object a
     line).
 
     With -f, follows the job live and exits 0 when it completed, 1 when it failed or was
     cancelled.
     """
-    after = _print_pages(api, job_id, tail, as_json)
+    if grep is not None and follow:
+        raise click.UsageError("--grep searches the lines stored so far, not new ones: drop -f")
+    if grep is not None and (problem := log_search_problem(grep, "--grep")):
+        raise click.UsageError(problem)
+    after = _print_pages(api, job_id, tail, as_json, grep)
     if follow:
         _follow_logs(api, job_id, as_json, after)
 
 
-def _print_pages(api: ApiClient, job_id: str, tail: int | None, as_json: bool) -> int:
-    """Every line there is now (the last `tail` only, if given), one page in memory at a
-    time; returns the cursor to follow on from."""
+def _print_pages(
+    api: ApiClient, job_id: str, tail: int | None, as_json: bool, grep: str | None
+) -> int:
+    """Every line there is now (the last `tail` only, if given; those holding `grep` only,
+    if given), one page in memory at a time; returns the cursor to follow on from."""
     cursor: dict[str, int] = {"after": 0} if tail is None else {"tail": tail}
+    search = {} if grep is None else {"q": grep}
     while True:
-        body = api.get(f"/api/queue/{part(job_id)}/logs", limit=PAGE, **cursor)
+        body = api.get(f"/api/queue/{part(job_id)}/logs", limit=PAGE, **search, **cursor)
         for line in body["lines"]:
             _print_line(line, as_json)
         sys.stdout.flush()
@@ -113,11 +134,12 @@ def _watch(api: ApiClient, job: dict[str, Any]) -> dict[str, Any]:
         TimeElapsedColumn(),
         console=out.console(),
     )
-    seen: tuple[str, str | None, str | None] | None = None
+    seen: tuple[str, str | None, str | None, str | None] | None = None
     with bar:
         task = bar.add_task(job["id"], total=None, metrics="")
         while True:
-            now = (job["status"], job["current_attempt_id"], _waiting(job))
+            unheard = (job.get("worker_unheard") or {}).get("presence")
+            now = (job["status"], job["current_attempt_id"], _waiting(job), unheard)
             if now != seen:
                 bar.console.print(out.text(_moment(job)))
                 seen = now
@@ -158,8 +180,23 @@ def _moment(job: dict[str, Any]) -> str:
     if status == "queued" and _waiting(job):
         return f"{stamp} queued: {_waiting(job)}"
     if status in PLACED_JOB:
-        return f"{stamp} {status} on {job['worker_id']} (attempt {job['attempts']})"
+        line = f"{stamp} {status} on {_worker(job)} (attempt {job['attempts']})"
+        return line + _unheard(job.get("worker_unheard"))
     return f"{stamp} {status}"
+
+
+def _worker(job: dict[str, Any]) -> str:
+    """The job's worker by the name a person gave it (its id once it is deleted)."""
+    return str(job.get("worker_name") or job["worker_id"])
+
+
+def _unheard(unheard: dict[str, Any] | None) -> str:
+    """Its worker's stream is gone: said at once, with when the job is requeued."""
+    if not unheard:
+        return ""
+    due = _clock(unheard["requeue_due"]) if unheard.get("requeue_due") else None
+    then = f"; requeued at {due} unless it reconnects" if due else ""
+    return f": its worker is {unheard['text']}{then}"
 
 
 def _clock(iso: str) -> str | None:
@@ -175,7 +212,7 @@ def _print_result(job: dict[str, Any]) -> None:
     exit_code = "-" if job["exit_code"] is None else job["exit_code"]
     line = f"Job {job['id']} {job['status']}: exit code {exit_code}, ran {took}"
     if job["worker_id"]:
-        line += f" on {job['worker_id']}"
+        line += f" on {_worker(job)}"
     out.echo(line + ".")
     if job["error"]:
         out.echo(f"Error: {job['error'].rstrip()}")

@@ -292,11 +292,11 @@ def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("submitted", f"{out.when(job['created_at'])} by {by}"),
         ("user", job.get("user") or "-"),
         ("team", job.get("team") or "-"),
-        *(
-            [("approved by", _named(job.get("approved_by_name"), job["approved_by"]))]
-            if job.get("approved_by")
-            else []
-        ),
+        *[
+            (f"{verb} by", _named(job.get(f"{verb}_by_name"), job[f"{verb}_by"]))
+            for verb in ("approved", "rejected")
+            if job.get(f"{verb}_by")
+        ],
         ("started", out.when(job["started_at"])),
         ("ended", out.when(job["ended_at"])),
         *[(k, v) for k, v in reruns if v],

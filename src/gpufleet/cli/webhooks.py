@@ -12,7 +12,13 @@ import click
 
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, json_option, part
-from gpufleet.domain.webhooks import MIN_SECRET_LENGTH, SUBSCRIPTION_HELP, Subscription
+from gpufleet.domain.webhooks import (
+    FORMAT_HELP,
+    MIN_SECRET_LENGTH,
+    SUBSCRIPTION_HELP,
+    PayloadFormat,
+    Subscription,
+)
 from gpufleet.errors import InvalidInput
 
 _EVENTS = ", ".join(f"{s.value} ({text})" for s, text in SUBSCRIPTION_HELP.items())
@@ -43,12 +49,14 @@ def list_webhooks(api: ApiClient, as_json: bool) -> None:
             h["id"],
             h["url"],
             ",".join(h["events"]),
+            h["format"],
             "yes" if h["signed"] else "no",
             out.ago(h["created_at"]),
         )
         for h in body["webhooks"]
     ]
-    out.console().print(out.table(("ID", "URL", "EVENTS", "SIGNED", "ADDED"), rows, wrap="URL"))
+    heads = ("ID", "URL", "EVENTS", "FORMAT", "SIGNED", "ADDED")
+    out.console().print(out.table(heads, rows, wrap="URL"))
 
 
 def _event_option(*, required: bool) -> Callable[[F], F]:
@@ -84,22 +92,40 @@ def _secret_from(secret_env: str) -> str:
     return secret
 
 
+def _format_option(help_: str) -> Callable[[F], F]:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice([f.value for f in PayloadFormat]),
+        help=help_ + " " + "; ".join(f"{f.value}: {text}" for f, text in FORMAT_HELP.items()),
+    )
+
+
 def _said(hook: dict[str, Any]) -> str:
     signed = "signed" if hook["signed"] else "unsigned"
-    return f"webhook {hook['id']} ({signed}) for {', '.join(hook['events'])}"
+    return f"webhook {hook['id']} ({signed}, {hook['format']}) for {', '.join(hook['events'])}"
 
 
 @webhooks.command("add")
 @click.argument("target", metavar="URL")
 @_event_option(required=True)
 @_secret_env_option
+@_format_option("The body's shape (default gpufleet).")
 @json_option
 @api_options
 def add_webhook(
-    api: ApiClient, target: str, events: tuple[str, ...], secret_env: str | None, as_json: bool
+    api: ApiClient,
+    target: str,
+    events: tuple[str, ...],
+    secret_env: str | None,
+    fmt: str | None,
+    as_json: bool,
 ) -> None:
-    """Send the chosen events to URL (http or https)."""
+    """Send the chosen events to URL (http or https): a Slack or Discord incoming webhook's
+    URL with --format slack or discord."""
     body: dict[str, Any] = {"url": target, "events": list(events)}
+    if fmt is not None:
+        body["format"] = fmt
     if secret_env is not None:
         body["secret"] = _secret_from(secret_env)
     hook = api.post("/api/admin/webhooks", body)
@@ -116,6 +142,7 @@ def add_webhook(
 @_event_option(required=False)
 @_secret_env_option
 @click.option("--unsigned", is_flag=True, help="Drop the secret: deliveries go unsigned.")
+@_format_option("Send bodies in this shape instead.")
 @json_option
 @api_options
 def update_webhook(
@@ -125,9 +152,10 @@ def update_webhook(
     events: tuple[str, ...],
     secret_env: str | None,
     unsigned: bool,
+    fmt: str | None,
     as_json: bool,
 ) -> None:
-    """Change a webhook's URL, events or secret; what is not given stays. Deliveries not
+    """Change a webhook's URL, events, format or secret; what is not given stays. Deliveries not
     sent yet go to it as it is then."""
     if secret_env is not None and unsigned:
         raise InvalidInput("give --secret-env VAR or --unsigned, not both")
@@ -140,8 +168,12 @@ def update_webhook(
         body["secret"] = _secret_from(secret_env)
     if unsigned:
         body["secret"] = None
+    if fmt is not None:
+        body["format"] = fmt
     if not body:
-        raise InvalidInput("nothing to change: give --to, --event, --secret-env or --unsigned")
+        raise InvalidInput(
+            "nothing to change: give --to, --event, --format, --secret-env or --unsigned"
+        )
     hook = api.patch(f"/api/admin/webhooks/{part(webhook_id)}", body)
     if as_json:
         out.print_json(hook)

@@ -60,7 +60,8 @@ def list_workers(api: ApiClient, statuses: tuple[str, ...], as_json: bool) -> No
                 wrap="LABELS",
             )
         )
-        counts = ", ".join(f"{n} {s}" for s, n in body["counts"].items() if n)
+        # Per presence, in the words the rows use ("never connected").
+        counts = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in body["counts"].items() if n)
         console.print(out.text(f"\n{len(rows)} worker{'s' if len(rows) != 1 else ''}: {counts}"))
     for job in body["unmatched_jobs"]:  # what the fleet lacks, as each job says
         console.print(out.text(f"Job {job['job_id']} waits: {out.waiting(job)}"))

@@ -77,8 +77,9 @@ _POLICY_WAITS = frozenset(
 def _say_policy_wait(wait: Wait, surface: Surface) -> str:
     p = wait.params
     if wait.code is WaitCode.AWAITING_APPROVAL:
-        rule = f" ({p['rule']})" if p.get("rule") else ""
-        return f"waiting for approval{rule}: {_APPROVE[surface].replace('{job_id}', p['job'])}"
+        rule = p.get("rule") or "a rule held it when it was submitted"
+        advice = _APPROVE[surface].replace("{job_id}", p["job"])
+        return f"held for approval: {rule} (queue policy); {advice}"
     if wait.code is WaitCode.BEHIND_FAIR_SHARE:
         n = p["ahead_by_share"]
         jobs = f"{n} job{'s' if n != 1 else ''}"

@@ -108,18 +108,20 @@ class Thinning:
     stop: int
 
 
-def thinning(ordinal: int, capacity: int = CAPACITY) -> Thinning | None:
-    """What to drop once point `ordinal` is stored beside the points kept before it: the
-    point before it (it was kept only as the latest), or, when the stride has just doubled,
+def thinning(ordinal: int, capacity: int = CAPACITY, first: int | None = None) -> Thinning | None:
+    """What to drop once points `first`…`ordinal` (one point when `first` is None) are stored
+    beside the points kept before them: the point before them (it was kept only as the
+    latest) and the new ones the stride does not divide, or, when the stride has grown,
     every point the new stride does not divide."""
-    if ordinal <= 0:
-        return None
+    first = ordinal if first is None else first
+    if not 0 <= first <= ordinal:
+        raise ValueError(f"points {first} to {ordinal} are no batch")
     s = stride(ordinal, capacity)
-    if s != stride(ordinal - 1, capacity):
-        return Thinning(s, 0, ordinal)
-    if (ordinal - 1) % s:
-        return Thinning(s, ordinal - 1, ordinal)
-    return None
+    if first == 0 or s != stride(first - 1, capacity):
+        return None if s == 1 else Thinning(s, 0, ordinal)
+    if s == 1 or (first == ordinal and (ordinal - 1) % s == 0):
+        return None
+    return Thinning(s, first - 1, ordinal)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,22 +9,18 @@ import re
 from typing import Any
 
 from gpufleet.domain.job_secrets import MASK, looks_like_credential, reference
+from gpufleet.domain.naming import NAME, NAME_RULE, check_name
 from gpufleet.errors import InvalidInput
 
-CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
-# The rule in words: the API, the CLI and the Train page (which checks names with the same
-# pattern before it saves) all say this.
-CONFIG_NAME_RULE = (
-    "use letters, digits, '_', '-' and '.' (at most 128 characters, starting with a letter "
-    "or digit; no '/' or spaces)"
-)
+# A config's name follows the rule of every name (domain/naming.py); the Train page checks
+# it with the same pattern before it saves.
+CONFIG_NAME = NAME
+CONFIG_NAME_RULE = NAME_RULE
 MAX_CONFIG_BYTES = 1_000_000
 
 
 def check_config_name(name: str) -> str:
-    if not CONFIG_NAME.fullmatch(name):
-        raise InvalidInput(f"config name {name!r} is not valid; {CONFIG_NAME_RULE}")
-    return name
+    return check_name("config", name)
 
 
 def could_be_config_name(name: str) -> bool:
@@ -125,6 +121,14 @@ def config_gpu_count(config: dict[str, Any]) -> int:
     """GPUs a config asks for: the count its fields state (`GPU_FIELDS`), else 0."""
     stated = _stated_gpu_count(config)
     return 0 if stated is None else stated[1]
+
+
+def rerun_gpu_count(edited: int | None, old: int, config: dict[str, Any]) -> int | None:
+    """The GPU count an edit-and-re-run asks (`job_gpu_count`'s `requested`): the one the
+    edit gave, else the old job's, unless the config states its own (then the config's)."""
+    if edited is not None:
+        return edited
+    return None if _stated_gpu_count(config) is not None else old
 
 
 def job_gpu_count(requested: int | None, config: dict[str, Any]) -> int:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from gpufleet.domain.states import (
+    TERMINAL_JOB,
     AttemptStatus,
     EndedAttempt,
+    JobStatus,
     RetryOn,
     start_failure_workers,
 )
@@ -155,6 +158,21 @@ def _retry_or_fail(
     if ran < job.max_retries + 1:
         return Requeue(f"attempt {ended.number} {ended.status.value}: {reason}")
     return Fail(f"{reason} (attempt {ran} of {job.max_retries + 1}; no retries left)")
+
+
+def lost_at(last_heard: datetime | None, began: datetime, now: datetime) -> datetime:
+    """When an attempt found lost ended: at its worker's last sign of life (its last
+    heartbeat), not when the sweep noticed the silence a heartbeat timeout later; never
+    before the attempt began, nor after now. Its clock ("Ran") stops there."""
+    if last_heard is None:
+        return now
+    return min(now, max(began, last_heard))
+
+
+def error_is_note(status: JobStatus) -> bool:
+    """A job's `error` while it waits or runs again is the note of a `Requeue`: why its
+    last attempt ended (preempted, lost), not a failure of the job; shown as a note."""
+    return status not in TERMINAL_JOB
 
 
 RESUMED_AFTER = frozenset({A.LOST, A.PREEMPTED})  # endings the next attempt resumes after

@@ -146,6 +146,7 @@ class Job:
     team_id: str | None = None  # for which team; None: its user is in none
     preemptible: bool | None = None  # may be preempted; None: as its team says
     approved_by: str | None = None  # the actor who approved it, when a rule held it
+    rejected_by: str | None = None  # the actor who rejected it (its `error` says why)
     # the stored config's version it ran, its digest and who wrote it (a user id)
     config_version: int | None = None
     config_digest: str | None = None
@@ -346,3 +347,5 @@ class AuditFilter:
     target: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    user: str | None = None  # a user's name or id: the events by their keys
+    actors: tuple[str, ...] | None = None  # any of these (a user's keys); () matches none

@@ -32,12 +32,16 @@ class Subscription(StrEnum):
     JOB_ENDED = "job.ended"  # completed, failed or cancelled
     JOB_FAILED = "job.failed"
     WORKER_LOST = "worker.lost"
+    JOB_APPROVED = "job.approved"
+    JOB_REJECTED = "job.rejected"
 
 
 SUBSCRIPTION_HELP: dict[Subscription, str] = {
     Subscription.JOB_ENDED: "a job completed, failed or was cancelled",
     Subscription.JOB_FAILED: "a job failed for good (no retries left)",
     Subscription.WORKER_LOST: "a worker stopped sending heartbeats and was marked offline",
+    Subscription.JOB_APPROVED: "a job held for approval was approved (its submitter hears it)",
+    Subscription.JOB_REJECTED: "a job held for approval was rejected (its submitter hears why)",
 }
 
 
@@ -48,7 +52,25 @@ class Event(StrEnum):
     JOB_FAILED = "job.failed"
     JOB_CANCELLED = "job.cancelled"
     WORKER_LOST = "worker.lost"
+    JOB_APPROVED = "job.approved"
+    JOB_REJECTED = "job.rejected"
     TEST = "test"  # the UI's *Send test*: sent to one webhook, whatever it subscribes to
+
+
+class PayloadFormat(StrEnum):
+    """The shape of a delivery's body (domain/webhook_formats.py renders the others from
+    gpufleet's own)."""
+
+    GPUFLEET = "gpufleet"  # {"id", "event", "occurred_at", ...}: all the facts, for programs
+    SLACK = "slack"  # a Slack incoming webhook's {"text", "blocks"}
+    DISCORD = "discord"  # a Discord webhook's {"content"}
+
+
+FORMAT_HELP: dict[PayloadFormat, str] = {
+    PayloadFormat.GPUFLEET: "gpufleet's own JSON, every fact (for your programs)",
+    PayloadFormat.SLACK: 'a Slack incoming webhook ({"text": ...})',
+    PayloadFormat.DISCORD: 'a Discord webhook ({"content": ...})',
+}
 
 
 class DeliveryStatus(StrEnum):
@@ -65,6 +87,7 @@ class Webhook:
     secret_sealed: str | None = field(repr=False)  # never leaves the server
     created_at: datetime
     created_by: str | None
+    format: PayloadFormat = PayloadFormat.GPUFLEET
 
     @property
     def signed(self) -> bool:
@@ -95,6 +118,8 @@ HEARD_BY: dict[Event, frozenset[Subscription]] = {
     Event.JOB_FAILED: frozenset({Subscription.JOB_ENDED, Subscription.JOB_FAILED}),
     Event.JOB_CANCELLED: frozenset({Subscription.JOB_ENDED}),
     Event.WORKER_LOST: frozenset({Subscription.WORKER_LOST}),
+    Event.JOB_APPROVED: frozenset({Subscription.JOB_APPROVED}),
+    Event.JOB_REJECTED: frozenset({Subscription.JOB_REJECTED}),
     Event.TEST: frozenset(),
 }
 
@@ -143,6 +168,18 @@ def check_subscriptions(events: Iterable[str]) -> list[Subscription]:
     if not chosen:
         raise InvalidInput("choose at least one event: " + ", ".join(sorted(known)))
     return [Subscription(e) for e in chosen]
+
+
+def check_format(value: str | None) -> PayloadFormat:
+    """The payload format named (None: gpufleet's own), or InvalidInput naming the choices."""
+    if value is None:
+        return PayloadFormat.GPUFLEET
+    try:
+        return PayloadFormat(value.strip().lower())
+    except ValueError:
+        choices = ", ".join(f.value for f in PayloadFormat)
+        shown = value[:32] + ("…" if len(value) > 32 else "")
+        raise InvalidInput(f"unknown format {shown!r}; choose one of {choices}") from None
 
 
 def check_secret(secret: str | None) -> str | None:

@@ -24,20 +24,27 @@ from gpufleet.server.local import parse_local_gpus, start_local_runner
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.routes import (
     admin,
+    approvals,
     artifacts,
+    checkpoints,
+    configs,
     events,
     fleet,
-    notifications,
+    history,
+    housekeeping,
     ops,
     people,
     policy,
-    progress,
     queue,
+    s3_storage,
     secrets,
-    storage,
+    simpletuner_queue,
     ui,
+    uploads,
+    webhooks,
     workers,
 )
+from gpufleet.server.routes import audit as audit_routes
 from gpufleet.server.services import (
     agents,
     audit,
@@ -220,18 +227,26 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
     # them (`routes.api_router`): included, each app would build them all again.
     routers = (
         workers.router,
+        uploads.router,
+        checkpoints.router,
         admin.router,
         artifacts.router,
-        storage.router,
-        notifications.router,
-        policy.router,  # before queue's /api/queue/{job_id}
+        s3_storage.router,
+        webhooks.router,
+        # before queue's /api/queue/{job_id}, which would take their paths
+        simpletuner_queue.router,
+        approvals.router,
+        policy.router,
+        housekeeping.router,
         people.router,
         fleet.router,
         secrets.router,
         queue.router,
+        configs.router,
+        audit_routes.router,
         events.router,
         ops.router,
-        progress.router,
+        history.router,
         ui.router,
     )
     app = FastAPI(

@@ -14,7 +14,7 @@ from gpufleet.domain import audit_chain
 from gpufleet.errors import StoreError
 from gpufleet.protocol import Event
 from gpufleet.server.bus import Replicas
-from gpufleet.server.hub import Hub, worker_topic
+from gpufleet.server.hub import AUDIT_TOPIC, Hub, worker_topic
 from gpufleet.server.memory import AuditHead, Heartbeats, LimitHolds, StreamCalls
 from gpufleet.server.metrics import Metrics, Observation
 from gpufleet.server.ratelimit import FailureLimiter
@@ -153,5 +153,6 @@ async def transaction(ctx: Context) -> AsyncIterator[Tx]:
         yield tx
         if tx.audits:
             sealed = await _append_audit(q, ctx.audit_key, tx.audits)
+            tx.wake(AUDIT_TOPIC)
         # heard elsewhere on commit
         await ctx.replicas.send_in(q.conn, tx.notify, tx.close, tx.handed)

@@ -10,7 +10,7 @@ from fastapi import Depends, Header, Request
 from gpufleet import logs
 from gpufleet.domain.records import Worker
 from gpufleet.server.context import Context
-from gpufleet.server.services import auth, sessions
+from gpufleet.server.services import attempt_tokens, auth, sessions
 from gpufleet.server.services.auth import Principal
 
 T = TypeVar("T")
@@ -130,6 +130,10 @@ def credential_of(dependency: Callable[..., Any] | None) -> Credential[Any] | No
 
 
 CurrentWorker = Annotated[Worker, Depends(current_worker)]
+# The attempt's own token beside the worker's, on every call about a job (attempt_tokens).
+AttemptToken = Annotated[
+    str | None, Header(alias=attempt_tokens.HEADER, min_length=1, max_length=128)
+]
 
 
 async def bind_log_ids(request: Request) -> None:

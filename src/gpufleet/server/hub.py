@@ -124,6 +124,8 @@ WORKERS_TOPIC = "workers"  # the fleet changed: live views re-read it
 JOBS_TOPIC = "jobs"  # some job changed: live views re-read the queue
 FLEET_TOPIC = "fleet"  # a sample of the fleet over time was taken: its charts re-read
 TEAMS_TOPIC = "teams"  # users, teams or their usage changed: live views re-read them
+AUDIT_TOPIC = "audit"  # the audit log grew: the Audit page re-reads it
+WEBHOOKS_TOPIC = "webhooks"  # a webhook delivery was queued or tried: its log is re-read
 WORKER_TOPIC_PREFIX = "worker:"
 
 

@@ -4,6 +4,7 @@ defaults and bounds declared once in gpufleet/settings/server.py."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,10 @@ class ServerSettings(BaseModel):
                 f"{least:g} s or lower --heartbeat-interval"
             )
         return self
+
+    def silence(self) -> timedelta:
+        """How long a worker may go unheard before it is lost (`--heartbeat-timeout`)."""
+        return timedelta(seconds=self.heartbeat_timeout)
 
     def worker_url(self) -> str:
         """The orchestrator URL pasted into worker commands, as told or guessed."""

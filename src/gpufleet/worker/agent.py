@@ -45,8 +45,8 @@ from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.detect import Capabilities
 from gpufleet.worker.errors import Fenced, InvalidToken, Rejected, Unreachable
 from gpufleet.worker.gpu_load import UsageSampler
-from gpufleet.worker.job import BadOffer, Offer
 from gpufleet.worker.jobrun import JobRun, StopReason
+from gpufleet.worker.offer import BadOffer, Offer
 from gpufleet.worker.settings import AgentSettings
 
 log = logging.getLogger(__name__)

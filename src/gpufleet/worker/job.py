@@ -1,4 +1,4 @@
-"""One offered job: what the `job_submit` event says, and the folder and environment it runs in.
+"""What an offered job runs (its `JobSpec`), and the folder and environment it runs in.
 
 Each attempt runs in `<work-dir>/jobs/<job_id>/<attempt_id>/`, which holds `config.json` (the
 job's config, named by `CONFIG_PATH`), `progress.jsonl` (named by `GPUFLEET_PROGRESS_FILE`, see
@@ -27,6 +27,7 @@ from typing import Any
 from gpufleet.errors import AgentError
 from gpufleet.progress import CHECKPOINT_SIGNAL_ENV, DEFAULT_CHECKPOINT_SIGNAL, PROGRESS_FILE_ENV
 from gpufleet.worker.keep import BadKeepRule, KeepRules
+from gpufleet.worker.offer import BadOffer, Offer
 from gpufleet.worker.resume import Resume, ResumeFailed
 
 log = logging.getLogger(__name__)
@@ -41,50 +42,6 @@ _PRIVATE_ENV = (
     "GPUFLEET_INHERITED_KEY_FD",
 )
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.-]")
-# An id the worker can put in a report's URL as it is: the orchestrator's ids are such.
-_WIRE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.~-]{0,199}")
-
-
-class BadOffer(AgentError):
-    """A `job_submit` event this agent cannot make sense of."""
-
-
-@dataclass(frozen=True)
-class Offer:
-    """A `job_submit` event whose job and attempt can be reported on, however odd the rest."""
-
-    job_id: str
-    attempt_id: str | None
-    event: Mapping[str, Any]
-
-    @classmethod
-    def from_event(cls, event: Mapping[str, Any]) -> Offer:
-        """Raises `BadOffer` for an offer that names no job (or attempt) a report could name."""
-        job_id, attempt_id = event.get("job_id"), event.get("attempt_id")
-        if not isinstance(job_id, str) or not _WIRE_ID.fullmatch(job_id):
-            raise BadOffer(f"job_submit without a usable job_id: {_excerpt(event)}")
-        if attempt_id is not None and (
-            not isinstance(attempt_id, str) or not _WIRE_ID.fullmatch(attempt_id)
-        ):
-            raise BadOffer(
-                f"job_submit for {job_id} without a usable attempt_id: {_excerpt(event)}"
-            )
-        return cls(job_id, attempt_id, event)
-
-    @property
-    def label(self) -> str:
-        return f"{self.job_id}/{self.attempt_id}" if self.attempt_id else self.job_id
-
-    def spec(self) -> JobSpec:
-        """What to run; raises `BadOffer`, with what is wrong, for anything it cannot run."""
-        try:
-            return JobSpec.parse(self)
-        except BadOffer:
-            raise
-        except Exception as exc:  # whatever the offer holds, it is this job's failure
-            raise BadOffer(
-                f"job {self.job_id}: the offer cannot be read ({type(exc).__name__}: {exc})"
-            ) from exc
 
 
 @dataclass(frozen=True)
@@ -108,10 +65,22 @@ class JobSpec:
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> JobSpec:
-        return Offer.from_event(event).spec()
+        return cls.from_offer(Offer.from_event(event))
 
     @classmethod
-    def parse(cls, offer: Offer) -> JobSpec:
+    def from_offer(cls, offer: Offer) -> JobSpec:
+        """What to run; raises `BadOffer`, with what is wrong, for anything it cannot run."""
+        try:
+            return cls._parse(offer)
+        except BadOffer:
+            raise
+        except Exception as exc:  # whatever the offer holds, it is this job's failure
+            raise BadOffer(
+                f"job {offer.job_id}: the offer cannot be read ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    @classmethod
+    def _parse(cls, offer: Offer) -> JobSpec:
         event, job_id = offer.event, offer.job_id
         config = event.get("config") or {}
         if not isinstance(config, Mapping):
@@ -280,13 +249,6 @@ def _timeout(job_id: str, value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise BadOffer(f"job {job_id}: timeout_s must be a positive number, got {value!r:.200}")
     return float(value)
-
-
-def _excerpt(event: Mapping[str, Any]) -> str:
-    try:
-        return f"{dict(event)!r:.200}"
-    except Exception:  # a repr too deep to write
-        return "(unprintable)"
 
 
 def _safe(part: str) -> str:

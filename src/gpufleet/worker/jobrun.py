@@ -33,8 +33,8 @@ from gpufleet.worker import keep
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.checkpoints import CheckpointShipper
 from gpufleet.worker.errors import Fenced, Rejected, Unreachable
-from gpufleet.worker.job import Offer
 from gpufleet.worker.logship import Line, LogBuffer, LogShipper
+from gpufleet.worker.offer import Offer
 from gpufleet.worker.relay import ProgressTail
 from gpufleet.worker.resume import Downloads
 from gpufleet.worker.runner import JobProcess, JobResult, Outcome, run_to_end
@@ -323,21 +323,18 @@ class JobRun:
                 "exit_code": result.exit_code,
                 "error": _joined(result.error, uploader.summary()),
             }
-            if tail.latest is not None:
-                body["progress"] = tail.latest
+            body |= tail.take_report()
         await self._status(body)
         log.info("reported job %s %s", self.label, body["status"])
 
     async def _relay(self, tail: ProgressTail) -> None:
         await self._status({"status": "running"})
         self._running_reported = True
-        sent = None
         while True:
             await asyncio.sleep(self._settings.progress_interval)
             tail.poll()
-            if tail.latest is not None and tail.latest != sent:
-                await self._status({"status": "running", "progress": tail.latest})
-                sent = tail.latest
+            if body := tail.take_report():
+                await self._status({"status": "running", **body})
 
     async def _fenced_stops(self, loop: Coroutine[Any, Any, None]) -> None:
         try:

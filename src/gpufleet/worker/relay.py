@@ -2,8 +2,9 @@
 
 `ProgressTail` reads only what was appended since its last look and only whole lines, so it
 never parses a line the job is halfway through writing. Three kinds of line share the file:
-progress (`{"step", "total", "metrics"}`, relayed to the orchestrator, throttled, and trimmed
-to the orchestrator's 16 KiB by `domain.bounds.trim_progress`), checkpoints
+progress (`{"step", "total", "metrics"}`, each trimmed to the orchestrator's 16 KiB by
+`domain.bounds.trim_progress` and kept until the next report takes them all: the newest as
+the job's progress, those before it as the chart's points), checkpoints
 (`{"checkpoint": path, "step"}`, handed to the checkpoint uploader, never relayed as progress)
 and the job's word that it handles the checkpoint signal (`{"checkpoint_signal": true}`).
 """
@@ -17,7 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.domain.bounds import MAX_PROGRESS_BYTES, trim_progress
+from gpufleet.domain.bounds import (
+    MAX_PROGRESS_BYTES,
+    MAX_REPORT_POINTS,
+    evenly,
+    fit_points,
+    trim_progress,
+)
 from gpufleet.worker.keep import open_inside
 
 log = logging.getLogger(__name__)
@@ -45,6 +52,7 @@ class ProgressTail:
         self.checkpoints_announced = 0  # how many checkpoint lines were ever read
         self._checkpoints: list[CheckpointNote] = []
         self.trimmed = 0  # progress lines cut to fit the orchestrator's bound
+        self._points: list[Progress] = []  # progress lines not reported yet, oldest first
 
     def poll(self) -> Progress | None:
         """The newest progress line appended since the last poll, if any."""
@@ -69,9 +77,29 @@ class ProgressTail:
                 self.handles_checkpoint_signal = True
             else:
                 newest = self._fitted(_progress(value))
+                self._points.append(newest)
         if newest is not None:
             self.latest = newest
+        if len(self._points) > 4 * MAX_REPORT_POINTS:  # the orchestrator is away: stay small
+            self._points = evenly(self._points, 2 * MAX_REPORT_POINTS)
         return newest
+
+    def take_points(self) -> list[Progress]:
+        """The progress lines read since the last call, oldest first (the newest last)."""
+        taken, self._points = self._points, []
+        return taken
+
+    def take_report(self) -> dict[str, Any]:
+        """What a status report says of the lines read since the last: the newest as the
+        job's `progress`, the ones before it as `points` (every one, for the charts; thinned
+        evenly past the orchestrator's bound); empty when there are none."""
+        points = self.take_points()
+        if not points:
+            return {}
+        body: dict[str, Any] = {"progress": points[-1]}
+        if len(points) > 1:
+            body["points"] = fit_points(points[:-1])
+        return body
 
     def _fitted(self, progress: Progress) -> Progress:
         fitted = trim_progress(progress)

@@ -14,7 +14,8 @@ from pathlib import Path
 from gpufleet.errors import AgentError
 from gpufleet.progress import RESUME_FROM_ENV
 from gpufleet.worker.backoff import Backoff
-from gpufleet.worker.job import JobSpec, Offer, Workspace, job_environment, prepare_workspace
+from gpufleet.worker.job import JobSpec, Workspace, job_environment, prepare_workspace
+from gpufleet.worker.offer import Offer
 from gpufleet.worker.resume import Downloads, download_checkpoint, retried
 from gpufleet.worker.uploads import FileDigest
 
@@ -37,7 +38,7 @@ async def prepare(
     downloads: Downloads,
     backoff: Callable[[], Backoff],
 ) -> Prepared:
-    spec = offer.spec()
+    spec = JobSpec.from_offer(offer)
     space = prepare_workspace(work_dir, spec)
     env = job_environment(spec, space, spec.gpus(gpus))
     if spec.secret_env:

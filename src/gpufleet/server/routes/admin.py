@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Annotated
 
 from fastapi import Depends, Query
 
 from gpufleet.address import own_executable
 from gpufleet.domain.permissions import ADMIN_WORKERS, ALL
+from gpufleet.domain.presence import presence_tones, tally
 from gpufleet.domain.states import WorkerStatus
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.routes import api_router
@@ -40,10 +40,10 @@ async def list_workers(
     workers = await fleet.list_workers(ctx, [s.value for s in status or []])
     fleet_all = await fleet.list_workers(ctx) if status else workers
     unmatched = await waiting.unmatched_jobs(ctx, fleet_all)
-    counts = Counter(w.status.value for w in workers)
     return WorkerList(
-        workers=[WorkerOut.of(w) for w in workers],
-        counts={s.value: counts.get(s.value, 0) for s in WorkerStatus},
+        workers=[WorkerOut.shown(w, ctx.settings.silence()) for w in workers],
+        counts=tally(workers),
+        tones=presence_tones(),
         unmatched_jobs=[
             UnmatchedJob(job_id=job.id, **waiting.waiting_fields(why)) for job, why in unmatched
         ],
@@ -71,7 +71,8 @@ async def create_worker(ctx: Ctx, who: Admin, client: Client, body: CreateWorker
 
 @router.get("/workers/{worker_id}", response_model=WorkerDetail)
 async def get_worker(ctx: Ctx, who: Admin, worker_id: str) -> WorkerDetail:
-    return WorkerDetail.of_detail(*await fleet.worker_detail(ctx, worker_id))
+    worker, history = await fleet.worker_detail(ctx, worker_id)
+    return WorkerDetail.of_detail(worker, history, ctx.settings.silence())
 
 
 @router.put("/workers/{worker_id}/labels", response_model=WorkerOut)
@@ -79,19 +80,20 @@ async def set_worker_labels(
     ctx: Ctx, who: Admin, client: Client, worker_id: str, body: SetLabelsIn
 ) -> WorkerOut:
     """Replace the worker's admin labels; on a clash they win over the labels it reports."""
-    return WorkerOut.of(
-        await fleet.set_admin_labels(ctx, worker_id, body.labels, who.actor, client)
-    )
+    worker = await fleet.set_admin_labels(ctx, worker_id, body.labels, who.actor, client)
+    return WorkerOut.shown(worker, ctx.settings.silence())
 
 
 @router.post("/workers/{worker_id}/drain", response_model=WorkerOut)
 async def drain_worker(ctx: Ctx, who: Admin, client: Client, worker_id: str) -> WorkerOut:
-    return WorkerOut.of(await fleet.drain(ctx, worker_id, who.actor, client))
+    worker = await fleet.drain(ctx, worker_id, who.actor, client)
+    return WorkerOut.shown(worker, ctx.settings.silence())
 
 
 @router.post("/workers/{worker_id}/undrain", response_model=WorkerOut)
 async def undrain_worker(ctx: Ctx, who: Admin, client: Client, worker_id: str) -> WorkerOut:
-    return WorkerOut.of(await fleet.undrain(ctx, worker_id, who.actor, client))
+    worker = await fleet.undrain(ctx, worker_id, who.actor, client)
+    return WorkerOut.shown(worker, ctx.settings.silence())
 
 
 @router.post("/workers/{worker_id}/token", response_model=RotatedToken)

@@ -13,8 +13,8 @@ from gpufleet.artifacts.keys import checked_path
 from gpufleet.domain.permissions import QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.routes import api_router
-from gpufleet.server.schemas.job_artifacts import ArtifactList, Deleted, PinIn, PinOut
-from gpufleet.server.services import job_artifacts
+from gpufleet.server.schemas.artifacts import ArtifactList, Deleted, PinIn, PinOut
+from gpufleet.server.services import artifacts
 from gpufleet.server.services.auth import Principal
 
 router = api_router(tags=["artifacts"])
@@ -26,14 +26,14 @@ AttemptId = Annotated[str | None, Query(min_length=1, max_length=64)]
 @router.get("/api/queue/{job_id}/artifacts", response_model=ArtifactList)
 async def list_artifacts(ctx: Ctx, who: Reader, job_id: str) -> ArtifactList:
     """Every stored artifact and committed checkpoint of the job, newest attempt first."""
-    return ArtifactList.of(await job_artifacts.list_for_job(ctx, job_id))
+    return ArtifactList.of(await artifacts.list_for_job(ctx, job_id))
 
 
 @router.put("/api/queue/{job_id}/artifacts/pin", response_model=PinOut)
 async def pin_artifacts(ctx: Ctx, who: Writer, client: Client, job_id: str, body: PinIn) -> PinOut:
     """A pinned job's artifacts outlive the retention period and its checkpoints are all
     kept; unpinning hands them back to the retention sweep."""
-    job = await job_artifacts.pin(ctx, job_id, body.pinned, who.actor, client, by=who.user)
+    job = await artifacts.pin(ctx, job_id, body.pinned, who.actor, client, by=who.user)
     return PinOut(job_id=job.id, pinned=job.artifacts_pinned)
 
 
@@ -50,10 +50,10 @@ async def download_artifact(
 ) -> Response:
     """The file at `path` (of `attempt_id`, else of the newest attempt holding it), with its
     sha256 in `X-Gpufleet-Sha256`; or a redirect to a presigned URL of the bucket."""
-    found = await job_artifacts.download(ctx, job_id, checked_path(path), attempt_id)
+    found = await artifacts.download(ctx, job_id, checked_path(path), attempt_id)
     art = found.artifact
     headers = {"X-Gpufleet-Sha256": art.sha256}
-    if isinstance(found, job_artifacts.Redirect):
+    if isinstance(found, artifacts.Redirect):
         return RedirectResponse(found.url, status_code=307, headers=headers)
     name = quote(art.path.rsplit("/", 1)[-1], safe="")
     headers |= {
@@ -63,17 +63,32 @@ async def download_artifact(
     return StreamingResponse(found.chunks, media_type="application/octet-stream", headers=headers)
 
 
+@router.get(
+    "/api/queue/{job_id}/checkpoints/{checkpoint_id}",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/x-tar": {}}, "description": "The folder."}},
+)
+async def download_checkpoint(ctx: Ctx, who: Reader, job_id: str, checkpoint_id: str) -> Response:
+    """A committed checkpoint's folder as one tar (`checkpoint-1200/…`), its files streamed
+    through the orchestrator from the store."""
+    found = await artifacts.checkpoint_archive(ctx, job_id, checkpoint_id)
+    name = quote(f"{found.checkpoint.name}.tar", safe="")
+    headers = {
+        "Content-Length": str(found.size),
+        "Content-Disposition": f"attachment; filename*=UTF-8''{name}",
+    }
+    return StreamingResponse(found.chunks, media_type="application/x-tar", headers=headers)
+
+
 @router.delete("/api/queue/{job_id}/artifacts", response_model=Deleted)
 async def delete_all_artifacts(ctx: Ctx, who: Writer, client: Client, job_id: str) -> Deleted:
     """Every artifact and checkpoint of the job, from the store and the list."""
-    count = await job_artifacts.delete(ctx, job_id, None, who.actor, client, by=who.user)
+    count = await artifacts.delete(ctx, job_id, None, who.actor, client, by=who.user)
     return Deleted(job_id=job_id, deleted=count)
 
 
 @router.delete("/api/queue/{job_id}/artifacts/{path:path}", response_model=Deleted)
 async def delete_artifact(ctx: Ctx, who: Writer, client: Client, job_id: str, path: str) -> Deleted:
     """The artifact at `path`, in every attempt; a checkpoint it belonged to goes too."""
-    count = await job_artifacts.delete(
-        ctx, job_id, checked_path(path), who.actor, client, by=who.user
-    )
+    count = await artifacts.delete(ctx, job_id, checked_path(path), who.actor, client, by=who.user)
     return Deleted(job_id=job_id, deleted=count)

@@ -1,8 +1,8 @@
 """`GET /api/events`: change nudges for live views (the web UI), as Server-Sent Events.
 
-A nudge says only what changed (`workers`, `jobs`, `teams` or `fleet`); the page re-reads
-the JSON API, which stays the one source of truth. Bursts are coalesced so a busy fleet
-costs one fetch a tick.
+A nudge says only what changed (`workers`, `jobs`, `teams`, `fleet`, `audit` or `webhooks`);
+the page re-reads the JSON API, which stays the one source of truth. Bursts are coalesced so
+a busy fleet costs one fetch a tick.
 """
 
 from __future__ import annotations
@@ -14,10 +14,17 @@ from typing import Annotated
 from fastapi import Depends
 from starlette.responses import StreamingResponse
 
-from gpufleet.domain.permissions import QUEUE_READ
+from gpufleet.domain.permissions import ADMIN_AUDIT, ALL, QUEUE_READ, allows
 from gpufleet.server import sse
 from gpufleet.server.deps import Ctx, require
-from gpufleet.server.hub import FLEET_TOPIC, JOBS_TOPIC, TEAMS_TOPIC, WORKERS_TOPIC
+from gpufleet.server.hub import (
+    AUDIT_TOPIC,
+    FLEET_TOPIC,
+    JOBS_TOPIC,
+    TEAMS_TOPIC,
+    WEBHOOKS_TOPIC,
+    WORKERS_TOPIC,
+)
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.base import SSE_RESPONSE
 from gpufleet.server.services import auth
@@ -31,8 +38,12 @@ COALESCE_SECONDS = 0.5
 @router.get("/api/events", responses=SSE_RESPONSE)
 async def events(ctx: Ctx, who: Reader) -> StreamingResponse:
     """`jobs`, `teams`, `workers` and `fleet` nudges: every signed-in key sees the fleet
-    (read-only, `/api/fleet/...`), so each is told when it changes."""
+    (read-only, `/api/fleet/...`), so each is told when it changes; `audit` (an event was
+    recorded) for keys with `admin.audit`, `webhooks` (a delivery queued or tried) for `*`."""
     topics = [JOBS_TOPIC, TEAMS_TOPIC, WORKERS_TOPIC, FLEET_TOPIC]
+    for needed, topic in ((ADMIN_AUDIT, AUDIT_TOPIC), (ALL, WEBHOOKS_TOPIC)):
+        if allows(who.permissions, needed):
+            topics.append(topic)
     return sse.stream(_nudges(ctx, who, topics))
 
 

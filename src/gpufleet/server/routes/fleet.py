@@ -3,12 +3,11 @@ and the fleet over time. What an admin does to a worker is `admin.py`'s."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Annotated
 
 from fastapi import Depends, Query
 
-from gpufleet.domain.states import WorkerStatus
+from gpufleet.domain.presence import presence_tones, tally
 from gpufleet.server.deps import Ctx, require
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.fleet import (
@@ -27,10 +26,10 @@ SignedIn = Annotated[Principal, Depends(require(None))]
 @router.get("/workers", response_model=FleetWorkerList)
 async def list_workers(ctx: Ctx, who: SignedIn) -> FleetWorkerList:
     workers = await fleet.list_workers(ctx)
-    counts = Counter(w.status.value for w in workers)
     return FleetWorkerList(
         workers=[FleetWorkerOut.of(w) for w in workers],
-        counts={s.value: counts.get(s.value, 0) for s in WorkerStatus},
+        counts=tally(workers),
+        tones=presence_tones(),
     )
 
 

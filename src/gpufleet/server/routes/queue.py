@@ -1,50 +1,40 @@
-"""The queue (`queue.submit`, `queue.read`), stored configs, and the audit log (`admin.audit`)."""
+"""The queue (`queue.submit`, `queue.read`): submit, list, cancel, rerun, a job and its logs.
+Stored configs are `routes/configs.py`, the audit log `routes/audit.py`."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Body, Depends, Path, Query
+from fastapi import Depends, Query
 from starlette.responses import StreamingResponse
 
 from gpufleet.domain import job_secrets
-from gpufleet.domain.permissions import ADMIN_AUDIT, QUEUE_READ, QUEUE_SUBMIT
-from gpufleet.domain.records import AuditFilter, JobFilter
+from gpufleet.domain.permissions import QUEUE_READ, QUEUE_SUBMIT
+from gpufleet.domain.records import JobFilter
 from gpufleet.domain.states import TERMINAL_JOB, Target
+from gpufleet.errors import InvalidInput
 from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.hub import job_topic
 from gpufleet.server.routes import api_router
-from gpufleet.server.schemas.admin import AuditList, AuditOut, AuditVerification
-from gpufleet.server.schemas.base import SSE_RESPONSE, Ok
+from gpufleet.server.schemas.base import SSE_RESPONSE
 from gpufleet.server.schemas.jobs import (
     AttemptOut,
     BulkOut,
     BulkResult,
-    ConfigList,
-    ConfigOut,
-    ConfigVersionList,
-    ConfigVersionOut,
     JobDetail,
     JobIds,
     JobList,
     JobOut,
     LogLineOut,
     LogsOut,
+    RerunIn,
     SubmitIn,
+    UnheardOut,
 )
-from gpufleet.server.services import (
-    audit,
-    auth,
-    configs,
-    joblogs,
-    ownership,
-    queue,
-    reruns,
-)
+from gpufleet.server.services import auth, joblogs, ownership, queue, reruns
 from gpufleet.server.services import submit as submitting
 from gpufleet.server.services.auth import Principal
 from gpufleet.server.services.submit import Submission
@@ -52,7 +42,6 @@ from gpufleet.server.services.submit import Submission
 router = api_router(tags=["queue"])
 Reader = Annotated[Principal, Depends(require(QUEUE_READ))]
 Submitter = Annotated[Principal, Depends(require(QUEUE_SUBMIT))]
-Auditor = Annotated[Principal, Depends(require(ADMIN_AUDIT))]
 Limit = Annotated[int, Query(ge=1, le=500)]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000)]
 
@@ -157,6 +146,7 @@ async def get_job(ctx: Ctx, who: Reader, job_id: str) -> JobDetail:
         attempt_history=[AttemptOut.of(a, view.names, view.resumed) for a in view.attempts],
         waiting=view.waiting,
         rerun_as=view.reruns,
+        worker_unheard=view.unheard and UnheardOut.model_validate(view.unheard),
     )
 
 
@@ -166,9 +156,13 @@ async def cancel_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> J
 
 
 @router.post("/api/queue/{job_id}/rerun", response_model=JobOut, status_code=201)
-async def rerun_job(ctx: Ctx, who: Submitter, client: Client, job_id: str) -> JobOut:
-    """A new job with this one's config and requirements, linked to it."""
-    job = await reruns.rerun(ctx, job_id, who.actor, client, by=who.user)
+async def rerun_job(
+    ctx: Ctx, who: Submitter, client: Client, job_id: str, body: RerunIn | None = None
+) -> JobOut:
+    """A new job with this one's config and requirements, linked to it; with a body, edited
+    as it says (edit and re-run)."""
+    edits = reruns.Edits(**body.model_dump(exclude_none=True)) if body else reruns.NO_EDITS
+    job = await reruns.rerun(ctx, job_id, who.actor, client, by=who.user, edits=edits)
     return JobOut.of(job, await queue.job_names(ctx, [job]))
 
 
@@ -183,15 +177,19 @@ async def job_logs(
     before: Annotated[int | None, Query(ge=1, le=2**62)] = None,
     tail: Annotated[int | None, Query(ge=0, le=2**31)] = None,
     attempt_id: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    q: str | None = None,
 ) -> Any:
     """A page of lines after `after`, before `before` (the newest ones before it) or the
-    last `tail` lines, oldest first, optionally one attempt's; with follow=true, an event
-    stream of the lines after `after` until the job ends."""
+    last `tail` lines, oldest first, optionally one attempt's, or only those holding `q`
+    (as typed, ignoring case); with follow=true, an event stream of the lines after `after`
+    until the job ends."""
+    if follow and q is not None:
+        raise InvalidInput("q searches the stored lines; give it without follow=true")
     if follow:
         await queue.get_job(ctx, job_id)  # 404 before the stream starts
         return sse.stream(_follow(ctx, who, job_id, after))
     query = joblogs.PageQuery(
-        limit=limit, after=after, before=before, tail=tail, attempt_id=attempt_id
+        limit=limit, after=after, before=before, tail=tail, attempt_id=attempt_id, q=q or None
     )
     page = await joblogs.read_page(ctx, job_id, query)
     return LogsOut(
@@ -251,116 +249,3 @@ async def _follow(ctx: Ctx, who: Principal, job_id: str, after: int) -> AsyncIte
                 return
             if not await sub.wait(sse.PING_SECONDS):
                 yield sse.ping()
-
-
-@router.get("/api/configs", response_model=ConfigList)
-async def list_configs(ctx: Ctx, who: Reader) -> ConfigList:
-    found, names = await configs.list_configs(ctx)
-    return ConfigList(configs=[ConfigOut.of(c, names, who.user.id) for c in found])
-
-
-# Before `{name:path}`, which would take `NAME/versions` for a name (names hold no '/').
-@router.get("/api/configs/{name}/versions", response_model=ConfigVersionList)
-async def list_config_versions(
-    ctx: Ctx,
-    who: Reader,
-    name: str,
-    limit: Annotated[int, Query(ge=1, le=configs.MAX_VERSIONS_PAGE)] = 20,
-    offset: Offset = 0,
-) -> ConfigVersionList:
-    """The config's versions, newest first (their bodies: one version at a time)."""
-    versions, names = await configs.list_versions(ctx, name, limit, offset)
-    return ConfigVersionList(
-        name=name,
-        versions=[ConfigVersionOut.of(v, names) for v in versions],
-        limit=limit,
-        offset=offset,
-    )
-
-
-@router.get("/api/configs/{name}/versions/{version}", response_model=ConfigVersionOut)
-async def get_config_version(
-    ctx: Ctx, who: Reader, name: str, version: Annotated[int, Path(ge=1, le=2**31 - 1)]
-) -> ConfigVersionOut:
-    found, names = await configs.get_version(ctx, name, version)
-    return ConfigVersionOut.of(found, names, viewer_id=who.user.id)
-
-
-@router.get("/api/configs/{name:path}", response_model=ConfigOut)
-async def get_config(ctx: Ctx, who: Reader, name: str) -> ConfigOut:
-    view = await configs.get_config(ctx, name)
-    return ConfigOut.of(view.config, view.names, who.user.id)
-
-
-@router.put("/api/configs/{name:path}", response_model=ConfigOut)
-async def put_config(
-    ctx: Ctx,
-    who: Submitter,
-    client: Client,
-    name: str,
-    body: Annotated[dict[str, Any], Body()],
-    team: Annotated[
-        str | None,
-        Query(
-            max_length=64,
-            description="share it with this team (id or name; one of the owner's); empty: "
-            "with none; left out: as it is",
-        ),
-    ] = None,
-) -> ConfigOut:
-    """Store the config (a new one is the caller's) as its next version. Only its owner,
-    the leads of the team it is shared with and admins may overwrite one."""
-    view, _created = await configs.put_config(
-        ctx, name, body, who.user, who.actor, client, team=team
-    )
-    return ConfigOut.of(view.config, view.names, who.user.id)
-
-
-@router.delete("/api/configs/{name:path}", response_model=Ok)
-async def delete_config(ctx: Ctx, who: Submitter, client: Client, name: str) -> Ok:
-    """The config and its versions: its owner, the leads of its team and admins only."""
-    await configs.delete_config(ctx, name, who.user, who.actor, client)
-    return Ok()
-
-
-@router.get("/api/audit/verify", response_model=AuditVerification)
-async def verify_audit(ctx: Ctx, who: Auditor) -> AuditVerification:
-    return AuditVerification.of(await audit.verify(ctx))
-
-
-@router.get("/api/audit", response_model=AuditList)
-async def list_audit(
-    ctx: Ctx,
-    who: Auditor,
-    type: str | None = None,
-    actor: str | None = None,
-    target: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    limit: Limit = 100,
-    offset: Offset = 0,
-) -> AuditList:
-    f = AuditFilter(
-        event_type=type, actor=actor, target=target, since=_utc(since), until=_utc(until)
-    )
-    page = await audit.list_events(ctx, f, limit, offset)
-    return AuditList(
-        events=[AuditOut.of(e) for e in page.events],
-        total=page.total,
-        limit=limit,
-        offset=offset,
-        actor_names=page.names,
-        hint=page.hint,
-    )
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    """The time in UTC (one without a zone is read as UTC); one past the ends of the
-    calendar in UTC (year 1 at +01:00) is the end it overshoots."""
-    if value is None or value.tzinfo is None:
-        return value.replace(tzinfo=UTC) if value else None
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        end = datetime.min if value.year == datetime.min.year else datetime.max
-        return end.replace(tzinfo=UTC)

@@ -36,7 +36,7 @@ from gpufleet.domain.permissions import (
 from gpufleet.domain.permissions import allows as key_allows
 from gpufleet.domain.policy import LEVEL_PRIORITY
 from gpufleet.domain.records import LOCAL_WORKER_ID
-from gpufleet.domain.webhooks import SUBSCRIPTION_HELP
+from gpufleet.domain.webhooks import FORMAT_HELP, SUBSCRIPTION_HELP
 from gpufleet.errors import Forbidden, InvalidInput, Unauthenticated
 from gpufleet.server.deps import Client, Ctx
 from gpufleet.server.jsonbody import declares_json, is_json
@@ -265,7 +265,7 @@ async def keys_page(ctx: Ctx, request: Request) -> Response:
 
 @router.get("/webhooks")
 async def webhooks_page(ctx: Ctx, request: Request) -> Response:
-    return await _page(ctx, request, WEBHOOKS, subscriptions=SUBSCRIPTION_HELP)
+    return await _page(ctx, request, WEBHOOKS, subscriptions=SUBSCRIPTION_HELP, formats=FORMAT_HELP)
 
 
 # ---- the session ------------------------------------------------------------------------

@@ -1,19 +1,19 @@
-"""The worker API (`X-Worker-Token`): register, stream, heartbeat, report, disconnect, and
-the job's artifacts and checkpoints (docs/artifacts.md).
+"""The worker API (`X-Worker-Token`): register, stream, heartbeat, report, the job's secrets,
+disconnect. The job's files are `routes/uploads.py` and `routes/checkpoints.py`.
 
 Its paths and the events its stream carries are the wire protocol: `gpufleet/protocol.py`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import Header, Query, Request
+from fastapi import Query
 from starlette.responses import StreamingResponse
 
 from gpufleet import protocol
-from gpufleet.domain.records import Artifact, ArtifactKind, GpuStat
+from gpufleet.domain.records import GpuStat
 from gpufleet.server import sse
-from gpufleet.server.deps import Client, Ctx, CurrentWorker
+from gpufleet.server.deps import AttemptToken, Client, Ctx, CurrentWorker
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.agent import (
     HeartbeatIn,
@@ -26,35 +26,14 @@ from gpufleet.server.schemas.agent import (
     StatusOut,
     WorkerIdIn,
 )
-from gpufleet.server.schemas.artifacts import (
-    ArtifactOut,
-    CheckpointFetchOut,
-    CheckpointIn,
-    CheckpointOut,
-    FetchFileOut,
-    UploadExistsOut,
-    UploadIn,
-    UploadOut,
-)
 from gpufleet.server.schemas.base import SSE_RESPONSE, Ok
-from gpufleet.server.services import (
-    agents,
-    artifacts,
-    attempt_tokens,
-    checkpoints,
-    job_secrets,
-    reports,
-)
+from gpufleet.server.services import agents, job_secrets, reports
 from gpufleet.server.services.agents import Registration
 from gpufleet.server.services.reports import StatusReport
 from gpufleet.server.streams import WorkerStream
 
 router = api_router(prefix=protocol.WORKER_API, tags=["workers"])
 _GPU_STAT_FIELDS = {"index", "utilization_pct", "memory_used_gb", "memory_total_gb"}
-# The attempt's own token beside the worker's, on every call about a job (attempt_tokens).
-AttemptToken = Annotated[
-    str | None, Header(alias=attempt_tokens.HEADER, min_length=1, max_length=128)
-]
 
 
 def _registration(body: RegisterIn) -> Registration:
@@ -143,6 +122,7 @@ async def job_status(
         error=body.error,
         exit_code=body.exit_code,
         progress=body.progress,
+        points=body.points,
     )
     status = await reports.report_status(ctx, worker, job_id, report, token)
     return StatusOut(ok=True, job_status=status.value)
@@ -162,139 +142,6 @@ async def job_logs(
         attempt_token=token,
     )
     return Ok()
-
-
-# ---- artifacts and checkpoints (docs/artifacts.md, Worker API) ---------------------------
-
-
-@router.post("/job/{job_id}/upload", response_model=UploadOut | UploadExistsOut)
-async def job_upload(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, body: UploadIn, token: AttemptToken = None
-) -> UploadOut | UploadExistsOut:
-    announced = artifacts.Announce(
-        attempt_id=body.attempt_id,
-        path=body.path,
-        size=body.size,
-        sha256=body.sha256,
-        kind=ArtifactKind(body.kind),
-        checkpoint=body.checkpoint,
-    )
-    plan = await artifacts.announce(ctx, worker, job_id, announced, token)
-    if isinstance(plan, Artifact):
-        return UploadExistsOut(artifact=ArtifactOut.of(plan))
-    return UploadOut(upload_id=plan.upload_id, url=plan.url, headers=plan.headers, via=plan.via)
-
-
-def _content_length(request: Request) -> int | None:
-    value = request.headers.get("content-length")
-    return int(value) if value is not None and value.isdigit() else None
-
-
-_RAW_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-    }
-}
-
-
-@router.put(
-    "/job/{job_id}/upload/{upload_id}",
-    status_code=201,
-    response_model=ArtifactOut,
-    openapi_extra=_RAW_BODY,
-)
-async def job_upload_bytes(
-    ctx: Ctx,
-    worker: CurrentWorker,
-    job_id: str,
-    upload_id: str,
-    request: Request,
-    token: AttemptToken = None,
-) -> ArtifactOut:
-    stored = await artifacts.send(
-        ctx, worker, job_id, upload_id, request.stream(), _content_length(request), token
-    )
-    return ArtifactOut.of(stored)
-
-
-@router.post(
-    "/job/{job_id}/upload/{upload_id}/complete", status_code=201, response_model=ArtifactOut
-)
-async def job_upload_complete(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, upload_id: str, token: AttemptToken = None
-) -> ArtifactOut:
-    return ArtifactOut.of(await artifacts.complete(ctx, worker, job_id, upload_id, token))
-
-
-@router.post("/job/{job_id}/checkpoints", status_code=201, response_model=CheckpointOut)
-async def job_checkpoint_commit(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, body: CheckpointIn, token: AttemptToken = None
-) -> CheckpointOut:
-    commit = checkpoints.CheckpointCommit(
-        attempt_id=body.attempt_id,
-        name=body.name,
-        path=body.path,
-        step=body.step,
-        files=[checkpoints.CheckpointFile(f.path, f.size, f.sha256) for f in body.files],
-    )
-    return CheckpointOut.of(await checkpoints.commit_checkpoint(ctx, worker, job_id, commit, token))
-
-
-@router.get("/job/{job_id}/checkpoints/{checkpoint_id}", response_model=CheckpointFetchOut)
-async def job_checkpoint_fetch(
-    ctx: Ctx,
-    worker: CurrentWorker,
-    job_id: str,
-    checkpoint_id: str,
-    attempt_id: Annotated[str | None, Query(max_length=64)] = None,
-    token: AttemptToken = None,
-) -> CheckpointFetchOut:
-    checkpoint, files = await checkpoints.fetch_checkpoint(
-        ctx, worker, job_id, checkpoint_id, attempt_id, token
-    )
-    return CheckpointFetchOut(
-        id=checkpoint.id,
-        name=checkpoint.name,
-        path=checkpoint.path,
-        step=checkpoint.step,
-        files=[
-            FetchFileOut(
-                path=f.artifact.path,
-                size=f.artifact.size,
-                sha256=f.artifact.sha256,
-                url=f.url,
-                headers=f.headers,
-            )
-            for f in files
-        ],
-    )
-
-
-@router.get(
-    "/job/{job_id}/artifacts/{artifact_id}",
-    response_class=StreamingResponse,
-    responses={200: {"content": {"application/octet-stream": {}}}},
-)
-async def job_artifact_download(
-    ctx: Ctx,
-    worker: CurrentWorker,
-    job_id: str,
-    artifact_id: str,
-    attempt_id: Annotated[str | None, Query(max_length=64)] = None,
-    token: AttemptToken = None,
-) -> StreamingResponse:
-    artifact, chunks = await checkpoints.download(
-        ctx, worker, job_id, artifact_id, attempt_id, token
-    )
-    return StreamingResponse(
-        chunks,
-        media_type="application/octet-stream",
-        headers={
-            "Content-Length": str(artifact.size),
-            "X-Gpufleet-Sha256": artifact.sha256,
-        },
-    )
 
 
 @router.get("/job/{job_id}/secrets", response_model=JobSecretsOut)

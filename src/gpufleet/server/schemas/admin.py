@@ -55,6 +55,7 @@ class AuditList(BaseModel):
     limit: int
     offset: int
     actor_names: dict[str, str] = {}  # actor (`key:k_…`, `worker:w_…`) -> its name
+    actor_users: dict[str, str] = {}  # actor (`key:k_…`) -> the name of the key's user
     hint: str | None = None  # when nothing matches: what may be why
 
 

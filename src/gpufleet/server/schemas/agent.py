@@ -81,6 +81,9 @@ class StatusIn(Lenient):
     error: str | None = Field(None, max_length=100_000)
     exit_code: int | None = Field(None, ge=-(2**31), le=2**31 - 1)  # an INTEGER column
     progress: dict[str, Any] | None = None
+    # The progress lines the job wrote before `progress` since the last report, oldest first
+    # (chart points only; domain.bounds.points_problem bounds them).
+    points: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class StatusOut(BaseModel):

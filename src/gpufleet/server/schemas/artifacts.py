@@ -1,42 +1,23 @@
-"""The artifact and checkpoint bodies of the worker API (docs/artifacts.md)."""
+"""A job's artifacts and checkpoints as its users read them (docs/artifacts.md, User API)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Self
 
 from pydantic import BaseModel, Field
 
-from gpufleet.server.schemas.base import Lenient, Record
+from gpufleet.server.schemas.base import Record, Strict
 
-AttemptId = Field(min_length=1, max_length=64)
-PathField = Field(min_length=1, max_length=4096)  # checked further by artifacts.keys
-Sha256Field = Field(min_length=64, max_length=64)
-BIGINT = 2**63 - 1  # the columns' range
-
-
-class UploadIn(Lenient):
-    attempt_id: str = AttemptId
-    path: str = PathField
-    size: int = Field(ge=0)  # over the job's limit: 413, saying it
-    sha256: str = Sha256Field
-    kind: Literal["artifact", "checkpoint"] = "artifact"
-    checkpoint: str | None = Field(None, min_length=1, max_length=255)
-
-
-class UploadOut(BaseModel):
-    upload_id: str
-    method: Literal["PUT"] = "PUT"
-    url: str  # presigned (via store), or a path on the orchestrator
-    headers: dict[str, str]
-    via: Literal["orchestrator", "store"]
+if TYPE_CHECKING:
+    from gpufleet.server.services.artifacts import JobArtifacts
 
 
 class ArtifactOut(Record):
     id: str
     job_id: str
     attempt_id: str
-    attempt_number: int | None
+    attempt_number: int
     path: str
     kind: str
     checkpoint: str | None
@@ -45,49 +26,45 @@ class ArtifactOut(Record):
     created_at: datetime
 
 
-class UploadExistsOut(BaseModel):
-    exists: Literal[True] = True
-    artifact: ArtifactOut
-
-
-class CheckpointFileIn(Lenient):
-    path: str = PathField
-    size: int = Field(ge=0, le=BIGINT)
-    sha256: str = Sha256Field
-
-
-class CheckpointIn(Lenient):
-    attempt_id: str = AttemptId
-    name: str = Field(min_length=1, max_length=255)
-    path: str = PathField
-    step: int | None = Field(None, ge=0, le=BIGINT)
-    files: list[CheckpointFileIn] = Field(min_length=1, max_length=100_000)
-
-
 class CheckpointOut(Record):
     id: str
-    job_id: str
-    attempt_id: str
-    attempt_number: int | None
     name: str
     path: str
     step: int | None
+    attempt_id: str
+    attempt_number: int
     files: int
     size: int
     created_at: datetime
 
 
-class FetchFileOut(BaseModel):
-    path: str
-    size: int
-    sha256: str
-    url: str  # presigned for object storage, else the orchestrator's artifact route
-    headers: dict[str, str]
+class ArtifactList(BaseModel):
+    job_id: str
+    pinned: bool
+    total_bytes: int
+    artifacts: list[ArtifactOut]
+    checkpoints: list[CheckpointOut]
+
+    @classmethod
+    def of(cls, listed: JobArtifacts) -> Self:
+        return cls(
+            job_id=listed.job.id,
+            pinned=listed.job.artifacts_pinned,
+            total_bytes=listed.total_bytes,
+            artifacts=[ArtifactOut.of(a) for a in listed.artifacts],
+            checkpoints=[CheckpointOut.of(c) for c in listed.checkpoints],
+        )
 
 
-class CheckpointFetchOut(BaseModel):
-    id: str
-    name: str
-    path: str
-    step: int | None
-    files: list[FetchFileOut]
+class PinIn(Strict):
+    pinned: bool = Field(strict=True)  # true or false, not "yes"
+
+
+class PinOut(BaseModel):
+    job_id: str
+    pinned: bool
+
+
+class Deleted(BaseModel):
+    job_id: str
+    deleted: int  # artifacts removed

@@ -9,7 +9,7 @@ from typing import Self
 from pydantic import BaseModel
 
 from gpufleet.domain.fleet_history import FleetSample
-from gpufleet.domain.presence import PRESENCE_TEXT, presence, up_since
+from gpufleet.domain.presence import PRESENCE_TEXT, PRESENCE_TONE, presence, up_since
 from gpufleet.domain.records import Worker
 from gpufleet.server.schemas.base import Record
 
@@ -22,6 +22,7 @@ class FleetWorkerOut(Record):
     status: str
     presence: str
     presence_text: str
+    presence_tone: str  # the status whose colour its badge wears: one colour a word
     worker_type: str
     registered: bool  # False: its GPUs are not reported yet
     gpu_count: int
@@ -43,6 +44,7 @@ class FleetWorkerOut(Record):
             w,
             presence=seen.value,
             presence_text=PRESENCE_TEXT[seen],
+            presence_tone=PRESENCE_TONE[seen].value,
             busy=w.current_job_id is not None,
             gpu_util_pct=sum(loads) / len(loads) if loads else None,
             up_since=up_since(w),
@@ -51,7 +53,8 @@ class FleetWorkerOut(Record):
 
 class FleetWorkerList(BaseModel):
     workers: list[FleetWorkerOut]
-    counts: dict[str, int]  # workers by status
+    counts: dict[str, int]  # workers per `presence` (every one, 0 included): what rows say
+    tones: dict[str, str]  # each presence's badge colour, for the counts
 
 
 class FleetSampleOut(Record):

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
-from gpufleet.domain import bounds, job_secrets
+from gpufleet.domain import bounds, job_secrets, outcomes
 from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import Attempt, Checkpoint, ConfigVersion, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
@@ -30,6 +30,18 @@ class SubmitIn(Strict):
     retry_on: list[RetryOn] = Field(default_factory=lambda: sorted(RETRY_DEFAULT), max_length=2)
     team: str | None = Field(None, min_length=1, max_length=64, description="id or name")
     preemptible: bool | None = None  # None: as its team says
+
+
+class RerunIn(Strict):
+    """Edit and re-run (the Train page's editor): each field sent replaces the old job's;
+    one not sent (or null) is kept. An edited config is checked as a submit's is."""
+
+    config: dict[str, Any] | None = None
+    target: Target | None = None
+    worker_labels: dict[str, str] | None = Field(None, max_length=64)
+    gpu_count: int | None = Field(None, ge=0, le=1024)
+    priority: int | None = Field(None, ge=-1000, le=1000)
+    max_retries: int | None = Field(None, ge=0, le=100)
 
 
 class ResumedFromOut(BaseModel):
@@ -92,6 +104,9 @@ class JobOut(Record):
     current_attempt_id: str | None
     worker_id: str | None
     error: str | None
+    # `error` is why its last attempt ended, as it waits or runs again (a note, not a
+    # failure: `domain.outcomes.error_is_note`).
+    error_is_note: bool = False
     exit_code: int | None
     # The job's whole progress; in a list (`listed`), only its step and total.
     progress: dict[str, Any] | None
@@ -109,6 +124,8 @@ class JobOut(Record):
     team_id: str | None = None
     approved_by: str | None = None  # the actor who approved it, when a rule held it
     approved_by_name: str | None = None  # the approving key's name
+    rejected_by: str | None = None  # the actor who rejected it (`error` says why)
+    rejected_by_name: str | None = None  # the rejecting key's name
     preemptible: bool | None = None  # None: as its team says
     # What the caller may do to it now (`domain.ownership.JobAction`'s values), in the
     # answers of GET /api/queue and GET /api/queue/{id}; None in the others.
@@ -141,9 +158,11 @@ class JobOut(Record):
             **more,
             job_id=j.id,
             retry_on=sorted(j.retry_on),
+            error_is_note=j.error is not None and outcomes.error_is_note(j.status),
             worker_name=names.get(j.worker_id) if j.worker_id else None,
             submitted_by_name=names.get(j.submitted_by) if j.submitted_by else None,
             approved_by_name=names.get(j.approved_by) if j.approved_by else None,
+            rejected_by_name=names.get(j.rejected_by) if j.rejected_by else None,
             user=names.get(j.user_id, j.user_id) if j.user_id else None,
             team=names.get(j.team_id, j.team_id) if j.team_id else None,
             config_written_by=(
@@ -153,11 +172,21 @@ class JobOut(Record):
         )
 
 
+class UnheardOut(Record):
+    """Its live attempt's worker has lost its stream (`domain.presence.attempt_unheard`)."""
+
+    worker_id: str
+    presence: str
+    text: str
+    requeue_due: datetime | None
+
+
 class JobDetail(JobOut):
     config: dict[str, Any]
     attempt_history: list[AttemptOut]
     waiting: dict[str, Any] | None
     rerun_as: list[str] = Field(default_factory=list)  # the jobs that re-run this one
+    worker_unheard: UnheardOut | None = None
 
 
 class JobIds(Strict):

@@ -12,11 +12,15 @@ from gpufleet.domain.webhook_targets import redact_url
 from gpufleet.domain.webhooks import Webhook
 from gpufleet.server.schemas.base import Record, Strict
 
+# Checked by domain.webhooks.check_format, whose refusal names the choices.
+FORMAT_FIELD = Field(None, max_length=64, description="gpufleet (the default), slack or discord")
+
 
 class CreateWebhook(Strict):
     url: str = Field(min_length=1, max_length=rules.MAX_URL_LENGTH)
     events: list[str] = Field(min_length=1, max_length=8)
     secret: str | None = Field(None, max_length=rules.MAX_SECRET_LENGTH)
+    format: str | None = FORMAT_FIELD
 
 
 class UpdateWebhook(Strict):
@@ -26,6 +30,7 @@ class UpdateWebhook(Strict):
     url: str | None = Field(None, min_length=1, max_length=rules.MAX_URL_LENGTH)
     events: list[str] | None = Field(None, min_length=1, max_length=8)
     secret: str | None = Field(None, max_length=rules.MAX_SECRET_LENGTH)
+    format: str | None = FORMAT_FIELD
 
 
 class WebhookOut(Record):
@@ -35,6 +40,7 @@ class WebhookOut(Record):
     signed: bool  # whether a secret signs its deliveries (the secret is never returned)
     created_at: datetime
     created_by: str | None
+    format: str  # the body's shape: gpufleet, slack or discord
 
     @classmethod
     def of(cls, hook: Webhook) -> Self:
@@ -44,6 +50,7 @@ class WebhookOut(Record):
 class WebhookList(BaseModel):
     webhooks: list[WebhookOut]
     events: dict[str, str]  # what each subscription means, for a form to offer
+    formats: dict[str, str]  # what each payload format is, for a form to offer
 
 
 class DeliveryOut(Record):

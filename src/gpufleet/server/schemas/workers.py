@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Self
 
 from pydantic import BaseModel, Field
 
-from gpufleet.domain.presence import PRESENCE_TEXT, presence, up_since
+from gpufleet.domain.presence import (
+    PRESENCE_TEXT,
+    PRESENCE_TONE,
+    offline_due,
+    presence,
+    requeue_due,
+    up_since,
+)
 from gpufleet.domain.records import WorkedAttempt, Worker
 from gpufleet.domain.states import WorkerType, can_delete_worker
 from gpufleet.server.schemas.base import Name, Record, Strict
@@ -62,21 +69,30 @@ class WorkerOut(Record):
     # `connecting` worker that never connected, or whose token was rotated since it spoke.
     presence: str
     presence_text: str
+    presence_tone: str  # the status whose colour its badge wears: one colour a word
     up_since: datetime | None  # when its open stream opened; None while none is open
+    # Its stream gone: when the health sweep marks it offline, and requeues the job it
+    # holds, unless it is heard from first (None while it is connected, or offline).
+    offline_due: datetime | None
+    requeue_due: datetime | None
     token_issued_at: datetime | None
 
     @classmethod
-    def of(cls, w: Worker) -> Self:
-        return cls.over(w, **_told(w))
+    def shown(cls, w: Worker, silence: timedelta) -> Self:
+        """`silence`: the heartbeat timeout (`--heartbeat-timeout`)."""
+        return cls.over(w, **_told(w, silence))
 
 
-def _told(w: Worker) -> dict[str, object]:
+def _told(w: Worker, silence: timedelta) -> dict[str, object]:
     """What a worker's record does not say outright."""
     seen = presence(w)
     return {
         "presence": seen.value,
         "presence_text": PRESENCE_TEXT[seen],
+        "presence_tone": PRESENCE_TONE[seen].value,
         "up_since": up_since(w),
+        "offline_due": offline_due(w, silence),
+        "requeue_due": requeue_due(w, silence),
         "deletable": can_delete_worker(w.status, ever_connected=w.ever_connected),
     }
 
@@ -132,11 +148,11 @@ class WorkerDetail(WorkerOut):
     history: list[WorkedAttemptOut]  # its newest attempts first
 
     @classmethod
-    def of_detail(cls, w: Worker, history: list[WorkedAttempt]) -> Self:
+    def of_detail(cls, w: Worker, history: list[WorkedAttempt], silence: timedelta) -> Self:
         caps = w.capabilities
         return cls.over(
             w,
-            **_told(w),
+            **_told(w, silence),
             **{name: caps.get(name) for name in _REPORTED},
             gpus=list(caps.get("gpus") or []),
             gpu_stats=w.live_gpu_stats,
@@ -159,6 +175,7 @@ class UnmatchedJob(BaseModel):
 
 class WorkerList(BaseModel):
     workers: list[WorkerOut]
-    counts: dict[str, int]
+    counts: dict[str, int]  # workers per `presence` (every one, 0 included): what rows say
+    tones: dict[str, str]  # each presence's badge colour (`presence_tone`), for the counts
     # Queued jobs (from the head of the queue) that no registered worker can run.
     unmatched_jobs: list[UnmatchedJob]

@@ -6,9 +6,10 @@ from __future__ import annotations
 from gpufleet.domain.ownership import JobAction
 from gpufleet.domain.records import Job, User
 from gpufleet.domain.states import JobStatus
+from gpufleet.domain.webhooks import Event
 from gpufleet.errors import Conflict
 from gpufleet.server.context import Context, Tx, transaction
-from gpufleet.server.services import dispatch, ownership
+from gpufleet.server.services import dispatch, ownership, webhooks
 from gpufleet.server.services.lifecycle import move_job, no_job
 
 
@@ -33,6 +34,7 @@ async def approve(ctx: Context, job_id: str, actor: str, client: str | None, *, 
         job = await _held(tx, job_id, by, JobAction.APPROVE)
         tx.audit("job.approved", actor, job.id, client)
         await move_job(tx, job, JobStatus.QUEUED, actor, approved_by=actor)
+        await _tell_submitter(tx, job, Event.JOB_APPROVED, by, None)
     await dispatch.dispatch_job(ctx, job_id)
     return await _job(ctx, job_id)
 
@@ -47,8 +49,19 @@ async def reject(
         error = f"rejected by {by.name}: {reason}" if reason else f"rejected by {by.name}"
         tx.audit("job.rejected", actor, job.id, client, reason=reason)
         # A cancel like any other: its webhooks (job.cancelled) go with it.
-        await move_job(tx, job, JobStatus.CANCELLED, actor, error=error, ended_at=tx.now)
+        await move_job(
+            tx, job, JobStatus.CANCELLED, actor, error=error, ended_at=tx.now, rejected_by=actor
+        )
+        await _tell_submitter(tx, job, Event.JOB_REJECTED, by, reason or None)
     return await _job(ctx, job_id)
+
+
+async def _tell_submitter(tx: Tx, job: Job, event: Event, by: User, reason: str | None) -> None:
+    """The outcome, to the webhooks that carry it to the job's submitter, in this
+    transaction: sent if and only if the judgement commits."""
+    submitter = await tx.q.get_user(job.user_id) if job.user_id else None
+    name = submitter.name if submitter else None
+    await webhooks.job_judged(tx, job, event, by.name, reason, name)
 
 
 async def _job(ctx: Context, job_id: str) -> Job:

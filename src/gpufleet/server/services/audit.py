@@ -37,23 +37,49 @@ class AuditPage:
     total: int
     names: dict[str, str]  # actor (`key:k_…`, `worker:w_…`) -> the key's or worker's name
     hint: str | None  # when nothing matches: what may be why
+    users: dict[str, str]  # actor (`key:k_…`) -> the name of the user whose key it is
 
 
 async def list_events(ctx: Context, f: AuditFilter, limit: int, offset: int) -> AuditPage:
     """A page of the log. The actor filter takes an actor as recorded (`key:k_…`), a key's
-    id or name, or a worker's name."""
+    id or name, a worker's name, or else a user's name (their keys' events); the user
+    filter a user's name or id."""
     check_period(f.since, f.until)
     async with ctx.store.read() as q:
         known = not f.event_type or is_known_type(f.event_type)
         # A type the catalogue lacks is one a newer module records, if the log holds it.
         if f.event_type and not known and not await q.audit_type_exists(f.event_type):
             raise unknown_type(f.event_type)
-        names = {key_actor(k.id): k.name for k in await q.list_api_keys()}
+        keys = await q.list_api_keys()
+        people = {u.id: u.name for u in await q.list_users()}
+        names = {key_actor(k.id): k.name for k in keys}
         names |= {worker_actor(w.id): w.name for w in await q.list_workers()}
-        actor, hint = _resolve_actor(f.actor, names)
-        events, total = await q.list_audit(replace(f, actor=actor), limit, offset)
+        owners = {key_actor(k.id): people[k.user_id] for k in keys if k.user_id in people}
+        f, hint = _resolve(f, names, owners, people)
+        events, total = await q.list_audit(f, limit, offset)
     shown = {e.actor: names[e.actor] for e in events if e.actor in names}
-    return AuditPage(events, total, shown, hint if total == 0 else None)
+    users = {e.actor: owners[e.actor] for e in events if e.actor in owners}
+    return AuditPage(events, total, shown, hint if total == 0 else None, users)
+
+
+def _resolve(
+    f: AuditFilter, names: dict[str, str], owners: dict[str, str], people: dict[str, str]
+) -> tuple[AuditFilter, str | None]:
+    """The filter with its actor and user as recorded, and a hint in case it finds nothing.
+    An actor no key or worker is named, but a user is, means that user's keys."""
+    if f.actor in people.values() and f.actor not in names.values() and not f.user:
+        f = replace(f, actor=None, user=f.actor)
+    actor, hint = _resolve_actor(f.actor, names)
+    user = f.user
+    if not user:
+        return replace(f, actor=actor), hint
+    person = people.get(user) or next((n for n in people.values() if n == user), None)
+    if person is None:
+        hint = f"no user named {user!r}; the user filter is a user's name or id (u_…)"
+        return replace(f, actor=actor, actors=()), hint
+    actors = tuple(sorted(a for a, owner in owners.items() if owner == person))
+    hint = f"{person}'s keys recorded nothing that matches the other filters"
+    return replace(f, actor=actor, actors=actors), hint
 
 
 def _resolve_actor(value: str | None, names: dict[str, str]) -> tuple[str | None, str | None]:
@@ -72,8 +98,8 @@ def _resolve_actor(value: str | None, names: dict[str, str]) -> tuple[str | None
             f"several keys or workers are named {value!r}; filter by id: {', '.join(named)}"
         )
     return value, (
-        f"no key or worker named {value!r}; the actor is a key's name or id (k_…), a worker's "
-        "name, worker:w_…, or system"
+        f"no key, worker or user named {value!r}; the actor is a key's name or id (k_…), a "
+        "worker's name, worker:w_…, a user's name, or system"
     )
 
 

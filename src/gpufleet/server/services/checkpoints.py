@@ -18,7 +18,7 @@ from gpufleet.errors import InvalidInput, NotFound
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import job_topic
 from gpufleet.server.services import attempt_tokens
-from gpufleet.server.services.artifacts import check_name, live_job, offered_job
+from gpufleet.server.services.uploads import check_name, live_job, offered_job
 from gpufleet.store import Queries
 
 FETCH_TTL = timedelta(hours=12)  # a presigned download URL of a checkpoint's file

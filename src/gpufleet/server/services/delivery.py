@@ -20,12 +20,14 @@ from datetime import timedelta
 import httpx
 
 from gpufleet import __version__
+from gpufleet.domain import webhook_formats
 from gpufleet.domain import webhooks as rules
 from gpufleet.domain.secrets import open_secret
 from gpufleet.domain.webhook_targets import IPAddress, literal_address, redact_text, redact_url
 from gpufleet.domain.webhooks import Delivery, DeliveryStatus, Webhook
 from gpufleet.errors import InvalidInput
 from gpufleet.server.context import Context, transaction
+from gpufleet.server.hub import WEBHOOKS_TOPIC
 from gpufleet.server.services import webhook_targets
 from gpufleet.server.services.webhooks import SECRET_PURPOSE
 from gpufleet.supervisor import Supervisor
@@ -77,8 +79,9 @@ async def _claim_next(ctx: Context, webhook_id: str) -> tuple[Delivery, Webhook]
     return None
 
 
-def _headers(ctx: Context, delivery: Delivery, hook: Webhook) -> dict[str, str] | str:
-    """The request's headers, or why it cannot be signed."""
+def _headers(ctx: Context, delivery: Delivery, hook: Webhook, body: bytes) -> dict[str, str] | str:
+    """The request's headers (the signature: of `body`, the bytes sent), or why it cannot be
+    signed."""
     headers = {
         "Content-Type": "application/json",
         "User-Agent": f"gpufleet/{__version__}",
@@ -92,7 +95,7 @@ def _headers(ctx: Context, delivery: Delivery, hook: Webhook) -> dict[str, str] 
                 "the webhook's secret cannot be read with this server's audit key (was the "
                 "key replaced?); delete the webhook and add it again with its secret"
             )
-        headers[rules.SIGNATURE_HEADER] = rules.sign(secret, delivery.body.encode())
+        headers[rules.SIGNATURE_HEADER] = rules.sign(secret, body)
     return headers
 
 
@@ -118,7 +121,9 @@ def _request(
 async def _send(
     ctx: Context, http: httpx.AsyncClient, delivery: Delivery, hook: Webhook
 ) -> tuple[int | None, str | None]:
-    headers = _headers(ctx, delivery, hook)
+    # In the webhook's format as it is now (a Slack or Discord message made from our JSON).
+    body = webhook_formats.render(hook.format, delivery.body)
+    headers = _headers(ctx, delivery, hook, body)
     if isinstance(headers, str):
         return None, headers
     deadline = ctx.settings.webhook_timeout
@@ -126,7 +131,7 @@ async def _send(
     try:
         async with asyncio.timeout(deadline):  # whatever the receiver trickles
             address = await webhook_targets.address_to_send_to(hook.url, allow)
-            request = _request(http, hook.url, address, delivery.body.encode(), headers)
+            request = _request(http, hook.url, address, body, headers)
             answer = await http.send(request)
     except (TimeoutError, httpx.TimeoutException):
         return None, f"no answer within {deadline:g} s"
@@ -155,6 +160,7 @@ async def _record(
             claimed_until=None,
             next_at=tx.now + timedelta(seconds=wait) if wait is not None else None,
         )
+        tx.wake(WEBHOOKS_TOPIC)
     if status is DeliveryStatus.FAILED:
         log.warning(
             "webhook %s: gave up on delivery %s (%s) after %d tries: %s",

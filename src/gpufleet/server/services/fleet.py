@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from gpufleet import protocol
+from gpufleet.domain.naming import check_name
 from gpufleet.domain.records import WorkedAttempt, Worker
 from gpufleet.domain.secrets import hash_secret, new_id, new_worker_token
 from gpufleet.domain.states import WorkerType, can_delete_worker
@@ -58,6 +59,7 @@ async def create_worker(
     worker_id: str | None = None,
     is_local: bool = False,
 ) -> tuple[Worker, str]:
+    check_name("worker", name)
     labels = check_labels(labels)
     token = new_worker_token()
     wid = worker_id or new_id("w")

@@ -26,7 +26,7 @@ log = logging.getLogger("gpufleet.server.health")
 async def mark_silent_workers_offline(ctx: Context) -> list[str]:
     """Workers silent past the heartbeat timeout go offline; their jobs are requeued."""
     now = ctx.clock()
-    timeout = timedelta(seconds=ctx.settings.heartbeat_timeout)
+    timeout = ctx.settings.silence()
     # Right after a restart nobody could have reached us: give every worker one timeout.
     if now - ctx.started_at < timeout:
         return []
@@ -44,7 +44,7 @@ async def mark_silent_workers_offline(ctx: Context) -> list[str]:
             if worker.last_heartbeat and worker.last_heartbeat >= tx.now - timeout:
                 continue  # it spoke up meanwhile
             why = f"worker {worker.name} lost: no heartbeat for {timeout.total_seconds():g} s"
-            job_id = await lose_current_attempt(tx, worker, why)
+            job_id = await lose_current_attempt(tx, worker, why, silent=True)
             job = await tx.q.get_job(job_id) if job_id else None
             if job_id:
                 requeued.append(job_id)

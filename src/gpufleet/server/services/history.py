@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,34 +25,48 @@ from gpufleet.server.context import Context, Tx
 FIRST = "loss"  # charted first: what an operator looks at first
 
 
-async def record(tx: Tx, job: Job, attempt: Attempt, progress: dict[str, Any] | None) -> None:
-    """Append a report's points in the transaction that records it as the job's progress;
-    a repeat of the job's last report (the final status carries it again) adds none."""
+async def record(
+    tx: Tx,
+    job: Job,
+    attempt: Attempt,
+    progress: dict[str, Any] | None,
+    earlier: Sequence[Mapping[str, Any]] = (),
+) -> None:
+    """Append a report's points (the progress lines `earlier` than its `progress`, then its
+    progress) in the transaction that records it as the job's progress; a repeat of the
+    job's last report (a retried send, or the final status carrying it again) adds none."""
     if progress is None or progress == job.progress:
         return
-    sample = sample_of(progress)
-    if sample is None:
+    samples = [s for s in map(sample_of, [*earlier, progress]) if s is not None]
+    if not samples:
         return
     counts = await tx.q.progress_counts(job.id)
-    names = admitted(list(sample.values), [n for n in counts if n != STEP_SERIES])
-    values = {STEP_SERIES: float(sample.step), **{n: sample.values[n] for n in names}}
-    before = {name: counts.get(name, 0) for name in values}
-    points = [
-        {
-            "job_id": job.id,
-            "series": name,
-            "ordinal": before[name],
-            "attempt": attempt.number,
-            "step": sample.step,
-            "value": value,
-            "ts": tx.now,
-        }
-        for name, value in values.items()
-    ]
-    await tx.q.add_progress(job.id, before, points)
+    offered = list(dict.fromkeys(name for s in samples for name in s.values))
+    names = admitted(offered, [n for n in counts if n != STEP_SERIES])
+    received = {name: counts.get(name, 0) for name in [STEP_SERIES, *names]}
+    before = dict(received)
+    points = []
+    for sample in samples:
+        values = {STEP_SERIES: float(sample.step)}
+        values |= {n: sample.values[n] for n in names if n in sample.values}
+        for name, value in values.items():
+            points.append(
+                {
+                    "job_id": job.id,
+                    "series": name,
+                    "ordinal": received[name],
+                    "attempt": attempt.number,
+                    "step": sample.step,
+                    "value": value,
+                    "ts": tx.now,
+                }
+            )
+            received[name] += 1
+    sent = {name: n - before[name] for name, n in received.items() if n > before[name]}
+    await tx.q.add_progress(job.id, {n: before[n] for n in sent}, sent, points)
     plans: dict[Thinning, list[str]] = {}
-    for name, received in before.items():
-        plan = thinning(received, rules.CAPACITY)
+    for name, added in sent.items():
+        plan = thinning(before[name] + added - 1, rules.CAPACITY, first=before[name])
         if plan is not None:
             plans.setdefault(plan, []).append(name)
     for plan, series in plans.items():  # series sent equally often share one statement

@@ -7,7 +7,7 @@ from datetime import timedelta
 from gpufleet.errors import InvalidInput
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import JOBS_TOPIC
-from gpufleet.server.services import dispatch, job_artifacts
+from gpufleet.server.services import artifacts, dispatch
 
 CLEANUP_BATCH = 500
 
@@ -25,7 +25,7 @@ async def cleanup(ctx: Context, days: int, actor: str, client: str | None) -> in
             files = await q.artifacts_of_jobs(ids) if ids else []
             checkpoints = await q.checkpoints_of_jobs(ids) if ids else []
         if files or checkpoints:  # a blob that cannot go keeps its job, for the next try
-            await job_artifacts.remove(
+            await artifacts.remove(
                 ctx,
                 files,
                 [c.id for c in checkpoints],

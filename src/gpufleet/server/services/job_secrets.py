@@ -17,7 +17,7 @@ from gpufleet.domain.secrets import open_secret, seal_secret
 from gpufleet.errors import Forbidden, InvalidInput, NotFound
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.services import attempt_tokens
-from gpufleet.server.services.artifacts import live_job, offered_job
+from gpufleet.server.services.uploads import live_job, offered_job
 from gpufleet.store.queries import Queries
 
 

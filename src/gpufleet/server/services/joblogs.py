@@ -1,10 +1,11 @@
 """A job's log read back: one bounded page at a time, or the whole of it as streamed text.
 
 A page is read after a cursor (oldest first), before one (the newest lines before it), or as
-the last `tail` lines; optionally one attempt's only. Cursors are line `seq` numbers, so a
-page never depends on lines arriving meanwhile. A page holds at most `limit` lines and
-`bounds.MAX_LOG_PAGE_BYTES` of text (at least one line): past that it stops early, and
-`more` (reading on) or `next_before` (reading back) says that lines are left.
+the last `tail` lines; optionally one attempt's only, or only the lines holding a text (`q`,
+sought as typed, ignoring case: a search pages like the log it searches). Cursors are line
+`seq` numbers, so a page never depends on lines arriving meanwhile. A page holds at most
+`limit` lines and `bounds.MAX_LOG_PAGE_BYTES` of text (at least one line): past that it stops
+early, and `more` (reading on) or `next_before` (reading back) says that lines are left.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpufleet.domain.bounds import MAX_LOG_PAGE_BYTES
+from gpufleet.domain.bounds import MAX_LOG_PAGE_BYTES, log_search_problem
 from gpufleet.domain.records import Attempt, LogLine
 from gpufleet.errors import InvalidInput, NotFound
 from gpufleet.server.context import Context
@@ -39,9 +40,12 @@ class PageQuery:
     before: int | None = None
     tail: int | None = None
     attempt_id: str | None = None
+    q: str | None = None  # only the lines holding it
 
 
 def _check(query: PageQuery) -> None:
+    if query.q is not None and (problem := log_search_problem(query.q)):
+        raise InvalidInput(problem)
     if query.tail is not None and (query.before is not None or query.after):
         raise InvalidInput("tail reads the end of the log: give it without after or before")
     if query.before is not None and query.before <= query.after:
@@ -69,7 +73,7 @@ async def read_page(ctx: Context, job_id: str, query: PageQuery) -> LogPage:
             await _attempt_of(q, job_id, query.attempt_id)
         after = query.after
         if query.tail is not None:
-            after = await q.log_tail_cursor(job_id, query.tail, query.attempt_id)
+            after = await q.log_tail_cursor(job_id, query.tail, query.attempt_id, query.q)
         lines, left = await q.read_logs(
             job_id,
             after,
@@ -77,11 +81,12 @@ async def read_page(ctx: Context, job_id: str, query: PageQuery) -> LogPage:
             before=query.before,
             attempt_id=query.attempt_id,
             max_bytes=MAX_LOG_PAGE_BYTES,
+            q=query.q,
         )
         # Reading back, what was left lies before the page (next_before says so); after
         # it lie the lines up to `before`, which the reader had already.
         more = left if query.before is None else False
-        first = await q.first_log_seq(job_id, query.attempt_id) if lines else None
+        first = await q.first_log_seq(job_id, query.attempt_id, query.q) if lines else None
     earlier = lines[0].seq if lines and first is not None and first < lines[0].seq else None
     return LogPage(
         lines=lines,

@@ -212,16 +212,18 @@ async def end_attempt(
     exit_code: int | None = None,
     by_user: bool = False,
     locked: Worker | None = None,
+    ended_at: datetime | None = None,
 ) -> JobStatus:
     """End the job's current attempt and apply what `outcomes.decide` makes of the job.
 
     Returns the job's new status. A cancel by the user keeps the worker busy until it
     confirms the process is gone; any other ending frees it at once. `locked`: see
-    `release_worker`.
+    `release_worker`. `ended_at`: when the attempt ended, if before now (a lost one).
     """
     # An attempt the queue policy preempted counts as preempted however it ends.
     outcome = outcomes.counted_as(outcome, attempt.preempted_by, by_user=by_user)
-    await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code)
+    when = {} if ended_at is None else {"ended_at": ended_at}
+    await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code, **when)
     if not by_user:
         await release_worker(tx, attempt.worker_id, attempt, locked)
     tx.audit(
@@ -293,8 +295,12 @@ async def _apply(
             return JobStatus.FAILED
 
 
-async def lose_current_attempt(tx: Tx, worker: Worker, why: str) -> str | None:
-    """The worker no longer has its job: withdraw or lose the attempt. Returns the job id."""
+async def lose_current_attempt(
+    tx: Tx, worker: Worker, why: str, *, silent: bool = False
+) -> str | None:
+    """The worker no longer has its job: withdraw or lose the attempt. Returns the job id.
+    `silent`: it was found silent, so the attempt ended at its last sign of life
+    (`outcomes.lost_at`), not now."""
     if worker.current_attempt_id is None:
         return None
     attempt = await tx.q.get_attempt(worker.current_attempt_id)
@@ -307,7 +313,10 @@ async def lose_current_attempt(tx: Tx, worker: Worker, why: str) -> str | None:
     outcome = (
         AttemptStatus.WITHDRAWN if attempt.status is AttemptStatus.OFFERED else AttemptStatus.LOST
     )
-    await end_attempt(tx, job, attempt, outcome, error=why)
+    ended_at = (
+        outcomes.lost_at(worker.last_heartbeat, attempt.offered_at, tx.now) if silent else None
+    )
+    await end_attempt(tx, job, attempt, outcome, error=why, ended_at=ended_at)
     return job.id
 
 

@@ -12,6 +12,7 @@ from gpufleet import protocol
 from gpufleet.domain.audit_events import KEY_ACTOR, key_actor
 from gpufleet.domain.bounds import MAX_LOG_PAGE_BYTES
 from gpufleet.domain.ownership import JobAction
+from gpufleet.domain.presence import Unheard, attempt_unheard
 from gpufleet.domain.records import (
     Attempt,
     Checkpoint,
@@ -44,6 +45,7 @@ class JobView:
     reruns: list[str] = field(default_factory=list)  # jobs that re-run this one
     names: dict[str, str] = field(default_factory=dict)  # see `names_of`
     resumed: dict[str, Checkpoint] = field(default_factory=dict)  # by id, attempts resumed from
+    unheard: Unheard | None = None  # its live attempt's worker has lost its stream
 
 
 # ---- read -------------------------------------------------------------------------------
@@ -74,7 +76,10 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
         wanted = {a.resumed_from for a in attempts if a.resumed_from}
         held = await q.checkpoints_for_job(job_id) if wanted else []
         resumed = {c.id: c for c in held if c.id in wanted}
-    return JobView(job, attempts, waiting, reruns, names, resumed)
+        live = job.worker_id and job.status not in TERMINAL_JOB
+        runner = await q.get_worker(job.worker_id) if live and job.worker_id else None
+    unheard = attempt_unheard(runner, job.current_attempt_id, ctx.settings.silence())
+    return JobView(job, attempts, waiting, reruns, names, resumed, unheard)
 
 
 async def names_of(
@@ -84,7 +89,7 @@ async def names_of(
     worker name, actor (`key:k_…`) → the key's name, user and team id → name. Ids of
     deleted ones are left out."""
     worker_ids = {j.worker_id for j in jobs if j.worker_id} | {a.worker_id for a in attempts}
-    actors = {a for j in jobs for a in (j.submitted_by, j.approved_by) if a}
+    actors = {a for j in jobs for a in (j.submitted_by, j.approved_by, j.rejected_by) if a}
     key_ids = {a.removeprefix(KEY_ACTOR) for a in actors if a.startswith(KEY_ACTOR)}
     names: dict[str, str] = dict(await q.worker_names(worker_ids)) if worker_ids else {}
     if key_ids:
@@ -164,7 +169,7 @@ async def cancel(ctx: Context, job_id: str, actor: str, client: str | None, *, b
                 job,
                 attempt,
                 AttemptStatus.CANCELLED,
-                error=f"cancelled by {actor}",
+                error=f"cancelled by {by.name}",
                 by_user=True,
             )
             await tx.send_to_worker(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ class StatusReport:
     error: str | None
     exit_code: int | None
     progress: dict[str, Any] | None
+    points: Sequence[dict[str, Any]] = ()  # the progress lines before `progress`, for charts
 
 
 def _not_offered(job_id: str, worker: Worker) -> Forbidden:
@@ -107,7 +109,7 @@ async def report_status(
     attempt_token: str | None = None,
 ) -> JobStatus:
     new = parse_reported_status(report.status)
-    if problem := bounds.progress_problem(report.progress):
+    if problem := bounds.progress_problem(report.progress) or bounds.points_problem(report.points):
         raise PayloadTooLarge(problem)
     error = report.error[-MAX_ERROR_CHARS:] if report.error else None
     refused: tuple[Job, Attempt | None] | None = None
@@ -165,7 +167,7 @@ async def _apply(
             progress: dict[str, Any] = (
                 {"progress": report.progress} if report.progress is not None else {}
             )
-            await history.record(tx, job, attempt, report.progress)
+            await history.record(tx, job, attempt, report.progress, report.points)
             if job.status is JobStatus.OFFERED:
                 await move_job(tx, job, JobStatus.RUNNING, started_at=tx.now, **progress)
                 tx.observe("time_to_gpu", max(0.0, (tx.now - job.created_at).total_seconds()))
@@ -175,7 +177,7 @@ async def _apply(
             return JobStatus.RUNNING
         return job.status
     if report.progress is not None:
-        await history.record(tx, job, attempt, report.progress)
+        await history.record(tx, job, attempt, report.progress, report.points)
         await tx.q.update_job(job.id, progress=report.progress)
     if new is AttemptStatus.FAILED and error is None:
         lines = await tx.q.last_log_lines(attempt.id, 20)

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from gpufleet.domain import job_secrets
+from gpufleet.domain.jobspec import check_config, rerun_gpu_count
 from gpufleet.domain.ownership import JobAction
 from gpufleet.domain.records import Job, User
-from gpufleet.domain.states import TERMINAL_JOB
+from gpufleet.domain.states import TERMINAL_JOB, Target
 from gpufleet.errors import Conflict, DomainError, Forbidden, InvalidInput
 from gpufleet.server.context import Context
 from gpufleet.server.services import ownership, queue, submit
 from gpufleet.server.services.lifecycle import no_job
 from gpufleet.server.services.submit import Submission
 
+_T = TypeVar("_T")
 MAX_BULK = 100  # jobs one bulk action takes: the Queue shows 100 at a time
 
 
@@ -27,11 +30,39 @@ class Outcome:
     error: str | None = None
 
 
-async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, by: User) -> Job:
-    """A new job of `by`'s with the old one's config and requirements, linked to it
-    (`rerun_of`), if `by` may re-run it (`domain.ownership`). The config is the one the old
-    job ran, even if its stored config changed since. It is for the old job's team when `by`
-    is in it, else for `by`'s own (an admin re-running another team's job)."""
+@dataclass(frozen=True, slots=True)
+class Edits:
+    """What an edit-and-re-run changes (the Train page's editor); None: as the old job had."""
+
+    config: dict[str, Any] | None = None
+    target: Target | None = None
+    worker_labels: dict[str, str] | None = None
+    gpu_count: int | None = None
+    priority: int | None = None
+    max_retries: int | None = None
+
+
+NO_EDITS = Edits()
+
+
+def edited(value: _T | None, was: _T) -> _T:
+    return was if value is None else value
+
+
+async def rerun(
+    ctx: Context,
+    job_id: str,
+    actor: str,
+    client: str | None,
+    *,
+    by: User,
+    edits: Edits = NO_EDITS,
+) -> Job:
+    """A new job of `by`'s with the old one's config and requirements, changed by `edits`,
+    linked to it (`rerun_of`), if `by` may re-run it (`domain.ownership`). The config is the
+    one the old job ran, even if its stored config changed since; an edited one is inline.
+    It is for the old job's team when `by` is in it, else for `by`'s own (an admin
+    re-running another team's job)."""
     async with ctx.store.read() as q:
         old = await q.get_job(job_id)
         if old is None:
@@ -49,14 +80,18 @@ async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, by
             "submitter may see; ask them to re-run it, or have them move those values into "
             'secrets ({"secret": "NAME"})'
         )
+    # Checked as a submit's config is; the same as the old one: still the stored version.
+    config = old.config if edits.config is None else check_config(edits.config)
+    same = config == old.config
+
     sub = Submission(
-        config_name=old.config_name,
-        config=old.config,
-        target=old.target,
-        worker_labels=old.worker_labels,
-        gpu_count=old.gpu_count,
-        priority=old.priority,
-        max_retries=old.max_retries,
+        config_name=old.config_name if same else None,
+        config=config,
+        target=edited(edits.target, old.target),
+        worker_labels=edited(edits.worker_labels, old.worker_labels),
+        gpu_count=rerun_gpu_count(edits.gpu_count, old.gpu_count, config),
+        priority=edited(edits.priority, old.priority),
+        max_retries=edited(edits.max_retries, old.max_retries),
         retry_on=old.retry_on,
         team=old.team_id if old.team_id in teams else None,
         preemptible=old.preemptible,
@@ -65,12 +100,12 @@ async def rerun(ctx: Context, job_id: str, actor: str, client: str | None, *, by
     queued = await submit.enqueue(
         ctx,
         sub,
-        old.config,
+        config,
         actor,
         client,
         user_id=by.id,
         rerun_of=old.id,
-        ran=submit.RanVersion.of(old),
+        ran=submit.RanVersion.of(old) if same else None,
     )
     return queued.job
 

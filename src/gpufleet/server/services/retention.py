@@ -15,7 +15,7 @@ from gpufleet.domain import retention
 from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.retention import Plan, Policy, StagedObject
 from gpufleet.server.context import Context
-from gpufleet.server.services import job_artifacts
+from gpufleet.server.services import artifacts
 
 log = logging.getLogger("gpufleet.server.retention")
 BATCH = 200  # jobs looked at by one sweep
@@ -55,7 +55,7 @@ async def sweep(ctx: Context) -> Swept:
         return f"retention: older than the job's newest {policy.keep_checkpoints} checkpoints"
 
     if doomed or decided.checkpoint_ids:
-        await job_artifacts.remove(
+        await artifacts.remove(
             ctx, doomed, sorted(decided.checkpoint_ids), SYSTEM_ACTOR, None, reason=reason
         )
     for key in decided.staged_keys:

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet.domain.advice import say_wait_everywhere
+from gpufleet.domain.approvals import approval_needed
 from gpufleet.domain.fair_share import rank_key
 from gpufleet.domain.limits import LimitHit, limit_hit
 from gpufleet.domain.matching import Wait, WaitCode, fits, reasons_not_running, why_waiting
@@ -137,11 +138,21 @@ def _limit_wait(hit: LimitHit) -> Wait:
     )
 
 
+async def _held_by(q: Queries, job: Job) -> str | None:
+    """The approval rule that holds the job, as the policy reads now (None: none does, as
+    the policy changed since its submit)."""
+    user = await q.get_user(job.user_id) if job.user_id else None
+    if user is None:
+        return None
+    policy, _own = await q.dispatch_policy()
+    return approval_needed(policy, user.level, job.gpu_count)
+
+
 async def policy_wait(q: Queries, job: Job, now: datetime) -> Wait | None:
     """What the policy holds the job back for, if anything: an approval, a limit, or the
     jobs of teams further below their share ranked before it."""
     if job.status is JobStatus.PENDING_APPROVAL:
-        return Wait(WaitCode.AWAITING_APPROVAL, {"job": job.id})
+        return Wait(WaitCode.AWAITING_APPROVAL, {"job": job.id, "rule": await _held_by(q, job)})
     if job.status is not JobStatus.QUEUED:
         return None
     policy, own = await q.dispatch_policy()

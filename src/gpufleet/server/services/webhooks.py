@@ -18,8 +18,9 @@ from gpufleet.domain.secrets import new_id, seal_secret
 from gpufleet.domain.states import JobStatus
 from gpufleet.domain.webhook_targets import redact_url
 from gpufleet.domain.webhooks import Delivery, DeliveryStatus, Event, Webhook
-from gpufleet.errors import NotFound
+from gpufleet.errors import InvalidInput, NotFound
 from gpufleet.server.context import Context, Tx, transaction
+from gpufleet.server.hub import WEBHOOKS_TOPIC
 from gpufleet.server.services import webhook_targets
 
 SECRET_PURPOSE = "webhook secret"
@@ -58,6 +59,7 @@ async def enqueue(tx: Tx, event: Event, subject: dict[str, Any]) -> int:
 
 async def _deliver(tx: Tx, hooks: list[Webhook], event: Event, subject: dict[str, Any]) -> None:
     await tx.q.insert_deliveries([_row(hook, event, tx.now, subject) for hook in hooks])
+    tx.wake(WEBHOOKS_TOPIC)
 
 
 async def _hearing(tx: Tx, event: Event) -> list[Webhook]:
@@ -97,6 +99,27 @@ async def job_ended(tx: Tx, job: Job, status: JobStatus, changes: dict[str, Any]
     await _deliver(tx, hooks, event, subject)
 
 
+async def job_judged(
+    tx: Tx, job: Job, event: Event, by: str, reason: str | None, submitter: str | None
+) -> None:
+    """A held job was approved or rejected (`event`) by `by` (a person's name): its
+    submitter (`submitter`, their name) hears it through the webhooks that listen."""
+    subject = {
+        "job": {
+            "id": job.id,
+            "config_name": job.config_name,
+            "gpu_count": job.gpu_count,
+            "user_id": job.user_id,
+            "user_name": submitter,
+            "team_id": job.team_id,
+            "submitted_at": _iso(job.created_at),
+        },
+        "by": by,
+        "reason": reason,
+    }
+    await enqueue(tx, event, subject)
+
+
 async def worker_lost(tx: Tx, worker: Worker, reason: str, job_id: str | None) -> None:
     subject = {
         "worker": {
@@ -120,7 +143,9 @@ async def create(
     secret: str | None,
     actor: str,
     client: str | None,
+    fmt: str | None = None,
 ) -> Webhook:
+    shape = rules.check_format(fmt)
     url = await _checked_url(ctx, url)
     chosen = rules.check_subscriptions(events)
     webhook_id = new_id("wh")
@@ -134,6 +159,7 @@ async def create(
                 "events": [e.value for e in chosen],
                 "created_at": tx.now,
                 "created_by": actor,
+                "format": shape.value,
             }
         )
         tx.audit(  # never the secret (only whether there is one), nor the URL's path or query
@@ -144,6 +170,7 @@ async def create(
             url=redact_url(url),
             events=[e.value for e in chosen],
             signed=sealed is not None,
+            format=shape.value,
         )
         return Webhook(
             id=webhook_id,
@@ -152,6 +179,7 @@ async def create(
             secret_sealed=sealed,
             created_at=tx.now,
             created_by=actor,
+            format=shape,
         )
 
 
@@ -172,7 +200,7 @@ def _sealed(ctx: Context, webhook_id: str, secret: str | None) -> str | None:
 async def update(
     ctx: Context, webhook_id: str, changes: Mapping[str, Any], actor: str, client: str | None
 ) -> Webhook:
-    """Change a webhook's `url`, `events` or `secret` (None or "": its deliveries go
+    """Change a webhook's `url`, `events`, `format` or `secret` (None or "": its deliveries go
     unsigned); a key absent from `changes` stays as it is. Deliveries not sent yet go to the
     webhook as it is when they are sent."""
     values: dict[str, Any] = {}
@@ -183,6 +211,10 @@ async def update(
     if "events" in changes:
         chosen = rules.check_subscriptions(changes["events"] or ())
         values["events"] = said["events"] = [e.value for e in chosen]
+    if "format" in changes:
+        if changes["format"] is None:
+            raise InvalidInput("a webhook has a format: send gpufleet, slack or discord, not null")
+        values["format"] = said["format"] = rules.check_format(changes["format"]).value
     if "secret" in changes:
         values["secret_sealed"] = _sealed(ctx, webhook_id, changes["secret"])
         said["signed"] = values["secret_sealed"] is not None
@@ -223,6 +255,7 @@ async def send_test(ctx: Context, webhook_id: str, actor: str, client: str | Non
         subject = {"webhook_id": hook.id, "message": "a test event sent from gpufleet"}
         row = _row(hook, Event.TEST, tx.now, subject)
         await tx.q.insert_deliveries([row])
+        tx.wake(WEBHOOKS_TOPIC)
         tx.audit("webhook.tested", actor, webhook_id, client, delivery_id=row["id"])
         delivery = await tx.q.get_delivery(row["id"])
     if delivery is None:  # written by this very transaction

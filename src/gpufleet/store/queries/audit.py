@@ -117,6 +117,8 @@ class AuditQueries(QueryBase):
                 conds.append(audit_events.c.event_type == f.event_type)
         if f.actor:
             conds.append(audit_events.c.actor == f.actor)
+        if f.actors is not None:
+            conds.append(audit_events.c.actor.in_(f.actors))
         if f.target:
             conds.append(audit_events.c.target == f.target)
         if f.since:

@@ -31,15 +31,17 @@ class LogQueries(QueryBase):
         before: int | None = None,
         attempt_id: str | None = None,
         max_bytes: int | None = None,
+        q: str | None = None,
     ) -> tuple[list[LogLine], bool]:
         """Lines after `after`, oldest first; with `before`, the newest `limit` lines between
         the two (still oldest first); with `attempt_id`, that attempt's only; with
-        `max_bytes`, only as many as hold that much text (at least one line). And whether
+        `max_bytes`, only as many as hold that much text (at least one line); with `q`, only
+        the lines holding it (`log_scope`). And whether
         lines were left out in the direction read (after the page reading on, before it
         reading back)."""
         if after >= LOG_SEQ_MAX:
             return [], False
-        where = [*log_scope(job_id, attempt_id), job_logs.c.seq > after]
+        where = [*log_scope(job_id, attempt_id, q), job_logs.c.seq > after]
         order: sa.ColumnElement[Any] = job_logs.c.seq
         if before is not None:
             if before <= LOG_SEQ_MAX:  # a cursor past every seq bounds nothing
@@ -89,19 +91,23 @@ class LogQueries(QueryBase):
             count += 1
         return count, count < len(sizes)
 
-    async def log_tail_cursor(self, job_id: str, count: int, attempt_id: str | None = None) -> int:
+    async def log_tail_cursor(
+        self, job_id: str, count: int, attempt_id: str | None = None, q: str | None = None
+    ) -> int:
         """The cursor after which the last `count` lines begin (0: the log is no longer)."""
         stmt = (
             sa.select(job_logs.c.seq)
-            .where(*log_scope(job_id, attempt_id))
+            .where(*log_scope(job_id, attempt_id, q))
             .order_by(job_logs.c.seq.desc())
             .offset(count)
             .limit(1)
         )
         return int((await self.conn.execute(stmt)).scalar_one_or_none() or 0)
 
-    async def first_log_seq(self, job_id: str, attempt_id: str | None = None) -> int | None:
-        stmt = sa.select(sa.func.min(job_logs.c.seq)).where(*log_scope(job_id, attempt_id))
+    async def first_log_seq(
+        self, job_id: str, attempt_id: str | None = None, q: str | None = None
+    ) -> int | None:
+        stmt = sa.select(sa.func.min(job_logs.c.seq)).where(*log_scope(job_id, attempt_id, q))
         first = (await self.conn.execute(stmt)).scalar_one_or_none()
         return None if first is None else int(first)
 
@@ -129,22 +135,32 @@ class LogQueries(QueryBase):
         return {r.series: r.received for r in await self.conn.execute(stmt)}
 
     async def add_progress(
-        self, job_id: str, counts: dict[str, int], points: list[dict[str, Any]]
+        self,
+        job_id: str,
+        counts: dict[str, int],
+        added: dict[str, int],
+        points: list[dict[str, Any]],
     ) -> None:
-        """Store points and the series' new counts (`counts`: series → received before)."""
+        """Store points and the series' new counts (`counts`: series → received before;
+        `added`: series → points added now)."""
         t = progress_series
-        old = [name for name, n in counts.items() if n > 0]
-        new = [name for name, n in counts.items() if n == 0]
-        if old:
+        grown: dict[int, list[str]] = {}  # series grown alike share one statement
+        for name, n in counts.items():
+            if n > 0:
+                grown.setdefault(added[name], []).append(name)
+        for by, old in grown.items():
             await self.conn.execute(
                 sa.update(t)
                 .where(t.c.job_id == job_id, t.c.series.in_(old))
-                .values(received=t.c.received + 1)
+                .values(received=t.c.received + by)
             )
+        new = [
+            {"job_id": job_id, "series": s, "received": added[s]}
+            for s, n in counts.items()
+            if n == 0
+        ]
         if new:
-            await self.conn.execute(
-                sa.insert(t), [{"job_id": job_id, "series": s, "received": 1} for s in new]
-            )
+            await self.conn.execute(sa.insert(t), new)
         await self.conn.execute(sa.insert(progress_points), points)
 
     async def thin_progress(self, job_id: str, series: list[str], plan: Thinning) -> None:
@@ -181,8 +197,14 @@ class LogQueries(QueryBase):
         return [(r.ts, r.step, r.attempt) for r in await self.conn.execute(stmt)]
 
 
-def log_scope(job_id: str, attempt_id: str | None) -> list[sa.ColumnElement[bool]]:
+def log_scope(
+    job_id: str, attempt_id: str | None, q: str | None = None
+) -> list[sa.ColumnElement[bool]]:
+    """The job's lines; one attempt's; those holding `q`, as typed (`%`, `_` and the escape
+    character match themselves), ignoring case (ASCII letters on SQLite)."""
     scope = [job_logs.c.job_id == job_id]
     if attempt_id is not None:
         scope.append(job_logs.c.attempt_id == attempt_id)
+    if q:
+        scope.append(job_logs.c.text.icontains(q, autoescape=True))
     return scope

@@ -140,8 +140,11 @@ class WorkerQueries(QueryBase):
         return [rows.worker(m) for m in await self._mapped(stmt)]
 
     async def silent_workers(self, cutoff: datetime) -> list[Worker]:
+        """Workers not heard since `cutoff`; never one that never connected (`ever_connected`):
+        no agent has its token, so it is awaited, not lost."""
         stmt = sa.select(workers).where(
             workers.c.status != WorkerStatus.OFFLINE.value,
+            sa.or_(workers.c.registered.is_(True), workers.c.stream_owner.is_not(None)),
             sa.or_(workers.c.last_heartbeat.is_(None), workers.c.last_heartbeat < cutoff),
             workers.c.created_at < cutoff,
         )

@@ -40,6 +40,7 @@ jobs = sa.Table(
     sa.Column("team_id", sa.String(32)),
     sa.Column("preemptible", sa.Boolean),  # null: the team's setting
     sa.Column("approved_by", sa.String(64)),  # the actor who approved it, when a rule held it
+    sa.Column("rejected_by", sa.String(64)),  # the actor who rejected it (its error says why)
     # the stored config's version it ran, its digest and who wrote it (a user id) (0016)
     sa.Column("config_version", sa.Integer),
     sa.Column("config_digest", sa.String(64)),

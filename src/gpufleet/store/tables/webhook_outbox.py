@@ -15,6 +15,8 @@ webhooks = sa.Table(
     sa.Column("events", JSON, nullable=False),  # domain.webhooks.Subscription values
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("created_by", sa.String(64)),
+    # domain.webhooks.PayloadFormat: the body's shape (gpufleet's own, Slack's, Discord's)
+    sa.Column("format", sa.String(16), nullable=False, server_default="gpufleet"),
 )
 
 # The outbox: a row is written in the transaction whose change it reports, then sent (and
@@ -30,7 +32,8 @@ webhook_deliveries = sa.Table(
         nullable=False,
     ),
     sa.Column("event", sa.String(32), nullable=False),
-    sa.Column("body", sa.Text, nullable=False),  # the exact bytes sent, on every try
+    # gpufleet's JSON, sent as is on every try (another format: made from it at each send)
+    sa.Column("body", sa.Text, nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),

@@ -1,5 +1,6 @@
 // A job's stored files and checkpoints on its page: download links (the session cookie
-// authenticates a plain GET, as the log's Download does), and for admins Pin and Delete.
+// authenticates a plain GET, as the log's Download does; a checkpoint comes as one tar of its
+// folder), and for those who may, Pin and Delete.
 import { del, get, put } from "./api.js";
 import { $, act, ago, confirmDialog, h, serial, showError } from "./dom.js";
 
@@ -29,6 +30,9 @@ const base = (jobId) => `/api/queue/${encodeURIComponent(jobId)}/artifacts`;
 // The path's segments quoted one by one: a `?`, `#` or `%` in a name stays part of the path.
 const pathUrl = (jobId, path) => `${base(jobId)}/${path.split("/").map(encodeURIComponent).join("/")}`;
 
+const checkpointUrl = (jobId, c) =>
+  `/api/queue/${encodeURIComponent(jobId)}/checkpoints/${encodeURIComponent(c.id)}`;
+
 const fileUrl = (jobId, a) => `${pathUrl(jobId, a.path)}?attempt_id=${encodeURIComponent(a.attempt_id)}`;
 
 function sha(value) {
@@ -46,11 +50,12 @@ export function artifactsView({ jobId, canSubmit, panel }) {
   let drawn = "";
   let unread = false;
   let may = new Set();
+  let ended = false; // the job will store no more files
 
   function fileRow(a) {
     const name = a.path.split("/").pop();
     return h("tr", {},
-      h("td", { "data-label": "#", text: String(a.attempt_number) }),
+      h("td", { "data-label": "Attempt", text: String(a.attempt_number) }),
       h("td", { "data-label": "Kind", text: a.kind }),
       h("td", { "data-label": "Path", class: "mono" },
         h("a", { href: fileUrl(jobId, a), download: name, class: "artifact-link", text: a.path })),
@@ -69,8 +74,12 @@ export function artifactsView({ jobId, canSubmit, panel }) {
 
   function checkpointRow(c) {
     return h("tr", {},
-      h("td", { "data-label": "#", text: String(c.attempt_number) }),
-      h("td", { "data-label": "Name", class: "mono", text: c.name }),
+      h("td", { "data-label": "Attempt", text: String(c.attempt_number) }),
+      h("td", { "data-label": "Name", class: "mono" },
+        h("a", {
+          href: checkpointUrl(jobId, c), download: `${c.name}.tar`, class: "artifact-link",
+          title: `the folder ${c.path}, as one tar`, text: c.name,
+        })),
       h("td", { "data-label": "Step", text: c.step === null ? "—" : String(c.step) }),
       h("td", { "data-label": "Files", text: String(c.files) }),
       h("td", { "data-label": "Size", text: bytes(c.size) }),
@@ -103,11 +112,14 @@ export function artifactsView({ jobId, canSubmit, panel }) {
       `${files}, ${bytes(body.total_bytes)}${pinned ? " · pinned" : ""}`;
     $("#artifacts tbody", panel).replaceChildren(...(count
       ? body.artifacts.map(fileRow)
-      : [empty(canSubmit ? 7 : 6, "No files stored yet: they come home when an attempt ends.")]));
+      : [empty(canSubmit ? 7 : 6, ended
+        ? "No files are stored for this job: its attempts brought none home, or they were deleted."
+        : "No files stored yet: they come home when an attempt ends.")]));
     $("#checkpoints tbody", panel).replaceChildren(...(body.checkpoints.length
       ? body.checkpoints.map(checkpointRow)
       : [empty(6, "No checkpoints.")]));
-    pin.hidden = !may.has("pin");
+    // Nothing to keep: no Pin (an Unpin stays, to hand a pinned job back to the sweep).
+    pin.hidden = !may.has("pin") || (!count && !body.checkpoints.length && !pinned);
     pin.textContent = pinned ? "Unpin" : "Pin";
     pin.title = pinned
       ? "Let the retention sweep delete these files again when they are old enough"
@@ -134,11 +146,13 @@ export function artifactsView({ jobId, canSubmit, panel }) {
     if (ok) await act(button, () => del(base(jobId)), error, refresh);
   });
 
-  // What the key may do to the job now; the list is drawn again when that changed.
-  function allow(actions) {
+  // What the key may do to the job now, and whether it has ended; the list is drawn again
+  // when either changed.
+  function allow(actions, hasEnded) {
     const next = new Set(actions);
-    if ([...next].sort().join() === [...may].sort().join()) return;
+    if ([...next].sort().join() === [...may].sort().join() && hasEnded === ended) return;
     may = next;
+    ended = hasEnded;
     drawn = "";
   }
 

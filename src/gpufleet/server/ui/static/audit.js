@@ -1,13 +1,15 @@
 // Audit: the audit log, filtered, newest first, a page at a time. Filters live in the URL.
+// Live: an `audit` nudge (/api/events) re-reads the page shown.
 import { get } from "./api.js";
 import { $, h, showError, when } from "./dom.js";
+import { live } from "./live.js";
 import "./nav.js";
 
 const PAGE = 100;
 const form = $("#filters");
 const error = $("#error");
 const filterError = $("#filter-error");
-const FIELDS = ["type", "actor", "target", "since", "until"];
+const FIELDS = ["type", "actor", "user", "target", "since", "until"];
 let offset = 0;
 let total = 0;
 let latest = 0; // only the newest request may paint: answers can arrive out of order
@@ -74,11 +76,17 @@ function detail(d) {
     h("details", {}, h("summary", { text: "JSON" }), h("pre", { text: JSON.stringify(d, null, 2) })));
 }
 
-function row(e, names) {
+function user(e, users) {
+  const name = users[e.actor];
+  return name ? h("span", { class: "id", text: name }) : h("span", { class: "muted", text: "—" });
+}
+
+function row(e, names, users) {
   return h("tr", { "data-event": e.event_type },
     h("td", { "data-label": "Time" }, when(e.ts)),
     h("td", { "data-label": "Type", class: "mono nobreak" }, typeName(e.event_type)),
     h("td", { "data-label": "Actor", class: "nobreak" }, actor(e, names)),
+    h("td", { "data-label": "User", class: "nobreak" }, user(e, users)),
     h("td", { "data-label": "Target", class: "mono nobreak" }, e.target ? ref(e.target) : "—"),
     h("td", { "data-label": "Client", text: e.client_addr || "—" }),
     h("td", { "data-label": "Detail", class: "audit-detail" }, detail(e.detail)),
@@ -112,8 +120,8 @@ async function load() {
     total = body.total;
     const none = ["No events match these filters.", body.hint && ` ${body.hint[0].toUpperCase()}${body.hint.slice(1)}.`];
     $("#events tbody").replaceChildren(...(body.events.length
-      ? body.events.map((e) => row(e, body.actor_names))
-      : [h("tr", { class: "empty" }, h("td", { colspan: 6, id: "no-events" }, none))]));
+      ? body.events.map((e) => row(e, body.actor_names, body.actor_users || {}))
+      : [h("tr", { class: "empty" }, h("td", { colspan: 7, id: "no-events" }, none))]));
     const last = Math.min(offset + body.events.length, total);
     $("#total").textContent = total ? `${offset + 1}–${last} of ${total} events` : "0 events";
     showError(error, null);
@@ -136,3 +144,4 @@ $("#older").addEventListener("click", () => { offset += PAGE; load(); });
 
 fromUrl();
 load();
+live({ audit: load }); // each event recorded (and the stream's hello) reads the page again

@@ -28,12 +28,17 @@ export function fmt(v) {
   return String(Number(v.toPrecision(4)));
 }
 
-function range(values) {
+// The axis's span: the values' own; for one value, from 0 to it with `fromZero` (a count of
+// steps, a loss: "0 to 0.99", never "0.891 to 1.089"), else padded either side (a time).
+function range(values, fromZero) {
   let lo = Math.min(...values);
   let hi = Math.max(...values);
-  if (lo === hi) {
+  if (lo === hi && fromZero) {
+    lo = Math.min(0, lo);
+    hi = Math.max(0, hi) || 1;
+  } else if (lo === hi) {
     const pad = Math.abs(lo) * 0.1 || 1;
-    lo = lo >= 0 ? Math.max(0, lo - pad) : lo - pad; // counts and losses never go below 0
+    lo -= pad;
     hi += pad;
   }
   return [lo, hi];
@@ -48,13 +53,14 @@ export const TIME = {
   span: (a, b) => `${clock(a)} to ${clock(b)}`,
 };
 
-const STEPS = { axis: (v) => `step ${fmt(v)}`, tick: fmt, at: (v) => `step ${v}`, span: (a, b) => `steps ${a} to ${b}` };
+// Steps are whole numbers: their axis spans the steps reported, or 0 to the only one.
+const STEPS = { fromZero: true, axis: (v) => `step ${fmt(v)}`, tick: fmt, at: (v) => `step ${v}`, span: (a, b) => `steps ${a} to ${b}` };
 
 // `xAxis` says the x values in words: the first tick, the last, one point, the span.
 export function lineChart(name, points, xAxis = STEPS) {
   // points: [x, value, series], oldest first; each series (a job's attempt) is its own line.
-  const [x0, x1] = range(points.map((p) => p[0]));
-  const [y0, y1] = range(points.map((p) => p[1]));
+  const [x0, x1] = range(points.map((p) => p[0]), xAxis.fromZero);
+  const [y0, y1] = range(points.map((p) => p[1]), true);
   const x = (step) => PAD.left + ((step - x0) / (x1 - x0)) * (W - PAD.left - PAD.right);
   const y = (v) => H - PAD.bottom - ((v - y0) / (y1 - y0)) * (H - PAD.top - PAD.bottom);
   const last = points[points.length - 1];

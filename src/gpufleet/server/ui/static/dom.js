@@ -32,11 +32,30 @@ export function badge(status) {
   return h("span", { class: `badge status-${status}`, text: STATUS_WORDS[status] || status });
 }
 
-// A worker's status badge in the server's words for it (`presence_text`: "never connected").
+// A worker's status badge in the server's words for it (`presence_text`: "never connected"),
+// in the one colour the server gives those words (`presence_tone`).
 export function workerBadge(w) {
-  const el = badge(w.status);
+  const el = badge(w.presence_tone || w.status);
   el.textContent = w.presence_text || w.status;
   return el;
+}
+
+// A worker by its name, a link to its page for whom may open it (`admin.workers`), its id on
+// hover; the id alone once it is deleted.
+export function workerLink(name, id, canSee) {
+  if (!id) return h("span", { class: "muted", text: "—" });
+  if (!name) return h("span", { class: "mono", text: id });
+  if (!canSee) return h("span", { class: "worker", title: id, text: name });
+  return h("a", { class: "worker", href: `/workers/${id}`, title: id, text: name });
+}
+
+// Its stream gone: when its job is requeued (or it goes offline) unless it is heard from.
+export function workerDue(w) {
+  const due = w.requeue_due || w.offline_due;
+  if (!due) return null;
+  const what = w.requeue_due ? `its job ${w.current_job_id} is requeued` : "it goes offline";
+  return h("div", { class: "muted due", "data-due": w.requeue_due ? "requeue" : "offline" },
+    `Its stream is gone: ${what} at `, when(due), " unless it reconnects.");
 }
 
 // "2 × A100, 80 GB each", as the Workers and Fleet pages say a worker's GPUs.
@@ -47,12 +66,14 @@ export function workerGpus(w) {
   return h("span", { text: `${w.gpu_count} × ${w.gpu_name || "GPU"}${memory}` });
 }
 
-const WORKER_STATUSES = ["connecting", "idle", "busy", "draining", "offline"];
+const ALWAYS_COUNTED = ["idle", "busy", "draining", "offline"];
 
-// One badge a status with its count of workers.
-export function workerCounts(counts) {
-  return WORKER_STATUSES.map((s) =>
-    h("span", { class: `badge status-${s}`, "data-count": s }, `${s} `, h("b", { text: counts[s] ?? 0 })));
+// One badge a word with its count of workers (the server's `counts`, per presence: what the
+// rows say), in that word's one colour (`tones`): those always shown, then any other in use.
+export function workerCounts(counts, tones) {
+  return Object.keys(counts).filter((p) => ALWAYS_COUNTED.includes(p) || counts[p]).map((p) =>
+    h("span", { class: `badge status-${tones[p]}`, "data-count": p },
+      `${p.replaceAll("_", " ")} `, h("b", { text: counts[p] })));
 }
 
 // A name, or `none` greyed where there is none.

@@ -88,7 +88,7 @@ const loadWorkers = serial(async () => {
     return showError(error, err);
   }
   showError(error, null);
-  $("#counts").replaceChildren(...workerCounts(body.counts));
+  $("#counts").replaceChildren(...workerCounts(body.counts, body.tones));
   const rows = body.workers.map(row);
   $("#fleet-workers tbody").replaceChildren(...(rows.length ? rows
     : [h("tr", { class: "empty" }, h("td", { colspan: 6, text: "No workers yet." }))]));

@@ -4,10 +4,11 @@ import { get } from "./api.js";
 import { artifactsView, resumedFrom } from "./artifacts.js";
 import { trainingCharts } from "./chart.js";
 import {
-  $, badge, h, progress, serial, showError, span, startClock, when, wireDialogs,
+  $, badge, h, progress, serial, showError, span, startClock, when, wireDialogs, workerLink,
 } from "./dom.js";
 import { approveJob, cancelJob, rejectJob, rerunJob } from "./jobactions.js";
 import { live } from "./live.js";
+import { logSearch } from "./logsearch.js";
 import { logView } from "./logview.js";
 import "./nav.js";
 
@@ -15,6 +16,8 @@ const root = $("#job");
 const jobId = root.dataset.jobId;
 const error = $("#error");
 const FINAL = new Set(["completed", "failed", "cancelled"]);
+const canSeeWorkers = root.dataset.canSeeWorkers === "true";
+const worker = (name, id) => workerLink(name, id, canSeeWorkers);
 const charts = trainingCharts($("#charts-panel"), jobId);
 const stored = artifactsView({
   jobId, canSubmit: root.dataset.canSubmit === "true", panel: $("#artifacts-panel"),
@@ -42,7 +45,7 @@ function facts(j) {
     ["Status", badge(j.status)],
     ["Target", j.target],
     ["Config", configRan(j)],
-    ["Worker", named(j.worker_name, j.worker_id)],
+    ["Worker", worker(j.worker_name, j.worker_id)],
     ["GPUs", String(j.gpu_count)],
     ["Labels", Object.entries(j.worker_labels).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
     ["Priority", String(j.priority)],
@@ -55,11 +58,30 @@ function facts(j) {
     ["Ran", span(j.started_at, j.ended_at)],
   ];
   if (j.approved_by) pairs.push(["Approved by", named(j.approved_by_name, j.approved_by)]);
+  if (j.rejected_by) pairs.push(["Rejected by", named(j.rejected_by_name, j.rejected_by)]);
   if (j.rerun_of) pairs.push(["Re-run of", jobLink(j.rerun_of)]);
   if (j.rerun_as.length) pairs.push(["Re-run as", j.rerun_as.flatMap((id, i) => [i ? ", " : null, jobLink(id)])]);
   if (j.exit_code !== null) pairs.push(["Exit code", String(j.exit_code)]);
-  if (j.error) pairs.push(["Error", h("pre", { class: "mono", text: j.error })]);
+  // While it waits or runs again, `error` says why its last attempt ended: a note, not red.
+  if (j.error && j.error_is_note) {
+    pairs.push(["Last attempt", h("pre", { class: "mono note", "data-fact": "note", text: j.error })]);
+  }
+  else if (j.error) pairs.push(["Error", h("pre", { class: "mono", "data-fact": "error", text: j.error })]);
   return pairs.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", {}, v)]);
+}
+
+// Its worker's stream is gone: said at once, with when the job is requeued (the server's
+// `worker_unheard`), and the log is not "following" a process nothing hears.
+function unheard(u) {
+  const notice = $("#unheard");
+  notice.hidden = !u;
+  logs.stalled(u ? `stalled: the worker is ${u.text}` : null);
+  if (!u) return notice.replaceChildren();
+  notice.replaceChildren(
+    h("strong", { text: "Its worker's stream is gone" }), ` (${u.text}): `,
+    u.requeue_due
+      ? h("span", {}, "the job is requeued at ", when(u.requeue_due), " unless the worker reconnects.")
+      : "the job is requeued if the worker does not reconnect.");
 }
 
 function progressView(p) {
@@ -78,7 +100,7 @@ function attemptRow(a) {
   return h("tr", {},
     h("td", { "data-label": "#", text: String(a.number) }),
     h("td", { "data-label": "Attempt" }, h("span", { class: "mono", text: a.id }), resumedFrom(a.resumed_from)),
-    h("td", { "data-label": "Worker" }, named(a.worker_name, a.worker_id)),
+    h("td", { "data-label": "Worker" }, worker(a.worker_name, a.worker_id)),
     h("td", { "data-label": "Status" }, badge(a.status)),
     h("td", { "data-label": "Offered" }, when(a.offered_at)),
     h("td", { "data-label": "Started" }, when(a.started_at)),
@@ -86,6 +108,19 @@ function attemptRow(a) {
     h("td", { "data-label": "Exit", text: a.exit_code ?? "—" }),
     h("td", { "data-label": "Error" }, a.error ? h("pre", { class: "mono", text: a.error }) : "—"),
   );
+}
+
+// An approval request's outcome, said to its submitter (and anyone reading) at the top.
+function judged(j) {
+  const note = $("#judged");
+  const who = (name, id) => name || id;
+  if (j.rejected_by) {
+    note.textContent = `Rejected by ${who(j.rejected_by_name, j.rejected_by)}: it will not run. ${j.error || ""}`.trim();
+  } else if (j.approved_by) {
+    note.textContent = `Approved by ${who(j.approved_by_name, j.approved_by)}: it joined the queue.`;
+  }
+  note.hidden = !(j.rejected_by || j.approved_by);
+  note.dataset.outcome = j.rejected_by ? "rejected" : "approved";
 }
 
 const refresh = serial(async () => {
@@ -96,12 +131,15 @@ const refresh = serial(async () => {
     return showError(error, err);
   }
   $("#status").replaceChildren(badge(j.status));
+  unheard(j.worker_unheard);
   $("#facts").replaceChildren(...facts(j));
   $("#progress").replaceChildren(...progressView(j.progress));
   charts.update(j);
   // The buttons of what the server says this key may do to the job now (its `actions`).
   const may = new Set(j.actions || []);
   for (const action of ["cancel", "rerun", "approve", "reject"]) $(`#${action}`).hidden = !may.has(action);
+  $("#edit-rerun").hidden = !may.has("rerun");
+  judged(j);
   const waiting = $("#waiting");
   waiting.hidden = !j.waiting;
   if (j.waiting) {
@@ -114,7 +152,7 @@ const refresh = serial(async () => {
     : [h("tr", { class: "empty" }, h("td", { colspan: 9, text: "Not offered to a worker yet." }))]));
   $("#config").textContent = JSON.stringify(j.config, null, 2);
   logs.attempts(j.attempt_history);
-  stored.allow(j.actions || []);
+  stored.allow(j.actions || [], FINAL.has(j.status));
   stored.refresh();
 });
 
@@ -135,6 +173,7 @@ const logs = logView({
   onEnd: () => refresh(),
   onError: (err) => showError(error, err),
 });
+logSearch(logs);
 
 wireDialogs();
 startClock();

@@ -3,13 +3,16 @@
 // SSE (GET /api/queue/{id}/logs?follow=true: `log` events, then `end`), stops following when
 // the reader scrolls up, and reads earlier lines a page at a time (?before=) as they scroll to
 // the top or press "Load earlier lines". Each attempt's lines sit under their own header.
+// A line's address is #L<seq>: opened, the page reads the lines around it and marks it.
+import { ansiNodes } from "./ansi.js";
 import { get } from "./api.js";
-import { h, when } from "./dom.js";
+import { h, localTime, when } from "./dom.js";
 
 const PAGE = 500; // lines a request
 const WINDOW = 2000; // the most line elements in the DOM
 const BATCH = 1000; // the most lines drawn a frame
 const NEAR = 48; // px from an edge that counts as being at it
+const timeOfDay = (iso) => (iso ? localTime(Date.parse(iso)) : "");
 
 export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd, onError }) {
   const base = `/api/queue/${jobId}/logs`;
@@ -19,6 +22,7 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
   let earlier = null; // cursor for the lines before the first one drawn; null: none
   let behind = false; // lines after `bottom` exist that the DOM does not hold
   let following = true;
+  let stalled = null; // the job's worker is unheard: what the state says instead of following
   let syncing = true; // reading pages: live lines wait in `pending`
   let ended = null; // the job's final status once the stream says so
   let missed = 0; // live lines that arrived while not following
@@ -41,8 +45,13 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
   }
 
   const header = (id) => h("span", { class: "log-attempt", "data-attempt": id }, ...headerContent(id));
+  // Its time (shown with "Times") is drawn by CSS from data-ts, so it is never part of its text.
   const lineEl = (line) =>
-    h("span", { class: `log-line ${line.stream}`, "data-seq": line.seq, "data-attempt": line.attempt_id }, `${line.text}\n`);
+    h("span", {
+      class: `log-line ${line.stream}`, id: `L${line.seq}`, "data-seq": line.seq,
+      "data-attempt": line.attempt_id, "data-ts": timeOfDay(line.ts),
+    }, h("a", { class: "log-link", href: `#L${line.seq}`, "aria-label": `Link to line ${line.seq}` }),
+    ...ansiNodes(line.text), "\n");
 
   function lastLine() {
     for (let el = box.lastElementChild; el; el = el.previousElementSibling) {
@@ -152,6 +161,7 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
 
   function show() {
     if (ended) state.textContent = `ended: ${ended}`;
+    else if (stalled) state.textContent = stalled;
     else if (following) state.textContent = "following";
     else state.textContent = missed ? `paused: ${missed} new line${missed === 1 ? "" : "s"}` : "paused";
     resumeButton.hidden = following || (ended !== null && !behind);
@@ -224,6 +234,39 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
     }
   }
 
+  // The lines around `seq`, the reader's place: live lines after them wait, counted.
+  async function loadAround(seq) {
+    setFollowing(false);
+    syncing = true;
+    try {
+      const page = await read({ after: Math.max(0, seq - PAGE / 2) });
+      pending = [];
+      clear();
+      append(page.lines);
+      earlier = page.next_before;
+      behind = page.more || lastLive > bottom;
+    } finally {
+      syncing = false;
+      show();
+    }
+  }
+
+  // Mark line `seq` and bring it into view, reading it first if the window lacks it.
+  async function mark(seq, scroll = true) {
+    if (!box.querySelector(`#L${seq}`)) await loadAround(seq);
+    const el = box.querySelector(`#L${seq}`);
+    box.querySelector(".log-target")?.classList.remove("log-target");
+    if (!el) return false;
+    el.classList.add("log-target");
+    if (scroll) {
+      setFollowing(false);
+      el.scrollIntoView({ block: "center" });
+    }
+    return true;
+  }
+
+  const hashSeq = () => Number(/^#L(\d+)$/.exec(location.hash)?.[1]) || null;
+
   async function resume() {
     const reload = behind;
     behind = false;
@@ -282,15 +325,44 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
   earlierButton.addEventListener("click", () => loadEarlier(true));
   resumeButton.addEventListener("click", () => resume().catch(onError));
   window.addEventListener("pagehide", () => source?.close(), { once: true });
+  window.addEventListener("hashchange", () => {
+    const seq = hashSeq();
+    if (seq) mark(seq).catch(onError);
+  });
+  // A tap on a line (not a selection, not a link) makes its address the page's.
+  box.addEventListener("click", (event) => {
+    const el = event.target.closest(".log-line");
+    if (!el || event.target.closest("a") || !window.getSelection().isCollapsed) return;
+    history.replaceState(null, "", `#${el.id}`);
+    mark(Number(el.dataset.seq), false);
+  });
+
+  async function start() {
+    const seq = hashSeq();
+    if (!seq) {
+      await loadTail();
+      lastLive = bottom;
+      return;
+    }
+    lastLive = (await read({ tail: 1 })).next_after; // the log's end, for the live tail
+    if (!(await mark(seq))) state.textContent = `no line ${seq} in this log`;
+  }
 
   state.textContent = "loading…";
-  loadTail().then(() => {
-    lastLive = bottom;
-    show();
+  start().then(() => {
+    if (!hashSeq()) show();
     live();
   }, onError);
 
   return {
+    // The job's worker has lost its stream (words for the state), or null: it is heard.
+    stalled(words) {
+      if (words === stalled) return;
+      stalled = words;
+      show();
+    },
+    base,
+    mark,
     // The job's attempt_history, for the headers (attempt number, worker, start time).
     attempts(list) {
       for (const a of list) attempts.set(a.id, a);

@@ -3,7 +3,7 @@
 import { get, post } from "./api.js";
 import {
   $, badge, busy, confirmDialog, h, progress, serial, showError, span, startClock, textOr, when,
-  wireDialogs,
+  wireDialogs, workerLink,
 } from "./dom.js";
 import { cancelJob, rerunJob } from "./jobactions.js";
 import { live } from "./live.js";
@@ -13,6 +13,7 @@ import { sharingPanel } from "./sharing.js";
 const form = $("#filters");
 const error = $("#error");
 const canSubmit = form.dataset.canSubmit === "true";
+const canSeeWorkers = form.dataset.canSeeWorkers === "true";
 const WAITING = new Set(["pending_approval", "queued", "offered"]);
 // The page's URL names (short, for links people share) → the list endpoint's parameters.
 const FILTERS = { status: "status", worker: "worker", target: "target", config: "config_name", q: "id_prefix" };
@@ -80,7 +81,7 @@ function row(j) {
     h("td", { "data-label": "Progress" }, progress(j.progress)),
     h("td", { "data-label": "Target", text: j.target }),
     h("td", { "data-label": "Worker" }, j.worker_id
-      ? h("span", { class: "worker", title: j.worker_id, text: j.worker_name || j.worker_id })
+      ? workerLink(j.worker_name, j.worker_id, canSeeWorkers)
       : h("span", { class: "muted", text: "—" })),
     h("td", { "data-label": "Attempts", class: "num", text: `${j.attempts} / ${j.max_retries + 1}` }),
     h("td", { "data-label": "Wait" }, waitSpan(j)),

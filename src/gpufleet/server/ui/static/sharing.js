@@ -1,21 +1,10 @@
-// The Queue page's panel on sharing the fleet: the queue's numbers and limits, my jobs and
-// my best position, and, for a key whose level may approve, the jobs waiting for approval.
+// The Queue page's panel on sharing the fleet: the queue's numbers, my jobs and my best
+// position, the queue policy (policy.js), and, for a key whose level may approve, the jobs
+// waiting for approval.
 import { get } from "./api.js";
 import { $, duration, h, serial, showError, textOr, when } from "./dom.js";
 import { approveJob, rejectJob } from "./jobactions.js";
-
-const LIMITS = [
-  ["max_jobs", "fleet", "jobs"], ["max_gpus", "fleet", "GPUs"],
-  ["team_max_jobs", "per team", "jobs"], ["team_max_gpus", "per team", "GPUs"],
-  ["user_max_jobs", "per user", "jobs"], ["user_max_gpus", "per user", "GPUs"],
-  ["user_max_queued", "per user", "queued jobs"],
-];
-
-// "fleet 8 GPUs · per team 4 jobs", or "none" when nothing is limited.
-function limitsText(limits) {
-  const set = LIMITS.filter(([field]) => limits && limits[field] !== null && limits[field] !== undefined);
-  return set.length ? set.map(([field, scope, what]) => `${scope} ${limits[field]} ${what}`).join(" · ") : "none";
-}
+import { policyEditor, policyFacts } from "./policy.js";
 
 function facts(pairs) {
   return pairs.flatMap(([k, v, id]) => [h("dt", { text: k }), h("dd", { id }, v)]);
@@ -23,13 +12,11 @@ function facts(pairs) {
 
 const count = (n) => h("span", { class: "num", text: String(n ?? 0) });
 
-function statsFacts(s, policy) {
+function statsFacts(s) {
   return facts([
     ["Queue depth", count(s.queue_depth), "stat-depth"],
     ["Running", count(s.running), "stat-running"],
     ["Average wait", h("span", { text: duration(s.avg_wait_seconds), title: "queued to first offer, over the last day" }), "stat-wait"],
-    ["Fair share", h("span", { text: s.fair_share ? "on" : "off" }), "stat-fair-share"],
-    ["Limits", h("span", { text: limitsText(policy) }), "stat-limits"],
   ]);
 }
 
@@ -67,13 +54,16 @@ export function sharingPanel(root, afterAction) {
   const error = $("#sharing-error", root);
   // The key's permissions as the server reads them: its own, cut to its user's level's.
   const canApprove = root.dataset.canApprove === "true";
+  let policy = null; // as last read: what the admin's dialog starts from
   const refresh = serial(async () => {
     try {
-      const [stats, policy, mine] = await Promise.all([
+      const [stats, current, mine] = await Promise.all([
         get("/api/queue/stats"), get("/api/queue/policy"), get("/api/queue/me"),
       ]);
-      $("#queue-stats", root).replaceChildren(...statsFacts(stats, policy));
+      $("#queue-stats", root).replaceChildren(...statsFacts(stats));
       $("#queue-me", root).replaceChildren(...meFacts(mine));
+      policy = current;
+      $("#queue-policy", root).replaceChildren(...policyFacts(current));
       $("#approvals-box", root).hidden = !canApprove;
       if (canApprove) {
         const { jobs } = await get("/api/queue?status=pending_approval&limit=100");
@@ -88,6 +78,7 @@ export function sharingPanel(root, afterAction) {
     }
     showError(error, null);
   });
+  policyEditor(() => policy, () => { refresh(); afterAction(); });
   refresh();
   return { refresh };
 }

@@ -1,5 +1,7 @@
 // Train: pick, paste, create or edit a config; choose where it runs; submit to the queue
-// with POST /api/queue/submit, then follow the job on its page.
+// with POST /api/queue/submit, then follow the job on its page. Opened as /train?rerun=ID
+// (a job's Edit and re-run), it is filled with that job's config and requirements, and
+// submits POST /api/queue/ID/rerun: a new job linked to it.
 import { get, post, put } from "./api.js";
 import { $, busy, h, parseLabels, showError } from "./dom.js";
 import "./nav.js";
@@ -25,6 +27,7 @@ const saveError = $("#config-error");
 const labelsError = $("#labels-error");
 const form = $("#train");
 let loaded = null; // the stored config's text as it came, to tell edits apart
+const rerunOf = new URLSearchParams(location.search).get("rerun"); // a job's id, or null
 
 const pretty = (value) => JSON.stringify(value, null, 2);
 
@@ -166,7 +169,7 @@ function checkLocal() {
 
 for (const radio of form.querySelectorAll("input[name=target]")) {
   radio.addEventListener("change", () => {
-    $("#submit").textContent = BUTTON[target()];
+    $("#submit").textContent = buttonText();
     checkLocal();
   });
 }
@@ -192,16 +195,41 @@ function submission() {
   if (priority !== "") body.priority = Number(priority);
   const gpus = $("#gpu-count").value.trim();
   if (gpus !== "") body.gpu_count = Number(gpus);
-  if (pick.value && text.value === loaded) body.config_name = pick.value;
+  if (rerunOf) body.config = parseConfig(`press ${buttonText()} again`); // always as shown
+  else if (pick.value && text.value === loaded) body.config_name = pick.value;
   else body.config = parseConfig(`press ${BUTTON[body.target]} again`); // pasted, or edited
   return body;
+}
+
+const buttonText = () => (rerunOf ? "Re-run with these changes" : BUTTON[target()]);
+
+// Edit and re-run: the job's config as its page shows it (secret references stay
+// references; credentials only its submitter may see stay masked, and the server refuses
+// them to others), and its requirements.
+async function fillFromJob(jobId) {
+  const job = await get(`/api/queue/${encodeURIComponent(jobId)}`);
+  text.value = pretty(job.config);
+  form.querySelector(`input[name=target][value="${job.target}"]`).checked = true;
+  $("#labels").value = Object.entries(job.worker_labels).map(([k, v]) => `${k}=${v}`).join("\n");
+  const stated = ["gpu_count", "num_processes", "--num_processes"].some((f) => job.config[f] != null);
+  $("#gpu-count").value = stated ? "" : String(job.gpu_count); // the config's own wins
+  $("#priority").value = String(job.priority);
+  $("#retries").value = String(job.max_retries);
+  const note = $("#rerun-of");
+  note.replaceChildren("Editing a re-run of job ",
+    h("a", { href: `/queue/${encodeURIComponent(job.id)}`, class: "mono", text: job.id }),
+    `: ${buttonText()} submits a new job linked to it; the job itself stays as it was.`);
+  note.hidden = false;
+  $("#submit").textContent = buttonText();
+  checkLocal();
 }
 
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   clearErrors();
   try {
-    const job = await busy($("#submit"), () => post("/api/queue/submit", submission()));
+    const path = rerunOf ? `/api/queue/${encodeURIComponent(rerunOf)}/rerun` : "/api/queue/submit";
+    const job = await busy($("#submit"), () => post(path, submission()));
     location.assign(`/queue/${job.id}`);
   } catch (err) {
     report(err, error);
@@ -209,10 +237,14 @@ form.addEventListener("submit", async (event) => {
 });
 
 // The example fills an empty box only: a person who typed before this module ran keeps it.
-if (!text.value.trim()) text.value = pretty(EXAMPLE);
+if (!text.value.trim() && !rerunOf) text.value = pretty(EXAMPLE);
 // The buttons come disabled: pressed before this module ran, they would do nothing (Save) or
 // send the form as a GET (Train). Their handlers are attached now.
 for (const button of [$("#config-save"), $("#submit")]) button.disabled = false;
-$("#submit").textContent = BUTTON[target()]; // a target chosen before this module ran
+$("#submit").textContent = buttonText(); // a target chosen before this module ran
 checkLocal();
 loadConfigs().catch((err) => showError(error, err));
+if (rerunOf) {
+  $("#submit").disabled = true; // until the job's config is in the editor
+  fillFromJob(rerunOf).then(() => { $("#submit").disabled = false; }, (err) => showError(error, err));
+}

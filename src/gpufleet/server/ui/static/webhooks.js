@@ -3,10 +3,10 @@ import { ApiError, del, get, patch, post } from "./api.js";
 import {
   $, act as actOn, badge, busy, confirmDialog, formErrors, h, onSubmit, showError, when, wireDialogs,
 } from "./dom.js";
+import { live } from "./live.js";
 import "./nav.js";
 
 const error = $("#error");
-let polling = null;
 
 function outcome(d) {
   if (d.error) return h("span", { class: "delivery-error", text: d.error });
@@ -65,6 +65,7 @@ function card(hook, deliveries) {
       })),
     h("p", { class: "muted" },
       "Events: ", hook.events.map((e) => h("span", { class: "label", text: e })),
+      " · format ", h("span", { class: "label hook-format", text: hook.format }),
       hook.signed ? " · signed with its secret" : " · not signed",
       " · added ", when(hook.created_at)),
     deliveryLog(deliveries));
@@ -83,9 +84,6 @@ async function refresh() {
   $("#hooks").replaceChildren(...(hooks.length
     ? hooks.map((hook, i) => card(hook, logs[i]))
     : [h("p", { class: "muted", text: "No webhooks yet: add one above." })]));
-  // While a delivery waits for its try, look again shortly (the sending loop runs every second).
-  clearTimeout(polling);
-  if (logs.some((log) => log.some((d) => d.status === "pending"))) polling = setTimeout(refresh, 1000);
 }
 
 // ---- edit -------------------------------------------------------------------------------
@@ -104,6 +102,7 @@ function edit(hook) {
   // The URL is never sent back whole (its path and query may be a secret): typed, it replaces it.
   editForm.elements.url.placeholder = `Unchanged: ${hook.url}`;
   for (const box of editForm.querySelectorAll("input[name=events]")) box.checked = hook.events.includes(box.value);
+  editForm.elements.format.value = hook.format;
   formErrors(editForm, null);
   editDialog.showModal();
 }
@@ -123,6 +122,7 @@ function changes(f) {
   const body = {};
   if (url) body.url = url;
   if ([...events].sort().join() !== [...editing.events].sort().join()) body.events = events;
+  if (f.elements.format.value !== editing.format) body.format = f.elements.format.value;
   if (mode === "new") body.secret = f.elements.secret.value;
   if (mode === "none") body.secret = null;
   return { body, problems };
@@ -136,7 +136,7 @@ onSubmit(
     editDialog.close();
     refresh();
   },
-  (err) => (aboutUrl(err) ? { url: err.message } : {}),
+  (err) => (aboutUrl(err) ? { url: err.message } : /format/.test(err.message) ? { format: err.message } : {}),
 );
 
 // ---- add --------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ form.addEventListener("submit", async (event) => {
   showError($("#h-url-error"), problem ? new Error(problem) : null);
   if (problem) return $("#h-url").focus();
   if (!events.length) return showError($("#hook-error"), new Error("Tick at least one event."));
-  const body = { url, events };
+  const body = { url, events, format: $("#h-format").value };
   if ($("#h-secret").value) body.secret = $("#h-secret").value;
   try {
     await busy(submit, () => post("/api/admin/webhooks", body));
@@ -173,3 +173,4 @@ form.addEventListener("submit", async (event) => {
 
 wireDialogs();
 refresh();
+live({ webhooks: refresh }); // a delivery queued or tried

@@ -3,10 +3,11 @@
 import { get, put } from "./api.js";
 import {
   $, ago, badge, busy, h, parseLabels, serial, showError, span, startClock, when, wireDialogs,
-  workerBadge,
+  workerBadge, workerDue,
 } from "./dom.js";
 import { live } from "./live.js";
 import "./nav.js";
+import { loadOrchestrator, workerActions } from "./workeractions.js";
 
 const root = $("#worker");
 const workerId = root.dataset.workerId;
@@ -30,7 +31,7 @@ function facts(w) {
   ].filter(Boolean).join(", ");
   const pairs = [
     ["ID", h("span", { class: "mono", text: w.id })],
-    ["Status", h("span", {}, workerBadge(w), w.drained ? " drained" : "")],
+    ["Status", h("span", {}, workerBadge(w), w.drained ? " drained" : "", workerDue(w))],
     ["Type", w.is_local ? `${w.worker_type} (the orchestrator's local runner)` : w.worker_type],
     ["Agent", h("span", { "data-fact": "agent", text: w.agent })],
     ["Hostname", w.hostname ? h("span", { class: "mono", text: w.hostname }) : dash()],
@@ -128,6 +129,8 @@ const refresh = serial(async () => {
   document.title = `${w.name} · gpufleet`;
   $("#name").textContent = w.name;
   $("#status").replaceChildren(workerBadge(w));
+  // What the Workers page's row offers, here too; a deleted worker's page goes back there.
+  $("#actions").replaceChildren(workerActions(w, $("#action-error"), refresh, () => location.assign("/workers")));
   $("#facts").replaceChildren(...facts(w));
   $("#labels").replaceChildren(...labelList(w));
   $("#gpu-versions").textContent = versions(w);
@@ -172,5 +175,6 @@ form.addEventListener("submit", async (event) => {
 
 wireDialogs();
 startClock();
+loadOrchestrator(error);
 refresh();
 live({ workers: refresh, jobs: refresh });

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends
 
 from gpufleet.domain.permissions import ALL
-from gpufleet.domain.webhooks import SUBSCRIPTION_HELP
+from gpufleet.domain.webhooks import FORMAT_HELP, SUBSCRIPTION_HELP
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.base import Ok
@@ -32,12 +32,15 @@ async def list_webhooks(ctx: Ctx, who: Root) -> WebhookList:
     return WebhookList(
         webhooks=[WebhookOut.of(h) for h in hooks],
         events={s.value: text for s, text in SUBSCRIPTION_HELP.items()},
+        formats={f.value: text for f, text in FORMAT_HELP.items()},
     )
 
 
 @router.post("", response_model=WebhookOut, status_code=201)
 async def create_webhook(ctx: Ctx, who: Root, client: Client, body: CreateWebhook) -> WebhookOut:
-    hook = await webhooks.create(ctx, body.url, body.events, body.secret, who.actor, client)
+    hook = await webhooks.create(
+        ctx, body.url, body.events, body.secret, who.actor, client, fmt=body.format
+    )
     return WebhookOut.of(hook)
 
 

@@ -2,7 +2,7 @@
 
 PUT stores a file (one request: the offered `publishing_config` says `force_single_part`),
 GET and HEAD read one back (GET with `Range`, as boto3 downloads large files in parts).
-Authentication is the attempt's upload token alone (services/storage.py); boto3's SigV4
+Authentication is the attempt's upload token alone (services/s3_storage.py); boto3's SigV4
 signature is made with that token as its secret, so it proves nothing more and is not read.
 """
 
@@ -21,8 +21,8 @@ from gpufleet.server.deps import Ctx, client_addr
 from gpufleet.server.routes import api_router
 from gpufleet.server.s3body import S3Body
 from gpufleet.server.schemas.base import ErrorOut
-from gpufleet.server.services import storage
-from gpufleet.server.services.storage import Served, Uploader
+from gpufleet.server.services import s3_storage
+from gpufleet.server.services.s3_storage import Served, Uploader
 
 router = api_router(tags=["storage"], route_class=APIRoute)  # bodies are objects' bytes
 OBJECT = STORAGE_PATH + "/{bucket}/{key:path}"
@@ -38,7 +38,7 @@ class RangeNotSatisfiable(InvalidInput):
 async def _uploader(
     ctx: Ctx, request: Request, key: str, secret: str | None, token: str | None
 ) -> Uploader:
-    return await storage.authenticate(ctx, key, secret or token, client_addr(request))
+    return await s3_storage.authenticate(ctx, key, secret or token, client_addr(request))
 
 
 OBJECT_BYTES: dict[int | str, dict[str, Any]] = {
@@ -75,7 +75,7 @@ async def put_object(
     id>`; answers the object's ETag (its md5, as S3 does)."""
     who = await _uploader(ctx, request, key, secret, token)
     body = S3Body.of(request.headers)
-    await storage.put(
+    await s3_storage.put(
         ctx, who, key, body.decoded(request.stream()), size=body.length, sha256=body.sha256
     )
     # S3's answer: no body. boto3 reads any 200 body of a PutObject as a possible
@@ -93,7 +93,7 @@ async def head_object(
     token: UploadToken = None,
 ) -> Response:
     who = await _uploader(ctx, request, key, secret, token)
-    art = await storage.find(ctx, who, key)
+    art = await s3_storage.find(ctx, who, key)
     return Response(headers=_object_headers(Served(art, 0, art.size)))
 
 
@@ -109,13 +109,13 @@ async def get_object(
     if_match: Annotated[str | None, Header(alias="If-Match")] = None,
 ) -> Response:
     who = await _uploader(ctx, request, key, secret, token)
-    art = await storage.find(ctx, who, key)
+    art = await s3_storage.find(ctx, who, key)
     served = Served(art, *byte_range(range_, art.size))
     if if_match is not None and if_match.strip() not in ("*", served.etag):
         return Response(status_code=412, headers={"ETag": served.etag})
     partial = (served.start, served.end) != (0, art.size)
     return StreamingResponse(
-        await storage.read(ctx, served),
+        await s3_storage.read(ctx, served),
         status_code=206 if partial else 200,
         headers=_object_headers(served, partial=partial),
         media_type="application/octet-stream",

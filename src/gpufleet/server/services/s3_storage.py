@@ -23,7 +23,7 @@ from gpufleet.domain.states import ACTIVE_ATTEMPT
 from gpufleet.errors import GpufleetError, NotFound, NotHolder, PayloadTooLarge, Unauthenticated
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import job_topic
-from gpufleet.server.services import auth, job_artifacts
+from gpufleet.server.services import artifacts, auth
 
 NO_TOKEN = (
     "this storage route takes the attempt's upload token in X-SimpleTuner-Secret or "
@@ -214,4 +214,4 @@ async def read(ctx: Context, served: Served) -> AsyncIterator[bytes]:
         source = await ctx.artifacts.open(art.key)
     else:
         source = await ctx.artifacts.open_range(art.key, served.start, served.end)
-    return job_artifacts.counted(ctx, source)
+    return artifacts.counted(ctx, source)

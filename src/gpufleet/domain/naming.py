@@ -1,0 +1,22 @@
+"""The rule for the names a person gives things and types back on a command line: stored
+configs and workers. One rule, and its words, as every surface says them."""
+
+from __future__ import annotations
+
+import re
+
+from gpufleet.errors import InvalidInput
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+# The rule in words: the API, the CLI and the pages (which check with the same pattern).
+NAME_RULE = (
+    "use letters, digits, '_', '-' and '.' (at most 128 characters, starting with a letter "
+    "or digit; no '/' or spaces)"
+)
+
+
+def check_name(kind: str, name: str) -> str:
+    """`name` as NAME_RULE says; `kind` names the thing in the error ("config", "worker")."""
+    if not NAME.fullmatch(name):
+        raise InvalidInput(f"{kind} name {name[:130]!r} is not valid; {NAME_RULE}")
+    return name
