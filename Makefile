@@ -72,7 +72,7 @@ test: venv wheelhouse agent-wheel postgres system-packages
 
 # The screenshots of docs/ui.md, retaken by the browser tests in Debian's Chromium.
 screenshots: venv postgres system-packages
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/browser
+	GPUFLEET_SCREENSHOTS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/browser
 	scripts/screenshots.sh
 
 lint: venv

@@ -184,14 +184,15 @@ class EventStream:
         return payload
 
     async def expect(self, *types: str, within: float = EVENT_TIMEOUT) -> dict[str, Any]:
-        """The next event of one of these types, skipping pings and the greeting."""
+        """The next event of one of these types, skipping pings, the greeting and the audit
+        log's nudges (every audited write sends one to a key that may read the log)."""
         while True:
             event = await self.next(within)
             if event is None:
                 raise AssertionError(f"the stream ended while waiting for {types}")
             if event["type"] in types:
                 return event
-            if event["type"] not in ("ping", "connected"):
+            if event["type"] not in ("ping", "connected", "audit"):
                 raise AssertionError(f"wanted {types}, got {event}")
 
     async def collect(self, seconds: float = 0.1) -> list[dict[str, Any]]:

@@ -60,6 +60,7 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("get", "/api/queue/{job_id}/progress"): "queue.read",
     ("get", "/api/queue/{job_id}/logs/download"): "queue.read",
     ("get", "/api/queue/{job_id}/artifacts"): "queue.read",
+    ("get", "/api/queue/{job_id}/checkpoints/{checkpoint_id}"): "queue.read",
     ("get", "/api/queue/{job_id}/artifacts/{path}"): "queue.read",
     ("put", "/api/queue/{job_id}/artifacts/pin"): "queue.submit",
     ("delete", "/api/queue/{job_id}/artifacts"): "queue.submit",

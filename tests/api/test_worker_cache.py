@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.server.services import health
-from tests.api.conftest import Agent, Fleet, both_databases
+from tests.api.conftest import Agent, Fleet, both_databases, sqlite_only
 
 pytestmark = both_databases
 
@@ -16,6 +16,7 @@ async def warm(agent: Agent) -> None:
     assert (await agent.heartbeat()).status_code == 200
 
 
+@sqlite_only  # the cache is SQLite's alone
 async def test_a_heartbeat_of_a_known_token_reads_nothing(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
     await warm(agent)

@@ -6,6 +6,7 @@ Playwright drives `/usr/bin/chromium`. Screenshots land in `test-output/screensh
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,7 +98,12 @@ def train_ready(page: Page) -> None:
 
 
 def screenshot(page: Page, name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    """The page as it is, into test-output/screenshots/NAME.png, when the run was asked for
+    screenshots (`make screenshots` sets GPUFLEET_SCREENSHOTS=1): a full page's PNG costs
+    Chromium a second of CPU, sixty of them a third of a minute of `make test`, which never
+    looks at them."""
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get("GPUFLEET_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(path), full_page=True)
     return path

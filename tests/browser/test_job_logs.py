@@ -6,6 +6,7 @@ The figures it measures are printed (run with -s) and recorded in docs/benchmark
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -19,8 +20,10 @@ from tests.browser.conftest import PHONE, screenshot, sign_in
 from tests.e2e.conftest import FakeWorker, ServerProcess, submit_job, unique
 from tests.logfill import RunningJob, line_text, running_job
 
-LINES = 200_000
-LIVE = 20_000  # shipped while the page follows
+# Ten windows of lines by default (make test's budget: the behaviour, not the figures);
+# GPUFLEET_TEST_LOG_LINES=200000 is the size docs/benchmarks.md's figures were read at.
+LINES = int(os.environ.get("GPUFLEET_TEST_LOG_LINES", "20000"))
+LIVE = LINES // 10  # shipped while the page follows
 DESKTOP = {"width": 1440, "height": 900}
 WINDOW = 2000  # logview.js: the most line elements the page keeps
 
@@ -43,7 +46,7 @@ def _first(page: Page) -> str:
     return str(page.locator("#logs .log-line").first.text_content()).rstrip("\n")
 
 
-def test_a_200000_line_log_opens_at_its_end_follows_and_reads_back_on_demand(
+def test_a_long_log_opens_at_its_end_follows_and_reads_back_on_demand(
     server: ServerProcess, page: Page, big_job: RunningJob, tmp_path: Path
 ) -> None:
     page.set_viewport_size(DESKTOP)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.domain import outcomes
 from gpufleet.domain.outcomes import (
     MAX_PREEMPTIONS,
     MAX_UNACKNOWLEDGED_OFFERS,
@@ -340,3 +341,15 @@ def test_a_preempted_attempt_that_completed_anyway_completes_the_job() -> None:
     end = AttemptEnd(A.COMPLETED, 1, None, preempted_by="j_urgent")
 
     assert decide(Budget(), end, [], by_user=False, poison_after_workers=3) == Complete()
+
+
+def test_a_lost_attempt_ends_at_its_last_sign_of_life_a_checkpoint_included():
+    """#33.3's clock stops at the last heartbeat; a checkpoint committed after it (while the
+    attempt was live) moves the end past it, so the resume rule still draws on it."""
+    began = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
+    heard, committed, now = (began + timedelta(seconds=s) for s in (30, 31, 190))
+    assert outcomes.lost_at(heard, began, now) == heard
+    assert outcomes.lost_at(heard, began, now, committed) == committed
+    assert outcomes.lost_at(None, began, now, committed) == committed
+    assert outcomes.lost_at(None, began, now) == now
+    assert outcomes.lost_at(began - timedelta(seconds=5), began, now) == began

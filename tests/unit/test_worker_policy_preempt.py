@@ -10,7 +10,8 @@ from typing import Any
 
 from gpufleet.server.services import policy_loop
 from tests.api.conftest import Fleet
-from tests.unit.test_worker_preempt import TRAIN, Lane, lane, on_the_fleet, orchestrator, until
+from tests.unit.test_worker_preempt import TRAIN, Lane, lane, on_the_fleet, orchestrator
+from tests.waiting import wait_until_async
 
 __all__ = ["lane", "orchestrator"]
 
@@ -41,7 +42,7 @@ async def test_a_job_preempted_by_the_policy_checkpoints_yields_its_worker_and_r
             found: list[dict[str, Any]] = (await lane.listing(low["id"]))["checkpoints"]
             return found
 
-        await until(committed)
+        await wait_until_async(committed, timeout=20, message="a committed checkpoint")
         urgent = await fleet.submit(
             config={"command": ["python", "-c", "pass"]},
             worker_labels=lane.labels,
@@ -53,8 +54,12 @@ async def test_a_job_preempted_by_the_policy_checkpoints_yields_its_worker_and_r
             job = await fleet.job(job_id)
             return job if job["status"] in ("completed", "failed") else None
 
-        done = await until(lambda: ended(urgent["id"]), within=30)
-        resumed = await until(lambda: ended(low["id"]), within=60)
+        done = await wait_until_async(
+            lambda: ended(urgent["id"]), timeout=30, message="the urgent job's end"
+        )
+        resumed = await wait_until_async(
+            lambda: ended(low["id"]), timeout=60, message="the preempted job's end"
+        )
 
         assert done["status"] == "completed"
         assert resumed["status"] == "completed"

@@ -160,13 +160,21 @@ def _retry_or_fail(
     return Fail(f"{reason} (attempt {ran} of {job.max_retries + 1}; no retries left)")
 
 
-def lost_at(last_heard: datetime | None, began: datetime, now: datetime) -> datetime:
-    """When an attempt found lost ended: at its worker's last sign of life (its last
-    heartbeat), not when the sweep noticed the silence a heartbeat timeout later; never
-    before the attempt began, nor after now. Its clock ("Ran") stops there."""
-    if last_heard is None:
+def lost_at(
+    last_heard: datetime | None,
+    began: datetime,
+    now: datetime,
+    last_committed: datetime | None = None,
+) -> datetime:
+    """When an attempt found lost ended: at its last sign of life (its worker's last
+    heartbeat, or the last checkpoint it committed, whichever came later), not when the
+    sweep noticed the silence a heartbeat timeout later; never before the attempt began, nor
+    after now. Its clock ("Ran") stops there, and a checkpoint it committed while live is
+    still before its end (the resume rule draws only on those)."""
+    signs = [t for t in (last_heard, last_committed) if t is not None]
+    if not signs:
         return now
-    return min(now, max(began, last_heard))
+    return min(now, max(began, *signs))
 
 
 def error_is_note(status: JobStatus) -> bool:

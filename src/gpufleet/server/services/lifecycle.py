@@ -313,9 +313,15 @@ async def lose_current_attempt(
     outcome = (
         AttemptStatus.WITHDRAWN if attempt.status is AttemptStatus.OFFERED else AttemptStatus.LOST
     )
-    ended_at = (
-        outcomes.lost_at(worker.last_heartbeat, attempt.offered_at, tx.now) if silent else None
-    )
+    ended_at = None
+    if silent:
+        committed = await tx.q.latest_checkpoint(job.id, [attempt.id])
+        ended_at = outcomes.lost_at(
+            worker.last_heartbeat,
+            attempt.offered_at,
+            tx.now,
+            None if committed is None else committed.created_at,
+        )
     await end_attempt(tx, job, attempt, outcome, error=why, ended_at=ended_at)
     return job.id
 
