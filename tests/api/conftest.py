@@ -178,7 +178,10 @@ class EventStream:
         raw, self._buffer = self._buffer.split(b"\n\n", 1)
         frame = raw.decode()
         self.frames.append(frame)
-        data = [line[len("data: ") :] for line in frame.splitlines() if line.startswith("data: ")]
+        # Lines end at "\n" alone (the server writes no "\r"): not `splitlines`, which also
+        # breaks at U+2028, U+0085 and the like, which JSON leaves unescaped in a value.
+        lines = frame.split("\n")
+        data = [line[len("data: ") :] for line in lines if line.startswith("data: ")]
         assert len(data) == 1, f"one data line per frame, got {frame!r}"
         payload: dict[str, Any] = orjson.loads(data[0])
         return payload

@@ -19,10 +19,10 @@ def test_postgresql_runs_the_marked_tests_and_sqlite_runs_every_one(
         database = _database(item)
         if database is not None:
             by_test.setdefault(item.nodeid.split("[", 1)[0], set()).add(database)
-    marked = {
+    marked = {  # of those that ask for a database
         item.nodeid.split("[", 1)[0]
         for item in tier
-        if item.get_closest_marker("both_databases") is not None
+        if item.get_closest_marker("both_databases") is not None and _database(item) is not None
     }
     named = {  # tests that name their databases themselves (a parametrize of database_url)
         item.nodeid.split("[", 1)[0]

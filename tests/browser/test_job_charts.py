@@ -12,8 +12,8 @@ from tests.browser.test_ui import TRAINING
 from tests.e2e.conftest import ServerProcess
 
 DESKTOP = {"width": 1440, "height": 900}
-STEPS = 200  # long enough (a few seconds) to watch it run, and to see points arrive
-EVERY = STEPS // 50  # the example reports every 4th step: 50 points, several a relay
+STEPS = 400  # long enough (about 8 s) to watch it run, and to see points arrive
+EVERY = STEPS // 50  # the example reports every 8th step: 50 points, several a relay
 LOSS = 'figure.chart[data-series="loss"] svg'
 
 
