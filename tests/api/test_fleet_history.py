@@ -179,7 +179,7 @@ ADMIN_ONLY = {"admin_labels", "capabilities", "token_issued_at", "hostname", "ad
 async def test_a_researcher_and_a_viewer_see_the_fleet_but_cannot_change_it(
     fleet: Fleet,
 ) -> None:
-    agent = await fleet.online_worker("shared", gpu_count=2, labels=A100)
+    agent = await fleet.online_worker("common", gpu_count=2, labels=A100)
     researcher = await client_of(fleet, await add_user(fleet, "rita", "researcher"))
     viewer = await client_of(fleet, await add_user(fleet, "vera", "viewer"), "queue.read")
     scraper = await client_of(fleet, await add_user(fleet, "mo", "lead"), "metrics.read")
@@ -188,7 +188,7 @@ async def test_a_researcher_and_a_viewer_see_the_fleet_but_cannot_change_it(
         listed = await client.get("/api/fleet/workers")
         assert listed.status_code == 200, listed.text
         (seen,) = listed.json()["workers"]
-        assert (seen["name"], seen["gpu_count"], seen["labels"]) == ("shared", 2, A100)
+        assert (seen["name"], seen["gpu_count"], seen["labels"]) == ("common", 2, A100)
         assert seen["status"] == "idle" and listed.json()["counts"]["idle"] == 1
         assert not ADMIN_ONLY & set(seen), seen
         assert not any(secret in listed.text for secret in fleet.secrets)
