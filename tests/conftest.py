@@ -209,3 +209,13 @@ def pg_database() -> Iterator[str]:
     several orchestrator processes on it (replicas)."""
     with fresh_database() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3-compatible server, one a test process (each test makes a bucket of its own:
+    `bench.s3.new_bucket`)."""
+    from bench.s3 import moto_s3
+
+    with moto_s3() as endpoint:
+        yield endpoint

@@ -20,9 +20,7 @@ from gpufleet.server.settings import ServerSettings
 from gpufleet.supervisor import Supervisor
 from tests.api.artifact_world import Run, start_run, stored_keys
 from tests.api.conftest import Fleet
-from tests.api.test_artifact_store import _s3_settings, s3_endpoint
-
-__all__ = ["s3_endpoint"]  # moto's S3 server, a fixture used by name
+from tests.api.test_artifact_store import _s3_settings
 
 DAY = 24 * 3600.0
 

@@ -12,14 +12,14 @@ import hashlib
 import secrets
 import threading
 import tracemalloc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
-from bench.s3 import moto_s3, new_bucket
+from bench.s3 import new_bucket
 from pydantic import SecretStr
 
 from gpufleet.artifacts.backends import ArtifactSettings, open_artifact_store
@@ -35,12 +35,6 @@ from gpufleet.errors import (
 )
 
 MiB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    with moto_s3() as endpoint:
-        yield endpoint
 
 
 def _s3_settings(endpoint: str) -> ArtifactSettings:

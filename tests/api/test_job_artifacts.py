@@ -14,12 +14,11 @@ import httpx
 from gpufleet.artifacts.backends import open_artifact_store
 from tests.api.artifact_world import Run, start_run, stored_keys
 from tests.api.conftest import Fleet
-from tests.api.test_artifact_store import _s3_settings, s3_endpoint
+from tests.api.test_artifact_store import _s3_settings
 from tests.api.test_policy import add_user, client_of
 
 WEIGHTS = secrets.token_bytes(300_000)
 CONFIG = b'{"rank": 16}'
-__all__ = ["s3_endpoint"]  # moto's S3 server, a fixture used by name
 
 
 async def two_attempts(fleet: Fleet) -> Run:

@@ -25,10 +25,10 @@ from botocore.exceptions import ClientError
 from gpufleet.artifacts.backends import open_artifact_store
 from tests.api.conftest import Agent, Fleet
 from tests.api.served import free_socket, serve, trainer_publishing
-from tests.api.test_artifact_store import _s3_settings, s3_endpoint
+from tests.api.test_artifact_store import _s3_settings
 from tests.api.test_simpletuner_dialect import SIMPLETUNER_JOB, simpletuner_agent
 
-__all__ = ["s3_endpoint", "trainer_publishing"]  # fixtures, used by name
+__all__ = ["trainer_publishing"]  # a fixture, used by name
 MiB = 1024 * 1024
 OUTPUT = {**SIMPLETUNER_JOB, "output_dir": "output/models"}
 

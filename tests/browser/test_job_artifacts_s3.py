@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bench.s3 import moto_s3
 from playwright.sync_api import Page, expect
 
 from tests.artifact_uploads import Attempt, s3_serving, sha
@@ -18,10 +17,9 @@ from tests.e2e.conftest import ServerProcess
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str) -> Iterator[ServerProcess]:
     """The orchestrator the browser fixtures use: its artifacts in a bucket."""
-    with moto_s3() as endpoint:
-        yield from s3_serving(tmp_path_factory.mktemp("orchestrator-s3"), endpoint)
+    yield from s3_serving(tmp_path_factory.mktemp("orchestrator-s3"), s3_endpoint)
 
 
 def test_a_click_downloads_from_the_bucket_the_bytes_the_api_lists(

@@ -3,20 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from bench.s3 import moto_s3
 
 from tests.api.artifacts.uploads import new_bucket, start_fleet
 from tests.api.conftest import Fleet
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    with moto_s3() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(params=["folder", "s3"])
