@@ -125,20 +125,29 @@ async def test_a_kept_heartbeat_never_revives_an_offline_worker_nor_goes_back_in
     lost = await fleet.online_worker("lost")
     fresh = await fleet.online_worker("fresh")
     stale = fleet.clock.now
-    fleet.ctx.heartbeats.heard(lost.id, stale)  # heard, but not written before the sweep
+    issued = {a.id: await _token_issued(fleet, a.id) for a in (lost, fresh)}
+    fleet.ctx.heartbeats.heard(lost.id, stale, token_issued_at=issued[lost.id])  # not written yet
     fleet.clock.advance(HEARTBEAT_TIMEOUT + 1)
     assert (await fresh.heartbeat()).status_code == 200
-    fleet.ctx.heartbeats.heard(lost.id, stale)  # as if heard on another replica, written late
+    # As if heard on another replica, written late.
+    fleet.ctx.heartbeats.heard(lost.id, stale, token_issued_at=issued[lost.id])
 
     assert await fleet.heartbeat_sweep() == [lost.id]
     newest = _parse_time((await fresh.info())["last_heartbeat"])
     await agents_service.flush_heartbeats(fleet.ctx)
-    fleet.ctx.heartbeats.heard(fresh.id, stale)
+    fleet.ctx.heartbeats.heard(fresh.id, stale, token_issued_at=issued[fresh.id])
     await agents_service.flush_heartbeats(fleet.ctx)
 
     assert (await lost.info())["status"] == "offline"
     assert (await lost.heartbeat()).status_code == 409
     assert _parse_time((await fresh.info())["last_heartbeat"]) == newest
+
+
+async def _token_issued(fleet: Fleet, worker_id: str) -> datetime | None:
+    async with fleet.ctx.store.read() as q:
+        worker = await q.get_worker(worker_id)
+    assert worker is not None
+    return worker.token_issued_at
 
 
 def _parse_time(value: str) -> datetime:

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from gpufleet.server.services import health
-from tests.api.conftest import Agent, Fleet
+from gpufleet.server.services import agents, health
+from tests.api.conftest import Agent, Fleet, both_databases
 from tests.waiting import wait_until_async
 
 
@@ -72,6 +72,31 @@ async def test_a_rotated_token_says_the_worker_is_awaited_and_stops_its_uptime(
     assert seen["up_since"] is None and seen["token_issued_at"] > seen["connected_at"]
     assert offline["status"] == "offline"
     assert offline["presence_text"] == "token rotated, waiting for the worker"
+
+
+@both_databases
+async def test_a_heartbeat_the_old_token_sent_as_the_rotation_committed_is_not_written(
+    fleet: Fleet,
+) -> None:
+    """A heartbeat authenticated with the old token just before a rotation committed, and
+    kept after it: written, it would say the worker was heard since, and the worker page
+    would say "disconnected" for a worker that cannot come back with its old token."""
+    agent = await fleet.online_worker("in-flight")
+    assert agent.stream is not None
+    async with fleet.ctx.store.read() as q:
+        as_authenticated = await q.get_worker(agent.id)  # what the old token's request saw
+    assert as_authenticated is not None
+    fleet.clock.advance(5)
+    await fleet.rotate_token(agent)
+    assert await agent.stream.wait_closed()
+    fleet.clock.advance(0.2)  # the request goes on, and is kept as heard after the rotation
+
+    await agents.heartbeat(fleet.ctx, as_authenticated, agent.id, None, says_no_job=True)
+    assert await agents.flush_heartbeats(fleet.ctx) == 1
+    seen = await view(fleet, agent)
+
+    assert seen["presence"] == "token_rotated", seen
+    assert seen["last_heartbeat"] < seen["token_issued_at"]
 
 
 async def test_a_worker_back_with_its_new_token_is_idle_again(fleet: Fleet) -> None:

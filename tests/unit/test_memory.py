@@ -6,24 +6,27 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from gpufleet.domain import audit_chain
-from gpufleet.server.memory import AuditHead, Heartbeats, LimitHolds, StreamCalls
+from gpufleet.server.memory import AuditHead, Beat, Heartbeats, LimitHolds, StreamCalls
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_heartbeats_are_taken_once_and_a_failed_flush_never_overwrites_a_newer_one() -> None:
     beats = Heartbeats()
-    beats.heard("a", T0, [{"index": 0}])
-    beats.heard("b", T0)
+    beats.heard("a", T0, [{"index": 0}], token_issued_at=None)
+    beats.heard("b", T0, token_issued_at=T0)
     taken, samples = beats.take()
-    assert taken == {"a": T0, "b": T0}
+    assert taken == {"a": Beat(T0, None), "b": Beat(T0, T0)}
     assert samples == {"a": (T0, [{"index": 0}])}
     assert beats.take() == ({}, {})
 
     newer = T0 + timedelta(seconds=5)
-    beats.heard("a", newer)  # heard while the flush was writing
+    beats.heard("a", newer, token_issued_at=None)  # heard while the flush was writing
     beats.put_back(taken, samples)  # the flush failed
-    assert beats.take() == ({"a": newer, "b": T0}, {"a": (T0, [{"index": 0}])})
+    assert beats.take() == (
+        {"a": Beat(newer, None), "b": Beat(T0, T0)},
+        {"a": (T0, [{"index": 0}])},
+    )
 
 
 def test_the_audit_head_only_moves_forward_and_a_cut_is_reported_once() -> None:

@@ -9,13 +9,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from gpufleet.domain import audit_chain
 
 T = TypeVar("T")
 
 GpuSample = tuple[datetime, list[dict[str, Any]]]  # when, the GpuStat dicts
+
+
+class Beat(NamedTuple):
+    """A heartbeat kept to write: when, and the issue time of the token it came with (written
+    only while that token is still the worker's: one sent with the old token while a rotation
+    committed is no sign that the worker holds the new one)."""
+
+    at: datetime
+    token_issued_at: datetime | None
 
 
 class Heartbeats:
@@ -25,24 +34,29 @@ class Heartbeats:
     __slots__ = ("beats", "samples")
 
     def __init__(self) -> None:
-        self.beats: dict[str, datetime] = {}
+        self.beats: dict[str, Beat] = {}
         self.samples: dict[str, GpuSample] = {}
 
     def heard(
-        self, worker_id: str, at: datetime, gpu_stats: list[dict[str, Any]] | None = None
+        self,
+        worker_id: str,
+        at: datetime,
+        gpu_stats: list[dict[str, Any]] | None = None,
+        *,
+        token_issued_at: datetime | None,
     ) -> None:
         """Keep the worker's heartbeat (and its GPU sample, if it carried one) to write."""
-        self.beats[worker_id] = at
+        self.beats[worker_id] = Beat(at, token_issued_at)
         if gpu_stats is not None:
             self.samples[worker_id] = (at, gpu_stats)
 
-    def take(self) -> tuple[dict[str, datetime], dict[str, GpuSample]]:
+    def take(self) -> tuple[dict[str, Beat], dict[str, GpuSample]]:
         """Everything kept so far, to write now; the part starts over empty."""
         taken = self.beats, self.samples
         self.beats, self.samples = {}, {}
         return taken
 
-    def put_back(self, beats: dict[str, datetime], samples: dict[str, GpuSample]) -> None:
+    def put_back(self, beats: dict[str, Beat], samples: dict[str, GpuSample]) -> None:
         """A flush that failed: keep what it took for the next one, unless newer came."""
         for worker_id, at in beats.items():
             self.beats.setdefault(worker_id, at)

@@ -192,6 +192,7 @@ async def heartbeat(
                 worker.id,
                 now,
                 None if gpu_stats is None else [dataclasses.asdict(g) for g in gpu_stats],
+                token_issued_at=worker.token_issued_at,
             )
             ctx.metrics.apply([("heartbeat", 1.0, ())])
             return dataclasses.replace(worker, last_heartbeat=now)

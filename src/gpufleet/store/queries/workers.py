@@ -77,16 +77,22 @@ class WorkerQueries(QueryBase):
         params = {**no_status(values), "status": status.value, ROW: worker_id}
         return await self._rowcount(_CLAIM_WORKER, params) == 1
 
-    async def touch_workers(self, beats: dict[str, datetime]) -> None:
-        """Record heartbeat times, one executemany: never for an offline worker (it must
-        register again) and never back in time. The worker cache keeps its copies (their
-        last heartbeat is the one field it may hold stale)."""
+    async def touch_workers(self, beats: Mapping[str, tuple[datetime, datetime | None]]) -> None:
+        """Record heartbeat times (each with the issue time of the token it came with), one
+        executemany: never for an offline worker (it must register again), never back in time,
+        and never one sent with a token rotated since. The worker cache keeps its copies
+        (their last heartbeat is the one field it may hold stale)."""
         if not beats:
             return
-        stmt = _newer_on_online(workers.c.last_heartbeat, "beat").values(
-            last_heartbeat=sa.bindparam("beat")
+        stmt = (
+            _newer_on_online(workers.c.last_heartbeat, "beat")
+            .where(workers.c.token_issued_at.is_not_distinct_from(sa.bindparam("issued")))
+            .values(last_heartbeat=sa.bindparam("beat"))
         )
-        await self.conn.execute(stmt, [{"worker_id": w, "beat": at} for w, at in beats.items()])
+        await self.conn.execute(
+            stmt,
+            [{"worker_id": w, "beat": at, "issued": issued} for w, (at, issued) in beats.items()],
+        )
 
     async def record_gpu_stats(self, samples: dict[str, tuple[datetime, list[Any]]]) -> None:
         """Keep each worker's newest GPU sample, one executemany; never for an offline
