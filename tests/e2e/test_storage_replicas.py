@@ -19,12 +19,10 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.api.test_artifact_store import s3_endpoint
 from tests.e2e.conftest import SHARED_FILES, FakeWorker, ServerProcess, unique
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
-__all__ = ["s3_endpoint"]  # moto's S3 server, a fixture used by name
 MiB = 1024 * 1024
 SIMPLETUNER_CONFIG = {"model_type": "lora", "output_dir": "output/models"}
 
