@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -37,15 +37,12 @@ def wait_until(
     interval: float = INTERVAL,
 ) -> T:
     """`condition()`'s first truthy value, polled for at most `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    pauses = _pauses(interval)
+    poll = _Poll(timeout, message, interval)
     while True:
         value = condition()
         if value:
             return value
-        if time.monotonic() > deadline:
-            raise AssertionError(_failure(timeout, message, value))
-        time.sleep(next(pauses))
+        time.sleep(poll.pause_after(value))
 
 
 async def wait_until_async(
@@ -56,24 +53,31 @@ async def wait_until_async(
     interval: float = INTERVAL,
 ) -> T:
     """`wait_until` on the event loop: `condition` may be async."""
-    deadline = time.monotonic() + timeout
-    pauses = _pauses(interval)
+    poll = _Poll(timeout, message, interval)
     while True:
         value = condition()
         if inspect.isawaitable(value):
             value = await value
         if value:
             return value
-        if time.monotonic() > deadline:
-            raise AssertionError(_failure(timeout, message, value))
-        await asyncio.sleep(next(pauses))
+        await asyncio.sleep(poll.pause_after(value))
 
 
-def _pauses(interval: float) -> Iterator[float]:
-    pause = min(FIRST_PAUSE, interval)
-    while True:
-        yield pause
-        pause = min(pause * PAUSE_GROWTH, interval)
+class _Poll:
+    """One wait's deadline and pauses, shared by the plain and the async loop."""
+
+    def __init__(self, timeout: float, message: str, interval: float) -> None:
+        self._deadline = time.monotonic() + timeout
+        self._timeout, self._message = timeout, message
+        self._pause, self._interval = min(FIRST_PAUSE, interval), interval
+
+    def pause_after(self, value: object) -> float:
+        """How long to pause after a poll that gave `value` (falsy); fails past the deadline."""
+        if time.monotonic() > self._deadline:
+            raise AssertionError(_failure(self._timeout, self._message, value))
+        pause = self._pause
+        self._pause = min(pause * PAUSE_GROWTH, self._interval)
+        return pause
 
 
 def _failure(timeout: float, message: str, last: object) -> str:
