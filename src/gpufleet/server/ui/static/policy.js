@@ -103,6 +103,13 @@ function placed(err) {
   return out;
 }
 
+// Edit policy starts disabled in the template: clicked before the policy is read, it would
+// have nothing to fill the form with. The page calls this once it has read the policy.
+export function policyRead() {
+  const button = $("#policy-edit");
+  if (button) { button.disabled = false; button.removeAttribute("title"); }
+}
+
 // `current()`: the policy as last read; `saved()`: the page's refresh once it changed.
 export function policyEditor(current, saved) {
   const dialog = $("#policy");

@@ -4,7 +4,7 @@
 import { get } from "./api.js";
 import { $, duration, h, serial, showError, textOr, when } from "./dom.js";
 import { approveJob, rejectJob } from "./jobactions.js";
-import { policyEditor, policyFacts } from "./policy.js";
+import { policyEditor, policyFacts, policyRead } from "./policy.js";
 
 function facts(pairs) {
   return pairs.flatMap(([k, v, id]) => [h("dt", { text: k }), h("dd", { id }, v)]);
@@ -64,6 +64,7 @@ export function sharingPanel(root, afterAction) {
       $("#queue-me", root).replaceChildren(...meFacts(mine));
       policy = current;
       $("#queue-policy", root).replaceChildren(...policyFacts(current));
+      policyRead();
       $("#approvals-box", root).hidden = !canApprove;
       if (canApprove) {
         const { jobs } = await get("/api/queue?status=pending_approval&limit=100");
