@@ -12,7 +12,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
-from tests.browser.conftest import PHONE, screenshot, sign_in, train_ready
+from tests.browser.conftest import PHONE, screenshot, sign_in, sign_in_by_form, train_ready
 from tests.e2e.conftest import GPUFLEET, ServerProcess, unique
 
 TRAINING = {
@@ -69,7 +69,7 @@ def test_an_admin_runs_a_worker_and_a_job_from_the_browser(
     name = unique("browser")
     page.goto("/signin")
     screenshot(page, "signin")
-    sign_in(page, server.admin_key)
+    sign_in_by_form(page, server.admin_key)
     expect(page).to_have_url(f"{server.url}/workers")
 
     # Create Worker: the token and the command are shown once, and copied.
@@ -204,7 +204,7 @@ def test_signing_in_never_leads_the_browser_off_the_site(
     context = browser.new_context(base_url=server.url, java_script_enabled=javascript)
     try:
         page = context.new_page()
-        sign_in(page, server.admin_key, then=f"/signin?next={query}")
+        sign_in_by_form(page, server.admin_key, then=f"/signin?next={query}")
         ended = urlsplit(page.url)
         assert f"{ended.scheme}://{ended.netloc}" == server.url, page.url
     finally:
