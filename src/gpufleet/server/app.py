@@ -42,6 +42,7 @@ from gpufleet.server.routes import (
     ui,
     uploads,
     webhooks,
+    workdirs,
     workers,
 )
 from gpufleet.server.routes import audit as audit_routes
@@ -229,8 +230,10 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         workers.router,
         uploads.router,
         checkpoints.router,
+        workdirs.worker_router,
         admin.router,
         artifacts.router,
+        workdirs.router,
         s3_storage.router,
         webhooks.router,
         # before queue's /api/queue/{job_id}, which would take their paths
