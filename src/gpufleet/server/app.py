@@ -68,8 +68,11 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 # The routes whose body is a file streamed into the artifact store, never held whole: their
-# own limit is the announced size and the job's (docs/artifacts.md), not the JSON body's.
-_STREAMED_BODY = re.compile(r"/api/workers/job/[^/]+/upload/[^/]+|/api/cloud/storage/.+")
+# own limit is the announced size and the job's (docs/artifacts.md), or --workdir-max-bytes
+# for a workdir snapshot (docs/jobs.md), not the JSON body's.
+_STREAMED_BODY = re.compile(
+    r"/api/workers/job/[^/]+/upload/[^/]+|/api/cloud/storage/.+|/api/workdirs/[^/]+"
+)
 
 
 class BodyLimit:
