@@ -4,7 +4,6 @@ a temporary git checkout, uploaded to a real `gpufleet server` as a workdir snap
 from __future__ import annotations
 
 import hashlib
-import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -13,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import (
-    GPUFLEET,
     ServerProcess,
     WorkerProcess,
     job_log_lines,
     serving,
     unique,
 )
+from tests.e2e.test_orchestrator_address import run as gpufleet_in
 
 TRAIN = """\
 import pathlib, sys
@@ -68,17 +67,9 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(server: ServerProcess, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
-    env.update(NO_COLOR="1", GPUFLEET_URL=server.url, GPUFLEET_API_KEY=server.admin_key)
-    return subprocess.run(
-        [GPUFLEET, "run", "--label", "pool=run", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    """`gpufleet run ARGS` typed in `cwd`, against `server`, for the module's worker."""
+    connect = ("--url", server.url, "--api-key", server.admin_key, "--label", "pool=run")
+    return gpufleet_in(cwd, "run", *connect, *args)
 
 
 def sent(result: subprocess.CompletedProcess[str]) -> int:

@@ -146,7 +146,7 @@ class ApiClient:
             while chunk := source.read(1024 * 1024):
                 yield chunk
 
-        headers = {"Content-Length": str(size), "Content-Type": "application/x-tar"}
+        headers = {"Content-Length": str(size), "Content-Type": "application/octet-stream"}
         timeout = httpx.Timeout(30.0, write=300.0, read=300.0)
         return self._request("PUT", path, content=chunks(), headers=headers, timeout=timeout)
 

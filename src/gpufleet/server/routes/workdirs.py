@@ -25,7 +25,7 @@ Writer = Annotated[Principal, Depends(require(QUEUE_SUBMIT))]
 _RAW_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
-        "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
 

@@ -31,10 +31,10 @@ from gpufleet.artifacts.store import READ_CHUNK
 from gpufleet.artifacts.workdir_archive import WORKDIR_PREFIX, check
 from gpufleet.domain.jobspec import WORKDIR, workdir_of
 from gpufleet.domain.records import Worker
+from gpufleet.domain.retention import STAGING_MAX_AGE
 from gpufleet.errors import ArtifactCorrupt, InvalidInput, NotFound, PayloadTooLarge
 from gpufleet.server.context import Context
-from gpufleet.server.services import attempt_tokens
-from gpufleet.server.services.uploads import live_job, offered_job
+from gpufleet.server.services.checkpoints import reading_attempt
 
 PREFIX = "workdirs"
 _SPOOL = "incoming-workdirs"  # in the data folder: uploads being checked
@@ -172,12 +172,9 @@ async def open_for_attempt(
 ) -> tuple[Snapshot, AsyncIterator[bytes]]:
     """The snapshot the job names, streamed to its live attempt on this worker."""
     async with ctx.store.read() as q:
-        await offered_job(q, worker, job_id)
-        if not attempt_id:
-            raise InvalidInput("name the attempt that reads the workdir: ?attempt_id=<yours>")
-        attempt_tokens.check(ctx.audit_key, worker, attempt_id, attempt_token)
-        job = await live_job(q, worker, job_id, attempt_id, lock=False)
-    if job.workdir is None:
+        await reading_attempt(ctx, q, worker, job_id, attempt_id, attempt_token)
+        job = await q.get_job(job_id)
+    if job is None or job.workdir is None:
         raise NotFound(f"job {job_id} names no workdir")
     snapshot = await get(ctx, f"{WORKDIR_PREFIX}{job.workdir}")
     return snapshot, await ctx.artifacts.open(key_of(job.workdir))
@@ -185,7 +182,9 @@ async def open_for_attempt(
 
 async def sweep(ctx: Context, cutoff: datetime | None) -> list[str]:
     """Delete the snapshots stored before `cutoff` that no job holds (one not ended, or
-    ended after `cutoff`); the keys deleted. None: keep them all."""
+    ended after `cutoff`); the keys deleted. None: keep them all. Spooled uploads a stopped
+    orchestrator left behind go after a day."""
+    await asyncio.to_thread(_clear_spool, ctx.settings.data_dir / _SPOOL, ctx.clock())
     if cutoff is None:
         return []
     old = {
@@ -200,3 +199,12 @@ async def sweep(ctx: Context, cutoff: datetime | None) -> list[str]:
         with contextlib.suppress(NotFound):
             await ctx.artifacts.delete(key)
     return doomed
+
+
+def _clear_spool(spool: Path, now: datetime) -> None:
+    if not spool.is_dir():
+        return
+    for path in spool.iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            if now.timestamp() - path.stat().st_mtime > STAGING_MAX_AGE.total_seconds():
+                path.unlink()
