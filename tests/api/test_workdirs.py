@@ -15,9 +15,11 @@ from typing import Any
 
 import httpx
 
+from gpufleet.artifacts.backends import open_artifact_store
 from gpufleet.artifacts.workdir_archive import pack
 from gpufleet.server.services import retention, workdirs
 from tests.api.conftest import GPUFLEET_FEATURES, Agent, Fleet
+from tests.api.test_artifact_store import _s3_settings
 from tests.api.test_policy import add_user, client_of
 
 WORKDIR_FEATURES = [*GPUFLEET_FEATURES, "workdir"]
@@ -249,3 +251,22 @@ async def test_the_sweep_keeps_a_snapshot_while_a_job_naming_it_is_not_ended(
     fleet.clock.advance(timedelta(days=fleet.settings.artifact_retention_days + 1).total_seconds())
     await retention.sweep(fleet.ctx)
     assert [p.name for p in stored(fleet)] == [f"{workdirs.parse_digest(digest(held))}.tar"]
+
+
+async def test_on_object_storage_a_snapshot_is_stored_asked_for_and_downloaded_alike(
+    fleet: Fleet, s3_endpoint: str, tmp_path: Path
+) -> None:
+    fleet.ctx.artifacts = open_artifact_store(_s3_settings(s3_endpoint))
+    current: Agent = await fleet.create_worker("on-s3")
+    await current.connect(gpu_count=1, features=WORKDIR_FEATURES)
+    body, job = await workdir_job(fleet, tmp_path)
+    assert (await put(fleet.admin, body)).status_code == 200  # stored already, in the bucket
+    assert (await fleet.admin.head(f"/api/workdirs/{digest(body)}")).status_code == 200
+    offer = await current.next_offer()
+    got = await fleet.http.get(
+        f"/api/workers/job/{job['id']}/workdir",
+        params={"attempt_id": offer["attempt_id"]},
+        headers=current.headers,
+    )
+    assert got.status_code == 200 and got.content == body
+    assert stored(fleet) == []  # nothing in the data folder's store

@@ -110,7 +110,10 @@ async def upload(
     if content_length > limit:
         raise PayloadTooLarge(
             f"the snapshot's {content_length} bytes are over the orchestrator's limit of "
-            f"{limit} bytes (--workdir-max-bytes); leave large files out (.gpufleetignore)"
+            f"{limit} bytes (--workdir-max-bytes); leave large files out (.gpufleetignore)",
+            cli=f"the workdir's archive ({content_length} bytes) is over the {limit} bytes the "
+            "orchestrator takes (its --workdir-max-bytes); leave large files out in "
+            ".gpufleetignore",
         )
     if (found := await find(ctx, digest)) is not None:
         return Stored(found, False)
