@@ -4,6 +4,7 @@ a temporary git checkout, uploaded to a real `gpufleet server` as a workdir snap
 from __future__ import annotations
 
 import hashlib
+import io
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.artifacts.workdir_archive import pack
 from tests.e2e.conftest import (
     ServerProcess,
     WorkerProcess,
@@ -127,3 +129,24 @@ def test_a_workdir_over_the_limit_is_refused_naming_its_biggest_entries(
     assert "over --max-workdir-size" in result.stderr
     assert "train.py" in result.stderr and "data/" in result.stderr
     assert "HTTP" not in result.stderr
+
+
+def test_a_key_that_may_not_submit_is_told_so_in_one_line_and_nothing_is_sent(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    (tmp_path / "train.py").write_text(unique("never sent"))
+    with server.admin() as admin:
+        answer = admin.post(
+            "/api/admin/api-keys", json={"name": unique("reader"), "permissions": ["queue.read"]}
+        )
+    key = answer.json()["key"]
+    result = gpufleet_in(
+        tmp_path, "run", "--url", server.url, "--api-key", key, "--", "python", "train.py"
+    )
+    assert result.returncode == 1, result.stdout
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("Error: ") and "queue.submit" in line
+    assert "HTTP" not in line and "Traceback" not in result.stderr
+    packed = pack(tmp_path, ["train.py"], io.BytesIO())
+    with server.admin() as admin:
+        assert admin.get(f"/api/workdirs/{packed.digest}").status_code == 404

@@ -129,16 +129,6 @@ class ApiClient:
     def delete(self, path: str) -> Any:
         return self._request("DELETE", path)
 
-    def exists(self, path: str) -> bool:
-        """Whether `path` names something (HEAD: 200 yes, 404 no)."""
-        with self._translated():
-            response = self._http.head(path)
-        if response.status_code == 404:
-            return False
-        if response.is_error:
-            self._raise_for(response)
-        return True
-
     def upload(self, path: str, source: IO[bytes], size: int) -> Any:
         """PUT `size` bytes read from `source`, streamed, with their Content-Length."""
 

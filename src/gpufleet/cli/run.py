@@ -22,6 +22,7 @@ from gpufleet.cli.submitting import say_submitted, submit_options
 from gpufleet.cli.workdir import snapshot
 from gpufleet.domain.jobspec import ENV_NAME
 from gpufleet.domain.states import JobStatus
+from gpufleet.errors import NotFound
 
 DEFAULT_MAX_WORKDIR = "1G"
 
@@ -117,10 +118,20 @@ def _send_workdir(api: ApiClient, root: Path, max_bytes: int) -> str:
             f"({packed.digest[:19]}…)."
         )
         path = f"/api/workdirs/{part(packed.digest)}"
-        if api.exists(path):
+        if _stored(api, path):
             out.echo("0 bytes sent: the orchestrator has this snapshot already.")
         else:
             archive.seek(0)
             api.upload(path, archive, packed.size)
             out.echo(f"{packed.size} bytes sent.")
     return packed.digest
+
+
+def _stored(api: ApiClient, path: str) -> bool:
+    """Whether the orchestrator holds the snapshot (a GET, not a HEAD: a refusal comes with
+    the orchestrator's words for it)."""
+    try:
+        api.get(path)
+    except NotFound:
+        return False
+    return True

@@ -134,14 +134,18 @@ class DigestLocks:
     __slots__ = ("_locks",)
 
     def __init__(self) -> None:
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # digest → its lock, users
 
     @contextlib.asynccontextmanager
     async def hold(self, digest: str) -> AsyncIterator[None]:
-        lock = self._locks.setdefault(digest, asyncio.Lock())
+        lock, users = self._locks.get(digest, (asyncio.Lock(), 0))
+        self._locks[digest] = (lock, users + 1)
         try:
             async with lock:
                 yield
         finally:
-            if not lock.locked() and not getattr(lock, "_waiters", None):
-                self._locks.pop(digest, None)
+            lock, users = self._locks[digest]
+            if users == 1:
+                del self._locks[digest]  # nobody else waits: forget it
+            else:
+                self._locks[digest] = (lock, users - 1)
