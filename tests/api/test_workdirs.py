@@ -72,6 +72,8 @@ async def test_an_upload_is_stored_once_and_answered_by_head_and_get(
     assert (info.status_code, info.json()["size"]) == (200, len(body))
     assert [p.name for p in stored(fleet)] == [f"{name.removeprefix('sha256:')}.tar"]
     assert spooled(fleet) == []
+    [audited] = await fleet.audit(type="workdir.uploaded")  # once: the second stored nothing
+    assert (audited["target"], audited["detail"]["size"]) == (name, len(body))
 
 
 async def test_bytes_that_are_not_their_digest_store_nothing(fleet: Fleet, tmp_path: Path) -> None:

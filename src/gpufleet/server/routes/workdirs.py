@@ -11,7 +11,7 @@ from starlette.responses import Response, StreamingResponse
 
 from gpufleet import protocol
 from gpufleet.domain.permissions import QUEUE_READ, QUEUE_SUBMIT
-from gpufleet.server.deps import AttemptToken, Ctx, CurrentWorker, require
+from gpufleet.server.deps import AttemptToken, Client, Ctx, CurrentWorker, require
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.workdirs import WorkdirOut
 from gpufleet.server.services import workdirs
@@ -47,14 +47,14 @@ def _out(snapshot: workdirs.Snapshot, created: bool | None = None) -> WorkdirOut
     responses={200: {"model": WorkdirOut, "description": "It was stored already."}},
 )
 async def upload_workdir(
-    ctx: Ctx, who: Writer, digest: str, request: Request, response: Response
+    ctx: Ctx, who: Writer, client: Client, digest: str, request: Request, response: Response
 ) -> WorkdirOut:
     """Store a workdir snapshot (a canonical tar, docs/jobs.md) under its `sha256:<hex>`
     digest; its size (Content-Length) and sha256 are checked as it streams, its entries
     before it is stored. 200 when it was stored already (its bytes are not read)."""
     length = request.headers.get("content-length")
     size = int(length) if length is not None and length.isdigit() else None
-    stored = await workdirs.upload(ctx, digest, request.stream(), size)
+    stored = await workdirs.upload(ctx, digest, request.stream(), size, who.actor, client)
     if not stored.created:
         response.status_code = 200
     return _out(stored.snapshot, stored.created)

@@ -33,7 +33,7 @@ from gpufleet.domain.jobspec import WORKDIR, workdir_of
 from gpufleet.domain.records import Worker
 from gpufleet.domain.retention import STAGING_MAX_AGE
 from gpufleet.errors import ArtifactCorrupt, InvalidInput, NotFound, PayloadTooLarge
-from gpufleet.server.context import Context
+from gpufleet.server.context import Context, transaction
 from gpufleet.server.services.checkpoints import reading_attempt
 
 PREFIX = "workdirs"
@@ -100,9 +100,15 @@ class Stored:
 
 
 async def upload(
-    ctx: Context, digest: str, chunks: AsyncIterable[bytes], content_length: int | None
+    ctx: Context,
+    digest: str,
+    chunks: AsyncIterable[bytes],
+    content_length: int | None,
+    actor: str,
+    client: str | None,
 ) -> Stored:
-    """Store the archive streamed in `chunks` as snapshot `digest`, checked as it comes."""
+    """Store the archive streamed in `chunks` as snapshot `digest`, checked as it comes;
+    audited once stored (`workdir.uploaded`)."""
     hex_digest = parse_digest(digest)
     limit = ctx.settings.workdir_max_bytes
     if content_length is None:
@@ -131,6 +137,8 @@ async def upload(
             await ctx.artifacts.write(key_of(hex_digest), _read(path), sha256=hex_digest)
     finally:
         await asyncio.to_thread(path.unlink, True)
+    async with transaction(ctx) as tx:
+        tx.audit("workdir.uploaded", actor, digest, client, size=content_length)
     return Stored(await get(ctx, digest), True)
 
 
