@@ -17,7 +17,7 @@ import click
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, part
 from gpufleet.cli.follow import follow_to_end
-from gpufleet.cli.options import parse_size_option
+from gpufleet.cli.options import parse_size_option, setting
 from gpufleet.cli.submitting import say_submitted, submit_options
 from gpufleet.cli.workdir import snapshot
 from gpufleet.domain.jobspec import ENV_NAME
@@ -50,8 +50,9 @@ def _env(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) ->
     help="The folder whose files the job gets (less what .gitignore and .gpufleetignore "
     "leave out); the command starts in their copy.",
 )
-@click.option(
+@setting(
     "--max-workdir-size",
+    var="MAX_WORKDIR_SIZE",
     default=DEFAULT_MAX_WORKDIR,
     callback=parse_size_option,
     metavar="SIZE",
