@@ -4,7 +4,8 @@
     ├── DomainError                 rules of the fleet (domain/, services)
     │   ├── InvalidInput            422: the request is well-formed but says something impossible
     │   │   ├── UnsafeArtifactPath  422: an artifact path that could leave its job's folder
-    │   │   └── ArtifactCorrupt     422: an upload whose size or sha256 is not the announced one
+    │   │   ├── ArtifactCorrupt     422: an upload whose size or sha256 is not the announced one
+    │   │   └── UnsafeArchive       422: a workdir archive that could write outside its folder
     │   ├── NotFound                404: the named worker, job, config or key does not exist
     │   ├── Conflict                409: the thing exists but is in a state that forbids this
     │   │   └── NotHolder           409: a worker reported on an attempt it no longer holds
@@ -56,6 +57,11 @@ class UnsafeArtifactPath(InvalidInput):
 
 class ArtifactCorrupt(InvalidInput):
     """The uploaded bytes are not the ones announced; nothing was stored."""
+
+
+class UnsafeArchive(InvalidInput):
+    """A workdir archive with a path or link leading out, a device file, a hostile name, or
+    more bytes unpacked than it carries (artifacts/workdir_archive.py)."""
 
 
 class NotFound(DomainError):

@@ -70,6 +70,11 @@ def job_upload_complete_path(job_id: str, upload_id: str) -> str:
     return f"{WORKER_API}/job/{job_id}/upload/{upload_id}/complete"
 
 
+def job_workdir_path(job_id: str) -> str:
+    """Where a worker downloads the workdir snapshot its job names (docs/jobs.md)."""
+    return f"{WORKER_API}/job/{job_id}/workdir"
+
+
 def job_checkpoints_path(job_id: str) -> str:
     return f"{WORKER_API}/job/{job_id}/checkpoints"
 

@@ -13,7 +13,10 @@ from gpufleet.domain.matching import (
     ANY_LABELS,
     MAX_LISTED_LABELS,
     Capacity,
+    Feature,
     Requirement,
+    WaitCode,
+    Why,
     available,
     can_run_now,
     choose_worker,
@@ -22,8 +25,10 @@ from gpufleet.domain.matching import (
     labels_match,
     match_key,
     match_keys_for,
+    needs_of,
     reasons_not_running,
     targets_served,
+    why_waiting,
 )
 from gpufleet.domain.states import Target, WorkerStatus, WorkerType
 
@@ -465,3 +470,22 @@ def test_a_worker_is_asked_for_exactly_the_targets_it_fits(target, is_local):
 def test_the_local_runner_serves_local_and_auto_jobs_and_a_remote_worker_worker_and_auto():
     assert targets_served(capacity(is_local=True)) == ["local", "auto"]
     assert targets_served(capacity(is_local=False)) == ["worker", "auto"]
+
+
+def test_a_job_with_a_workdir_goes_only_to_a_worker_that_unpacks_one_and_says_why() -> None:
+    config = {"command": ["python", "train.py"], "workdir": "sha256:" + "a" * 64}
+    req = Requirement(Target.WORKER, 0, {}, needs_of(config))
+    assert req.needs == {Feature.COMMAND, Feature.WORKDIR}
+    base = Capacity("w1", "w1", WorkerStatus.IDLE, 1, {}, is_local=False)
+    older = dataclasses.replace(base, features=frozenset({Feature.COMMAND}))
+    simpletuner = dataclasses.replace(base, worker_id="w2", name="w2", features=frozenset())
+    current = dataclasses.replace(base, worker_id="w3", name="w3", features=frozenset(Feature))
+    assert not fits(req, older) and not fits(req, simpletuner) and fits(req, current)
+    reasons = reasons_not_running(req, older)
+    assert [r.code for r in reasons] == [Why.NO_WORKDIR]
+    assert "workdir" in str(reasons[0])
+    assert Why.NO_WORKDIR in [r.code for r in reasons_not_running(req, simpletuner)]
+    wait = why_waiting(req, [older, simpletuner])
+    assert wait.code is WaitCode.NO_WORKER_MATCHES
+    assert "unpacks a workdir" in wait.params["wanted"]
+    assert choose_worker(req, [older, simpletuner, current]) == current

@@ -344,7 +344,9 @@ def test_a_command_imports_its_own_module_and_not_the_others(
     assert not set(not_imported) & set(modules), modules
 
 
-EVERY_COMMAND = "audit configs jobs keys queue secrets server teams users webhooks worker workers"
+EVERY_COMMAND = (
+    "audit configs jobs keys queue run secrets server teams users webhooks worker workers"
+)
 
 
 def test_help_lists_every_command() -> None:

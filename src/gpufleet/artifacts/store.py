@@ -118,6 +118,14 @@ class ArtifactStore:
         result = await self._call(key, get)
         return _chunks(result.stream(min_chunk_size=READ_CHUNK), key, self.name)
 
+    async def stat(self, key: str) -> ArtifactInfo | None:
+        """The object at `key`, or None when there is none."""
+        try:
+            meta = await self._call(key, obstore.head_async(self._store, key))
+        except NotFound:
+            return None
+        return ArtifactInfo(meta["path"], meta["size"], meta["last_modified"])
+
     async def delete(self, key: str) -> None:
         """Remove `key`; a key already gone is not an error (a sweep may race a user)."""
         try:

@@ -86,13 +86,19 @@ def _print_pages(
 
 
 def _follow_logs(api: ApiClient, job_id: str, as_json: bool, after: int) -> None:
+    status = follow_to_end(api, job_id, as_json=as_json, after=after)
+    sys.exit(0 if status == JobStatus.COMPLETED else 1)
+
+
+def follow_to_end(api: ApiClient, job_id: str, *, as_json: bool = False, after: int = 0) -> str:
+    """Print the job's log lines live from `after` until it ends; its status then."""
     for event, data in api.events(f"/api/queue/{part(job_id)}/logs", follow=True, after=after):
         if event == "log":
             _print_line(data, as_json)
         elif event == "end":
-            status = data.get("status", "ended")
+            status = str(data.get("status", "ended"))
             out.echo(f"Job {job_id} {status}.", err=True)
-            sys.exit(0 if status == JobStatus.COMPLETED else 1)
+            return status
     raise ClientError(  # no `end` event: the orchestrator closed the stream as it stopped
         f"the orchestrator ended the log stream before job {job_id} ended (it may be "
         "restarting); run the command again to follow on"

@@ -16,7 +16,7 @@ from gpufleet.cli.api import ApiClient, api_options, json_option, part
 from gpufleet.cli.artifacts import artifacts, download
 from gpufleet.cli.configs import read_config_file
 from gpufleet.cli.follow import logs, watch
-from gpufleet.cli.options import parse_labels
+from gpufleet.cli.submitting import say_submitted, submit_options
 from gpufleet.domain.jobspec import could_be_config_name
 from gpufleet.domain.states import JobStatus
 from gpufleet.errors import NotFound
@@ -47,83 +47,12 @@ for _command in (logs, watch, artifacts, download):
 
 @jobs.command("submit")
 @click.argument("config")
-@click.option(
-    "--target",
-    type=click.Choice(["worker", "local", "auto"]),
-    default="worker",
-    help="worker: remote workers; local: the orchestrator's own runner; auto: an idle "
-    "remote worker, else local.",
-)
-@click.option(
-    "--label",
-    "labels",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=parse_labels,
-    help="Run only on workers with this label; the value may be a glob like a100* (repeatable).",
-)
-@click.option(
-    "--gpus",
-    "gpu_count",
-    type=click.IntRange(0, 1024),
-    help="GPUs the job needs.",
-    show_default="the config's gpu_count",
-)
-@click.option(
-    "--priority",
-    type=click.IntRange(-1000, 1000),
-    help="Higher runs first; above your level's default only for leads and admins.",
-    show_default="your level's: admin 30, lead 20, researcher 10, viewer 0",
-)
-@click.option(
-    "--team",
-    metavar="TEAM",
-    help="The team (name or id) the job is for; one of yours.",
-    show_default="your default team",
-)
-@click.option(
-    "--preemptible/--not-preemptible",
-    default=None,
-    help="Whether the queue policy may stop it for another job (it resumes from its checkpoint).",
-    show_default="as its team says",
-)
-@click.option(
-    "--max-retries",
-    type=click.IntRange(0, 100),
-    default=3,
-    help="Requeue this many times after a lost worker (see --retry-failed).",
-)
-@click.option(
-    "--retry-failed",
-    is_flag=True,
-    help="Retry when the job's own process fails too, not only when its worker is lost.",
-)
+@submit_options
 @json_option
 @api_options
-def submit(
-    api: ApiClient,
-    config: str,
-    target: str,
-    labels: dict[str, str],
-    gpu_count: int | None,
-    priority: int | None,
-    team: str | None,
-    preemptible: bool | None,
-    max_retries: int,
-    retry_failed: bool,
-    as_json: bool,
-) -> None:
+def submit(api: ApiClient, config: str, submit: dict[str, Any], as_json: bool) -> None:
     """Submit CONFIG: a stored config's name, or a JSON file submitted inline."""
-    body: dict[str, Any] = {
-        "target": target,
-        "worker_labels": labels,
-        "gpu_count": gpu_count,
-        "priority": priority,
-        "team": team,
-        "preemptible": preemptible,
-        "max_retries": max_retries,
-        "retry_on": ["lost", "failed"] if retry_failed else ["lost"],
-    }
+    body = dict(submit)
     path = Path(config)
     if path.is_file():
         body["config"] = read_config_file(path)
@@ -147,15 +76,7 @@ def submit(
     if as_json:
         out.print_json(job)
         return
-    out.echo(f"Submitted job {job['id']} ({job['status']}, target {job['target']}).")
-    if job["status"] in (
-        "queued",
-        "pending_approval",
-    ):  # no worker took it at once: say what it waits for
-        waiting = api.get(f"/api/queue/{part(job['id'])}")["waiting"]
-        if waiting:
-            out.echo(f"Waiting: {out.waiting(waiting)}.")
-    out.echo(f"Follow it: gpufleet jobs watch {job['id']}")
+    say_submitted(api, job)
 
 
 @jobs.command("list")

@@ -20,6 +20,7 @@ COMMANDS = {
     "workers": "gpufleet.cli.workers",
     "jobs": "gpufleet.cli.jobs",
     "queue": "gpufleet.cli.queue",
+    "run": "gpufleet.cli.run",
     "configs": "gpufleet.cli.configs",
     "audit": "gpufleet.cli.audit",
     "keys": "gpufleet.cli.keys",

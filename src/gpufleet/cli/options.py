@@ -87,8 +87,8 @@ def option(declared: Setting) -> Callable[[F], F]:
     elif kind is Kind.LIST:
         attrs["type"] = COMMA_LIST
         default = ",".join(default or ())
-    elif kind is Kind.RATE:
-        attrs["callback"] = _rate
+    elif kind in (Kind.RATE, Kind.SIZE):
+        attrs["callback"] = parse_size_option
         default = str(default)
     elif kind is Kind.GPUS:
         attrs["callback"] = _gpus
@@ -175,7 +175,7 @@ def _gpus(ctx: click.Context, param: click.Parameter, value: str | None) -> tupl
         ) from None
 
 
-def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> int:
+def parse_size_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int:
     from gpufleet.worker.settings import parse_rate
 
     try:

@@ -75,6 +75,25 @@ def _check_env(env: Any) -> None:
             raise InvalidInput(f"config field 'env.{name}' contains a NUL character")
 
 
+WORKDIR = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def workdir_of(config: dict[str, Any]) -> str | None:
+    """The 64 hex digits of the snapshot a config names in `workdir`; None when it names
+    none (docs/jobs.md)."""
+    value = config.get("workdir")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not WORKDIR.fullmatch(value):
+        raise InvalidInput(
+            f"config field 'workdir' must be 'sha256:' and 64 lowercase hex digits (a snapshot "
+            f"uploaded to PUT /api/workdirs/{{digest}}), got {str(value)[:100]!r}",
+            cli="the job's workdir must be a snapshot's digest, 'sha256:<64 hex digits>'; "
+            "`gpufleet run` makes one",
+        )
+    return value.removeprefix("sha256:")
+
+
 def check_config(body: Any) -> dict[str, Any]:
     """A config is a JSON object; the fields gpufleet reads must be ones a worker can start."""
     if not isinstance(body, dict):
@@ -94,6 +113,7 @@ def check_config(body: Any) -> dict[str, Any]:
             f"config field 'timeout_s' must be a number of seconds > 0, got {timeout!r}"
         )
     _stated_gpu_count(body)
+    workdir_of(body)
     return body
 
 

@@ -23,6 +23,9 @@ class Feature(StrEnum):
     # token alone then writes nothing into a job (docs/security.md, keeping jobs away from
     # their worker's keys). Once a worker said so, it cannot register again without it.
     ATTEMPT_TOKEN = "attempt_token"
+    # Downloads the snapshot a job's config names in `workdir` and unpacks it into the job's
+    # folder before the command runs (docs/jobs.md).
+    WORKDIR = "workdir"
 
 
 _KNOWN_FEATURES = frozenset(f.value for f in Feature)
@@ -34,9 +37,12 @@ COMMAND_KEYS = ("command", "timeout_s", "env")
 
 def needs_of(config: Mapping[str, Any]) -> frozenset[Feature]:
     """The features a worker must have to run this config as its submitter meant."""
+    needs = set()
     if any(config.get(key) is not None for key in COMMAND_KEYS):
-        return frozenset({Feature.COMMAND})
-    return frozenset()
+        needs.add(Feature.COMMAND)
+    if config.get("workdir") is not None:
+        needs.add(Feature.WORKDIR)
+    return frozenset(needs)
 
 
 def parse_features(reported: Any) -> frozenset[Feature]:
@@ -112,6 +118,7 @@ class Why(StrEnum):
     NEVER_REGISTERED = "never_registered"
     TOO_FEW_GPUS = "too_few_gpus"
     SIMPLETUNER_ONLY = "simpletuner_only"
+    NO_WORKDIR = "no_workdir"
     NO_LABEL = "no_label"
     LABEL_MISMATCH = "label_mismatch"
     BUSY = "busy"
@@ -145,6 +152,12 @@ class Reason:
                     f"runs SimpleTuner configs only (a SimpleTuner agent ignores "
                     f"{'/'.join(COMMAND_KEYS)}); the job has a command, a timeout or env: run "
                     "it on a `gpufleet worker`"
+                )
+            case Why.NO_WORKDIR:
+                return (
+                    "cannot unpack a job's workdir (it does not say `workdir` in its features: "
+                    "a SimpleTuner agent, or an older gpufleet worker); run it on a current "
+                    "`gpufleet worker`"
                 )
             case Why.NO_LABEL:
                 return f"has no label {p['key']!r} (wanted {p['key']}={p['wanted']})"
@@ -231,6 +244,8 @@ def reasons_not_running(req: Requirement, cap: Capacity) -> list[Reason]:
         reasons.append(Reason(Why.TOO_FEW_GPUS, {"has": cap.gpu_count, "needs": req.gpu_count}))
     if cap.features is not None and Feature.COMMAND in req.needs - cap.features:
         reasons.append(Reason(Why.SIMPLETUNER_ONLY))
+    if cap.features is not None and Feature.WORKDIR in req.needs - cap.features:
+        reasons.append(Reason(Why.NO_WORKDIR))
     reasons.extend(label_mismatches(req.labels, cap.labels))
     unavailable = {
         WorkerStatus.BUSY: Reason(Why.BUSY, {"job_id": cap.current_job_id}),
@@ -315,4 +330,6 @@ def _wanted(req: Requirement) -> str:
         parts.insert(0, f"{req.gpu_count} GPU{'s' if req.gpu_count != 1 else ''}")
     if Feature.COMMAND in req.needs:
         parts.append("runs commands")
+    if Feature.WORKDIR in req.needs:
+        parts.append("unpacks a workdir")
     return " and ".join(parts)

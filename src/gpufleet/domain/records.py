@@ -151,6 +151,7 @@ class Job:
     config_version: int | None = None
     config_digest: str | None = None
     config_written_by: str | None = None
+    workdir: str | None = None  # the sha256 hex of the snapshot its config names (docs/jobs.md)
 
     def requirement(self) -> Requirement:
         return Requirement(

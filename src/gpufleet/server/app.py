@@ -42,6 +42,7 @@ from gpufleet.server.routes import (
     ui,
     uploads,
     webhooks,
+    workdirs,
     workers,
 )
 from gpufleet.server.routes import audit as audit_routes
@@ -67,8 +68,11 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 # The routes whose body is a file streamed into the artifact store, never held whole: their
-# own limit is the announced size and the job's (docs/artifacts.md), not the JSON body's.
-_STREAMED_BODY = re.compile(r"/api/workers/job/[^/]+/upload/[^/]+|/api/cloud/storage/.+")
+# own limit is the announced size and the job's (docs/artifacts.md), or --workdir-max-bytes
+# for a workdir snapshot (docs/jobs.md), not the JSON body's.
+_STREAMED_BODY = re.compile(
+    r"/api/workers/job/[^/]+/upload/[^/]+|/api/cloud/storage/.+|/api/workdirs/[^/]+"
+)
 
 
 class BodyLimit:
@@ -229,8 +233,10 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         workers.router,
         uploads.router,
         checkpoints.router,
+        workdirs.worker_router,
         admin.router,
         artifacts.router,
+        workdirs.router,
         s3_storage.router,
         webhooks.router,
         # before queue's /api/queue/{job_id}, which would take their paths

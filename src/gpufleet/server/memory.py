@@ -7,7 +7,8 @@ between replicas: the database (and `bus.Replicas`) is what they share.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import contextlib
+from collections.abc import AsyncIterator, Coroutine
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
@@ -124,3 +125,27 @@ class LimitHolds:
     def full_pass(self) -> None:
         """A full pass begins: it looks at every idle worker, so nothing is owed before it."""
         self.since_full_pass = False
+
+
+class DigestLocks:
+    """One lock a workdir digest being stored by this process (services/workdirs.py): two
+    uploads of the same snapshot at once store it once; the second finds it stored."""
+
+    __slots__ = ("_locks",)
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # digest → its lock, users
+
+    @contextlib.asynccontextmanager
+    async def hold(self, digest: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(digest, (asyncio.Lock(), 0))
+        self._locks[digest] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[digest]
+            if users == 1:
+                del self._locks[digest]  # nobody else waits: forget it
+            else:
+                self._locks[digest] = (lock, users - 1)

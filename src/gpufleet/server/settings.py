@@ -67,6 +67,7 @@ class ServerSettings(BaseModel):
     poison_after_workers: int = _declared("poison_after_workers")
     artifacts: str | None = _declared("artifacts")  # None: <data-dir>/artifacts
     artifact_max_job_bytes: int = _declared("artifact_max_job_bytes")
+    workdir_max_bytes: int = _declared("workdir_max_bytes")
     artifact_retention_days: float = _declared("artifact_retention_days")
     keep_checkpoints: int = _declared("keep_checkpoints")
     webhook_timeout: float = _declared("webhook_timeout")

@@ -46,6 +46,7 @@ KIND_WORDS = {
     Kind.FOLDER: "folder",
     Kind.LIST: "comma-separated list",
     Kind.RATE: "bytes per second (`800K`, `50M`, `1G`)",
+    Kind.SIZE: "bytes (`800K`, `50M`, `1G`)",
     Kind.GPUS: "GPU indices (`0,1`)",
     Kind.LABELS: "`key=value`, repeatable",
 }

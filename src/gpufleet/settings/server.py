@@ -160,6 +160,16 @@ SERVER = Table(
         see="artifacts.md",
     ),
     Setting(
+        "workdir_max_bytes",
+        Kind.INT,
+        "The largest workdir snapshot (`gpufleet run`'s archive of a job's code) the "
+        "orchestrator stores (default 2 GiB); a larger upload is refused with 413.",
+        default=2 * 1024**3,
+        least=0,
+        metavar="BYTES",
+        see="jobs.md",
+    ),
+    Setting(
         "artifact_retention_days",
         Kind.FLOAT,
         "Artifacts of a job are deleted this many days after it ended, unless an admin "

@@ -28,6 +28,7 @@ class Kind(StrEnum):
     FOLDER = "folder"  # a path that is not a file
     LIST = "list"  # comma-separated: a tuple of the entries, spaces around them dropped
     RATE = "rate"  # bytes per second: 800K, 50M, 1G (1024-based); an int
+    SIZE = "size"  # bytes, written as a RATE is: 800K, 50M, 1G (1024-based); an int
     GPUS = "gpus"  # GPU indices, comma-separated: a tuple of ints, or None for all
     LABELS = "labels"  # key=value, repeatable: a dict
 
@@ -106,7 +107,7 @@ def duration_text(seconds: float) -> str:
     return f"{seconds:g}"
 
 
-NUMBERS = (Kind.INT, Kind.FLOAT, Kind.DURATION, Kind.RATE)
+NUMBERS = (Kind.INT, Kind.FLOAT, Kind.DURATION, Kind.RATE, Kind.SIZE)
 
 
 class Table(Sequence[Setting]):
@@ -153,6 +154,7 @@ ANNOTATIONS = {
     Kind.FOLDER: "Path",
     Kind.LIST: "tuple[str, ...]",
     Kind.RATE: "int",
+    Kind.SIZE: "int",
     Kind.GPUS: "tuple[int, ...]",
     Kind.LABELS: "Mapping[str, str]",
 }

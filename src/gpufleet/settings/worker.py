@@ -128,6 +128,16 @@ WORKER = Table(
         metavar="RATE",
     ),
     Setting(
+        "cache_size",
+        Kind.SIZE,
+        "The most the workdir cache (<work-dir>/cache/workdirs: the snapshots jobs bring, "
+        "docs/jobs.md) keeps: 800K, 50M, 1G; the least recently used go first.",
+        default=10 * 1024**3,
+        least=0,
+        metavar="SIZE",
+        see="jobs.md",
+    ),
+    Setting(
         "preempt_grace",
         Kind.DURATION,
         "On SIGTERM (a spot instance's notice), how long a job that handles the checkpoint "

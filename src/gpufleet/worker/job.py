@@ -4,7 +4,9 @@ Each attempt runs in `<work-dir>/jobs/<job_id>/<attempt_id>/`, which holds `conf
 job's config, named by `CONFIG_PATH`), `progress.jsonl` (named by `GPUFLEET_PROGRESS_FILE`, see
 `gpufleet.progress`) and `output.log` (everything the command printed). The command starts in
 that folder, so relative paths in it are relative to the folder: name scripts by absolute path
-or run installed modules with `python -m`. The job's `PATH` starts with the folder of the
+or run installed modules with `python -m`, or bring them: a job whose config names a
+`workdir` snapshot finds its files unpacked in the folder (docs/jobs.md), and gpufleet's
+own three files in `.gpufleet-job/` beside them. The job's `PATH` starts with the folder of the
 worker's own Python, so `python` in a command is the interpreter that runs the worker (and has
 gpufleet installed), unless the job's `env` sets `PATH` itself.
 """
@@ -42,6 +44,8 @@ _PRIVATE_ENV = (
     "GPUFLEET_INHERITED_KEY_FD",
 )
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_.-]")
+_WORKDIR = re.compile(r"sha256:([0-9a-f]{64})")
+OWN_FOLDER = ".gpufleet-job"  # a workdir job's config.json, progress.jsonl and output.log
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class JobSpec:
     timeout_s: float | None = None
     keep: KeepRules = field(default_factory=KeepRules)
     resume: Resume | None = None
+    workdir: str | None = None  # the sha256 hex of the snapshot to unpack in the folder
 
     @property
     def simpletuner(self) -> bool:
@@ -101,6 +106,7 @@ class JobSpec:
             argv=argv,
             keep=keep,
             resume=resume,
+            workdir=_workdir(job_id, config.get("workdir")),
             config=MappingProxyType(dict(config)),
             env=MappingProxyType(_env(job_id, env)),
             secret_env=MappingProxyType(_secret_env(job_id, event.get("secret_env"))),
@@ -124,25 +130,27 @@ class JobSpec:
 @dataclass(frozen=True)
 class Workspace:
     folder: Path
+    own: Path | None = None  # where gpufleet's files go; None: the folder itself
 
     @property
     def config_path(self) -> Path:
-        return self.folder / "config.json"
+        return (self.own or self.folder) / "config.json"
 
     @property
     def progress_path(self) -> Path:
-        return self.folder / "progress.jsonl"
+        return (self.own or self.folder) / "progress.jsonl"
 
     @property
     def output_path(self) -> Path:
-        return self.folder / "output.log"
+        return (self.own or self.folder) / "output.log"
 
 
 def prepare_workspace(work_dir: Path, spec: JobSpec) -> Workspace:
     folder = work_dir / "jobs" / _safe(spec.job_id) / _safe(spec.attempt_id or "attempt")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        space = Workspace(folder)
+        # A workdir's files may be named config.json too: gpufleet's go beside them.
+        space = Workspace(folder, folder / OWN_FOLDER if spec.workdir else None)
+        (space.own or folder).mkdir(parents=True, exist_ok=True)
         space.config_path.write_text(json.dumps(dict(spec.config), indent=2, default=str))
         space.progress_path.touch()
     except OSError as exc:
@@ -254,3 +262,12 @@ def _timeout(job_id: str, value: Any) -> float | None:
 def _safe(part: str) -> str:
     cleaned = _SAFE_ID.sub("_", part).strip(".")
     return cleaned or "_"
+
+
+def _workdir(job_id: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    match = _WORKDIR.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise BadOffer(f"job {job_id}: workdir is not a snapshot digest: {value!r:.100}")
+    return match.group(1)

@@ -41,6 +41,7 @@ from gpufleet.worker.runner import JobProcess, JobResult, Outcome, run_to_end
 from gpufleet.worker.settings import AgentSettings
 from gpufleet.worker.starting import Prepared, prepare
 from gpufleet.worker.uploads import BandwidthLimiter, Transfers, Uploader
+from gpufleet.worker.workdir_cache import WorkdirCache
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +159,10 @@ class JobRun:
         return True
 
     async def _start(self) -> tuple[Prepared, JobProcess]:
+        settings = self._settings
+        cache = WorkdirCache(settings.work_dir, settings.cache_size)
         job = await prepare(
-            self.offer, self._settings.work_dir, self._gpus, self._client, self._backoff
+            self.offer, settings.work_dir, self._gpus, self._client, self._backoff, cache
         )
         user, env = self._settings.job_user, job.env
         if user is not None:  # --run-as: the folder is the user's, the worker's files are not

@@ -50,6 +50,7 @@ class AgentSettings:
     upload_bandwidth: int = _declared("upload_bandwidth")  # bytes per second; 0: unlimited
     # On SIGTERM (a spot instance's notice): how long a job that handles the checkpoint
     # signal gets to write its checkpoint and have it uploaded, before it is stopped.
+    cache_size: int = _declared("cache_size")  # bytes of workdir snapshots kept
     preempt_grace: float = _declared("preempt_grace")
 
     # Set in code, not on the command line.

@@ -18,6 +18,7 @@ from gpufleet.worker.job import JobSpec, Workspace, job_environment, prepare_wor
 from gpufleet.worker.offer import Offer
 from gpufleet.worker.resume import Downloads, download_checkpoint, retried
 from gpufleet.worker.uploads import FileDigest
+from gpufleet.worker.workdir_cache import WorkdirCache
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,21 @@ async def prepare(
     gpus: Sequence[int],
     downloads: Downloads,
     backoff: Callable[[], Backoff],
+    workdirs: WorkdirCache | None = None,
 ) -> Prepared:
     spec = JobSpec.from_offer(offer)
     space = prepare_workspace(work_dir, spec)
+    if spec.workdir is not None:
+        if workdirs is None or not spec.attempt_id:
+            raise AgentError("the job brings a workdir, and no cache or attempt was given for it")
+        await workdirs.put_in(
+            space.folder,
+            spec.workdir,
+            downloads=downloads,
+            job_id=spec.job_id,
+            attempt_id=spec.attempt_id,
+            backoff=backoff,
+        )
     env = job_environment(spec, space, spec.gpus(gpus))
     if spec.secret_env:
         env.update(await _secrets(downloads, spec, backoff))

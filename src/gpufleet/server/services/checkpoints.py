@@ -119,7 +119,7 @@ async def commit_checkpoint(
     return checkpoint
 
 
-async def _reader(
+async def reading_attempt(
     ctx: Context,
     q: Queries,
     worker: Worker,
@@ -127,7 +127,8 @@ async def _reader(
     attempt_id: str | None,
     attempt_token: str | None,
 ) -> str:
-    """The attempt that reads the job's files: its live one on this worker."""
+    """The attempt that reads the job's files (a checkpoint's, its workdir): its live one on
+    this worker."""
     await offered_job(q, worker, job_id)
     if not attempt_id:
         raise InvalidInput("name the attempt that reads the files: ?attempt_id=<your attempt>")
@@ -147,7 +148,7 @@ async def fetch_checkpoint(
     """A checkpoint of the job and where its files download from, for the attempt that
     resumes from it (the job's live attempt on this worker)."""
     async with ctx.store.read() as q:
-        attempt_id = await _reader(ctx, q, worker, job_id, attempt_id, attempt_token)
+        attempt_id = await reading_attempt(ctx, q, worker, job_id, attempt_id, attempt_token)
         checkpoint = await q.get_checkpoint(checkpoint_id)
         if checkpoint is None or checkpoint.job_id != job_id:
             raise NotFound(f"job {job_id} has no checkpoint {checkpoint_id[:64]!r}")
@@ -177,7 +178,7 @@ async def download(
 ) -> tuple[Artifact, AsyncIterator[bytes]]:
     """A stored file of the job, streamed to the attempt that needs it (a resume)."""
     async with ctx.store.read() as q:
-        await _reader(ctx, q, worker, job_id, attempt_id, attempt_token)
+        await reading_attempt(ctx, q, worker, job_id, attempt_id, attempt_token)
         artifact = await q.get_artifact(artifact_id)
     if artifact is None or artifact.job_id != job_id:
         raise NotFound(f"job {job_id} has no artifact {artifact_id[:64]!r}")

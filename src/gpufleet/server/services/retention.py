@@ -15,7 +15,7 @@ from gpufleet.domain import retention
 from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.retention import Plan, Policy, StagedObject
 from gpufleet.server.context import Context
-from gpufleet.server.services import artifacts
+from gpufleet.server.services import artifacts, workdirs
 
 log = logging.getLogger("gpufleet.server.retention")
 BATCH = 200  # jobs looked at by one sweep
@@ -60,6 +60,9 @@ async def sweep(ctx: Context) -> Swept:
         )
     for key in decided.staged_keys:
         await ctx.artifacts.delete(key)
+    # Workdir snapshots no job holds any more go with the artifacts of the jobs that ended.
+    if snapshots := await workdirs.sweep(ctx, cutoff):
+        log.info("retention: deleted %d workdir snapshots", len(snapshots))
     swept = Swept(decided, len(doomed), sum(a.size for a in doomed))
     if not decided.empty:
         log.info(

@@ -36,7 +36,7 @@ from gpufleet.errors import InvalidInput, TooManyRequests
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
-from gpufleet.server.services import configs, dispatch, job_secrets
+from gpufleet.server.services import configs, dispatch, job_secrets, workdirs
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import queue_new
 from gpufleet.server.services.people import resolve_submitter
@@ -186,6 +186,7 @@ async def enqueue(
     labels = check_labels(sub.worker_labels)
     req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs_of(config))
     await _check_target(ctx, req)
+    workdir = await workdirs.check_named(ctx, config)
     job_id = new_id("j")
     async with transaction(ctx) as tx:
         admitted = await _admit(tx, sub, gpu_count, user_id)
@@ -218,6 +219,7 @@ async def enqueue(
                 config_version=ran.version if ran else None,
                 config_digest=ran.digest if ran else None,
                 config_written_by=ran.written_by if ran else None,
+                workdir=workdir,
             ),
         )
         extra: dict[str, Any] = {"rerun_of": rerun_of} if rerun_of else {}

@@ -53,6 +53,7 @@ class NewJob:
     config_version: int | None = None  # the stored config's version it runs
     config_digest: str | None = None
     config_written_by: str | None = None
+    workdir: str | None = None  # domain.jobspec.workdir_of(config)
 
     def row(self) -> dict[str, Any]:
         """The row of `jobs` it is: each field its column's (tests/unit/test_rows.py),

@@ -81,6 +81,16 @@ class RetentionQueries(QueryBase):
         stmt = sa.select(sa.func.coalesce(sa.func.sum(artifacts.c.size), 0))
         return int((await self.conn.execute(stmt)).scalar_one())
 
+    async def workdirs_held(self, digests: Collection[str], cutoff: datetime | None) -> set[str]:
+        """Of the workdir snapshots `digests`, those a job names that has not ended, or ended
+        after `cutoff` (None: any job naming one holds it)."""
+        if not digests:
+            return set()
+        j = jobs.c
+        holding = sa.true() if cutoff is None else sa.or_(j.ended_at.is_(None), j.ended_at > cutoff)
+        stmt = sa.select(j.workdir).where(j.workdir.in_(list(digests)), holding).distinct()
+        return {m["workdir"] for m in await self._mapped(stmt)}
+
 
 def _numbered(table: sa.Table) -> sa.Select[Any]:
     return sa.select(table, job_attempts.c.number.label("attempt_number")).join(

@@ -45,11 +45,14 @@ jobs = sa.Table(
     sa.Column("config_version", sa.Integer),
     sa.Column("config_digest", sa.String(64)),
     sa.Column("config_written_by", sa.String(32)),
+    # the sha256 hex of the workdir snapshot its config names, kept while it is not ended (0020)
+    sa.Column("workdir", sa.String(64)),
     sa.Index("ix_jobs_match", "status", "match_key", "priority", "created_at"),
     sa.Index("ix_jobs_created", "created_at"),
     sa.Index("ix_jobs_rerun_of", "rerun_of"),
     sa.Index("ix_jobs_worker", "worker_id", "created_at"),
     sa.Index("ix_jobs_config", "config_name", "created_at"),
+    sa.Index("ix_jobs_workdir", "workdir"),
 )
 # In dispatch order (priority high to low, then oldest, then id), so that reading the head of
 # the queue walks the index and stops, instead of sorting every queued job (0006).

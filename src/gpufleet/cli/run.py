@@ -1,0 +1,138 @@
+"""`gpufleet run`: run a command on the fleet with the code of a folder (docs/jobs.md).
+
+The folder is packed (cli/workdir.py), its snapshot uploaded unless the orchestrator holds
+it already, and a job submitted whose config names it; with `--wait`, its log is followed
+and the command exits with the job's exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpufleet.cli import output as out
+from gpufleet.cli.api import ApiClient, api_options, part
+from gpufleet.cli.follow import follow_to_end
+from gpufleet.cli.options import parse_size_option, setting
+from gpufleet.cli.submitting import say_submitted, submit_options
+from gpufleet.cli.workdir import snapshot
+from gpufleet.domain.jobspec import ENV_NAME
+from gpufleet.domain.states import JobStatus
+from gpufleet.errors import NotFound
+
+DEFAULT_MAX_WORKDIR = "1G"
+
+
+def _env(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    env = {}
+    for value in values:
+        name, sep, text = value.partition("=")
+        if not sep or not ENV_NAME.fullmatch(name):
+            raise click.BadParameter(
+                f"{value!r} is not NAME=VALUE with a NAME of letters, digits and '_'",
+                ctx=ctx,
+                param=param,
+            )
+        env[name] = text
+    return env
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option(
+    "--workdir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    help="The folder whose files the job gets (less what .gitignore and .gpufleetignore "
+    "leave out); the command starts in their copy.",
+)
+@setting(
+    "--max-workdir-size",
+    var="MAX_WORKDIR_SIZE",
+    default=DEFAULT_MAX_WORKDIR,
+    callback=parse_size_option,
+    metavar="SIZE",
+    help="Refuse a workdir whose files hold more than this: 800K, 50M, 1G.",
+)
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    callback=_env,
+    help="Set this variable in the job's environment (repeatable).",
+)
+@click.option("--name", metavar="NAME", help="A name for the job, kept in its config.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Follow the job's log until it ends, then exit with its exit code.",
+)
+@submit_options
+@api_options
+def run(
+    api: ApiClient,
+    command: tuple[str, ...],
+    workdir: Path,
+    max_workdir_size: int,
+    env: dict[str, str],
+    name: str | None,
+    wait: bool,
+    submit: dict[str, Any],
+) -> None:
+    """Run COMMAND on a worker, in a copy of the workdir: `gpufleet run -- python train.py`."""
+    digest = _send_workdir(api, workdir.resolve(), max_workdir_size)
+    config: dict[str, Any] = {"command": list(command), "workdir": digest}
+    if env:
+        config["env"] = env
+    if name:
+        config["name"] = name
+    job = api.post("/api/queue/submit", {**submit, "config": config})
+    say_submitted(api, job, follow_hint=not wait)
+    if not wait:
+        return
+    try:
+        status = follow_to_end(api, job["id"])
+    except KeyboardInterrupt:
+        out.echo(
+            f"Stopped following; job {job['id']} goes on (gpufleet jobs watch {job['id']}).",
+            err=True,
+        )
+        sys.exit(130)
+    ended = api.get(f"/api/queue/{part(job['id'])}")
+    code = ended.get("exit_code")
+    if isinstance(code, int) and 0 <= code <= 255:
+        sys.exit(code)
+    sys.exit(0 if status == JobStatus.COMPLETED else 1)
+
+
+def _send_workdir(api: ApiClient, root: Path, max_bytes: int) -> str:
+    """Pack `root`, upload its snapshot unless it is stored already; its digest."""
+    with tempfile.TemporaryFile() as archive:
+        packed = snapshot(root, max_bytes, archive)
+        out.echo(
+            f"Workdir {root}: {len(packed.entries)} files, {out.size(packed.size)} "
+            f"({packed.digest[:19]}…)."
+        )
+        path = f"/api/workdirs/{part(packed.digest)}"
+        if _stored(api, path):
+            out.echo("0 bytes sent: the orchestrator has this snapshot already.")
+        else:
+            archive.seek(0)
+            api.upload(path, archive, packed.size)
+            out.echo(f"{packed.size} bytes sent.")
+    return packed.digest
+
+
+def _stored(api: ApiClient, path: str) -> bool:
+    """Whether the orchestrator holds the snapshot (a GET, not a HEAD: a refusal comes with
+    the orchestrator's words for it)."""
+    try:
+        api.get(path)
+    except NotFound:
+        return False
+    return True

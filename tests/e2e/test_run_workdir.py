@@ -1,0 +1,152 @@
+"""`gpufleet run` (docs/jobs.md): a command run on a real `gpufleet worker` with the code of
+a temporary git checkout, uploaded to a real `gpufleet server` as a workdir snapshot."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufleet.artifacts.workdir_archive import pack
+from tests.e2e.conftest import (
+    ServerProcess,
+    WorkerProcess,
+    job_log_lines,
+    serving,
+    unique,
+)
+from tests.e2e.test_orchestrator_address import run as gpufleet_in
+
+TRAIN = """\
+import pathlib, sys
+print("data:", pathlib.Path("data/words.txt").read_text().strip())
+print("secret here:", pathlib.Path("secret.txt").exists(), pathlib.Path("big.bin").exists())
+pathlib.Path("data/words.txt").write_text("scribbled by the job")
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from serving(tmp_path_factory.mktemp("run-orchestrator"))
+
+
+@pytest.fixture(scope="module")
+def worker(
+    server: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    agent = WorkerProcess(
+        server, tmp_path_factory.mktemp("run-workers"), persistent=True, labels={"pool": "run"}
+    )
+    agent.start()
+    yield agent
+    agent.proc and agent.proc.send_signal(signal.SIGTERM)
+    agent.stop()
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git checkout with a script, its data, an ignored secret and a big file left out by
+    .gpufleetignore."""
+    root = tmp_path_factory.mktemp("checkout")
+    (root / "train.py").write_text(TRAIN)
+    (root / "data").mkdir()
+    (root / "data" / "words.txt").write_text(unique("words"))
+    (root / ".gitignore").write_text("secret.txt\n")
+    (root / ".gpufleetignore").write_text("*.bin\n")
+    (root / "secret.txt").write_text("the key to everything")
+    (root / "big.bin").write_bytes(b"\0" * 4096)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(root)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "code"], check=True)
+    return root
+
+
+def run(server: ServerProcess, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`gpufleet run ARGS` typed in `cwd`, against `server`, for the module's worker."""
+    connect = ("--url", server.url, "--api-key", server.admin_key, "--label", "pool=run")
+    return gpufleet_in(cwd, "run", *connect, *args)
+
+
+def sent(result: subprocess.CompletedProcess[str]) -> int:
+    """The bytes `gpufleet run` says it sent."""
+    line = next(x for x in result.stdout.splitlines() if " bytes sent" in x)
+    return int(line.split()[0])
+
+
+def job_id_of(result: subprocess.CompletedProcess[str]) -> str:
+    line = next(x for x in result.stdout.splitlines() if x.startswith("Submitted job "))
+    return line.split()[2]
+
+
+def test_run_brings_the_checkout_waits_and_exits_with_the_jobs_code(
+    server: ServerProcess, worker: WorkerProcess, checkout: Path
+) -> None:
+    first = run(server, checkout, "--wait", "--", "python", "train.py", "0")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert sent(first) > 0
+    words = (checkout / "data" / "words.txt").read_text().strip()
+    assert f"data: {words}" in first.stdout  # followed live by --wait
+    assert "secret here: False False" in first.stdout
+    # Ignored files stayed home: nothing of them reached the worker's machine.
+    assert not list(worker.work_dir.rglob("secret.txt"))
+    assert not list(worker.work_dir.rglob("big.bin"))
+
+    second = run(server, checkout, "--wait", "--", "python", "train.py", "3")
+    assert second.returncode == 3, second.stdout + second.stderr
+    assert sent(second) == 0  # the same checkout: its snapshot is stored already
+    # The first job scribbled on its copy; the second read the snapshot's own words, and
+    # the cached archive is still the snapshot it was.
+    assert f"data: {words}" in job_log_lines(server, job_id_of(second))
+    cached = list((worker.work_dir / "cache" / "workdirs").glob("*.tar"))
+    assert len(cached) == 1
+    assert hashlib.sha256(cached[0].read_bytes()).hexdigest() == cached[0].stem
+
+
+def test_run_without_wait_submits_and_says_how_to_follow(
+    server: ServerProcess, worker: WorkerProcess, checkout: Path
+) -> None:
+    result = run(server, checkout, "--env", "GREETING=hi", "--", "python", "train.py", "0")
+    assert result.returncode == 0, result.stderr
+    assert "Follow it: gpufleet jobs watch" in result.stdout
+    with server.admin() as admin:
+        config = admin.get(f"/api/queue/{job_id_of(result)}").json()["config"]
+    assert config["workdir"].startswith("sha256:")
+    assert config["env"] == {"GREETING": "hi"}
+
+
+def test_a_workdir_over_the_limit_is_refused_naming_its_biggest_entries(
+    server: ServerProcess, checkout: Path
+) -> None:
+    result = run(server, checkout, "--max-workdir-size", "100", "--", "python", "train.py", "0")
+    assert result.returncode == 1
+    assert "over --max-workdir-size" in result.stderr
+    assert "train.py" in result.stderr and "data/" in result.stderr
+    assert "HTTP" not in result.stderr
+
+
+def test_a_key_that_may_not_submit_is_told_so_in_one_line_and_nothing_is_sent(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    (tmp_path / "train.py").write_text(unique("never sent"))
+    with server.admin() as admin:
+        answer = admin.post(
+            "/api/admin/api-keys", json={"name": unique("reader"), "permissions": ["queue.read"]}
+        )
+    key = answer.json()["key"]
+    result = gpufleet_in(
+        tmp_path, "run", "--url", server.url, "--api-key", key, "--", "python", "train.py"
+    )
+    assert result.returncode == 1, result.stdout
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("Error: ") and "queue.submit" in line
+    assert "HTTP" not in line and "Traceback" not in result.stderr
+    packed = pack(tmp_path, ["train.py"], io.BytesIO())
+    with server.admin() as admin:
+        assert admin.get(f"/api/workdirs/{packed.digest}").status_code == 404

@@ -1,0 +1,170 @@
+"""The canonical workdir archive (artifacts/workdir_archive.py): the same tree gives the same
+bytes, and every hostile archive is refused before anything is written."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpufleet.artifacts.workdir_archive import check, pack, unpack
+from gpufleet.errors import UnsafeArchive
+
+
+def tree(root: Path) -> Path:
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "train.py").write_text("print('hi')\n")
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(root / "run.sh", 0o700)
+    os.symlink("src/train.py", root / "main.py")
+    return root
+
+
+def packed(root: Path, paths: list[str]) -> bytes:
+    out = io.BytesIO()
+    pack(root, paths, out)
+    return out.getvalue()
+
+
+PATHS = ["src/train.py", "run.sh", "main.py"]
+
+
+def test_the_same_tree_packs_to_the_same_bytes_whatever_its_times_and_order(
+    tmp_path: Path,
+) -> None:
+    root = tree(tmp_path / "a")
+    first = packed(root, PATHS)
+    os.utime(root / "src" / "train.py", (12345, 12345))
+    assert packed(root, list(reversed(PATHS))) == first
+    other = tree(tmp_path / "b")  # another copy, made later, under another name
+    assert packed(other, PATHS) == first
+    (other / "run.sh").write_text("#!/bin/sh\necho changed\n")
+    assert packed(other, PATHS) != first
+
+
+def test_entries_are_sorted_with_zeroed_times_owners_and_fixed_modes(tmp_path: Path) -> None:
+    root = tree(tmp_path)
+    with tarfile.open(fileobj=io.BytesIO(packed(root, PATHS))) as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == ["main.py", "run.sh", "src/train.py"]
+    assert {(m.mtime, m.uid, m.gid, m.uname, m.gname) for m in members} == {(0, 0, 0, "", "")}
+    assert [m.mode for m in members] == [0o777, 0o755, 0o644]
+    assert members[0].issym() and members[0].linkname == "src/train.py"
+
+
+def test_unpack_writes_a_fresh_copy_and_replaces_nothing(tmp_path: Path) -> None:
+    root = tree(tmp_path / "src-tree")
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(packed(root, PATHS))
+    dest = tmp_path / "job"
+    unpack(archive, dest)
+    assert (dest / "main.py").read_text() == "print('hi')\n"
+    assert os.access(dest / "run.sh", os.X_OK)
+    with pytest.raises(FileExistsError):
+        unpack(archive, dest)  # a second copy over the first is refused, not merged
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda r: os.symlink("/etc/passwd", r / "bad"), "absolute path"),
+        (lambda r: os.symlink("../../outside", r / "bad"), "out of the folder"),
+        (lambda r: os.mkfifo(r / "bad"), "not a regular file"),
+    ],
+    ids=["absolute-link", "link-out", "fifo"],
+)
+def test_pack_refuses_what_could_leave_the_folder(
+    tmp_path: Path, make: Callable[[Path], None], said: str
+) -> None:
+    make(tmp_path)
+    with pytest.raises(UnsafeArchive, match=said):
+        packed(tmp_path, ["bad"])
+
+
+def test_pack_refuses_a_newline_in_a_name(tmp_path: Path) -> None:
+    (tmp_path / "two\nlines").write_text("x")
+    with pytest.raises(UnsafeArchive, match="control character"):
+        packed(tmp_path, ["two\nlines"])
+
+
+# ---- hostile archives, made by hand as an attacker would -----------------------------------
+
+
+def hostile(*members: tarfile.TarInfo, data: bytes = b"") -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for member in members:
+            tar.addfile(member, io.BytesIO(data) if member.isfile() else None)
+    return out.getvalue()
+
+
+def member(
+    name: str,
+    kind: bytes = tarfile.REGTYPE,
+    *,
+    link: str = "",
+    size: int = 0,
+    path: str | None = None,  # the name a PAX record gives instead (a ustar name stops at NUL)
+) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, link, size
+    if path is not None:
+        info.pax_headers = {"path": path}
+    return info
+
+
+HOSTILE = {
+    "absolute": (hostile(member("/etc/cron.d/x")), "absolute"),
+    "dot-dot": (hostile(member("../escape")), "'..'"),
+    "dot-dot-deep": (hostile(member("a/../../escape")), "'..'"),
+    "newline": (hostile(member("a\nb")), "control character"),
+    "nul": (hostile(member("ab.py", path="a\x00b.py")), "control character"),
+    "link-absolute": (hostile(member("l", tarfile.SYMTYPE, link="/etc")), "absolute"),
+    "link-out": (hostile(member("d/l", tarfile.SYMTYPE, link="../../x")), "out of the folder"),
+    "through-a-link": (
+        hostile(member("l", tarfile.SYMTYPE, link="sub"), member("l/x")),
+        "under a link",
+    ),
+    "hard-link": (hostile(member("h", tarfile.LNKTYPE, link="/etc/shadow")), "not a regular"),
+    "char-device": (hostile(member("dev", tarfile.CHRTYPE)), "not a regular"),
+    "fifo": (hostile(member("pipe", tarfile.FIFOTYPE)), "not a regular"),
+    "twice": (hostile(member("a"), member("a")), "twice"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_check_and_unpack_refuse_a_hostile_archive_writing_nothing(
+    tmp_path: Path, case: str
+) -> None:
+    body, said = HOSTILE[case]
+    with pytest.raises(UnsafeArchive, match=said):
+        check(io.BytesIO(body), len(body))
+    archive = tmp_path / "hostile.tar"
+    archive.write_bytes(body)
+    with pytest.raises(UnsafeArchive):
+        unpack(archive, tmp_path / "job")
+    assert not (tmp_path / "job").exists()
+
+
+def test_a_member_claiming_more_bytes_than_the_archive_holds_is_a_bomb() -> None:
+    small = member("small", size=10).tobuf(format=tarfile.PAX_FORMAT)
+    huge = member("huge", size=50 * 1024**3).tobuf(format=tarfile.PAX_FORMAT)  # carries nothing
+    crafted = small + b"0123456789".ljust(512, b"\0") + huge + b"\0" * 1024
+    with pytest.raises(UnsafeArchive, match=r"bomb|not a plain tar"):
+        check(io.BytesIO(crafted), len(crafted))
+
+
+def test_unpacked_bytes_are_bounded_by_the_packed_size() -> None:
+    body = hostile(member("data", size=4096), data=b"x" * 4096)
+    assert [e.path for e in check(io.BytesIO(body), len(body))] == ["data"]
+    with pytest.raises(UnsafeArchive, match="bomb"):
+        check(io.BytesIO(body), 1000)
+
+
+def test_a_compressed_or_garbled_archive_is_refused() -> None:
+    with pytest.raises(UnsafeArchive, match="not a plain tar"):
+        check(io.BytesIO(b"\x1f\x8b" + b"\0" * 600), 602)
