@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Coroutine
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
+from gpufleet.artifacts.workdir_listing import Listed
 from gpufleet.domain import audit_chain
 
 T = TypeVar("T")
@@ -149,3 +150,25 @@ class DigestLocks:
                 del self._locks[digest]  # nobody else waits: forget it
             else:
                 self._locks[digest] = (lock, users - 1)
+
+
+class WorkdirListings:
+    """The entries of the last few workdir snapshots listed here (services/workdir_files.py),
+    by digest: a snapshot never changes, so a listing read once stays true."""
+
+    __slots__ = ("_kept", "_most")
+
+    def __init__(self, most: int = 8) -> None:
+        self._kept: dict[str, list[Listed]] = {}
+        self._most = most
+
+    def get(self, digest: str) -> list[Listed] | None:
+        found = self._kept.pop(digest, None)
+        if found is not None:
+            self._kept[digest] = found  # the most recently used goes last
+        return found
+
+    def keep(self, digest: str, entries: list[Listed]) -> None:
+        self._kept[digest] = entries
+        while len(self._kept) > self._most:
+            del self._kept[next(iter(self._kept))]

@@ -12,3 +12,31 @@ class WorkdirOut(BaseModel):
     size: int
     stored_at: datetime
     created: bool | None = None  # on upload: False when it was stored already
+
+
+class WorkdirEntryOut(BaseModel):
+    path: str
+    size: int  # 0 for a link or a folder
+    type: str  # file, link, dir
+    link: str | None = None  # a link's target
+
+
+class WorkdirCodeOut(BaseModel):
+    """A job's code: the snapshot its config names and its entries, in path order."""
+
+    digest: str
+    size: int
+    stored_at: datetime
+    total: int  # entries in the snapshot
+    truncated: bool  # more than `files` holds
+    files: list[WorkdirEntryOut]
+
+
+class WorkdirFileOut(BaseModel):
+    """One file of a job's code: its text when it is UTF-8 text of at most 256 KiB."""
+
+    path: str
+    size: int
+    status: str  # text, binary, too_large, link
+    text: str | None = None
+    link: str | None = None
