@@ -84,6 +84,9 @@ def test_the_train_page_submits_a_stored_snapshot_after_checking_it(
     assert "/train" in page.url  # nothing was submitted
     page.fill("#workdir", digest)
     expect(page.locator("#workdir-status")).to_contain_text("Stored: ")
+    page.set_viewport_size(PHONE)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the Train page overflows a phone's width by {overflow}px"
     page.click("#submit")
     page.wait_for_url("**/queue/j_*")
     job_id = page.url.rsplit("/", 1)[-1]
