@@ -71,7 +71,12 @@ def _scan(source: io.RawIOBase) -> list[Listed]:
 async def scan(chunks: AsyncIterator[bytes]) -> list[Listed]:
     """The entries of the archive streamed in `chunks`, in the archive's order."""
     source = _Pulled(chunks, asyncio.get_running_loop())
-    return await asyncio.to_thread(_scan, source)
+    try:
+        return await asyncio.to_thread(_scan, source)
+    finally:  # the tar's end may come before the stream's (its padding): close it now
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def as_text(data: bytes) -> str | None:

@@ -153,14 +153,16 @@ class DigestLocks:
 
 
 class WorkdirListings:
-    """The entries of the last few workdir snapshots listed here (services/workdir_files.py),
-    by digest: a snapshot never changes, so a listing read once stays true."""
+    """The entries of the snapshots listed here lately (services/workdir_files.py), by digest:
+    a snapshot never changes, so a listing read once stays true. Bounded by entries, not
+    snapshots (one may hold 500,000): the least recently used go first, the newest stays."""
 
-    __slots__ = ("_kept", "_most")
+    __slots__ = ("_held", "_kept", "_most")
 
-    def __init__(self, most: int = 8) -> None:
+    def __init__(self, most: int = 100_000) -> None:
         self._kept: dict[str, list[Listed]] = {}
         self._most = most
+        self._held = 0
 
     def get(self, digest: str) -> list[Listed] | None:
         found = self._kept.pop(digest, None)
@@ -169,6 +171,8 @@ class WorkdirListings:
         return found
 
     def keep(self, digest: str, entries: list[Listed]) -> None:
+        self._held -= len(self._kept.pop(digest, []))
         self._kept[digest] = entries
-        while len(self._kept) > self._most:
-            del self._kept[next(iter(self._kept))]
+        self._held += len(entries)
+        while self._held > self._most and len(self._kept) > 1:
+            self._held -= len(self._kept.pop(next(iter(self._kept))))
