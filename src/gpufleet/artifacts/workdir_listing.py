@@ -24,6 +24,15 @@ class Kind(StrEnum):
     DIR = "dir"
 
 
+class Shown(StrEnum):
+    """Whether a file of a snapshot is shown as text, and if not, why."""
+
+    TEXT = "text"
+    BINARY = "binary"  # not UTF-8, or holds a NUL byte
+    TOO_LARGE = "too_large"  # over TEXT_MAX_BYTES
+    LINK = "link"  # a symbolic link: its target is said instead
+
+
 @dataclass(frozen=True, slots=True)
 class Listed:
     path: str

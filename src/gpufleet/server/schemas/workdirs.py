@@ -6,6 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
+from gpufleet.artifacts.workdir_listing import Kind, Shown
+
 
 class WorkdirOut(BaseModel):
     digest: str  # sha256:<hex>
@@ -17,7 +19,7 @@ class WorkdirOut(BaseModel):
 class WorkdirEntryOut(BaseModel):
     path: str
     size: int  # 0 for a link or a folder
-    type: str  # file, link, dir
+    type: Kind
     link: str | None = None  # a link's target
 
 
@@ -37,6 +39,6 @@ class WorkdirFileOut(BaseModel):
 
     path: str
     size: int
-    status: str  # text, binary, too_large, link
+    status: Shown  # text, or why it is not shown
     text: str | None = None
     link: str | None = None

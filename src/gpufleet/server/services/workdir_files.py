@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.artifacts.workdir_archive import WORKDIR_PREFIX, name_problem
-from gpufleet.artifacts.workdir_listing import TEXT_MAX_BYTES, Kind, Listed, as_text, scan
+from gpufleet.artifacts.workdir_listing import TEXT_MAX_BYTES, Kind, Listed, Shown, as_text, scan
 from gpufleet.domain.ownership import Refused, may_read_code
 from gpufleet.domain.records import Job, User
 from gpufleet.errors import Forbidden, InvalidInput, NotFound
@@ -34,7 +34,7 @@ class Code:
 class FileText:
     entry: Listed
     text: str | None  # None: not shown, `status` says why
-    status: str  # text, binary, too_large, link
+    status: Shown
 
 
 async def _readable_job(ctx: Context, user: User, job_id: str) -> Job:
@@ -78,13 +78,13 @@ async def read_file(ctx: Context, user: User, job_id: str, path: str) -> FileTex
     if entry is None:
         raise NotFound(f"job {job_id}'s workdir has no file {path[:120]!r}; list its files")
     if entry.kind is Kind.LINK:
-        return FileText(entry, None, "link")
+        return FileText(entry, None, Shown.LINK)
     if entry.size > TEXT_MAX_BYTES:
-        return FileText(entry, None, "too_large")
+        return FileText(entry, None, Shown.TOO_LARGE)
     data = b""
     if entry.size:
         key = key_of(code.snapshot.digest.removeprefix(WORKDIR_PREFIX))
         chunks = await ctx.artifacts.open_range(key, entry.offset, entry.offset + entry.size)
         data = b"".join([chunk async for chunk in chunks])
     text = as_text(data)
-    return FileText(entry, text, "binary" if text is None else "text")
+    return FileText(entry, text, Shown.BINARY if text is None else Shown.TEXT)
