@@ -8,8 +8,10 @@ import io
 import tarfile
 from pathlib import Path
 
+from gpufleet.artifacts.backends import open_artifact_store
 from gpufleet.artifacts.workdir_archive import pack
 from tests.api.conftest import Fleet
+from tests.api.test_artifact_store import _s3_settings
 from tests.api.test_policy import add_team, add_user, client_of
 from tests.api.test_workdirs import digest, put
 
@@ -134,3 +136,18 @@ def test_an_archive_member_reads_back_at_its_offset(tmp_path: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(body)) as tar:
         member = tar.getmember("src/model.py")
         assert body[member.offset_data : member.offset_data + member.size] == b"W = 1\n"
+
+
+async def test_on_object_storage_the_code_is_listed_and_read_alike(
+    fleet: Fleet, s3_endpoint: str, tmp_path: Path
+) -> None:
+    fleet.ctx.artifacts = open_artifact_store(_s3_settings(s3_endpoint))
+    body = snapshot(tmp_path)
+    assert (await put(fleet.admin, body)).status_code == 201
+    job = await fleet.submit(config={"command": ["true"], "workdir": digest(body)})
+    code = (await fleet.admin.get(f"/api/queue/{job['id']}/workdir")).json()
+    assert code["total"] == 5 and code["size"] == len(body)
+    read = await fleet.admin.get(
+        f"/api/queue/{job['id']}/workdir/file", params={"path": "src/model.py"}
+    )
+    assert (read.json()["status"], read.json()["text"]) == ("text", "W = 1\n")
