@@ -8,6 +8,8 @@ import io
 import tarfile
 from pathlib import Path
 
+import httpx
+
 from gpufleet.artifacts.backends import open_artifact_store
 from gpufleet.artifacts.workdir_archive import pack
 from tests.api.conftest import Fleet
@@ -51,18 +53,18 @@ async def test_the_code_of_a_job_is_listed_and_a_small_text_file_read(
     ]
     assert code["files"][0]["size"] == 256 * 1024 + 1
 
-    def read(path: str) -> object:
-        return fleet.admin.get(f"/api/queue/{job['id']}/workdir/file", params={"path": path})
+    async def read(path: str) -> httpx.Response:
+        return await fleet.admin.get(f"/api/queue/{job['id']}/workdir/file", params={"path": path})
 
-    text = (await read("train.py")).json()  # type: ignore[attr-defined]
+    text = (await read("train.py")).json()
     assert (text["status"], text["text"], text["size"]) == ("text", "print('héllo')\n", 16)
-    assert (await read("src/model.py")).json()["text"] == "W = 1\n"  # type: ignore[attr-defined]
+    assert (await read("src/model.py")).json()["text"] == "W = 1\n"
     for path, status in (("weights.bin", "binary"), ("big.txt", "too_large"), ("link.py", "link")):
-        answer = (await read(path)).json()  # type: ignore[attr-defined]
+        answer = (await read(path)).json()
         assert (answer["status"], answer["text"]) == (status, None), path
-    assert (await read("link.py")).json()["link"] == "train.py"  # type: ignore[attr-defined]
-    assert (await read("nope.py")).status_code == 404  # type: ignore[attr-defined]
-    assert (await read("src")).status_code == 404  # type: ignore[attr-defined]
+    assert (await read("link.py")).json()["link"] == "train.py"
+    assert (await read("nope.py")).status_code == 404
+    assert (await read("src")).status_code == 404
 
 
 async def test_hostile_paths_are_refused_with_422(fleet: Fleet, tmp_path: Path) -> None:
