@@ -15,6 +15,7 @@ from bench.scenarios.policy import policy_cost
 from bench.scenarios.recovery import recovery
 from bench.scenarios.side_by_side import side_by_side
 from bench.scenarios.throughput import throughput
+from bench.scenarios.workdir import workdir_scenario
 
 Scenario = Callable[[Options], Awaitable[Result | list[Result]]]
 
@@ -27,6 +28,7 @@ SCENARIOS: dict[int, Scenario] = {
     6: side_by_side,
     7: artifact_transfer,
     8: policy_cost,
+    9: workdir_scenario,
 }
 
 __all__ = ["FULL", "MEDIUM", "SCENARIOS", "SIZES", "SMOKE", "Options", "Scenario", "Size"]

@@ -37,6 +37,8 @@ class Size:
     s8_latency_jobs: int = 500  # scenario 8, each mode: scenario 1's submits
     s8_jobs: int = 5000  # scenario 8, each mode: scenario 2's
     s8_connect_within: float = 120.0  # scenario 8: a mode whose fleet is not streaming by then
+    s9_bytes: int = 100 * 1024**2  # scenario 9: the workdir's files
+    s9_runs: int = 3  # scenario 9: timed runs of each kind (empty, cold, warm)
     # The floor of #19's per-job goals (bench.ceiling: an empty endpoint, the workers'
     # client), measured once a run on the quiet box after the first throughput scenario.
     floor_seconds: float = 10.0
@@ -67,6 +69,8 @@ SMOKE = Size(
     s8_latency_jobs=6,
     s8_jobs=20,
     s8_connect_within=60.0,
+    s9_bytes=64 * 1024,
+    s9_runs=1,
     floor_seconds=1.0,
     floor_processes=1,
     per_process=3,
@@ -82,6 +86,7 @@ MEDIUM = Size(
     s3_windows=(35.0, 15.0),
     s4_depth=20_000,
     s7_bytes=256 * 1024**2,
+    s9_bytes=25 * 1024**2,
 )
 SIZES = {"full": FULL, "medium": MEDIUM, "smoke": SMOKE}
 

@@ -108,6 +108,17 @@ async def test_policy_times_dispatch_with_the_policy_off_and_on_over_a_deep_queu
     assert depth.metric.startswith("policy on:") and depth.ok is not None
 
 
+async def test_workdir_times_gpufleet_run_to_the_first_log_line_empty_cold_and_warm(
+    tmp_path: Path,
+) -> None:
+    [result] = await run(9, tmp_path)
+    measured(result)
+    for kind in ("empty_s", "cold_s", "warm_s"):
+        assert len(result.metrics[kind]) == SMOKE.s9_runs and min(result.metrics[kind]) > 0
+    assert result.metrics["curl_copy_s"]["up"] > 0 and result.metrics["curl_copy_s"]["down"] > 0
+    assert [c.target for c in result.checks] == ["≤ 1.0", "≤ 1.5"]  # #34's two goals
+
+
 @pytest.mark.postgres
 async def test_side_by_side_runs_latency_and_throughput_on_postgresql(tmp_path: Path) -> None:
     results = await run(6, tmp_path)

@@ -21,6 +21,7 @@ from gpufleet.domain.ownership import (
     Refused,
     decide,
     job_actions,
+    may_read_code,
     owner_of,
 )
 from gpufleet.domain.permissions import (
@@ -143,3 +144,19 @@ def test_each_action_needs_a_permission_some_level_has(level: Level) -> None:
     # A viewer holds queue.submit (for their own jobs), never queue.approve.
     if level is Level.VIEWER:
         assert QUEUE_APPROVE not in LEVEL_PERMISSIONS[level]
+
+
+@pytest.mark.parametrize("level", list(Level))
+@pytest.mark.parametrize("relation", list(RELATIONS))
+def test_a_jobs_code_is_read_by_its_owner_its_teams_members_and_admins(
+    level: Level, relation: str
+) -> None:
+    """#34: the workdir's files, unlike the job's fields, are its team's: any member of its
+    team (a viewer too), its owner, an admin; never another team's lead."""
+    owner, team = RELATIONS[relation]
+    actor = Actor(ME, level, frozenset({MINE}))
+    want = level is Level.ADMIN or owner == ME or team == MINE
+    decision = may_read_code(actor, Job(owner, team))
+    assert isinstance(decision, Allowed) is want, (level, relation)
+    if not want:
+        assert isinstance(decision, Refused) and "member of its team" in decision.reason

@@ -146,6 +146,17 @@ def job_actions(actor: Actor, permissions: Iterable[str], job: StatusedJob) -> l
     ]
 
 
+def may_read_code(actor: Actor, job: OwnedJob) -> Decision:
+    """Whether `actor` may read the code a job brings (its workdir snapshot's files): an
+    admin, its owner, and the members of its team, whatever their level. A job's fields and
+    config stay open to `queue.read`; its code is its team's."""
+    if actor.level is Level.ADMIN or owner_of(job) == actor.user_id:
+        return Allowed()
+    if job.team_id is not None and job.team_id in actor.teams:
+        return Allowed()
+    return Refused("only its owner, a member of its team or an admin may; ask one of them")
+
+
 # ---- stored configs -----------------------------------------------------------------------
 
 

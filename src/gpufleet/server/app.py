@@ -42,6 +42,7 @@ from gpufleet.server.routes import (
     ui,
     uploads,
     webhooks,
+    workdir_files,
     workdirs,
     workers,
 )
@@ -237,6 +238,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         admin.router,
         artifacts.router,
         workdirs.router,
+        workdir_files.router,
         s3_storage.router,
         webhooks.router,
         # before queue's /api/queue/{job_id}, which would take their paths

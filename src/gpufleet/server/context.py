@@ -15,7 +15,14 @@ from gpufleet.errors import StoreError
 from gpufleet.protocol import Event
 from gpufleet.server.bus import Replicas
 from gpufleet.server.hub import AUDIT_TOPIC, Hub, worker_topic
-from gpufleet.server.memory import AuditHead, DigestLocks, Heartbeats, LimitHolds, StreamCalls
+from gpufleet.server.memory import (
+    AuditHead,
+    DigestLocks,
+    Heartbeats,
+    LimitHolds,
+    StreamCalls,
+    WorkdirListings,
+)
 from gpufleet.server.metrics import Metrics, Observation
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.settings import ServerSettings
@@ -53,6 +60,7 @@ class Context:
     stream_calls: StreamCalls = field(default_factory=StreamCalls)  # for shutdown to await
     limit_holds: LimitHolds = field(default_factory=LimitHolds)  # for dispatch's extra looks
     workdir_locks: DigestLocks = field(default_factory=DigestLocks)  # snapshots being stored
+    workdir_listings: WorkdirListings = field(default_factory=WorkdirListings)  # read lately
 
     def __post_init__(self) -> None:
         backend = backend_for(self.store.engine.url, self.instance_id)

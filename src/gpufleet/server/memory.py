@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Coroutine
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
+from gpufleet.artifacts.workdir_listing import Listed
 from gpufleet.domain import audit_chain
 
 T = TypeVar("T")
@@ -149,3 +150,29 @@ class DigestLocks:
                 del self._locks[digest]  # nobody else waits: forget it
             else:
                 self._locks[digest] = (lock, users - 1)
+
+
+class WorkdirListings:
+    """The entries of the snapshots listed here lately (services/workdir_files.py), by digest:
+    a snapshot never changes, so a listing read once stays true. Bounded by entries, not
+    snapshots (one may hold 500,000): the least recently used go first, the newest stays."""
+
+    __slots__ = ("_held", "_kept", "_most")
+
+    def __init__(self, most: int = 100_000) -> None:
+        self._kept: dict[str, list[Listed]] = {}
+        self._most = most
+        self._held = 0
+
+    def get(self, digest: str) -> list[Listed] | None:
+        found = self._kept.pop(digest, None)
+        if found is not None:
+            self._kept[digest] = found  # the most recently used goes last
+        return found
+
+    def keep(self, digest: str, entries: list[Listed]) -> None:
+        self._held -= len(self._kept.pop(digest, []))
+        self._kept[digest] = entries
+        self._held += len(entries)
+        while self._held > self._most and len(self._kept) > 1:
+            self._held -= len(self._kept.pop(next(iter(self._kept))))

@@ -1,8 +1,9 @@
 // One job: its facts, progress and metrics, why it waits, its attempts, its logs
-// (logview.js) and its stored files (artifacts.js).
+// (logview.js), its stored files (artifacts.js) and the code it brought (code.js).
 import { get } from "./api.js";
 import { artifactsView, resumedFrom } from "./artifacts.js";
 import { trainingCharts } from "./chart.js";
+import { codeView } from "./code.js";
 import {
   $, badge, h, progress, serial, showError, span, startClock, when, wireDialogs, workerLink,
 } from "./dom.js";
@@ -19,6 +20,7 @@ const FINAL = new Set(["completed", "failed", "cancelled"]);
 const canSeeWorkers = root.dataset.canSeeWorkers === "true";
 const worker = (name, id) => workerLink(name, id, canSeeWorkers);
 const charts = trainingCharts($("#charts-panel"), jobId);
+const code = codeView({ jobId, panel: $("#code-panel") });
 const stored = artifactsView({
   jobId, canSubmit: root.dataset.canSubmit === "true", panel: $("#artifacts-panel"),
 });
@@ -151,6 +153,7 @@ const refresh = serial(async () => {
     ? j.attempt_history.map(attemptRow)
     : [h("tr", { class: "empty" }, h("td", { colspan: 9, text: "Not offered to a worker yet." }))]));
   $("#config").textContent = JSON.stringify(j.config, null, 2);
+  code.update(j);
   logs.attempts(j.attempt_history);
   stored.allow(j.actions || [], FINAL.has(j.status));
   stored.refresh();

@@ -1,8 +1,10 @@
 // Train: pick, paste, create or edit a config; choose where it runs; submit to the queue
 // with POST /api/queue/submit, then follow the job on its page. Opened as /train?rerun=ID
 // (a job's Edit and re-run), it is filled with that job's config and requirements, and
-// submits POST /api/queue/ID/rerun: a new job linked to it.
+// submits POST /api/queue/ID/rerun: a new job linked to it. A code snapshot's digest (one
+// `gpufleet run` stored) goes into the config's `workdir`, checked as stored first.
 import { get, post, put } from "./api.js";
+import { bytes } from "./artifacts.js";
 import { $, busy, h, parseLabels, showError } from "./dom.js";
 import "./nav.js";
 
@@ -25,6 +27,8 @@ const error = $("#error");
 const jsonError = $("#config-json-error");
 const saveError = $("#config-error");
 const labelsError = $("#labels-error");
+const workdirError = $("#workdir-error");
+const WORKDIR = /^sha256:[0-9a-f]{64}$/;
 const form = $("#train");
 let loaded = null; // the stored config's text as it came, to tell edits apart
 const rerunOf = new URLSearchParams(location.search).get("rerun"); // a job's id, or null
@@ -75,7 +79,7 @@ function checkName(name) {
 }
 
 function clearErrors() {
-  for (const el of [error, jsonError, saveError, labelsError]) showError(el, null);
+  for (const el of [error, jsonError, saveError, labelsError, workdirError]) showError(el, null);
 }
 
 // Field errors beside their field; anything else in `fallback`.
@@ -184,7 +188,35 @@ function labelsOf(value) {
   }
 }
 
-function submission() {
+// The snapshot typed, checked as stored (GET /api/workdirs/DIGEST); "" when none is typed.
+async function storedWorkdir() {
+  const digest = $("#workdir").value.trim();
+  $("#workdir-status").textContent = "";
+  if (!digest) return "";
+  if (!WORKDIR.test(digest)) {
+    throw new FieldError(workdirError,
+      "a code snapshot is 'sha256:' and 64 lowercase hex digits, as `gpufleet run` prints it; fix it or leave it blank");
+  }
+  try {
+    const found = await get(`/api/workdirs/${digest}`);
+    $("#workdir-status").textContent = `Stored: ${bytes(found.size)}.`;
+  } catch (err) {
+    if (err.status !== 404) throw err;
+    throw new FieldError(workdirError,
+      `no snapshot ${digest} is stored on this orchestrator; upload it with \`gpufleet run\` from its folder, then submit`);
+  }
+  return digest;
+}
+
+// Checked as soon as a whole digest is typed or pasted, and again at submit; the status line
+// keeps its place (style.css), so what it says never moves the button under a pointer.
+$("#workdir").addEventListener("input", () => {
+  showError(workdirError, null);
+  $("#workdir-status").textContent = "";
+  if (WORKDIR.test($("#workdir").value.trim())) storedWorkdir().catch((err) => report(err, error));
+});
+
+function submission(workdir) {
   const body = {
     target: target(),
     worker_labels: labelsOf($("#labels").value),
@@ -198,6 +230,11 @@ function submission() {
   if (rerunOf) body.config = parseConfig(`press ${buttonText()} again`); // always as shown
   else if (pick.value && text.value === loaded) body.config_name = pick.value;
   else body.config = parseConfig(`press ${BUTTON[body.target]} again`); // pasted, or edited
+  if (workdir) {
+    body.config = body.config || parseConfig(`press ${buttonText()} again`);
+    body.config.workdir = workdir;
+    delete body.config_name; // the stored config, with the snapshot added, sent inline
+  }
   return body;
 }
 
@@ -229,7 +266,7 @@ form.addEventListener("submit", async (event) => {
   clearErrors();
   try {
     const path = rerunOf ? `/api/queue/${encodeURIComponent(rerunOf)}/rerun` : "/api/queue/submit";
-    const job = await busy($("#submit"), () => post(path, submission()));
+    const job = await busy($("#submit"), async () => post(path, submission(await storedWorkdir())));
     location.assign(`/queue/${job.id}`);
   } catch (err) {
     report(err, error);
