@@ -64,7 +64,7 @@ def workers(
             extra_args=("--find-links", str(wheels)),
             env=env,
         )
-        agent.work_dir = root / "shared-work-dir"
+        agent.work_dir = root / "one-work-dir"
         agents.append(agent.start())
     yield agents
     for agent in agents:
@@ -200,6 +200,29 @@ def test_a_failing_setup_fails_the_job_before_its_command_saying_so(
     assert "could not start: the setup command exited with code 3" in job["error"]
     assert "nope" in job_log_lines(server, job["id"])
     assert not any("VALUE" in line for line in job_log_lines(server, job["id"]))
+
+
+def test_a_setup_is_shipped_live_and_a_cancel_stops_it_and_the_job(
+    server: ServerProcess, workers: list[WorkerProcess], checkout: Path
+) -> None:
+    begun = unique("setup-begun")
+    result = run(server, checkout, "--setup", f"echo {begun}; sleep 60", "--", "python", "job.py")
+    job_id = job_id_of(result)
+    wait_until(  # its line is in the log while the setup still runs
+        lambda: begun in job_log_lines(server, job_id),
+        timeout=20,
+        message="the setup's first line in the job's log",
+    )
+    with server.admin() as admin:
+        assert admin.post(f"/api/queue/{job_id}/cancel").status_code == 200
+    job = wait_job(server, job_id, "cancelled", "failed", timeout=20)
+    assert job["status"] == "cancelled", job
+    assert not any("VALUE" in line for line in job_log_lines(server, job_id))
+    wait_until(
+        lambda: all(agent.record()["status"] == "idle" for agent in workers),
+        timeout=10,
+        message="the workers to be idle again",
+    )
 
 
 @pytest.mark.parametrize("env_from", ["project/pyproject.toml", "project/uv.lock"])

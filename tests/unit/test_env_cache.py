@@ -142,3 +142,36 @@ async def test_the_least_recently_used_env_goes_first_and_one_in_use_stays(
     used.release()
     assert cache.evict(keep=newest.key) == [used.key]
     newest.release()
+
+
+def test_uv_runs_with_the_workers_index_settings_and_without_its_token(tmp_path: Path) -> None:
+    cache = EnvCache(tmp_path, 1)
+    env = cache.uv_environment(
+        {
+            "PIP_INDEX_URL": "https://pip.example/simple",
+            "PIP_EXTRA_INDEX_URL": "https://extra.example/simple",
+            "UV_EXTRA_INDEX_URL": "https://uv-wins.example/simple",
+            "UV_FIND_LINKS": "/wheels",
+            "GPUFLEET_WORKER_TOKEN": "wt_secret",
+            "PATH": "/usr/bin",
+        }
+    )
+    assert env["UV_INDEX_URL"] == "https://pip.example/simple"  # pip's, under uv's name
+    assert env["UV_EXTRA_INDEX_URL"] == "https://uv-wins.example/simple"  # uv's own wins
+    assert env["UV_FIND_LINKS"] == "/wheels"
+    assert env["UV_CACHE_DIR"] == str(tmp_path / "cache" / "uv")  # in the work dir
+    assert "GPUFLEET_WORKER_TOKEN" not in env
+    assert cache.uv_environment({"UV_CACHE_DIR": "/elsewhere"})["UV_CACHE_DIR"] == "/elsewhere"
+
+
+async def test_the_workers_index_url_and_find_links_reach_uv(tmp_path: Path, wheels: Path) -> None:
+    cache = EnvCache(
+        tmp_path / "work", 10**12, index_url="http://127.0.0.1:9/simple", find_links=[str(wheels)]
+    )
+    runs = Runs()
+    lease = await cache.lease(Source("requirements.txt", PACKAGE), runs, quiet, asyncio.Event())
+    install = next(argv for argv in runs.argvs if argv[1:3] == ["pip", "install"])
+    assert install[install.index("--index-url") + 1] == "http://127.0.0.1:9/simple"
+    assert install[install.index("--find-links") + 1] == str(wheels)
+    assert imports(lease.path) == "42"
+    lease.release()
