@@ -91,6 +91,8 @@ async def test_two_jobs_needing_one_env_at_once_build_it_once_and_share_it(
     runs, stop = Runs(), asyncio.Event()
     source = Source("requirements.txt", f"{PACKAGE}==1.0\n")
     notes: list[str] = []
+    dead = cache.folder / f".build-{source.key()[:16]}-deadbeef"  # a builder that died
+    (dead / "bin").mkdir(parents=True)
     first, second = await asyncio.gather(
         cache.lease(source, runs, notes.append, stop),
         cache.lease(source, runs, notes.append, stop),
@@ -100,7 +102,7 @@ async def test_two_jobs_needing_one_env_at_once_build_it_once_and_share_it(
     assert any("ready (cached)" in note for note in notes)
     assert imports(first.path) == "42"
     assert [p.name for p in cache.folder.iterdir() if not p.name.startswith(".")] == [source.key()]
-    assert not [p for p in cache.folder.iterdir() if p.name.startswith(".build")]
+    assert not [p for p in cache.folder.iterdir() if p.name.startswith(".build")]  # swept too
     first.release()
     second.release()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -39,8 +40,6 @@ ENVS_FOLDER = Path("cache") / "envs"
 READY = ".gpufleet-ready"  # written last; holds the env's size in bytes
 SOURCE = ".gpufleet-source"  # the file it was built from, kept for whoever looks
 LOCK_POLL = 0.05  # seconds between tries of a lock another process holds
-PYTHON = f"{sys.implementation.name}-{platform.python_version()}"
-PLATFORM = f"{sysconfig.get_platform()}-{'-'.join(platform.libc_ver())}"
 # The variables pip reads that uv has its own names for: honoured unless uv's are set.
 PIP_TO_UV = {"PIP_INDEX_URL": "UV_INDEX_URL", "PIP_EXTRA_INDEX_URL": "UV_EXTRA_INDEX_URL"}
 
@@ -66,8 +65,14 @@ class Source:
     name: str
     text: str
 
-    def key(self, python: str = PYTHON, platform_tag: str = PLATFORM) -> str:
-        blob = json.dumps([self.name, self.text, python, platform_tag], ensure_ascii=False)
+    def key(self, python: str | None = None, platform_tag: str | None = None) -> str:
+        """The sha256 of the source, the Python version and the platform (this worker's
+        unless given)."""
+        here_python, here_platform = interpreter()
+        blob = json.dumps(
+            [self.name, self.text, python or here_python, platform_tag or here_platform],
+            ensure_ascii=False,
+        )
         return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -126,7 +131,10 @@ class EnvCache:
     async def _build(self, source: Source, path: Path, run: Run, note: Note) -> None:
         started = time.monotonic()
         note(f"building environment {path.name[:12]} from {source.name} with uv")
-        temp = self.folder / f".build-{path.name[:16]}-{uuid.uuid4().hex[:8]}"
+        prefix = f".build-{path.name[:16]}-"
+        for left in self.folder.glob(f"{prefix}*"):  # a dead builder's: we hold the key's lock
+            await asyncio.to_thread(shutil.rmtree, left, True)
+        temp = self.folder / f"{prefix}{uuid.uuid4().hex[:8]}"
         try:
             await self._fill(source, temp, run)
             await asyncio.to_thread(_put_in_place, temp, path)
@@ -245,6 +253,14 @@ async def _locked(path: Path, how: int, stopped: asyncio.Event) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+@functools.cache
+def interpreter() -> tuple[str, str]:
+    """This worker's Python (`cpython-3.11.7`) and platform (`linux-x86_64-glibc-2.36`): the
+    environments it builds run on them."""
+    python = f"{sys.implementation.name}-{platform.python_version()}"
+    return python, f"{sysconfig.get_platform()}-{'-'.join(platform.libc_ver())}"
 
 
 def uv_binary() -> str:
