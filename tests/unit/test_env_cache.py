@@ -36,12 +36,14 @@ class Runs:
 
     def __init__(self) -> None:
         self.argvs: list[list[str]] = []
+        self.envs: list[dict[str, str]] = []
         self.lines: list[str] = []
 
     async def __call__(
         self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]
     ) -> tuple[int, str]:
         self.argvs.append(list(argv))
+        self.envs.append(dict(env))
         process = await asyncio.create_subprocess_exec(
             *argv,
             cwd=cwd,
@@ -167,13 +169,14 @@ def test_uv_runs_with_the_workers_index_settings_and_without_its_token(tmp_path:
 
 
 async def test_the_workers_index_url_and_find_links_reach_uv(tmp_path: Path, wheels: Path) -> None:
-    cache = EnvCache(
-        tmp_path / "work", 10**12, index_url="http://127.0.0.1:9/simple", find_links=[str(wheels)]
-    )
+    index = "http://user:token@127.0.0.1:9/simple"
+    cache = EnvCache(tmp_path / "work", 10**12, index_url=index, find_links=[str(wheels)])
     runs = Runs()
     lease = await cache.lease(Source("requirements.txt", PACKAGE), runs, quiet, asyncio.Event())
-    install = next(argv for argv in runs.argvs if argv[1:3] == ["pip", "install"])
-    assert install[install.index("--index-url") + 1] == "http://127.0.0.1:9/simple"
+    at = next(n for n, argv in enumerate(runs.argvs) if argv[1:3] == ["pip", "install"])
+    assert runs.envs[at]["UV_INDEX_URL"] == index
+    assert not any("token" in arg for argv in runs.argvs for arg in argv)  # argvs are logged
+    install = runs.argvs[at]
     assert install[install.index("--find-links") + 1] == str(wheels)
     assert imports(lease.path) == "42"
     lease.release()

@@ -155,8 +155,9 @@ class EnvCache:
         listed.parent.mkdir()
         listed.write_text(source.text)
         install = [uv, "pip", "install", "--python", str(temp / "bin" / "python")]
-        if self.index_url:
-            install += ["--index-url", self.index_url]
+        if self.index_url:  # in the environment: its credentials stay out of logged argvs
+            env.pop("UV_DEFAULT_INDEX", None)
+            env["UV_INDEX_URL"] = self.index_url
         for place in self.find_links:
             install += ["--find-links", place]
         code, tail = await run([*install, "-r", str(listed)], self.folder, env)
