@@ -1,8 +1,9 @@
 """`gpufleet run`: run a command on the fleet with the code of a folder (docs/jobs.md).
 
-The folder is packed (cli/workdir.py), its snapshot uploaded unless the orchestrator holds
-it already, and a job submitted whose config names it; with `--wait`, its log is followed
-and the command exits with the job's exit code.
+The folder is packed (cli/workdir.py), its snapshot uploaded unless the orchestrator says
+this user may name it already (they uploaded it, or a team of theirs shares it: a digest
+alone proves nothing, docs/security.md), and a job submitted whose config names it; with
+`--wait`, its log is followed and the command exits with the job's exit code.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gpufleet.domain.states import JobStatus
 from gpufleet.errors import NotFound
 
 DEFAULT_MAX_WORKDIR = "1G"
+_HAD = ": the orchestrator had this snapshot, and now knows you have its files too."
 
 
 def _env(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -111,7 +113,7 @@ def run(
 
 
 def _send_workdir(api: ApiClient, root: Path, max_bytes: int) -> str:
-    """Pack `root`, upload its snapshot unless it is stored already; its digest."""
+    """Pack `root`, upload its snapshot unless the caller may name it already; its digest."""
     with tempfile.TemporaryFile() as archive:
         packed = snapshot(root, max_bytes, archive)
         out.echo(
@@ -123,14 +125,16 @@ def _send_workdir(api: ApiClient, root: Path, max_bytes: int) -> str:
             out.echo("0 bytes sent: the orchestrator has this snapshot already.")
         else:
             archive.seek(0)
-            api.upload(path, archive, packed.size)
-            out.echo(f"{packed.size} bytes sent.")
+            answer = api.upload(path, archive, packed.size)
+            had = isinstance(answer, dict) and answer.get("created") is False
+            out.echo(f"{packed.size} bytes sent{_HAD if had else '.'}")
     return packed.digest
 
 
 def _stored(api: ApiClient, path: str) -> bool:
-    """Whether the orchestrator holds the snapshot (a GET, not a HEAD: a refusal comes with
-    the orchestrator's words for it)."""
+    """Whether the orchestrator holds the snapshot for this user (a GET, not a HEAD: a refusal
+    comes with the orchestrator's words for it); 404 when it does not, or when someone else
+    uploaded it and this user must send its bytes to prove they have them."""
     try:
         api.get(path)
     except NotFound:
