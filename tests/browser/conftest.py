@@ -37,9 +37,11 @@ LAPTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """An orchestrator on SQLite with its embedded local worker."""
+    """An orchestrator on SQLite with its embedded local worker, shared by the browser modules
+    a test process runs in a row (each names what it makes with `unique`); a module that needs
+    other flags defines its own `server`."""
     yield from serving(tmp_path_factory.mktemp("orchestrator"), None, **{"local-gpus": "auto"})
 
 

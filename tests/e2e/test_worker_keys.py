@@ -210,6 +210,29 @@ def test_run_as_runs_the_job_as_that_user_who_writes_its_folder_and_not_the_work
     assert (folder / "mine.txt").stat().st_uid == job_user.pw_uid
 
 
+def test_run_as_runs_a_jobs_setup_as_that_user_in_its_folder_before_the_command(
+    orchestrator: ServerProcess,
+    tmp_path: Path,
+    job_user: pwd.struct_passwd,
+    open_dir: Path,
+) -> None:
+    tag = {"pool": unique("runas-setup")}
+    agent = WorkerProcess(orchestrator, tmp_path, labels=tag, extra_args=("--run-as", JOB_USER))
+    agent.work_dir = open_dir / "work"
+    setup = 'echo "SETUP $(id -u)" > setup.txt'
+    try:
+        job_id = submit_job(orchestrator, tag, ["cat", "setup.txt"], config={"setup": setup})
+        agent.start()
+        job = wait_job(orchestrator, job_id, "completed", "failed")
+    finally:
+        agent.stop()
+    lines = job_log_lines(orchestrator, job_id)
+    assert job["status"] == "completed", (job["error"], lines)
+    assert f"SETUP {job_user.pw_uid}" in lines, lines  # written as the user, read by the job
+    folder = agent.work_dir / "jobs" / job_id / job["current_attempt_id"]
+    assert (folder / "setup.txt").stat().st_uid == job_user.pw_uid
+
+
 def test_run_as_is_refused_at_start_for_a_user_that_does_not_exist(
     orchestrator: ServerProcess, tmp_path: Path
 ) -> None:

@@ -489,3 +489,21 @@ def test_a_job_with_a_workdir_goes_only_to_a_worker_that_unpacks_one_and_says_wh
     assert wait.code is WaitCode.NO_WORKER_MATCHES
     assert "unpacks a workdir" in wait.params["wanted"]
     assert choose_worker(req, [older, simpletuner, current]) == current
+
+
+@pytest.mark.parametrize("field", ["requirements", "env_from", "setup"])
+def test_a_job_with_an_environment_goes_only_to_a_worker_that_builds_one_and_says_why(
+    field: str,
+) -> None:
+    config = {"command": ["python", "train.py"], "workdir": "sha256:" + "a" * 64, field: "x"}
+    req = Requirement(Target.WORKER, 0, {}, needs_of(config))
+    assert req.needs == {Feature.COMMAND, Feature.WORKDIR, Feature.ENV}
+    base = Capacity("w1", "w1", WorkerStatus.IDLE, 1, {}, is_local=False)
+    first_slice = dataclasses.replace(base, features=frozenset({Feature.COMMAND, Feature.WORKDIR}))
+    current = dataclasses.replace(base, worker_id="w2", name="w2", features=frozenset(Feature))
+    assert not fits(req, first_slice) and fits(req, current)
+    reasons = reasons_not_running(req, first_slice)
+    assert [r.code for r in reasons] == [Why.NO_ENV]
+    assert "cannot build a job's environment" in str(reasons[0])
+    assert "builds an environment" in why_waiting(req, [first_slice]).params["wanted"]
+    assert choose_worker(req, [first_slice, current]) == current

@@ -135,6 +135,29 @@ def download(
     file already there with that sha256 is left as it is.
     """
     job_id = resolve.job_id(api, job)
+    saved = fetch_files(api, job_id, directory, paths, attempt, no_checkpoints)
+    if as_json:
+        out.print_json(
+            {
+                "job_id": job_id,
+                "directory": str(directory),
+                "files": [s.as_json() for s in saved],
+            }
+        )
+        return
+    out.echo(summary(job_id, saved, directory))
+
+
+def fetch_files(
+    api: ApiClient,
+    job_id: str,
+    directory: Path,
+    paths: tuple[str, ...] = (),
+    attempt: int | None = None,
+    no_checkpoints: bool = False,
+) -> list[Saved]:
+    """The job's stored files (those `paths` name; all when none) into `directory`, each
+    checked against its sha256; `NotFound` when it has none."""
     listed = [
         checked_record(r) for r in api.get(f"/api/queue/{part(job_id)}/artifacts")["artifacts"]
     ]
@@ -147,17 +170,7 @@ def download(
     again = ["gpufleet", "jobs", "download", job_id, *paths, "-o", str(directory)]
     again += [f"--attempt={attempt}"] if attempt else []
     again += ["--no-checkpoints"] if no_checkpoints else []
-    saved = download_all(api, job_id, chosen, directory, again=shlex.join(again))
-    if as_json:
-        out.print_json(
-            {
-                "job_id": job_id,
-                "directory": str(directory),
-                "files": [s.as_json() for s in saved],
-            }
-        )
-        return
-    out.echo(_summary(job_id, saved, directory))
+    return download_all(api, job_id, chosen, directory, again=shlex.join(again))
 
 
 def _which(attempt: int | None, no_checkpoints: bool) -> str:
@@ -165,7 +178,7 @@ def _which(attempt: int | None, no_checkpoints: bool) -> str:
     return "".join(said) + (" other than checkpoints" if no_checkpoints else "")
 
 
-def _summary(job_id: str, saved: list[Saved], directory: Path) -> str:
+def summary(job_id: str, saved: list[Saved], directory: Path) -> str:
     fetched = [s for s in saved if s.fetched]
     kept = len(saved) - len(fetched)
     line = (

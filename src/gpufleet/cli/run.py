@@ -2,8 +2,10 @@
 
 The folder is packed (cli/workdir.py), its snapshot uploaded unless the orchestrator says
 this user may name it already (they uploaded it, or a team of theirs shares it: a digest
-alone proves nothing, docs/security.md), and a job submitted whose config names it; with
-`--wait`, its log is followed and the command exits with the job's exit code.
+alone proves nothing, docs/security.md), and a job submitted whose config names it, with its
+`requirements` (or `env_from`) and `setup` for the worker; with `--wait`, its log is
+followed, Ctrl-C asks whether to detach or cancel, `--download` brings its files home
+(cli/artifacts.py), and the command exits with the job's exit code.
 """
 
 from __future__ import annotations
@@ -11,19 +13,20 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, part
+from gpufleet.cli.artifacts import fetch_files, summary
 from gpufleet.cli.follow import follow_to_end
 from gpufleet.cli.options import parse_size_option, setting
 from gpufleet.cli.submitting import say_submitted, submit_options
 from gpufleet.cli.workdir import snapshot
 from gpufleet.domain.jobspec import ENV_NAME
 from gpufleet.domain.states import JobStatus
-from gpufleet.errors import NotFound
+from gpufleet.errors import InvalidInput, NotFound
 
 DEFAULT_MAX_WORKDIR = "1G"
 _HAD = ": the orchestrator had this snapshot, and now knows you have its files too."
@@ -70,9 +73,35 @@ def _env(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) ->
 )
 @click.option("--name", metavar="NAME", help="A name for the job, kept in its config.")
 @click.option(
+    "--requirements",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A requirements file: the worker builds a virtualenv of them with uv (cached, "
+    "shared by jobs with the same requirements) and runs the command with its python.",
+)
+@click.option(
+    "--env-from",
+    metavar="PATH",
+    help="Build the job's virtualenv from this file of the workdir instead: a "
+    "pyproject.toml, a uv.lock or a requirements .txt file.",
+)
+@click.option(
+    "--setup",
+    metavar="CMD",
+    help="A shell command run in the job's folder, with its virtualenv, before COMMAND "
+    "(its output in the job's log; the job fails when it fails).",
+)
+@click.option(
     "--wait",
     is_flag=True,
-    help="Follow the job's log until it ends, then exit with its exit code.",
+    help="Follow the job's log until it ends, then exit with its exit code. Ctrl-C asks "
+    "whether to detach or cancel the job (detaches without a terminal).",
+)
+@click.option(
+    "--download",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="With --wait: when the job ends, download its stored files (not its "
+    "checkpoints) into DIR.",
 )
 @submit_options
 @api_options
@@ -83,16 +112,26 @@ def run(
     max_workdir_size: int,
     env: dict[str, str],
     name: str | None,
+    requirements: Path | None,
+    env_from: str | None,
+    setup: str | None,
     wait: bool,
+    download: Path | None,
     submit: dict[str, Any],
 ) -> None:
     """Run COMMAND on a worker, in a copy of the workdir: `gpufleet run -- python train.py`."""
-    digest = _send_workdir(api, workdir.resolve(), max_workdir_size)
-    config: dict[str, Any] = {"command": list(command), "workdir": digest}
-    if env:
-        config["env"] = env
-    if name:
-        config["name"] = name
+    if download is not None and not wait:
+        raise click.UsageError(
+            "--download DIR brings the job's files home when it ends: add --wait"
+        )
+    if requirements is not None and env_from is not None:
+        raise click.UsageError("--requirements and --env-from both name the environment: keep one")
+    config: dict[str, Any] = {"command": list(command)}
+    if requirements is not None:
+        config["requirements"] = _read(requirements)
+    config["workdir"] = _send_workdir(api, workdir.resolve(), max_workdir_size, env_from)
+    optional = {"env": env, "name": name, "env_from": env_from, "setup": setup}
+    config.update({key: value for key, value in optional.items() if value})
     job = api.post("/api/queue/submit", {**submit, "config": config})
     say_submitted(api, job, follow_hint=not wait)
     if not wait:
@@ -100,22 +139,61 @@ def run(
     try:
         status = follow_to_end(api, job["id"])
     except KeyboardInterrupt:
-        out.echo(
-            f"Stopped following; job {job['id']} goes on (gpufleet jobs watch {job['id']}).",
-            err=True,
-        )
-        sys.exit(130)
+        _interrupted(api, job["id"])
     ended = api.get(f"/api/queue/{part(job['id'])}")
+    if download is not None:
+        _bring_home(api, job["id"], download)
     code = ended.get("exit_code")
     if isinstance(code, int) and 0 <= code <= 255:
         sys.exit(code)
     sys.exit(0 if status == JobStatus.COMPLETED else 1)
 
 
-def _send_workdir(api: ApiClient, root: Path, max_bytes: int) -> str:
+def _read(requirements: Path) -> str:
+    try:
+        return requirements.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"--requirements {requirements}: cannot be read as text: {exc}") from exc
+
+
+def _interrupted(api: ApiClient, job_id: str) -> NoReturn:
+    """Ctrl-C while following: on a terminal, ask whether to detach or cancel the job."""
+    choice = "detach"
+    if sys.stdin.isatty():
+        choice = click.prompt(
+            "\nDetach (the job goes on) or cancel the job?",
+            type=click.Choice(["detach", "cancel"]),
+            default="detach",
+            err=True,
+        )
+    if choice == "cancel":
+        cancelled = api.post(f"/api/queue/{part(job_id)}/cancel")
+        out.echo(f"Job {job_id} is {cancelled['status']}.", err=True)
+    else:
+        out.echo(
+            f"Stopped following; job {job_id} goes on (gpufleet jobs watch {job_id}).", err=True
+        )
+    sys.exit(130)
+
+
+def _bring_home(api: ApiClient, job_id: str, directory: Path) -> None:
+    try:
+        saved = fetch_files(api, job_id, directory, no_checkpoints=True)
+    except NotFound:
+        out.echo(f"Job {job_id} stored no files to download.", err=True)
+        return
+    out.echo(summary(job_id, saved, directory), err=True)
+
+
+def _send_workdir(api: ApiClient, root: Path, max_bytes: int, env_from: str | None) -> str:
     """Pack `root`, upload its snapshot unless the caller may name it already; its digest."""
     with tempfile.TemporaryFile() as archive:
         packed = snapshot(root, max_bytes, archive)
+        if env_from is not None and env_from not in {entry.path for entry in packed.entries}:
+            raise InvalidInput(
+                f"--env-from {env_from}: no such file in the workdir {root} (or an ignore rule "
+                "leaves it out); name it by its path in the workdir"
+            )
         out.echo(
             f"Workdir {root}: {len(packed.entries)} files, {out.size(packed.size)} "
             f"({packed.digest[:19]}…)."

@@ -94,6 +94,55 @@ def workdir_of(config: dict[str, Any]) -> str | None:
     return value.removeprefix("sha256:")
 
 
+MAX_REQUIREMENTS_BYTES = 64 * 1024
+MAX_SETUP_BYTES = 16 * 1024
+# What `env_from` may name in the snapshot: a project's metadata, its lock, a requirements file.
+ENV_FROM = re.compile(
+    r"(?:[^/\x00-\x1f\x7f]+/)*(?:pyproject\.toml|uv\.lock|[^/\x00-\x1f\x7f]*\.txt)"
+)
+
+
+def _text(body: dict[str, Any], field: str, most: int, what: str) -> str | None:
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"config field {field!r} must be a non-empty string: {what}")
+    if "\x00" in value:
+        raise InvalidInput(f"config field {field!r} contains a NUL character")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput(f"config field {field!r} is not valid UTF-8 text") from None
+    if size > most:
+        raise InvalidInput(f"config field {field!r} is over {most} bytes: {what}")
+    return value
+
+
+def check_environment(body: dict[str, Any]) -> None:
+    """`requirements` (a requirements file's text), `env_from` (a file of the snapshot that
+    names them) and `setup` (a shell command): what the worker builds and runs before the
+    command (docs/jobs.md)."""
+    _text(body, "requirements", MAX_REQUIREMENTS_BYTES, "the text of a requirements file")
+    env_from = _text(body, "env_from", 1024, "a file of the workdir")
+    _text(body, "setup", MAX_SETUP_BYTES, "a shell command run before the command")
+    if env_from is None:
+        return
+    if body.get("requirements") is not None:
+        raise InvalidInput(
+            "config fields 'requirements' and 'env_from' both name the environment: keep one"
+        )
+    if body.get("workdir") is None:
+        raise InvalidInput(
+            "config field 'env_from' names a file of the workdir, and the config names no 'workdir'"
+        )
+    if not ENV_FROM.fullmatch(env_from) or ".." in env_from.split("/"):
+        raise InvalidInput(
+            f"config field 'env_from' must be a relative path in the workdir to a "
+            f"pyproject.toml, a uv.lock or a requirements .txt file, got {env_from[:100]!r}"
+        )
+
+
 def check_config(body: Any) -> dict[str, Any]:
     """A config is a JSON object; the fields gpufleet reads must be ones a worker can start."""
     if not isinstance(body, dict):
@@ -114,6 +163,7 @@ def check_config(body: Any) -> dict[str, Any]:
         )
     _stated_gpu_count(body)
     workdir_of(body)
+    check_environment(body)
     return body
 
 

@@ -26,6 +26,9 @@ class Feature(StrEnum):
     # Downloads the snapshot a job's config names in `workdir` and unpacks it into the job's
     # folder before the command runs (docs/jobs.md).
     WORKDIR = "workdir"
+    # Builds the virtualenv a job's config asks for (`requirements`, `env_from`) with uv, and
+    # runs its `setup` command before the command (docs/jobs.md).
+    ENV = "env"
 
 
 _KNOWN_FEATURES = frozenset(f.value for f in Feature)
@@ -33,6 +36,8 @@ _KNOWN_FEATURES = frozenset(f.value for f in Feature)
 # Config keys only a worker with Feature.COMMAND honours: the SimpleTuner agent ignores them
 # and runs `simpletuner.train`, so a job with any of them must not be offered to it.
 COMMAND_KEYS = ("command", "timeout_s", "env")
+# Config keys only a worker with Feature.ENV honours.
+ENV_KEYS = ("requirements", "env_from", "setup")
 
 
 def needs_of(config: Mapping[str, Any]) -> frozenset[Feature]:
@@ -42,6 +47,8 @@ def needs_of(config: Mapping[str, Any]) -> frozenset[Feature]:
         needs.add(Feature.COMMAND)
     if config.get("workdir") is not None:
         needs.add(Feature.WORKDIR)
+    if any(config.get(key) is not None for key in ENV_KEYS):
+        needs.add(Feature.ENV)
     return frozenset(needs)
 
 
@@ -119,6 +126,7 @@ class Why(StrEnum):
     TOO_FEW_GPUS = "too_few_gpus"
     SIMPLETUNER_ONLY = "simpletuner_only"
     NO_WORKDIR = "no_workdir"
+    NO_ENV = "no_env"
     NO_LABEL = "no_label"
     LABEL_MISMATCH = "label_mismatch"
     BUSY = "busy"
@@ -158,6 +166,12 @@ class Reason:
                     "cannot unpack a job's workdir (it does not say `workdir` in its features: "
                     "a SimpleTuner agent, or an older gpufleet worker); run it on a current "
                     "`gpufleet worker`"
+                )
+            case Why.NO_ENV:
+                return (
+                    "cannot build a job's environment or run its setup (it does not say `env` "
+                    "in its features: a SimpleTuner agent, or an older gpufleet worker); run it "
+                    "on a current `gpufleet worker`"
                 )
             case Why.NO_LABEL:
                 return f"has no label {p['key']!r} (wanted {p['key']}={p['wanted']})"
@@ -246,6 +260,8 @@ def reasons_not_running(req: Requirement, cap: Capacity) -> list[Reason]:
         reasons.append(Reason(Why.SIMPLETUNER_ONLY))
     if cap.features is not None and Feature.WORKDIR in req.needs - cap.features:
         reasons.append(Reason(Why.NO_WORKDIR))
+    if cap.features is not None and Feature.ENV in req.needs - cap.features:
+        reasons.append(Reason(Why.NO_ENV))
     reasons.extend(label_mismatches(req.labels, cap.labels))
     unavailable = {
         WorkerStatus.BUSY: Reason(Why.BUSY, {"job_id": cap.current_job_id}),
@@ -332,4 +348,6 @@ def _wanted(req: Requirement) -> str:
         parts.append("runs commands")
     if Feature.WORKDIR in req.needs:
         parts.append("unpacks a workdir")
+    if Feature.ENV in req.needs:
+        parts.append("builds an environment")
     return " and ".join(parts)

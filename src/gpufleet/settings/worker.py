@@ -138,6 +138,34 @@ WORKER = Table(
         see="jobs.md",
     ),
     Setting(
+        "env_cache_size",
+        Kind.SIZE,
+        "The most the environment cache (<work-dir>/cache/envs: the virtualenvs built for "
+        "jobs' requirements, docs/jobs.md) keeps: 800K, 50M, 1G; the least recently used go "
+        "first, never one a job is using.",
+        default=20 * 1024**3,
+        least=0,
+        metavar="SIZE",
+        see="jobs.md#the-environment-requirements-and-setup",
+    ),
+    Setting(
+        "index_url",
+        Kind.TEXT,
+        "The package index jobs' environments install from (uv's --index-url); unset: uv's "
+        "own settings (UV_INDEX_URL, PIP_INDEX_URL, then PyPI).",
+        metavar="URL",
+        see="jobs.md#the-environment-requirements-and-setup",
+    ),
+    Setting(
+        "find_links",
+        Kind.LIST,
+        "Folders or URLs of wheels jobs' environments may install from (uv's --find-links), "
+        "comma-separated.",
+        default=(),
+        metavar="DIR|URL[,…]",
+        see="jobs.md#the-environment-requirements-and-setup",
+    ),
+    Setting(
         "preempt_grace",
         Kind.DURATION,
         "On SIGTERM (a spot instance's notice), how long a job that handles the checkpoint "

@@ -8,7 +8,8 @@ or run installed modules with `python -m`, or bring them: a job whose config nam
 `workdir` snapshot finds its files unpacked in the folder (docs/jobs.md), and gpufleet's
 own three files in `.gpufleet-job/` beside them. The job's `PATH` starts with the folder of the
 worker's own Python, so `python` in a command is the interpreter that runs the worker (and has
-gpufleet installed), unless the job's `env` sets `PATH` itself.
+gpufleet installed), unless the job's `env` sets `PATH` itself; a job with `requirements`
+gets its virtualenv's `bin/` before it (worker/prelude.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 SIMPLETUNER_COMMAND = (sys.executable, "-m", "simpletuner.train")
 
 # The worker's own secrets stay out of the job's environment.
-_PRIVATE_ENV = (
+PRIVATE_ENV = (
     "GPUFLEET_WORKER_TOKEN",
     "SIMPLETUNER_WORKER_TOKEN",
     "GPUFLEET_WORKER_TOKEN_FILE",
@@ -62,6 +63,11 @@ class JobSpec:
     keep: KeepRules = field(default_factory=KeepRules)
     resume: Resume | None = None
     workdir: str | None = None  # the sha256 hex of the snapshot to unpack in the folder
+    # The environment (docs/jobs.md): a requirements file's text, or the workdir's file that
+    # names them; and a shell command run in the folder before the command.
+    requirements: str | None = None
+    env_from: str | None = None
+    setup: str | None = None
 
     @property
     def simpletuner(self) -> bool:
@@ -107,6 +113,9 @@ class JobSpec:
             keep=keep,
             resume=resume,
             workdir=_workdir(job_id, config.get("workdir")),
+            requirements=_text(job_id, config, "requirements"),
+            env_from=_text(job_id, config, "env_from"),
+            setup=_text(job_id, config, "setup"),
             config=MappingProxyType(dict(config)),
             env=MappingProxyType(_env(job_id, env)),
             secret_env=MappingProxyType(_secret_env(job_id, event.get("secret_env"))),
@@ -167,7 +176,7 @@ def job_environment(
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The worker's environment, then the job's `env`, then what the worker decides."""
-    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in _PRIVATE_ENV}
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in PRIVATE_ENV}
     if "PATH" not in spec.env:
         python_bin = str(Path(sys.executable).parent)
         env["PATH"] = os.pathsep.join([python_bin, env.get("PATH", os.defpath)])
@@ -271,3 +280,12 @@ def _workdir(job_id: str, value: Any) -> str | None:
     if match is None:
         raise BadOffer(f"job {job_id}: workdir is not a snapshot digest: {value!r:.100}")
     return match.group(1)
+
+
+def _text(job_id: str, config: Mapping[str, Any], name: str) -> str | None:
+    value = config.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or "\0" in value:
+        raise BadOffer(f"job {job_id}: {name} must be a string without NUL, got {value!r:.100}")
+    return value

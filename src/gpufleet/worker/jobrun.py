@@ -32,9 +32,11 @@ from gpufleet.progress import DEFAULT_CHECKPOINT_SIGNAL
 from gpufleet.worker import keep
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.checkpoints import CheckpointShipper
+from gpufleet.worker.env_cache import EnvStopped
 from gpufleet.worker.errors import Fenced, Rejected, Unreachable
 from gpufleet.worker.logship import Line, LogBuffer, LogShipper
 from gpufleet.worker.offer import Offer
+from gpufleet.worker.prelude import Prelude
 from gpufleet.worker.relay import ProgressTail
 from gpufleet.worker.resume import Downloads
 from gpufleet.worker.runner import JobProcess, JobResult, Outcome, run_to_end
@@ -98,6 +100,7 @@ class JobRun:
         self._preempted_as = StopReason.PREEMPTED  # RECLAIMED: by the queue policy
         self._hurry = False
         self._limiter = BandwidthLimiter(settings.upload_bandwidth)
+        self._prelude = Prelude(settings, self._on_line, self._stop, self._ship_logs)
 
     def request_stop(self, reason: StopReason, detail: str = "") -> None:
         if self.stop_reason is None:
@@ -142,7 +145,11 @@ class JobRun:
             except Fenced:
                 raise
             except Exception as exc:  # anything the offer holds: this attempt fails, we go on
-                await self._status({"status": "failed", "error": self._start_failure(exc)})
+                await self._flush_logs(self._shipper())  # what uv or the setup said
+                if isinstance(exc, EnvStopped):
+                    await self._status({"status": "cancelled", "error": self._stop_message()})
+                else:
+                    await self._status({"status": "failed", "error": self._start_failure(exc)})
                 return True
             tail = ProgressTail(job.space.progress_path)
             uploader = self._uploader(job)
@@ -154,22 +161,19 @@ class JobRun:
         except Fenced as exc:
             log.warning("job %s is no longer ours: %s", self.label, exc.message)
         finally:
+            self._prelude.release()
             if self._output is not None:
                 self._output.close()
         return True
 
     async def _start(self) -> tuple[Prepared, JobProcess]:
-        settings = self._settings
+        settings, user = self._settings, self._settings.job_user
         cache = WorkdirCache(settings.work_dir, settings.cache_size)
         job = await prepare(
             self.offer, settings.work_dir, self._gpus, self._client, self._backoff, cache
         )
-        user, env = self._settings.job_user, job.env
-        if user is not None:  # --run-as: the folder is the user's, the worker's files are not
-            user.hand_over(job.space.folder)
-            login = user.environment().items()
-            env = {**env, **{k: v for k, v in login if k not in job.spec.env}}
         self._output = job.space.output_path.open("a", encoding="utf-8", errors="replace")
+        env = await self._prelude.ready(job)  # its virtualenv, --run-as's user, its setup
         process = await JobProcess.start(
             job.spec.argv, cwd=job.space.folder, env=env, on_line=self._on_line, user=user
         )
@@ -197,6 +201,12 @@ class JobRun:
             uploader.unsupported = "the offer names no attempt"
         return uploader
 
+    def _shipper(self) -> LogShipper:
+        return LogShipper(self._logs, self._send_logs, interval=self._settings.log_flush_interval)
+
+    async def _ship_logs(self) -> None:
+        await self._fenced_stops(self._shipper().run())
+
     def _backoff(self) -> Backoff:
         return Backoff(self._settings.reconnect_base, self._settings.reconnect_cap)
 
@@ -214,8 +224,7 @@ class JobRun:
     async def _supervise(
         self, job: Prepared, process: JobProcess, tail: ProgressTail, uploader: Uploader
     ) -> JobResult:
-        interval = self._settings.log_flush_interval
-        shipper = LogShipper(self._logs, self._send_logs, interval=interval)
+        shipper = self._shipper()
         checkpoints = CheckpointShipper(
             job.space.folder, job.spec.keep, tail, uploader, self._settings.progress_interval
         )

@@ -51,6 +51,9 @@ class AgentSettings:
     # On SIGTERM (a spot instance's notice): how long a job that handles the checkpoint
     # signal gets to write its checkpoint and have it uploaded, before it is stopped.
     cache_size: int = _declared("cache_size")  # bytes of workdir snapshots kept
+    env_cache_size: int = _declared("env_cache_size")  # bytes of jobs' virtualenvs kept
+    index_url: str | None = _declared("index_url")
+    find_links: tuple[str, ...] = _declared("find_links")
     preempt_grace: float = _declared("preempt_grace")
 
     # Set in code, not on the command line.
