@@ -31,11 +31,13 @@ class World:
     alice: httpx.AsyncClient  # uploaded it; a researcher of team nlp
     otto: httpx.AsyncClient  # a researcher of team vision, who has not the files
     otto_id: str
+    alice_id: str
 
 
 async def world(fleet: Fleet, tmp_path: Path) -> World:
     nlp, vision = await add_team(fleet, "nlp"), await add_team(fleet, "vision")
-    alice = await client_of(fleet, await add_user(fleet, "alice", "researcher", team=nlp))
+    alice_id = await add_user(fleet, "alice", "researcher", team=nlp)
+    alice = await client_of(fleet, alice_id)
     otto_id = await add_user(fleet, "otto", "researcher", team=vision)
     otto = await client_of(fleet, otto_id)
     body = archive_of(tmp_path, {"train.py": "print('alice only')\n"})
@@ -45,7 +47,7 @@ async def world(fleet: Fleet, tmp_path: Path) -> World:
     )
     assert submitted.status_code == 201, submitted.text
     seen = await otto.get(f"/api/queue/{submitted.json()['id']}")  # the queue is open to read
-    return World(body, digest(body), seen.json(), alice, otto, otto_id)
+    return World(body, digest(body), seen.json(), alice, otto, otto_id, alice_id)
 
 
 async def submit_naming(client: httpx.AsyncClient, name: str, **body: Any) -> httpx.Response:
@@ -141,9 +143,8 @@ async def test_a_job_for_a_team_shares_its_snapshot_with_the_teams_members(
 ) -> None:
     w = await world(fleet, tmp_path)
     cv = await add_team(fleet, "cv")
-    alice_id = (await w.alice.get("/api/users/me")).json()["id"]
     async with fleet.ctx.store.engine.begin() as conn:
-        await conn.execute(sa.insert(team_members).values(team_id=cv, user_id=alice_id))
+        await conn.execute(sa.insert(team_members).values(team_id=cv, user_id=w.alice_id))
     carl = await client_of(fleet, await add_user(fleet, "carl", "viewer", team=cv))
     nina = await add_user(fleet, "nina", "researcher", team=await _team(fleet, "nlp"))
     mate = await client_of(fleet, nina)
@@ -197,11 +198,10 @@ async def test_migration_0021_makes_the_submitters_of_earlier_jobs_holders(
 ) -> None:
     w = await world(fleet, tmp_path)
     nlp = await _team(fleet, "nlp")
-    alice_id = (await w.alice.get("/api/users/me")).json()["id"]
     async with fleet.ctx.store.engine.begin() as conn:
         await conn.run_sync(_down_and_up)
         rows = (await conn.execute(sa.select(workdir_holders.c.user_id))).all()
-    assert await holdings(fleet, w.name) == {Holding(alice_id), Holding(alice_id, nlp)}
+    assert await holdings(fleet, w.name) == {Holding(w.alice_id), Holding(w.alice_id, nlp)}
     assert len(rows) == 2
 
 

@@ -34,20 +34,8 @@ def upgrade() -> None:
         sa.Column("held_at", UTCDateTime, nullable=False),
     )
     op.create_index("ix_workdir_holders_digest", "workdir_holders", ["digest", "user_id"])
-    jobs = sa.table(
-        "jobs",
-        sa.column("workdir", sa.String),
-        sa.column("user_id", sa.String),
-        sa.column("team_id", sa.String),
-        sa.column("created_at", UTCDateTime),
-    )
-    holders = sa.table(
-        "workdir_holders",
-        sa.column("digest", sa.String),
-        sa.column("user_id", sa.String),
-        sa.column("team_id", sa.String),
-        sa.column("held_at", UTCDateTime),
-    )
+    jobs = _table("jobs", "workdir", "user_id", "team_id", "created_at")
+    holders = _table("workdir_holders", "digest", "user_id", "team_id", "held_at")
     user = sa.func.coalesce(jobs.c.user_id, _ADMIN_USER_ID)
     first = sa.func.min(jobs.c.created_at)
     named = jobs.c.workdir.is_not(None)
@@ -62,6 +50,12 @@ def upgrade() -> None:
             columns, shared.group_by(jobs.c.workdir, user, jobs.c.team_id)
         )
     )
+
+
+def _table(name: str, *columns: str) -> sa.TableClause:
+    """The table as this migration reads or writes it (the last column a time)."""
+    *texts, at = columns
+    return sa.table(name, *(sa.column(c, sa.String) for c in texts), sa.column(at, UTCDateTime))
 
 
 def downgrade() -> None:
