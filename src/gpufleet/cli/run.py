@@ -1,10 +1,11 @@
 """`gpufleet run`: run a command on the fleet with the code of a folder (docs/jobs.md).
 
-The folder is packed (cli/workdir.py), its snapshot uploaded unless the orchestrator holds
-it already, and a job submitted whose config names it, with its `requirements` (or
-`env_from`) and `setup` for the worker; with `--wait`, its log is followed, Ctrl-C asks
-whether to detach or cancel, `--download` brings its files home (cli/artifacts.py), and the
-command exits with the job's exit code.
+The folder is packed (cli/workdir.py), its snapshot uploaded unless the orchestrator says
+this user may name it already (they uploaded it, or a team of theirs shares it: a digest
+alone proves nothing, docs/security.md), and a job submitted whose config names it, with its
+`requirements` (or `env_from`) and `setup` for the worker; with `--wait`, its log is
+followed, Ctrl-C asks whether to detach or cancel, `--download` brings its files home
+(cli/artifacts.py), and the command exits with the job's exit code.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from gpufleet.domain.states import JobStatus
 from gpufleet.errors import InvalidInput, NotFound
 
 DEFAULT_MAX_WORKDIR = "1G"
+_HAD = ": the orchestrator had this snapshot, and now knows you have its files too."
 
 
 def _env(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -184,7 +186,7 @@ def _bring_home(api: ApiClient, job_id: str, directory: Path) -> None:
 
 
 def _send_workdir(api: ApiClient, root: Path, max_bytes: int, env_from: str | None) -> str:
-    """Pack `root`, upload its snapshot unless it is stored already; its digest."""
+    """Pack `root`, upload its snapshot unless the caller may name it already; its digest."""
     with tempfile.TemporaryFile() as archive:
         packed = snapshot(root, max_bytes, archive)
         if env_from is not None and env_from not in {entry.path for entry in packed.entries}:
@@ -201,14 +203,16 @@ def _send_workdir(api: ApiClient, root: Path, max_bytes: int, env_from: str | No
             out.echo("0 bytes sent: the orchestrator has this snapshot already.")
         else:
             archive.seek(0)
-            api.upload(path, archive, packed.size)
-            out.echo(f"{packed.size} bytes sent.")
+            answer = api.upload(path, archive, packed.size)
+            had = isinstance(answer, dict) and answer.get("created") is False
+            out.echo(f"{packed.size} bytes sent{_HAD if had else '.'}")
     return packed.digest
 
 
 def _stored(api: ApiClient, path: str) -> bool:
-    """Whether the orchestrator holds the snapshot (a GET, not a HEAD: a refusal comes with
-    the orchestrator's words for it)."""
+    """Whether the orchestrator holds the snapshot for this user (a GET, not a HEAD: a refusal
+    comes with the orchestrator's words for it); 404 when it does not, or when someone else
+    uploaded it and this user must send its bytes to prove they have them."""
     try:
         api.get(path)
     except NotFound:
