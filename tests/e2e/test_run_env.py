@@ -198,6 +198,8 @@ def test_a_failing_setup_fails_the_job_before_its_command_saying_so(
     job = job_state(server, job_id_of(result))
     assert job["status"] == "failed"
     assert "could not start: the setup command exited with code 3" in job["error"]
+    # --wait says why, not only that the job failed
+    assert "Error: could not start: the setup command exited with code 3" in result.stderr
     assert "nope" in job_log_lines(server, job["id"])
     assert not any("VALUE" in line for line in job_log_lines(server, job["id"]))
 

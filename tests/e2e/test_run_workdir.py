@@ -10,9 +10,11 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gpufleet.artifacts.workdir_archive import pack
+from tests.artifact_uploads import s3_serving
 from tests.e2e.conftest import (
     Member,
     ServerProcess,
@@ -170,3 +172,33 @@ def test_a_key_that_may_not_submit_is_told_so_in_one_line_and_nothing_is_sent(
     packed = pack(tmp_path, ["train.py"], io.BytesIO())
     with server.admin() as admin:
         assert admin.get(f"/api/workdirs/{packed.digest}").status_code == 404
+
+
+@pytest.fixture(scope="module")
+def s3_server(
+    tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str
+) -> Iterator[ServerProcess]:
+    """An orchestrator whose artifact store, snapshots included, is a bucket (moto)."""
+    yield from s3_serving(tmp_path_factory.mktemp("run-orchestrator-s3"), s3_endpoint)
+
+
+def test_on_s3_the_snapshot_lives_in_the_bucket_and_the_job_runs_from_it(
+    s3_server: ServerProcess, s3_endpoint: str, checkout: Path, tmp_path: Path
+) -> None:
+    agent = WorkerProcess(s3_server, tmp_path, persistent=True, labels={"pool": "s3"})
+    agent.start()
+    try:
+        connect = ("--url", s3_server.url, "--api-key", s3_server.admin_key, "--label", "pool=s3")
+        result = gpufleet_in(checkout, "run", *connect, "--wait", "--", "python", "train.py", "3")
+        assert result.returncode == 3, result.stdout + result.stderr
+        words = (checkout / "data" / "words.txt").read_text().strip()
+        assert f"data: {words}" in result.stdout
+        with s3_server.admin() as admin:
+            digest = admin.get(f"/api/queue/{job_id_of(result)}").json()["config"]["workdir"]
+        bucket = s3_server.flags["artifacts"].removeprefix("s3://").split("/")[0]
+        listed = httpx.get(f"{s3_endpoint}/{bucket}", params={"list-type": "2"}).text
+        assert f"workdirs/{digest.removeprefix('sha256:')}.tar" in listed
+        # Not in the data folder: the bucket is the store.
+        assert not list(s3_server.data_dir.rglob("*.tar"))
+    finally:
+        agent.stop()

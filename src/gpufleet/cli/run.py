@@ -141,6 +141,8 @@ def run(
     except KeyboardInterrupt:
         _interrupted(api, job["id"])
     ended = api.get(f"/api/queue/{part(job['id'])}")
+    if ended.get("error"):  # why it failed (a build, a setup, a start), not just that it did
+        out.echo(f"Error: {str(ended['error']).rstrip()}", err=True)
     if download is not None:
         _bring_home(api, job["id"], download)
     code = ended.get("exit_code")
