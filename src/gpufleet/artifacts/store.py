@@ -15,12 +15,15 @@ check a sha256 itself (`x-amz-checksum-sha256`), but obstore cannot sign that he
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
 import re
 import secrets
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TypeVar
 
 import obstore
@@ -74,10 +77,28 @@ class PresignedUpload:
 class ArtifactStore:
     """Job files by key; `presigns` says whether workers can bypass the orchestrator."""
 
-    def __init__(self, store: ObjectStore, *, name: str) -> None:
+    def __init__(self, store: ObjectStore, *, name: str, folder: Path | None = None) -> None:
         self._store = store
         self.name = name
         self.presigns = isinstance(store, S3Store | GCSStore | AzureStore)
+        self.folder = folder  # a folder store's root: its keys are files under it
+
+    def local_path(self, key: str) -> Path | None:
+        """The file that holds `key` in a folder store; None for a bucket."""
+        return None if self.folder is None else self.folder / key
+
+    async def adopt(self, key: str, path: Path, *, sha256: str) -> None:
+        """Make the file at `path`, whose bytes the caller has checked, the object at `key`:
+        renamed into a folder store on the same file system (the bytes are not copied),
+        else written as `write` does (`path` is then left for the caller to remove)."""
+        target = self.local_path(key)
+        if target is not None:
+            try:
+                await asyncio.to_thread(_move, path, target)
+                return
+            except OSError:  # another file system than the spool's: written below
+                pass
+        await self.write(key, _file_chunks(path), sha256=sha256)
 
     async def write(
         self,
@@ -269,6 +290,17 @@ class _Counted:
                 f"the file's sha256 is {actual} ({self.size} bytes), not the announced "
                 f"{self._expected}; nothing was stored, upload it again"
             )
+
+
+def _move(path: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, target)
+
+
+async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
+    with path.open("rb") as source:
+        while chunk := await asyncio.to_thread(source.read, READ_CHUNK):
+            yield chunk
 
 
 async def _chunks(stream: AsyncIterable[bytes], key: str, name: str) -> AsyncIterator[bytes]:

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpufleet.artifacts.store import READ_CHUNK
 from gpufleet.artifacts.workdir_archive import WORKDIR_PREFIX, check
@@ -134,7 +134,7 @@ async def upload(
         async with ctx.workdir_locks.hold(hex_digest):
             if (found := await find(ctx, digest)) is not None:
                 return Stored(found, False)
-            await ctx.artifacts.write(key_of(hex_digest), _read(path), sha256=hex_digest)
+            await ctx.artifacts.adopt(key_of(hex_digest), path, sha256=hex_digest)
     finally:
         await asyncio.to_thread(path.unlink, True)
     async with transaction(ctx) as tx:
@@ -143,15 +143,18 @@ async def upload(
 
 
 async def _receive(chunks: AsyncIterable[bytes], out: Any, hex_digest: str, size: int) -> None:
-    sha, got = hashlib.sha256(), 0
+    sha, got, batch = hashlib.sha256(), 0, bytearray()
     async for chunk in chunks:
         got += len(chunk)
         if got > size:
             raise ArtifactCorrupt(
                 f"the upload sent more than its Content-Length of {size} bytes; nothing was stored"
             )
-        sha.update(chunk)
-        await asyncio.to_thread(out.write, chunk)
+        batch += chunk
+        if len(batch) >= READ_CHUNK:  # hashed and written on a thread, a batch at a time
+            await asyncio.to_thread(_hash_write, sha, out, bytes(batch))
+            batch.clear()
+    await asyncio.to_thread(_hash_write, sha, out, bytes(batch))
     if got != size:
         raise ArtifactCorrupt(
             f"the upload was cut off at {got} of {size} bytes; nothing was stored, send it again"
@@ -168,10 +171,29 @@ def _check_archive(path: Path, size: int) -> None:
         check(archive, size)
 
 
-async def _read(path: Path) -> AsyncIterator[bytes]:
-    with path.open("rb") as source:
+def _hash_write(sha: Any, out: Any, data: bytes) -> None:
+    sha.update(data)
+    out.write(data)
+
+
+async def _read(source: BinaryIO) -> AsyncIterator[bytes]:
+    with source:
         while chunk := await asyncio.to_thread(source.read, READ_CHUNK):
             yield chunk
+
+
+async def _open(ctx: Context, key: str) -> AsyncIterator[bytes]:
+    """The stored bytes at `key`: a folder store's file read straight (on a thread, in large
+    reads: obstore's stream of it was the slower half of a worker's download), else the
+    store's stream; `NotFound` before any byte when there are none."""
+    path = ctx.artifacts.local_path(key)
+    if path is None:
+        return await ctx.artifacts.open(key)
+    try:
+        source = await asyncio.to_thread(path.open, "rb")
+    except FileNotFoundError as exc:
+        raise NotFound(f"the workdir snapshot {key} is gone; upload it again") from exc
+    return _read(source)
 
 
 async def open_for_attempt(
@@ -188,7 +210,7 @@ async def open_for_attempt(
     if job is None or job.workdir is None:
         raise NotFound(f"job {job_id} names no workdir")
     snapshot = await get(ctx, f"{WORKDIR_PREFIX}{job.workdir}")
-    return snapshot, await ctx.artifacts.open(key_of(job.workdir))
+    return snapshot, await _open(ctx, key_of(job.workdir))
 
 
 async def sweep(ctx: Context, cutoff: datetime | None) -> list[str]:
