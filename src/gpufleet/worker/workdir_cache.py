@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
 from urllib.parse import urlencode
 
 from gpufleet import protocol
+from gpufleet.artifacts.spool import HashingWriter
 from gpufleet.artifacts.workdir_archive import unpack
 from gpufleet.errors import AgentError, UnsafeArchive
 from gpufleet.worker.backoff import Backoff
@@ -32,7 +31,6 @@ from gpufleet.worker.resume import Downloads, ResumeFailed, retried
 log = logging.getLogger(__name__)
 
 CACHE_FOLDER = Path("cache") / "workdirs"
-_BATCH = 1024 * 1024
 
 
 class WorkdirFailed(AgentError):
@@ -94,23 +92,18 @@ class WorkdirCache:
         self.folder.mkdir(parents=True, exist_ok=True)
         partial = archive.with_name(f".{archive.name}.{os.getpid()}.part")
         url = f"{protocol.job_workdir_path(job_id)}?{urlencode({'attempt_id': attempt_id})}"
-        sha = hashlib.sha256()
         try:
             async with downloads.download(url, {}) as response:
                 with partial.open("wb") as out:
-                    # Hashed and written a batch at a time on a thread: the network's small
-                    # chunks cost a thread's round trip each otherwise.
-                    batch = bytearray()
-                    async for chunk in response.aiter_bytes():
-                        batch += chunk
-                        if len(batch) >= _BATCH:
-                            await asyncio.to_thread(_hash_write, sha, out, bytes(batch))
-                            batch.clear()
-                    await asyncio.to_thread(_hash_write, sha, out, bytes(batch))
-            if sha.hexdigest() != hex_digest:
-                raise ResumeFailed(
-                    f"the workdir downloaded has sha256 {sha.hexdigest()}, not {hex_digest}"
-                )
+                    spool = HashingWriter(out)
+                    try:
+                        async for chunk in response.aiter_bytes():
+                            await spool.write(chunk)
+                        sha256 = await spool.close()
+                    finally:
+                        await spool.settle()
+            if sha256 != hex_digest:
+                raise ResumeFailed(f"the workdir downloaded has sha256 {sha256}, not {hex_digest}")
             partial.replace(archive)
         finally:
             partial.unlink(missing_ok=True)
@@ -133,8 +126,3 @@ class WorkdirCache:
             path.unlink(missing_ok=True)
             total -= size
             log.info("workdir cache: removed %s (least recently used)", path.name)
-
-
-def _hash_write(sha: Any, out: BinaryIO, data: bytes) -> None:
-    sha.update(data)
-    out.write(data)

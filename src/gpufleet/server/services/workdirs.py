@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import tempfile
 from collections.abc import AsyncIterable, AsyncIterator
@@ -27,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gpufleet.artifacts.spool import HashingWriter
 from gpufleet.artifacts.store import READ_CHUNK
 from gpufleet.artifacts.workdir_archive import WORKDIR_PREFIX, check
 from gpufleet.domain.jobspec import WORKDIR, workdir_of
@@ -142,38 +142,34 @@ async def upload(
     return Stored(await get(ctx, digest), True)
 
 
-async def _receive(chunks: AsyncIterable[bytes], out: Any, hex_digest: str, size: int) -> None:
-    sha, got, batch = hashlib.sha256(), 0, bytearray()
-    async for chunk in chunks:
-        got += len(chunk)
-        if got > size:
-            raise ArtifactCorrupt(
-                f"the upload sent more than its Content-Length of {size} bytes; nothing was stored"
-            )
-        batch += chunk
-        if len(batch) >= READ_CHUNK:  # hashed and written on a thread, a batch at a time
-            await asyncio.to_thread(_hash_write, sha, out, bytes(batch))
-            batch.clear()
-    await asyncio.to_thread(_hash_write, sha, out, bytes(batch))
-    if got != size:
+async def _receive(chunks: AsyncIterable[bytes], out: BinaryIO, hex_digest: str, size: int) -> None:
+    spool = HashingWriter(out)
+    try:
+        async for chunk in chunks:
+            if spool.size + len(chunk) > size:
+                raise ArtifactCorrupt(
+                    f"the upload sent more than its Content-Length of {size} bytes; nothing was "
+                    "stored"
+                )
+            await spool.write(chunk)
+        sha256 = await spool.close()
+    finally:
+        await spool.settle()  # the file is closed next: no write may be left running
+    if spool.size != size:
         raise ArtifactCorrupt(
-            f"the upload was cut off at {got} of {size} bytes; nothing was stored, send it again"
+            f"the upload was cut off at {spool.size} of {size} bytes; nothing was stored, send "
+            "it again"
         )
-    if sha.hexdigest() != hex_digest:
+    if sha256 != hex_digest:
         raise ArtifactCorrupt(
-            f"the archive's sha256 is {sha.hexdigest()}, not the {hex_digest} it was uploaded "
-            "as; nothing was stored"
+            f"the archive's sha256 is {sha256}, not the {hex_digest} it was uploaded as; "
+            "nothing was stored"
         )
 
 
 def _check_archive(path: Path, size: int) -> None:
     with path.open("rb") as archive:
         check(archive, size)
-
-
-def _hash_write(sha: Any, out: Any, data: bytes) -> None:
-    sha.update(data)
-    out.write(data)
 
 
 async def _read(source: BinaryIO) -> AsyncIterator[bytes]:
