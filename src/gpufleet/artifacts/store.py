@@ -84,7 +84,8 @@ class ArtifactStore:
         self.folder = folder  # a folder store's root: its keys are files under it
 
     def local_path(self, key: str) -> Path | None:
-        """The file that holds `key` in a folder store; None for a bucket."""
+        """The file that holds `key` (of letters, digits, `/`, `.`, `-` and `_`: obstore
+        escapes others) in a folder store; None for a bucket."""
         return None if self.folder is None else self.folder / key
 
     async def adopt(self, key: str, path: Path, *, sha256: str) -> None:

@@ -172,24 +172,18 @@ def _check_archive(path: Path, size: int) -> None:
         check(archive, size)
 
 
-async def _read(source: BinaryIO) -> AsyncIterator[bytes]:
-    with source:
+async def _read(path: Path) -> AsyncIterator[bytes]:
+    with path.open("rb") as source:
         while chunk := await asyncio.to_thread(source.read, READ_CHUNK):
             yield chunk
 
 
 async def _open(ctx: Context, key: str) -> AsyncIterator[bytes]:
-    """The stored bytes at `key`: a folder store's file read straight (on a thread, in large
-    reads: obstore's stream of it was the slower half of a worker's download), else the
-    store's stream; `NotFound` before any byte when there are none."""
+    """The stored bytes at `key` (found by `get` just before): a folder store's file read
+    straight, on a thread in large reads (obstore's stream of it was the slower half of a
+    worker's download), else the store's stream."""
     path = ctx.artifacts.local_path(key)
-    if path is None:
-        return await ctx.artifacts.open(key)
-    try:
-        source = await asyncio.to_thread(path.open, "rb")
-    except FileNotFoundError as exc:
-        raise NotFound(f"the workdir snapshot {key} is gone; upload it again") from exc
-    return _read(source)
+    return _read(path) if path is not None else await ctx.artifacts.open(key)
 
 
 async def open_for_attempt(
