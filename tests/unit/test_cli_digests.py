@@ -59,7 +59,7 @@ def test_an_unchanged_folder_is_known_without_being_read(tmp_path: Path) -> None
 def test_a_changed_file_changes_the_digest(tmp_path: Path) -> None:
     root, cache = folder(tmp_path), DigestCache(tmp_path / "cache")
     first = remembered(cache, root)
-    (root / "train.py").write_text("print('bye')\n")  # the same size
+    (root / "train.py").write_text("print('yo')\n")  # the same size
     settle(root)  # even with its old times back
     assert cache.lookup(root, signature(root, PATHS)) is None  # its ctime moved
     second = remembered(cache, root)

@@ -205,11 +205,14 @@ def test_pack_writes_the_bytes_tarfile_writes_and_says_their_size(tmp_path: Path
     assert archive_size(entries_of(root, paths)) == len(made)
 
 
-def test_a_file_that_grows_while_packed_is_refused(tmp_path: Path) -> None:
+def test_a_file_that_grows_or_goes_while_packed_is_refused(tmp_path: Path) -> None:
     root = tree(tmp_path)
     entries = entries_of(root, PATHS)
     (root / "run.sh").write_text("#!/bin/sh\necho longer now\n")
     with pytest.raises(UnsafeArchive, match="changed size"):
+        b"".join(chunks(root, entries))
+    (root / "run.sh").unlink()
+    with pytest.raises(UnsafeArchive, match="cannot be read"):
         b"".join(chunks(root, entries))
 
 

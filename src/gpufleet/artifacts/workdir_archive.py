@@ -142,7 +142,7 @@ def chunks(root: Path, entries: Iterable[Entry]) -> Iterator[bytes]:
         yield header
         if entry.link is not None:
             continue
-        with (root / entry.path).open("rb") as source:
+        with _opened(root, entry.path) as source:
             left = entry.size
             while left > 0 and (chunk := source.read(min(_CHUNK, left))):
                 left -= len(chunk)
@@ -172,6 +172,16 @@ def pack(root: Path, paths: Iterable[str], out: IO[bytes]) -> Packed:
 
 
 _END = 2 * tarfile.BLOCKSIZE
+
+
+def _opened(root: Path, path: str) -> IO[bytes]:
+    try:
+        return (root / path).open("rb")
+    except OSError as exc:
+        raise UnsafeArchive(
+            f"the workdir's file {path[:120]!r} cannot be read ({exc.strerror}); run again once "
+            "nothing writes to the folder"
+        ) from exc
 
 
 def _encoded(entry: Entry) -> bytes:
