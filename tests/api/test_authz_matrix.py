@@ -51,6 +51,8 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("put", "/api/workdirs/{digest}"): "queue.submit",
     ("head", "/api/workdirs/{digest}"): "queue.read",
     ("get", "/api/workdirs/{digest}"): "queue.read",
+    ("get", "/api/queue/{job_id}/workdir"): "queue.read",
+    ("get", "/api/queue/{job_id}/workdir/file"): "queue.read",
     ("get", "/api/workers/queue"): WORKER,
     ("post", "/api/workers/disconnect"): WORKER,
     ("post", "/api/queue/submit"): "queue.submit",

@@ -181,9 +181,16 @@ async def test_uploading_needs_queue_submit_and_asking_needs_queue_read(
         assert (await put(fleet.admin, body)).status_code == 201
         assert (await read_only.head(f"/api/workdirs/{digest(body)}")).status_code == 200
         assert (await scraper.head(f"/api/workdirs/{digest(body)}")).status_code == 403
-    # Another user, a viewer, may upload (viewers submit) and finds what anyone stored.
+    # Another user, a viewer, may upload (viewers submit); sending the bytes of a snapshot
+    # someone stored makes them a holder of it (tests/api/test_workdir_holders.py).
     viewer = await client_of(fleet, await add_user(fleet, "vic", "viewer"))
-    assert (await put(viewer, body)).json()["created"] is False
+    assert (await put(viewer, body)).json() | {"stored_at": None} == {
+        "digest": digest(body),
+        "size": len(body),
+        "stored_at": None,
+        "created": False,
+        "read": True,
+    }
     other = archive_of(tmp_path / "v", {"b.py": "v"})
     assert (await put(viewer, other)).status_code == 201
 

@@ -16,6 +16,7 @@ import pytest
 
 from gpufleet.artifacts.workdir_archive import pack
 from tests.e2e.conftest import (
+    Member,
     ServerProcess,
     WorkerProcess,
     job_log_lines,
@@ -141,6 +142,25 @@ def test_run_without_wait_submits_and_says_how_to_follow(
         config = admin.get(f"/api/queue/{job_id_of(result)}").json()["config"]
     assert config["workdir"].startswith("sha256:")
     assert config["env"] == {"GREETING": "hi"}
+
+
+def test_a_second_users_run_of_the_same_checkout_sends_its_bytes_and_runs(
+    server: ServerProcess, worker: WorkerProcess, checkout: Path
+) -> None:
+    """A digest proves nothing (docs/security.md): another user holding the same files sends
+    them once, to prove it, and then runs as the first did."""
+    first = run(server, checkout, "--", "python", "train.py", "0")  # the admin's: stored
+    assert first.returncode == 0, first.stdout + first.stderr
+    other = Member(server, "second", "researcher")
+    connect = ("--url", server.url, "--api-key", other.key, "--label", "pool=run")
+    theirs = gpufleet_in(checkout, "run", *connect, "--wait", "--", "python", "train.py", "0")
+    assert theirs.returncode == 0, theirs.stdout + theirs.stderr
+    assert sent(theirs) > 0 and "had this snapshot" in theirs.stdout
+    words = (checkout / "data" / "words.txt").read_text().strip()
+    assert f"data: {words}" in theirs.stdout
+    again = gpufleet_in(checkout, "run", *connect, "--", "python", "train.py", "0")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert sent(again) == 0  # now they hold it
 
 
 def test_a_workdir_over_the_limit_is_refused_naming_its_biggest_entries(

@@ -4,7 +4,9 @@ Every other tier runs with the dev extras installed, so a runtime dependency tha
 bring (once: `cryptography`, through trustme) passes them all and breaks a plain
 `pip install`. Here nothing downloads: the runtime dependencies come as wheels from the
 wheelhouse `make test` (or `make wheelhouse`) prepares from pyproject.toml, and the
-installation's own `gpufleet server --ssl` and `gpufleet worker` run a job end to end.
+installation's own `gpufleet server --ssl` and `gpufleet worker` run a job end to end, and its
+`gpufleet run` brings a checkout's code to a job whose virtualenv the worker builds with uv
+(pathspec and uv: dependencies only `gpufleet run` and its worker need).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ServerProcess, WorkerProcess, job_log_lines, wait_job
+from tests.e2e.conftest import ServerProcess, WorkerProcess, job_log_lines, unique, wait_job
+from tests.wheelhouse import PACKAGE, offline_env, write_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 WHEELHOUSE = REPO / ".venv" / "wheelhouse"  # Makefile: $(WHEELS)
@@ -168,18 +172,32 @@ def test_an_ephemeral_worker_runs_one_job_over_tls_then_exits(
         worker.stop()
 
 
-def installed_cli(installed: Installation, server: ServerProcess, *args: str) -> str:
-    """`gpufleet ARGS` of the installation, as the admin, over TLS: its output; it must
-    succeed."""
+def installed_gpufleet(
+    installed: Installation, server: ServerProcess, *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`gpufleet ARGS` of the installation typed in `cwd`, as the admin, over TLS."""
     env = {
         **installed.env,
         "GPUFLEET_URL": server.url,
         "GPUFLEET_API_KEY": server.admin_key,
         "GPUFLEET_CA_CERT": str(server.trusted_cert),
+        "NO_COLOR": "1",
     }
-    done = subprocess.run(
-        [installed.gpufleet, *args], capture_output=True, text=True, env=env, timeout=60
+    return subprocess.run(
+        [installed.gpufleet, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
     )
+
+
+def installed_cli(installed: Installation, server: ServerProcess, *args: str) -> str:
+    """`gpufleet ARGS` of the installation, as the admin, over TLS: its output; it must
+    succeed."""
+    done = installed_gpufleet(installed, server, *args)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -234,5 +252,63 @@ def test_a_jobs_files_come_home_and_download_with_the_installed_cli(
         for artifact in listed:
             data = (out / artifact["path"]).read_bytes()
             assert hashlib.sha256(data).hexdigest() == artifact["sha256"], artifact["path"]
+    finally:
+        worker.stop()
+
+
+TRAIN = f"""\
+import pathlib, sys
+import {PACKAGE}
+print("secret here:", pathlib.Path("secret.txt").exists())
+print("trained on", pathlib.Path("data.txt").read_text(), "with", {PACKAGE}.VALUE)
+sys.exit(3)
+"""
+
+
+def test_gpufleet_run_brings_a_checkout_to_the_installed_worker_and_exits_with_the_jobs_code(
+    installed: Installation, server: ServerProcess, tmp_path: Path
+) -> None:
+    """#34 as installed: `gpufleet run --wait` packs a git checkout less its .gitignore'd
+    file (pathspec), uploads it over TLS, follows the job's log and exits with its code; the
+    worker unpacks the snapshot, the ignored file never reaches it, and the job's python is
+    a virtualenv the worker built with the uv installed beside it, offline."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "train.py").write_text(TRAIN)
+    data = unique("words")
+    (checkout / "data.txt").write_text(data)
+    (checkout / "requirements.txt").write_text(f"{PACKAGE}==1.0\n")
+    (checkout / ".gitignore").write_text("secret.txt\n")
+    (checkout / "secret.txt").write_text("the key to everything")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(checkout)]
+    for step in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "code"]):
+        subprocess.run([*git, *step], check=True, capture_output=True)
+    wheels = tmp_path / "wheels"
+    write_wheel(wheels, value="7")
+    (tmp_path / "workers").mkdir()
+    worker = WorkerProcess(
+        server,
+        tmp_path / "workers",
+        executable=installed.gpufleet,
+        env=offline_env(tmp_path / "uv-cache", installed.env),
+        extra_args=("--find-links", str(wheels)),
+    )
+    try:
+        worker.start()
+        done = installed_gpufleet(
+            installed,
+            server,
+            *("run", "--wait", "--requirements", "requirements.txt"),
+            *("--", "python", "train.py"),
+            cwd=checkout,
+        )
+        assert done.returncode == 3, done.stdout + done.stderr + worker.log()
+        assert f"trained on {data} with 7" in done.stdout  # the job's log, followed live
+        assert "secret here: False" in done.stdout
+        (cached,) = (worker.work_dir / "cache" / "workdirs").glob("*.tar")
+        with tarfile.open(cached) as snapshot:
+            assert "train.py" in snapshot.getnames()
+            assert "secret.txt" not in snapshot.getnames()
+        assert not list(worker.work_dir.rglob("secret.txt"))
     finally:
         worker.stop()

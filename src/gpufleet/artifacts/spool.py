@@ -16,7 +16,8 @@ BATCH = 1024 * 1024
 
 
 class HashingWriter:
-    def __init__(self, out: BinaryIO) -> None:
+    def __init__(self, out: BinaryIO | None) -> None:
+        """`out` None: the bytes are hashed, not kept."""
         self._out = out
         self._sha = hashlib.sha256()
         self._batch: list[bytes] = []
@@ -51,4 +52,5 @@ class HashingWriter:
 
     def _hash_write(self, data: bytes) -> None:
         self._sha.update(data)
-        self._out.write(data)
+        if self._out is not None:
+            self._out.write(data)

@@ -1,9 +1,11 @@
 """`gpufleet run`: run a command on the fleet with the code of a folder (docs/jobs.md).
 
 The folder is packed (cli/workdir.py, its digest remembered by cli/digests.py), its snapshot
-uploaded unless the orchestrator holds it already, and a job submitted whose config names
-it, with its `requirements` (or `env_from`) and `setup` for the worker; with `--wait`, its
-log is followed, Ctrl-C asks whether to detach or cancel, `--download` brings its files home
+uploaded unless the orchestrator says this user may name it already (they uploaded it, or a
+team of theirs shares it: a digest alone proves nothing, docs/security.md), and a job
+submitted whose config names it, with its `requirements` (or `env_from`) and `setup` for the
+worker; with `--wait`, its log is followed, Ctrl-C asks whether to detach or cancel,
+`--download` brings its files home
 (cli/artifacts.py), and the command exits with the job's exit code.
 """
 
@@ -30,6 +32,7 @@ from gpufleet.domain.states import JobStatus
 from gpufleet.errors import InvalidInput, NotFound
 
 DEFAULT_MAX_WORKDIR = "1G"
+_HAD = ": the orchestrator had this snapshot, and now knows you have its files too."
 
 
 def _env(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -186,7 +189,7 @@ def _bring_home(api: ApiClient, job_id: str, directory: Path) -> None:
 
 
 def _send_workdir(api: ApiClient, root: Path, max_bytes: int, env_from: str | None) -> str:
-    """Upload `root`'s snapshot unless the orchestrator holds it already; its digest. The
+    """Upload `root`'s snapshot unless the caller may name it already; its digest. The
     files are read once to learn the digest (not at all when nothing changed since they
     were last packed: cli/digests.py), and again as they are sent: no archive is written."""
     paths = selected(root, max_bytes)
@@ -214,8 +217,9 @@ def _send_workdir(api: ApiClient, root: Path, max_bytes: int, env_from: str | No
         raise InvalidInput(
             f"the workdir {root} changed while it was packed; run again once nothing writes to it"
         )
-    api.upload(path, chunks(root, entries), known.size)
-    out.echo(f"{known.size} bytes sent.")
+    answer = api.upload(path, chunks(root, entries), known.size)
+    had = isinstance(answer, dict) and answer.get("created") is False
+    out.echo(f"{known.size} bytes sent{_HAD if had else '.'}")
     return known.digest
 
 
@@ -228,8 +232,9 @@ def _digest_of(root: Path, entries: list[Entry]) -> Known:
 
 
 def _stored(api: ApiClient, path: str) -> bool:
-    """Whether the orchestrator holds the snapshot (a GET, not a HEAD: a refusal comes with
-    the orchestrator's words for it)."""
+    """Whether the orchestrator holds the snapshot for this user (a GET, not a HEAD: a refusal
+    comes with the orchestrator's words for it); 404 when it does not, or when someone else
+    uploaded it and this user must send its bytes to prove they have them."""
     try:
         api.get(path)
     except NotFound:

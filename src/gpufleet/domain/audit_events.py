@@ -58,6 +58,7 @@ EVENT_TYPES = frozenset(
         "webhook.created",
         "webhook.deleted",
         "webhook.tested",
+        "workdir.held",
         "workdir.uploaded",
         "webhook.updated",
     }

@@ -1,5 +1,5 @@
 """Workdir snapshots (docs/jobs.md): upload one by its digest (`queue.submit`), ask whether
-one is stored or download it (`queue.read`), and the worker's download of its job's
+one you may name is stored (`queue.read`), and the worker's download of its job's
 (`X-Worker-Token`, fenced by attempt)."""
 
 from __future__ import annotations
@@ -30,12 +30,15 @@ _RAW_BODY: dict[str, Any] = {
 }
 
 
-def _out(snapshot: workdirs.Snapshot, created: bool | None = None) -> WorkdirOut:
+def _out(
+    snapshot: workdirs.Snapshot, created: bool | None = None, read: bool | None = None
+) -> WorkdirOut:
     return WorkdirOut(
         digest=snapshot.digest,
         size=snapshot.size,
         stored_at=snapshot.stored_at,
         created=created,
+        read=read,
     )
 
 
@@ -44,33 +47,44 @@ def _out(snapshot: workdirs.Snapshot, created: bool | None = None) -> WorkdirOut
     status_code=201,
     response_model=WorkdirOut,
     openapi_extra=_RAW_BODY,
-    responses={200: {"model": WorkdirOut, "description": "It was stored already."}},
+    responses={
+        200: {
+            "model": WorkdirOut,
+            "description": "It was stored already: the caller holds it now (`read`: its "
+            "bytes were read and checked), or held it already (its bytes were not read).",
+        }
+    },
 )
 async def upload_workdir(
     ctx: Ctx, who: Writer, client: Client, digest: str, request: Request, response: Response
 ) -> WorkdirOut:
     """Store a workdir snapshot (a canonical tar, docs/jobs.md) under its `sha256:<hex>`
-    digest; its size (Content-Length) and sha256 are checked as it streams, its entries
-    before it is stored. 200 when it was stored already (its bytes are not read)."""
+    digest and hold it; its size (Content-Length) and sha256 are checked as it streams, its
+    entries before it is stored. 200 when it was stored already: its bytes are read and
+    checked all the same, unless the caller holds it already."""
     length = request.headers.get("content-length")
     size = int(length) if length is not None and length.isdigit() else None
-    stored = await workdirs.upload(ctx, digest, request.stream(), size, who.actor, client)
+    stored = await workdirs.upload(
+        ctx, digest, request.stream(), size, who.actor, client, user_id=who.user.id
+    )
     if not stored.created:
         response.status_code = 200
-    return _out(stored.snapshot, stored.created)
+    return _out(stored.snapshot, stored.created, stored.read)
 
 
 @router.head("/api/workdirs/{digest}", status_code=200, response_class=Response)
 async def workdir_stored(ctx: Ctx, who: Reader, digest: str) -> Response:
-    """200 with the snapshot's size when it is stored, else 404 (nothing to upload twice)."""
-    snapshot = await workdirs.get(ctx, digest)
+    """200 with the snapshot's size when it is stored and the caller may name it (nothing to
+    upload), else 404."""
+    snapshot = await workdirs.get_for(ctx, who.user.id, digest)
     return Response(headers={"Content-Length": str(snapshot.size)})
 
 
 @router.get("/api/workdirs/{digest}", response_model=WorkdirOut)
 async def workdir_info(ctx: Ctx, who: Reader, digest: str) -> WorkdirOut:
-    """The stored snapshot's digest, size and when it was stored; 404 when it is not."""
-    return _out(await workdirs.get(ctx, digest))
+    """The stored snapshot's digest, size and when it was stored; 404 when it is not, or the
+    caller may not name it."""
+    return _out(await workdirs.get_for(ctx, who.user.id, digest))
 
 
 @worker_router.get(

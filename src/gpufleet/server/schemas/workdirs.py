@@ -14,6 +14,9 @@ class WorkdirOut(BaseModel):
     size: int
     stored_at: datetime
     created: bool | None = None  # on upload: False when it was stored already
+    # on upload: False when the caller held it already, so its bytes were not read; True when
+    # they were read and checked (the caller holds it now)
+    read: bool | None = None
 
 
 class WorkdirEntryOut(BaseModel):

@@ -186,10 +186,12 @@ async def enqueue(
     labels = check_labels(sub.worker_labels)
     req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs_of(config))
     await _check_target(ctx, req)
-    workdir = await workdirs.check_named(ctx, config)
+    workdir = await workdirs.check_named(ctx, config, user_id)
     job_id = new_id("j")
     async with transaction(ctx) as tx:
         admitted = await _admit(tx, sub, gpu_count, user_id)
+        if workdir is not None and admitted.team is not None:
+            await workdirs.share(tx, workdir, admitted.user.id, admitted.team.id)
         await job_secrets.check_resolvable(ctx, tx.q, config, admitted.user, admitted.team)
         queued = admitted.status is JobStatus.QUEUED
         # The policy first: with a limit set, its row is the first a dispatch locks.

@@ -8,10 +8,17 @@ stores nothing. Two uploads of one digest at once in this process store it once 
 finds it stored); two replicas writing it at once write the same bytes to the same key, and
 the store's put is atomic.
 
+Knowing a digest proves nothing (every job's config shows it), so a snapshot has holders
+(domain/workdir_access.py): the users whose upload of its bytes was checked, and the teams a
+job of theirs naming it was for. Only they and admins may name it in a job or learn that it
+is stored; an upload of a stored snapshot by anyone else reads and checks every byte before
+they hold it (only a holder may skip the body).
+
 A job names its snapshot in its config (`"workdir": "sha256:<hex>"`); a submit naming one
-that is not stored is refused. The worker its attempt runs on downloads it (fenced like a
-checkpoint's files). A snapshot is kept while a job naming it is not ended, then as long as
-the artifacts of a job that ended (`--artifact-retention-days`).
+the submitter may not name, or one that is not stored, is refused; a job for a team shares
+it with that team. The worker its attempt runs on downloads it (fenced like a checkpoint's
+files). A snapshot is kept while a job naming it is not ended, then as long as the artifacts
+of a job that ended (`--artifact-retention-days`); its holders are forgotten with it.
 """
 
 from __future__ import annotations
@@ -30,11 +37,16 @@ from gpufleet.artifacts.spool import HashingWriter
 from gpufleet.artifacts.store import READ_CHUNK
 from gpufleet.artifacts.workdir_archive import WORKDIR_PREFIX, check
 from gpufleet.domain.jobspec import WORKDIR, workdir_of
+from gpufleet.domain.levels import Level
+from gpufleet.domain.ownership import Actor, Refused
 from gpufleet.domain.records import Worker
 from gpufleet.domain.retention import STAGING_MAX_AGE
-from gpufleet.errors import ArtifactCorrupt, InvalidInput, NotFound, PayloadTooLarge
-from gpufleet.server.context import Context, transaction
+from gpufleet.domain.workdir_access import Holding, holds, may_name
+from gpufleet.errors import ArtifactCorrupt, Forbidden, InvalidInput, NotFound, PayloadTooLarge
+from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.services.checkpoints import reading_attempt
+from gpufleet.server.services.ownership import actor_of
+from gpufleet.store.queries import Queries
 
 PREFIX = "workdirs"
 _SPOOL = "incoming-workdirs"  # in the data folder: uploads being checked
@@ -77,14 +89,47 @@ async def get(ctx: Context, digest: str) -> Snapshot:
     return found
 
 
-async def check_named(ctx: Context, config: dict[str, Any]) -> str | None:
-    """The hex digest of the snapshot a config names, if it is stored; a submit naming one
-    that is not is refused (422, naming it)."""
+async def _actor(q: Queries, user_id: str) -> Actor:
+    user = await q.get_user(user_id)
+    return Actor(user_id, Level.VIEWER, frozenset()) if user is None else await actor_of(q, user)
+
+
+async def _standing(ctx: Context, user_id: str, hex_digest: str) -> tuple[Actor, list[Holding]]:
+    """The user as an `Actor`, and the snapshot's holders."""
+    async with ctx.store.read() as q:
+        return await _actor(q, user_id), await q.workdir_holdings(hex_digest)
+
+
+async def get_for(ctx: Context, user_id: str, digest: str) -> Snapshot:
+    """The stored snapshot, for a user who may name it; to anyone else, 404 as if it were
+    not stored (so whether it is says nothing to those who do not have its files)."""
+    hex_digest = parse_digest(digest)
+    actor, holdings = await _standing(ctx, user_id, hex_digest)
+    found = None if isinstance(may_name(actor, holdings), Refused) else await find(ctx, digest)
+    if found is None:
+        raise NotFound(
+            f"you hold no workdir snapshot {digest}: it is not stored, or you have not "
+            f"uploaded it; upload it (PUT /api/workdirs/{digest} with its bytes)",
+            cli=f"you hold no workdir snapshot {digest}; `gpufleet run` uploads it",
+        )
+    return found
+
+
+async def check_named(ctx: Context, config: dict[str, Any], user_id: str) -> str | None:
+    """The hex digest of the snapshot a config names, if its submitter may name it (403,
+    naming it) and it is stored (422)."""
     hex_digest = workdir_of(config)
     if hex_digest is None:
         return None
+    digest = f"{WORKDIR_PREFIX}{hex_digest}"
+    decision = may_name(*await _standing(ctx, user_id, hex_digest))
+    if isinstance(decision, Refused):
+        raise Forbidden(
+            f"you may not name the workdir snapshot {digest} in a job: {decision.reason}",
+            cli=f"you may not name the workdir snapshot {digest}: upload the folder with "
+            "`gpufleet run`, which sends its files",
+        )
     if await ctx.artifacts.stat(key_of(hex_digest)) is None:
-        digest = f"{WORKDIR_PREFIX}{hex_digest}"
         raise InvalidInput(
             f"the config's workdir {digest} is not stored; upload it first "
             f"(PUT /api/workdirs/{digest}), then submit",
@@ -93,10 +138,16 @@ async def check_named(ctx: Context, config: dict[str, Any]) -> str | None:
     return hex_digest
 
 
+async def share(tx: Tx, hex_digest: str, user_id: str, team_id: str) -> None:
+    """A job naming the snapshot is for `team_id`: its members may name it too."""
+    await tx.q.hold_workdir(hex_digest, user_id, team_id, tx.now)
+
+
 @dataclass(frozen=True, slots=True)
 class Stored:
     snapshot: Snapshot
     created: bool  # False: it was stored already
+    read: bool = True  # False: the caller held it already, and its bytes were not read
 
 
 async def upload(
@@ -106,9 +157,13 @@ async def upload(
     content_length: int | None,
     actor: str,
     client: str | None,
+    *,
+    user_id: str,
 ) -> Stored:
-    """Store the archive streamed in `chunks` as snapshot `digest`, checked as it comes;
-    audited once stored (`workdir.uploaded`)."""
+    """Store the archive streamed in `chunks` as snapshot `digest`, checked as it comes, and
+    make `user_id` a holder of it; audited once stored (`workdir.uploaded`), or once a
+    stored one's bytes made a new holder (`workdir.held`). A holder's upload of a stored
+    snapshot reads nothing."""
     hex_digest = parse_digest(digest)
     limit = ctx.settings.workdir_max_bytes
     if content_length is None:
@@ -122,7 +177,21 @@ async def upload(
             ".gpufleetignore",
         )
     if (found := await find(ctx, digest)) is not None:
+        async with ctx.store.read() as q:
+            if holds(user_id, await q.workdir_holdings(hex_digest)):
+                return Stored(found, False, read=False)
+        await _receive(chunks, None, hex_digest, content_length)  # the proof they have it
+        await _hold(ctx, digest, user_id, actor, client, created=False, size=content_length)
         return Stored(found, False)
+    created = await _store(ctx, hex_digest, chunks, content_length)
+    await _hold(ctx, digest, user_id, actor, client, created=created, size=content_length)
+    return Stored(await get(ctx, digest), created)
+
+
+async def _store(
+    ctx: Context, hex_digest: str, chunks: AsyncIterable[bytes], content_length: int
+) -> bool:
+    """Spool, check and store the archive; False when another upload stored it meanwhile."""
     spool = ctx.settings.data_dir / _SPOOL
     spool.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=spool, prefix="upload-")
@@ -132,17 +201,37 @@ async def upload(
             await _receive(chunks, out, hex_digest, content_length)
         await asyncio.to_thread(_check_archive, path, content_length)
         async with ctx.workdir_locks.hold(hex_digest):
-            if (found := await find(ctx, digest)) is not None:
-                return Stored(found, False)
+            if await ctx.artifacts.stat(key_of(hex_digest)) is not None:
+                return False
             await ctx.artifacts.adopt(key_of(hex_digest), path, sha256=hex_digest)
+            return True
     finally:
         await asyncio.to_thread(path.unlink, True)
+
+
+async def _hold(
+    ctx: Context,
+    digest: str,
+    user_id: str,
+    actor: str,
+    client: str | None,
+    *,
+    created: bool,
+    size: int,
+) -> None:
     async with transaction(ctx) as tx:
-        tx.audit("workdir.uploaded", actor, digest, client, size=content_length)
-    return Stored(await get(ctx, digest), True)
+        new = await tx.q.hold_workdir(digest.removeprefix(WORKDIR_PREFIX), user_id, None, tx.now)
+        if created:
+            tx.audit("workdir.uploaded", actor, digest, client, size=size)
+        elif new:
+            tx.audit("workdir.held", actor, digest, client, size=size)
 
 
-async def _receive(chunks: AsyncIterable[bytes], out: BinaryIO, hex_digest: str, size: int) -> None:
+async def _receive(
+    chunks: AsyncIterable[bytes], out: BinaryIO | None, hex_digest: str, size: int
+) -> None:
+    """Read the upload to its end (into `out` unless None), refused unless its size and
+    sha256 are the announced ones."""
     spool = HashingWriter(out)
     try:
         async for chunk in chunks:
@@ -217,11 +306,15 @@ async def sweep(ctx: Context, cutoff: datetime | None) -> list[str]:
     }
     async with ctx.store.read() as q:
         held = await q.workdirs_held(list(old), cutoff)
-    doomed = [key for hex_digest, key in sorted(old.items()) if hex_digest not in held]
-    for key in doomed:
+    doomed = {hex_digest: key for hex_digest, key in sorted(old.items()) if hex_digest not in held}
+    began = ctx.clock()
+    for key in doomed.values():
         with contextlib.suppress(NotFound):
             await ctx.artifacts.delete(key)
-    return doomed
+    if doomed:
+        async with transaction(ctx) as tx:
+            await tx.q.forget_workdirs(doomed, began)
+    return list(doomed.values())
 
 
 def _clear_spool(spool: Path, now: datetime) -> None:

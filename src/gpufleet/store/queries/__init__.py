@@ -18,6 +18,7 @@ from gpufleet.store.queries.policy import PolicyQueries
 from gpufleet.store.queries.retention import RetentionQueries
 from gpufleet.store.queries.secrets import SecretQueries
 from gpufleet.store.queries.webhooks import WebhookQueries
+from gpufleet.store.queries.workdirs import WorkdirQueries
 from gpufleet.store.queries.workers import WorkerQueries
 
 
@@ -35,6 +36,7 @@ class Queries(
     PeopleQueries,
     SecretQueries,
     FleetHistoryQueries,
+    WorkdirQueries,
 ):
     """Named queries bound to one connection. The caller owns the transaction."""
 

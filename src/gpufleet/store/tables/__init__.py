@@ -7,7 +7,7 @@ from gpufleet.store.tables.access import api_keys, revoked_sessions
 from gpufleet.store.tables.audit import audit_events
 from gpufleet.store.tables.base import JSON, UTCDateTime, metadata
 from gpufleet.store.tables.fleet import fleet_samples, worker_events, worker_tokens, workers
-from gpufleet.store.tables.job_files import artifacts, checkpoints
+from gpufleet.store.tables.job_files import artifacts, checkpoints, workdir_holders
 from gpufleet.store.tables.queue import (
     job_attempts,
     job_logs,
@@ -45,6 +45,7 @@ __all__ = [
     "users",
     "webhook_deliveries",
     "webhooks",
+    "workdir_holders",
     "worker_events",
     "worker_tokens",
     "workers",

@@ -46,3 +46,17 @@ checkpoints = sa.Table(
     sa.UniqueConstraint("attempt_id", "name", name="uq_checkpoint_attempt_name"),
     sa.Index("ix_checkpoints_job", "job_id", "created_at"),
 )
+
+# Who holds a workdir snapshot (domain/workdir_access.py): a row without a team is a user who
+# uploaded its bytes, checked against the digest; a row with one is that user's sharing of it
+# with the team (a job of theirs naming it is for the team). Written by services/workdirs.py.
+workdir_holders = sa.Table(
+    "workdir_holders",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("digest", sa.String(64), nullable=False),  # the sha256's hex digits
+    sa.Column("user_id", sa.String(32), nullable=False),
+    sa.Column("team_id", sa.String(32)),
+    sa.Column("held_at", UTCDateTime, nullable=False),
+    sa.Index("ix_workdir_holders_digest", "digest", "user_id"),
+)
