@@ -13,7 +13,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -320,8 +319,6 @@ def unique(prefix: str) -> str:
 
 
 os.environ.setdefault("NO_COLOR", "1")
-# `gpufleet run` remembers the digests of folders it packed (cli/digests.py): here, not in ~.
-os.environ.setdefault("GPUFLEET_CACHE_DIR", tempfile.mkdtemp(prefix="gpufleet-cli-cache-"))
 
 
 # -- real `gpufleet worker` processes (tests/e2e/test_worker_*.py) ----------------------------
