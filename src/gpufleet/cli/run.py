@@ -5,8 +5,8 @@ uploaded unless the orchestrator says this user may name it already (they upload
 team of theirs shares it: a digest alone proves nothing, docs/security.md), and a job
 submitted whose config names it, with its `requirements` (or `env_from`) and `setup` for the
 worker; with `--wait`, its log is followed, Ctrl-C asks whether to detach or cancel,
-`--download` brings its files home
-(cli/artifacts.py), and the command exits with the job's exit code.
+`--download` brings its files home (cli/artifacts.py), and the command exits with the job's
+exit code.
 """
 
 from __future__ import annotations
@@ -205,9 +205,7 @@ def _send_workdir(api: ApiClient, root: Path, max_bytes: int, env_from: str | No
         entries = entries_of(root, paths)
         known = _digest_of(root, entries)
         cache.remember(root, before, known, signature(root, paths))
-    out.echo(
-        f"Workdir {root}: {len(set(paths))} files, {out.size(known.size)} ({known.digest[:19]}…)."
-    )
+    out.echo(f"Workdir {root}: {len(paths)} files, {out.size(known.size)} ({known.digest[:19]}…).")
     path = f"/api/workdirs/{part(known.digest)}"
     if _stored(api, path):
         out.echo("0 bytes sent: the orchestrator has this snapshot already.")

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gpufleet.artifacts.spool import HashingWriter
-from gpufleet.artifacts.store import READ_CHUNK
 from gpufleet.artifacts.workdir_archive import WORKDIR_PREFIX, check
 from gpufleet.domain.jobspec import WORKDIR, workdir_of
 from gpufleet.domain.levels import Level
@@ -261,20 +260,6 @@ def _check_archive(path: Path, size: int) -> None:
         check(archive, size)
 
 
-async def _read(path: Path) -> AsyncIterator[bytes]:
-    with path.open("rb") as source:
-        while chunk := await asyncio.to_thread(source.read, READ_CHUNK):
-            yield chunk
-
-
-async def _open(ctx: Context, key: str) -> AsyncIterator[bytes]:
-    """The stored bytes at `key` (found by `get` just before): a folder store's file read
-    straight, on a thread in large reads (obstore's stream of it was the slower half of a
-    worker's download), else the store's stream."""
-    path = ctx.artifacts.local_path(key)
-    return _read(path) if path is not None else await ctx.artifacts.open(key)
-
-
 async def open_for_attempt(
     ctx: Context,
     worker: Worker,
@@ -289,7 +274,7 @@ async def open_for_attempt(
     if job is None or job.workdir is None:
         raise NotFound(f"job {job_id} names no workdir")
     snapshot = await get(ctx, f"{WORKDIR_PREFIX}{job.workdir}")
-    return snapshot, await _open(ctx, key_of(job.workdir))
+    return snapshot, await ctx.artifacts.open(key_of(job.workdir), direct=True)
 
 
 async def sweep(ctx: Context, cutoff: datetime | None) -> list[str]:

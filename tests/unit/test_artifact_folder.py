@@ -1,5 +1,6 @@
-"""`ArtifactStore.adopt` (artifacts/store.py): a checked file becomes an object, renamed into
-a folder store, and written as any upload is when it cannot be renamed there."""
+"""A folder store's shortcuts (artifacts/store.py): `adopt` makes a checked file an object,
+renamed into the folder, written as any upload is when it cannot be renamed there; `open`
+with `direct` reads the object's file straight."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.artifacts.backends import ArtifactSettings, open_artifact_store
-from gpufleet.errors import ArtifactCorrupt
+from gpufleet.errors import ArtifactCorrupt, NotFound
 
 KEY = "workdirs/abc.tar"
 
@@ -52,3 +53,16 @@ async def test_a_file_on_another_file_system_is_written_and_checked(
     with pytest.raises(ArtifactCorrupt, match="sha256"):
         await store.adopt("workdirs/other.tar", path, sha256="0" * 64)
     assert not (tmp_path / "artifacts" / "workdirs" / "other.tar").exists()
+
+
+async def test_a_direct_read_gives_the_stored_bytes_and_nothing_for_no_object(
+    tmp_path: Path,
+) -> None:
+    store = open_artifact_store(ArtifactSettings(url=str(tmp_path / "artifacts")))
+    data = os.urandom(2_500_000)
+    path, sha = spooled(tmp_path, data)
+    await store.adopt(KEY, path, sha256=sha)
+    chunks = [c async for c in await store.open(KEY, direct=True)]
+    assert b"".join(chunks) == data and len(chunks) == 3  # MiB reads
+    with pytest.raises(NotFound):
+        await store.open("workdirs/none.tar", direct=True)
