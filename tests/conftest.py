@@ -13,6 +13,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -20,6 +21,9 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+# `gpufleet run` remembers the digests of folders it packed (cli/digests.py): in a temporary
+# folder of its own, not in the home folder of whoever runs the tests.
+os.environ.setdefault("GPUFLEET_CACHE_DIR", tempfile.mkdtemp(prefix="gpufleet-cli-cache-"))
 PG_HOST = os.environ.get("GPUFLEET_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("GPUFLEET_TEST_PG_PORT", "5432"))
 PG_MAINTENANCE_DB = "test"

@@ -117,12 +117,17 @@ async def _run(server: BenchServer, workdir: Path) -> float:
     cmd = [GPUFLEET, "run", "--url", server.url, "--api-key", server.admin_key]
     cmd += ["--workdir", str(workdir), "--wait", "--label", "bench=workdir"]
     cmd += ["--", sys.executable, "-c", f"print({MARK!r}, flush=True)"]
-    return await asyncio.to_thread(_timed, cmd)
+    # The CLI's digests of folders it packed (cli/digests.py) kept beside the trees, not in
+    # the home folder of whoever runs the benchmark.
+    env = {**os.environ, "GPUFLEET_CACHE_DIR": str(workdir.parent / "cli-cache")}
+    return await asyncio.to_thread(_timed, cmd, env)
 
 
-def _timed(cmd: list[str]) -> float:
+def _timed(cmd: list[str], env: dict[str, str]) -> float:
     began = time.monotonic()
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    ) as proc:
         watchdog = threading.Timer(RUN_WITHIN_S, proc.kill)  # a job no worker takes
         watchdog.start()
         seen: list[str] = []

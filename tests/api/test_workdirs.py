@@ -111,13 +111,13 @@ async def test_two_uploads_of_one_digest_at_once_store_it_once(
 ) -> None:
     body = archive_of(tmp_path, {"a.py": "y" * 5_000_000})  # over the 4 MiB of a JSON body
     writes: list[str] = []
-    write = fleet.ctx.artifacts.write
+    adopt = fleet.ctx.artifacts.adopt
 
-    async def counted(key: str, chunks: Any, **kw: Any) -> Any:
+    async def counted(key: str, path: Path, **kw: Any) -> Any:
         writes.append(key)
-        return await write(key, chunks, **kw)
+        return await adopt(key, path, **kw)
 
-    fleet.ctx.artifacts.write = counted  # type: ignore[method-assign]
+    fleet.ctx.artifacts.adopt = counted  # type: ignore[method-assign]
     answers = await asyncio.gather(put(fleet.admin, body), put(fleet.admin, body))
     assert sorted(a.status_code for a in answers) == [200, 201]
     assert len(writes) == 1 and len(stored(fleet)) == 1 and spooled(fleet) == []

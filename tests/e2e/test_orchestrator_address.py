@@ -35,7 +35,11 @@ def server(checkout: Path) -> Iterator[ServerProcess]:
 
 def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`gpufleet ARGS` as typed on the orchestrator's machine: no URL, no key, no GPUFLEET_*."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GPUFLEET_") or k == "GPUFLEET_CACHE_DIR"  # conftest's, not ~
+    }
     env.update(NO_COLOR="1", COLUMNS="200")
     return subprocess.run(
         [GPUFLEET, *args],

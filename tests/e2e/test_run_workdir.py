@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,6 +112,26 @@ def test_run_brings_the_checkout_waits_and_exits_with_the_jobs_code(
     cached = list((worker.work_dir / "cache" / "workdirs").glob("*.tar"))
     assert len(cached) == 1
     assert hashlib.sha256(cached[0].read_bytes()).hexdigest() == cached[0].stem
+
+
+def test_a_file_changed_at_the_same_size_and_time_is_sent_again(
+    server: ServerProcess, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    """`gpufleet run` remembers an unchanged folder's digest (cli/digests.py); an edit that
+    keeps the file's size and modification time still changes what the job gets."""
+    script = tmp_path / "train.py"
+    script.write_text('print("version", "one")\n')
+    an_hour_ago = time.time_ns() - 3600 * 10**9
+    os.utime(script, ns=(an_hour_ago, an_hour_ago))  # a settled file: its digest remembered
+    first = run(server, tmp_path, "--wait", "--", "python", "train.py")
+    assert first.returncode == 0 and sent(first) > 0, first.stdout + first.stderr
+    again = run(server, tmp_path, "--wait", "--", "python", "train.py")
+    assert sent(again) == 0 and "version one" in again.stdout
+    script.write_text('print("version", "two")\n')
+    os.utime(script, ns=(an_hour_ago, an_hour_ago))
+    second = run(server, tmp_path, "--wait", "--", "python", "train.py")
+    assert second.returncode == 0 and sent(second) > 0, second.stdout + second.stderr
+    assert "version two" in second.stdout
 
 
 def test_run_without_wait_submits_and_says_how_to_follow(

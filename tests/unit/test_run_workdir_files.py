@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
 
-from gpufleet.cli.workdir import biggest, select, snapshot
+from gpufleet.cli.workdir import biggest, select, selected
 from gpufleet.errors import PayloadTooLarge
 
 
@@ -60,6 +59,5 @@ def test_a_snapshot_over_the_limit_names_its_biggest_entries(tmp_path: Path) -> 
     write(tmp_path, {"weights/a.pt": "x" * 3000, "weights/b.pt": "x" * 3000, "a.py": "x"})
     assert biggest(tmp_path, select(tmp_path)) == [("weights/", 6000), ("a.py", 1)]
     with pytest.raises(PayloadTooLarge, match=r"weights/ \(5\.9 KiB\)"):
-        snapshot(tmp_path, 1000, io.BytesIO())
-    packed = snapshot(tmp_path, 10_000, io.BytesIO())
-    assert [e.path for e in packed.entries] == ["a.py", "weights/a.pt", "weights/b.pt"]
+        selected(tmp_path, 1000)
+    assert selected(tmp_path, 10_000) == ["a.py", "weights/a.pt", "weights/b.pt"]

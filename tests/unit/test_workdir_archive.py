@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.artifacts.workdir_archive import check, pack, unpack
+from gpufleet.artifacts.workdir_archive import (
+    archive_size,
+    check,
+    chunks,
+    entries_of,
+    pack,
+    unpack,
+)
 from gpufleet.errors import UnsafeArchive
 
 
@@ -168,3 +175,60 @@ def test_unpacked_bytes_are_bounded_by_the_packed_size() -> None:
 def test_a_compressed_or_garbled_archive_is_refused() -> None:
     with pytest.raises(UnsafeArchive, match="not a plain tar"):
         check(io.BytesIO(b"\x1f\x8b" + b"\0" * 600), 602)
+
+
+def tarfile_archive(root: Path, paths: list[str]) -> bytes:
+    """The canonical archive as `tarfile` itself writes it (how `pack` once made it)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(paths, key=str.encode):
+            info = tar.gettarinfo(str(root / path), arcname=path)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            if info.issym():
+                info.mode = 0o777
+                tar.addfile(info)
+                continue
+            info.mode = 0o755 if info.mode & 0o100 else 0o644
+            with (root / path).open("rb") as source:
+                tar.addfile(info, source)
+    return out.getvalue()
+
+
+def test_pack_writes_the_bytes_tarfile_writes_and_says_their_size(tmp_path: Path) -> None:
+    root = tree(tmp_path)
+    (root / ("long-" * 30)).write_bytes(os.urandom(3 * 1024 * 1024 + 7))  # a PAX header
+    (root / "é.txt").write_text("not ASCII")
+    (root / "empty").write_bytes(b"")
+    paths = [*PATHS, "long-" * 30, "é.txt", "empty"]
+    made = packed(root, paths)
+    assert made == tarfile_archive(root, paths)
+    assert archive_size(entries_of(root, paths)) == len(made)
+
+
+def test_a_file_that_grows_or_goes_while_packed_is_refused(tmp_path: Path) -> None:
+    root = tree(tmp_path)
+    entries = entries_of(root, PATHS)
+    (root / "run.sh").write_text("#!/bin/sh\necho longer now\n")
+    with pytest.raises(UnsafeArchive, match="changed size"):
+        b"".join(chunks(root, entries))
+    (root / "run.sh").unlink()
+    with pytest.raises(UnsafeArchive, match="cannot be read"):
+        b"".join(chunks(root, entries))
+
+
+def test_unpack_copies_in_python_where_the_kernel_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tree(tmp_path / "tree")
+    (root / "big.bin").write_bytes(os.urandom(2 * 1024 * 1024 + 3))
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(packed(root, [*PATHS, "big.bin"]))
+
+    def refused(*args: object, **kwargs: object) -> int:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refused, raising=False)
+    unpack(archive, tmp_path / "out")
+    for path in ("src/train.py", "run.sh", "big.bin"):
+        assert (tmp_path / "out" / path).read_bytes() == (root / path).read_bytes()
+    assert os.stat(tmp_path / "out" / "run.sh").st_mode & 0o777 == 0o755

@@ -45,7 +45,9 @@ def open_artifact_store(settings: ArtifactSettings) -> ArtifactStore:
             return ArtifactStore(_object_store(settings, scheme), name=f"bucket {settings.url}")
         if scheme in ("", "file"):
             folder = _folder(settings.url)
-            return ArtifactStore(LocalStore(folder, mkdir=True), name=f"folder {folder}")
+            return ArtifactStore(
+                LocalStore(folder, mkdir=True), name=f"folder {folder}", folder=folder
+            )
     except (BaseError, OSError, ValueError) as exc:
         raise ConfigurationError(
             f"the artifact store {settings.url!r} cannot be opened ({exc}); fix --artifacts "

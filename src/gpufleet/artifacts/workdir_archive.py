@@ -21,7 +21,7 @@ import os
 import posixpath
 import stat
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -119,33 +119,77 @@ def _header(entry: Entry) -> tarfile.TarInfo:
     return info
 
 
+def entries_of(root: Path, paths: Iterable[str]) -> list[Entry]:
+    """What `paths` (relative to `root`) pack as, in the archive's order."""
+    return sorted((entry_of(root, p) for p in set(paths)), key=lambda e: e.path.encode())
+
+
+def archive_size(entries: Iterable[Entry]) -> int:
+    """The bytes of the canonical archive of `entries`, as `chunks` makes it."""
+    size = sum(len(_encoded(entry)) + _padded(entry.size) for entry in entries) + _END
+    return size + (-size % tarfile.RECORDSIZE)
+
+
+def chunks(root: Path, entries: Iterable[Entry]) -> Iterator[bytes]:
+    """The canonical tar of `entries` (from `entries_of`), in pieces of at most a MiB: the
+    bytes `tarfile` writes for them (a header each, a file's bytes padded to a block, two
+    zero blocks, zeros to a whole record). `UnsafeArchive` if a file's size changed since
+    its entry was read (its header would lie)."""
+    size = 0
+    for entry in entries:
+        header = _encoded(entry)
+        size += len(header)
+        yield header
+        if entry.link is not None:
+            continue
+        with _opened(root, entry.path) as source:
+            left = entry.size
+            while left > 0 and (chunk := source.read(min(_CHUNK, left))):
+                left -= len(chunk)
+                yield chunk
+            if left or source.read(1):
+                raise UnsafeArchive(
+                    f"the workdir's file {entry.path[:120]!r} changed size while it was packed; "
+                    "run again once nothing writes to the folder"
+                )
+        size += entry.size
+        if pad := _padded(entry.size) - entry.size:
+            size += pad
+            yield bytes(pad)
+    size += _END
+    yield bytes(_END + (-size % tarfile.RECORDSIZE))
+
+
 def pack(root: Path, paths: Iterable[str], out: IO[bytes]) -> Packed:
     """Write the canonical tar of `paths` (relative to `root`) to `out`."""
-    entries = sorted((entry_of(root, p) for p in set(paths)), key=lambda e: e.path.encode())
-    hashed = _Hashing(out)
-    with tarfile.open(fileobj=hashed, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
-        for entry in entries:
-            if entry.link is not None:
-                tar.addfile(_header(entry))
-                continue
-            with (root / entry.path).open("rb") as source:
-                tar.addfile(_header(entry), source)
-    return Packed(hashed.size, hashed.sha.hexdigest(), tuple(entries))
+    entries = entries_of(root, paths)
+    sha, size = hashlib.sha256(), 0
+    for chunk in chunks(root, entries):
+        sha.update(chunk)
+        size += len(chunk)
+        out.write(chunk)
+    return Packed(size, sha.hexdigest(), tuple(entries))
 
 
-class _Hashing:
-    """A write-only file that counts and hashes what passes to the file under it."""
+_END = 2 * tarfile.BLOCKSIZE
 
-    def __init__(self, out: IO[bytes]) -> None:
-        self._out, self.sha, self.size = out, hashlib.sha256(), 0
 
-    def write(self, data: bytes) -> int:
-        self.sha.update(data)
-        self.size += len(data)
-        return self._out.write(data)
+def _opened(root: Path, path: str) -> IO[bytes]:
+    try:
+        return (root / path).open("rb")
+    except OSError as exc:
+        raise UnsafeArchive(
+            f"the workdir's file {path[:120]!r} cannot be read ({exc.strerror}); run again once "
+            "nothing writes to the folder"
+        ) from exc
 
-    def tell(self) -> int:
-        return self.size
+
+def _encoded(entry: Entry) -> bytes:
+    return _header(entry).tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape")
+
+
+def _padded(size: int) -> int:
+    return size + (-size % tarfile.BLOCKSIZE)
 
 
 # ---- check and unpack ---------------------------------------------------------------------
@@ -216,16 +260,35 @@ def unpack(archive: Path, dest: Path) -> list[Entry]:
             elif member.isdir():
                 target.mkdir(exist_ok=True)
             else:
-                _write(tar, member, target, entry.mode)
+                _write(source.fileno(), member, target, entry.mode)
     return entries
 
 
-def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, mode: int) -> None:
-    source = tar.extractfile(member)
-    if source is None:  # unreachable for a regular file, which `check` made sure it is
-        raise _refuse(member.name, "its bytes cannot be read", "the archive")
+def _write(archive: int, member: tarfile.TarInfo, target: Path, mode: int) -> None:
+    """Copy a member's bytes from the archive's file into a new file, in the kernel where it
+    can (`check` made sure the member is a regular file whose bytes are in the archive)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    with source, os.fdopen(os.open(target, flags, mode), "wb") as out:
-        while chunk := source.read(_CHUNK):
-            out.write(chunk)
-    os.chmod(target, mode)
+    out = os.open(target, flags, mode)
+    try:
+        _copy_range(archive, out, member.offset_data, member.size)
+        os.fchmod(out, mode)
+    finally:
+        os.close(out)
+
+
+def _copy_range(source: int, out: int, offset: int, size: int) -> None:
+    done = 0
+    if hasattr(os, "copy_file_range"):
+        try:
+            while done < size:
+                copied = os.copy_file_range(source, out, size - done, offset + done)
+                if copied == 0:
+                    break
+                done += copied
+        except OSError:  # another file system, or a kernel without it: copy in Python
+            pass
+    while done < size:
+        chunk = os.pread(source, min(_CHUNK, size - done), offset + done)
+        if not chunk:
+            raise UnsafeArchive(f"the archive ends inside a file's bytes (at {offset + done})")
+        done += os.write(out, chunk)

@@ -11,10 +11,10 @@ import contextlib
 import functools
 import json
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 from urllib.parse import quote
 
 import click
@@ -129,16 +129,11 @@ class ApiClient:
     def delete(self, path: str) -> Any:
         return self._request("DELETE", path)
 
-    def upload(self, path: str, source: IO[bytes], size: int) -> Any:
-        """PUT `size` bytes read from `source`, streamed, with their Content-Length."""
-
-        def chunks() -> Iterator[bytes]:
-            while chunk := source.read(1024 * 1024):
-                yield chunk
-
+    def upload(self, path: str, chunks: Iterable[bytes], size: int) -> Any:
+        """PUT the `size` bytes of `chunks`, streamed, with their Content-Length."""
         headers = {"Content-Length": str(size), "Content-Type": "application/octet-stream"}
         timeout = httpx.Timeout(30.0, write=300.0, read=300.0)
-        return self._request("PUT", path, content=chunks(), headers=headers, timeout=timeout)
+        return self._request("PUT", path, content=chunks, headers=headers, timeout=timeout)
 
     @contextlib.contextmanager
     def fetch(self, path: str, **params: Any) -> Iterator[httpx.Response]:

@@ -1,29 +1,32 @@
 """`gpufleet run`: run a command on the fleet with the code of a folder (docs/jobs.md).
 
-The folder is packed (cli/workdir.py), its snapshot uploaded unless the orchestrator says
-this user may name it already (they uploaded it, or a team of theirs shares it: a digest
-alone proves nothing, docs/security.md), and a job submitted whose config names it, with its
-`requirements` (or `env_from`) and `setup` for the worker; with `--wait`, its log is
-followed, Ctrl-C asks whether to detach or cancel, `--download` brings its files home
-(cli/artifacts.py), and the command exits with the job's exit code.
+The folder is packed (cli/workdir.py, its digest remembered by cli/digests.py), its snapshot
+uploaded unless the orchestrator says this user may name it already (they uploaded it, or a
+team of theirs shares it: a digest alone proves nothing, docs/security.md), and a job
+submitted whose config names it, with its `requirements` (or `env_from`) and `setup` for the
+worker; with `--wait`, its log is followed, Ctrl-C asks whether to detach or cancel,
+`--download` brings its files home (cli/artifacts.py), and the command exits with the job's
+exit code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
+from gpufleet.artifacts.workdir_archive import Entry, archive_size, chunks, entries_of
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, part
 from gpufleet.cli.artifacts import fetch_files, summary
+from gpufleet.cli.digests import DigestCache, Known, cache_folder, signature
 from gpufleet.cli.follow import follow_to_end
 from gpufleet.cli.options import parse_size_option, setting
 from gpufleet.cli.submitting import say_submitted, submit_options
-from gpufleet.cli.workdir import snapshot
+from gpufleet.cli.workdir import selected
 from gpufleet.domain.jobspec import ENV_NAME
 from gpufleet.domain.states import JobStatus
 from gpufleet.errors import InvalidInput, NotFound
@@ -188,27 +191,44 @@ def _bring_home(api: ApiClient, job_id: str, directory: Path) -> None:
 
 
 def _send_workdir(api: ApiClient, root: Path, max_bytes: int, env_from: str | None) -> str:
-    """Pack `root`, upload its snapshot unless the caller may name it already; its digest."""
-    with tempfile.TemporaryFile() as archive:
-        packed = snapshot(root, max_bytes, archive)
-        if env_from is not None and env_from not in {entry.path for entry in packed.entries}:
-            raise InvalidInput(
-                f"--env-from {env_from}: no such file in the workdir {root} (or an ignore rule "
-                "leaves it out); name it by its path in the workdir"
-            )
-        out.echo(
-            f"Workdir {root}: {len(packed.entries)} files, {out.size(packed.size)} "
-            f"({packed.digest[:19]}…)."
+    """Upload `root`'s snapshot unless the caller may name it already; its digest. The
+    files are read once to learn the digest (not at all when nothing changed since they
+    were last packed: cli/digests.py), and again as they are sent: no archive is written."""
+    paths = selected(root, max_bytes)
+    if env_from is not None and env_from not in paths:
+        raise InvalidInput(
+            f"--env-from {env_from}: no such file in the workdir {root} (or an ignore rule "
+            "leaves it out); name it by its path in the workdir"
         )
-        path = f"/api/workdirs/{part(packed.digest)}"
-        if _stored(api, path):
-            out.echo("0 bytes sent: the orchestrator has this snapshot already.")
-        else:
-            archive.seek(0)
-            answer = api.upload(path, archive, packed.size)
-            had = isinstance(answer, dict) and answer.get("created") is False
-            out.echo(f"{packed.size} bytes sent{_HAD if had else '.'}")
-    return packed.digest
+    cache = DigestCache(cache_folder())
+    before = signature(root, paths)
+    entries = None
+    if (known := cache.lookup(root, before)) is None:
+        entries = entries_of(root, paths)
+        known = _digest_of(root, entries)
+        cache.remember(root, before, known, signature(root, paths))
+    out.echo(f"Workdir {root}: {len(paths)} files, {out.size(known.size)} ({known.digest[:19]}…).")
+    path = f"/api/workdirs/{part(known.digest)}"
+    if _stored(api, path):
+        out.echo("0 bytes sent: the orchestrator has this snapshot already.")
+        return known.digest
+    entries = entries or entries_of(root, paths)
+    if archive_size(entries) != known.size:
+        raise InvalidInput(
+            f"the workdir {root} changed while it was packed; run again once nothing writes to it"
+        )
+    answer = api.upload(path, chunks(root, entries), known.size)
+    had = isinstance(answer, dict) and answer.get("created") is False
+    out.echo(f"{known.size} bytes sent{_HAD if had else '.'}")
+    return known.digest
+
+
+def _digest_of(root: Path, entries: list[Entry]) -> Known:
+    sha, size = hashlib.sha256(), 0
+    for chunk in chunks(root, entries):
+        sha.update(chunk)
+        size += len(chunk)
+    return Known(sha.hexdigest(), size)
 
 
 def _stored(api: ApiClient, path: str) -> bool:

@@ -1,7 +1,7 @@
 """What `gpufleet run` sends of a folder (docs/jobs.md): its files, less what `.gitignore` and
 `.gpufleetignore` files leave out (git's rules, each file's patterns relative to its folder,
-a deeper file's last word winning), packed as the canonical archive of
-artifacts/workdir_archive.py into a temporary file.
+a deeper file's last word winning), which `gpufleet run` packs as the canonical
+archive of artifacts/workdir_archive.py.
 
 Always left out: `.git` (the repository's history is not the job's code), `.gpufleet` (the
 orchestrator's default data folder, which holds its admin key) and `.gpufleet-job`.
@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import IO
 
 from pathspec import GitIgnoreSpec
 
-from gpufleet.artifacts.workdir_archive import Packed, pack
 from gpufleet.cli import output as out
 from gpufleet.errors import InvalidInput, PayloadTooLarge
 
@@ -82,9 +80,9 @@ def biggest(root: Path, paths: list[str], count: int = SHOWN) -> list[tuple[str,
     return sorted(sizes.items(), key=lambda item: (-item[1], item[0]))[:count]
 
 
-def snapshot(root: Path, max_bytes: int, archive: IO[bytes]) -> Packed:
-    """Write the folder's archive to `archive`; `PayloadTooLarge` over `max_bytes` (its
-    files' bytes), naming the biggest entries."""
+def selected(root: Path, max_bytes: int) -> list[str]:
+    """The files of the folder that its snapshot holds; `PayloadTooLarge` over `max_bytes`
+    (their bytes), naming the biggest entries."""
     paths = select(root)
     total = sum(os.lstat(root / p).st_size for p in paths)
     if total > max_bytes:
@@ -94,4 +92,4 @@ def snapshot(root: Path, max_bytes: int, archive: IO[bytes]) -> Packed:
             f"({out.size(max_bytes)}); the biggest: {listed}. Leave them out in .gpufleetignore "
             "or .gitignore, or raise --max-workdir-size"
         )
-    return pack(root, paths, archive)
+    return paths

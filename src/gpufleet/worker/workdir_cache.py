@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlencode
 
 from gpufleet import protocol
+from gpufleet.artifacts.spool import HashingWriter
 from gpufleet.artifacts.workdir_archive import unpack
 from gpufleet.errors import AgentError, UnsafeArchive
 from gpufleet.worker.backoff import Backoff
@@ -56,6 +57,7 @@ class WorkdirCache:
     ) -> int:
         """Unpack snapshot `hex_digest` into `folder`, downloading it first unless it is
         cached; the number of entries unpacked."""
+        began = time.monotonic()
         async with self._lock:
             archive = self.folder / f"{hex_digest}.tar"
             if archive.is_file():
@@ -69,11 +71,19 @@ class WorkdirCache:
                     f"workdir sha256:{hex_digest[:12]}… could not be downloaded",
                 )
             await asyncio.to_thread(self._evict, keep=archive)
+        fetched = time.monotonic()
         try:
             entries = await asyncio.to_thread(unpack, archive, folder)
         except (UnsafeArchive, OSError) as exc:
             raise WorkdirFailed(f"the workdir could not be unpacked: {exc}") from exc
-        log.info("job %s: unpacked workdir %s (%d entries)", job_id, hex_digest[:12], len(entries))
+        log.info(
+            "job %s: unpacked workdir %s (%d entries; %.2f s to fetch or find, %.2f s to unpack)",
+            job_id,
+            hex_digest[:12],
+            len(entries),
+            fetched - began,
+            time.monotonic() - fetched,
+        )
         return len(entries)
 
     async def _download(
@@ -82,17 +92,18 @@ class WorkdirCache:
         self.folder.mkdir(parents=True, exist_ok=True)
         partial = archive.with_name(f".{archive.name}.{os.getpid()}.part")
         url = f"{protocol.job_workdir_path(job_id)}?{urlencode({'attempt_id': attempt_id})}"
-        sha = hashlib.sha256()
         try:
             async with downloads.download(url, {}) as response:
                 with partial.open("wb") as out:
-                    async for chunk in response.aiter_bytes():
-                        sha.update(chunk)
-                        await asyncio.to_thread(out.write, chunk)
-            if sha.hexdigest() != hex_digest:
-                raise ResumeFailed(
-                    f"the workdir downloaded has sha256 {sha.hexdigest()}, not {hex_digest}"
-                )
+                    spool = HashingWriter(out)
+                    try:
+                        async for chunk in response.aiter_bytes():
+                            await spool.write(chunk)
+                        sha256 = await spool.close()
+                    finally:
+                        await spool.settle()
+            if sha256 != hex_digest:
+                raise ResumeFailed(f"the workdir downloaded has sha256 {sha256}, not {hex_digest}")
             partial.replace(archive)
         finally:
             partial.unlink(missing_ok=True)

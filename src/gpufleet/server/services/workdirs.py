@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import tempfile
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from gpufleet.artifacts.store import READ_CHUNK
+from gpufleet.artifacts.spool import HashingWriter
 from gpufleet.artifacts.workdir_archive import WORKDIR_PREFIX, check
 from gpufleet.domain.jobspec import WORKDIR, workdir_of
 from gpufleet.domain.levels import Level
@@ -203,7 +202,7 @@ async def _store(
         async with ctx.workdir_locks.hold(hex_digest):
             if await ctx.artifacts.stat(key_of(hex_digest)) is not None:
                 return False
-            await ctx.artifacts.write(key_of(hex_digest), _read(path), sha256=hex_digest)
+            await ctx.artifacts.adopt(key_of(hex_digest), path, sha256=hex_digest)
             return True
     finally:
         await asyncio.to_thread(path.unlink, True)
@@ -228,40 +227,37 @@ async def _hold(
 
 
 async def _receive(
-    chunks: AsyncIterable[bytes], out: Any | None, hex_digest: str, size: int
+    chunks: AsyncIterable[bytes], out: BinaryIO | None, hex_digest: str, size: int
 ) -> None:
     """Read the upload to its end (into `out` unless None), refused unless its size and
     sha256 are the announced ones."""
-    sha, got = hashlib.sha256(), 0
-    async for chunk in chunks:
-        got += len(chunk)
-        if got > size:
-            raise ArtifactCorrupt(
-                f"the upload sent more than its Content-Length of {size} bytes; nothing was stored"
-            )
-        sha.update(chunk)
-        if out is not None:
-            await asyncio.to_thread(out.write, chunk)
-    if got != size:
+    spool = HashingWriter(out)
+    try:
+        async for chunk in chunks:
+            if spool.size + len(chunk) > size:
+                raise ArtifactCorrupt(
+                    f"the upload sent more than its Content-Length of {size} bytes; nothing was "
+                    "stored"
+                )
+            await spool.write(chunk)
+        sha256 = await spool.close()
+    finally:
+        await spool.settle()  # the file is closed next: no write may be left running
+    if spool.size != size:
         raise ArtifactCorrupt(
-            f"the upload was cut off at {got} of {size} bytes; nothing was stored, send it again"
+            f"the upload was cut off at {spool.size} of {size} bytes; nothing was stored, send "
+            "it again"
         )
-    if sha.hexdigest() != hex_digest:
+    if sha256 != hex_digest:
         raise ArtifactCorrupt(
-            f"the archive's sha256 is {sha.hexdigest()}, not the {hex_digest} it was uploaded "
-            "as; nothing was stored"
+            f"the archive's sha256 is {sha256}, not the {hex_digest} it was uploaded as; "
+            "nothing was stored"
         )
 
 
 def _check_archive(path: Path, size: int) -> None:
     with path.open("rb") as archive:
         check(archive, size)
-
-
-async def _read(path: Path) -> AsyncIterator[bytes]:
-    with path.open("rb") as source:
-        while chunk := await asyncio.to_thread(source.read, READ_CHUNK):
-            yield chunk
 
 
 async def open_for_attempt(
@@ -278,7 +274,7 @@ async def open_for_attempt(
     if job is None or job.workdir is None:
         raise NotFound(f"job {job_id} names no workdir")
     snapshot = await get(ctx, f"{WORKDIR_PREFIX}{job.workdir}")
-    return snapshot, await ctx.artifacts.open(key_of(job.workdir))
+    return snapshot, await ctx.artifacts.open(key_of(job.workdir), direct=True)
 
 
 async def sweep(ctx: Context, cutoff: datetime | None) -> list[str]:
