@@ -6,10 +6,12 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.domain.job_secrets import MASK, looks_like_credential, reference
-from gpufleet.domain.naming import NAME, NAME_RULE, check_name
+from gpufleet.domain.naming import LABEL_KEY, LABEL_KEY_RULE, NAME, NAME_RULE, check_name
 from gpufleet.errors import InvalidInput
 
 # A config's name follows the rule of every name (domain/naming.py); the Train page checks
@@ -162,6 +164,7 @@ def check_config(body: Any) -> dict[str, Any]:
             f"config field 'timeout_s' must be a number of seconds > 0, got {timeout!r}"
         )
     _stated_gpu_count(body)
+    gang_shape(0, body)
     workdir_of(body)
     check_environment(body)
     return body
@@ -222,6 +225,73 @@ def job_gpu_count(requested: int | None, config: dict[str, Any]) -> int:
         ui=f"GPU count {requested} {why}: set GPU count to {own}, or leave it blank to take "
         f"the config's, {fix}",
     )
+
+
+MAX_NODES = 64  # as `nodes` at submit: the machines one job runs on (docs/jobs.md)
+
+
+def _shown(value: Any) -> str:
+    """A refused value as an error may quote it: a huge number is not written out (Python
+    refuses to write one of over 4,300 digits), a long text is cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**9:
+        return "a number that large"
+    return repr(value)[:100]
+
+
+def check_nodes(value: Any, field: str = "nodes") -> int:
+    """The machines a job runs on: a whole number from 1 to MAX_NODES (1: not a gang)."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NODES:
+        raise InvalidInput(
+            f"config field {field!r} must be a whole number from 1 to {MAX_NODES} (the "
+            f"machines the job runs on), got {_shown(value)}"
+        )
+    return value
+
+
+def _same_label(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not LABEL_KEY.fullmatch(value):
+        raise InvalidInput(
+            f"config field 'same_label' must name a label (every node has the same value of "
+            f"it), got {_shown(value)}: {LABEL_KEY_RULE}"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class GangShape:
+    """The machines a job runs on: `nodes` workers with `gpus_per_node` GPUs each, all with
+    one value of the label `same_label` when it names one (None for one node: see
+    `gang_shape`)."""
+
+    nodes: int
+    gpus_per_node: int
+    same_label: str | None = None
+
+    @property
+    def total_gpus(self) -> int:
+        """What limits, fair share and usage count: every node's GPUs."""
+        return self.nodes * self.gpus_per_node
+
+
+def gang_shape(gpu_count: int, config: Mapping[str, Any]) -> GangShape:
+    """The shape of a job of `gpu_count` GPUs a node (`job_gpu_count`) and this config.
+
+    `same_label` with one node is accepted and ignored, not refused: a config written for N
+    nodes runs as is on one (a smoke test with `nodes` 1), where one node trivially has one
+    value of any label. Refused values name their field."""
+    nodes = check_nodes(config.get("nodes"))
+    same = _same_label(config.get("same_label"))
+    return GangShape(nodes, gpu_count, same if nodes > 1 else None)
+
+
+def total_gpus(gpu_count: int, config: Mapping[str, Any]) -> int:
+    """GPUs a job holds in all, as limits, fair share and usage count them: nodes times gpu_count
+    (with one node, its `gpu_count` as before)."""
+    return gang_shape(gpu_count, config).total_gpus
 
 
 def config_digest(body: dict[str, Any]) -> str:

@@ -29,6 +29,14 @@ class Feature(StrEnum):
     # Builds the virtualenv a job's config asks for (`requirements`, `env_from`) with uv, and
     # runs its `setup` command before the command (docs/jobs.md).
     ENV = "env"
+    # Runs one node of a multi-node job (a config's `nodes` over 1): its rank, the
+    # rendezvous and the gang's stop (docs/jobs.md, Multi-node jobs). The gpufleet worker
+    # does not say it yet: `AGENT_FEATURES`.
+    GANG = "gang"
+
+
+# What the gpufleet worker says it does: every feature but those whose runtime is not built.
+AGENT_FEATURES = tuple(f for f in Feature if f is not Feature.GANG)
 
 
 _KNOWN_FEATURES = frozenset(f.value for f in Feature)
@@ -49,6 +57,9 @@ def needs_of(config: Mapping[str, Any]) -> frozenset[Feature]:
         needs.add(Feature.WORKDIR)
     if any(config.get(key) is not None for key in ENV_KEYS):
         needs.add(Feature.ENV)
+    nodes = config.get("nodes")
+    if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 1:
+        needs.add(Feature.GANG)
     return frozenset(needs)
 
 
@@ -127,6 +138,7 @@ class Why(StrEnum):
     SIMPLETUNER_ONLY = "simpletuner_only"
     NO_WORKDIR = "no_workdir"
     NO_ENV = "no_env"
+    NO_GANG = "no_gang"
     NO_LABEL = "no_label"
     LABEL_MISMATCH = "label_mismatch"
     BUSY = "busy"
@@ -172,6 +184,11 @@ class Reason:
                     "cannot build a job's environment or run its setup (it does not say `env` "
                     "in its features: a SimpleTuner agent, or an older gpufleet worker); run it "
                     "on a current `gpufleet worker`"
+                )
+            case Why.NO_GANG:
+                return (
+                    "does not say `gang` in its features; the job needs workers that run "
+                    "multi-node jobs (feature gang)"
                 )
             case Why.NO_LABEL:
                 return f"has no label {p['key']!r} (wanted {p['key']}={p['wanted']})"
@@ -262,6 +279,8 @@ def reasons_not_running(req: Requirement, cap: Capacity) -> list[Reason]:
         reasons.append(Reason(Why.NO_WORKDIR))
     if cap.features is not None and Feature.ENV in req.needs - cap.features:
         reasons.append(Reason(Why.NO_ENV))
+    if cap.features is not None and Feature.GANG in req.needs - cap.features:
+        reasons.append(Reason(Why.NO_GANG))
     reasons.extend(label_mismatches(req.labels, cap.labels))
     unavailable = {
         WorkerStatus.BUSY: Reason(Why.BUSY, {"job_id": cap.current_job_id}),
@@ -350,4 +369,6 @@ def _wanted(req: Requirement) -> str:
         parts.append("unpacks a workdir")
     if Feature.ENV in req.needs:
         parts.append("builds an environment")
+    if Feature.GANG in req.needs:
+        parts.append("runs multi-node jobs")
     return " and ".join(parts)

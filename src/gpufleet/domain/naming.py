@@ -15,6 +15,14 @@ NAME_RULE = (
 )
 
 
+# A label's key (a worker's labels, a job's `worker_labels`, a gang's `same_label`).
+LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$")
+LABEL_KEY_RULE = (
+    "use letters, digits, '_', '-', '.', '/' (at most 63 characters, starting with a letter "
+    "or digit)"
+)
+
+
 def check_name(kind: str, name: str) -> str:
     """`name` as NAME_RULE says; `kind` names the thing in the error ("config", "worker")."""
     if not NAME.fullmatch(name):

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufleet import __version__, logs, protocol
-from gpufleet.domain.matching import Feature
+from gpufleet.domain.matching import AGENT_FEATURES
 from gpufleet.errors import AgentError
 from gpufleet.protocol import EventType
 from gpufleet.supervisor import Supervisor
@@ -395,5 +395,5 @@ class Agent:
             "current_attempt_id": attempt_id,
             "agent": f"gpufleet/{__version__}",
             "hostname": socket.gethostname(),
-            "features": [feature.value for feature in Feature],
+            "features": [feature.value for feature in AGENT_FEATURES],
         }

@@ -4,10 +4,8 @@ What workers say about themselves is the agent protocol: `services/agents.py`.""
 
 from __future__ import annotations
 
-import re
-
 from gpufleet import protocol
-from gpufleet.domain.naming import check_name
+from gpufleet.domain.naming import LABEL_KEY, LABEL_KEY_RULE, check_name
 from gpufleet.domain.records import WorkedAttempt, Worker
 from gpufleet.domain.secrets import hash_secret, new_id, new_worker_token
 from gpufleet.domain.states import WorkerType, can_delete_worker
@@ -17,16 +15,11 @@ from gpufleet.server.hub import WORKERS_TOPIC, worker_topic
 from gpufleet.server.services import dispatch
 from gpufleet.server.services.lifecycle import new_worker, save_worker
 
-_LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$")
-
 
 def check_labels(labels: dict[str, str]) -> dict[str, str]:
     for key, value in labels.items():
-        if not _LABEL_KEY.fullmatch(key):
-            raise InvalidInput(
-                f"label key {key!r} is not valid; use letters, digits, '_', '-', '.', '/' "
-                "(at most 63 characters, starting with a letter or digit)"
-            )
+        if not LABEL_KEY.fullmatch(key):
+            raise InvalidInput(f"label key {key!r} is not valid; {LABEL_KEY_RULE}")
         if len(value) > 256:
             raise InvalidInput(f"label {key!r} is longer than 256 characters; shorten it")
     return dict(labels)
