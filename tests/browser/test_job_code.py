@@ -18,8 +18,9 @@ from tests.e2e.conftest import Member, ServerProcess, job_state, unique
 TRAIN_PY = "import sys\nprint('training from the snapshot', sys.argv)\n"
 
 
-def stored_snapshot(server: ServerProcess, tmp_path: Path) -> str:
-    """A snapshot with a long path, stored through the API: its digest."""
+def stored_snapshot(server: ServerProcess, tmp_path: Path, by: Member | None = None) -> str:
+    """A snapshot with a long path, stored through the API by `by` (the admin by default),
+    who may then name it in a job (docs/security.md): its digest."""
     root = tmp_path / unique("tree")
     deep = "configs/" + "very-long-folder-name-" * 4 + "/settings.yaml"
     (root / deep).parent.mkdir(parents=True)
@@ -30,16 +31,16 @@ def stored_snapshot(server: ServerProcess, tmp_path: Path) -> str:
     pack(root, ["train.py", deep, "weights.bin"], out)
     body = out.getvalue()
     digest = f"sha256:{hashlib.sha256(body).hexdigest()}"
-    with server.admin() as admin:
-        assert admin.put(f"/api/workdirs/{digest}", content=body).status_code == 201
+    with by.client() if by is not None else server.admin() as client:
+        assert client.put(f"/api/workdirs/{digest}", content=body).status_code == 201
     return digest
 
 
 def test_the_code_panel_shows_a_file_on_click_and_another_team_cannot_read_it(
     server: ServerProcess, page: Page, tmp_path: Path
 ) -> None:
-    digest = stored_snapshot(server, tmp_path)
     owner = Member(server, "vision", "researcher")
+    digest = stored_snapshot(server, tmp_path, by=owner)
     job = owner.submit(
         {"gpu": "none"},
         ["python", "train.py"],

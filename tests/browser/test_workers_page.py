@@ -449,6 +449,9 @@ def test_worker_names_lead_to_their_pages_and_a_resumed_job_shows_no_error(
     agent = FakeWorker(server, name, labels=tag)
     agent.register(labels=tag)
     agent.connect()
+    # It beats until its machine goes away: `jobs watch` may take longer than a heartbeat
+    # timeout to start on a loaded machine, and a silent worker's attempt would end as lost.
+    agent.keep_alive()
     job_id = submit_job(server, tag, ["sleep", "600"], retry_on=["lost"])
     first = running(server, agent, job_id)
     env = {**os.environ, "GPUFLEET_URL": server.url, "GPUFLEET_API_KEY": server.admin_key}

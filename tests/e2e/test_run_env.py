@@ -272,6 +272,10 @@ def following(
     connect = ["--url", server.url, "--api-key", server.admin_key, "--label", "pool=env"]
     proc = subprocess.Popen(
         [GPUFLEET, "run", *connect, "--wait", "--", "python", "slow.py"],
+        # As typed at a prompt, whatever started the tests: a test run started in the
+        # background by a script (a CI runner's `cmd &`) ignores SIGINT, and so would this
+        # command, inheriting it (a failure seen that way: the command never heard Ctrl-C).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         cwd=checkout,
         stdin=stdin,
         stdout=subprocess.PIPE,
