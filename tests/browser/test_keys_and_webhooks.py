@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from gpufleet.domain.webhook_targets import redact_url
 from tests.browser.conftest import LAPTOP, PHONE, screenshot, sign_in
@@ -42,7 +42,28 @@ def test_an_admin_creates_a_key_copies_it_uses_it_and_revokes_it(
     expect(own).to_contain_text("this session")
     expect(own.locator("[data-action=revoke]")).to_have_count(0)  # refused: see the API test
 
+    # The dialog opens with its users' list in place: it once opened first, and the list,
+    # coming a moment later, moved Create down under a click on its way (a click that fell on
+    # nothing, failing this test on a busy machine). The users' read is held to show it.
+    held: list[Route] = []
+
+    def hold_the_first(route: Route) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route("**/api/users", hold_the_first)
     page.click("#key-create-open")
+    for _ in range(500):  # Playwright's events pump while it waits
+        if held:
+            break
+        page.wait_for_timeout(20)
+    assert held, "Create API key never read the users"
+    expect(page.locator("#key-create")).to_be_hidden()
+    held[0].continue_()
+    expect(page.locator("#k-user-box")).to_be_visible()
+    expect(page.locator("#key-create")).to_be_visible()
     page.click("#key-form button[type=submit]")
     expect(page.locator("#key-create-error")).to_have_text(
         "Give the key a name, such as nightly-ci."

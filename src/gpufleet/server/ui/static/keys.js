@@ -71,12 +71,14 @@ async function refresh() {
 
 const createDialog = $("#key-create");
 const form = $("#key-form");
-$("#key-create-open").addEventListener("click", () => {
+// The users are read before the dialog opens: read after, their list appeared under the
+// pointer and moved the Create button down while it was being clicked.
+$("#key-create-open").addEventListener("click", async () => {
   form.reset();
   showError($("#key-create-error"), null);
   showError($("#k-user-error"), null);
   offerLevels();
-  loadUsers();
+  await loadUsers();
   createDialog.showModal();
 });
 
