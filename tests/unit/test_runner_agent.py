@@ -57,6 +57,7 @@ class FakeOrchestrator:
         self.register_answer: dict[str, Any] = {}
         self.down = False
         self.dead_hosts: set[str] = set()  # one replica of several gone
+        self.held_progress: asyncio.Event | None = None  # progress reports wait for it
         self._changed = asyncio.Event()
 
     def transport(self) -> httpx.MockTransport:
@@ -69,6 +70,13 @@ class FakeOrchestrator:
             )
         path = request.url.path
         body = json.loads(request.content) if request.content else {}
+        if (
+            self.held_progress is not None
+            and body.get("status") == "running"
+            and "progress" in body
+        ):
+            # Taken once answered, as a server commits: a send cut before its answer is lost.
+            await self.held_progress.wait()
         self.calls.append((path, body))
         self._changed.set()
         if path == "/api/workers/register":
@@ -396,6 +404,39 @@ async def test_an_ephemeral_agent_reports_an_unrunnable_offer_failed_and_exits_c
     assert await asyncio.wait_for(agent, 10) == 0
     assert fake.statuses(event["job_id"]) == ["acknowledged", "failed"]
     assert fake.calls[-1][0] == "/api/workers/disconnect"
+
+
+async def test_progress_in_flight_when_the_job_ends_is_not_lost(fake, start_agent, tmp_path):
+    """The relay was cancelled when the job ended: a report it was sending then, with the
+    points it had taken, was cut off, and the job's chart ended short of its last step."""
+    fake.held_progress = asyncio.Event()
+    gate = tmp_path / "gate"
+    await start_agent()
+    code = r"""
+import os, pathlib, sys, time
+with open(os.environ["GPUFLEET_PROGRESS_FILE"], "a") as f:
+    for step in range(1, 11):
+        f.write('{"step": %d, "total": 10}\n' % step)
+while not pathlib.Path(sys.argv[1]).exists():
+    time.sleep(0.02)
+"""
+    offer(fake, code, str(gate))
+    # The relay has taken all ten steps and waits on its send; then the job ends.
+    await wait_until_async(
+        lambda: "running" in fake.statuses(), timeout=10, message="the job to run"
+    )
+    await asyncio.sleep(0.3)  # several relay intervals: the report with the steps is in flight
+    gate.touch()
+    await asyncio.sleep(0.3)  # the job has ended while that report waits for its answer
+    fake.held_progress.set()
+
+    await fake.wait_call(status("j_1", "completed"), within=20)
+    steps = [
+        point["step"]
+        for body in fake.status_bodies()
+        for point in [*body.get("points", []), *([body["progress"]] if "progress" in body else [])]
+    ]
+    assert sorted(steps) == list(range(1, 11)), steps
 
 
 async def test_output_and_progress_reach_the_orchestrator_in_a_form_it_stores(fake, start_agent):

@@ -5,18 +5,15 @@
                  │                                    checkpoints)           ├▶ cancelled
                  └▶ failed ("could not start: …")                            └▶ preempted
 
-Whatever goes wrong between the acknowledgement and the process running (an offer the worker
-cannot read, an environment the OS refuses, a folder it cannot write) is that attempt's
-`failed` report, never the worker's end: a job must not kill the workers it is offered to.
+Whatever goes wrong before the process runs (an unreadable offer, an environment the OS refuses, an
+unwritable folder) is the attempt's `failed` report, never the worker's end.
 
-Logs, progress and checkpoints (`worker/checkpoints.py`) travel while the process runs. When it
-ends, the pending checkpoints and then the artifacts are uploaded (`worker/uploads.py`), and
-only then is the final status sent, retried until the orchestrator takes it. Preemption
-(`preempt`, the worker's SIGTERM): a job that handles the checkpoint signal is sent it and
-given `preempt_grace` to write and ship a checkpoint; then it is stopped, its artifacts are
-uploaded and it is reported `preempted`. `hurry` (a second SIGTERM) stops it at once and
-uploads nothing more. A `Fenced` answer (409) at any point means the attempt is no longer
-ours: the process is stopped and nothing more is reported.
+Logs, progress and checkpoints (`worker/checkpoints.py`) travel while the process runs; when it
+ends, the progress relay finishes its send, pending checkpoints then artifacts are uploaded
+(`worker/uploads.py`), then the final status is sent, retried until taken. Preemption (SIGTERM):
+a job that handles the checkpoint signal gets it and `preempt_grace` to ship a checkpoint, then
+is stopped and reported `preempted`; `hurry` (a second SIGTERM) stops it at once, uploading
+nothing more. A `Fenced` answer (409) means the attempt is no longer ours: nothing more is said.
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import Coroutine, Sequence
+from contextlib import suppress
 from typing import IO, Any, Protocol
 
 from gpufleet.errors import AgentError
@@ -109,9 +107,8 @@ class JobRun:
         self._stop.set()
 
     def preempt(self, grace: float | None = None, why: str | None = None) -> None:
-        """The machine is going away (SIGTERM), or, with `why`, the queue policy takes the
-        GPUs back: checkpoint if the job can (within `grace` seconds; None: --preempt-grace),
-        stop, upload, report `preempted`."""
+        """The machine goes away (SIGTERM), or, with `why`, the queue policy takes the GPUs: a
+        checkpoint if the job can (`grace` s; None: --preempt-grace), stop, upload, report."""
         log.warning("job %s is preempted: %s", self.label, why or "the worker got SIGTERM")
         if grace is not None:
             self._grace = grace
@@ -211,8 +208,7 @@ class JobRun:
         return Backoff(self._settings.reconnect_base, self._settings.reconnect_cap)
 
     def _start_failure(self, exc: Exception) -> str:
-        """The error of an attempt that could not start; logged with a traceback when the
-        cause is not one the worker foresaw."""
+        """A failed start's error; logged with a traceback when the worker did not foresee it."""
         if isinstance(exc, AgentError):
             why = exc.message
             log.error("job %s could not start: %s", self.label, why)
@@ -235,8 +231,9 @@ class JobRun:
                 logs = helpers.create_task(
                     self._fenced_stops(shipper.run()), name=f"logs {self.label}"
                 )
+                ended = asyncio.Event()  # the relay's last send finishes, then it stops
                 progress = helpers.create_task(
-                    self._fenced_stops(self._relay(tail)), name=f"progress {self.label}"
+                    self._fenced_stops(self._relay(tail, ended)), name=f"progress {self.label}"
                 )
                 shipping = helpers.create_task(
                     self._fenced_stops(checkpoints.run()), name=f"checkpoints {self.label}"
@@ -252,12 +249,13 @@ class JobRun:
                     stop_reason=self._stop_message,
                 )
                 logs.cancel()
-                progress.cancel()
+                ended.set()  # not cancelled: points it took, cut mid-send, would be lost
                 preemption.cancel()
                 # Pending checkpoints are shipped before the artifacts and the report.
                 checkpoints.end(completed=result.outcome is Outcome.COMPLETED)
                 if self._hurry or self.stop_reason is StopReason.FENCED:
                     shipping.cancel()
+                    progress.cancel()
         except BaseExceptionGroup as group:  # a helper failed: surface its own exception
             raise group.exceptions[0] from group
         finally:
@@ -339,11 +337,14 @@ class JobRun:
         await self._status(body)
         log.info("reported job %s %s", self.label, body["status"])
 
-    async def _relay(self, tail: ProgressTail) -> None:
+    async def _relay(self, tail: ProgressTail, ended: asyncio.Event) -> None:
         await self._status({"status": "running"})
         self._running_reported = True
         while True:
-            await asyncio.sleep(self._settings.progress_interval)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(ended.wait(), self._settings.progress_interval)
+            if ended.is_set():
+                return  # the final report takes the rest
             tail.poll()
             if body := tail.take_report():
                 await self._status({"status": "running", **body})
@@ -396,5 +397,4 @@ class JobRun:
 
 def _joined(error: str | None, uploads: str | None) -> str | None:
     """The job's own error, then what failed to upload: a completed job stays completed."""
-    parts = [part for part in (error, uploads) if part]
-    return "\n".join(parts) if parts else None
+    return "\n".join(part for part in (error, uploads) if part) or None
