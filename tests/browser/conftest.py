@@ -17,6 +17,7 @@ from playwright.sync_api import (
     BrowserContext,
     Page,
     Playwright,
+    Route,
     expect,
     sync_playwright,
 )
@@ -124,3 +125,31 @@ def screenshot(page: Page, name: str) -> Path:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(path), full_page=True)
     return path
+
+
+class HeldRequest:
+    """The page's first request to `pattern`, held until `release()` (later ones go through):
+    to show what a page does while a read has not come back yet."""
+
+    def __init__(self, page: Page, pattern: str) -> None:
+        self._page = page
+        self._held: list[Route] = []
+        page.route(pattern, self._hold_the_first)
+
+    def _hold_the_first(self, route: Route) -> None:
+        if self._held:
+            route.continue_()
+        else:
+            self._held.append(route)
+
+    def arrived(self, what: str) -> None:
+        """Wait for the request (Playwright's events pump while the page waits)."""
+        for _ in range(500):
+            if self._held:
+                return
+            self._page.wait_for_timeout(20)
+        raise AssertionError(f"{what} never came")
+
+    def release(self) -> None:
+        self.arrived("the held request")
+        self._held[0].continue_()

@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page, Route, expect
+from playwright.sync_api import Page, expect
 
 from gpufleet.domain.webhook_targets import redact_url
-from tests.browser.conftest import LAPTOP, PHONE, screenshot, sign_in
+from tests.browser.conftest import LAPTOP, PHONE, HeldRequest, screenshot, sign_in
 from tests.browser.test_sharing import admin_call, held_job, job, sign_out, user_with_key
 from tests.e2e.conftest import ServerProcess, serving, unique
 from tests.webhook_receiver import Receiver, receiving
@@ -45,23 +45,11 @@ def test_an_admin_creates_a_key_copies_it_uses_it_and_revokes_it(
     # The dialog opens with its users' list in place: it once opened first, and the list,
     # coming a moment later, moved Create down under a click on its way (a click that fell on
     # nothing, failing this test on a busy machine). The users' read is held to show it.
-    held: list[Route] = []
-
-    def hold_the_first(route: Route) -> None:
-        if held:
-            route.continue_()
-        else:
-            held.append(route)
-
-    page.route("**/api/users", hold_the_first)
+    users_read = HeldRequest(page, "**/api/users")
     page.click("#key-create-open")
-    for _ in range(500):  # Playwright's events pump while it waits
-        if held:
-            break
-        page.wait_for_timeout(20)
-    assert held, "Create API key never read the users"
+    users_read.arrived("Create API key's read of the users")
     expect(page.locator("#key-create")).to_be_hidden()
-    held[0].continue_()
+    users_read.release()
     expect(page.locator("#k-user-box")).to_be_visible()
     expect(page.locator("#key-create")).to_be_visible()
     page.click("#key-form button[type=submit]")

@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect
+from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.conftest import LAPTOP, PHONE, screenshot, sign_in
+from tests.browser.conftest import LAPTOP, PHONE, HeldRequest, screenshot, sign_in
 from tests.e2e.conftest import ServerProcess, serving, unique
 from tests.waiting import wait_until
 
@@ -222,24 +222,12 @@ def test_the_policy_dialog_fits_a_phone(
     page.set_viewport_size(PHONE)
     # The first read of the policy is held: until it comes, Edit policy cannot be clicked (it
     # once could, and opened nothing, which is how this test failed on a busy machine).
-    held: list[Route] = []
-
-    def hold_the_first(route: Route) -> None:
-        if held:
-            route.continue_()
-        else:
-            held.append(route)
-
-    page.route("**/api/queue/policy", hold_the_first)
+    policy_read = HeldRequest(page, "**/api/queue/policy")
     sign_in(page, server.admin_key, then="/queue")
     edit = page.locator("#policy-edit")
     expect(edit).to_be_disabled()
-    for _ in range(500):  # the page's first read, held until now (Playwright's own events pump)
-        if held:
-            break
-        page.wait_for_timeout(20)
-    assert held, "the Queue page never read the policy"
-    held[0].continue_()
+    policy_read.arrived("the Queue page's read of the policy")
+    policy_read.release()
     page.click("#policy-edit")
     expect(page.locator("dialog#policy")).to_be_visible()
     save = page.locator("#policy-save")
