@@ -143,13 +143,7 @@ async def _upload(
         _ok(await worker.post(done), "complete")
     else:
         _ok(await worker.put(plan["url"], content=_read(source), headers=headers), "PUT")
-    commit = {
-        "attempt_id": attempt_id,
-        "name": "checkpoint-1",
-        "path": "output/checkpoint-1",
-        "step": 1,
-        "files": [file],
-    }
+    commit = checkpoint_commit(attempt_id, file)
     _ok(await worker.post(f"{protocol.WORKER_API}/job/{job_id}/checkpoints", json=commit), "commit")
 
 
@@ -180,6 +174,17 @@ async def _read(path: Path) -> AsyncIterator[bytes]:
     with path.open("rb") as file:
         while chunk := await asyncio.to_thread(file.read, CHUNK):
             yield chunk
+
+
+def checkpoint_commit(attempt_id: str, file: dict[str, Any]) -> dict[str, Any]:
+    """The commit of a one-file checkpoint, `output/checkpoint-1` at step 1."""
+    return {
+        "attempt_id": attempt_id,
+        "name": "checkpoint-1",
+        "path": "output/checkpoint-1",
+        "step": 1,
+        "files": [file],
+    }
 
 
 def _ok(resp: httpx.Response, what: str) -> None:

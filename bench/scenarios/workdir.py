@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 
 from bench.report import Result
-from bench.scenarios.artifacts import _ok
+from bench.scenarios.artifacts import _ok, checkpoint_commit
 from bench.scenarios.options import Options
 from bench.scenarios.steps import admin_client, fleet_of, say, submit
 from bench.server import GPUFLEET, BenchServer
@@ -196,13 +196,7 @@ async def _curl_copy(
             headers += [f"{k}: {v}" for k, v in plan.get("headers", {}).items()]
             say(f"curl: {size / FILE_BYTES:.0f} MiB up and down")
             up = await _curl(["-T", str(archive), server.url + plan["url"]], headers)
-            commit = {
-                "attempt_id": attempt_id,
-                "name": "checkpoint-1",
-                "path": "output/checkpoint-1",
-                "step": 1,
-                "files": [file],
-            }
+            commit = checkpoint_commit(attempt_id, file)
             committed = await worker.post(
                 f"{protocol.WORKER_API}/job/{job_id}/checkpoints", json=commit
             )
