@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Self
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from gpufleet.server.schemas.base import Record, Strict
+from gpufleet.server.schemas.base import Body, Record, Strict
 
 if TYPE_CHECKING:
     from gpufleet.server.services.artifacts import JobArtifacts
@@ -38,7 +38,7 @@ class CheckpointOut(Record):
     created_at: datetime
 
 
-class ArtifactList(BaseModel):
+class ArtifactList(Body):
     job_id: str
     pinned: bool
     total_bytes: int
@@ -60,11 +60,11 @@ class PinIn(Strict):
     pinned: bool = Field(strict=True)  # true or false, not "yes"
 
 
-class PinOut(BaseModel):
+class PinOut(Body):
     job_id: str
     pinned: bool
 
 
-class Deleted(BaseModel):
+class Deleted(Body):
     job_id: str
     deleted: int  # artifacts removed

@@ -6,13 +6,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpufleet.domain import bounds, job_secrets, outcomes
 from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import Attempt, Checkpoint, ConfigVersion, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
-from gpufleet.server.schemas.base import Record, Strict
+from gpufleet.server.schemas.base import Body, Record, Strict
 
 _NO_NAMES: Mapping[str, str] = {}
 
@@ -44,7 +44,7 @@ class RerunIn(Strict):
     max_retries: int | None = Field(None, ge=0, le=100)
 
 
-class ResumedFromOut(BaseModel):
+class ResumedFromOut(Body):
     """Where an attempt resumed: "resumed from checkpoint-1200 (attempt 2)"."""
 
     checkpoint: str  # the checkpoint's name
@@ -193,27 +193,27 @@ class JobIds(Strict):
     job_ids: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(max_length=1000)
 
 
-class BulkResult(BaseModel):
+class BulkResult(Body):
     job_id: str
     ok: bool
     job: JobOut | None  # cancel: the job; re-run: the new job
     error: str | None  # why this one was not done, in words
 
 
-class BulkOut(BaseModel):
+class BulkOut(Body):
     results: list[BulkResult]
     done: int
     failed: int
 
 
-class JobList(BaseModel):
+class JobList(Body):
     jobs: list[JobOut]
     total: int
     limit: int
     offset: int
 
 
-class LogLineOut(BaseModel):
+class LogLineOut(Body):
     seq: int
     attempt_id: str
     stream: str
@@ -221,7 +221,7 @@ class LogLineOut(BaseModel):
     ts: datetime
 
 
-class LogsOut(BaseModel):
+class LogsOut(Body):
     job_id: str
     lines: list[LogLineOut]
     next_after: int
@@ -263,7 +263,7 @@ class ConfigOut(Record):
         )
 
 
-class ConfigList(BaseModel):
+class ConfigList(Body):
     configs: list[ConfigOut]
 
 
@@ -293,7 +293,7 @@ class ConfigVersionOut(Record):
         )
 
 
-class ConfigVersionList(BaseModel):
+class ConfigVersionList(Body):
     name: str
     versions: list[ConfigVersionOut]  # newest first
     limit: int
@@ -303,14 +303,14 @@ class ConfigVersionList(BaseModel):
 # ---- progress history (charts) ------------------------------------------------------------
 
 
-class SeriesOut(BaseModel):
+class SeriesOut(Body):
     name: str
     points: list[tuple[int, float, int]] = Field(
         description="[step, value, attempt number], oldest first"
     )
 
 
-class ProgressHistoryOut(BaseModel):
+class ProgressHistoryOut(Body):
     job_id: str
     status: str
     step: int | None

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel
-
 from gpufleet.artifacts.workdir_listing import Kind, Shown
+from gpufleet.server.schemas.base import Body
 
 
-class WorkdirOut(BaseModel):
+class WorkdirOut(Body):
     digest: str  # sha256:<hex>
     size: int
     stored_at: datetime
@@ -19,14 +18,14 @@ class WorkdirOut(BaseModel):
     read: bool | None = None
 
 
-class WorkdirEntryOut(BaseModel):
+class WorkdirEntryOut(Body):
     path: str
     size: int  # 0 for a link or a folder
     type: Kind
     link: str | None = None  # a link's target
 
 
-class WorkdirCodeOut(BaseModel):
+class WorkdirCodeOut(Body):
     """A job's code: the snapshot its config names and its entries, in path order."""
 
     digest: str
@@ -37,7 +36,7 @@ class WorkdirCodeOut(BaseModel):
     files: list[WorkdirEntryOut]
 
 
-class WorkdirFileOut(BaseModel):
+class WorkdirFileOut(Body):
     """One file of a job's code: its text when it is UTF-8 text of at most 256 KiB."""
 
     path: str

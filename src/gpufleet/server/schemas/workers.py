@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Self
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpufleet.domain.presence import (
     PRESENCE_TEXT,
@@ -17,7 +17,7 @@ from gpufleet.domain.presence import (
 )
 from gpufleet.domain.records import WorkedAttempt, Worker
 from gpufleet.domain.states import WorkerType, can_delete_worker
-from gpufleet.server.schemas.base import Name, Record, Strict
+from gpufleet.server.schemas.base import Body, Name, Record, Strict
 
 
 class CreateWorker(Strict):
@@ -26,19 +26,19 @@ class CreateWorker(Strict):
     labels: dict[str, str] = Field(default_factory=dict, max_length=64)
 
 
-class CreatedWorker(BaseModel):
+class CreatedWorker(Body):
     worker_id: str
     token: str
     name: str
 
 
-class OrchestratorOut(BaseModel):
+class OrchestratorOut(Body):
     public_url: str  # what workers elsewhere call (`--public-url`, or its default)
     listening_on: str  # `--host`: 127.0.0.1 means no other machine can reach it
     gpufleet: str  # this installation's `gpufleet`, by absolute path when found
 
 
-class RotatedToken(BaseModel):
+class RotatedToken(Body):
     worker_id: str
     token: str
 
@@ -165,7 +165,7 @@ class SetLabelsIn(Strict):
     labels: dict[str, str] = Field(max_length=64)
 
 
-class UnmatchedJob(BaseModel):
+class UnmatchedJob(Body):
     job_id: str
     summary: str  # the job's `waiting.summary`
     summaries: dict[str, str]  # and `waiting.summaries`: the same for the UI and the CLI
@@ -173,7 +173,7 @@ class UnmatchedJob(BaseModel):
     params: dict[str, Any]
 
 
-class WorkerList(BaseModel):
+class WorkerList(Body):
     workers: list[WorkerOut]
     counts: dict[str, int]  # workers per `presence` (every one, 0 included): what rows say
     tones: dict[str, str]  # each presence's badge colour (`presence_tone`), for the counts
