@@ -41,11 +41,17 @@ def resume_entry(checkpoint: Checkpoint | None) -> dict[str, Any] | None:
 
 
 def offer(
-    key: bytes, job: Job, attempt_id: str, resume: Checkpoint | None, public_url: str
+    key: bytes,
+    job: Job,
+    attempt_id: str,
+    resume: Checkpoint | None,
+    public_url: str,
+    node_rank: int | None = None,
 ) -> Event:
     """The `job_submit` event of the attempt: its upload token is derived again on each send;
     a SimpleTuner config that publishes nowhere is pointed at this orchestrator's storage
-    route (`domain.publishing`, reached at `public_url`)."""
+    route (`domain.publishing`, reached at `public_url`). `node_rank`: the node of a gang's
+    attempt it offers (of `job.nodes`); None for a one-node job."""
     token = upload_token(key, attempt_id)
     config = publishing.offered_config(
         job.config, public_url=public_url, job_id=job.id, upload_token=token
@@ -57,6 +63,7 @@ def offer(
         job.gpu_count,
         upload_token=token,
         resume=resume_entry(resume),
+        node=None if node_rank is None else (node_rank, job.nodes),
     )
 
 

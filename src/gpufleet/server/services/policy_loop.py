@@ -96,7 +96,7 @@ def _running(placed: Sequence[PlacedJob]) -> list[Running]:
             worker_id=p.job.worker_id or "",
             team_id=p.job.team_id,
             user_id=p.job.user_id,
-            gpus=p.job.gpu_count,
+            gpus=p.job.total_gpus,
             priority=p.job.priority,
             started_at=p.started_at,
             preemptible=p.job.preemptible,

@@ -145,7 +145,7 @@ async def _held_by(q: Queries, job: Job) -> str | None:
     if user is None:
         return None
     policy, _own = await q.dispatch_policy()
-    return approval_needed(policy, user.level, job.gpu_count)
+    return approval_needed(policy, user.level, job.total_gpus)
 
 
 async def policy_wait(q: Queries, job: Job, now: datetime) -> Wait | None:

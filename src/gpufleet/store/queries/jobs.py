@@ -54,6 +54,7 @@ class NewJob:
     config_digest: str | None = None
     config_written_by: str | None = None
     workdir: str | None = None  # domain.jobspec.workdir_of(config)
+    nodes: int = 1  # domain.jobspec.gang_shape(gpu_count, config).nodes
 
     def row(self) -> dict[str, Any]:
         """The row of `jobs` it is: each field its column's (tests/unit/test_rows.py),
