@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpufleet.domain.gang import held_reason
+from gpufleet.server.services import dispatch
 from tests.api.conftest import GPUFLEET_FEATURES, Agent, Fleet, both_databases
 
 GANG = [*GPUFLEET_FEATURES, "gang"]
@@ -49,3 +50,213 @@ async def test_a_gang_is_claimed_on_all_its_workers_at_once(fleet: Fleet, nodes:
     assert details["worker_id"] == rank0.id
     for agent in agents:
         assert (await worker(fleet, agent))["current_job_id"] == job["id"]
+
+
+async def held_notes(fleet: Fleet) -> dict[str, str | None]:
+    answer = await fleet.admin.get("/api/admin/workers")
+    return {w["name"]: w["held_note"] for w in answer.json()["workers"]}
+
+
+async def test_a_gang_is_never_offered_in_part_and_holds_what_matches(fleet: Fleet) -> None:
+    agents = [await gang_worker(fleet, f"node-{n}") for n in range(2)]
+    job = await submit_gang(fleet, 3)
+
+    details = await fleet.job(job["id"])
+    assert details["status"] == "queued"
+    for agent in agents:
+        assert agent.stream is not None and await agent.stream.collect() == []
+    note = held_reason(job["id"], 2, 3)
+    assert await held_notes(fleet) == {"node-0": note, "node-1": note}
+    assert details["waiting"]["summary"].startswith(
+        "waiting for 3 workers that run multi-node jobs (feature gang); 2 match now, "
+        "2 held for it; only 2 registered workers could be one of its nodes"
+    )
+
+    third = await gang_worker(fleet, "node-2")
+
+    offers = [await a.next_offer() for a in [*agents, third]]
+    assert sorted(o["node_rank"] for o in offers) == [0, 1, 2]
+    assert set((await held_notes(fleet)).values()) == {None}  # a claim ends the hold
+
+
+async def test_same_label_claims_workers_with_one_value_of_the_label(fleet: Fleet) -> None:
+    a = await gang_worker(fleet, "a", zone="east")
+    b1 = await gang_worker(fleet, "b1", zone="west")
+    b2 = await gang_worker(fleet, "b2", zone="west")
+
+    job = await submit_gang(fleet, 2, same_label="zone")
+
+    offers = [await b1.next_offer(), await b2.next_offer()]
+    assert {o["job_id"] for o in offers} == {job["id"]}
+    assert a.stream is not None and await a.stream.collect() == []
+    assert (await worker(fleet, a))["status"] == "idle"
+
+
+async def test_a_smaller_job_behind_a_waiting_gang_does_not_take_a_held_worker(
+    fleet: Fleet,
+) -> None:
+    held = await gang_worker(fleet, "held")
+    gang = await submit_gang(fleet, 2)
+    small = await fleet.submit()
+
+    assert (await fleet.job(small["id"]))["status"] == "queued"
+    assert (await worker(fleet, held))["held_for"] == gang["id"]
+    await dispatch.dispatch_all(fleet.ctx)  # the full pass passes it over too
+    assert (await fleet.job(small["id"]))["status"] == "queued"
+    assert held.stream is not None and await held.stream.collect() == []
+
+
+async def test_a_hold_outlives_a_restart(fleet: Fleet) -> None:
+    agent = await gang_worker(fleet, "held")
+    gang = await submit_gang(fleet, 2)
+
+    await fleet.restart()
+
+    shown = await worker(fleet, agent)
+    assert shown["held_for"] == gang["id"]
+    assert shown["held_note"] == held_reason(gang["id"], 1, 2)
+
+
+async def test_a_hold_is_released_after_gang_hold_and_the_worker_goes_to_others(
+    fleet: Fleet,
+) -> None:
+    agent = await gang_worker(fleet, "held")
+    gang = await submit_gang(fleet, 2)
+    small = await fleet.submit()
+    assert (await fleet.job(small["id"]))["status"] == "queued"
+
+    fleet.clock.advance(fleet.settings.gang_hold - 1)
+    await dispatch.dispatch_all(fleet.ctx)
+    assert (await worker(fleet, agent))["held_for"] == gang["id"]  # not yet
+
+    fleet.clock.advance(2)
+    await dispatch.dispatch_all(fleet.ctx)
+
+    offer = await agent.next_offer()
+    assert offer["job_id"] == small["id"]
+    released = await fleet.audit(type="job.gang_released")
+    assert [e["target"] for e in released] == [gang["id"]]
+    assert released[0]["detail"]["workers"] == [agent.id]
+    assert "released after 300 s held for job" in released[0]["detail"]["reason"]
+
+
+async def test_two_gangs_do_not_deadlock(fleet: Fleet) -> None:
+    """The first gang holds both workers and cannot complete; once its hold ends they go to
+    the gang behind it, which can: neither waits on the other forever."""
+    agents = [await gang_worker(fleet, f"node-{n}") for n in range(2)]
+    first = await submit_gang(fleet, 3)
+    fleet.clock.advance(1)  # the queue's order: the older first
+    second = await submit_gang(fleet, 2)
+    assert set((await held_notes(fleet)).values()) == {held_reason(first["id"], 2, 3)}
+    assert (await fleet.job(second["id"]))["status"] == "queued"
+
+    fleet.clock.advance(fleet.settings.gang_hold)
+    await dispatch.dispatch_all(fleet.ctx)
+
+    offers = [await a.next_offer() for a in agents]
+    assert {o["job_id"] for o in offers} == {second["id"]}
+    assert (await fleet.job(first["id"]))["status"] == "queued"
+
+
+async def test_a_worker_that_does_not_say_gang_is_never_offered_one(fleet: Fleet) -> None:
+    simpletuner = await fleet.create_worker("released-agent")
+    await simpletuner.connect(gpu_count=1, gpu_name="Test GPU", features=[])
+    plain = await fleet.create_worker("gpufleet-worker")
+    await plain.connect(gpu_count=1, gpu_name="Test GPU")  # today's worker: no `gang`
+
+    job = await fleet.submit(config={"nodes": 2})  # a SimpleTuner config: no command
+    await dispatch.dispatch_all(fleet.ctx)
+
+    details = await fleet.job(job["id"])
+    assert details["status"] == "queued"
+    assert details["waiting"]["summary"].startswith(
+        "waiting for 2 workers that run multi-node jobs (feature gang); 0 match now; "
+        "only 0 registered workers could be one of its nodes"
+    )
+    reasons = {w["name"]: w["reason_codes"] for w in details["waiting"]["workers"]}
+    assert reasons == {"released-agent": ["no_gang"], "gpufleet-worker": ["no_gang"]}
+    assert set((await held_notes(fleet)).values()) == {None}
+
+
+async def test_a_held_worker_that_is_drained_or_goes_offline_leaves_the_hold(
+    fleet: Fleet,
+) -> None:
+    drained = await gang_worker(fleet, "drained")
+    lost = await gang_worker(fleet, "lost")
+    gang = await submit_gang(fleet, 3)
+    assert set((await held_notes(fleet)).values()) == {held_reason(gang["id"], 2, 3)}
+
+    answer = await fleet.admin.post(f"/api/admin/workers/{drained.id}/drain")
+    assert answer.status_code == 200, answer.text
+    await lost.disconnect()
+
+    assert (await worker(fleet, drained))["held_for"] is None
+    assert (await worker(fleet, lost))["held_for"] is None
+
+
+async def test_limits_count_every_node_of_a_gang(fleet: Fleet) -> None:
+    answer = await fleet.admin.patch("/api/queue/policy", json={"max_gpus": 3})
+    assert answer.status_code == 200, answer.text
+    agents = [await gang_worker(fleet, f"node-{n}") for n in range(2)]
+
+    job = await fleet.submit(config={"command": ["train"], "nodes": 2, "gpu_count": 2})
+    for agent in agents:
+        await agent.connect(gpu_count=2, gpu_name="Test GPU", features=GANG)
+    await dispatch.dispatch_all(fleet.ctx)
+
+    details = await fleet.job(job["id"])
+    assert details["status"] == "queued"  # 2 nodes x 2 GPUs is 4, over the limit of 3
+    assert details["waiting"]["code"] == "fleet_at_limit"
+    assert set((await held_notes(fleet)).values()) == {None}  # a held-back gang holds nothing
+
+    await fleet.admin.patch("/api/queue/policy", json={"max_gpus": 4})
+    await dispatch.dispatch_all(fleet.ctx)
+
+    assert (await fleet.job(job["id"]))["status"] == "offered"
+
+
+async def test_a_key_without_submit_cannot_submit_a_gang(fleet: Fleet) -> None:
+    key = await fleet.mint_key("queue.read")
+    reader = await fleet._stack.enter_async_context(
+        fleet.client(headers={"Authorization": f"Bearer {key['key']}"})
+    )
+
+    answer = await reader.post(
+        "/api/queue/submit", json={"config": {"command": ["train"], "nodes": 2}}
+    )
+
+    assert answer.status_code == 403
+    assert (await fleet.admin.get("/api/queue")).json()["jobs"] == []
+
+
+async def test_a_gang_of_too_many_nodes_is_refused_naming_the_field(fleet: Fleet) -> None:
+    answer = await fleet.admin.post(
+        "/api/queue/submit", json={"config": {"command": ["train"], "nodes": 65}}
+    )
+
+    assert answer.status_code == 422
+    assert "'nodes' must be a whole number from 1 to 64" in answer.text
+
+
+async def test_concurrent_gang_rounds_never_put_one_worker_in_two_gangs(fleet: Fleet) -> None:
+    """Gangs submitted together and full passes racing them: on PostgreSQL each is its own
+    connection, so without the claim's compare-and-set two could share a worker."""
+    agents = [await gang_worker(fleet, f"node-{n}") for n in range(5)]
+    jobs = await asyncio.gather(
+        *(submit_gang(fleet, 2) for _ in range(4)),
+        *(dispatch.dispatch_all(fleet.ctx) for _ in range(2)),
+    )
+
+    submitted = [j for j in jobs if isinstance(j, dict)]
+    details = [await fleet.job(j["id"]) for j in submitted]
+    offered = [d for d in details if d["status"] == "offered"]
+    assert len(offered) == 2  # 5 workers: two gangs of 2, and one worker held for a third
+    owners = {}
+    for agent in agents:
+        shown = await worker(fleet, agent)
+        if shown["current_job_id"] is not None:
+            owners[agent.id] = shown["current_job_id"]
+    assert sorted(owners.values()) == sorted(2 * [d["id"] for d in offered])
+    for d in offered:
+        nodes = [a for a, j in owners.items() if j == d["id"]]
+        assert d["worker_id"] in nodes and len(nodes) == 2

@@ -309,6 +309,8 @@ class WaitCode(StrEnum):
     USER_AT_LIMIT = "user_at_limit"
     BEHIND_FAIR_SHARE = "behind_fair_share"
     AWAITING_APPROVAL = "awaiting_approval"
+    # A multi-node job: fewer idle workers that may be its nodes than it needs (domain/gang.py)
+    WAITING_FOR_NODES = "waiting_for_nodes"
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import WORKERS_TOPIC, job_topic, worker_topic
 from gpufleet.server.services import lifecycle, offers
 from gpufleet.server.services.dispatch_policy import policy_gate, refused, retrying
+from gpufleet.server.services.lifecycle import KEEPS_HOLD
 
 _GANGS = 50  # waiting gangs one round plans for, in queue order (the first one holds)
 
@@ -56,8 +57,9 @@ async def _round(ctx: Context) -> Round:
         idle = {w.id: w for w in await tx.q.idle_workers()}
         holdings = _holdings(held, idle, tx.now)
         jobs = {job.id: job for job in waiting}
-        stale = sorted(w.id for w in held if w.id not in idle or w.held_for not in jobs)
-        if stale:  # no longer idle, or held for a job that no longer waits (or a limit holds)
+        stale = sorted(w.id for w in held if w.status not in KEEPS_HOLD or w.held_for not in jobs)
+        if stale:  # busy, offline, drained; or held for a job that no longer waits (or a limit
+            # holds back)
             await _release(tx, stale, "the job it was held for no longer waits", held)
             done.released += [w for w in stale if w in idle]
         gangs = [

@@ -40,6 +40,9 @@ from gpufleet.server.services import webhooks
 from gpufleet.store.queries.jobs import NewJob
 
 
+KEEPS_HOLD = frozenset({WorkerStatus.IDLE, WorkerStatus.CONNECTING})  # held for a gang
+
+
 class ClaimLost(Exception):
     """Another dispatch took the job or the worker first; the transaction rolls back."""
 
@@ -64,8 +67,9 @@ async def save_worker(
     )
     if not can_move_worker(worker.status, status):
         raise Conflict(f"worker {worker.id} cannot go from {worker.status} to {status}")
-    if worker.held_for is not None and status is not WorkerStatus.IDLE:
-        # Offline, drained or busy: it leaves its gang's hold (the gang round holds anew).
+    if worker.held_for is not None and status not in KEEPS_HOLD:
+        # Offline, drained or busy: it leaves its gang's hold (a stream that reconnects, as
+        # on an orchestrator's restart, keeps it: the hold's clock goes on).
         changes = {**changes, "held_for": None, "held_since": None, "held_note": None}
     await tx.q.set_worker_status(worker.id, status, **changes)
     tx.wake(WORKERS_TOPIC)  # live views (the web UI's event stream) re-read the fleet

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpufleet import protocol
 from gpufleet.domain import outcomes, publishing
-from gpufleet.domain.records import Attempt, Checkpoint, Job
+from gpufleet.domain.records import Attempt, Checkpoint, Job, Worker
 from gpufleet.domain.secrets import upload_token
 from gpufleet.protocol import Event
 from gpufleet.store import Queries
@@ -67,11 +67,18 @@ def offer(
     )
 
 
-async def pending(q: Queries, key: bytes, worker_id: str, public_url: str) -> dict[str, Event]:
-    """The offers waiting for the worker's acknowledgement, by attempt id, as stored."""
-    waiting: list[tuple[Attempt, Job]] = await q.pending_offers(worker_id)
+async def pending(q: Queries, key: bytes, worker: Worker, public_url: str) -> dict[str, Event]:
+    """The offers waiting for the worker's acknowledgement, by attempt id, as stored; a
+    gang's, with the worker's node rank."""
+    waiting = await q.pending_offers(worker.id, worker.current_attempt_id)
     events = {}
     for attempt, job in waiting:
         resume = await q.get_checkpoint(attempt.resumed_from) if attempt.resumed_from else None
-        events[attempt.id] = offer(key, job, attempt.id, resume, public_url)
+        rank = None
+        if job.nodes > 1:
+            nodes = await q.attempt_nodes(attempt.id)
+            rank = next((n.rank for n in nodes if n.worker_id == worker.id), None)
+            if rank is None:
+                continue
+        events[attempt.id] = offer(key, job, attempt.id, resume, public_url, node_rank=rank)
     return events
