@@ -39,7 +39,6 @@ from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic
 from gpufleet.server.services import webhooks
 from gpufleet.store.queries.jobs import NewJob
 
-
 KEEPS_HOLD = frozenset({WorkerStatus.IDLE, WorkerStatus.CONNECTING})  # held for a gang
 
 

@@ -18,7 +18,7 @@ from gpufleet.store.tables import attempt_nodes, jobs, workers
 _QUEUED = jobs.c.status == JobStatus.QUEUED.value
 # The most nodes a queued job asks (ix_jobs_nodes): one read says whether anything waits
 # and whether a gang does.
-_QUEUED_NODES = sa.select(jobs.c.nodes).where(_QUEUED).order_by(jobs.c.nodes.desc()).limit(1)
+_QUEUED_NODES = sa.select(sa.func.max(jobs.c.nodes)).where(_QUEUED)
 _NOT_HELD = {"held_for": None, "held_since": None, "held_note": None}
 # A gang's node: idle, and held by no other gang (the compare-and-set of its claim).
 _CLAIM_NODE = sa.update(workers).where(
@@ -31,7 +31,8 @@ _CLAIM_NODE = sa.update(workers).where(
 class GangQueries(QueryBase):
     async def queued_nodes(self) -> int | None:
         """The most nodes a queued job asks for; None when no job is queued."""
-        return (await self.conn.execute(_QUEUED_NODES)).scalar_one_or_none()
+        most = (await self.conn.execute(_QUEUED_NODES)).scalar_one()
+        return None if most is None else int(most)
 
     async def queued_gangs(self, limit: int) -> list[Job]:
         """Queued jobs of more than one node, in dispatch order (priority, age, id)."""

@@ -151,10 +151,6 @@ class JobQueries(QueryBase):
         )
         return [r.id for r in await self.conn.execute(stmt)]
 
-    async def has_queued_jobs(self) -> bool:
-        stmt = sa.select(jobs.c.id).where(jobs.c.status == JobStatus.QUEUED.value).limit(1)
-        return (await self.conn.execute(stmt)).first() is not None
-
     async def queued_jobs(
         self,
         *,
