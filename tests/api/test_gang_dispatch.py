@@ -4,12 +4,16 @@ gang at the head of the queue, and what a waiting gang says (docs/jobs.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
 
 from gpufleet.domain.gang import held_reason
-from gpufleet.server.services import dispatch
+from gpufleet.domain.secrets import new_id
+from gpufleet.domain.states import RetryOn, Target
+from gpufleet.server.services import dispatch, gangs, lifecycle
+from gpufleet.store.queries import NewJob
 from tests.api.conftest import GPUFLEET_FEATURES, Agent, Fleet, both_databases
 
 GANG = [*GPUFLEET_FEATURES, "gang"]
@@ -238,25 +242,67 @@ async def test_a_gang_of_too_many_nodes_is_refused_naming_the_field(fleet: Fleet
     assert "'nodes' must be a whole number from 1 to 64" in answer.text
 
 
-async def test_concurrent_gang_rounds_never_put_one_worker_in_two_gangs(fleet: Fleet) -> None:
-    """Gangs submitted together and full passes racing them: on PostgreSQL each is its own
-    connection, so without the claim's compare-and-set two could share a worker."""
-    agents = [await gang_worker(fleet, f"node-{n}") for n in range(5)]
-    jobs = await asyncio.gather(
-        *(submit_gang(fleet, 2) for _ in range(4)),
-        *(dispatch.dispatch_all(fleet.ctx) for _ in range(2)),
-    )
+async def test_a_gang_round_racing_a_one_node_claim_never_shares_a_worker(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gang round plans on the idle workers it read; a one-node submit takes one of them
+    before the round claims (PostgreSQL: each its own connection; SQLite has one writer,
+    so there the submit waits for the round). The round's claim must lose and plan again:
+    no worker ends up in two live attempts."""
+    agents = [await gang_worker(fleet, f"node-{n}") for n in range(3)]
+    gang_id = await _queue_without_dispatch(fleet, nodes=2)
+    planned = asyncio.Event()
+    claimed = asyncio.Event()
+    claim_gang = lifecycle.claim_gang
 
-    submitted = [j for j in jobs if isinstance(j, dict)]
-    details = [await fleet.job(j["id"]) for j in submitted]
-    offered = [d for d in details if d["status"] == "offered"]
-    assert len(offered) == 2  # 5 workers: two gangs of 2, and one worker held for a third
-    owners = {}
+    async def after_the_submit(*args: Any) -> Any:  # the injected interleaving
+        planned.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(claimed.wait(), timeout=1)
+        return await claim_gang(*args)
+
+    monkeypatch.setattr(lifecycle, "claim_gang", after_the_submit)
+    round_ = asyncio.create_task(gangs.gang_round(fleet.ctx))
+    await planned.wait()
+    small = await fleet.submit()
+    claimed.set()
+    assert (await round_).offered == 1
+
+    live: dict[str, list[str]] = {}
+    async with fleet.ctx.store.read() as q:
+        for job_id in (gang_id, small["id"]):
+            job = await q.get_job(job_id)
+            assert job is not None
+            if job.current_attempt_id is None:
+                continue
+            nodes = await q.attempt_nodes(job.current_attempt_id)
+            for worker_id in [n.worker_id for n in nodes] or [job.worker_id or ""]:
+                live.setdefault(worker_id, []).append(job_id)
+    assert all(len(jobs) == 1 for jobs in live.values()), live
+    assert [jobs[0] for jobs in live.values()].count(gang_id) == 2
+    assert len(live) == 3 or (await fleet.job(small["id"]))["status"] == "queued"
     for agent in agents:
         shown = await worker(fleet, agent)
-        if shown["current_job_id"] is not None:
-            owners[agent.id] = shown["current_job_id"]
-    assert sorted(owners.values()) == sorted(2 * [d["id"] for d in offered])
-    for d in offered:
-        nodes = [a for a, j in owners.items() if j == d["id"]]
-        assert d["worker_id"] in nodes and len(nodes) == 2
+        assert shown["current_job_id"] in (*live.get(agent.id, []), None)
+
+
+async def _queue_without_dispatch(fleet: Fleet, nodes: int) -> str:
+    """A gang written straight into the queue: no dispatch has seen it yet."""
+    job_id = new_id("j")
+    async with fleet.ctx.store.write() as q:
+        await q.queue_job(
+            NewJob(
+                id=job_id,
+                config={"command": ["true"], "nodes": nodes},
+                target=Target.WORKER,
+                worker_labels={},
+                gpu_count=1,
+                priority=0,
+                max_retries=0,
+                retry_on=[RetryOn.LOST],
+                submitted_by="test",
+                created_at=fleet.ctx.clock(),
+                nodes=nodes,
+            )
+        )
+    return job_id
