@@ -103,8 +103,18 @@ async def test_a_smaller_job_behind_a_waiting_gang_does_not_take_a_held_worker(
     gang = await submit_gang(fleet, 2)
     small = await fleet.submit()
 
-    assert (await fleet.job(small["id"]))["status"] == "queued"
+    waits = await fleet.job(small["id"])
+    assert waits["status"] == "queued"
     assert (await worker(fleet, held))["held_for"] == gang["id"]
+    assert waits["waiting"]["summary"].startswith(
+        "every worker that could run it is busy, draining, offline, connecting or held for a "
+        "multi-node job"
+    )
+    [row] = waits["waiting"]["workers"]
+    assert (row["reason_codes"], row["reasons"]) == (
+        ["held"],
+        [f"is {held_reason(gang['id'], 1, 2)}"],
+    )
     await dispatch.dispatch_all(fleet.ctx)  # the full pass passes it over too
     assert (await fleet.job(small["id"]))["status"] == "queued"
     assert held.stream is not None and await held.stream.collect() == []

@@ -127,7 +127,10 @@ def say_wait(wait: Wait, surface: Surface) -> str:
     if wait.code is WaitCode.ABOUT_TO_BE_OFFERED:
         return "a worker can run it now: it is about to be offered"
     if wait.code is WaitCode.ALL_UNAVAILABLE:
-        return "every worker that could run it is busy, draining, offline or connecting"
+        return (
+            "every worker that could run it is busy, draining, offline, connecting or held "
+            "for a multi-node job"
+        )
     scope = _SCOPE[p["target"]]
     wanted = p["wanted"]
     head = f"no {scope} registered has {wanted}" if wanted else f"no {scope} is registered"

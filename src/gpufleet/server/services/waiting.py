@@ -14,10 +14,18 @@ from gpufleet.domain.approvals import approval_needed
 from gpufleet.domain.fair_share import rank_key
 from gpufleet.domain.jobspec import gang_shape
 from gpufleet.domain.limits import LimitHit, limit_hit
-from gpufleet.domain.matching import Wait, WaitCode, fits, reasons_not_running, why_waiting
+from gpufleet.domain.matching import (
+    Reason,
+    Wait,
+    WaitCode,
+    Why,
+    fits,
+    reasons_not_running,
+    why_waiting,
+)
 from gpufleet.domain.policy import Snapshot
 from gpufleet.domain.records import Job, Worker
-from gpufleet.domain.states import JobStatus, Target
+from gpufleet.domain.states import JobStatus, Target, WorkerStatus
 from gpufleet.server.context import Context
 from gpufleet.server.services.standing import candidate, is_plain, snapshot
 from gpufleet.store import Queries
@@ -52,8 +60,14 @@ def explain_wait(job: Job, workers: list[Worker]) -> dict[str, Any]:
     show` and the UI's job page print)."""
     req = job.requirement()
     rows = []
+    caps = []
     for w in workers:
-        reasons = reasons_not_running(req, w.capacity())
+        cap = w.capacity()
+        reasons = reasons_not_running(req, cap)
+        if w.held_for is not None and w.held_for != job.id:  # kept for a gang: not for it
+            reasons.append(Reason(Why.HELD, {"note": w.held_note, "job_id": w.held_for}))
+            cap = replace(cap, status=WorkerStatus.BUSY)  # what it can run now: nothing else
+        caps.append(cap)
         rows.append(
             {
                 "worker_id": w.id,
@@ -64,7 +78,6 @@ def explain_wait(job: Job, workers: list[Worker]) -> dict[str, Any]:
                 "reason_codes": [r.code.value for r in reasons],
             }
         )
-    caps = [w.capacity() for w in workers]
     if job.nodes > 1:  # a gang: how many may be its nodes now, and how many it holds
         held = sum(w.held_for == job.id for w in workers)
         shape = gang_shape(job.gpu_count, job.config)
