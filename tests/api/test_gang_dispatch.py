@@ -316,3 +316,16 @@ async def _queue_without_dispatch(fleet: Fleet, nodes: int) -> str:
             )
         )
     return job_id
+
+
+async def test_a_gang_that_leaves_the_queue_releases_what_it_held(fleet: Fleet) -> None:
+    held = await gang_worker(fleet, "held")
+    gang = await submit_gang(fleet, 2)
+    assert (await worker(fleet, held))["held_for"] == gang["id"]
+
+    answer = await fleet.admin.post(f"/api/queue/{gang['id']}/cancel")
+    assert answer.status_code == 200, answer.text
+
+    assert (await worker(fleet, held))["held_for"] is None
+    small = await fleet.submit()  # the worker is free for other jobs at once
+    assert (await held.next_offer())["job_id"] == small["id"]

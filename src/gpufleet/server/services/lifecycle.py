@@ -84,6 +84,8 @@ async def move_job(
 ) -> None:
     check_job_move(job.id, job.status, new)
     await tx.q.set_job_status(job.id, new, updated_at=tx.now, **values)
+    if job.nodes > 1 and job.status is JobStatus.QUEUED:  # a gang leaves the queue: no hold
+        await tx.q.release_holds_of(job.id)
     tx.audit("job.status_changed", actor, job.id, old=job.status.value, new=new.value)
     tx.wake(job_topic(job.id), JOBS_TOPIC)
     if new in TERMINAL_JOB:  # the webhooks' outbox row commits with the change, or neither
@@ -137,6 +139,7 @@ async def claim_gang(tx: Tx, job: Job, nodes: Sequence[Worker], attempt_id: str)
         updated_at=offered.updated_at,
     ):
         raise ClaimLost
+    await tx.q.release_holds_of(job.id)  # those it held in another group of `same_label`
     return offered
 
 

@@ -73,6 +73,16 @@ class GangQueries(QueryBase):
         stmt = sa.update(workers).where(workers.c.id.in_(sorted(worker_ids))).values(**_NOT_HELD)
         await self.conn.execute(stmt)
 
+    async def release_holds_of(self, job_id: str) -> None:
+        """Free every worker held for the job (ix_workers_held)."""
+        stmt = (
+            sa.update(workers)
+            .where(workers.c.held_for == job_id)
+            .values(**_NOT_HELD)
+            .returning(workers.c.id)
+        )
+        self.workers_written.update(r.id for r in await self.conn.execute(stmt))
+
     async def claim_node(
         self, worker_id: str, gang: str, status: WorkerStatus, **values: Any
     ) -> bool:
