@@ -329,3 +329,29 @@ async def test_a_gang_that_leaves_the_queue_releases_what_it_held(fleet: Fleet) 
     assert (await worker(fleet, held))["held_for"] is None
     small = await fleet.submit()  # the worker is free for other jobs at once
     assert (await held.next_offer())["job_id"] == small["id"]
+
+
+async def test_every_nodes_worker_is_freed_when_the_gangs_attempt_ends(fleet: Fleet) -> None:
+    """Until the rendezvous (a later step) fences reports by node rank, rank 0 speaks for
+    the attempt; another node's report is refused, and the end frees every node."""
+    agents = [await gang_worker(fleet, f"node-{n}") for n in range(3)]
+    job = await submit_gang(fleet, 3)
+    offers = {a.id: await a.next_offer() for a in agents}
+    rank = {o["node_rank"]: a for a in agents for o in [offers[a.id]]}
+    other = await rank[1].report(
+        job["id"], "acknowledged", attempt_id=offers[rank[1].id]["attempt_id"]
+    )
+    assert other.status_code == 403
+
+    await rank[0].run(offers[rank[0].id])
+    await rank[0].finish(offers[rank[0].id])
+
+    assert (await fleet.job(job["id"]))["status"] == "completed"
+    for agent in agents:
+        shown = await worker(fleet, agent)
+        assert (shown["status"], shown["current_job_id"]) == ("idle", None)
+    async with fleet.ctx.store.read() as q:
+        nodes = await q.attempt_nodes(offers[rank[0].id]["attempt_id"])
+    assert [(n.rank, n.worker_id, n.state.value) for n in nodes] == [
+        (r, rank[r].id, "ended") for r in range(3)
+    ]
