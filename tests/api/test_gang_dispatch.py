@@ -12,9 +12,10 @@ import pytest
 from gpufleet.domain.gang import held_reason
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import RetryOn, Target
-from gpufleet.server.services import dispatch, gangs, lifecycle
+from gpufleet.server.services import dispatch, gangs, lifecycle, policy_loop
 from gpufleet.store.queries import NewJob
 from tests.api.conftest import GPUFLEET_FEATURES, Agent, Fleet, both_databases
+from tests.api.test_policy import add_team, add_user, client_of, set_policy
 
 GANG = [*GPUFLEET_FEATURES, "gang"]
 pytestmark = both_databases
@@ -355,3 +356,19 @@ async def test_every_nodes_worker_is_freed_when_the_gangs_attempt_ends(fleet: Fl
     assert [(n.rank, n.worker_id, n.state.value) for n in nodes] == [
         (r, rank[r].id, "ended") for r in range(3)
     ]
+
+
+async def test_no_job_is_preempted_for_a_gang(fleet: Fleet) -> None:
+    """A gang holds the workers that free up; stopping one job would not complete it."""
+    spare = await add_team(fleet, "spare", preemptible=True)
+    sam = await client_of(fleet, await add_user(fleet, "sam", "researcher", team=spare))
+    await set_policy(fleet, preemption=True, min_runtime_s=0)
+    agent = await gang_worker(fleet, "node-0")
+    low = (await sam.post("/api/queue/submit", json={"config": {"command": ["x"]}})).json()
+    await agent.run(await agent.next_offer())
+    gang = await submit_gang(fleet, 2)
+    fleet.clock.advance(3600)
+
+    assert await policy_loop.preempt(fleet.ctx) == 0
+    assert (await fleet.job(low["id"]))["status"] == "running"
+    assert (await fleet.job(gang["id"]))["status"] == "queued"
