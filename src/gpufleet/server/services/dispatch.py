@@ -33,9 +33,6 @@ from gpufleet.server.services.lifecycle import WorkerTaken
 from gpufleet.server.services.standing import limits_in
 from gpufleet.store import Queries
 
-__all__ = ["claim", "claim_new", "dispatch_all", "dispatch_job", "dispatch_worker", "first_fit"]
-__all__ += ["policy_gate", "refused"]  # what submit applies, from dispatch_policy.py
-
 _PAGE = 200
 _FIRST_PAGE = 4
 _HEAD = 20  # queued jobs a freed worker reads as they come before it asks the index

@@ -37,7 +37,7 @@ from gpufleet.errors import InvalidInput, TooManyRequests
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
-from gpufleet.server.services import configs, dispatch, job_secrets, workdirs
+from gpufleet.server.services import configs, dispatch, dispatch_policy, job_secrets, workdirs
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import queue_new
 from gpufleet.server.services.people import resolve_submitter
@@ -197,7 +197,7 @@ async def enqueue(
         await job_secrets.check_resolvable(ctx, tx.q, config, admitted.user, admitted.team)
         queued = admitted.status is JobStatus.QUEUED
         # The policy first: with a limit set, its row is the first a dispatch locks.
-        snap = await dispatch.policy_gate(tx, admitted.policy) if queued else None
+        snap = await dispatch_policy.policy_gate(tx, admitted.policy) if queued else None
         # Usually an idle worker fits: the job is offered in the transaction that queues it
         # (one commit a submit). When none does, the job waits, even for a worker yet to come.
         # A gang (more than one node) is offered by the gang round alone (dispatch_job).
@@ -251,7 +251,7 @@ async def enqueue(
             **extra,
         )
         tx.wake(JOBS_TOPIC)
-        if dispatch.refused(ctx, job, snap):
+        if dispatch_policy.refused(ctx, job, snap):
             worker = None  # a limit keeps it waiting
         offered = await dispatch.claim_new(tx, job, worker) if worker is not None else None
     if offered is not None and worker is not None:
