@@ -57,9 +57,9 @@ async def _round(ctx: Context) -> Round:
         idle = {w.id: w for w in await tx.q.idle_workers()}
         holdings = _holdings(held, idle, tx.now)
         jobs = {job.id: job for job in waiting}
+        # Busy, offline or drained; or held for a job that no longer waits (or a limit holds).
         stale = sorted(w.id for w in held if w.status not in KEEPS_HOLD or w.held_for not in jobs)
-        if stale:  # busy, offline, drained; or held for a job that no longer waits (or a limit
-            # holds back)
+        if stale:
             await _release(tx, stale, "the job it was held for no longer waits", held)
             done.released += [w for w in stale if w in idle]
         gangs = [
