@@ -129,8 +129,13 @@ def job_submit(
     *,
     upload_token: str,
     resume: dict[str, Any] | None = None,
+    node: tuple[int, int] | None = None,
 ) -> Event:
     """The offer of an attempt.
+
+    `node`: for one node of a multi-node (gang) job, its rank and the node count, sent as
+    `node_rank` and `num_nodes` (only gang offers carry them: only workers that say `gang`
+    in their features receive one; docs/jobs.md).
 
     The released SimpleTuner agent copies `upload_endpoint` and `upload_token` straight into
     the trainer's environment: both must be strings (a null crashes the agent's job handler).
@@ -141,7 +146,8 @@ def job_submit(
     never a value.
     """
     env = config.get("env") or {}
-    return {
+    gang = {} if node is None else {"node_rank": node[0], "num_nodes": node[1]}
+    return gang | {
         "type": EventType.JOB_SUBMIT.value,
         "job_id": job_id,
         "attempt_id": attempt_id,

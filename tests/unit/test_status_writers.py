@@ -17,7 +17,8 @@ from gpufleet.domain.states import AttemptStatus, JobStatus, WorkerStatus
 from tests.unit.test_layers import PACKAGE, module_name
 
 LIFECYCLE = "gpufleet.server.services.lifecycle"
-AGGREGATES = ("jobs", "attempts", "workers")  # store/queries/<name>.py: the rows with a status
+# store/queries/<name>.py: the rows with a status
+AGGREGATES = ("jobs", "attempts", "workers", "gangs")
 # The store's queries that write a status: lifecycle alone calls them (and one another).
 STATUS_QUERIES = frozenset(
     {
@@ -30,6 +31,7 @@ STATUS_QUERIES = frozenset(
         "insert_attempt",
         "set_worker_status",
         "claim_worker",
+        "claim_node",
         "insert_worker",
     }
 )

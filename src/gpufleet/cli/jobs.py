@@ -16,10 +16,10 @@ from gpufleet.cli.api import ApiClient, api_options, json_option, part
 from gpufleet.cli.artifacts import artifacts, download
 from gpufleet.cli.configs import read_config_file
 from gpufleet.cli.follow import logs, watch
-from gpufleet.cli.submitting import say_submitted, submit_options
+from gpufleet.cli.submitting import say_submitted, submit_options, with_shape
 from gpufleet.domain.jobspec import could_be_config_name
 from gpufleet.domain.states import JobStatus
-from gpufleet.errors import NotFound
+from gpufleet.errors import InvalidInput, NotFound
 
 STATUSES = tuple(s.value for s in JobStatus)
 LIST_COLUMNS = [
@@ -50,16 +50,24 @@ for _command in (logs, watch, artifacts, download):
 @submit_options
 @json_option
 @api_options
-def submit(api: ApiClient, config: str, submit: dict[str, Any], as_json: bool) -> None:
+def submit(
+    api: ApiClient, config: str, submit: dict[str, Any], shape: dict[str, Any], as_json: bool
+) -> None:
     """Submit CONFIG: a stored config's name, or a JSON file submitted inline."""
     body = dict(submit)
     path = Path(config)
     if path.is_file():
-        body["config"] = read_config_file(path)
+        body["config"] = with_shape(read_config_file(path), shape)
     elif not could_be_config_name(config):
         raise NotFound(
             f"there is no file {config} (CONFIG is a JSON file, or a stored config's name: "
             "see `gpufleet configs list`)"
+        )
+    elif shape:
+        flags = " and ".join("--" + field.replace("_", "-") for field in shape)
+        raise InvalidInput(
+            f"{flags} set fields of the config, and a stored config runs as it was stored: "
+            f"set them in it (`gpufleet configs put`), or submit a config file"
         )
     else:
         body["config_name"] = config

@@ -25,7 +25,7 @@ from gpufleet.cli.artifacts import fetch_files, summary
 from gpufleet.cli.digests import DigestCache, Known, cache_folder, signature
 from gpufleet.cli.follow import follow_to_end
 from gpufleet.cli.options import parse_size_option, setting
-from gpufleet.cli.submitting import say_submitted, submit_options
+from gpufleet.cli.submitting import say_submitted, submit_options, with_shape
 from gpufleet.cli.workdir import selected
 from gpufleet.domain.jobspec import ENV_NAME
 from gpufleet.domain.states import JobStatus
@@ -121,6 +121,7 @@ def run(
     wait: bool,
     download: Path | None,
     submit: dict[str, Any],
+    shape: dict[str, Any],
 ) -> None:
     """Run COMMAND on a worker, in a copy of the workdir: `gpufleet run -- python train.py`."""
     if download is not None and not wait:
@@ -135,7 +136,7 @@ def run(
     config["workdir"] = _send_workdir(api, workdir.resolve(), max_workdir_size, env_from)
     optional = {"env": env, "name": name, "env_from": env_from, "setup": setup}
     config.update({key: value for key, value in optional.items() if value})
-    job = api.post("/api/queue/submit", {**submit, "config": config})
+    job = api.post("/api/queue/submit", {**submit, "config": with_shape(config, shape)})
     say_submitted(api, job, follow_hint=not wait)
     if not wait:
         return

@@ -12,6 +12,16 @@ import click
 from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, part
 from gpufleet.cli.options import parse_labels
+from gpufleet.domain.jobspec import MAX_NODES
+from gpufleet.domain.naming import LABEL_KEY, LABEL_KEY_RULE
+from gpufleet.errors import InvalidInput
+
+
+def _label_key(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not LABEL_KEY.fullmatch(value):
+        raise click.BadParameter(f"{value!r} is not a label name: {LABEL_KEY_RULE}")
+    return value
+
 
 _SUBMIT_OPTIONS = (
     click.option(
@@ -36,6 +46,20 @@ _SUBMIT_OPTIONS = (
         type=click.IntRange(0, 1024),
         help="GPUs the job needs.",
         show_default="the config's gpu_count",
+    ),
+    click.option(
+        "--nodes",
+        type=click.IntRange(1, MAX_NODES),
+        help="Machines the job runs on, each with --gpus GPUs: more than 1 is a multi-node "
+        "job, offered to that many workers at once (docs/jobs.md).",
+        show_default="the config's nodes, else 1",
+    ),
+    click.option(
+        "--same-label",
+        metavar="LABEL",
+        callback=_label_key,
+        help="With --nodes: every node has the same value of this worker label (one rack, "
+        "one zone).",
     ),
     click.option(
         "--priority",
@@ -72,7 +96,8 @@ _SUBMIT_OPTIONS = (
 
 def submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Adds the submit options and hands the command `submit`: the body of
-    `POST /api/queue/submit` they make, without its config."""
+    `POST /api/queue/submit` they make, without its config; and `shape`: the config fields
+    they set (`nodes`, `same_label`: `with_shape` puts them in the config)."""
 
     @functools.wraps(command)
     def run(
@@ -80,6 +105,8 @@ def submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
         target: str,
         labels: dict[str, str],
         gpu_count: int | None,
+        nodes: int | None,
+        same_label: str | None,
         priority: int | None,
         team: str | None,
         preemptible: bool | None,
@@ -97,11 +124,29 @@ def submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "max_retries": max_retries,
             "retry_on": ["lost", "failed"] if retry_failed else ["lost"],
         }
-        return command(*args, submit=submit, **kwargs)
+        shape = {"nodes": nodes, "same_label": same_label}
+        shape = {key: value for key, value in shape.items() if value is not None}
+        return command(*args, submit=submit, shape=shape, **kwargs)
 
     for option in reversed(_SUBMIT_OPTIONS):
         run = option(run)
     return run
+
+
+def with_shape(config: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
+    """The config with the machines `--nodes` and `--same-label` ask for; refused where
+    the config says otherwise (the job would run on a number of machines its trainer does
+    not expect)."""
+    for field, value in shape.items():
+        flag = "--" + field.replace("_", "-")
+        own = config.get(field)
+        if own is not None and own != value:
+            raise InvalidInput(
+                f"{flag} {value} disagrees with the config's own {field!r} ({own}): run it "
+                f"with {flag} {own}, or without {flag} to take the config's, or change "
+                f"{field!r} in the config"
+            )
+    return {**config, **shape}
 
 
 def say_submitted(api: ApiClient, job: dict[str, Any], *, follow_hint: bool = True) -> None:

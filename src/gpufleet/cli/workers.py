@@ -44,7 +44,7 @@ def list_workers(api: ApiClient, statuses: tuple[str, ...], as_json: bool) -> No
             w["worker_type"] + (" (local)" if w["is_local"] else ""),
             _gpus(w),
             {**w["labels"], **w["admin_labels"]},
-            w["current_job_id"],
+            w["current_job_id"] or w.get("held_note"),  # idle, and held for a gang: why
             out.ago(w["last_heartbeat"]),
         )
         for w in body["workers"]
@@ -91,6 +91,7 @@ def show_worker(api: ApiClient, worker: str, as_json: bool) -> None:
                 ("labels", w["labels"]),
                 ("admin labels", w["admin_labels"]),
                 ("current job", w["current_job_id"]),
+                ("held", _held(w)),
                 ("jobs run", w["jobs_run"]),
                 ("last heartbeat", out.when(w["last_heartbeat"])),
                 ("connected", out.when(w["up_since"])),
@@ -238,6 +239,12 @@ def delete_worker(api: ApiClient, worker: str, yes: bool) -> None:
         click.confirm(f"Delete worker {shown} and its token?", abort=True, err=True)
     api.delete(f"/api/admin/workers/{part(worker_id)}")
     out.echo(f"Deleted worker {shown}.")
+
+
+def _held(w: dict[str, Any]) -> str | None:
+    """Why an idle worker is kept from other jobs: the gang it is held for, since when."""
+    note = w.get("held_note")
+    return None if note is None else f"{note}, since {out.when(w.get('held_since'))}"
 
 
 def _status(w: dict[str, Any]) -> Text:

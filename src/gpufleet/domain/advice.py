@@ -87,15 +87,50 @@ def _say_policy_wait(wait: Wait, surface: Surface) -> str:
     return f"{p['limit_hit']}: {_LIMIT_ADVICE[surface]}"
 
 
+# A gang that fewer workers than it needs could ever run: more of them, or fewer nodes.
+_MORE_NODES = {
+    Surface.API: "start more workers that say `gang` in their features, or submit again with "
+    "fewer nodes",
+    Surface.UI: "start more workers that say `gang` in their features, or submit again from "
+    "Train with fewer Nodes",
+    Surface.CLI: "start more workers that say `gang` in their features, or submit again with "
+    "fewer --nodes",
+}
+
+
+def _say_nodes_wait(wait: Wait, surface: Surface) -> str:
+    p = wait.params
+    nodes, matching, could = p["nodes"], p["matching"], p["could"]
+    same = f" with one value of label {p['same_label']}" if p.get("same_label") else ""
+    line = (
+        f"waiting for {nodes} workers that run multi-node jobs (feature gang){same}; "
+        f"{matching} match{'es' if matching == 1 else ''} now"
+    )
+    if p.get("held"):
+        line += f", {p['held']} held for it"
+    if could < nodes:
+        one = could == 1
+        line += (
+            f"; only {could} registered worker{'' if one else 's'} could be one of its nodes: "
+            f"{_MORE_NODES[surface]}"
+        )
+    return line
+
+
 def say_wait(wait: Wait, surface: Surface) -> str:
     """One line on what a queued job waits for, with advice in the surface's terms."""
     p = wait.params
     if wait.code in _POLICY_WAITS:
         return _say_policy_wait(wait, surface)
+    if wait.code is WaitCode.WAITING_FOR_NODES:
+        return _say_nodes_wait(wait, surface)
     if wait.code is WaitCode.ABOUT_TO_BE_OFFERED:
         return "a worker can run it now: it is about to be offered"
     if wait.code is WaitCode.ALL_UNAVAILABLE:
-        return "every worker that could run it is busy, draining, offline or connecting"
+        return (
+            "every worker that could run it is busy, draining, offline, connecting or held "
+            "for a multi-node job"
+        )
     scope = _SCOPE[p["target"]]
     wanted = p["wanted"]
     head = f"no {scope} registered has {wanted}" if wanted else f"no {scope} is registered"

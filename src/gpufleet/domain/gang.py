@@ -26,7 +26,15 @@ from datetime import datetime
 from itertools import groupby
 
 from gpufleet.domain.jobspec import GangShape
-from gpufleet.domain.matching import Capacity, Feature, Requirement, can_run_now
+from gpufleet.domain.matching import (
+    Capacity,
+    Feature,
+    Requirement,
+    Wait,
+    WaitCode,
+    can_run_now,
+    fits,
+)
 
 GANG_HOLD_S = 300.0  # `--gang-hold`'s default
 
@@ -89,6 +97,32 @@ def eligible(shape: GangShape, req: Requirement, cap: Capacity) -> bool:
 
 def held_reason(job_id: str, held: int, nodes: int) -> str:
     return f"held for job {job_id} ({held} of {nodes} nodes)"
+
+
+def waiting(shape: GangShape, req: Requirement, caps: Iterable[Capacity], held: int) -> Wait:
+    """What a waiting gang says: the nodes it needs, how many workers may be one now (idle,
+    saying `gang`, matching, in the largest group of one `same_label` value), how many more
+    could once free, and how many are held for it."""
+    caps = list(caps)
+    node = replace(req, gpu_count=shape.gpus_per_node, needs=req.needs | {Feature.GANG})
+    fit = [c for c in caps if eligible(shape, req, c)]
+    could = [
+        c
+        for c in caps
+        if c.features is not None
+        and fits(node, c)
+        and (shape.same_label is None or shape.same_label in c.labels)
+    ]
+    return Wait(
+        WaitCode.WAITING_FOR_NODES,
+        {
+            "nodes": shape.nodes,
+            "matching": max((len(g) for _, g in _groups(shape, fit)), default=0),
+            "could": len(could),
+            "held": held,
+            "same_label": shape.same_label,
+        },
+    )
 
 
 def decide(

@@ -146,6 +146,7 @@ class Why(StrEnum):
     OFFLINE = "offline"
     CONNECTING = "connecting"
     SPENT = "spent"
+    HELD = "held"  # idle, and held for a multi-node job at the head of the queue (gang.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +195,8 @@ class Reason:
                 return f"has no label {p['key']!r} (wanted {p['key']}={p['wanted']})"
             case Why.LABEL_MISMATCH:
                 return f"label {p['key']}={p['has']!r} does not match {p['wanted']!r}"
+            case Why.HELD:
+                return f"is {p['note']}" if p.get("note") else "is held for a multi-node job"
             case Why.BUSY:
                 return f"is busy with job {p['job_id']}" if p.get("job_id") else "is busy"
             case Why.DRAINING:
@@ -309,6 +312,8 @@ class WaitCode(StrEnum):
     USER_AT_LIMIT = "user_at_limit"
     BEHIND_FAIR_SHARE = "behind_fair_share"
     AWAITING_APPROVAL = "awaiting_approval"
+    # A multi-node job: fewer idle workers that may be its nodes than it needs (domain/gang.py)
+    WAITING_FOR_NODES = "waiting_for_nodes"
 
 
 @dataclass(frozen=True, slots=True)

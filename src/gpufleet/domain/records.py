@@ -8,11 +8,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from gpufleet.domain.jobspec import GangShape
 from gpufleet.domain.levels import Level
 from gpufleet.domain.matching import Capacity, Feature, Requirement, needs_of, parse_features
 from gpufleet.domain.states import (
     AttemptStatus,
     JobStatus,
+    NodeState,
     RetryOn,
     Target,
     WorkerStatus,
@@ -68,6 +70,10 @@ class Worker:
     gpu_stats_at: datetime | None = None
     reported_labels: dict[str, str] = field(default_factory=dict)  # as the worker sent them
     token_issued_at: datetime | None = None  # when its live token was made (create, rotate)
+    # held for the gang at the head of the queue (domain/gang.py): the job, since, in words
+    held_for: str | None = None
+    held_since: datetime | None = None
+    held_note: str | None = None
 
     @property
     def offline(self) -> bool:
@@ -152,6 +158,12 @@ class Job:
     config_digest: str | None = None
     config_written_by: str | None = None
     workdir: str | None = None  # the sha256 hex of the snapshot its config names (docs/jobs.md)
+    nodes: int = 1  # the machines it runs on (jobspec.gang_shape): more than 1, a gang
+
+    @property
+    def total_gpus(self) -> int:
+        """The GPUs it holds on all its nodes: what limits, fair share and usage count."""
+        return GangShape(self.nodes, self.gpu_count).total_gpus
 
     def requirement(self) -> Requirement:
         return Requirement(
@@ -178,6 +190,26 @@ class Attempt:
     resumed_from: str | None = None  # the checkpoint (id) its offer said to resume from
     preempted_by: str | None = None  # the queued job it is being stopped for
     preempt_at: datetime | None = None  # when it was asked to stop for it
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptNode:
+    """One node of a gang's attempt: its rank (0 first), its worker and where it stands in
+    the two-phase start; `address` and `port` (rank 0's MASTER_PORT) are filled in by the
+    rendezvous."""
+
+    attempt_id: str
+    rank: int
+    job_id: str
+    number: int  # the attempt's number
+    worker_id: str
+    state: NodeState
+    offered_at: datetime
+    acknowledged_at: datetime | None = None
+    address: str | None = None
+    port: int | None = None
+    ended_at: datetime | None = None
+    error: str | None = None
 
 
 class ArtifactKind(StrEnum):

@@ -40,6 +40,17 @@ class AttemptStatus(StrEnum):
     PREEMPTED = "preempted"  # the worker stopped it: its machine is going away (spot notice)
 
 
+class NodeState(StrEnum):
+    """Where one node of a gang's attempt stands (`attempt_nodes`). Offered with the attempt;
+    the rendezvous (a later step of #35) moves it: every node acknowledges, rank 0's worker
+    names a free MASTER_PORT, and the nodes start only once all N acknowledged."""
+
+    OFFERED = "offered"
+    ACKNOWLEDGED = "acknowledged"
+    RUNNING = "running"
+    ENDED = "ended"
+
+
 class RetryOn(StrEnum):
     """Which ended attempts a job is retried after (while `max_retries` lasts)."""
 

@@ -56,6 +56,7 @@ class ServerSettings(BaseModel):
     usage_interval: float = _declared("usage_interval")
     fleet_sample_interval: float = _declared("fleet_sample_interval")
     ack_timeout: float = _declared("ack_timeout")
+    gang_hold: float = _declared("gang_hold")
     ephemeral_cleanup_after: float = _declared("ephemeral_cleanup_after")
     heartbeat_interval: float = _declared("heartbeat_interval")
     local_gpus: str = _declared("local_gpus")

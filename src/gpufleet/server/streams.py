@@ -180,7 +180,7 @@ class WorkerStream:
             if waiting and worker.current_attempt_id:  # only to drop a cancel (_cancel_applies)
                 held = await q.get_attempt(worker.current_attempt_id)
             offers = await pending_offers(
-                q, self._ctx.audit_key, worker_id, self._ctx.settings.worker_url()
+                q, self._ctx.audit_key, worker, self._ctx.settings.worker_url()
             )
         if waiting:  # a write only when there is something to take
             async with self._ctx.store.write() as wq:

@@ -85,6 +85,15 @@ SERVER = Table(
         above=0,
     ),
     Setting(
+        "gang_hold",
+        Kind.DURATION,
+        "Longest a multi-node job at the head of the queue holds the idle workers it will "
+        "need (so smaller jobs do not take them one by one); then they are released, with "
+        "the reason, for other jobs.",
+        default=300.0,
+        above=0,
+    ),
+    Setting(
         "ephemeral_cleanup_after",
         Kind.DURATION,
         "Ephemeral workers offline this long are deleted.",

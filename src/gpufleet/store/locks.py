@@ -16,6 +16,7 @@ MIGRATION: Final = 0x6770_666C  # "gpfl": one migrator at a time, until its comm
 LEADER: Final = 0x6770_666D  # "gpfm": the replica that runs the sweeps, for its session
 AUDIT_CHAIN: Final = 0x6772_6161  # "graa": one appender to the audit chain, until commit
 API_KEYS: Final = 0x6772_6162  # "grab": one first-start admin key, however many replicas start
+GANG_ROUND: Final = 0x6772_6763  # "grgc": one gang round (claims and holds) at a time, until commit
 
 
 async def hold_until_commit(conn: AsyncConnection, key: int) -> None:

@@ -96,7 +96,8 @@ class JobOut(Record):
     config_name: str | None
     target: str
     worker_labels: dict[str, str]
-    gpu_count: int
+    gpu_count: int  # on each node
+    nodes: int  # the machines it runs on: more than 1, a multi-node (gang) job (docs/jobs.md)
     priority: int
     max_retries: int
     retry_on: list[RetryOn]

@@ -76,6 +76,11 @@ class WorkerOut(Record):
     offline_due: datetime | None
     requeue_due: datetime | None
     token_issued_at: datetime | None
+    # Held for the multi-node job at the head of the queue (docs/jobs.md): that job, since
+    # when, and in words ("held for job j_... (2 of 4 nodes)"); None when not held.
+    held_for: str | None
+    held_since: datetime | None
+    held_note: str | None
 
     @classmethod
     def shown(cls, w: Worker, silence: timedelta) -> Self:

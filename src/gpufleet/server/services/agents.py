@@ -310,7 +310,7 @@ async def has_jobs(ctx: Context, worker: Worker, claimed_id: str | None) -> bool
                 await tx.send_to_worker(worker.id, protocol.shutdown(reason))
         return False
     async with ctx.store.read() as q:
-        if await q.pending_offers(worker.id):
+        if await q.pending_offers(worker.id, worker.current_attempt_id):
             return True
         cap = worker.capacity()
         targets = targets_served(cap)

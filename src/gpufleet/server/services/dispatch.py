@@ -8,10 +8,8 @@ needs the queue. The health loop runs a full pass as a safety net.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
-from gpufleet.domain.limits import limit_hit
 from gpufleet.domain.matching import (
     Requirement,
     available,
@@ -20,7 +18,6 @@ from gpufleet.domain.matching import (
     fits,
     targets_served,
 )
-from gpufleet.domain.policy import Policy, Snapshot
 from gpufleet.domain.records import LOCAL_WORKER_ID, Attempt, Job, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import (
@@ -30,52 +27,15 @@ from gpufleet.domain.states import (
 )
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import worker_topic
-from gpufleet.server.services import fair_queue, lifecycle, offers
-from gpufleet.server.services.lifecycle import ClaimLost, WorkerTaken
-from gpufleet.server.services.standing import (
-    candidate,
-    has_limits,
-    is_plain,
-    limits_in,
-    snapshot,
-)
+from gpufleet.server.services import fair_queue, gangs, lifecycle, offers
+from gpufleet.server.services.dispatch_policy import Seen, policy_gate, refused, retrying
+from gpufleet.server.services.lifecycle import WorkerTaken
+from gpufleet.server.services.standing import limits_in
 from gpufleet.store import Queries
 
 _PAGE = 200
 _FIRST_PAGE = 4
 _HEAD = 20  # queued jobs a freed worker reads as they come before it asks the index
-_RACE_RETRIES = 5
-T = TypeVar("T")
-
-
-async def policy_gate(tx: Tx, read: tuple[Policy, bool] | None = None) -> Snapshot | None:
-    """The policy this dispatch applies: None when it changes nothing (no fair share, no
-    limit), and dispatch goes its usual way at its usual cost (one read of the policy row;
-    none when the caller read it in this transaction already: `read`, what
-    `dispatch_policy` answered).
-
-    With a limit set, the policy row is locked until commit (PostgreSQL), first of all the
-    rows a dispatch locks: dispatches that check limits go one at a time across replicas,
-    each counting what runs after the previous one committed, so that no two can both pass
-    a limit only one may. Only claims raise what runs, and every claim comes here first.
-    """
-    policy, own = read if read is not None else await tx.q.dispatch_policy()
-    if is_plain(policy, own):
-        return None
-    if has_limits(policy, own) and tx.q.locks_rows:
-        policy, own = await tx.q.dispatch_policy(lock=True)
-    return await snapshot(tx.q, tx.now, policy, shares=False)
-
-
-def refused(ctx: Context, job: Job, snap: Snapshot | None, seen: _Seen | None = None) -> bool:
-    """Whether a limit keeps the job from starting now (noted in `seen`, and on the context
-    until a full pass finds none held)."""
-    held = snap is not None and limit_hit(candidate(job, snap), snap) is not None
-    if held:
-        ctx.limit_holds.held()
-        if seen is not None:
-            seen.held = True
-    return held
 
 
 async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | None = None) -> Job:
@@ -106,20 +66,13 @@ async def claim_new(tx: Tx, job: Job, worker: Worker) -> Job | None:
         return None
 
 
-async def _retrying(attempt: Callable[[], Awaitable[T]], lost: T) -> T:
-    """Run a dispatch step again when a concurrent dispatch won a race; `lost` once the
-    races are all lost."""
-    for _ in range(_RACE_RETRIES):
-        try:
-            return await attempt()
-        except ClaimLost:
-            continue
-    return lost
-
-
 async def dispatch_job(ctx: Context, job_id: str) -> bool:
-    """Offer one queued job to the best idle worker, if any fits."""
-    return await _retrying(lambda: _dispatch_job(ctx, job_id), False)
+    """Offer one queued job to the best idle worker, if any fits; a gang (a job of more
+    than one node) to all its nodes at once, by a gang round."""
+    offered: bool | None = await retrying(lambda: _dispatch_job(ctx, job_id), False)
+    if offered is None:
+        return bool((await _gang_round(ctx)).offered)
+    return offered
 
 
 async def first_fit(
@@ -153,7 +106,8 @@ async def first_fit(
         limit = min(limit * 4, _PAGE)
 
 
-async def _dispatch_job(ctx: Context, job_id: str) -> bool:
+async def _dispatch_job(ctx: Context, job_id: str) -> bool | None:
+    """True: offered; False: not; None: a gang, for the gang round."""
     async with transaction(ctx) as tx:
         snap = await policy_gate(tx)
         # No row lock here: `claim` takes the worker, then the job (the one lock order, see
@@ -161,6 +115,8 @@ async def _dispatch_job(ctx: Context, job_id: str) -> bool:
         job = await tx.q.get_job(job_id)
         if job is None or job.status is not JobStatus.QUEUED or refused(ctx, job, snap):
             return False
+        if job.nodes > 1:
+            return None
         history = await tx.q.attempts_for_job(job.id) if job.attempts else []
         worker = await first_fit(tx.q, job.requirement(), workers_to_avoid(history))
         return worker is not None and bool(await claim(tx, job, worker, history))
@@ -176,9 +132,12 @@ async def dispatch_worker(ctx: Context, worker_id: str) -> bool:
     # the caller's commit made the worker idle, as the pass below would: a job queued after
     # this read finds the worker idle itself.
     async with ctx.store.read() as q:
-        if not await q.has_queued_jobs():
-            return False
-    seen = _Seen()
+        nodes = await q.queued_nodes()
+    if nodes is None:
+        return False
+    if nodes > 1:  # a gang waits: it may claim or hold this worker first
+        await _gang_round(ctx)
+    seen = Seen()
     offered = await _offer_to(ctx, worker_id, seen)
     if seen.limited and (ctx.limit_holds.since_full_pass or seen.held):
         # A job that ended may have freed room under a limit for a job held by it, which
@@ -189,25 +148,18 @@ async def dispatch_worker(ctx: Context, worker_id: str) -> bool:
     return bool(offered)
 
 
-class _Seen:
-    """What a dispatch step saw of the policy, for its caller."""
-
-    limited = False  # a limit on what runs is set
-    held = False  # a job was passed over because a limit held it
-
-
-async def _offer_to(ctx: Context, worker_id: str, seen: _Seen | None = None) -> bool | None:
+async def _offer_to(ctx: Context, worker_id: str, seen: Seen | None = None) -> bool | None:
     """True: offered a job; False: the queue holds none it can run; None: not free (or
     every claim lost a race: the worker's queue is not known to be empty)."""
-    return await _retrying(lambda: _dispatch_worker(ctx, worker_id, seen or _Seen()), None)
+    return await retrying(lambda: _dispatch_worker(ctx, worker_id, seen or Seen()), None)
 
 
-async def _dispatch_worker(ctx: Context, worker_id: str, seen: _Seen) -> bool | None:
+async def _dispatch_worker(ctx: Context, worker_id: str, seen: Seen) -> bool | None:
     async with transaction(ctx) as tx:
         snap = await policy_gate(tx)
         seen.limited = snap is not None and limits_in(snap)
         worker = await tx.q.get_worker(worker_id, lock=True)
-        if worker is None:
+        if worker is None or worker.held_for is not None:  # held: its gang's (gangs.py)
             return None
         cap = worker.capacity()
         if not available(cap):
@@ -226,8 +178,8 @@ async def _dispatch_worker(ctx: Context, worker_id: str, seen: _Seen) -> bool | 
         async with contextlib.aclosing(in_order) as queued:
             async for job in queued:
                 req = job.requirement()
-                if not fits(req, cap):
-                    continue
+                if job.nodes > 1 or not fits(req, cap):
+                    continue  # a gang is offered by the gang round alone
                 if job.target is Target.AUTO and remote_idle and choose_worker(req, remote_idle):
                     continue  # a remote worker will take it
                 if refused(ctx, job, snap, seen):
@@ -245,10 +197,12 @@ async def dispatch_all(ctx: Context) -> int:
     one look at the queue, not a thousand.
     """
     async with ctx.store.read() as q:
-        if not await q.has_queued_jobs():
+        nodes = await q.queued_nodes()
+        if nodes is None:
             return 0  # the sweep's safety net costs one indexed read when nothing waits
-        idle = await q.idle_workers()
-    offers = 0
+    offers = (await _gang_round(ctx)).offered if nodes > 1 else 0
+    async with ctx.store.read() as q:
+        idle = [w for w in await q.idle_workers() if w.held_for is None]
     exhausted: set[tuple[object, ...]] = set()
     ctx.limit_holds.full_pass()  # until this pass (or any other dispatch) passes over a held job
     for worker in sorted(idle, key=lambda w: w.id == LOCAL_WORKER_ID):
@@ -266,3 +220,12 @@ async def dispatch_all(ctx: Context) -> int:
         elif offered is False:
             exhausted.add(shape)
     return offers
+
+
+async def _gang_round(ctx: Context) -> gangs.Round:
+    """A gang round, then the workers it released offered to other jobs before any later
+    round may hold them again (domain/gang.py: a released gang takes turns)."""
+    done = await gangs.gang_round(ctx)
+    for worker_id in done.released:
+        await _offer_to(ctx, worker_id)
+    return done

@@ -13,6 +13,7 @@ transactions that take them in opposite orders with `deadlock detected`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +38,8 @@ from gpufleet.server.context import Tx
 from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic
 from gpufleet.server.services import webhooks
 from gpufleet.store.queries.jobs import NewJob
+
+KEEPS_HOLD = frozenset({WorkerStatus.IDLE, WorkerStatus.CONNECTING})  # held for a gang
 
 
 class ClaimLost(Exception):
@@ -63,6 +66,10 @@ async def save_worker(
     )
     if not can_move_worker(worker.status, status):
         raise Conflict(f"worker {worker.id} cannot go from {worker.status} to {status}")
+    if worker.held_for is not None and status not in KEEPS_HOLD:
+        # Offline, drained or busy: it leaves its gang's hold (a stream that reconnects, as
+        # on an orchestrator's restart, keeps it: the hold's clock goes on).
+        changes = {**changes, "held_for": None, "held_since": None, "held_note": None}
     await tx.q.set_worker_status(worker.id, status, **changes)
     tx.wake(WORKERS_TOPIC)  # live views (the web UI's event stream) re-read the fleet
     if status is not worker.status:
@@ -77,6 +84,8 @@ async def move_job(
 ) -> None:
     check_job_move(job.id, job.status, new)
     await tx.q.set_job_status(job.id, new, updated_at=tx.now, **values)
+    if job.nodes > 1 and job.status is JobStatus.QUEUED:  # a gang leaves the queue: no hold
+        await tx.q.release_holds_of(job.id)
     tx.audit("job.status_changed", actor, job.id, old=job.status.value, new=new.value)
     tx.wake(job_topic(job.id), JOBS_TOPIC)
     if new in TERMINAL_JOB:  # the webhooks' outbox row commits with the change, or neither
@@ -103,6 +112,34 @@ async def claim(tx: Tx, job: Job, worker: Worker, attempt_id: str) -> Job:
         updated_at=offered.updated_at,
     ):
         raise ClaimLost
+    return offered
+
+
+async def claim_gang(tx: Tx, job: Job, nodes: Sequence[Worker], attempt_id: str) -> Job:
+    """`claim` for a gang: every node's worker idle → busy (idle and held by no other gang,
+    in id order: one lock order for every gang round), then the job; the job as offered,
+    its `worker_id` rank 0's. Raises ClaimLost when any was taken first: the transaction
+    rolls back, so no partial gang is ever offered."""
+    offered = as_offered(job, nodes[0].id, attempt_id, tx.now)
+    for worker in sorted(nodes, key=lambda w: w.id):
+        if not await tx.q.claim_node(
+            worker.id,
+            job.id,
+            WorkerStatus.BUSY,
+            current_job_id=job.id,
+            current_attempt_id=attempt_id,
+        ):
+            raise ClaimLost
+    if not await tx.q.claim_job(
+        job.id,
+        offered.status,
+        attempts=offered.attempts,
+        current_attempt_id=attempt_id,
+        worker_id=offered.worker_id,
+        updated_at=offered.updated_at,
+    ):
+        raise ClaimLost
+    await tx.q.release_holds_of(job.id)  # those it held in another group of `same_label`
     return offered
 
 
@@ -225,7 +262,8 @@ async def end_attempt(
     when = {} if ended_at is None else {"ended_at": ended_at}
     await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code, **when)
     if not by_user:
-        await release_worker(tx, attempt.worker_id, attempt, locked)
+        for worker_id in await _node_workers(tx, job, attempt, error):
+            await release_worker(tx, worker_id, attempt, locked)
     tx.audit(
         "attempt.ended",
         SYSTEM_ACTOR,
@@ -250,6 +288,16 @@ async def end_attempt(
         poison_after_workers=tx.settings.poison_after_workers,
     )
     return await _apply(tx, job, attempt, outcome, decision, exit_code, error)
+
+
+async def _node_workers(tx: Tx, job: Job, attempt: Attempt, error: str | None) -> list[str]:
+    """The workers the attempt holds: its one worker, or (a gang) every node's, whose nodes
+    end with it."""
+    if job.nodes == 1:
+        return [attempt.worker_id]
+    nodes = await tx.q.attempt_nodes(attempt.id)
+    await tx.q.end_attempt_nodes(attempt.id, tx.now, error)
+    return sorted({attempt.worker_id, *(n.worker_id for n in nodes)})
 
 
 async def _apply(

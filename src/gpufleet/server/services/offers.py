@@ -8,7 +8,7 @@ from typing import Any
 
 from gpufleet import protocol
 from gpufleet.domain import outcomes, publishing
-from gpufleet.domain.records import Attempt, Checkpoint, Job
+from gpufleet.domain.records import Attempt, Checkpoint, Job, Worker
 from gpufleet.domain.secrets import upload_token
 from gpufleet.protocol import Event
 from gpufleet.store import Queries
@@ -41,11 +41,17 @@ def resume_entry(checkpoint: Checkpoint | None) -> dict[str, Any] | None:
 
 
 def offer(
-    key: bytes, job: Job, attempt_id: str, resume: Checkpoint | None, public_url: str
+    key: bytes,
+    job: Job,
+    attempt_id: str,
+    resume: Checkpoint | None,
+    public_url: str,
+    node_rank: int | None = None,
 ) -> Event:
     """The `job_submit` event of the attempt: its upload token is derived again on each send;
     a SimpleTuner config that publishes nowhere is pointed at this orchestrator's storage
-    route (`domain.publishing`, reached at `public_url`)."""
+    route (`domain.publishing`, reached at `public_url`). `node_rank`: the node of a gang's
+    attempt it offers (of `job.nodes`); None for a one-node job."""
     token = upload_token(key, attempt_id)
     config = publishing.offered_config(
         job.config, public_url=public_url, job_id=job.id, upload_token=token
@@ -57,14 +63,22 @@ def offer(
         job.gpu_count,
         upload_token=token,
         resume=resume_entry(resume),
+        node=None if node_rank is None else (node_rank, job.nodes),
     )
 
 
-async def pending(q: Queries, key: bytes, worker_id: str, public_url: str) -> dict[str, Event]:
-    """The offers waiting for the worker's acknowledgement, by attempt id, as stored."""
-    waiting: list[tuple[Attempt, Job]] = await q.pending_offers(worker_id)
+async def pending(q: Queries, key: bytes, worker: Worker, public_url: str) -> dict[str, Event]:
+    """The offers waiting for the worker's acknowledgement, by attempt id, as stored; a
+    gang's, with the worker's node rank."""
+    waiting = await q.pending_offers(worker.id, worker.current_attempt_id)
     events = {}
     for attempt, job in waiting:
         resume = await q.get_checkpoint(attempt.resumed_from) if attempt.resumed_from else None
-        events[attempt.id] = offer(key, job, attempt.id, resume, public_url)
+        rank = None
+        if job.nodes > 1:
+            nodes = await q.attempt_nodes(attempt.id)
+            rank = next((n.rank for n in nodes if n.worker_id == worker.id), None)
+            if rank is None:
+                continue
+        events[attempt.id] = offer(key, job, attempt.id, resume, public_url, node_rank=rank)
     return events

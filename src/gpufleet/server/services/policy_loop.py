@@ -96,7 +96,7 @@ def _running(placed: Sequence[PlacedJob]) -> list[Running]:
             worker_id=p.job.worker_id or "",
             team_id=p.job.team_id,
             user_id=p.job.user_id,
-            gpus=p.job.gpu_count,
+            gpus=p.job.total_gpus,
             priority=p.job.priority,
             started_at=p.started_at,
             preemptible=p.job.preemptible,
@@ -126,6 +126,8 @@ async def preempt(ctx: Context) -> int:
         running = _running(await tx.q.placed_jobs())
         done = 0
         for job in head:
+            if job.nodes > 1:
+                continue  # a gang holds its workers as they free up; none is stopped for it
             req = job.requirement()
             if any(can_run_now(req, cap) for cap in idle):
                 continue  # dispatch offers it without taking anything back

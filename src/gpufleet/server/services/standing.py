@@ -112,7 +112,7 @@ def candidate(job: Job, snap: Snapshot) -> Candidate:
         job_id=job.id,
         team_id=job.team_id,
         user_id=job.user_id,
-        gpus=job.gpu_count,
+        gpus=job.total_gpus,
         priority=job.priority,
         created_at=job.created_at,
         preemptible=preemptible,

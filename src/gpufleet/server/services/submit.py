@@ -10,6 +10,7 @@ from gpufleet.domain.advice import say_wait_everywhere
 from gpufleet.domain.approvals import approval_needed
 from gpufleet.domain.jobspec import (
     check_config,
+    gang_shape,
     job_gpu_count,
 )
 from gpufleet.domain.limits import queued_limit_hit
@@ -36,7 +37,7 @@ from gpufleet.errors import InvalidInput, TooManyRequests
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
-from gpufleet.server.services import configs, dispatch, job_secrets, workdirs
+from gpufleet.server.services import configs, dispatch, dispatch_policy, job_secrets, workdirs
 from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import queue_new
 from gpufleet.server.services.people import resolve_submitter
@@ -183,22 +184,25 @@ async def enqueue(
     if a worker fits now (unless an approval rule holds it); `rerun_of`: the job it repeats;
     `ran`: the stored config's version it is."""
     gpu_count = job_gpu_count(sub.gpu_count, config)
+    shape = gang_shape(gpu_count, config)
     labels = check_labels(sub.worker_labels)
     req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs_of(config))
     await _check_target(ctx, req)
     workdir = await workdirs.check_named(ctx, config, user_id)
     job_id = new_id("j")
     async with transaction(ctx) as tx:
-        admitted = await _admit(tx, sub, gpu_count, user_id)
+        admitted = await _admit(tx, sub, shape.total_gpus, user_id)
         if workdir is not None and admitted.team is not None:
             await workdirs.share(tx, workdir, admitted.user.id, admitted.team.id)
         await job_secrets.check_resolvable(ctx, tx.q, config, admitted.user, admitted.team)
         queued = admitted.status is JobStatus.QUEUED
         # The policy first: with a limit set, its row is the first a dispatch locks.
-        snap = await dispatch.policy_gate(tx, admitted.policy) if queued else None
+        snap = await dispatch_policy.policy_gate(tx, admitted.policy) if queued else None
         # Usually an idle worker fits: the job is offered in the transaction that queues it
         # (one commit a submit). When none does, the job waits, even for a worker yet to come.
-        worker = await dispatch.first_fit(tx.q, req) if queued else None
+        # A gang (more than one node) is offered by the gang round alone (dispatch_job).
+        one_node = queued and shape.nodes == 1
+        worker = await dispatch.first_fit(tx.q, req) if one_node else None
         job = await queue_new(
             tx,
             NewJob(
@@ -222,6 +226,7 @@ async def enqueue(
                 config_digest=ran.digest if ran else None,
                 config_written_by=ran.written_by if ran else None,
                 workdir=workdir,
+                nodes=shape.nodes,
             ),
         )
         extra: dict[str, Any] = {"rerun_of": rerun_of} if rerun_of else {}
@@ -229,6 +234,8 @@ async def enqueue(
             extra |= {"config_version": ran.version, "config_digest": ran.digest}
         if admitted.held:
             extra["held"] = admitted.held
+        if shape.nodes > 1:
+            extra |= {"nodes": shape.nodes, "total_gpus": shape.total_gpus}
         tx.audit(
             "job.submitted",
             actor,
@@ -244,7 +251,7 @@ async def enqueue(
             **extra,
         )
         tx.wake(JOBS_TOPIC)
-        if dispatch.refused(ctx, job, snap):
+        if dispatch_policy.refused(ctx, job, snap):
             worker = None  # a limit keeps it waiting
         offered = await dispatch.claim_new(tx, job, worker) if worker is not None else None
     if offered is not None and worker is not None:

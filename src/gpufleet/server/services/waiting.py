@@ -8,14 +8,24 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from gpufleet.domain import gang
 from gpufleet.domain.advice import say_wait_everywhere
 from gpufleet.domain.approvals import approval_needed
 from gpufleet.domain.fair_share import rank_key
+from gpufleet.domain.jobspec import gang_shape
 from gpufleet.domain.limits import LimitHit, limit_hit
-from gpufleet.domain.matching import Wait, WaitCode, fits, reasons_not_running, why_waiting
+from gpufleet.domain.matching import (
+    Reason,
+    Wait,
+    WaitCode,
+    Why,
+    fits,
+    reasons_not_running,
+    why_waiting,
+)
 from gpufleet.domain.policy import Snapshot
 from gpufleet.domain.records import Job, Worker
-from gpufleet.domain.states import JobStatus, Target
+from gpufleet.domain.states import JobStatus, Target, WorkerStatus
 from gpufleet.server.context import Context
 from gpufleet.server.services.standing import candidate, is_plain, snapshot
 from gpufleet.store import Queries
@@ -50,8 +60,14 @@ def explain_wait(job: Job, workers: list[Worker]) -> dict[str, Any]:
     show` and the UI's job page print)."""
     req = job.requirement()
     rows = []
+    caps = []
     for w in workers:
-        reasons = reasons_not_running(req, w.capacity())
+        cap = w.capacity()
+        reasons = reasons_not_running(req, cap)
+        if w.held_for is not None and w.held_for != job.id:  # kept for a gang: not for it
+            reasons.append(Reason(Why.HELD, {"note": w.held_note, "job_id": w.held_for}))
+            cap = replace(cap, status=WorkerStatus.BUSY)  # what it can run now: nothing else
+        caps.append(cap)
         rows.append(
             {
                 "worker_id": w.id,
@@ -62,7 +78,11 @@ def explain_wait(job: Job, workers: list[Worker]) -> dict[str, Any]:
                 "reason_codes": [r.code.value for r in reasons],
             }
         )
-    return {**waiting_fields(why_waiting(req, [w.capacity() for w in workers])), "workers": rows}
+    if job.nodes > 1:  # a gang: how many may be its nodes now, and how many it holds
+        held = sum(w.held_for == job.id for w in workers)
+        shape = gang_shape(job.gpu_count, job.config)
+        return {**waiting_fields(gang.waiting(shape, req, caps, held)), "workers": rows}
+    return {**waiting_fields(why_waiting(req, caps)), "workers": rows}
 
 
 def waiting_fields(wait: Wait) -> dict[str, Any]:
@@ -145,7 +165,7 @@ async def _held_by(q: Queries, job: Job) -> str | None:
     if user is None:
         return None
     policy, _own = await q.dispatch_policy()
-    return approval_needed(policy, user.level, job.gpu_count)
+    return approval_needed(policy, user.level, job.total_gpus)
 
 
 async def policy_wait(q: Queries, job: Job, now: datetime) -> Wait | None:
@@ -173,6 +193,13 @@ async def policy_wait(q: Queries, job: Job, now: datetime) -> Wait | None:
     )
 
 
+def _fleet_could(waiting: dict[str, Any]) -> bool:
+    """Whether the workers could run the job now (a gang: enough of them match now)."""
+    if waiting["code"] == WaitCode.WAITING_FOR_NODES.value:
+        return bool(waiting["params"]["matching"] >= waiting["params"]["nodes"])
+    return waiting["code"] in _FLEET_COULD
+
+
 async def job_waiting(q: Queries, job: Job, now: datetime) -> dict[str, Any] | None:
     """What a job's page says it waits for: the fleet's reasons, or the policy's where the
     workers could run it."""
@@ -180,7 +207,7 @@ async def job_waiting(q: Queries, job: Job, now: datetime) -> dict[str, Any] | N
     if job.status is JobStatus.QUEUED:
         waiting = explain_wait(job, await q.list_workers())
     policy_held = await policy_wait(q, job, now)
-    if policy_held is not None and (waiting is None or waiting["code"] in _FLEET_COULD):
+    if policy_held is not None and (waiting is None or _fleet_could(waiting)):
         # Workers could run it: the policy is what it waits for.
         shown = waiting["workers"] if waiting else []
         waiting = {**waiting_fields(policy_held), "workers": shown}

@@ -10,6 +10,7 @@ from gpufleet.store.queries.artifacts import ArtifactQueries
 from gpufleet.store.queries.attempts import AttemptQueries
 from gpufleet.store.queries.audit import AuditQueries
 from gpufleet.store.queries.fleet_history import FleetHistoryQueries
+from gpufleet.store.queries.gangs import GangQueries
 from gpufleet.store.queries.jobs import JobQueries, NewJob
 from gpufleet.store.queries.keys import KeyQueries
 from gpufleet.store.queries.logs import LOG_SEQ_MAX, LogQueries
@@ -37,6 +38,7 @@ class Queries(
     SecretQueries,
     FleetHistoryQueries,
     WorkdirQueries,
+    GangQueries,
 ):
     """Named queries bound to one connection. The caller owns the transaction."""
 

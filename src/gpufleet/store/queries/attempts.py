@@ -69,12 +69,19 @@ class AttemptQueries(QueryBase):
         )
         return [rows.attempt(m) for m in await self._mapped(stmt)]
 
-    async def pending_offers(self, worker_id: str) -> list[tuple[Attempt, Job]]:
+    async def pending_offers(
+        self, worker_id: str, current_attempt_id: str | None = None
+    ) -> list[tuple[Attempt, Job]]:
+        """The offers the worker has not acknowledged: its own attempts', and (a node of a
+        gang whose rank 0 is another worker) its `current_attempt_id`'s."""
+        mine = job_attempts.c.worker_id == worker_id
+        if current_attempt_id is not None:
+            mine = sa.or_(mine, job_attempts.c.id == current_attempt_id)
         stmt = (
             sa.select(job_attempts, jobs)
             .join(jobs, jobs.c.id == job_attempts.c.job_id)
             .where(
-                job_attempts.c.worker_id == worker_id,
+                mine,
                 job_attempts.c.status == AttemptStatus.OFFERED.value,
                 jobs.c.current_attempt_id == job_attempts.c.id,
             )

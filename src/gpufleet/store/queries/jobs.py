@@ -54,6 +54,7 @@ class NewJob:
     config_digest: str | None = None
     config_written_by: str | None = None
     workdir: str | None = None  # domain.jobspec.workdir_of(config)
+    nodes: int = 1  # domain.jobspec.gang_shape(gpu_count, config).nodes
 
     def row(self) -> dict[str, Any]:
         """The row of `jobs` it is: each field its column's (tests/unit/test_rows.py),
@@ -149,10 +150,6 @@ class JobQueries(QueryBase):
             .order_by(jobs.c.created_at, jobs.c.id)
         )
         return [r.id for r in await self.conn.execute(stmt)]
-
-    async def has_queued_jobs(self) -> bool:
-        stmt = sa.select(jobs.c.id).where(jobs.c.status == JobStatus.QUEUED.value).limit(1)
-        return (await self.conn.execute(stmt)).first() is not None
 
     async def queued_jobs(
         self,

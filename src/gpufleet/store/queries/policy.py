@@ -109,13 +109,14 @@ class PolicyQueries(QueryBase):
         return [rows.member(m) for m in await self._mapped(sa.select(team_members))]
 
     async def running_tallies(self) -> list[RunningRow]:
-        """Jobs offered or running and their GPUs, by team and user (one GROUP BY)."""
+        """Jobs offered or running and their GPUs (every node's), by team and user (one GROUP
+        BY)."""
         stmt = (
             sa.select(
                 jobs.c.team_id,
                 jobs.c.user_id,
                 sa.func.count().label("n"),
-                sa.func.coalesce(sa.func.sum(jobs.c.gpu_count), 0).label("gpus"),
+                sa.func.coalesce(sa.func.sum(jobs.c.gpu_count * jobs.c.nodes), 0).label("gpus"),
             )
             .where(jobs.c.status.in_([s.value for s in PLACED_JOB]))
             .group_by(jobs.c.team_id, jobs.c.user_id)

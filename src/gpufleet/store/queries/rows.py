@@ -35,6 +35,7 @@ from gpufleet.domain.records import (
     ApiKey,
     Artifact,
     Attempt,
+    AttemptNode,
     AuditEvent,
     Checkpoint,
     ConfigVersion,
@@ -194,6 +195,7 @@ worker = reader(
 )
 job = reader(Job, tables.jobs, unread={"match_key"})
 attempt = reader(Attempt, tables.job_attempts)
+attempt_node = reader(AttemptNode, tables.attempt_nodes)
 artifact = reader(Artifact, tables.artifacts, {"attempt_number": _ATTEMPT_NUMBER})
 checkpoint = reader(Checkpoint, tables.checkpoints, {"attempt_number": _ATTEMPT_NUMBER})
 audit_event = reader(AuditEvent, tables.audit_events, unread={"chain_seq", "mac"})
@@ -214,7 +216,8 @@ config_version = reader(ConfigVersion, tables.config_versions)
 job_secret = reader(JobSecret, tables.job_secrets)
 fleet_sample = reader(FleetSample, tables.fleet_samples, unread={"id"})
 
-_EMPTY_JOB: dict[str, Any] = {column.name: None for column in tables.jobs.c}
+# `nodes` as its column's default: a job inserted without it runs on one machine
+_EMPTY_JOB: dict[str, Any] = {column.name: None for column in tables.jobs.c} | {"nodes": 1}
 
 
 def new_job(values: Mapping[str, Any]) -> Job:

@@ -27,8 +27,11 @@ def _newer_on_online(stamp: sa.Column[Any], param: str) -> sa.Update:
 
 
 _UPDATE_WORKER = sa.update(workers).where(workers.c.id == by(ROW))
+# Idle and held for no gang (a held worker waits for its gang: domain/gang.py).
 _CLAIM_WORKER = sa.update(workers).where(
-    workers.c.id == by(ROW), workers.c.status == WorkerStatus.IDLE.value
+    workers.c.id == by(ROW),
+    workers.c.status == WorkerStatus.IDLE.value,
+    workers.c.held_for.is_(None),
 )
 _WORKER = Prebuilt(sa.select(workers).where(workers.c.id == by("id")))
 _TOKEN = Prebuilt(
@@ -71,8 +74,8 @@ class WorkerQueries(QueryBase):
         await self.conn.execute(_UPDATE_WORKER, params)
 
     async def claim_worker(self, worker_id: str, status: WorkerStatus, **values: Any) -> bool:
-        """Idle → `status` (busy), only if still idle (the compare-and-set of dispatch);
-        `services/lifecycle.py` alone calls it."""
+        """Idle → `status` (busy), only if still idle and held for no gang (the
+        compare-and-set of dispatch); `services/lifecycle.py` alone calls it."""
         self.workers_written.add(worker_id)
         params = {**no_status(values), "status": status.value, ROW: worker_id}
         return await self._rowcount(_CLAIM_WORKER, params) == 1
@@ -132,6 +135,7 @@ class WorkerQueries(QueryBase):
             workers.c.status == WorkerStatus.IDLE.value,
             workers.c.registered == sa.true(),
             workers.c.gpu_count >= min_gpus,
+            workers.c.held_for.is_(None),  # held for a gang: not offered to other jobs
         )
         if local is not None:
             stmt = stmt.where(workers.c.is_local == local)

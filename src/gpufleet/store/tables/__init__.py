@@ -9,6 +9,7 @@ from gpufleet.store.tables.base import JSON, UTCDateTime, metadata
 from gpufleet.store.tables.fleet import fleet_samples, worker_events, worker_tokens, workers
 from gpufleet.store.tables.job_files import artifacts, checkpoints, workdir_holders
 from gpufleet.store.tables.queue import (
+    attempt_nodes,
     job_attempts,
     job_logs,
     jobs,
@@ -25,6 +26,7 @@ __all__ = [
     "UTCDateTime",
     "api_keys",
     "artifacts",
+    "attempt_nodes",
     "audit_events",
     "checkpoints",
     "config_versions",

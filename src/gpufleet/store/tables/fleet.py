@@ -36,7 +36,13 @@ workers = sa.Table(
     sa.Column("gpu_stats", JSON),
     sa.Column("gpu_stats_at", UTCDateTime),
     sa.Column("token_issued_at", UTCDateTime),
+    # held for the gang at the head of the queue (domain/gang.py): its job, since when, and
+    # the domain's words for it ("held for job j_... (2 of 4 nodes)") (0022)
+    sa.Column("held_for", sa.String(32)),
+    sa.Column("held_since", UTCDateTime),
+    sa.Column("held_note", sa.String(200)),
     sa.Index("ix_workers_status", "status"),
+    sa.Index("ix_workers_held", "held_for"),
     sa.Index("ix_workers_match", "status", "is_local", "gpu_count", "id"),
 )
 

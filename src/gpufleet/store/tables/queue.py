@@ -47,12 +47,15 @@ jobs = sa.Table(
     sa.Column("config_written_by", sa.String(32)),
     # the sha256 hex of the workdir snapshot its config names, kept while it is not ended (0020)
     sa.Column("workdir", sa.String(64)),
+    # the machines it runs on: 1, or a gang of N workers (domain/gang.py) (0022)
+    sa.Column("nodes", sa.Integer, nullable=False, server_default="1"),
     sa.Index("ix_jobs_match", "status", "match_key", "priority", "created_at"),
     sa.Index("ix_jobs_created", "created_at"),
     sa.Index("ix_jobs_rerun_of", "rerun_of"),
     sa.Index("ix_jobs_worker", "worker_id", "created_at"),
     sa.Index("ix_jobs_config", "config_name", "created_at"),
     sa.Index("ix_jobs_workdir", "workdir"),
+    sa.Index("ix_jobs_nodes", "status", "nodes"),  # whether a gang waits, in one read (0022)
 )
 # In dispatch order (priority high to low, then oldest, then id), so that reading the head of
 # the queue walks the index and stops, instead of sorting every queued job (0006).
@@ -104,6 +107,35 @@ job_attempts = sa.Table(
     sa.Index("ix_attempts_status", "status", "offered_at"),
     sa.Index("ix_attempts_worker", "worker_id", "offered_at", "id"),  # a worker's job history
     sa.Index("ix_attempts_started", "started_at"),  # the jobs that started since a sample (0018)
+)
+
+# One row a node of a gang's attempt (0022): its rank and worker, where it stands in the
+# two-phase start (offered, acknowledged, ...), its worker's address and, on rank 0, the port
+# chosen for MASTER_PORT. A one-node attempt has none: it is its own one node.
+attempt_nodes = sa.Table(
+    "attempt_nodes",
+    metadata,
+    sa.Column(
+        "attempt_id",
+        sa.String(32),
+        sa.ForeignKey("job_attempts.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("rank", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column(
+        "job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("number", sa.Integer, nullable=False),  # the attempt's number
+    sa.Column("worker_id", sa.String(32), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),  # domain.states.NodeState
+    sa.Column("offered_at", UTCDateTime, nullable=False),
+    sa.Column("acknowledged_at", UTCDateTime),
+    sa.Column("address", sa.String(256)),
+    sa.Column("port", sa.Integer),
+    sa.Column("ended_at", UTCDateTime),
+    sa.Column("error", sa.Text),
+    sa.Index("ix_attempt_nodes_worker", "worker_id", "offered_at"),
+    sa.Index("ix_attempt_nodes_job", "job_id", "number"),
 )
 
 job_logs = sa.Table(

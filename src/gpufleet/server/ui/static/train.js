@@ -28,6 +28,7 @@ const jsonError = $("#config-json-error");
 const saveError = $("#config-error");
 const labelsError = $("#labels-error");
 const workdirError = $("#workdir-error");
+const nodesError = $("#nodes-error");
 const WORKDIR = /^sha256:[0-9a-f]{64}$/;
 const form = $("#train");
 let loaded = null; // the stored config's text as it came, to tell edits apart
@@ -235,7 +236,32 @@ function submission(workdir) {
     body.config.workdir = workdir;
     delete body.config_name; // the stored config, with the snapshot added, sent inline
   }
+  const nodes = nodesAsked();
+  if (nodes !== null) {
+    body.config = body.config || parseConfig(`press ${buttonText()} again`);
+    const own = body.config.nodes;
+    if (own != null && own !== nodes) {
+      throw new FieldError(nodesError, `Nodes ${nodes} disagrees with the config's own ` +
+        `"nodes" (${own}): set Nodes to ${own}, leave it blank to take the config's, or change ` +
+        `"nodes" in the config`);
+    }
+    body.config.nodes = nodes;
+    delete body.config_name; // the stored config, with its machines set, sent inline
+  }
   return body;
+}
+
+// Nodes typed: a whole number from 1 to 64 (a multi-node job above 1), or null when blank.
+function nodesAsked() {
+  const typed = $("#nodes").value.trim();
+  showError(nodesError, null);
+  if (typed === "") return null;
+  const n = Number(typed);
+  if (!Number.isInteger(n) || n < 1 || n > 64) {
+    throw new FieldError(nodesError,
+      `Nodes must be a whole number from 1 to 64 (the machines the job runs on), got ${typed}`);
+  }
+  return n;
 }
 
 const buttonText = () => (rerunOf ? "Re-run with these changes" : BUTTON[target()]);
@@ -250,6 +276,7 @@ async function fillFromJob(jobId) {
   $("#labels").value = Object.entries(job.worker_labels).map(([k, v]) => `${k}=${v}`).join("\n");
   const stated = ["gpu_count", "num_processes", "--num_processes"].some((f) => job.config[f] != null);
   $("#gpu-count").value = stated ? "" : String(job.gpu_count); // the config's own wins
+  $("#nodes").value = ""; // the config's own `nodes` says it
   $("#priority").value = String(job.priority);
   $("#retries").value = String(job.max_retries);
   const note = $("#rerun-of");

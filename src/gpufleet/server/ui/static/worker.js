@@ -41,6 +41,9 @@ function facts(w) {
     ["Current job", w.current_job_id
       ? h("a", { href: `/queue/${w.current_job_id}`, class: "mono", text: w.current_job_id })
       : dash()],
+    ...(w.held_note
+      ? [["Held", h("a", { href: `/queue/${w.held_for}`, "data-fact": "held", text: w.held_note })]]
+      : []),
     ["Jobs run", String(w.jobs_run)],
     ["Machine", machine || dash()],
     ["Created", when(w.created_at)],

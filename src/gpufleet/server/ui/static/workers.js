@@ -21,7 +21,10 @@ function row(w) {
     h("td", { "data-label": "Labels" }, labels(w.labels)),
     h("td", { "data-label": "Current job" }, w.current_job_id
       ? h("a", { href: `/queue/${w.current_job_id}`, class: "mono", text: w.current_job_id })
-      : h("span", { class: "muted", text: "—" })),
+      : w.held_note
+        // idle, and kept for a multi-node job at the head of the queue: say for which
+        ? h("a", { href: `/queue/${w.held_for}`, class: "muted held", text: w.held_note })
+        : h("span", { class: "muted", text: "—" })),
     h("td", { "data-label": "Last heartbeat" }, ago(w.last_heartbeat)),
     h("td", { "data-label": "Uptime" }, up ? span(up, null) : h("span", { class: "muted", text: "—" })),
     h("td", { "data-label": "Actions" }, workerActions(w, error, refresh)),
