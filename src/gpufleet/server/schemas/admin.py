@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Self
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from gpufleet.domain import audit_chain
 from gpufleet.domain.records import ApiKey
-from gpufleet.server.schemas.base import Body, Name, Record, Strict
+from gpufleet.server.schemas.base import Name, Record, Strict
 
 
 class CreateApiKey(Strict):
@@ -49,7 +49,7 @@ class AuditOut(Record):
     detail: dict[str, Any]
 
 
-class AuditList(Body):
+class AuditList(BaseModel):
     events: list[AuditOut]
     total: int
     limit: int

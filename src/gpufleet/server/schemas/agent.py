@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from gpufleet.domain.states import WorkerType
-from gpufleet.server.schemas.base import Body, Lenient
+from gpufleet.server.schemas.base import Lenient
 
 
 class GpuInfo(Lenient):
@@ -43,7 +43,7 @@ class RegisterIn(Lenient):
     features: list[Annotated[str, Field(max_length=32)]] | None = Field(None, max_length=16)
 
 
-class RegisterOut(Body):
+class RegisterOut(BaseModel):
     worker_id: str
     name: str
     status: str
@@ -69,7 +69,7 @@ class HeartbeatIn(Lenient):
     gpu_stats: list[GpuStatIn] | None = Field(None, max_length=1024)
 
 
-class HeartbeatOut(Body):
+class HeartbeatOut(BaseModel):
     ok: bool
     status: str
     draining: bool
@@ -86,7 +86,7 @@ class StatusIn(Lenient):
     points: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class StatusOut(Body):
+class StatusOut(BaseModel):
     ok: bool
     job_status: str
 
@@ -107,7 +107,7 @@ class WorkerIdIn(Lenient):
     worker_id: str | None = None
 
 
-class JobSecretsOut(Body):
+class JobSecretsOut(BaseModel):
     """What a job's env refers to, resolved for its live attempt (never logged, never stored
     by the worker)."""
 

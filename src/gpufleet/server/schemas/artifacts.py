@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Self
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
-from gpufleet.server.schemas.base import Body, Record, Strict
+from gpufleet.server.schemas.base import Record, Strict
 
 if TYPE_CHECKING:
     from gpufleet.server.services.artifacts import JobArtifacts
@@ -38,7 +38,7 @@ class CheckpointOut(Record):
     created_at: datetime
 
 
-class ArtifactList(Body):
+class ArtifactList(BaseModel):
     job_id: str
     pinned: bool
     total_bytes: int
@@ -60,11 +60,11 @@ class PinIn(Strict):
     pinned: bool = Field(strict=True)  # true or false, not "yes"
 
 
-class PinOut(Body):
+class PinOut(BaseModel):
     job_id: str
     pinned: bool
 
 
-class Deleted(Body):
+class Deleted(BaseModel):
     job_id: str
     deleted: int  # artifacts removed

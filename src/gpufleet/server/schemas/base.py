@@ -10,19 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 Name = Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")
 
 
-class Body(BaseModel):
-    """Every request and response body. Built when first used, not when imported: a server
-    uses a few of its hundred and fifty models in a short life (a test's), and building them
-    all was a seventh of a start's CPU (#32)."""
-
-    model_config = ConfigDict(defer_build=True)
-
-
-class Strict(Body):
+class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Lenient(Body):
+class Lenient(BaseModel):
     """Worker bodies: agents of other versions may send fields we do not know."""
 
     model_config = ConfigDict(extra="ignore")
@@ -43,7 +35,7 @@ class _Over:
         return getattr(self._record, name)
 
 
-class Record(Body):
+class Record(BaseModel):
     """A response body read off a domain record: each field is the attribute of its name."""
 
     model_config = ConfigDict(from_attributes=True)

@@ -6,10 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Self
 
+from pydantic import BaseModel
+
 from gpufleet.domain.fleet_history import FleetSample
 from gpufleet.domain.presence import PRESENCE_TEXT, PRESENCE_TONE, presence, up_since
 from gpufleet.domain.records import Worker
-from gpufleet.server.schemas.base import Body, Record
+from gpufleet.server.schemas.base import Record
 
 
 class FleetWorkerOut(Record):
@@ -49,7 +51,7 @@ class FleetWorkerOut(Record):
         )
 
 
-class FleetWorkerList(Body):
+class FleetWorkerList(BaseModel):
     workers: list[FleetWorkerOut]
     counts: dict[str, int]  # workers per `presence` (every one, 0 included): what rows say
     tones: dict[str, str]  # each presence's badge colour, for the counts
@@ -73,7 +75,7 @@ class FleetSampleOut(Record):
         return cls.of(s)
 
 
-class FleetHistoryOut(Body):
+class FleetHistoryOut(BaseModel):
     range_s: int
     resolution_s: int  # 0: every sample, else the seconds each row sums up (900)
     group: str  # "": the whole fleet; else a worker label as key=value

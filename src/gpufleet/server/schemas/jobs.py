@@ -6,13 +6,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Self
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from gpufleet.domain import bounds, job_secrets, outcomes
 from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import Attempt, Checkpoint, ConfigVersion, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
-from gpufleet.server.schemas.base import Body, Record, Strict
+from gpufleet.server.schemas.base import Record, Strict
 
 _NO_NAMES: Mapping[str, str] = {}
 
@@ -44,7 +44,7 @@ class RerunIn(Strict):
     max_retries: int | None = Field(None, ge=0, le=100)
 
 
-class ResumedFromOut(Body):
+class ResumedFromOut(BaseModel):
     """Where an attempt resumed: "resumed from checkpoint-1200 (attempt 2)"."""
 
     checkpoint: str  # the checkpoint's name
@@ -194,27 +194,27 @@ class JobIds(Strict):
     job_ids: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(max_length=1000)
 
 
-class BulkResult(Body):
+class BulkResult(BaseModel):
     job_id: str
     ok: bool
     job: JobOut | None  # cancel: the job; re-run: the new job
     error: str | None  # why this one was not done, in words
 
 
-class BulkOut(Body):
+class BulkOut(BaseModel):
     results: list[BulkResult]
     done: int
     failed: int
 
 
-class JobList(Body):
+class JobList(BaseModel):
     jobs: list[JobOut]
     total: int
     limit: int
     offset: int
 
 
-class LogLineOut(Body):
+class LogLineOut(BaseModel):
     seq: int
     attempt_id: str
     stream: str
@@ -222,7 +222,7 @@ class LogLineOut(Body):
     ts: datetime
 
 
-class LogsOut(Body):
+class LogsOut(BaseModel):
     job_id: str
     lines: list[LogLineOut]
     next_after: int
@@ -264,7 +264,7 @@ class ConfigOut(Record):
         )
 
 
-class ConfigList(Body):
+class ConfigList(BaseModel):
     configs: list[ConfigOut]
 
 
@@ -294,7 +294,7 @@ class ConfigVersionOut(Record):
         )
 
 
-class ConfigVersionList(Body):
+class ConfigVersionList(BaseModel):
     name: str
     versions: list[ConfigVersionOut]  # newest first
     limit: int
@@ -304,14 +304,14 @@ class ConfigVersionList(Body):
 # ---- progress history (charts) ------------------------------------------------------------
 
 
-class SeriesOut(Body):
+class SeriesOut(BaseModel):
     name: str
     points: list[tuple[int, float, int]] = Field(
         description="[step, value, attempt number], oldest first"
     )
 
 
-class ProgressHistoryOut(Body):
+class ProgressHistoryOut(BaseModel):
     job_id: str
     status: str
     step: int | None

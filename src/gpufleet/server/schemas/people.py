@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Self
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from gpufleet.domain.levels import Level
 from gpufleet.domain.people import MAX_LIMIT, MAX_WEIGHT
 from gpufleet.domain.records import UsageSample
-from gpufleet.server.schemas.base import Body, Record, Strict
+from gpufleet.server.schemas.base import Record, Strict
 from gpufleet.server.services.people import TeamView, UserView
 
 # The domain says the rule (domain/people.py); this only bounds what is read.
@@ -106,11 +106,11 @@ class TeamOut(Record):
         )
 
 
-class UserList(Body):
+class UserList(BaseModel):
     users: list[UserOut]
 
 
-class TeamList(Body):
+class TeamList(BaseModel):
     teams: list[TeamOut]
 
 
@@ -124,5 +124,5 @@ class SampleOut(Record):
         return cls.of(s)
 
 
-class TeamUsage(Body):
+class TeamUsage(BaseModel):
     samples: list[SampleOut]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from gpufleet.domain.levels import Level
-from gpufleet.server.schemas.base import Body, Strict
+from gpufleet.server.schemas.base import Strict
 from gpufleet.server.schemas.jobs import JobOut
 
 Count = Annotated[int | None, Field(ge=0, le=1_000_000, strict=True)]
@@ -50,7 +50,7 @@ class ConcurrencyIn(PolicyIn):
     enable_fair_share: Switch = None
 
 
-class PolicyOut(Body):
+class PolicyOut(BaseModel):
     max_jobs: int | None
     max_gpus: int | None
     team_max_jobs: int | None
@@ -76,7 +76,7 @@ class ConcurrencyOut(PolicyOut):
     enable_fair_share: bool
 
 
-class StatsOut(Body):
+class StatsOut(BaseModel):
     queue_depth: int  # jobs queued
     running: int  # jobs offered or running
     max_concurrent: int | None
@@ -92,7 +92,7 @@ class StatsOut(Body):
     by_user: dict[str, int]  # user name → jobs waiting or running
 
 
-class MeOut(Body):
+class MeOut(BaseModel):
     pending_count: int
     running_count: int
     blocked_count: int  # waiting for approval
@@ -102,7 +102,7 @@ class MeOut(Body):
     blocked_jobs: list[JobOut]
 
 
-class PositionOut(Body):
+class PositionOut(BaseModel):
     job_id: str
     status: str
     position: int | None  # 1: offered next; null: not queued
@@ -110,12 +110,12 @@ class PositionOut(Body):
     ahead_by_share: int  # of them, those of teams further below their share
 
 
-class CleanupOut(Body):
+class CleanupOut(BaseModel):
     success: bool
     deleted: int
     days: int
 
 
-class ProcessOut(Body):
+class ProcessOut(BaseModel):
     success: bool
     offered: int

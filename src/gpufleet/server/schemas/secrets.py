@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Self
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from gpufleet.domain import job_secrets as rules
-from gpufleet.server.schemas.base import Body, Strict
+from gpufleet.server.schemas.base import Strict
 from gpufleet.server.services.job_secrets import Listed
 
 
@@ -16,7 +16,7 @@ class SecretIn(Strict):
     value: str = Field(min_length=1, max_length=rules.MAX_SECRET_BYTES)
 
 
-class SecretOut(Body):
+class SecretOut(BaseModel):
     """A secret's name, whose it is, and who wrote it when: never its value."""
 
     name: str
@@ -41,5 +41,5 @@ class SecretOut(Body):
         )
 
 
-class SecretList(Body):
+class SecretList(BaseModel):
     secrets: list[SecretOut]

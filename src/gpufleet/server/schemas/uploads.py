@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
-from gpufleet.server.schemas.base import Body, Lenient, Record
+from gpufleet.server.schemas.base import Lenient, Record
 
 AttemptId = Field(min_length=1, max_length=64)
 PathField = Field(min_length=1, max_length=4096)  # checked further by artifacts.keys
@@ -24,7 +24,7 @@ class UploadIn(Lenient):
     checkpoint: str | None = Field(None, min_length=1, max_length=255)
 
 
-class UploadOut(Body):
+class UploadOut(BaseModel):
     upload_id: str
     method: Literal["PUT"] = "PUT"
     url: str  # presigned (via store), or a path on the orchestrator
@@ -45,7 +45,7 @@ class ArtifactOut(Record):
     created_at: datetime
 
 
-class UploadExistsOut(Body):
+class UploadExistsOut(BaseModel):
     exists: Literal[True] = True
     artifact: ArtifactOut
 
@@ -77,7 +77,7 @@ class CheckpointOut(Record):
     created_at: datetime
 
 
-class FetchFileOut(Body):
+class FetchFileOut(BaseModel):
     path: str
     size: int
     sha256: str
@@ -85,7 +85,7 @@ class FetchFileOut(Body):
     headers: dict[str, str]
 
 
-class CheckpointFetchOut(Body):
+class CheckpointFetchOut(BaseModel):
     id: str
     name: str
     path: str

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Self
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from gpufleet.domain import webhooks as rules
 from gpufleet.domain.webhook_targets import redact_url
 from gpufleet.domain.webhooks import Webhook
-from gpufleet.server.schemas.base import Body, Record, Strict
+from gpufleet.server.schemas.base import Record, Strict
 
 # Checked by domain.webhooks.check_format, whose refusal names the choices.
 FORMAT_FIELD = Field(None, max_length=64, description="gpufleet (the default), slack or discord")
@@ -47,7 +47,7 @@ class WebhookOut(Record):
         return cls.over(hook, url=redact_url(hook.url), events=sorted(e.value for e in hook.events))
 
 
-class WebhookList(Body):
+class WebhookList(BaseModel):
     webhooks: list[WebhookOut]
     events: dict[str, str]  # what each subscription means, for a form to offer
     formats: dict[str, str]  # what each payload format is, for a form to offer
@@ -66,5 +66,5 @@ class DeliveryOut(Record):
     error: str | None
 
 
-class DeliveryList(Body):
+class DeliveryList(BaseModel):
     deliveries: list[DeliveryOut]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from pydantic import BaseModel
+
 from gpufleet.artifacts.workdir_listing import Kind, Shown
-from gpufleet.server.schemas.base import Body
 
 
-class WorkdirOut(Body):
+class WorkdirOut(BaseModel):
     digest: str  # sha256:<hex>
     size: int
     stored_at: datetime
@@ -18,14 +19,14 @@ class WorkdirOut(Body):
     read: bool | None = None
 
 
-class WorkdirEntryOut(Body):
+class WorkdirEntryOut(BaseModel):
     path: str
     size: int  # 0 for a link or a folder
     type: Kind
     link: str | None = None  # a link's target
 
 
-class WorkdirCodeOut(Body):
+class WorkdirCodeOut(BaseModel):
     """A job's code: the snapshot its config names and its entries, in path order."""
 
     digest: str
@@ -36,7 +37,7 @@ class WorkdirCodeOut(Body):
     files: list[WorkdirEntryOut]
 
 
-class WorkdirFileOut(Body):
+class WorkdirFileOut(BaseModel):
     """One file of a job's code: its text when it is UTF-8 text of at most 256 KiB."""
 
     path: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Self
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from gpufleet.domain.presence import (
     PRESENCE_TEXT,
@@ -17,7 +17,7 @@ from gpufleet.domain.presence import (
 )
 from gpufleet.domain.records import WorkedAttempt, Worker
 from gpufleet.domain.states import WorkerType, can_delete_worker
-from gpufleet.server.schemas.base import Body, Name, Record, Strict
+from gpufleet.server.schemas.base import Name, Record, Strict
 
 
 class CreateWorker(Strict):
@@ -26,19 +26,19 @@ class CreateWorker(Strict):
     labels: dict[str, str] = Field(default_factory=dict, max_length=64)
 
 
-class CreatedWorker(Body):
+class CreatedWorker(BaseModel):
     worker_id: str
     token: str
     name: str
 
 
-class OrchestratorOut(Body):
+class OrchestratorOut(BaseModel):
     public_url: str  # what workers elsewhere call (`--public-url`, or its default)
     listening_on: str  # `--host`: 127.0.0.1 means no other machine can reach it
     gpufleet: str  # this installation's `gpufleet`, by absolute path when found
 
 
-class RotatedToken(Body):
+class RotatedToken(BaseModel):
     worker_id: str
     token: str
 
@@ -170,7 +170,7 @@ class SetLabelsIn(Strict):
     labels: dict[str, str] = Field(max_length=64)
 
 
-class UnmatchedJob(Body):
+class UnmatchedJob(BaseModel):
     job_id: str
     summary: str  # the job's `waiting.summary`
     summaries: dict[str, str]  # and `waiting.summaries`: the same for the UI and the CLI
@@ -178,7 +178,7 @@ class UnmatchedJob(Body):
     params: dict[str, Any]
 
 
-class WorkerList(Body):
+class WorkerList(BaseModel):
     workers: list[WorkerOut]
     counts: dict[str, int]  # workers per `presence` (every one, 0 included): what rows say
     tones: dict[str, str]  # each presence's badge colour (`presence_tone`), for the counts
