@@ -22,8 +22,8 @@ import httpx
 from httpx_sse import connect_sse
 
 from gpufleet import address
-from gpufleet.client_tls import verify_for
 from gpufleet.cli.options import CA_CERT, SSL_NO_VERIFY, setting
+from gpufleet.client_tls import verify_for
 from gpufleet.errors import (
     ClientError,
     ConfigurationError,

@@ -83,7 +83,11 @@ def _make_self_signed(cert_path: Path, key_path: Path, host: str) -> None:
                 serialization.NoEncryption(),
             )
         )
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    # Replaced whole, after the key: a worker or client reading the certificate while the
+    # server starts (`--ca-cert` on this file) never finds it empty or cut.
+    partial = cert_path.with_name(f"{cert_path.name}.{os.getpid()}.tmp")
+    partial.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    os.replace(partial, cert_path)
 
 
 def prepare(data_dir: Path, host: str, cert: Path | None, key: Path | None) -> TlsFiles:
