@@ -235,3 +235,23 @@ async def test_every_node_may_send_the_attempts_logs(fleet: Fleet) -> None:
             attempt_id=offers[0]["attempt_id"],
         )
         assert answer.status_code == 200, answer.text
+
+
+async def test_every_node_reads_the_attempts_secrets_and_only_rank_zero_uploads(
+    fleet: Fleet,
+) -> None:
+    job, agents, offers = await gang(fleet, 2)
+    await start_all(agents, offers)
+    attempt = offers[0]["attempt_id"]
+    for agent in agents:
+        answer = await fleet.http.get(
+            f"/api/workers/job/{job['id']}/secrets",
+            params={"attempt_id": attempt},
+            headers=agent.headers,
+        )
+        assert answer.status_code == 200, answer.text
+    announce = {"attempt_id": attempt, "path": "model.bin", "size": 1, "sha256": "0" * 64}
+    upload = await fleet.http.post(
+        f"/api/workers/job/{job['id']}/upload", json=announce, headers=agents[1].headers
+    )
+    assert upload.status_code in (403, 409), upload.text

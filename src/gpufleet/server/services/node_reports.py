@@ -11,6 +11,7 @@ from typing import Any
 
 from gpufleet import protocol
 from gpufleet.domain import rendezvous
+from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.records import Attempt, AttemptNode, Job, Worker
 from gpufleet.domain.states import (
     ACTIVE_ATTEMPT,
@@ -50,7 +51,7 @@ async def report_node(
     refused: tuple[Job, Attempt] | None = None
     freed = requeued = False
     async with transaction(ctx) as tx:
-        locked = await tx.q.get_worker(worker.id, lock=True)
+        locked = await _lock_workers(tx, worker, job_id, node.report.attempt_id)
         job, attempt, own = await _node(tx, locked or worker, job_id, node, attempt_token)
         status = job.status
         live = (
@@ -84,6 +85,21 @@ async def report_node(
         raise await reports.refuse(ctx, worker, *refused)
     await reports.after(ctx, worker, job_id, attempt, new, freed=freed, requeued=requeued)
     return status
+
+
+async def _lock_workers(
+    tx: Tx, worker: Worker, job_id: str, attempt_id: str | None
+) -> Worker | None:
+    """Lock every node's worker, in id order, before the job (lifecycle's lock order): a
+    report that ends the attempt frees them all, and two nodes reporting at once must not
+    each hold what the other waits for. The reporter's row as locked."""
+    ids = {worker.id}
+    job = await tx.q.get_job(job_id)
+    wanted = attempt_id or (job.current_attempt_id if job is not None else None)
+    if job is not None and job.nodes > 1 and wanted:
+        ids.update(n.worker_id for n in await tx.q.attempt_nodes(wanted))
+    rows = {w: await tx.q.get_worker(w, lock=True) for w in sorted(ids)}
+    return rows[worker.id]
 
 
 async def _node(
@@ -131,7 +147,7 @@ async def _acknowledge(
         await move_attempt(tx, attempt, AttemptStatus.ACKNOWLEDGED, acknowledged_at=tx.now)
         tx.audit(
             "job.gang_started",
-            "system",
+            SYSTEM_ACTOR,
             job.id,
             attempt_id=attempt.id,
             master=f"{begin.master_addr}:{begin.master_port}",
