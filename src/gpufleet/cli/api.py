@@ -22,6 +22,7 @@ import httpx
 from httpx_sse import connect_sse
 
 from gpufleet import address
+from gpufleet.client_tls import verify_for
 from gpufleet.cli.options import CA_CERT, SSL_NO_VERIFY, setting
 from gpufleet.errors import (
     ClientError,
@@ -95,7 +96,7 @@ class ApiClient:
         self._http = httpx.Client(
             base_url=url,
             timeout=timeout,
-            verify=verify,
+            verify=verify_for([url], verify),
             headers={"Authorization": f"Bearer {api_key}", "Accept": "application/json"},
         )
 

@@ -105,8 +105,10 @@ def _tune_gc() -> None:
     What is loaded by now lives as long as the process, so it is left out of every
     collection (`freeze`), and the young generation is collected after 10,000 allocations
     instead of 700, so fewer short-lived objects reach the old generation at all.
+
+    No collection before the freeze: loading the app leaves about a thousand unreachable
+    objects of 260,000, and finding them cost 0.15 s of CPU, a tenth of a start (#32).
     """
-    gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)
     gc.enable()

@@ -33,6 +33,7 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from gpufleet import __version__, protocol
+from gpufleet.client_tls import verify_for
 from gpufleet.domain import jsonpolicy
 from gpufleet.errors import AgentError
 from gpufleet.worker.errors import (
@@ -75,7 +76,7 @@ class OrchestratorClient:
                 "X-Worker-Token": settings.worker_token,
                 "User-Agent": f"gpufleet-worker/{__version__}",
             },
-            verify=self._verify,
+            verify=verify_for(self._urls, self._verify),
             timeout=httpx.Timeout(settings.request_timeout),
             transport=transport,
         )
