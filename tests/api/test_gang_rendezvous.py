@@ -61,14 +61,22 @@ async def start_all(agents: list[Agent], offers: list[dict[str, Any]]) -> list[d
     return starts
 
 
+# An offer not yet acknowledged is sent again after a second (docs/protocol.md): a slow
+# run may see such a resend before what it waits for.
+RESENT = ("ping", "audit", "job_submit")
+
+
 async def expect(agent: Agent, kind: str) -> dict[str, Any]:
     assert agent.stream is not None
-    return await agent.stream.expect(kind)
+    while (event := await agent.stream.expect(kind, "job_submit"))["type"] != kind:
+        pass
+    return event
 
 
 async def quiet(agent: Agent) -> list[dict[str, Any]]:
+    """What the agent was sent lately, offers sent again left out."""
     assert agent.stream is not None
-    return [e for e in await agent.stream.collect(0.2) if e["type"] != "ping"]
+    return [e for e in await agent.stream.collect(0.2) if e["type"] not in RESENT]
 
 
 @pytest.mark.parametrize("nodes", [2, 3])
