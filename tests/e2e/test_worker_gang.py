@@ -17,10 +17,12 @@ from tests.e2e.conftest import (
     ServerProcess,
     WorkerProcess,
     job_state,
+    process_alive,
     submit_job,
     unique,
     wait_job,
 )
+from tests.waiting import wait_until
 
 Agents = Callable[..., WorkerProcess]
 RENDEZVOUS = [
@@ -92,3 +94,52 @@ def test_two_workers_start_one_job_together_with_one_rendezvous(
     assert job_state(orchestrator, job_id)["worker_id"] == rank0.id
     for agent in workers:
         assert agent.record()["status"] == "idle"
+
+
+# Rank 0 listens on MASTER_PORT, writes its pid, and would run for minutes; rank 1 meets it
+# there (MASTER_ADDR as the orchestrator saw rank 0), then fails.
+ONE_FAILS = """
+    import os, socket, sys, time
+    master = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    if os.environ["NODE_RANK"] == "0":
+        server = socket.create_server(("", master[1]))
+        open("pid", "w").write(str(os.getpid()))
+        server.accept()
+        time.sleep(300)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(master, timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                sys.exit("rank 0 never listened on MASTER_PORT")
+            time.sleep(0.05)
+    sys.exit(3)
+"""
+
+
+def test_a_failed_node_stops_the_other_and_fails_the_job(
+    orchestrator: ServerProcess, agents: Agents
+) -> None:
+    tag = {"pool": unique("gang")}
+    workers = [agents(orchestrator, labels=tag, persistent=True).start() for _ in range(2)]
+    code = textwrap.dedent(ONE_FAILS)
+    job_id = submit_job(orchestrator, tag, [PYTHON, "-c", code], config={"nodes": 2})
+
+    job = wait_job(orchestrator, job_id, "completed", "failed")
+    assert job["status"] == "failed"
+    assert "node 1 (worker" in job["error"] and "exited with code 3" in job["error"]
+    rank0 = next(a for a in workers if a.id == job["worker_id"])
+    pid = rank0.work_dir / "jobs" / job_id / job["current_attempt_id"] / "pid"
+    wait_until(lambda: pid.exists(), timeout=10, message="rank 0's process to start")
+    wait_until(
+        lambda: not process_alive(int(pid.read_text())),
+        timeout=15,
+        message="rank 0's process to be stopped",
+    )
+    wait_until(
+        lambda: all(a.record()["status"] == "idle" for a in workers),
+        timeout=15,
+        message="both workers to be idle",
+    )
