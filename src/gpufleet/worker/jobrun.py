@@ -6,7 +6,9 @@
                  └▶ failed ("could not start: …")                            └▶ preempted
 
 Whatever goes wrong before the process runs (an unreadable offer, an environment the OS refuses, an
-unwritable folder) is the attempt's `failed` report, never the worker's end.
+unwritable folder) is the attempt's `failed` report, never the worker's end. One node of a
+multi-node job says its rank in every report and starts its process only on `job_start`
+(`worker/gang.py`), with the rendezvous in its environment.
 
 Logs, progress and checkpoints (`worker/checkpoints.py`) travel while the process runs; when it
 ends, the progress relay finishes its send, pending checkpoints then artifacts are uploaded
