@@ -19,6 +19,7 @@ class EventType(StrEnum):
     PING = "ping"
     JOB_SUBMIT = "job_submit"
     JOB_CANCEL = "job_cancel"
+    JOB_START = "job_start"
     DRAIN = "drain"
     UNDRAIN = "undrain"
     SHUTDOWN = "shutdown"
@@ -186,6 +187,29 @@ def job_cancel(
         event["preempt"] = True
         event["grace_s"] = grace_s
     return event
+
+
+def job_start(
+    job_id: str,
+    attempt_id: str,
+    node_rank: int,
+    master_addr: str,
+    master_port: int,
+    node_addrs: list[str],
+) -> Event:
+    """Start one node of a multi-node attempt: every node acknowledged its offer (the
+    two-phase start, docs/protocol.md). The rendezvous: rank 0's address and the free port
+    its worker chose, this node's rank, and every node's address in rank order."""
+    return {
+        "type": EventType.JOB_START.value,
+        "job_id": job_id,
+        "attempt_id": attempt_id,
+        "node_rank": node_rank,
+        "num_nodes": len(node_addrs),
+        "master_addr": master_addr,
+        "master_port": master_port,
+        "node_addrs": node_addrs,
+    }
 
 
 def drain(reason: str) -> Event:

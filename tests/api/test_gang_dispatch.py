@@ -333,8 +333,8 @@ async def test_a_gang_that_leaves_the_queue_releases_what_it_held(fleet: Fleet) 
 
 
 async def test_every_nodes_worker_is_freed_when_the_gangs_attempt_ends(fleet: Fleet) -> None:
-    """Until the rendezvous (a later step) fences reports by node rank, rank 0 speaks for
-    the attempt; another node's report is refused, and the end frees every node."""
+    """Reports are fenced by node rank (a report naming none is refused); the attempt's end
+    frees every node (tests/api/test_gang_rendezvous.py: the start itself)."""
     agents = [await gang_worker(fleet, f"node-{n}") for n in range(3)]
     job = await submit_gang(fleet, 3)
     offers = {a.id: await a.next_offer() for a in agents}
@@ -342,10 +342,17 @@ async def test_every_nodes_worker_is_freed_when_the_gangs_attempt_ends(fleet: Fl
     other = await rank[1].report(
         job["id"], "acknowledged", attempt_id=offers[rank[1].id]["attempt_id"]
     )
-    assert other.status_code == 403
+    assert other.status_code == 422
 
-    await rank[0].run(offers[rank[0].id])
-    await rank[0].finish(offers[rank[0].id])
+    for status in ("acknowledged", "running"):
+        for r in range(3):
+            offer = offers[rank[r].id]
+            extra = {"port": 29_500} if r == 0 and status == "acknowledged" else {}
+            answer = await rank[r].report(
+                job["id"], status, attempt_id=offer["attempt_id"], node_rank=r, **extra
+            )
+            assert answer.status_code == 200, answer.text
+    await rank[0].finish(offers[rank[0].id], node_rank=0)
 
     assert (await fleet.job(job["id"]))["status"] == "completed"
     for agent in agents:

@@ -126,14 +126,15 @@ def test_a_job_of_many_nodes_needs_gang_workers_and_one_node_does_not():
     assert Feature.GANG not in needs_of({"nodes": 1})
     assert Feature.GANG not in needs_of({})
     req = Requirement(Target.AUTO, 1, {}, needs=needs_of({"nodes": 2}))
-    reasons = reasons_not_running(req, worker(1, features=frozenset(AGENT_FEATURES)))
+    no_gang = frozenset(AGENT_FEATURES) - {Feature.GANG}  # a released SimpleTuner agent's
+    reasons = reasons_not_running(req, worker(1, features=no_gang))
     assert [r.code for r in reasons] == [Why.NO_GANG]
     assert "needs workers that run multi-node jobs (feature gang)" in str(reasons[0])
 
 
-def test_the_gpufleet_worker_does_not_say_gang_until_it_runs_gangs():
-    assert Feature.GANG not in AGENT_FEATURES
-    assert set(AGENT_FEATURES) == set(Feature) - {Feature.GANG}
+def test_the_gpufleet_worker_says_every_feature_gang_included():
+    assert Feature.GANG in AGENT_FEATURES
+    assert set(AGENT_FEATURES) == set(Feature)
 
 
 # ---- one gang ---------------------------------------------------------------------------

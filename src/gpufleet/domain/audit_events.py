@@ -28,6 +28,7 @@ EVENT_TYPES = frozenset(
         "job.gang_dispatched",
         "job.gang_held",
         "job.gang_released",
+        "job.gang_started",
         "job.preempted",
         "job.rejected",
         "job.report_refused",

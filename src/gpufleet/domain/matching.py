@@ -30,13 +30,13 @@ class Feature(StrEnum):
     # runs its `setup` command before the command (docs/jobs.md).
     ENV = "env"
     # Runs one node of a multi-node job (a config's `nodes` over 1): its rank, the
-    # rendezvous and the gang's stop (docs/jobs.md, Multi-node jobs). The gpufleet worker
-    # does not say it yet: `AGENT_FEATURES`.
+    # rendezvous and the gang's stop (docs/jobs.md, Multi-node jobs). Released SimpleTuner
+    # agents never say it.
     GANG = "gang"
 
 
-# What the gpufleet worker says it does: every feature but those whose runtime is not built.
-AGENT_FEATURES = tuple(f for f in Feature if f is not Feature.GANG)
+# What the gpufleet worker says it does: every feature.
+AGENT_FEATURES = tuple(Feature)
 
 
 _KNOWN_FEATURES = frozenset(f.value for f in Feature)

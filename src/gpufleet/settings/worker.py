@@ -149,6 +149,14 @@ WORKER = Table(
         see="jobs.md#the-environment-requirements-and-setup",
     ),
     Setting(
+        "advertise_addr",
+        Kind.TEXT,
+        "The address other workers reach this one at, for multi-node jobs: rank 0's is their "
+        "MASTER_ADDR. Unset: the address the orchestrator sees this worker's calls come from.",
+        metavar="HOST",
+        see="jobs.md#multi-node-jobs",
+    ),
+    Setting(
         "index_url",
         Kind.TEXT,
         "The package index jobs' environments install from (uv's --index-url); unset: uv's "

@@ -31,22 +31,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Callable
 from typing import Any
 
-from gpufleet import __version__, logs, protocol
-from gpufleet.domain.matching import AGENT_FEATURES
+from gpufleet import logs, protocol
 from gpufleet.errors import AgentError
 from gpufleet.protocol import EventType
 from gpufleet.supervisor import Supervisor
 from gpufleet.worker.backoff import Backoff
+from gpufleet.worker.channel import StopReason
 from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.detect import Capabilities
 from gpufleet.worker.errors import Fenced, InvalidToken, Rejected, Unreachable
 from gpufleet.worker.gpu_load import UsageSampler
-from gpufleet.worker.jobrun import JobRun, StopReason
+from gpufleet.worker.jobrun import JobRun
 from gpufleet.worker.offer import BadOffer, Offer
+from gpufleet.worker.registration import registration
 from gpufleet.worker.settings import AgentSettings
 
 log = logging.getLogger(__name__)
@@ -336,6 +336,14 @@ class Agent:
             return
         job.request_stop(StopReason.CANCELLED, str(event.get("reason") or ""))
 
+    def _on_job_start(self, event: Json) -> None:
+        """Every node of our multi-node attempt acknowledged: start (worker/gang.py)."""
+        job = self._job
+        if job is None or job.gang is None or job.offer.attempt_id != event.get("attempt_id"):
+            log.debug("ignoring a job_start for an attempt this worker does not wait on")
+            return
+        job.gang.arrive(event)
+
     def _on_drain(self, event: Json) -> None:
         log.warning("draining: %s", event.get("reason") or "asked by the orchestrator")
         self._server_draining = True
@@ -356,6 +364,7 @@ class Agent:
     _handlers: dict[EventType, Callable[[Agent, Json], None]] = {
         EventType.JOB_SUBMIT: _on_job_submit,
         EventType.JOB_CANCEL: _on_job_cancel,
+        EventType.JOB_START: _on_job_start,
         EventType.DRAIN: _on_drain,
         EventType.UNDRAIN: _on_undrain,
         EventType.SHUTDOWN: _on_shutdown,
@@ -385,15 +394,4 @@ class Agent:
         return self._job.offer.job_id, self._job.offer.attempt_id
 
     def _register_body(self) -> Json:
-        job_id, attempt_id = self._current()
-        return {
-            "name": self._settings.name,
-            "persistent": self._settings.persistent,
-            **self._caps.as_wire(),
-            "labels": dict(self._settings.labels),
-            "current_job_id": job_id,
-            "current_attempt_id": attempt_id,
-            "agent": f"gpufleet/{__version__}",
-            "hostname": socket.gethostname(),
-            "features": [feature.value for feature in AGENT_FEATURES],
-        }
+        return registration(self._settings, self._caps, *self._current())

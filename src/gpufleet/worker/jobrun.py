@@ -6,7 +6,9 @@
                  └▶ failed ("could not start: …")                            └▶ preempted
 
 Whatever goes wrong before the process runs (an unreadable offer, an environment the OS refuses, an
-unwritable folder) is the attempt's `failed` report, never the worker's end.
+unwritable folder) is the attempt's `failed` report, never the worker's end. One node of a
+multi-node job says its rank in every report and starts its process only on `job_start`
+(`worker/gang.py`), with the rendezvous in its environment.
 
 Logs, progress and checkpoints (`worker/checkpoints.py`) travel while the process runs; when it
 ends, the progress relay finishes its send, pending checkpoints then artifacts are uploaded
@@ -19,57 +21,33 @@ nothing more. A `Fenced` answer (409) means the attempt is no longer ours: nothi
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import Coroutine, Sequence
 from contextlib import suppress
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from gpufleet.errors import AgentError
 from gpufleet.progress import DEFAULT_CHECKPOINT_SIGNAL
 from gpufleet.worker import keep
 from gpufleet.worker.backoff import Backoff
+from gpufleet.worker.channel import Channel, JobClient, StopReason
 from gpufleet.worker.checkpoints import CheckpointShipper
 from gpufleet.worker.env_cache import EnvStopped
 from gpufleet.worker.errors import Fenced, Rejected, Unreachable
+from gpufleet.worker.gang import Node, StartSignal
 from gpufleet.worker.logship import Line, LogBuffer, LogShipper
 from gpufleet.worker.offer import Offer
 from gpufleet.worker.prelude import Prelude
 from gpufleet.worker.relay import ProgressTail
-from gpufleet.worker.resume import Downloads
 from gpufleet.worker.runner import JobProcess, JobResult, Outcome, run_to_end
 from gpufleet.worker.settings import AgentSettings
 from gpufleet.worker.starting import Prepared, prepare
-from gpufleet.worker.uploads import BandwidthLimiter, Transfers, Uploader
+from gpufleet.worker.uploads import BandwidthLimiter, Uploader
 from gpufleet.worker.workdir_cache import WorkdirCache
 
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
-
-
-class Channel(Protocol):
-    """What a job needs from the agent's connection."""
-
-    async def deliver_status(self, job_id: str, body: Json) -> None:
-        """Send until the orchestrator answers; raises `Fenced` or `Rejected` (4xx)."""
-
-    async def send_logs(self, job_id: str, body: Json) -> None:
-        """One try; raises `Unreachable` or `Fenced`."""
-
-
-class JobClient(Transfers, Downloads, Protocol):
-    """The artifact calls of `OrchestratorClient`."""
-
-
-class StopReason(enum.Enum):
-    CANCELLED = "cancelled by the orchestrator"
-    ABANDONED = "the orchestrator gave up this attempt while the worker was away"
-    SIGNAL = "cancelled on the worker by a signal"
-    SHUTDOWN = "the orchestrator shut the worker down"
-    FENCED = "the attempt is no longer this worker's"
-    PREEMPTED = "the worker's machine is going away (SIGTERM)"
-    RECLAIMED = "preempted by the queue policy for another job"
 
 
 class JobRun:
@@ -99,6 +77,9 @@ class JobRun:
         self._hurry = False
         self._limiter = BandwidthLimiter(settings.upload_bandwidth)
         self._prelude = Prelude(settings, self._on_line, self._stop, self._ship_logs)
+        node = Node.of(offer.event)  # one node of a multi-node job: its start is a rendezvous
+        self.gang = StartSignal(node) if node is not None else None
+        self._ack: Json = {}
 
     def request_stop(self, reason: StopReason, detail: str = "") -> None:
         if self.stop_reason is None:
@@ -129,7 +110,9 @@ class JobRun:
     async def run(self) -> bool:
         """Run the attempt to its end; False when it never started (the offer was withdrawn)."""
         try:
-            await self._status({"status": "acknowledged"}, must=True)
+            ack = self.gang.node.acknowledgement(self._settings.advertise_addr) if self.gang else {}
+            self._ack = {"status": "acknowledged", **ack}
+            await self._status(self._ack, must=True)
         except (Fenced, Rejected) as exc:
             log.warning("job %s will not run: %s", self.label, exc.message)
             return False
@@ -171,6 +154,11 @@ class JobRun:
         )
         self._output = job.space.output_path.open("a", encoding="utf-8", errors="replace")
         env = await self._prelude.ready(job)  # its virtualenv, --run-as's user, its setup
+        if self.gang is not None:  # every node starts together (worker/gang.py)
+            meet = await self.gang.wait(self._stop, lambda: self._status(self._ack, must=True))
+            if meet is None:
+                raise EnvStopped("stopped while waiting for the other nodes")
+            env.update(meet.environment(len(job.spec.gpus(self._gpus))))
         process = await JobProcess.start(
             job.spec.argv, cwd=job.space.folder, env=env, on_line=self._on_line, user=user
         )
@@ -196,6 +184,8 @@ class JobRun:
         uploader.known.update({file.path: file for file in job.resumed})
         if self.offer.attempt_id is None:  # an upload must name its attempt to be fenced
             uploader.unsupported = "the offer names no attempt"
+        if self.gang is not None and self.gang.node.rank > 0:
+            uploader.unsupported = "a multi-node job's artifacts come from node 0"
         return uploader
 
     def _shipper(self) -> LogShipper:
@@ -374,8 +364,9 @@ class JobRun:
     async def _status(self, body: Json, *, must: bool = False) -> None:
         """Deliver a status; a refusal (4xx but 409) is logged, or raised when `must`."""
         try:
+            rank = {"node_rank": self.gang.node.rank} if self.gang else {}
             await self._channel.deliver_status(
-                self.offer.job_id, {"attempt_id": self.offer.attempt_id, **body}
+                self.offer.job_id, {"attempt_id": self.offer.attempt_id, **rank, **body}
             )
         except Rejected as exc:
             if must:

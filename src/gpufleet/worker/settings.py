@@ -55,6 +55,7 @@ class AgentSettings:
     index_url: str | None = _declared("index_url")
     find_links: tuple[str, ...] = _declared("find_links")
     preempt_grace: float = _declared("preempt_grace")
+    advertise_addr: str | None = _declared("advertise_addr")  # None: as the orchestrator sees it
 
     # Set in code, not on the command line.
     verify_tls: bool = True  # `--ssl-no-verify` turns it off

@@ -27,8 +27,9 @@ from gpufleet.server.schemas.agent import (
     WorkerIdIn,
 )
 from gpufleet.server.schemas.base import SSE_RESPONSE, Ok
-from gpufleet.server.services import agents, job_secrets, reports
+from gpufleet.server.services import agents, job_secrets, node_reports, reports
 from gpufleet.server.services.agents import Registration
+from gpufleet.server.services.node_reports import NodeReport
 from gpufleet.server.services.reports import StatusReport
 from gpufleet.server.streams import WorkerStream
 
@@ -114,7 +115,12 @@ async def heartbeat(ctx: Ctx, worker: CurrentWorker, body: HeartbeatIn) -> Heart
 
 @router.post("/job/{job_id}/status", response_model=StatusOut)
 async def job_status(
-    ctx: Ctx, worker: CurrentWorker, job_id: str, body: StatusIn, token: AttemptToken = None
+    ctx: Ctx,
+    worker: CurrentWorker,
+    client: Client,
+    job_id: str,
+    body: StatusIn,
+    token: AttemptToken = None,
 ) -> StatusOut:
     report = StatusReport(
         status=body.status,
@@ -124,7 +130,11 @@ async def job_status(
         progress=body.progress,
         points=body.points,
     )
-    status = await reports.report_status(ctx, worker, job_id, report, token)
+    if body.node_rank is not None:
+        node = NodeReport(report, body.node_rank, body.port, body.address)
+        status = await node_reports.report_node(ctx, worker, job_id, node, client, token)
+    else:
+        status = await reports.report_status(ctx, worker, job_id, report, token)
     return StatusOut(ok=True, job_status=status.value)
 
 

@@ -84,6 +84,11 @@ class StatusIn(Lenient):
     # The progress lines the job wrote before `progress` since the last report, oldest first
     # (chart points only; domain.bounds.points_problem bounds them).
     points: list[dict[str, Any]] = Field(default_factory=list)
+    # One node of a multi-node attempt (docs/protocol.md): its rank; in its acknowledgement,
+    # rank 0's free MASTER_PORT and the worker's --advertise-addr.
+    node_rank: int | None = Field(None, ge=0, le=63)
+    port: int | None = Field(None, ge=1, le=65_535)
+    address: str | None = Field(None, min_length=1, max_length=256)
 
 
 class StatusOut(BaseModel):

@@ -1,6 +1,6 @@
 """Checkpoints (docs/artifacts.md, Worker API): a worker commits a checkpoint folder whose
 every file is stored for its attempt, and the attempt that resumes from it fetches where its
-files download from. Fenced like every artifact call (`artifacts.live_job`)."""
+files download from. Fenced like every artifact call (`job_fence.live_job`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from gpufleet.errors import InvalidInput, NotFound
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import job_topic
 from gpufleet.server.services import attempt_tokens
-from gpufleet.server.services.uploads import check_name, live_job, offered_job
+from gpufleet.server.services.job_fence import live_job, offered_job
+from gpufleet.server.services.uploads import check_name
 from gpufleet.store import Queries
 
 FETCH_TTL = timedelta(hours=12)  # a presigned download URL of a checkpoint's file
@@ -129,11 +130,11 @@ async def reading_attempt(
 ) -> str:
     """The attempt that reads the job's files (a checkpoint's, its workdir): its live one on
     this worker."""
-    await offered_job(q, worker, job_id)
+    await offered_job(q, worker, job_id, node=True)
     if not attempt_id:
         raise InvalidInput("name the attempt that reads the files: ?attempt_id=<your attempt>")
     attempt_tokens.check(ctx.audit_key, worker, attempt_id, attempt_token)
-    await live_job(q, worker, job_id, attempt_id, lock=False)
+    await live_job(q, worker, job_id, attempt_id, lock=False, node=True)
     return attempt_id
 
 

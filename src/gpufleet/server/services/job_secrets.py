@@ -17,7 +17,7 @@ from gpufleet.domain.secrets import open_secret, seal_secret
 from gpufleet.errors import Forbidden, InvalidInput, NotFound
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.services import attempt_tokens
-from gpufleet.server.services.uploads import live_job, offered_job
+from gpufleet.server.services.job_fence import live_job, offered_job
 from gpufleet.store.queries import Queries
 
 
@@ -162,11 +162,11 @@ async def for_attempt(
     calls to attempts; 409 for an attempt not live); a secret deleted since the submit is
     refused, and the attempt fails."""
     async with ctx.store.read() as q:
-        await offered_job(q, worker, job_id)
+        await offered_job(q, worker, job_id, node=True)
         if not attempt_id:
             raise InvalidInput("name the attempt the secrets are for: ?attempt_id=<your attempt>")
         attempt_tokens.check(ctx.audit_key, worker, attempt_id, attempt_token)
-        job: Job = await live_job(q, worker, job_id, attempt_id, lock=False)
+        job: Job = await live_job(q, worker, job_id, attempt_id, lock=False, node=True)
         refs = rules.references(job.config)
         if not refs:
             return {}

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from gpufleet import protocol
 from gpufleet.domain import outcomes
 from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.records import Attempt, Job, Worker
@@ -27,6 +28,7 @@ from gpufleet.domain.states import (
     WAITING_JOB,
     AttemptStatus,
     JobStatus,
+    NodeState,
     WorkerStatus,
     can_move_attempt,
     can_move_worker,
@@ -262,7 +264,7 @@ async def end_attempt(
     when = {} if ended_at is None else {"ended_at": ended_at}
     await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code, **when)
     if not by_user:
-        for worker_id in await _node_workers(tx, job, attempt, error):
+        for worker_id in await _node_workers(tx, job, attempt, outcome, error, locked):
             await release_worker(tx, worker_id, attempt, locked)
     tx.audit(
         "attempt.ended",
@@ -290,13 +292,26 @@ async def end_attempt(
     return await _apply(tx, job, attempt, outcome, decision, exit_code, error)
 
 
-async def _node_workers(tx: Tx, job: Job, attempt: Attempt, error: str | None) -> list[str]:
+async def _node_workers(
+    tx: Tx,
+    job: Job,
+    attempt: Attempt,
+    outcome: AttemptStatus,
+    error: str | None,
+    locked: Worker | None,
+) -> list[str]:
     """The workers the attempt holds: its one worker, or (a gang) every node's, whose nodes
-    end with it."""
+    end with it. Unless it completed, every other node still going is told to stop at once,
+    so that none hangs in a collective waiting for one that is gone."""
     if job.nodes == 1:
         return [attempt.worker_id]
     nodes = await tx.q.attempt_nodes(attempt.id)
     await tx.q.end_attempt_nodes(attempt.id, tx.now, error)
+    stop = protocol.job_cancel(job.id, f"its multi-node attempt {outcome.value}", attempt.id)
+    for node in nodes:
+        going = node.state is not NodeState.ENDED and node.worker_id != getattr(locked, "id", "")
+        if going and outcome is not AttemptStatus.COMPLETED:
+            await tx.send_to_worker(node.worker_id, stop)
     return sorted({attempt.worker_id, *(n.worker_id for n in nodes)})
 
 

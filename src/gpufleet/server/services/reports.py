@@ -18,7 +18,7 @@ from gpufleet.domain.states import (
     JobStatus,
     parse_reported_status,
 )
-from gpufleet.errors import Forbidden, NotFound, NotHolder, PayloadTooLarge
+from gpufleet.errors import Forbidden, InvalidInput, NotFound, NotHolder, PayloadTooLarge
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC, job_topic
 from gpufleet.server.services import attempt_tokens, dispatch, history
@@ -56,7 +56,9 @@ async def _holder(
     if wanted is None:
         wanted = worker.current_attempt_id
     attempt = await tx.q.get_attempt(wanted) if wanted else None
-    if attempt is not None and (attempt.worker_id != worker.id or attempt.job_id != job.id):
+    if attempt is not None and (
+        attempt.job_id != job.id or not await _speaks_for(tx, job, attempt, worker)
+    ):
         attempt = None
     if attempt is None and not any(
         a.worker_id == worker.id for a in await tx.q.attempts_for_job(job.id)
@@ -75,7 +77,17 @@ async def _holder(
     return job, attempt, live
 
 
-async def _refuse(ctx: Context, worker: Worker, job: Job, attempt: Attempt | None) -> NotHolder:
+async def _speaks_for(tx: Tx, job: Job, attempt: Attempt, worker: Worker) -> bool:
+    """Is the worker the attempt's, or (a gang's) one of its nodes'? Every node's output
+    goes to the attempt's log."""
+    if attempt.worker_id == worker.id:
+        return True
+    return job.nodes > 1 and any(
+        n.worker_id == worker.id for n in await tx.q.attempt_nodes(attempt.id)
+    )
+
+
+async def refuse(ctx: Context, worker: Worker, job: Job, attempt: Attempt | None) -> NotHolder:
     """Refuse a report about a job the worker no longer holds, and tell it to stop that job,
     unless it holds another one now: the SimpleTuner agent stops whatever it runs on any
     `job_cancel`, and the one it runs now is the new job."""
@@ -111,7 +123,6 @@ async def report_status(
     new = parse_reported_status(report.status)
     if problem := bounds.progress_problem(report.progress) or bounds.points_problem(report.points):
         raise PayloadTooLarge(problem)
-    error = report.error[-MAX_ERROR_CHARS:] if report.error else None
     refused: tuple[Job, Attempt | None] | None = None
     freed = requeued = False
     async with transaction(ctx) as tx:
@@ -126,12 +137,33 @@ async def report_status(
             else:
                 refused = (job, attempt)
         else:
-            result = await _apply(tx, job, attempt, new, error, report, locked)
+            if job.nodes > 1:
+                raise InvalidInput(
+                    f"job {job.id} runs on {job.nodes} nodes: each node's report names its "
+                    "node_rank (docs/protocol.md)"
+                )
+            result = await apply(tx, job, attempt, new, report, locked)
             freed = result not in PLACED_JOB
             requeued = result is JobStatus.QUEUED
             status = result
     if refused is not None:
-        raise await _refuse(ctx, worker, *refused)
+        raise await refuse(ctx, worker, *refused)
+    await after(ctx, worker, job_id, attempt, new, freed=freed, requeued=requeued)
+    return status
+
+
+async def after(
+    ctx: Context,
+    worker: Worker,
+    job_id: str,
+    attempt: Attempt | None,
+    new: AttemptStatus,
+    *,
+    freed: bool,
+    requeued: bool,
+) -> None:
+    """What a report's outcome sets going once committed: the freed worker and the requeued
+    job offered again."""
     # Stopped by the queue policy for another job: the worker stays, and is offered the
     # job it was freed for before the stopped one looks for a worker.
     for_policy = attempt is not None and attempt.preempted_by is not None
@@ -142,18 +174,18 @@ async def report_status(
     # A worker preempted otherwise (its machine) is going away.
     if freed and new is not AttemptStatus.PREEMPTED and not for_policy:
         await dispatch.dispatch_worker(ctx, worker.id)
-    return status
 
 
-async def _apply(
+async def apply(
     tx: Tx,
     job: Job,
     attempt: Attempt,
     new: AttemptStatus,
-    error: str | None,
     report: StatusReport,
     locked: Worker | None,
 ) -> JobStatus:
+    """Apply the live attempt's report (the one writer of what a report changes)."""
+    error = report.error[-MAX_ERROR_CHARS:] if report.error else None
     if new in TAKEN_ATTEMPT:
         if new is AttemptStatus.ACKNOWLEDGED and attempt.status is not AttemptStatus.OFFERED:
             return job.status  # a repeated acknowledgement
@@ -226,5 +258,5 @@ async def append_logs(
             )
             tx.wake(job_topic(job.id))
     if refused is not None:
-        raise await _refuse(ctx, worker, *refused)
+        raise await refuse(ctx, worker, *refused)
     return len(lines)

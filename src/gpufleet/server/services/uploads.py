@@ -28,22 +28,19 @@ from gpufleet.artifacts.store import (
     checked_sha256,
 )
 from gpufleet.domain.audit_events import worker_actor
-from gpufleet.domain.records import Artifact, ArtifactKind, Job, Worker
+from gpufleet.domain.records import Artifact, ArtifactKind, Worker
 from gpufleet.domain.secrets import new_id, open_ticket, sign_ticket
-from gpufleet.domain.states import ACTIVE_ATTEMPT
 from gpufleet.errors import (
     ArtifactCorrupt,
-    Forbidden,
     GpufleetError,
     InvalidInput,
     NotFound,
-    NotHolder,
     PayloadTooLarge,
 )
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import job_topic
 from gpufleet.server.services import attempt_tokens
-from gpufleet.store import Queries
+from gpufleet.server.services.job_fence import live_job, offered_job
 
 UPLOAD_TTL = timedelta(hours=12)  # an announced upload (and its presigned URL) lasts this long
 _TICKET = "artifact-upload"
@@ -76,41 +73,6 @@ class _Ticket:
     key: str
     staging_key: str | None  # set when the worker PUTs to the bucket itself
     expires: datetime
-
-
-# ---- fencing ------------------------------------------------------------------------------
-
-
-async def offered_job(q: Queries, worker: Worker, job_id: str, *, lock: bool = False) -> Job:
-    """The job, if it was ever offered to this worker: else 404, or 403 (as reports are)."""
-    job = await q.get_job(job_id, lock=lock)
-    if job is None:
-        raise NotFound(f"no job {job_id}; it may have been deleted")
-    if not any(a.worker_id == worker.id for a in await q.attempts_for_job(job.id)):
-        raise Forbidden(
-            f"job {job_id} was never offered to worker {worker.id}; a worker token speaks only "
-            "for its own jobs"
-        )
-    return job
-
-
-async def live_job(q: Queries, worker: Worker, job_id: str, attempt_id: str, *, lock: bool) -> Job:
-    """The job, if `attempt_id` is its live attempt on this worker; else NotHolder (409)."""
-    job = await offered_job(q, worker, job_id, lock=lock)
-    attempt = await q.get_attempt(attempt_id)
-    if (
-        attempt is None
-        or attempt.job_id != job.id
-        or attempt.worker_id != worker.id
-        or attempt.id != job.current_attempt_id
-        or attempt.status not in ACTIVE_ATTEMPT
-    ):
-        raise NotHolder(
-            f"attempt {attempt_id[:64]!r} is not job {job.id}'s live attempt on worker "
-            f"{worker.id} (the job is {job.status.value}); nothing was stored, stop uploading "
-            "for it"
-        )
-    return job
 
 
 # ---- announce -----------------------------------------------------------------------------

@@ -131,3 +131,14 @@ class GangQueries(QueryBase):
             .values(state=NodeState.ENDED.value, ended_at=now, error=error)
         )
         await self.conn.execute(stmt)
+
+    async def update_attempt_node(self, attempt_id: str, rank: int, **values: Any) -> None:
+        """Write one node's row (the rendezvous: its state, address, port, end)."""
+        if "state" in values:
+            values["state"] = NodeState(values["state"]).value
+        stmt = (
+            sa.update(attempt_nodes)
+            .where(attempt_nodes.c.attempt_id == attempt_id, attempt_nodes.c.rank == rank)
+            .values(**values)
+        )
+        await self.conn.execute(stmt)

@@ -1,0 +1,209 @@
+"""What one node of a multi-node (gang) attempt reports, fenced by attempt and node rank:
+its acknowledgement (the two-phase start: `domain/rendezvous.py`), that it runs, and how it
+ended. The job runs when every node runs; its progress comes from rank 0; a node that fails
+or stops ends the whole attempt, and the others are told to stop (`lifecycle.end_attempt`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet import protocol
+from gpufleet.domain import rendezvous
+from gpufleet.domain.audit_events import SYSTEM_ACTOR
+from gpufleet.domain.records import Attempt, AttemptNode, Job, Worker
+from gpufleet.domain.states import (
+    ACTIVE_ATTEMPT,
+    AttemptStatus,
+    JobStatus,
+    NodeState,
+    parse_reported_status,
+)
+from gpufleet.errors import Conflict, Forbidden, InvalidInput, NotFound
+from gpufleet.server.context import Context, Tx, transaction
+from gpufleet.server.services import attempt_tokens, reports
+from gpufleet.server.services.lifecycle import move_attempt, release_worker
+from gpufleet.server.services.reports import StatusReport
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    report: StatusReport
+    rank: int
+    port: int | None = None  # rank 0's acknowledgement: the MASTER_PORT it chose
+    address: str | None = None  # the worker's --advertise-addr; None: where it called from
+
+
+async def report_node(
+    ctx: Context,
+    worker: Worker,
+    job_id: str,
+    node: NodeReport,
+    client: str | None,
+    attempt_token: str | None = None,
+) -> JobStatus:
+    new = parse_reported_status(node.report.status)
+    if new is AttemptStatus.ACKNOWLEDGED and (
+        problem := rendezvous.ack_problem(node.rank, node.port)
+    ):
+        raise InvalidInput(problem)
+    refused: tuple[Job, Attempt] | None = None
+    freed = requeued = False
+    async with transaction(ctx) as tx:
+        locked = await _lock_workers(tx, worker, job_id, node.report.attempt_id)
+        job, attempt, own = await _node(tx, locked or worker, job_id, node, attempt_token)
+        status = job.status
+        live = (
+            attempt.id == job.current_attempt_id
+            and attempt.status in ACTIVE_ATTEMPT
+            and own.state is not NodeState.ENDED
+        )
+        if not live:
+            if new in rendezvous.ENDS_ATTEMPT | {AttemptStatus.COMPLETED}:
+                freed = await release_worker(tx, worker.id, attempt, locked)  # a repeat, or done
+            else:
+                refused = (job, attempt)
+        elif new is AttemptStatus.ACKNOWLEDGED:
+            await _acknowledge(tx, job, attempt, own, node, client)
+        elif new is AttemptStatus.RUNNING:
+            status = await _running(tx, job, attempt, own, node.report, locked)
+        elif own.rank == 0 or new in rendezvous.ENDS_ATTEMPT:
+            report = node.report
+            if own.rank > 0:  # its end is the attempt's: say which node
+                why = f"node {own.rank} (worker {worker.id}) {new.value}"
+                report = _with_error(report, f"{why}: {report.error}" if report.error else why)
+            status = await reports.apply(tx, job, attempt, new, report, locked)
+            freed = status not in (JobStatus.OFFERED, JobStatus.RUNNING)
+            requeued = status is JobStatus.QUEUED
+        else:  # a node besides rank 0 completed: it alone is done
+            await tx.q.update_attempt_node(
+                attempt.id, own.rank, state=NodeState.ENDED, ended_at=tx.now
+            )
+            freed = await release_worker(tx, worker.id, attempt, locked)
+    if refused is not None:
+        raise await reports.refuse(ctx, worker, *refused)
+    await reports.after(ctx, worker, job_id, attempt, new, freed=freed, requeued=requeued)
+    return status
+
+
+async def _lock_workers(
+    tx: Tx, worker: Worker, job_id: str, attempt_id: str | None
+) -> Worker | None:
+    """Lock every node's worker, in id order, before the job (lifecycle's lock order): a
+    report that ends the attempt frees them all, and two nodes reporting at once must not
+    each hold what the other waits for. The reporter's row as locked."""
+    ids = {worker.id}
+    job = await tx.q.get_job(job_id)
+    wanted = attempt_id or (job.current_attempt_id if job is not None else None)
+    if job is not None and job.nodes > 1 and wanted:
+        ids.update(n.worker_id for n in await tx.q.attempt_nodes(wanted))
+    rows = {w: await tx.q.get_worker(w, lock=True) for w in sorted(ids)}
+    return rows[worker.id]
+
+
+async def _node(
+    tx: Tx, worker: Worker, job_id: str, node: NodeReport, attempt_token: str | None
+) -> tuple[Job, Attempt, AttemptNode]:
+    """The job, the attempt and the worker's own node it reports on; Forbidden for a worker
+    that is not that node."""
+    job = await tx.q.get_job(job_id, lock=True)
+    if job is None:
+        raise NotFound(f"no job {job_id}; it may have been deleted")
+    wanted = node.report.attempt_id or job.current_attempt_id
+    attempt = await tx.q.get_attempt(wanted) if wanted else None
+    if attempt is None or attempt.job_id != job.id:
+        raise Forbidden(
+            f"job {job_id} has no attempt {wanted} with nodes; name the attempt_id of the offer"
+        )
+    fenced = rendezvous.fence(await tx.q.attempt_nodes(attempt.id), worker.id, node.rank)
+    if isinstance(fenced, str):
+        raise Forbidden(f"job {job_id}, attempt {attempt.id}: {fenced}")
+    attempt_tokens.check(tx.key, worker, attempt.id, attempt_token)
+    return job, attempt, fenced
+
+
+async def _acknowledge(
+    tx: Tx, job: Job, attempt: Attempt, own: AttemptNode, node: NodeReport, client: str | None
+) -> None:
+    """Record the node's acknowledgement; once every node acknowledged, start them all. A
+    repeated one after the start is answered with the node's start event again (it may
+    have missed it)."""
+    if own.state is NodeState.OFFERED:
+        address = node.address or client
+        if not address:
+            raise InvalidInput(
+                "the orchestrator cannot tell this worker's address: set --advertise-addr"
+            )
+        values: dict[str, Any] = {"acknowledged_at": tx.now, "address": address}
+        if own.rank == 0:
+            values["port"] = node.port
+        await tx.q.update_attempt_node(attempt.id, own.rank, state=NodeState.ACKNOWLEDGED, **values)
+    nodes = await tx.q.attempt_nodes(attempt.id)
+    begin = rendezvous.start(nodes)
+    if begin is None:
+        return
+    if attempt.status is AttemptStatus.OFFERED:
+        await move_attempt(tx, attempt, AttemptStatus.ACKNOWLEDGED, acknowledged_at=tx.now)
+        tx.audit(
+            "job.gang_started",
+            SYSTEM_ACTOR,
+            job.id,
+            attempt_id=attempt.id,
+            master=f"{begin.master_addr}:{begin.master_port}",
+        )
+        starting = nodes
+    elif own.state is not NodeState.OFFERED:
+        starting = [own]  # a repeat: send its start again
+    else:
+        starting = []
+    for each in starting:
+        await tx.send_to_worker(
+            each.worker_id,
+            protocol.job_start(
+                job.id,
+                attempt.id,
+                each.rank,
+                begin.master_addr,
+                begin.master_port,
+                list(begin.node_addrs),
+            ),
+        )
+
+
+async def _running(
+    tx: Tx,
+    job: Job,
+    attempt: Attempt,
+    own: AttemptNode,
+    report: StatusReport,
+    locked: Worker | None,
+) -> JobStatus:
+    """The node runs. The attempt (and the job) runs once every node does; then rank 0's
+    reports carry the job's progress."""
+    if attempt.status is AttemptStatus.OFFERED:
+        raise Conflict(
+            f"attempt {attempt.id} has not started: every node acknowledges, then the "
+            "orchestrator sends job_start; start the process only then"
+        )
+    if own.state is NodeState.ACKNOWLEDGED:
+        await tx.q.update_attempt_node(attempt.id, own.rank, state=NodeState.RUNNING)
+    if attempt.status is AttemptStatus.RUNNING:
+        if own.rank > 0:
+            return job.status
+        return await reports.apply(tx, job, attempt, AttemptStatus.RUNNING, report, locked)
+    if not rendezvous.all_running(await tx.q.attempt_nodes(attempt.id)):
+        return job.status
+    quiet = report if own.rank == 0 else _with_error(report, None, progress=False)
+    return await reports.apply(tx, job, attempt, AttemptStatus.RUNNING, quiet, locked)
+
+
+def _with_error(report: StatusReport, error: str | None, *, progress: bool = True) -> StatusReport:
+    return StatusReport(
+        report.status,
+        report.attempt_id,
+        error,
+        report.exit_code,
+        report.progress if progress else None,
+        report.points if progress else (),
+    )

@@ -1,0 +1,145 @@
+"""Two real `gpufleet worker`s run one two-node job (#35): both start only once both
+acknowledged, and each process gets the same rendezvous (MASTER_ADDR, MASTER_PORT: a free
+port of rank 0's machine) and its own NODE_RANK (docs/jobs.md, Multi-node jobs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.e2e.conftest import (
+    PYTHON,
+    ServerProcess,
+    WorkerProcess,
+    job_state,
+    process_alive,
+    submit_job,
+    unique,
+    wait_job,
+)
+from tests.waiting import wait_until
+
+Agents = Callable[..., WorkerProcess]
+RENDEZVOUS = [
+    *("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "NNODES", "NPROC_PER_NODE"),
+    *("GPUFLEET_NODE_RANK", "GPUFLEET_NUM_NODES", "GPUFLEET_NODE_ADDRS"),
+]
+
+# Writes its rendezvous env to rendezvous.json in its folder; rank 0 also shows that
+# MASTER_PORT is free on its machine by listening on it.
+WRITE_RENDEZVOUS = """
+    import json, os, socket
+    names = {names!r}
+    seen = {{name: os.environ.get(name) for name in names}}
+    if seen["NODE_RANK"] == "0":
+        with socket.socket() as s:
+            s.bind(("", int(seen["MASTER_PORT"])))
+            s.listen()
+    json.dump(seen, open("rendezvous.json", "w"))
+    print("node", seen["NODE_RANK"], "of", seen["NNODES"], flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = ServerProcess(tmp_path_factory.mktemp("orchestrator"), None)
+    server.start()
+    yield server
+    server.kill(signal.SIGTERM)
+
+
+def test_two_workers_start_one_job_together_with_one_rendezvous(
+    orchestrator: ServerProcess, agents: Agents
+) -> None:
+    tag = {"pool": unique("gang")}
+    by_flag = agents(
+        orchestrator, labels=tag, persistent=True, extra_args=("--advertise-addr", "127.0.0.1")
+    )
+    by_env = agents(
+        orchestrator,
+        labels=tag,
+        persistent=True,
+        env={**os.environ, "GPUFLEET_ADVERTISE_ADDR": "localhost"},
+    )
+    workers = [by_flag.start(), by_env.start()]
+    code = textwrap.dedent(WRITE_RENDEZVOUS.format(names=RENDEZVOUS))
+    job_id = submit_job(orchestrator, tag, [PYTHON, "-c", code], config={"nodes": 2})
+
+    job = wait_job(orchestrator, job_id, "completed", "failed")
+    assert job["status"] == "completed", job
+
+    attempt = job["current_attempt_id"]
+    seen = {}
+    for agent in workers:
+        path = agent.work_dir / "jobs" / job_id / attempt / "rendezvous.json"
+        seen[agent.id] = json.loads(path.read_text())
+    ranks = sorted(s["NODE_RANK"] for s in seen.values())
+    assert ranks == ["0", "1"]
+    rank0 = next(a for a in workers if seen[a.id]["NODE_RANK"] == "0")
+    addrs = {by_flag.id: "127.0.0.1", by_env.id: "localhost"}
+    order = sorted(workers, key=lambda a: seen[a.id]["NODE_RANK"])
+    for each in seen.values():
+        assert each["MASTER_ADDR"] == addrs[rank0.id]
+        assert each["MASTER_PORT"] == seen[rank0.id]["MASTER_PORT"]
+        assert 0 < int(each["MASTER_PORT"]) < 65_536
+        assert each["NNODES"] == each["GPUFLEET_NUM_NODES"] == "2"
+        assert each["GPUFLEET_NODE_RANK"] == each["NODE_RANK"]
+        assert each["NPROC_PER_NODE"] == "1"  # a CPU node runs one process
+        assert each["GPUFLEET_NODE_ADDRS"] == ",".join(addrs[a.id] for a in order)
+    assert job_state(orchestrator, job_id)["worker_id"] == rank0.id
+    for agent in workers:
+        assert agent.record()["status"] == "idle"
+
+
+# Rank 0 listens on MASTER_PORT, writes its pid, and would run for minutes; rank 1 meets it
+# there (MASTER_ADDR as the orchestrator saw rank 0), then fails.
+ONE_FAILS = """
+    import os, socket, sys, time
+    master = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    if os.environ["NODE_RANK"] == "0":
+        server = socket.create_server(("", master[1]))
+        open("pid", "w").write(str(os.getpid()))
+        server.accept()
+        time.sleep(300)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(master, timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                sys.exit("rank 0 never listened on MASTER_PORT")
+            time.sleep(0.05)
+    sys.exit(3)
+"""
+
+
+def test_a_failed_node_stops_the_other_and_fails_the_job(
+    orchestrator: ServerProcess, agents: Agents
+) -> None:
+    tag = {"pool": unique("gang")}
+    workers = [agents(orchestrator, labels=tag, persistent=True).start() for _ in range(2)]
+    code = textwrap.dedent(ONE_FAILS)
+    job_id = submit_job(orchestrator, tag, [PYTHON, "-c", code], config={"nodes": 2})
+
+    job = wait_job(orchestrator, job_id, "completed", "failed")
+    assert job["status"] == "failed"
+    assert "node 1 (worker" in job["error"] and "exited with code 3" in job["error"]
+    rank0 = next(a for a in workers if a.id == job["worker_id"])
+    pid = rank0.work_dir / "jobs" / job_id / job["current_attempt_id"] / "pid"
+    wait_until(lambda: pid.exists(), timeout=10, message="rank 0's process to start")
+    wait_until(
+        lambda: not process_alive(int(pid.read_text())),
+        timeout=15,
+        message="rank 0's process to be stopped",
+    )
+    wait_until(
+        lambda: all(a.record()["status"] == "idle" for a in workers),
+        timeout=15,
+        message="both workers to be idle",
+    )
