@@ -21,9 +21,10 @@ is byte-identical to an uninterrupted run's with the same seed: it holds no timi
 Data-parallel (`--ddp`, PyTorch only, on the CPU): started by `torchrun` (`RANK`, `WORLD_SIZE`,
 `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), each rank joins a gloo process group, trains on
 its own contiguous slice of the global batch (`--samples`, which must divide evenly) and the
-gradients are all-reduced and averaged: the mean over the global batch, as in one process. Every rank logs its checksum; local rank 0 writes `result.json`. It writes no
-checkpoints. `result.json`'s `weights_sha256` (the weights rounded to CHECKSUM_DECIMALS) is
-then equal on every rank and to a one-process run with the same `--samples` and `--seed`.
+gradients are all-reduced and averaged: the mean over the global batch, as in one process.
+Every rank logs its checksum; local rank 0 writes `result.json`. It writes no checkpoints.
+`result.json`'s `weights_sha256` (the weights rounded to CHECKSUM_DECIMALS) is then equal on
+every rank and to a one-process run with the same `--samples` and `--seed`.
 """
 
 from __future__ import annotations
@@ -148,17 +149,18 @@ def weights_checksum(weights: list[float], bias: float) -> str:
 
 def start_ddp(samples: int) -> tuple[Any, int, int, int]:
     """torch, rank, world size and local rank, in the gloo process group torchrun set up."""
-    missing = [n for n in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if n not in os.environ]
+    names = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    missing = [name for name in names if name not in os.environ]
     if missing:
         raise SystemExit(f"--ddp: start it with torchrun ({', '.join(missing)} not set)")
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if samples % world_size:
+        raise SystemExit(f"--ddp: --samples {samples} does not divide over {world_size} ranks")
     try:
         import torch
         import torch.distributed as dist
     except ImportError:
         raise SystemExit("--ddp: PyTorch is not installed") from None
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if samples % world_size:
-        raise SystemExit(f"--ddp: --samples {samples} does not divide over {world_size} ranks")
     dist.init_process_group("gloo")
     return torch, rank, world_size, int(os.environ.get("LOCAL_RANK", "0"))
 
