@@ -8,7 +8,7 @@ PORT   ?= 8001
 DATA   ?= .gpufleet
 LOG_LEVEL ?= warning
 
-.PHONY: up test lint venv wheelhouse agent-wheel postgres system-packages clean screenshots
+.PHONY: up test lint venv torch wheelhouse agent-wheel postgres system-packages clean screenshots
 
 venv: $(STAMP)
 
@@ -20,6 +20,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip 'uv>=0.5'
 	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[dev]'
 	touch $(STAMP)
+
+# PyTorch's CPU build for the example's `--ddp` tests (tests/multinode: gloo across network
+# namespaces, #35), from the wheel on this machine's disk: never from an index, and not a
+# runtime or dev dependency of the package. Its few small dependencies come from uv's cache.
+TORCH_VERSION := 2.13.0
+TORCH_WHEEL   ?= /opt/wheels/torch-$(TORCH_VERSION)+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+TORCH_STAMP   := $(VENV)/.torch-$(TORCH_VERSION)
+
+torch: $(TORCH_STAMP)
+
+$(TORCH_STAMP): | $(STAMP)
+	@test -f $(TORCH_WHEEL) || { echo "make torch: $(TORCH_WHEEL) is missing:" \
+	  "put PyTorch $(TORCH_VERSION)'s CPU wheel for CPython 3.11 there, or pass TORCH_WHEEL=path"; \
+	  exit 1; }
+	$(BIN)/uv pip install -q --python $(BIN)/python $(TORCH_WHEEL)
+	touch $@
 
 # The released SimpleTuner worker agent, as published, for tests/e2e/test_simpletuner_agent.py.
 # Only its wheel is fetched (no dependencies: the tests import its worker_agent.py alone), once,
@@ -70,7 +86,7 @@ system-packages:
 # Three test files at a time on two cores: a third of the suite's time is spent waiting (on
 # timeouts, on subprocesses, on the SimpleTuner agent's own pace), and a third process keeps the
 # CPUs busy meanwhile (773 s against 844 s at -n 2, one run each; docs/benchmarks.md, #19).
-test: venv wheelhouse agent-wheel postgres system-packages
+test: venv torch wheelhouse agent-wheel postgres system-packages
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -n 3 --dist loadfile --no-loadscope-reorder
 
 # The screenshots of docs/ui.md, retaken by the browser tests in Debian's Chromium.

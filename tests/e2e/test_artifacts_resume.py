@@ -43,6 +43,8 @@ TRAIN = [
     sys.executable,
     "-m",
     "gpufleet.examples.train",
+    "--backend",
+    "numpy",  # PyTorch's import is seconds of CPU per attempt (`make test` installs it)
     "--steps",
     str(STEPS),
     "--checkpoint-every",

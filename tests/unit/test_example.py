@@ -47,10 +47,47 @@ def test_a_model_that_does_not_reach_the_accuracy_floor_fails_the_job(tmp_path: 
     )
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed")
-def test_asking_for_torch_without_it_is_a_clear_error(tmp_path: Path) -> None:
+def test_asking_for_torch_without_it_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails, installed or not
     with pytest.raises(SystemExit, match="PyTorch is not installed"):
         train.main(["--backend", "torch", "--output", str(tmp_path / "r.json")])
+
+
+def test_the_weights_checksum_ignores_the_last_bits_and_the_sign_of_zero() -> None:
+    checksum = train.weights_checksum([1.25, -0.5], 0.0)
+    assert train.weights_checksum([1.25000003, -0.49999998], -0.0) == checksum
+    assert train.weights_checksum([1.2501, -0.5], 0.0) != checksum
+    assert train.weights_checksum([-0.5, 1.25], 0.0) != checksum
+
+
+def test_ddp_outside_torchrun_says_how_to_start_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit, match=r"start it with torchrun \(RANK, WORLD_SIZE, MASTER_ADDR"):
+        train.main(["--ddp", "--output", str(tmp_path / "r.json")])
+
+
+@pytest.mark.parametrize("args", [["--backend", "numpy"], ["--checkpoint-every", "5"]])
+def test_ddp_refuses_numpy_and_checkpoints(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        train.main(["--ddp", *args])
+    assert "--ddp runs on PyTorch and writes no checkpoints" in capsys.readouterr().err
+
+
+def test_ddp_needs_a_global_batch_that_divides_over_the_ranks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {"RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit, match="--samples 100 does not divide over 3 ranks"):
+        train.main(["--ddp", "--samples", "100", "--output", str(tmp_path / "r.json")])
 
 
 def run_example(folder: Path, *args: str, env: dict[str, str] | None = None) -> None:

@@ -17,11 +17,20 @@ what the final result needs from before it) and tells the worker with
 attempt that resumes), it loads that checkpoint and goes on from its step. Training is full
 batch gradient descent without randomness after the data, so a resumed run's `result.json`
 is byte-identical to an uninterrupted run's with the same seed: it holds no timing.
+
+Data-parallel (`--ddp`, PyTorch only, on the CPU): started by `torchrun` (`RANK`, `WORLD_SIZE`,
+`LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), each rank joins a gloo process group, trains on
+its own contiguous slice of the global batch (`--samples`, which must divide evenly) and the
+gradients are all-reduced and averaged: the mean over the global batch, as in one process.
+Every rank logs its checksum; local rank 0 writes `result.json`. It writes no checkpoints.
+`result.json`'s `weights_sha256` (the weights rounded to CHECKSUM_DECIMALS) is then equal on
+every rank and to a one-process run with the same `--samples` and `--seed`.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -35,6 +44,9 @@ from gpufleet import progress
 from gpufleet.progress import report
 
 STATE_FILE = "state.json"
+# Ranks sum their gradients in another order than one process does: the last float32 bits
+# differ, so the checksum is of the weights rounded well above them.
+CHECKSUM_DECIMALS = 4
 
 
 def make_data(samples: int, features: int, seed: int) -> tuple[Any, Any, Any]:
@@ -80,16 +92,22 @@ class NumpyModel:
 class TorchModel:
     backend = "torch"
 
-    def __init__(self, x: Any, y: Any, torch: Any) -> None:
+    def __init__(self, x: Any, y: Any, torch: Any, ranks: tuple[int, int] | None = None) -> None:
+        """`ranks` (rank, world size): train data-parallel on this rank's slice of the batch."""
         self.torch = torch
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = "cuda" if torch.cuda.is_available() and ranks is None else "cpu"
         self.x = torch.tensor(x, dtype=torch.float32, device=self.device)
         self.y = torch.tensor(y, dtype=torch.float32, device=self.device)
         self.linear = torch.nn.Linear(x.shape[1], 1, device=self.device)
         torch.nn.init.zeros_(self.linear.weight)
         torch.nn.init.zeros_(self.linear.bias)
         self.loss_fn = torch.nn.BCEWithLogitsLoss()
-        self.optimizer: Any = None
+        self.train_x, self.train_y, self.world_size = self.x, self.y, 1
+        if ranks is not None:
+            rank, self.world_size = ranks
+            size = len(y) // self.world_size
+            self.train_x = self.x[rank * size : (rank + 1) * size]
+            self.train_y = self.y[rank * size : (rank + 1) * size]
 
     def evaluate(self) -> tuple[float, float]:
         with self.torch.no_grad():
@@ -98,12 +116,17 @@ class TorchModel:
             accuracy = ((logits > 0).float() == self.y).float().mean()
         return float(loss), float(accuracy)
 
+    # Plain SGD, and the gradients averaged over the ranks, by hand: torch.optim's first step
+    # and DistributedDataParallel import torch._dynamo, seconds of CPU in every process.
     def step(self, lr: float) -> None:
-        if self.optimizer is None:
-            self.optimizer = self.torch.optim.SGD(self.linear.parameters(), lr=lr)
-        self.optimizer.zero_grad()
-        self.loss_fn(self.linear(self.x).squeeze(1), self.y).backward()
-        self.optimizer.step()
+        self.linear.zero_grad()
+        self.loss_fn(self.linear(self.train_x).squeeze(1), self.train_y).backward()
+        with self.torch.no_grad():
+            for parameter in self.linear.parameters():
+                if self.world_size > 1:
+                    self.torch.distributed.all_reduce(parameter.grad)
+                    parameter.grad /= self.world_size
+                parameter.add_(parameter.grad, alpha=-lr)
 
     def weights(self) -> tuple[list[float], float]:
         w = self.linear.weight.detach().cpu().squeeze(0).tolist()
@@ -116,6 +139,30 @@ class TorchModel:
     def load(self, folder: Path) -> None:
         state = self.torch.load(folder / "weights.pt", map_location=self.device, weights_only=True)
         self.linear.load_state_dict(state)
+
+
+def weights_checksum(weights: list[float], bias: float) -> str:
+    """sha256 of the weights and bias rounded to CHECKSUM_DECIMALS (-0.0 written as 0.0)."""
+    values = [round(v, CHECKSUM_DECIMALS) + 0.0 for v in [*weights, bias]]
+    return hashlib.sha256(json.dumps(values).encode()).hexdigest()
+
+
+def start_ddp(samples: int) -> tuple[Any, int, int, int]:
+    """torch, rank, world size and local rank, in the gloo process group torchrun set up."""
+    names = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    missing = [name for name in names if name not in os.environ]
+    if missing:
+        raise SystemExit(f"--ddp: start it with torchrun ({', '.join(missing)} not set)")
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if samples % world_size:
+        raise SystemExit(f"--ddp: --samples {samples} does not divide over {world_size} ranks")
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        raise SystemExit("--ddp: PyTorch is not installed") from None
+    dist.init_process_group("gloo")
+    return torch, rank, world_size, int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def make_model(x: Any, y: Any, backend: str) -> NumpyModel | TorchModel:
@@ -187,10 +234,22 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("output"),
         help="where checkpoint-<step>/ folders go",
     )
+    parser.add_argument(
+        "--ddp",
+        action="store_true",
+        help="data-parallel under torchrun: gloo, the batch split over the ranks",
+    )
     args = parser.parse_args(argv)
+    if args.ddp and (args.backend == "numpy" or args.checkpoint_every):
+        parser.error("--ddp runs on PyTorch and writes no checkpoints")
 
     x, y, truth = make_data(args.samples, args.features, args.seed)
-    model = make_model(x, y, args.backend)
+    rank, world_size, local_rank = 0, 1, 0
+    if args.ddp:
+        torch, rank, world_size, local_rank = start_ddp(len(y))
+        model: NumpyModel | TorchModel = TorchModel(x, y, torch, (rank, world_size))
+    else:
+        model = make_model(x, y, args.backend)
     initial_loss, _ = model.evaluate()
     first = 1
     resume = progress.resume_from()
@@ -204,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal asked
         asked = True
 
-    if os.environ.get(progress.PROGRESS_FILE_ENV):  # under a worker: it may ask for one
+    if os.environ.get(progress.PROGRESS_FILE_ENV) and not args.ddp:  # a worker may ask for one
         progress.on_checkpoint_signal(on_signal)
     print(
         f"training on {len(y)} samples, {args.features} features, with {model.backend} on "
@@ -230,9 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     loss, accuracy = model.evaluate()
 
     weights, bias = model.weights()
+    checksum = weights_checksum(weights, bias)
     result = {
         "backend": model.backend,
         "device": model.device,
+        "world_size": world_size,
+        "weights_sha256": checksum,
         "steps": args.steps,
         "initial_loss": initial_loss,
         "loss": loss,
@@ -241,8 +303,12 @@ def main(argv: list[str] | None = None) -> int:
         "bias": bias,
         "true_weights": [float(v) for v in truth],
     }
-    args.output.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.output.resolve()}", flush=True)
+    if args.ddp:
+        print(f"rank {rank} of {world_size}: weights sha256 {checksum}", flush=True)
+        model.torch.distributed.destroy_process_group()  # type: ignore[union-attr]
+    if local_rank == 0:
+        args.output.write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.output.resolve()}", flush=True)
     if accuracy < args.min_accuracy:
         print(
             f"accuracy {accuracy:.3f} is below --min-accuracy {args.min_accuracy}", file=sys.stderr
