@@ -20,6 +20,8 @@ TRAINING = {
         "python",
         "-m",
         "gpufleet.examples.train",
+        "--backend",
+        "numpy",  # not torch, now installed: importing it is seconds of CPU a job
         "--steps",
         "100",
         "--step-delay",
