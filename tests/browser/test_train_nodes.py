@@ -9,6 +9,7 @@ from playwright.sync_api import Page, expect
 from tests.browser.conftest import sign_in, train_ready
 from tests.browser.test_first_hour import admin_call
 from tests.e2e.conftest import FakeWorker, ServerProcess, unique
+from tests.waiting import wait_until
 
 
 def test_nodes_typed_on_the_train_page_make_a_multi_node_job(
@@ -64,6 +65,16 @@ def test_the_workers_pages_say_a_worker_is_held_for_a_gang(
             },
         )
         note = f"held for job {job['id']} (1 of 2 nodes)"
+        # The hold comes with the round the worker's stream opening starts, which may end
+        # after the page's first read (a full run's loaded machine saw the page first).
+        wait_until(
+            lambda: (
+                admin_call(server, "GET", f"/api/admin/workers/{worker.id}").get("held_note")
+                == note
+            ),
+            timeout=10,
+            message=f"worker {worker.id} to be held for job {job['id']}",
+        )
 
         sign_in(page, server.admin_key, then="/workers")
         held = page.get_by_role("link", name=note)
