@@ -4,23 +4,19 @@ worker held for a gang as `workers list` and `workers show` print it."""
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import FakeWorker, ServerProcess, unique
+from tests.e2e.conftest import FakeWorker, ServerProcess, serving, unique
 from tests.e2e.test_cli import as_json, gf, job_file, ok, one_line_error
 from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("gangs"), None, **{"heartbeat-timeout": 120})
-    proc.start()
-    yield proc
-    proc.kill(signal.SIGTERM)
+    yield from serving(tmp_path_factory.mktemp("gangs"), **{"heartbeat-timeout": 120})
 
 
 def test_jobs_submit_puts_nodes_and_same_label_in_the_config(

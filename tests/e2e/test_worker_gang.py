@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import textwrap
 from collections.abc import Callable, Iterator
 
@@ -18,6 +17,7 @@ from tests.e2e.conftest import (
     WorkerProcess,
     job_state,
     process_alive,
+    serving,
     submit_job,
     unique,
     wait_job,
@@ -47,10 +47,7 @@ WRITE_RENDEZVOUS = """
 
 @pytest.fixture(scope="module")
 def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("orchestrator"), None)
-    server.start()
-    yield server
-    server.kill(signal.SIGTERM)
+    yield from serving(tmp_path_factory.mktemp("orchestrator"))
 
 
 def test_two_workers_start_one_job_together_with_one_rendezvous(
