@@ -4,12 +4,23 @@ what the gang waits for."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import sign_in, train_ready
 from tests.browser.test_first_hour import admin_call
-from tests.e2e.conftest import FakeWorker, ServerProcess, unique
+from tests.e2e.conftest import FakeWorker, ServerProcess, serving, unique
 from tests.waiting import wait_until
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server of the module's own: which gang holds depends on the whole queue and its
+    policy (only the first gang holds, limits refuse), which the shared server's other
+    modules change (a full run once saw no hold in 10 s on it)."""
+    yield from serving(tmp_path_factory.mktemp("gangs"))
 
 
 def test_nodes_typed_on_the_train_page_make_a_multi_node_job(
