@@ -21,11 +21,15 @@ from tests.webhook_receiver import Receiver, receiving
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """An orchestrator whose webhooks may reach tests/webhook_receiver.py on 127.0.0.1."""
+    """An orchestrator whose webhooks may reach tests/webhook_receiver.py on 127.0.0.1.
+
+    The example hosts are allowed by name, so saving one never waits on DNS: a CI machine's
+    resolver that does not answer held a save for the server's whole 5 s lookup."""
+    allowed = "127.0.0.1,hooks.example.com,hooks2.example.com"
     yield from serving(
         tmp_path_factory.mktemp("orchestrator"),
         None,
-        **{"local-gpus": "auto", "webhook-allow-hosts": "127.0.0.1"},
+        **{"local-gpus": "auto", "webhook-allow-hosts": allowed},
     )
 
 
