@@ -10,11 +10,12 @@ to delete, so a blob that failed to go is tried again rather than forgotten.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from gpufleet.artifacts import tar
+from gpufleet.domain.node_checkpoints import Completion, completion
 from gpufleet.domain.ownership import JobAction
 from gpufleet.domain.records import Artifact, Checkpoint, Job, User
 from gpufleet.errors import ArtifactStoreError, NotFound
@@ -32,6 +33,8 @@ class JobArtifacts:
     artifacts: list[Artifact]  # newest attempt first
     checkpoints: list[Checkpoint]  # newest attempt first
     total_bytes: int
+    # A multi-node job's checkpoints: which nodes committed their part (by checkpoint id).
+    nodes: Mapping[str, Completion] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +56,12 @@ async def list_for_job(ctx: Context, job_id: str) -> JobArtifacts:
             raise no_job(job_id)
         found = await q.artifacts_for_job(job_id)
         checkpoints = await q.checkpoints_for_job(job_id)
+        parts = await q.checkpoint_node_ranks([c.id for c in checkpoints]) if job.nodes > 1 else {}
     newest_first = sorted(
         checkpoints, key=lambda c: (c.attempt_number or 0, c.created_at), reverse=True
     )
-    return JobArtifacts(job, found, newest_first, sum(a.size for a in found))
+    nodes = {c.id: completion(job.nodes, parts.get(c.id, ())) for c in checkpoints if job.nodes > 1}
+    return JobArtifacts(job, found, newest_first, sum(a.size for a in found), nodes)
 
 
 def pick(found: Sequence[Artifact], job_id: str, path: str, attempt_id: str | None) -> Artifact:
