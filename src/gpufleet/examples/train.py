@@ -19,12 +19,22 @@ batch gradient descent without randomness after the data, so a resumed run's `re
 is byte-identical to an uninterrupted run's with the same seed: it holds no timing.
 
 Data-parallel (`--ddp`, PyTorch only, on the CPU): started by `torchrun` (`RANK`, `WORLD_SIZE`,
-`LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), each rank joins a gloo process group, trains on
-its own contiguous slice of the global batch (`--samples`, which must divide evenly) and the
-gradients are all-reduced and averaged: the mean over the global batch, as in one process.
-Every rank logs its checksum; local rank 0 writes `result.json`. It writes no checkpoints.
-`result.json`'s `weights_sha256` (the weights rounded to CHECKSUM_DECIMALS) is then equal on
-every rank and to a one-process run with the same `--samples` and `--seed`.
+`LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), or directly as a gpufleet multi-node job's one
+process a node (its rank the node's, `GPUFLEET_NODE_RANK` of `GPUFLEET_NUM_NODES`), each rank
+joins a gloo process group, trains on its own contiguous slice of the global batch
+(`--samples`, which must divide evenly) and the gradients are all-reduced and averaged: the
+mean over the global batch, as in one process. Every rank logs its checksum; local rank 0
+writes `result.json`. `result.json`'s `weights_sha256` (the weights rounded to
+CHECKSUM_DECIMALS) is then equal on every rank and to a one-process run with the same
+`--samples` and `--seed`.
+
+Checkpoints with `--ddp`: whether to write one at a step is agreed by a collective (any rank
+due or asked: all of them), so every rank writes the same step; each writes its own replica
+into `checkpoint-<step>/rank-<RANK>/` of its node's folder, and after a barrier the node's
+local rank 0 renames the folder into place and announces it. A resumed rank loads its
+`rank-<RANK>/` from `GPUFLEET_RESUME_FROM` (its node's part of the checkpoint). The checkpoint
+signal is handled only when the rank is the worker's process itself: `torchrun` would die of
+it (it does not pass SIGUSR1 on), so under `torchrun` only `--checkpoint-every` writes them.
 """
 
 from __future__ import annotations
@@ -148,7 +158,11 @@ def weights_checksum(weights: list[float], bias: float) -> str:
 
 
 def start_ddp(samples: int) -> tuple[Any, int, int, int]:
-    """torch, rank, world size and local rank, in the gloo process group torchrun set up."""
+    """torch, rank, world size and local rank, in the gloo process group torchrun set up (or
+    a gpufleet gang's one process a node: its node's rank)."""
+    if "RANK" not in os.environ and "GPUFLEET_NUM_NODES" in os.environ:
+        os.environ["RANK"] = os.environ.get("GPUFLEET_NODE_RANK", "0")
+        os.environ["WORLD_SIZE"] = os.environ["GPUFLEET_NUM_NODES"]
     names = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     missing = [name for name in names if name not in os.environ]
     if missing:
@@ -191,6 +205,47 @@ def save_checkpoint(
     staging.replace(target)
     progress.checkpoint(target, step=step)
     return target
+
+
+def save_rank_checkpoint(
+    model: TorchModel, folder: Path, step: int, initial_loss: float, rank: int, local_rank: int
+) -> Path:
+    """`--ddp`: this rank's replica into `folder/checkpoint-<step>/rank-<rank>/`; once every
+    rank wrote its own (a barrier), the node's local rank 0 renames the folder into place and
+    tells the worker."""
+    target = folder / f"checkpoint-{step}"
+    staging = folder / f".checkpoint-{step}.partial"
+    mine = staging / f"rank-{rank}"
+    mine.mkdir(parents=True, exist_ok=True)
+    model.save(mine)
+    state = {"step": step, "backend": model.backend, "initial_loss": initial_loss}
+    (mine / STATE_FILE).write_text(json.dumps(state))
+    model.torch.distributed.barrier()
+    if local_rank == 0:
+        staging.replace(target)
+        progress.checkpoint(target, step=step)
+    return target
+
+
+def agreed(model: NumpyModel | TorchModel, want: bool) -> bool:
+    """Whether every rank checkpoints now: any rank wants to (a collective, so that the ranks
+    never write different steps). One process: its own wish."""
+    if not isinstance(model, TorchModel) or model.world_size == 1:
+        return want
+    flag = model.torch.tensor([1 if want else 0])
+    model.torch.distributed.all_reduce(flag, op=model.torch.distributed.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def same_step(model: TorchModel, step: int) -> None:
+    """Every rank resumed from the same step, or none goes on."""
+    steps = model.torch.tensor([step, -step])
+    model.torch.distributed.all_reduce(steps, op=model.torch.distributed.ReduceOp.MAX)
+    if int(steps[0]) != -int(steps[1]):
+        raise SystemExit(
+            f"the ranks resumed from different steps ({-int(steps[1])} to {int(steps[0])}): "
+            "resume every node from one checkpoint"
+        )
 
 
 def load_checkpoint(model: NumpyModel | TorchModel, folder: Path) -> tuple[int, float]:
@@ -240,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         help="data-parallel under torchrun: gloo, the batch split over the ranks",
     )
     args = parser.parse_args(argv)
-    if args.ddp and (args.backend == "numpy" or args.checkpoint_every):
-        parser.error("--ddp runs on PyTorch and writes no checkpoints")
+    if args.ddp and args.backend == "numpy":
+        parser.error("--ddp runs on PyTorch")
 
     x, y, truth = make_data(args.samples, args.features, args.seed)
     rank, world_size, local_rank = 0, 1, 0
@@ -254,16 +309,19 @@ def main(argv: list[str] | None = None) -> int:
     first = 1
     resume = progress.resume_from()
     if resume is not None:
-        done, initial_loss = load_checkpoint(model, resume)
+        done, initial_loss = load_checkpoint(model, resume / f"rank-{rank}" if args.ddp else resume)
         first = done + 1
         print(f"resumed from {resume} at step {done}", flush=True)
+    if args.ddp:
+        same_step(model, first - 1)  # type: ignore[arg-type]
     asked = False
 
     def on_signal() -> None:
         nonlocal asked
         asked = True
 
-    if os.environ.get(progress.PROGRESS_FILE_ENV) and not args.ddp:  # a worker may ask for one
+    # A worker may ask for one; not through torchrun, which would die of the signal.
+    if os.environ.get(progress.PROGRESS_FILE_ENV) and "TORCHELASTIC_RUN_ID" not in os.environ:
         progress.on_checkpoint_signal(on_signal)
     print(
         f"training on {len(y)} samples, {args.features} features, with {model.backend} on "
@@ -280,9 +338,19 @@ def main(argv: list[str] | None = None) -> int:
             report(step=i, total=args.steps, loss=round(loss, 5), accuracy=accuracy, lr=args.lr)
             print(f"step {i}/{args.steps} loss={loss:.4f} accuracy={accuracy:.3f}", flush=True)
         due = args.checkpoint_every > 0 and i % args.checkpoint_every == 0
-        if (due or asked) and i < args.steps:
+        if agreed(model, due or asked) and i < args.steps:
             asked = False
-            saved = save_checkpoint(model, args.checkpoint_dir, i, initial_loss)
+            if args.ddp:
+                saved = save_rank_checkpoint(
+                    model,  # type: ignore[arg-type]
+                    args.checkpoint_dir,
+                    i,
+                    initial_loss,
+                    rank,
+                    local_rank,
+                )
+            else:
+                saved = save_checkpoint(model, args.checkpoint_dir, i, initial_loss)
             print(f"checkpoint {saved}", flush=True)
         if args.step_delay:
             time.sleep(args.step_delay)
