@@ -33,7 +33,13 @@ async def commit_part(
     stored = f"node-{rank}/{path}"
     name = f"checkpoint-{step}"
     await upload(
-        agent, offer["job_id"], offer["attempt_id"], stored, data, kind="checkpoint", checkpoint=name
+        agent,
+        offer["job_id"],
+        offer["attempt_id"],
+        stored,
+        data,
+        kind="checkpoint",
+        checkpoint=name,
     )
     return await commit(agent, offer, step, stored, data, node_rank=rank, **more)
 
@@ -180,7 +186,9 @@ async def test_a_node_stores_and_commits_only_its_own_part_of_a_checkpoint(
         kind="checkpoint",
         checkpoint="checkpoint-4",
     )
-    skewed = await commit(agents[1], offers[1], 4, f"node-1/{path1}", data1, node_rank=1, said_step=5)
+    skewed = await commit(
+        agents[1], offers[1], 4, f"node-1/{path1}", data1, node_rank=1, said_step=5
+    )
     assert skewed.status_code == 422, skewed.text
     assert "same path and step" in skewed.json()["detail"]
     assert (await checkpoints(fleet, job["id"]))[0]["nodes"]["missing"] == [1]

@@ -28,18 +28,16 @@ writes `result.json`. `result.json`'s `weights_sha256` (the weights rounded to
 CHECKSUM_DECIMALS) is then equal on every rank and to a one-process run with the same
 `--samples` and `--seed`.
 
-Checkpoints with `--ddp`: whether to write one at a step is agreed by a collective (any rank
-due or asked: all of them), so every rank writes the same step; each writes its own replica
-into `checkpoint-<step>/rank-<RANK>/` of its node's folder, and after a barrier the node's
-local rank 0 renames the folder into place and announces it. A resumed rank loads its
-`rank-<RANK>/` from `GPUFLEET_RESUME_FROM` (its node's part of the checkpoint). The checkpoint
-signal is handled only when the rank is the worker's process itself: `torchrun` would die of
-it (it does not pass SIGUSR1 on), so under `torchrun` only `--checkpoint-every` writes them.
+Checkpoints with `--ddp` (examples/ddp.py): every rank writes the same steps, each its replica
+under `checkpoint-<step>/rank-<RANK>/`, and resumes from its own. The checkpoint signal is
+handled only when the rank is the worker's process itself: `torchrun` would die of it (it
+does not pass SIGUSR1 on), so under `torchrun` only `--checkpoint-every` writes them.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -51,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet import progress
+from gpufleet.examples import ddp
 from gpufleet.progress import report
 
 STATE_FILE = "state.json"
@@ -157,28 +156,6 @@ def weights_checksum(weights: list[float], bias: float) -> str:
     return hashlib.sha256(json.dumps(values).encode()).hexdigest()
 
 
-def start_ddp(samples: int) -> tuple[Any, int, int, int]:
-    """torch, rank, world size and local rank, in the gloo process group torchrun set up (or
-    a gpufleet gang's one process a node: its node's rank)."""
-    if "RANK" not in os.environ and "GPUFLEET_NUM_NODES" in os.environ:
-        os.environ["RANK"] = os.environ.get("GPUFLEET_NODE_RANK", "0")
-        os.environ["WORLD_SIZE"] = os.environ["GPUFLEET_NUM_NODES"]
-    names = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    missing = [name for name in names if name not in os.environ]
-    if missing:
-        raise SystemExit(f"--ddp: start it with torchrun ({', '.join(missing)} not set)")
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if samples % world_size:
-        raise SystemExit(f"--ddp: --samples {samples} does not divide over {world_size} ranks")
-    try:
-        import torch
-        import torch.distributed as dist
-    except ImportError:
-        raise SystemExit("--ddp: PyTorch is not installed") from None
-    dist.init_process_group("gloo")
-    return torch, rank, world_size, int(os.environ.get("LOCAL_RANK", "0"))
-
-
 def make_model(x: Any, y: Any, backend: str) -> NumpyModel | TorchModel:
     if backend in ("auto", "torch"):
         try:
@@ -198,54 +175,20 @@ def save_checkpoint(
     checkpoint never carries its final name) and tell the worker."""
     target = folder / f"checkpoint-{step}"
     staging = folder / f".checkpoint-{step}.partial"
-    staging.mkdir(parents=True, exist_ok=True)
-    model.save(staging)
-    state = {"step": step, "backend": model.backend, "initial_loss": initial_loss}
-    (staging / STATE_FILE).write_text(json.dumps(state))
+    write_state(model, staging, step=step, initial_loss=initial_loss)
     staging.replace(target)
     progress.checkpoint(target, step=step)
     return target
 
 
-def save_rank_checkpoint(
-    model: TorchModel, folder: Path, step: int, initial_loss: float, rank: int, local_rank: int
-) -> Path:
-    """`--ddp`: this rank's replica into `folder/checkpoint-<step>/rank-<rank>/`; once every
-    rank wrote its own (a barrier), the node's local rank 0 renames the folder into place and
-    tells the worker."""
-    target = folder / f"checkpoint-{step}"
-    staging = folder / f".checkpoint-{step}.partial"
-    mine = staging / f"rank-{rank}"
-    mine.mkdir(parents=True, exist_ok=True)
-    model.save(mine)
+def write_state(
+    model: NumpyModel | TorchModel, folder: Path, *, step: int, initial_loss: float
+) -> None:
+    """The model's weights and `state.json` into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save(folder)
     state = {"step": step, "backend": model.backend, "initial_loss": initial_loss}
-    (mine / STATE_FILE).write_text(json.dumps(state))
-    model.torch.distributed.barrier()
-    if local_rank == 0:
-        staging.replace(target)
-        progress.checkpoint(target, step=step)
-    return target
-
-
-def agreed(model: NumpyModel | TorchModel, want: bool) -> bool:
-    """Whether every rank checkpoints now: any rank wants to (a collective, so that the ranks
-    never write different steps). One process: its own wish."""
-    if not isinstance(model, TorchModel) or model.world_size == 1:
-        return want
-    flag = model.torch.tensor([1 if want else 0])
-    model.torch.distributed.all_reduce(flag, op=model.torch.distributed.ReduceOp.MAX)
-    return bool(flag.item())
-
-
-def same_step(model: TorchModel, step: int) -> None:
-    """Every rank resumed from the same step, or none goes on."""
-    steps = model.torch.tensor([step, -step])
-    model.torch.distributed.all_reduce(steps, op=model.torch.distributed.ReduceOp.MAX)
-    if int(steps[0]) != -int(steps[1]):
-        raise SystemExit(
-            f"the ranks resumed from different steps ({-int(steps[1])} to {int(steps[0])}): "
-            "resume every node from one checkpoint"
-        )
+    (folder / STATE_FILE).write_text(json.dumps(state))
 
 
 def load_checkpoint(model: NumpyModel | TorchModel, folder: Path) -> tuple[int, float]:
@@ -299,9 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--ddp runs on PyTorch")
 
     x, y, truth = make_data(args.samples, args.features, args.seed)
+    torch: Any = None  # --ddp's
     rank, world_size, local_rank = 0, 1, 0
     if args.ddp:
-        torch, rank, world_size, local_rank = start_ddp(len(y))
+        torch, rank, world_size, local_rank = ddp.start(len(y))
         model: NumpyModel | TorchModel = TorchModel(x, y, torch, (rank, world_size))
     else:
         model = make_model(x, y, args.backend)
@@ -313,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         first = done + 1
         print(f"resumed from {resume} at step {done}", flush=True)
     if args.ddp:
-        same_step(model, first - 1)  # type: ignore[arg-type]
+        ddp.same_step(torch, first - 1)
     asked = False
 
     def on_signal() -> None:
@@ -331,29 +275,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     every = max(1, args.steps // 50)
     loss = accuracy = 0.0
-    for i in range(first, args.steps + 1):
-        model.step(args.lr)
-        if i % every == 0 or i == args.steps:
-            loss, accuracy = model.evaluate()
-            report(step=i, total=args.steps, loss=round(loss, 5), accuracy=accuracy, lr=args.lr)
-            print(f"step {i}/{args.steps} loss={loss:.4f} accuracy={accuracy:.3f}", flush=True)
-        due = args.checkpoint_every > 0 and i % args.checkpoint_every == 0
-        if agreed(model, due or asked) and i < args.steps:
-            asked = False
+    try:
+        for i in range(first, args.steps + 1):
+            model.step(args.lr)
+            if i % every == 0 or i == args.steps:
+                loss, accuracy = model.evaluate()
+                report(step=i, total=args.steps, loss=round(loss, 5), accuracy=accuracy, lr=args.lr)
+                print(f"step {i}/{args.steps} loss={loss:.4f} accuracy={accuracy:.3f}", flush=True)
+            want = (args.checkpoint_every > 0 and i % args.checkpoint_every == 0) or asked
             if args.ddp:
-                saved = save_rank_checkpoint(
-                    model,  # type: ignore[arg-type]
-                    args.checkpoint_dir,
-                    i,
-                    initial_loss,
-                    rank,
-                    local_rank,
-                )
-            else:
-                saved = save_checkpoint(model, args.checkpoint_dir, i, initial_loss)
-            print(f"checkpoint {saved}", flush=True)
-        if args.step_delay:
-            time.sleep(args.step_delay)
+                want = ddp.agreed(torch, want)  # every rank, every step: the same answer
+            if want and i < args.steps:
+                asked = False
+                if args.ddp:
+                    write = functools.partial(write_state, model, step=i, initial_loss=initial_loss)
+                    saved = ddp.save(torch, args.checkpoint_dir, i, rank, local_rank, write)
+                else:
+                    saved = save_checkpoint(model, args.checkpoint_dir, i, initial_loss)
+                print(f"checkpoint {saved}", flush=True)
+            if args.step_delay:
+                time.sleep(args.step_delay)
+    except RuntimeError as exc:  # gloo's: a peer is gone
+        if not args.ddp:
+            raise
+        return ddp.peer_gone(exc)
     loss, accuracy = model.evaluate()
 
     weights, bias = model.weights()
