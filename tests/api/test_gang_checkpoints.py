@@ -5,6 +5,8 @@ and node rank."""
 
 from __future__ import annotations
 
+import io
+import tarfile
 from typing import Any
 
 import httpx
@@ -113,6 +115,14 @@ async def test_a_checkpoint_every_node_committed_is_complete_and_each_resumes_it
     [listed] = await checkpoints(fleet, job["id"])
     assert listed["nodes"] == {"nodes": 2, "done": [0, 1], "missing": [], "complete": True}
     assert (listed["files"], listed["step"]) == (2, 4)
+    # Its tar holds each node's part under node-K/.
+    answer = await fleet.admin.get(f"/api/queue/{job['id']}/checkpoints/{listed['id']}")
+    assert answer.status_code == 200, answer.text
+    with tarfile.open(fileobj=io.BytesIO(answer.content)) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+    assert files == {
+        f"checkpoint-4/node-{rank}/weights.pt": node_file(rank, 4)[1] for rank in (0, 1)
+    }
 
     agents, offers = await requeued(fleet, job["id"], agents)
     for rank, (agent, offer) in enumerate(zip(agents, offers, strict=True)):
