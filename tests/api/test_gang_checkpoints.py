@@ -26,23 +26,32 @@ def node_file(rank: int, step: int) -> tuple[str, bytes]:
     return f"{FOLDER.format(step=step)}/weights.pt", f"rank {rank} step {step}".encode()
 
 
-async def commit_part(
-    agent: Agent, offer: dict[str, Any], step: int, *, rank: int | None = None, **more: Any
-) -> httpx.Response:
-    """Node `rank` (its own by default) stores its part of checkpoint `step` and commits it."""
-    rank = offer["node_rank"] if rank is None else rank
+def part(rank: int, step: int) -> tuple[str, bytes, dict[str, str]]:
+    """Node `rank`'s file of checkpoint `step` as stored (`node-K/…`), its bytes, and what
+    its announce says of it besides."""
     path, data = node_file(rank, step)
-    stored = f"node-{rank}/{path}"
-    name = f"checkpoint-{step}"
-    await upload(
-        agent,
-        offer["job_id"],
-        offer["attempt_id"],
-        stored,
-        data,
-        kind="checkpoint",
-        checkpoint=name,
-    )
+    return f"node-{rank}/{path}", data, {"kind": "checkpoint", "checkpoint": f"checkpoint-{step}"}
+
+
+async def announce_part(
+    agent: Agent, job_id: str, attempt_id: str, rank: int, step: int
+) -> httpx.Response:
+    stored, data, more = part(rank, step)
+    return await announce(agent, job_id, attempt_id, stored, data, **more)
+
+
+async def store_part(agent: Agent, offer: dict[str, Any], rank: int, step: int) -> None:
+    stored, data, more = part(rank, step)
+    await upload(agent, offer["job_id"], offer["attempt_id"], stored, data, **more)
+
+
+async def commit_part(
+    agent: Agent, offer: dict[str, Any], step: int, **more: Any
+) -> httpx.Response:
+    """The node stores its part of checkpoint `step` and commits it."""
+    rank = offer["node_rank"]
+    await store_part(agent, offer, rank, step)
+    stored, data, _ = part(rank, step)
     return await commit(agent, offer, step, stored, data, node_rank=rank, **more)
 
 
@@ -167,15 +176,7 @@ async def test_a_node_stores_and_commits_only_its_own_part_of_a_checkpoint(
     await start_all(agents, offers)
     path, data = node_file(0, 4)
     # Node 1 storing under node-0/ (another's part): refused, nothing stored.
-    said = await announce(
-        agents[1],
-        job["id"],
-        offers[1]["attempt_id"],
-        f"node-0/{path}",
-        data,
-        kind="checkpoint",
-        checkpoint="checkpoint-4",
-    )
+    said = await announce_part(agents[1], job["id"], offers[1]["attempt_id"], 0, 4)
     assert said.status_code == 409, said.text
     assert "node-<its rank>/" in said.json()["detail"]
     # Committing as another node, or as no node at all in a gang: refused.
@@ -187,15 +188,7 @@ async def test_a_node_stores_and_commits_only_its_own_part_of_a_checkpoint(
     # Every node's checkpoint of one name holds the same step.
     assert (await commit_part(agents[0], offers[0], 4)).status_code == 201
     path1, data1 = node_file(1, 4)
-    await upload(
-        agents[1],
-        job["id"],
-        offers[1]["attempt_id"],
-        f"node-1/{path1}",
-        data1,
-        kind="checkpoint",
-        checkpoint="checkpoint-4",
-    )
+    await store_part(agents[1], offers[1], 1, 4)
     skewed = await commit(
         agents[1], offers[1], 4, f"node-1/{path1}", data1, node_rank=1, said_step=5
     )
@@ -209,15 +202,7 @@ async def test_a_node_of_an_older_attempt_stores_nothing(fleet: Fleet) -> None:
     await start_all(agents, old)
     new_agents, _offers = await requeued(fleet, job["id"], agents)
     path, data = node_file(0, 4)
-    late = await announce(
-        new_agents[0],
-        job["id"],
-        old[0]["attempt_id"],
-        f"node-0/{path}",
-        data,
-        kind="checkpoint",
-        checkpoint="checkpoint-4",
-    )
+    late = await announce_part(new_agents[0], job["id"], old[0]["attempt_id"], 0, 4)
     assert late.status_code == 409, late.text
     committed = await commit(new_agents[0], old[0], 4, f"node-0/{path}", data, node_rank=0)
     assert committed.status_code == 409, committed.text
@@ -228,15 +213,7 @@ async def test_a_users_key_commits_no_checkpoint_part(fleet: Fleet) -> None:
     job, agents, offers = await gang(fleet, 2)
     await start_all(agents, offers)
     path, data = node_file(0, 4)
-    await upload(
-        agents[0],
-        job["id"],
-        offers[0]["attempt_id"],
-        f"node-0/{path}",
-        data,
-        kind="checkpoint",
-        checkpoint="checkpoint-4",
-    )
+    await store_part(agents[0], offers[0], 0, 4)
     researcher = await client_of(fleet, await add_user(fleet, "rita", "researcher"))
     viewer = await client_of(fleet, await add_user(fleet, "vera", "viewer"), "queue.read")
     for client in (researcher, viewer, fleet.admin):
