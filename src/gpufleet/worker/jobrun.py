@@ -356,9 +356,10 @@ class JobRun:
                 await asyncio.sleep(backoff.next())
 
     async def _send_logs(self, lines: list[Line], first: int) -> None:
+        rank = {"node_rank": self.gang.node.rank} if self.gang else {}
         await self._channel.send_logs(
             self.offer.job_id,
-            {"attempt_id": self.offer.attempt_id, "first": first, "lines": lines},
+            {"attempt_id": self.offer.attempt_id, "first": first, "lines": lines, **rank},
         )
 
     async def _status(self, body: Json, *, must: bool = False) -> None:

@@ -106,6 +106,8 @@ class LogsIn(Lenient):
     # Index of the first line in the attempt's output: a re-sent batch is stored once.
     first: int | None = Field(None, ge=0, le=2**40)
     lines: list[LogLineIn] = Field(max_length=1000)
+    # The node of a multi-node job's attempt that printed them (`first` counts its own).
+    node_rank: int | None = Field(None, ge=0, le=63)
 
 
 class WorkerIdIn(Lenient):
