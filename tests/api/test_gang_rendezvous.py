@@ -233,7 +233,7 @@ async def test_the_job_completes_when_rank_zero_does(fleet: Fleet) -> None:
     assert await quiet(agents[1]) == []  # a completed attempt stops no one
 
 
-async def test_every_node_may_send_the_attempts_logs(fleet: Fleet) -> None:
+async def test_every_node_may_send_the_attempts_logs_as_its_own_node(fleet: Fleet) -> None:
     job, agents, offers = await gang(fleet, 2)
     await start_all(agents, offers)
     for rank, agent in enumerate(agents):
@@ -241,8 +241,12 @@ async def test_every_node_may_send_the_attempts_logs(fleet: Fleet) -> None:
             job["id"],
             [{"stream": "stdout", "text": f"hello from {rank}"}],
             attempt_id=offers[0]["attempt_id"],
+            node_rank=rank,
         )
         assert answer.status_code == 200, answer.text
+    page = await fleet.admin.get(f"/api/queue/{job['id']}/logs")
+    said = [(line["node"], line["text"]) for line in page.json()["lines"]]
+    assert said == [(0, "hello from 0"), (1, "hello from 1")]  # tests/api/test_gang_logs.py
 
 
 async def test_every_node_reads_the_attempts_secrets_and_only_rank_zero_uploads(
