@@ -91,6 +91,13 @@ def test_two_workers_start_one_job_together_with_one_rendezvous(
     assert job_state(orchestrator, job_id)["worker_id"] == rank0.id
     for agent in workers:
         assert agent.record()["status"] == "idle"
+    # Each worker's output is kept as its own node's.
+    with orchestrator.admin() as admin:
+        for rank in (0, 1):
+            page = admin.get(f"/api/queue/{job_id}/logs", params={"node": rank}).json()
+            texts = [line["text"] for line in page["lines"]]
+            assert f"node {rank} of 2" in texts, texts
+            assert {line["node"] for line in page["lines"]} == {rank}
 
 
 # Rank 0 listens on MASTER_PORT, writes its pid, and would run for minutes; rank 1 meets it
