@@ -8,14 +8,12 @@ from typing import Any
 
 import httpx
 import sqlalchemy as sa
-from alembic import command
 from sqlalchemy.engine import Connection
 
 from gpufleet.store import open_store
-from gpufleet.store.engine import alembic_config
 from gpufleet.store.tables import UTCDateTime
 from tests.api.conftest import Agent, Fleet, both_databases
-from tests.api.test_artifact_records import T0, _job
+from tests.api.test_artifact_records import T0, _job, _migrate
 from tests.api.test_gang_rendezvous import gang, node_report, start_all
 
 pytestmark = both_databases
@@ -231,12 +229,6 @@ async def test_keys_that_may_not_read_the_queue_read_no_nodes_lines(fleet: Fleet
     for answer in answers:
         assert answer.status_code in (401, 403), answer.text
         assert "n1 a" not in answer.text and "n0 a" not in answer.text
-
-
-def _migrate(sync_conn: Connection, revision: str, *, down: bool) -> None:
-    cfg = alembic_config()
-    cfg.attributes["connection"] = sync_conn
-    (command.downgrade if down else command.upgrade)(cfg, revision)
 
 
 def _log_columns(sync_conn: Connection) -> set[str]:
