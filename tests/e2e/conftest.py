@@ -328,6 +328,8 @@ os.environ.setdefault("NO_COLOR", "1")
 # -- real `gpufleet worker` processes (tests/e2e/test_worker_*.py) ----------------------------
 
 PYTHON = sys.executable
+# A stand-in for SimpleTuner's trainer (`python -m simpletuner.train`): put it on PYTHONPATH.
+SIMPLETUNER_STUB = Path(__file__).parent / "simpletuner_stub"
 
 
 class WorkerProcess:
@@ -462,10 +464,11 @@ def agents(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
 
 
 def submit_job(
-    server: ServerProcess, labels: dict[str, str], command: list[str], **body: Any
+    server: ServerProcess, labels: dict[str, str], command: list[str] | None, **body: Any
 ) -> str:
-    """Submit an inline config running `command` on workers with `labels`; the job's id."""
-    config = {"command": command, **body.pop("config", {})}
+    """Submit an inline config running `command` on workers with `labels` (None: a SimpleTuner
+    config, which names no command); the job's id."""
+    config = {**({} if command is None else {"command": command}), **body.pop("config", {})}
     payload = {"config": config, "target": "worker", "worker_labels": labels, **body}
     with server.admin() as admin:
         resp = admin.post("/api/queue/submit", json=payload)

@@ -1,6 +1,7 @@
 """Two real `gpufleet worker`s run one two-node job (#35): both start only once both
 acknowledged, and each process gets the same rendezvous (MASTER_ADDR, MASTER_PORT: a free
-port of rank 0's machine) and its own NODE_RANK (docs/jobs.md, Multi-node jobs)."""
+port of rank 0's machine) and its own NODE_RANK (docs/jobs.md, Multi-node jobs); a
+SimpleTuner config's trainers meet under Accelerate's launcher (worker/launch.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from tests.e2e.conftest import (
     PYTHON,
+    SIMPLETUNER_STUB,
     ServerProcess,
     WorkerProcess,
     job_state,
@@ -144,3 +146,38 @@ def test_a_failed_node_stops_the_other_and_fails_the_job(
         timeout=15,
         message="both workers to be idle",
     )
+
+
+def test_a_simpletuner_config_on_two_nodes_meets_in_one_process_group_under_accelerate(
+    orchestrator: ServerProcess, agents: Agents
+) -> None:
+    pytest.importorskip("torch", reason="PyTorch is not installed: `make torch` installs it")
+    tag = {"pool": unique("gang")}
+    path = os.pathsep.join([str(SIMPLETUNER_STUB), os.environ.get("PYTHONPATH", "")])
+    workers = [
+        agents(
+            orchestrator,
+            labels=tag,
+            persistent=True,
+            extra_args=("--advertise-addr", "127.0.0.1"),
+            env={**os.environ, "PYTHONPATH": path},
+        ).start()
+        for _ in range(2)
+    ]
+    config = {"nodes": 2, "stub_join": "met.json", "stub_steps": 1}
+    job_id = submit_job(orchestrator, tag, None, config=config)
+
+    job = wait_job(orchestrator, job_id, "completed", "failed")
+    assert job["status"] == "completed", job
+    met = {}
+    for agent in workers:
+        folder = agent.work_dir / "jobs" / job_id / job["current_attempt_id"]
+        met[agent.id] = json.loads((folder / "met.json").read_text())
+    assert sorted(m["rank"] for m in met.values()) == [0, 1]
+    for each in met.values():
+        assert each["world_size"] == 2
+        assert each["sum"] == 1 + 2  # both ranks' all_reduce met
+        assert each["backend"] == "gloo"
+        assert each["distributed_type"] == "DistributedType.MULTI_CPU"
+        assert each["env"]["ACCELERATE_USE_CPU"] == "True"  # accelerate's launcher ran it
+        assert each["env"]["MASTER_ADDR"] == "127.0.0.1"
