@@ -87,6 +87,17 @@ async def _speaks_for(tx: Tx, job: Job, attempt: Attempt, worker: Worker) -> boo
     )
 
 
+def _last_lines_of_a_node(job: Job, attempt: Attempt, attempt_id: str | None) -> bool:
+    """A multi-node attempt completes with rank 0; another node's process, ending with it,
+    may ship its last lines after that (its worker named the attempt): they are still the
+    attempt's log. A failed or stopped attempt's nodes were told to stop: theirs are not."""
+    return (
+        job.nodes > 1
+        and attempt_id == attempt.id == job.current_attempt_id
+        and attempt.status is AttemptStatus.COMPLETED
+    )
+
+
 async def refuse(ctx: Context, worker: Worker, job: Job, attempt: Attempt | None) -> NotHolder:
     """Refuse a report about a job the worker no longer holds, and tell it to stop that job,
     unless it holds another one now: the SimpleTuner agent stops whatever it runs on any
@@ -245,7 +256,7 @@ async def append_logs(
     refused: tuple[Job, Attempt | None] | None = None
     async with transaction(ctx) as tx:
         job, attempt, live = await _holder(tx, worker, job_id, attempt_id, attempt_token)
-        if not live or attempt is None:
+        if attempt is None or not (live or _last_lines_of_a_node(job, attempt, attempt_id)):
             refused = (job, attempt)
         else:
             node = await _log_node(tx, job, attempt, worker, node_rank)
