@@ -3,7 +3,7 @@ that committed its part of a checkpoint (its files stored under `node-K/`); a re
 resumes from the newest checkpoint every node completed (domain/node_checkpoints.py)
 
 Revision ID: 0024
-Revises: 0022
+Revises: 0023
 Create Date: 2026-11-27 12:30:00
 """
 
@@ -15,7 +15,7 @@ from alembic import op
 from gpufleet.store.tables import UTCDateTime
 
 revision: str = "0024"
-down_revision: str | None = "0022"
+down_revision: str | None = "0023"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
