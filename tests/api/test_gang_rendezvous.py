@@ -258,7 +258,7 @@ async def test_every_nodes_first_batch_is_kept_beside_the_others(fleet: Fleet) -
         for first in (0, 2):
             lines = [{"stream": "stdout", "text": f"node {rank} line {first + n}"} for n in (0, 1)]
             answer = await agent.logs(
-                job["id"], lines, attempt_id=offers[0]["attempt_id"], first=first
+                job["id"], lines, attempt_id=offers[0]["attempt_id"], first=first, node_rank=rank
             )
             assert answer.status_code == 200, answer.text
     read = await fleet.admin.get(f"/api/queue/{job['id']}/logs")
@@ -276,7 +276,7 @@ async def test_a_nodes_last_lines_after_rank_zero_completed_are_kept(fleet: Flee
     assert done.json()["job_status"] == "completed"
 
     last = [{"stream": "stdout", "text": "rank 1 of 2: weights sha256 0f"}]
-    answer = await agents[1].logs(job["id"], last, attempt_id=attempt, first=0)
+    answer = await agents[1].logs(job["id"], last, attempt_id=attempt, first=0, node_rank=1)
     assert answer.status_code == 200, answer.text
     assert (await node_report(agents[1], offers[1], "completed", exit_code=0)).status_code == 200
     read = await fleet.admin.get(f"/api/queue/{job['id']}/logs")
@@ -291,7 +291,7 @@ async def test_a_node_of_a_failed_attempt_may_not_add_to_its_log(fleet: Fleet) -
     failed = await node_report(agents[1], offers[1], "failed", exit_code=3)
     assert failed.json()["job_status"] == "failed"
     late = [{"stream": "stdout", "text": "too late"}]
-    answer = await agents[0].logs(job["id"], late, attempt_id=offers[0]["attempt_id"])
+    answer = await agents[0].logs(job["id"], late, attempt_id=offers[0]["attempt_id"], node_rank=0)
     assert answer.status_code == 409, answer.text
 
 
