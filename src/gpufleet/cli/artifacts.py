@@ -78,7 +78,7 @@ def _files(records: list[dict[str, Any]]) -> Any:
     )
 
 
-def _nodes(nodes: dict[str, Any] | None) -> str:
+def nodes_note(nodes: dict[str, Any] | None) -> str:
     """A multi-node job's checkpoint: complete, or which nodes have not committed their part."""
     if not nodes:
         return ""
@@ -97,7 +97,7 @@ def _checkpoints(records: list[dict[str, Any]]) -> Any:
                 c["step"],
                 c["files"],
                 out.size(c["size"]),
-                c["path"] + _nodes(c.get("nodes")),
+                c["path"] + nodes_note(c.get("nodes")),
                 out.ago(c["created_at"]),
             )
             for c in records
