@@ -161,6 +161,22 @@ async def test_a_checkpoint_a_node_missed_is_passed_over_for_the_previous_comple
     assert offers[0]["resume"]["step"] == 4
 
 
+async def test_a_checkpoint_a_live_node_completed_after_the_lost_nodes_last_beat_resumes(
+    fleet: Fleet,
+) -> None:
+    """Node 1 commits its part, then goes silent; node 0 commits its own a second later. The
+    attempt, found lost, ended at its last sign of life: node 0's commit, not node 1's (a
+    real node killed within a heartbeat of a complete checkpoint lost it: the chaos tier)."""
+    job, agents, offers = await gang(fleet, 2, max_retries=1)
+    await start_all(agents, offers)
+    assert (await commit_part(agents[1], offers[1], 4)).status_code == 201
+    fleet.clock.advance(1)
+    assert (await commit_part(agents[0], offers[0], 4)).status_code == 201
+    [complete] = await checkpoints(fleet, job["id"])
+    _agents, offers = await requeued(fleet, job["id"], agents)
+    assert [o["resume"] and o["resume"]["checkpoint_id"] for o in offers] == [complete["id"]] * 2
+
+
 async def test_a_gang_with_no_complete_checkpoint_starts_afresh(fleet: Fleet) -> None:
     job, agents, offers = await gang(fleet, 2, max_retries=1)
     await start_all(agents, offers)

@@ -378,13 +378,9 @@ async def lose_current_attempt(
     )
     ended_at = None
     if silent:
-        committed = await tx.q.latest_checkpoint(job.id, [attempt.id])
-        ended_at = outcomes.lost_at(
-            worker.last_heartbeat,
-            attempt.offered_at,
-            tx.now,
-            None if committed is None else committed.created_at,
-        )
+        # A gang's live nodes commit their parts after the lost node's last beat: count them.
+        committed = await tx.q.last_commit(attempt.id)
+        ended_at = outcomes.lost_at(worker.last_heartbeat, attempt.offered_at, tx.now, committed)
     await end_attempt(tx, job, attempt, outcome, error=why, ended_at=ended_at)
     return job.id
 

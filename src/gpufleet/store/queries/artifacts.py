@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -95,6 +96,17 @@ class ArtifactQueries(QueryBase):
         after its attempt ended (fenced out) is never a resume's source, whatever wrote it."""
         found = await self.resume_candidates(job_id, attempt_ids, limit=1)
         return found[0] if found else None
+
+    async def last_commit(self, attempt_id: str) -> datetime | None:
+        """When the attempt last committed a checkpoint, or a node of a gang its part of one
+        (a gang's checkpoint row is written with its first part)."""
+        c, n = checkpoints.c, checkpoint_nodes.c
+        of_it = sa.select(c.id).where(c.attempt_id == attempt_id).scalar_subquery()
+        whole = sa.select(sa.func.max(c.created_at)).where(c.attempt_id == attempt_id)
+        parts = sa.select(sa.func.max(n.created_at)).where(n.checkpoint_id.in_(of_it))
+        times = [(await self.conn.execute(stmt)).scalar_one() for stmt in (whole, parts)]
+        found = [t for t in times if t is not None]
+        return max(found) if found else None
 
     async def resume_candidates(
         self, job_id: str, attempt_ids: Collection[str], *, limit: int | None = None
