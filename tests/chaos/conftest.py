@@ -60,21 +60,28 @@ CANCEL_GRACE = 1.0  # WorkerProcess's default: SIGTERM, then SIGKILL this much l
 # cancel grace, and slack for a loaded 2-core machine.
 FENCING_WINDOW = 8.0 + 0.5 + CANCEL_GRACE + 5.5
 
-# Sleeps argv[2] seconds; notes its start and its end (or its stop on SIGTERM) in argv[1].
-JOB = textwrap.dedent("""
+# What every job notes in the results file argv[1]: `note(kind)` writes `<kind> <job id>
+# <attempt id> <pid> <unix time>`, and a node of a multi-node job its rank after them; SIGTERM
+# notes `stop` and exits.
+NOTES = textwrap.dedent("""
     import os, signal, sys, time
-    out, seconds = sys.argv[1], float(sys.argv[2])
+    out = sys.argv[1]
     ids = os.environ["GPUFLEET_JOB_ID"] + " " + os.environ["GPUFLEET_ATTEMPT_ID"]
+    node = os.environ.get("GPUFLEET_NODE_RANK")
     def note(kind):
+        line = f"{kind} {ids} {os.getpid()} {time.time():.6f}" + (f" {node}" if node else "")
         fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(fd, f"{kind} {ids} {os.getpid()} {time.time():.6f}\\n".encode())
+        os.write(fd, (line + "\\n").encode())
         os.close(fd)
     def stop(*_):
         note("stop")
         os._exit(143)
     signal.signal(signal.SIGTERM, stop)
+""")
+# Sleeps argv[2] seconds; notes its start and its end (or its stop on SIGTERM).
+JOB = NOTES + textwrap.dedent("""
     note("start")
-    time.sleep(seconds)
+    time.sleep(float(sys.argv[2]))
     note("end")
     print("done", flush=True)
 """)

@@ -1,7 +1,8 @@
 """The invariants checked after every chaos scenario, and the figures each run leaves behind.
 
 Each check reads what the orchestrator says (`GET /api/queue`, `GET /api/queue/{id}`, the
-audit log) and what really ran (the results file every job writes to, see `conftest.JOB`).
+audit log) and what really ran (the results file every job writes to, see `conftest.JOB`;
+each node of a multi-node job notes its own lines, its rank last: `test_gang_faults.py`).
 A violation is one sentence naming the job and what is wrong; the figures go to
 `test-output/chaos/<scenario>.json` and one line of the test's output.
 """
@@ -21,17 +22,25 @@ from tests.e2e.conftest import process_alive
 
 ACTIVE_ATTEMPT = ("offered", "acknowledged", "running")
 ENDED_ELSEWHERE = ("lost", "withdrawn", "cancelled")  # the orchestrator took it back
-AUDITED = ("job.status_changed", "job.report_refused", "worker.registered", "worker.lost")
+AUDITED = (
+    "job.status_changed",
+    "job.report_refused",
+    "worker.registered",
+    "worker.lost",
+    "job.gang_dispatched",
+)
 
 
 @dataclass
 class Run:
-    """One process the results file saw: an attempt really started on some worker."""
+    """One process the results file saw: an attempt (one node of it) really started on some
+    worker."""
 
     job_id: str
     attempt_id: str
     pid: int
     started: float
+    node: int = 0  # a multi-node attempt's node rank
     ended: float | None = None  # its last `end` or `stop` line
     starts: int = 0
     ends: int = 0  # `end` lines: the job's own work finished
@@ -96,6 +105,11 @@ def check(fleet: Fleet, acked: list[str], killed: dict[str, list[float]]) -> Rep
         details = {j["id"]: admin.get(f"/api/queue/{j['id']}").json() for j in jobs}
     audit = audit_events(fleet)
     runs = read_runs(fleet, bad)
+    nodes = {  # a multi-node attempt → its nodes' workers, in rank order
+        e["detail"]["attempt_id"]: list(e["detail"]["workers"])
+        for e in audit
+        if e["event_type"] == "job.gang_dispatched"
+    }
 
     report.jobs = len(jobs)
     report.acknowledged = len(acked)
@@ -134,11 +148,11 @@ def check(fleet: Fleet, acked: list[str], killed: dict[str, list[float]]) -> Rep
     for job_id, job in details.items():
         check_job(job, runs, completions[job_id], bad)
     report.overlapping_runs, report.longest_fencing_lag_s = check_overlaps(
-        fleet, details, runs, killed, bad
+        fleet, details, runs, killed, nodes, bad
     )
     for run in runs.values():
         if process_alive(run.pid):
-            bad(f"job {run.job_id}: the process of attempt {run.attempt_id} still runs")
+            bad(f"job {run.job_id}: attempt {run.attempt_id}'s process (node {run.node}) runs on")
     for worker in fleet.workers:
         if not worker.running():
             bad(f"worker {worker.name} ({worker.id}) exited; its log ends:\n{worker.log()[-1500:]}")
@@ -206,6 +220,7 @@ def check_overlaps(
     details: dict[str, dict[str, Any]],
     runs: dict[str, Run],
     killed: dict[str, list[float]],
+    nodes: dict[str, list[str]],
     bad: Any,
 ) -> tuple[int, float]:
     """No two runs of one job overlap past the fencing window; (overlaps allowed, longest lag).
@@ -227,8 +242,11 @@ def check_overlaps(
             attempt = attempts.get(early.attempt_id)
             if attempt is None:
                 continue  # reported by check_job
-            stopped = run_end(early, attempt, killed, bad)
+            worker_id = worker_of(early, attempt, nodes)
+            stopped = run_end(early, worker_id, killed, bad)
             for late in job_runs[i + 1 :]:
+                if late.attempt_id == early.attempt_id:
+                    continue  # another node of the same attempt
                 if stopped is None or stopped <= late.started:
                     continue
                 ended = epoch(attempt["ended_at"])
@@ -243,7 +261,7 @@ def check_overlaps(
                     + [
                         f.ended
                         for f in fleet.faults.faults
-                        if f.cuts_off(attempt["worker_id"]) and f.started <= ended + FENCING_WINDOW
+                        if f.cuts_off(worker_id) and f.started <= ended + FENCING_WINDOW
                     ]
                 )
                 end = stopped if stopped != float("inf") else now
@@ -259,13 +277,18 @@ def check_overlaps(
     return allowed, round(lag, 2)
 
 
-def run_end(
-    run: Run, attempt: dict[str, Any], killed: dict[str, list[float]], bad: Any
-) -> float | None:
+def worker_of(run: Run, attempt: dict[str, Any], nodes: dict[str, list[str]]) -> str:
+    """The worker the run's node ran on (node 0's is the attempt's)."""
+    if run.node == 0:
+        return str(attempt["worker_id"])
+    return nodes[run.attempt_id][run.node]
+
+
+def run_end(run: Run, worker_id: str, killed: dict[str, list[float]], bad: Any) -> float | None:
     """When the run's process stopped: its last line, or the SIGKILL of its worker."""
     if run.ended is not None:
         return run.ended
-    kills = [t for t in killed.get(attempt["worker_id"], []) if t >= run.started]
+    kills = [t for t in killed.get(worker_id, []) if t >= run.started]
     if kills:
         return min(kills)
     if process_alive(run.pid):
@@ -280,15 +303,16 @@ def run_end(
 def read_runs(fleet: Fleet, bad: Any) -> dict[str, Run]:
     runs: dict[str, Run] = {}
     for line in fleet.result_lines():
-        kind, job_id, attempt_id, pid, stamp = line.split()
-        at = float(stamp)
-        run = runs.get(attempt_id)
+        kind, job_id, attempt_id, pid, stamp, *rank = line.split()
+        at, node = float(stamp), int(rank[0]) if rank else 0
+        key = attempt_id if node == 0 else f"{attempt_id}/{node}"  # node 0's: the attempt's
+        run = runs.get(key)
         if run is None:
-            run = runs[attempt_id] = Run(job_id, attempt_id, int(pid), at)
+            run = runs[key] = Run(job_id, attempt_id, int(pid), at, node)
         if kind == "start":
             run.starts += 1
             if run.starts > 1:
-                bad(f"job {job_id}: attempt {attempt_id} was started twice")
+                bad(f"job {job_id}: attempt {attempt_id} (node {node}) was started twice")
         else:
             run.ended = max(run.ended or at, at)
             run.ends += kind == "end"

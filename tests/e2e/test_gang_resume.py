@@ -10,7 +10,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,9 @@ def checkpoints(server: ServerProcess, job_id: str) -> list[dict[str, Any]]:
     return found
 
 
-def uninterrupted(folder: Path) -> str:
+def uninterrupted(folder: Path, model: Sequence[str] = MODEL) -> str:
     """The weights checksum of one process on the same global batch (what DDP ends with)."""
-    argv = [sys.executable, "-m", "gpufleet.examples.train", *MODEL, "--backend", "torch"]
+    argv = [sys.executable, "-m", "gpufleet.examples.train", *model, "--backend", "torch"]
     subprocess.run(argv, cwd=folder, env={**os.environ, **ENV}, check=True, timeout=120)
     checksum: str = json.loads((folder / "result.json").read_text())["weights_sha256"]
     return checksum
