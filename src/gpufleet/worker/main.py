@@ -20,6 +20,7 @@ import signal
 from gpufleet.worker.agent import Agent
 from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.detect import Capabilities
+from gpufleet.worker.leftovers import kill_leftovers
 from gpufleet.worker.settings import AgentSettings
 
 
@@ -40,6 +41,8 @@ async def run_agent(
         from gpufleet.worker.detect import detect
 
         capabilities = (await asyncio.to_thread(detect)).only(settings.gpus)
+    # An agent killed before this one may have left its job's ranks running (leftovers.py).
+    await asyncio.to_thread(kill_leftovers, settings.work_dir)
     agent = Agent(settings, capabilities, OrchestratorClient(settings))
     loop = asyncio.get_running_loop()
     handlers = (
