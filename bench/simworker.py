@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from bench import simgang
 from bench.sse import Decoder
 from gpufleet import protocol
 from gpufleet.protocol import EventType
@@ -70,18 +71,21 @@ class Cred:
 class Seen:
     """Something a worker saw or did, with both clocks."""
 
-    kind: str  # offer, resend, running, done, refused, cancel
+    kind: str  # offer, resend, running, done, refused, cancel; start, finish (gangs' runs)
     worker_id: str
     job_id: str
     attempt_id: str
     mono: float
     wall: float
+    rank: int | None = None  # a multi-node job's offer: the node's rank, and the node count
+    nodes: int | None = None
 
 
 @dataclass
 class _Held:
     job_id: str
     attempt_id: str
+    rank: int | None = None  # one node of a multi-node job (bench/simgang.py)
 
 
 @dataclass
@@ -120,8 +124,8 @@ class SimProcess:
         self.completions = completions
         self.following = False
 
-    def note(self, kind: str, sim: _Sim, job_id: str, attempt_id: str) -> None:
-        self.seen.append(Seen(kind, sim.cred.id, job_id, attempt_id, time.monotonic(), time.time()))
+    def note(self, kind: str, sim: _Sim, job: str, attempt: str, rank: int | None = None) -> None:
+        self.seen.append(Seen(kind, sim.cred.id, job, attempt, time.monotonic(), time.time(), rank))
 
     def error(self, what: str) -> None:
         if len(self.errors) < 50:
@@ -165,7 +169,7 @@ class SimProcess:
             "gpu_vram_gb": 24,
             "accelerator_type": "cuda",
             "agent": "gpufleet-bench",
-            "features": ["command", "attempts"],  # speaks gpufleet's dialect
+            "features": ["command", "attempts", "gang"],  # gpufleet's dialect, multi-node too
         }
         if sim.held is not None:
             body |= {"current_job_id": sim.held.job_id, "current_attempt_id": sim.held.attempt_id}
@@ -209,8 +213,12 @@ class SimProcess:
             case EventType.CONNECTED:
                 self.streaming.add(sim.cred.id)
                 opened.set()
+            case EventType.JOB_SUBMIT if "node_rank" in event:
+                await simgang.offered(self, sim, event)
             case EventType.JOB_SUBMIT:
                 await self.offered(sim, event)
+            case EventType.JOB_START:
+                await simgang.started(self, sim, event)
             case EventType.JOB_CANCEL:
                 await self.cancelled(sim, event)
 
@@ -230,16 +238,17 @@ class SimProcess:
         if self.mode == COMPLETE:
             await self.report(sim, "completed")
 
-    async def report(self, sim: _Sim, status: str) -> bool:
+    async def report(self, sim: _Sim, status: str, **extra: Any) -> bool:
         held = sim.held
         if held is None:
             raise RuntimeError("a simulated worker reported on a job it does not hold")
+        body: dict[str, Any] = {"status": status, "attempt_id": held.attempt_id, **extra}
+        if held.rank is not None:
+            body["node_rank"] = held.rank
+        if status in ("completed", "cancelled"):  # the server may free the worker from now
+            self.note("finish", sim, held.job_id, held.attempt_id, held.rank)
         try:
-            code, answer = await self.post(
-                sim,
-                protocol.job_status_path(held.job_id),
-                {"status": status, "attempt_id": held.attempt_id},
-            )
+            code, answer = await self.post(sim, protocol.job_status_path(held.job_id), body)
         except TRANSPORT_ERRORS as exc:
             self.error(f"report {status} {held.job_id}: {exc!r}")
             sim.held = None
@@ -251,11 +260,11 @@ class SimProcess:
             sim.held = None
             return False
         if status == "running":
-            self.note("running", sim, held.job_id, held.attempt_id)
+            self.note("running", sim, held.job_id, held.attempt_id, held.rank)
         elif status in ("completed", "cancelled"):
             self.note("done" if status == "completed" else "cancel", sim, *_ids(held))
             sim.held = None
-            if status == "completed" and self.following and self.completions is not None:
+            if status == "completed" and not held.rank and self.following and self.completions:
                 self.completions.send(held.job_id)
         return True
 
