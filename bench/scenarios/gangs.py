@@ -75,7 +75,9 @@ def whole_gangs(seen: Iterable[Seen], gangs: Mapping[str, int]) -> list[str]:
         if len(offers) != n or len(workers) != n or ranks != list(range(n)):
             broken.append(f"{attempt}: {len(workers)} workers, ranks {ranks} of {n} nodes")
         elif any(o.nodes != n for o in offers):
-            broken.append(f"{attempt}: node counts {sorted({o.nodes for o in offers})} for {n}")
+            broken.append(
+                f"{attempt}: node counts {sorted({o.nodes or 0 for o in offers})} for {n}"
+            )
     return broken
 
 
@@ -229,6 +231,7 @@ async def gang_latency(opts: Options) -> Result:
         "refused": refused,
         "gang_reports_refused": sum(1 for s in seen if s.kind == "refused" and s.job_id in gangs),
         "offer_spread": ms_summary(offer_spread(seen, gangs)),
+        "phases": phases(seen, gangs),
     }
     judge(result, size.s10_nodes, len(partial), len(doubles), len(never))
     return result
@@ -241,6 +244,36 @@ def offer_spread(seen: Iterable[Seen], gangs: Mapping[str, Any]) -> list[float]:
         if s.kind == "offer" and s.job_id in gangs:
             times[s.attempt_id].append(s.mono)
     return [max(t) - min(t) for t in times.values()]
+
+
+PHASES = (
+    "answer_to_first_offer",
+    "first_to_last_offer",
+    "last_offer_to_last_start",
+    "last_start_to_running",
+)
+
+
+def phases(
+    seen: Iterable[Seen], gangs: Mapping[str, tuple[int, float]]
+) -> dict[str, dict[str, dict[str, float | int | None]]]:
+    """Where each size's time goes, per gang that ran: submit answer → its first node's offer,
+    first → last offer (one transaction hands them all over), last offer → last `job_start`
+    received (every node acknowledged), → last `running` answered."""
+    marks: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for s in seen:
+        if s.job_id in gangs and s.kind in ("offer", "start", "running"):
+            marks[s.job_id][s.kind].append(s.mono)
+    out: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for job_id, m in marks.items():
+        n, answered = gangs[job_id]
+        if len(m["offer"]) != n or len(m["start"]) != n or len(m["running"]) != n:
+            continue  # offered more than once: the totals count it, the phases do not
+        offer, start, running = m["offer"], m["start"], m["running"]
+        steps = (min(offer) - answered, max(offer) - min(offer), max(start) - max(offer))
+        for name, value in zip(PHASES, (*steps, max(running) - max(start)), strict=True):
+            out[n][name].append(value)
+    return {str(n): {k: ms_summary(v) for k, v in d.items()} for n, d in out.items()}
 
 
 def judge(result: Result, sizes: Sequence[int], partial: int, doubles: int, never: int) -> None:

@@ -98,8 +98,7 @@ async def _lock_workers(
     wanted = attempt_id or (job.current_attempt_id if job is not None else None)
     if job is not None and job.nodes > 1 and wanted:
         ids.update(n.worker_id for n in await tx.q.attempt_nodes(wanted))
-    rows = {w: await tx.q.get_worker(w, lock=True) for w in sorted(ids)}
-    return rows[worker.id]
+    return (await tx.q.lock_workers(ids)).get(worker.id)
 
 
 async def _node(
