@@ -93,12 +93,14 @@ async def _lock_workers(
     """Lock every node's worker, in id order, before the job (lifecycle's lock order): a
     report that ends the attempt frees them all, and two nodes reporting at once must not
     each hold what the other waits for. The reporter's row as locked."""
-    ids = {worker.id}
-    job = await tx.q.get_job(job_id)
-    wanted = attempt_id or (job.current_attempt_id if job is not None else None)
-    if job is not None and job.nodes > 1 and wanted:
-        ids.update(n.worker_id for n in await tx.q.attempt_nodes(wanted))
-    return (await tx.q.lock_workers(ids)).get(worker.id)
+    if tx.q.locks_rows:  # SQLite: one transaction writes at a time, none waits on another
+        ids = {worker.id}
+        job = await tx.q.get_job(job_id)
+        wanted = attempt_id or (job.current_attempt_id if job is not None else None)
+        if job is not None and job.nodes > 1 and wanted:
+            ids.update(n.worker_id for n in await tx.q.attempt_nodes(wanted))
+        await tx.q.lock_workers(ids)
+    return await tx.q.get_worker(worker.id, lock=True)
 
 
 async def _node(
