@@ -23,18 +23,21 @@ $(STAMP): pyproject.toml
 
 # PyTorch's CPU build for the example's `--ddp` tests (tests/multinode: gloo across network
 # namespaces, #35), from the wheel on this machine's disk: never from an index, and not a
-# runtime or dev dependency of the package. Its few small dependencies come from uv's cache.
+# runtime or dev dependency of the package. Its few small dependencies come from uv's cache,
+# as does the `multinode` extra (Accelerate, whose launcher starts a SimpleTuner config on a
+# gang: tests/e2e/test_worker_gang.py), installed with it so that its PyTorch is
+# this wheel.
 TORCH_VERSION := 2.13.0
 TORCH_WHEEL   ?= /opt/wheels/torch-$(TORCH_VERSION)+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
 TORCH_STAMP   := $(VENV)/.torch-$(TORCH_VERSION)
 
 torch: $(TORCH_STAMP)
 
-$(TORCH_STAMP): | $(STAMP)
+$(TORCH_STAMP): pyproject.toml | $(STAMP)
 	@test -f $(TORCH_WHEEL) || { echo "make torch: $(TORCH_WHEEL) is missing:" \
 	  "put PyTorch $(TORCH_VERSION)'s CPU wheel for CPython 3.11 there, or pass TORCH_WHEEL=path"; \
 	  exit 1; }
-	$(BIN)/uv pip install -q --python $(BIN)/python $(TORCH_WHEEL)
+	$(BIN)/uv pip install -q --python $(BIN)/python $(TORCH_WHEEL) -r pyproject.toml --extra multinode
 	touch $@
 
 # The released SimpleTuner worker agent, as published, for tests/e2e/test_simpletuner_agent.py.

@@ -74,10 +74,12 @@ class Namespace:
         return process
 
     def stop(self) -> None:
+        """Kills what `start` started, with its process groups; the machine stays usable."""
         for process in self.processes:
             with suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
+        self.processes.clear()  # a reaped group's id may be another's by the next stop
 
 
 @dataclass

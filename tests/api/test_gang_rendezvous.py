@@ -233,7 +233,7 @@ async def test_the_job_completes_when_rank_zero_does(fleet: Fleet) -> None:
     assert await quiet(agents[1]) == []  # a completed attempt stops no one
 
 
-async def test_every_node_may_send_the_attempts_logs(fleet: Fleet) -> None:
+async def test_every_node_may_send_the_attempts_logs_as_its_own_node(fleet: Fleet) -> None:
     job, agents, offers = await gang(fleet, 2)
     await start_all(agents, offers)
     for rank, agent in enumerate(agents):
@@ -241,8 +241,58 @@ async def test_every_node_may_send_the_attempts_logs(fleet: Fleet) -> None:
             job["id"],
             [{"stream": "stdout", "text": f"hello from {rank}"}],
             attempt_id=offers[0]["attempt_id"],
+            node_rank=rank,
         )
         assert answer.status_code == 200, answer.text
+    page = await fleet.admin.get(f"/api/queue/{job['id']}/logs")
+    said = [(line["node"], line["text"]) for line in page.json()["lines"]]
+    assert said == [(0, "hello from 0"), (1, "hello from 1")]  # tests/api/test_gang_logs.py
+
+
+async def test_every_nodes_first_batch_is_kept_beside_the_others(fleet: Fleet) -> None:
+    """`first` counts a node's own lines, not the attempt's: rank 1's first batch (first 0)
+    arriving after rank 0's is not taken for a redelivery of lines already stored."""
+    job, agents, offers = await gang(fleet, 3)
+    await start_all(agents, offers)
+    for rank, agent in enumerate(agents):
+        for first in (0, 2):
+            lines = [{"stream": "stdout", "text": f"node {rank} line {first + n}"} for n in (0, 1)]
+            answer = await agent.logs(
+                job["id"], lines, attempt_id=offers[0]["attempt_id"], first=first, node_rank=rank
+            )
+            assert answer.status_code == 200, answer.text
+    read = await fleet.admin.get(f"/api/queue/{job['id']}/logs")
+    texts = [line["text"] for line in read.json()["lines"]]
+    assert texts == [f"node {rank} line {n}" for rank in range(3) for n in range(4)]
+
+
+async def test_a_nodes_last_lines_after_rank_zero_completed_are_kept(fleet: Fleet) -> None:
+    """The job completes with rank 0; another node's process, ending with it, may ship its
+    last lines after that (the end of a torchrun), and they are the log's, not refused."""
+    job, agents, offers = await gang(fleet, 2)
+    await start_all(agents, offers)
+    attempt = offers[0]["attempt_id"]
+    done = await node_report(agents[0], offers[0], "completed", exit_code=0)
+    assert done.json()["job_status"] == "completed"
+
+    last = [{"stream": "stdout", "text": "rank 1 of 2: weights sha256 0f"}]
+    answer = await agents[1].logs(job["id"], last, attempt_id=attempt, first=0, node_rank=1)
+    assert answer.status_code == 200, answer.text
+    assert (await node_report(agents[1], offers[1], "completed", exit_code=0)).status_code == 200
+    read = await fleet.admin.get(f"/api/queue/{job['id']}/logs")
+    assert [line["text"] for line in read.json()["lines"]] == [last[0]["text"]]
+    assert await quiet(agents[1]) == []  # not told to stop
+    assert (await worker(fleet, agents[1]))["status"] == "idle"
+
+
+async def test_a_node_of_a_failed_attempt_may_not_add_to_its_log(fleet: Fleet) -> None:
+    job, agents, offers = await gang(fleet, 2)
+    await start_all(agents, offers)
+    failed = await node_report(agents[1], offers[1], "failed", exit_code=3)
+    assert failed.json()["job_status"] == "failed"
+    late = [{"stream": "stdout", "text": "too late"}]
+    answer = await agents[0].logs(job["id"], late, attempt_id=offers[0]["attempt_id"], node_rank=0)
+    assert answer.status_code == 409, answer.text
 
 
 async def test_every_node_reads_the_attempts_secrets_and_only_rank_zero_uploads(

@@ -30,9 +30,9 @@ from tests.waiting import wait_until
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -60,10 +60,14 @@ class ServerProcess:
         *,
         executable: str = GPUFLEET,
         env: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
         **flags: Any,
     ) -> None:
         self.data_dir = data_dir
         self.database_url = database_url
+        # What it listens on and is reached at: another address where other machines reach
+        # it (a network namespace's bridge, tests/netns.py).
+        self.host = host
         # Another installation's `gpufleet` and environment (tests/install); None: inherit ours.
         self.executable = executable
         self.env = env
@@ -79,7 +83,7 @@ class ServerProcess:
             "auth-failure-limit": 1000,
             **flags,
         }
-        self.port = free_port()
+        self.port = free_port(host)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "server.log"
 
@@ -89,7 +93,7 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def trusted_cert(self) -> Path:
@@ -108,7 +112,7 @@ class ServerProcess:
             self.executable,
             "server",
             "--host",
-            "127.0.0.1",
+            self.host,
             "--port",
             str(self.port),
             "--data-dir",
@@ -164,11 +168,11 @@ class ServerProcess:
 
 
 def serving(
-    data_dir: Path, database_url: str | None = None, **flags: Any
+    data_dir: Path, database_url: str | None = None, *, host: str = "127.0.0.1", **flags: Any
 ) -> Iterator[ServerProcess]:
-    """A started orchestrator for a module's fixture (`yield from serving(...)`), stopped with
-    SIGTERM when the module is done."""
-    proc = ServerProcess(data_dir, database_url, **flags)
+    """A started orchestrator for a module's fixture (`yield from serving(...)`), listening on
+    `host`, stopped with SIGTERM when the module is done."""
+    proc = ServerProcess(data_dir, database_url, host=host, **flags)
     proc.start()
     yield proc
     proc.kill(signal.SIGTERM)
@@ -324,6 +328,8 @@ os.environ.setdefault("NO_COLOR", "1")
 # -- real `gpufleet worker` processes (tests/e2e/test_worker_*.py) ----------------------------
 
 PYTHON = sys.executable
+# A stand-in for SimpleTuner's trainer (`python -m simpletuner.train`): put it on PYTHONPATH.
+SIMPLETUNER_STUB = Path(__file__).parent / "simpletuner_stub"
 
 
 class WorkerProcess:
@@ -341,11 +347,15 @@ class WorkerProcess:
         extra_args: tuple[str, ...] = (),
         executable: str = GPUFLEET,
         env: dict[str, str] | None = None,
+        launch: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
     ) -> None:
         self.server = server
         self.extra_args = extra_args
         self.executable = executable
         self.env = env
+        # How its process starts: Popen here, or another machine's (tests/netns.py's
+        # Namespace.start).
+        self.launch = launch
         # What the worker is given: the server's URL unless a test says otherwise (a relay,
         # a comma-separated list of URLs).
         self.orchestrator_url = orchestrator_url or server.url
@@ -371,7 +381,7 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
+            self.proc = self.launch(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.env
             )
         # Connected once is enough: an ephemeral worker may take a waiting job, end it and
@@ -454,10 +464,11 @@ def agents(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
 
 
 def submit_job(
-    server: ServerProcess, labels: dict[str, str], command: list[str], **body: Any
+    server: ServerProcess, labels: dict[str, str], command: list[str] | None, **body: Any
 ) -> str:
-    """Submit an inline config running `command` on workers with `labels`; the job's id."""
-    config = {"command": command, **body.pop("config", {})}
+    """Submit an inline config running `command` on workers with `labels` (None: a SimpleTuner
+    config, which names no command); the job's id."""
+    config = {**({} if command is None else {"command": command}), **body.pop("config", {})}
     payload = {"config": config, "target": "worker", "worker_labels": labels, **body}
     with server.admin() as admin:
         resp = admin.post("/api/queue/submit", json=payload)

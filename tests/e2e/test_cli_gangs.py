@@ -4,12 +4,15 @@ worker held for a gang as `workers list` and `workers show` print it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import FakeWorker, ServerProcess, serving, unique
+from tests.e2e.conftest import GPUFLEET, FakeWorker, ServerProcess, serving, unique
+from tests.e2e.fake_gang import running_gang
 from tests.e2e.test_cli import as_json, gf, job_file, ok, one_line_error
 from tests.waiting import wait_until
 
@@ -109,3 +112,68 @@ def test_workers_list_and_show_say_a_worker_is_held_for_a_gang(
     finally:
         worker.close()
         ok(gf(server, "jobs", "cancel", job["id"]))
+
+
+def test_jobs_logs_reads_a_gangs_nodes_together_or_one_node_with_node(
+    server: ServerProcess,
+) -> None:
+    gang = running_gang(server)
+    try:
+        for rank, text in ((0, "n0 a"), (1, "n1 a"), (0, "n0 b"), (1, "n1 b")):
+            gang.say(rank, text)
+
+        assert ok(gf(server, "jobs", "logs", gang.job_id, "--node", "1")).splitlines() == [
+            "n1 a",
+            "n1 b",
+        ]
+        assert ok(gf(server, "jobs", "logs", gang.job_id)).splitlines() == [
+            "[node 0] n0 a",
+            "[node 1] n1 a",
+            "[node 0] n0 b",
+            "[node 1] n1 b",
+        ]
+        records = [
+            json.loads(line)
+            for line in ok(gf(server, "jobs", "logs", gang.job_id, "--json")).splitlines()
+        ]
+        assert [r["node"] for r in records] == [0, 1, 0, 1]
+
+        # Followed, one node's lines only, until the job ends.
+        following = subprocess.Popen(
+            [GPUFLEET, "jobs", "logs", gang.job_id, "--node", "1", "-f"],
+            env=cli_env(server),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        gang.say(0, "n0 live")
+        gang.say(1, "n1 live")
+        gang.finish()
+        stdout, stderr = following.communicate(timeout=30)
+        assert following.returncode == 0, stderr
+        assert stdout.splitlines() == ["n1 a", "n1 b", "n1 live"]
+        assert f"Job {gang.job_id} completed." in stderr
+    finally:
+        gang.close()
+
+
+def test_jobs_logs_refuses_a_node_the_job_lacks_in_cli_terms(server: ServerProcess) -> None:
+    gang = running_gang(server)
+    try:
+        result = gf(server, "jobs", "logs", gang.job_id, "--node", "2")
+
+        assert result.returncode == 2
+        assert "--node" in result.stderr and "runs on 2 nodes: give 0 to 1" in result.stderr
+        assert "Traceback" not in result.stderr and "422" not in result.stderr
+        negative = gf(server, "jobs", "logs", gang.job_id, "--node", "-1")
+        assert negative.returncode == 2 and "--node" in negative.stderr
+    finally:
+        gang.finish()
+        gang.close()
+
+
+def cli_env(server: ServerProcess) -> dict[str, str]:
+    """What `gf` runs the CLI with, for one run in the background."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    env.update(NO_COLOR="1", GPUFLEET_URL=server.url, GPUFLEET_API_KEY=server.admin_key)
+    return env

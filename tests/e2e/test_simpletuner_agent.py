@@ -35,6 +35,7 @@ import pytest
 
 from tests.conftest import fresh_database
 from tests.e2e.conftest import (
+    SIMPLETUNER_STUB,
     Member,
     ServerProcess,
     WorkerProcess,
@@ -47,7 +48,6 @@ from tests.waiting import wait_until
 AGENT_VERSION = "4.10.1"
 AGENT_WHEEL = Path(sys.prefix) / "agent-wheels" / f"simpletuner-{AGENT_VERSION}-py3-none-any.whl"
 AGENT_MODULE = "simpletuner/worker_agent.py"
-STUB = Path(__file__).parent / "simpletuner_stub"
 
 # The agent beats every 30 s whatever it is told: the server must allow for that.
 AGENT_SERVER_FLAGS = {"heartbeat-timeout": 90, "heartbeat-interval": 30}
@@ -78,7 +78,7 @@ class ReleasedAgent(WorkerProcess):
         self, server: ServerProcess, code: Path, work_root: Path, *, persistent: bool
     ) -> None:
         # The agent's folder and the stand-in trainer's: one namespace package, two folders.
-        env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{STUB}"}
+        env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{SIMPLETUNER_STUB}"}
         lane = {"lane": unique("lane")}
         super().__init__(server, work_root, persistent=persistent, labels=lane, env=env)
 

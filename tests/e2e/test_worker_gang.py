@@ -1,6 +1,7 @@
 """Two real `gpufleet worker`s run one two-node job (#35): both start only once both
 acknowledged, and each process gets the same rendezvous (MASTER_ADDR, MASTER_PORT: a free
-port of rank 0's machine) and its own NODE_RANK (docs/jobs.md, Multi-node jobs)."""
+port of rank 0's machine) and its own NODE_RANK (docs/jobs.md, Multi-node jobs); a
+SimpleTuner config's trainers meet under Accelerate's launcher (worker/launch.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from tests.e2e.conftest import (
     PYTHON,
+    SIMPLETUNER_STUB,
     ServerProcess,
     WorkerProcess,
     job_state,
@@ -69,6 +71,12 @@ def test_two_workers_start_one_job_together_with_one_rendezvous(
 
     job = wait_job(orchestrator, job_id, "completed", "failed")
     assert job["status"] == "completed", job
+    # The job completes with rank 0; rank 1 may still be running, its file not yet written.
+    wait_until(
+        lambda: all(a.record()["status"] == "idle" for a in workers),
+        timeout=15,
+        message="both workers to be idle",
+    )
 
     attempt = job["current_attempt_id"]
     seen = {}
@@ -89,8 +97,20 @@ def test_two_workers_start_one_job_together_with_one_rendezvous(
         assert each["NPROC_PER_NODE"] == "1"  # a CPU node runs one process
         assert each["GPUFLEET_NODE_ADDRS"] == ",".join(addrs[a.id] for a in order)
     assert job_state(orchestrator, job_id)["worker_id"] == rank0.id
-    for agent in workers:
-        assert agent.record()["status"] == "idle"
+    # Each worker's output is kept as its own node's (rank 1's last lines may come after
+    # the job completed with rank 0: they are still taken).
+    def node_lines(rank: int) -> list[dict[str, object]]:
+        with orchestrator.admin() as admin:
+            page = admin.get(f"/api/queue/{job_id}/logs", params={"node": rank}).json()
+        return list(page["lines"])
+
+    for rank in (0, 1):
+        wait_until(
+            lambda rank=rank: f"node {rank} of 2" in [ln["text"] for ln in node_lines(rank)],
+            timeout=15,
+            message=f"node {rank}'s line in its own log",
+        )
+        assert {line["node"] for line in node_lines(rank)} == {rank}
 
 
 # Rank 0 listens on MASTER_PORT, writes its pid, and would run for minutes; rank 1 meets it
@@ -140,3 +160,38 @@ def test_a_failed_node_stops_the_other_and_fails_the_job(
         timeout=15,
         message="both workers to be idle",
     )
+
+
+def test_a_simpletuner_config_on_two_nodes_meets_in_one_process_group_under_accelerate(
+    orchestrator: ServerProcess, agents: Agents
+) -> None:
+    pytest.importorskip("torch", reason="PyTorch is not installed: `make torch` installs it")
+    tag = {"pool": unique("gang")}
+    path = os.pathsep.join([str(SIMPLETUNER_STUB), os.environ.get("PYTHONPATH", "")])
+    workers = [
+        agents(
+            orchestrator,
+            labels=tag,
+            persistent=True,
+            extra_args=("--advertise-addr", "127.0.0.1"),
+            env={**os.environ, "PYTHONPATH": path},
+        ).start()
+        for _ in range(2)
+    ]
+    config = {"nodes": 2, "stub_join": "met.json", "stub_steps": 1}
+    job_id = submit_job(orchestrator, tag, None, config=config)
+
+    job = wait_job(orchestrator, job_id, "completed", "failed")
+    assert job["status"] == "completed", job
+    met = {}
+    for agent in workers:
+        folder = agent.work_dir / "jobs" / job_id / job["current_attempt_id"]
+        met[agent.id] = json.loads((folder / "met.json").read_text())
+    assert sorted(m["rank"] for m in met.values()) == [0, 1]
+    for each in met.values():
+        assert each["world_size"] == 2
+        assert each["sum"] == 1 + 2  # both ranks' all_reduce met
+        assert each["backend"] == "gloo"
+        assert each["distributed_type"] == "DistributedType.MULTI_CPU"
+        assert each["env"]["ACCELERATE_USE_CPU"] == "True"  # accelerate's launcher ran it
+        assert each["env"]["MASTER_ADDR"] == "127.0.0.1"

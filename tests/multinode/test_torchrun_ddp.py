@@ -7,32 +7,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.multinode.conftest import TORCHRUN, TRAIN, TRAIN_ENV
 from tests.netns import Network
 
 pytest.importorskip("torch", reason="PyTorch is not installed: `make torch`")
 
-TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
-# A global batch of 60 divides over 2 and 3 ranks; 30 steps learn the problem.
-TRAIN = ["-m", "gpufleet.examples.train", "--samples", "60", "--steps", "30", "--seed", "4"]
 PORT = "29500"  # each namespace is a fresh network stack: rank 0's port is free there
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    folder = tmp_path_factory.mktemp("one-process")
-    subprocess.run(
-        [sys.executable, *TRAIN], cwd=folder, env=ENV, check=True, capture_output=True, timeout=120
-    )
-    result: dict[str, object] = json.loads((folder / "result.json").read_text())
-    assert result["world_size"] == 1
-    return result
+ENV = {**os.environ, **TRAIN_ENV}
 
 
 @pytest.mark.parametrize("nodes", [2, 3])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +44,13 @@ PAGE = 1000  # lines a request; the most the CLI holds at once
     help="Only the lines holding TEXT, as typed (no pattern), ignoring case; searched on the "
     "orchestrator (with --tail: the last N of them).",
 )
+@click.option(
+    "--node",
+    type=click.IntRange(0, 63),
+    metavar="K",
+    help="Only node K's lines, of a multi-node job (its nodes are 0 to nodes - 1); without "
+    "it, every node's, each line opening with [node K].",
+)
 @json_option
 @api_options
 def logs(
@@ -51,6 +59,7 @@ def logs(
     follow: bool,
     tail: int | None,
     grep: str | None,
+    node: int | None,
     as_json: bool,
 ) -> None:
     """Print a job's output, read and printed a page at a time (--json: one JSON object a
@@ -63,38 +72,72 @@ def logs(
         raise click.UsageError("--grep searches the lines stored so far, not new ones: drop -f")
     if grep is not None and (problem := log_search_problem(grep, "--grep")):
         raise click.UsageError(problem)
-    after = _print_pages(api, job_id, tail, as_json, grep)
+    if node is not None:
+        _check_node(api, job_id, node)
+    view = LogView(as_json, node)
+    after = _print_pages(api, job_id, tail, grep, view)
     if follow:
-        _follow_logs(api, job_id, as_json, after)
+        _follow_logs(api, job_id, view, after)
+
+
+@dataclass(slots=True)
+class LogView:
+    """How lines print: as JSON, or their text (a multi-node job's lines of every node
+    opening with their node, once a page says the job has several)."""
+
+    as_json: bool = False
+    node: int | None = None  # only this node's lines are read
+    labelled: bool = False
+
+    def scope(self) -> dict[str, int]:
+        return {} if self.node is None else {"node": self.node}
+
+
+def _check_node(api: ApiClient, job_id: str, node: int) -> None:
+    nodes = int(api.get(f"/api/queue/{part(job_id)}").get("nodes", 1))
+    if node >= nodes:
+        ranks = "0" if nodes == 1 else f"0 to {nodes - 1}"
+        raise click.BadParameter(
+            f"job {job_id} runs on {nodes} node{'s' if nodes > 1 else ''}: give {ranks}, or "
+            "leave --node out for every node's lines",
+            param_hint="--node",
+        )
 
 
 def _print_pages(
-    api: ApiClient, job_id: str, tail: int | None, as_json: bool, grep: str | None
+    api: ApiClient, job_id: str, tail: int | None, grep: str | None, view: LogView
 ) -> int:
     """Every line there is now (the last `tail` only, if given; those holding `grep` only,
     if given), one page in memory at a time; returns the cursor to follow on from."""
     cursor: dict[str, int] = {"after": 0} if tail is None else {"tail": tail}
     search = {} if grep is None else {"q": grep}
     while True:
-        body = api.get(f"/api/queue/{part(job_id)}/logs", limit=PAGE, **search, **cursor)
+        body = api.get(
+            f"/api/queue/{part(job_id)}/logs", limit=PAGE, **search, **view.scope(), **cursor
+        )
+        view.labelled = view.node is None and int(body.get("nodes", 1)) > 1
         for line in body["lines"]:
-            _print_line(line, as_json)
+            _print_line(line, view)
         sys.stdout.flush()
         if not body.get("more", len(body["lines"]) == PAGE):  # may stop short at 4 MiB
             return int(body["next_after"])
         cursor = {"after": body["next_after"]}
 
 
-def _follow_logs(api: ApiClient, job_id: str, as_json: bool, after: int) -> None:
-    status = follow_to_end(api, job_id, as_json=as_json, after=after)
+def _follow_logs(api: ApiClient, job_id: str, view: LogView, after: int) -> None:
+    status = follow_to_end(api, job_id, view=view, after=after)
     sys.exit(0 if status == JobStatus.COMPLETED else 1)
 
 
-def follow_to_end(api: ApiClient, job_id: str, *, as_json: bool = False, after: int = 0) -> str:
+def follow_to_end(
+    api: ApiClient, job_id: str, *, view: LogView | None = None, after: int = 0
+) -> str:
     """Print the job's log lines live from `after` until it ends; its status then."""
-    for event, data in api.events(f"/api/queue/{part(job_id)}/logs", follow=True, after=after):
+    view = view or LogView()
+    path = f"/api/queue/{part(job_id)}/logs"
+    for event, data in api.events(path, follow=True, after=after, **view.scope()):
         if event == "log":
-            _print_line(data, as_json)
+            _print_line(data, view)
         elif event == "end":
             status = str(data.get("status", "ended"))
             out.echo(f"Job {job_id} {status}.", err=True)
@@ -105,9 +148,11 @@ def follow_to_end(api: ApiClient, job_id: str, *, as_json: bool = False, after: 
     )
 
 
-def _print_line(line: dict[str, Any], as_json: bool) -> None:
-    if as_json:
+def _print_line(line: dict[str, Any], view: LogView) -> None:
+    if view.as_json:
         out.print_json(line, indent=None)
+    elif view.labelled:
+        out.echo(f"[node {line.get('node', 0)}] {line['text']}")
     else:
         out.echo(line["text"])
 

@@ -23,7 +23,7 @@ from gpufleet.cli import output as out
 from gpufleet.cli.api import ApiClient, api_options, part
 from gpufleet.cli.artifacts import fetch_files, summary
 from gpufleet.cli.digests import DigestCache, Known, cache_folder, signature
-from gpufleet.cli.follow import follow_to_end
+from gpufleet.cli.follow import LogView, follow_to_end
 from gpufleet.cli.options import parse_size_option, setting
 from gpufleet.cli.submitting import say_submitted, submit_options, with_shape
 from gpufleet.cli.workdir import selected
@@ -141,7 +141,8 @@ def run(
     if not wait:
         return
     try:
-        status = follow_to_end(api, job["id"])
+        labelled = LogView(labelled=int(job.get("nodes", 1)) > 1)  # each line says its node
+        status = follow_to_end(api, job["id"], view=labelled)
     except KeyboardInterrupt:
         _interrupted(api, job["id"])
     ended = api.get(f"/api/queue/{part(job['id'])}")

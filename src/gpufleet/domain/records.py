@@ -359,6 +359,7 @@ class LogLine:
     stream: str
     text: str
     ts: datetime
+    node: int = 0  # the rank of the node that printed it (a multi-node job's)
 
 
 # What a list of jobs or of audit events is narrowed to (the Queue's and the Audit page's filters).

@@ -8,7 +8,8 @@
 Whatever goes wrong before the process runs (an unreadable offer, an environment the OS refuses, an
 unwritable folder) is the attempt's `failed` report, never the worker's end. One node of a
 multi-node job says its rank in every report and starts its process only on `job_start`
-(`worker/gang.py`), with the rendezvous in its environment.
+(`worker/gang.py`), with the rendezvous in its environment (a SimpleTuner config: under
+Accelerate's launcher, `worker/launch.py`).
 
 Logs, progress and checkpoints (`worker/checkpoints.py`) travel while the process runs; when it
 ends, the progress relay finishes its send, pending checkpoints then artifacts are uploaded
@@ -34,7 +35,8 @@ from gpufleet.worker.channel import Channel, JobClient, StopReason
 from gpufleet.worker.checkpoints import CheckpointShipper
 from gpufleet.worker.env_cache import EnvStopped
 from gpufleet.worker.errors import Fenced, Rejected, Unreachable
-from gpufleet.worker.gang import Node, StartSignal
+from gpufleet.worker.gang import Node, Rendezvous, StartSignal
+from gpufleet.worker.launch import launch
 from gpufleet.worker.logship import Line, LogBuffer, LogShipper
 from gpufleet.worker.offer import Offer
 from gpufleet.worker.prelude import Prelude
@@ -154,18 +156,20 @@ class JobRun:
         )
         self._output = job.space.output_path.open("a", encoding="utf-8", errors="replace")
         env = await self._prelude.ready(job)  # its virtualenv, --run-as's user, its setup
+        meet: Rendezvous | None = None
         if self.gang is not None:  # every node starts together (worker/gang.py)
             meet = await self.gang.wait(self._stop, lambda: self._status(self._ack, must=True))
             if meet is None:
                 raise EnvStopped("stopped while waiting for the other nodes")
-            env.update(meet.environment(len(job.spec.gpus(self._gpus))))
+        start = launch(job.spec, meet, len(job.spec.gpus(self._gpus)))
+        env.update(start.env)
         process = await JobProcess.start(
-            job.spec.argv, cwd=job.space.folder, env=env, on_line=self._on_line, user=user
+            start.argv, cwd=job.space.folder, env=env, on_line=self._on_line, user=user
         )
         log.info(
             "job %s runs %s as pid %s in %s",
             self.label,
-            " ".join(job.spec.argv),
+            " ".join(start.argv),
             process.pid,
             job.space.folder,
         )
@@ -356,9 +360,10 @@ class JobRun:
                 await asyncio.sleep(backoff.next())
 
     async def _send_logs(self, lines: list[Line], first: int) -> None:
+        rank = {"node_rank": self.gang.node.rank} if self.gang else {}
         await self._channel.send_logs(
             self.offer.job_id,
-            {"attempt_id": self.offer.attempt_id, "first": first, "lines": lines},
+            {"attempt_id": self.offer.attempt_id, "first": first, "lines": lines, **rank},
         )
 
     async def _status(self, body: Json, *, must: bool = False) -> None:

@@ -43,6 +43,8 @@ router = api_router(tags=["queue"])
 Reader = Annotated[Principal, Depends(require(QUEUE_READ))]
 Submitter = Annotated[Principal, Depends(require(QUEUE_SUBMIT))]
 Limit = Annotated[int, Query(ge=1, le=500)]
+# A multi-node job's node, by rank (checked against the job's nodes by services/joblogs.py).
+Node = Annotated[int | None, Query(ge=0, le=2**31)]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000)]
 
 
@@ -178,22 +180,30 @@ async def job_logs(
     tail: Annotated[int | None, Query(ge=0, le=2**31)] = None,
     attempt_id: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
     q: str | None = None,
+    node: Node = None,
 ) -> Any:
     """A page of lines after `after`, before `before` (the newest ones before it) or the
-    last `tail` lines, oldest first, optionally one attempt's, or only those holding `q`
-    (as typed, ignoring case); with follow=true, an event stream of the lines after `after`
-    until the job ends."""
+    last `tail` lines, oldest first, optionally one attempt's, one node's (a multi-node
+    job's rank), or only those holding `q` (as typed, ignoring case); with follow=true, an
+    event stream of the lines after `after` until the job ends."""
     if follow and q is not None:
         raise InvalidInput("q searches the stored lines; give it without follow=true")
     if follow:
-        await queue.get_job(ctx, job_id)  # 404 before the stream starts
-        return sse.stream(_follow(ctx, who, job_id, after))
+        await joblogs.job_for_node(ctx, job_id, node)  # 404 or 400 before the stream starts
+        return sse.stream(_follow(ctx, who, job_id, after, node))
     query = joblogs.PageQuery(
-        limit=limit, after=after, before=before, tail=tail, attempt_id=attempt_id, q=q or None
+        limit=limit,
+        after=after,
+        before=before,
+        tail=tail,
+        attempt_id=attempt_id,
+        q=q or None,
+        node=node,
     )
     page = await joblogs.read_page(ctx, job_id, query)
     return LogsOut(
         job_id=job_id,
+        nodes=page.nodes,
         lines=[LogLineOut(**vars_of(line)) for line in page.lines],
         next_after=page.next_after,
         next_before=page.next_before,
@@ -206,11 +216,14 @@ async def job_logs(
     response_class=StreamingResponse,
     responses={200: {"content": {"text/plain": {}}, "description": "The whole log as text."}},
 )
-async def download_job_logs(ctx: Ctx, who: Reader, job_id: str) -> StreamingResponse:
+async def download_job_logs(
+    ctx: Ctx, who: Reader, job_id: str, node: Node = None
+) -> StreamingResponse:
     """The whole log as a text file, each attempt's lines under a `==> attempt N … <==`
-    line, streamed as it is read."""
-    text = await joblogs.log_text(ctx, job_id)
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", job_id)
+    line, streamed as it is read; one node's with `node` (a multi-node job's lines of every
+    node each open with `[node K]`)."""
+    text = await joblogs.log_text(ctx, job_id, node)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", job_id) + ("" if node is None else f".node{node}")
     return StreamingResponse(
         (chunk.encode("utf-8", "replace") async for chunk in text),
         media_type="text/plain; charset=utf-8",
@@ -225,15 +238,18 @@ def vars_of(line: Any) -> dict[str, Any]:
         "stream": line.stream,
         "text": line.text,
         "ts": line.ts,
+        "node": line.node,
     }
 
 
-async def _follow(ctx: Ctx, who: Principal, job_id: str, after: int) -> AsyncIterator[bytes]:
-    """Log lines as they arrive; ends with an `end` event once the job is over (without
-    one when the orchestrator shuts down or the key is revoked)."""
+async def _follow(
+    ctx: Ctx, who: Principal, job_id: str, after: int, node: int | None
+) -> AsyncIterator[bytes]:
+    """Log lines as they arrive (one node's, with `node`); ends with an `end` event once
+    the job is over (without one when the orchestrator shuts down or the key is revoked)."""
     async with auth.subscription(ctx, who, job_topic(job_id)) as sub:
         while not sub.closed:
-            lines, more = await queue.read_logs(ctx, job_id, after, 1000)
+            lines, more = await queue.read_logs(ctx, job_id, after, 1000, node)
             for line in lines:
                 yield sse.frame(
                     LogLineOut(**vars_of(line)).model_dump(mode="json"),

@@ -150,6 +150,7 @@ async def job_logs(
         [(line.stream, line.text) for line in body.lines],
         first=body.first,
         attempt_token=token,
+        node_rank=body.node_rank,
     )
     return Ok()
 

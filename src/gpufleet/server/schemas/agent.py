@@ -103,9 +103,12 @@ class LogLineIn(Lenient):
 
 class LogsIn(Lenient):
     attempt_id: str | None = Field(None, max_length=64)
-    # Index of the first line in the attempt's output: a re-sent batch is stored once.
+    # Index of the first line in the sender's output: a re-sent batch is stored once (not on
+    # a multi-node attempt: docs/protocol.md, Logs).
     first: int | None = Field(None, ge=0, le=2**40)
     lines: list[LogLineIn] = Field(max_length=1000)
+    # The node of a multi-node job's attempt that printed them (`first` counts its own).
+    node_rank: int | None = Field(None, ge=0, le=63)
 
 
 class WorkerIdIn(Lenient):

@@ -220,10 +220,12 @@ class LogLineOut(BaseModel):
     stream: str
     text: str
     ts: datetime
+    node: int = 0  # the rank of the node that printed it (a multi-node job's; else 0)
 
 
 class LogsOut(BaseModel):
     job_id: str
+    nodes: int = 1  # the job's nodes: a multi-node job's log may be read a node at a time
     lines: list[LogLineOut]
     next_after: int
     # Pass as `before` to read the lines preceding this page; null at the log's first line.

@@ -6,6 +6,8 @@ sought as typed, ignoring case: a search pages like the log it searches). Cursor
 `seq` numbers, so a page never depends on lines arriving meanwhile. A page holds at most
 `limit` lines and `bounds.MAX_LOG_PAGE_BYTES` of text (at least one line): past that it stops
 early, and `more` (reading on) or `next_before` (reading back) says that lines are left.
+A multi-node job's log holds every node's lines interleaved, each with its node's rank;
+`node` reads one node's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpufleet.domain.bounds import MAX_LOG_PAGE_BYTES, log_search_problem
-from gpufleet.domain.records import Attempt, LogLine
+from gpufleet.domain.records import Attempt, Job, LogLine
 from gpufleet.errors import InvalidInput, NotFound
 from gpufleet.server.context import Context
 from gpufleet.server.services import queue
@@ -31,6 +33,7 @@ class LogPage:
     next_after: int  # read on from here (the last line's seq, or the cursor given)
     next_before: int | None  # read back from here; None: the page starts at the first line
     more: bool  # lines after `next_after` were there when the page was read
+    nodes: int  # the job's nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,7 @@ class PageQuery:
     tail: int | None = None
     attempt_id: str | None = None
     q: str | None = None  # only the lines holding it
+    node: int | None = None  # only that node's lines (a multi-node job's rank)
 
 
 def _check(query: PageQuery) -> None:
@@ -65,15 +69,33 @@ async def _attempt_of(q: Queries, job_id: str, attempt_id: str) -> None:
         )
 
 
+def check_node(job: Job, node: int | None) -> None:
+    """Refuse a node the job does not have (its nodes are ranks 0 to nodes - 1)."""
+    if node is not None and not 0 <= node < job.nodes:
+        ranks = "0" if job.nodes == 1 else f"0 to {job.nodes - 1}"
+        raise InvalidInput(
+            f"job {job.id} runs on {job.nodes} node{'s' if job.nodes > 1 else ''}: node must "
+            f"be {ranks}, or left out for every node's lines"
+        )
+
+
+async def job_for_node(ctx: Context, job_id: str, node: int | None) -> Job:
+    """The job (NotFound if none), once `node` is one of its nodes."""
+    job = await queue.get_job(ctx, job_id)
+    check_node(job, node)
+    return job
+
+
 async def read_page(ctx: Context, job_id: str, query: PageQuery) -> LogPage:
     _check(query)
-    await queue.get_job(ctx, job_id)
+    job = await job_for_node(ctx, job_id, query.node)
+    node = query.node
     async with ctx.store.read() as q:
         if query.attempt_id is not None:
             await _attempt_of(q, job_id, query.attempt_id)
         after = query.after
         if query.tail is not None:
-            after = await q.log_tail_cursor(job_id, query.tail, query.attempt_id, query.q)
+            after = await q.log_tail_cursor(job_id, query.tail, query.attempt_id, query.q, node)
         lines, left = await q.read_logs(
             job_id,
             after,
@@ -82,17 +104,19 @@ async def read_page(ctx: Context, job_id: str, query: PageQuery) -> LogPage:
             attempt_id=query.attempt_id,
             max_bytes=MAX_LOG_PAGE_BYTES,
             q=query.q,
+            node=node,
         )
         # Reading back, what was left lies before the page (next_before says so); after
         # it lie the lines up to `before`, which the reader had already.
         more = left if query.before is None else False
-        first = await q.first_log_seq(job_id, query.attempt_id, query.q) if lines else None
+        first = await q.first_log_seq(job_id, query.attempt_id, query.q, node) if lines else None
     earlier = lines[0].seq if lines and first is not None and first < lines[0].seq else None
     return LogPage(
         lines=lines,
         next_after=lines[-1].seq if lines else after,
         next_before=earlier,
         more=more,
+        nodes=job.nodes,
     )
 
 
@@ -109,21 +133,25 @@ def _iso(at: datetime) -> str:
     return at.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-async def log_text(ctx: Context, job_id: str) -> AsyncIterator[str]:
-    """The whole log as text, attempt headers included, read page by page as it is sent
-    (memory stays one page whatever the log's length). Raises NotFound before any text."""
-    await queue.get_job(ctx, job_id)
-    return _text(ctx, job_id)
+async def log_text(ctx: Context, job_id: str, node: int | None = None) -> AsyncIterator[str]:
+    """The whole log as text (one node's, with `node`), attempt headers included, read page
+    by page as it is sent (memory stays one page whatever the log's length); a multi-node
+    job's lines of every node each open with `[node K]`. Raises NotFound, or InvalidInput
+    for a node the job lacks, before any text."""
+    job = await job_for_node(ctx, job_id, node)
+    return _text(ctx, job_id, node, labelled=job.nodes > 1 and node is None)
 
 
-async def _text(ctx: Context, job_id: str) -> AsyncIterator[str]:
+async def _text(
+    ctx: Context, job_id: str, node: int | None, *, labelled: bool
+) -> AsyncIterator[str]:
     after = 0
     current: str | None = None
     headers: dict[str, str] = {}
     while True:
         async with ctx.store.read() as q:
             lines, more = await q.read_logs(
-                job_id, after, DOWNLOAD_PAGE, max_bytes=MAX_LOG_PAGE_BYTES
+                job_id, after, DOWNLOAD_PAGE, max_bytes=MAX_LOG_PAGE_BYTES, node=node
             )
             if any(line.attempt_id not in headers for line in lines):
                 headers = await _headers(q, job_id)
@@ -133,7 +161,7 @@ async def _text(ctx: Context, job_id: str) -> AsyncIterator[str]:
                 current = line.attempt_id
                 header = headers.get(current) or attempt_header(None, current, None)
                 chunk.append(("\n" if chunk or after else "") + header + "\n")
-            chunk.append(line.text + "\n")
+            chunk.append((f"[node {line.node}] " if labelled else "") + line.text + "\n")
         if chunk:
             yield "".join(chunk)
         if not more:

@@ -73,7 +73,7 @@ async def report_node(
             if own.rank > 0:  # its end is the attempt's: say which node
                 why = f"node {own.rank} (worker {worker.id}) {new.value}"
                 report = _with_error(report, f"{why}: {report.error}" if report.error else why)
-            status = await reports.apply(tx, job, attempt, new, report, locked)
+            status = await reports.apply(tx, job, attempt, new, report, locked, own.rank)
             freed = status not in (JobStatus.OFFERED, JobStatus.RUNNING)
             requeued = status is JobStatus.QUEUED
         else:  # a node besides rank 0 completed: it alone is done

@@ -140,13 +140,14 @@ async def list_jobs(ctx: Context, f: JobFilter, limit: int, offset: int) -> tupl
 
 
 async def read_logs(
-    ctx: Context, job_id: str, after: int, limit: int
+    ctx: Context, job_id: str, after: int, limit: int, node: int | None = None
 ) -> tuple[list[LogLine], bool]:
-    """Lines after `after` (at most `limit`, and 4 MiB of text), and whether more follow."""
+    """Lines after `after` (at most `limit`, and 4 MiB of text; one node's, with `node`),
+    and whether more follow."""
     async with ctx.store.read() as q:
         if await q.get_job(job_id) is None:
             raise no_job(job_id)
-        return await q.read_logs(job_id, after, limit, max_bytes=MAX_LOG_PAGE_BYTES)
+        return await q.read_logs(job_id, after, limit, max_bytes=MAX_LOG_PAGE_BYTES, node=node)
 
 
 # ---- cancel -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet import protocol
-from gpufleet.domain import bounds
+from gpufleet.domain import bounds, rendezvous
 from gpufleet.domain.audit_events import worker_actor
 from gpufleet.domain.records import Attempt, Job, Worker
 from gpufleet.domain.states import (
@@ -84,6 +84,17 @@ async def _speaks_for(tx: Tx, job: Job, attempt: Attempt, worker: Worker) -> boo
         return True
     return job.nodes > 1 and any(
         n.worker_id == worker.id for n in await tx.q.attempt_nodes(attempt.id)
+    )
+
+
+def _last_lines_of_a_node(job: Job, attempt: Attempt, attempt_id: str | None) -> bool:
+    """A multi-node attempt completes with rank 0; another node's process, ending with it,
+    may ship its last lines after that (its worker named the attempt): they are still the
+    attempt's log. A failed or stopped attempt's nodes were told to stop: theirs are not."""
+    return (
+        job.nodes > 1
+        and attempt_id == attempt.id == job.current_attempt_id
+        and attempt.status is AttemptStatus.COMPLETED
     )
 
 
@@ -183,8 +194,11 @@ async def apply(
     new: AttemptStatus,
     report: StatusReport,
     locked: Worker | None,
+    node: int | None = None,
 ) -> JobStatus:
-    """Apply the live attempt's report (the one writer of what a report changes)."""
+    """Apply the live attempt's report (the one writer of what a report changes). `node`:
+    the multi-node attempt's node that reports; a failure without an error ends with its
+    last lines."""
     error = report.error[-MAX_ERROR_CHARS:] if report.error else None
     if new in TAKEN_ATTEMPT:
         if new is AttemptStatus.ACKNOWLEDGED and attempt.status is not AttemptStatus.OFFERED:
@@ -212,7 +226,7 @@ async def apply(
         await history.record(tx, job, attempt, report.progress, report.points)
         await tx.q.update_job(job.id, progress=report.progress)
     if new is AttemptStatus.FAILED and error is None:
-        lines = await tx.q.last_log_lines(attempt.id, 20)
+        lines = await tx.q.last_log_lines(attempt.id, 20, node)
         code = f"exited with code {report.exit_code}" if report.exit_code is not None else "failed"
         error = "\n".join([code, *lines]) if lines else code
     if new is AttemptStatus.CANCELLED:
@@ -232,23 +246,29 @@ async def append_logs(
     lines: list[tuple[str, str]],
     first: int | None = None,
     attempt_token: str | None = None,
+    node_rank: int | None = None,
 ) -> int:
+    """Store a batch of the live attempt's output as the lines of the node that sent it:
+    a multi-node job's node names its rank (fenced like its status reports), a one-node
+    job's lines are node 0's."""
     if problem := bounds.log_batch_problem([text for _stream, text in lines]):
         raise PayloadTooLarge(problem)
     refused: tuple[Job, Attempt | None] | None = None
     async with transaction(ctx) as tx:
         job, attempt, live = await _holder(tx, worker, job_id, attempt_id, attempt_token)
-        if not live or attempt is None:
+        if attempt is None or not (live or _last_lines_of_a_node(job, attempt, attempt_id)):
             refused = (job, attempt)
         else:
+            node = await _log_node(tx, job, attempt, worker, node_rank)
             if first is not None:  # skip what an earlier delivery of this batch stored
-                held = await tx.q.count_logs(attempt.id)
+                held = await tx.q.count_logs(attempt.id, node)
                 lines = lines[max(0, held - first) :]
             await tx.q.insert_logs(
                 [
                     {
                         "job_id": job.id,
                         "attempt_id": attempt.id,
+                        "node": node,
                         "stream": stream,
                         "text": text,
                         "ts": tx.now,
@@ -260,3 +280,25 @@ async def append_logs(
     if refused is not None:
         raise await refuse(ctx, worker, *refused)
     return len(lines)
+
+
+async def _log_node(
+    tx: Tx, job: Job, attempt: Attempt, worker: Worker, node_rank: int | None
+) -> int:
+    """The node whose lines these are: the rank a multi-node job's node names, if it is
+    that worker's (`rendezvous.fence`); 0 for a one-node job."""
+    if job.nodes <= 1:
+        if node_rank:
+            raise InvalidInput(
+                f"job {job.id} runs on one node: send its logs without node_rank (or with 0)"
+            )
+        return 0
+    if node_rank is None:
+        raise InvalidInput(
+            f"job {job.id} runs on {job.nodes} nodes: each node's logs name its node_rank "
+            "(docs/protocol.md)"
+        )
+    fenced = rendezvous.fence(await tx.q.attempt_nodes(attempt.id), worker.id, node_rank)
+    if isinstance(fenced, str):
+        raise Forbidden(f"job {job.id}, attempt {attempt.id}: {fenced}")
+    return fenced.rank

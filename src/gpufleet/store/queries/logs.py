@@ -32,16 +32,17 @@ class LogQueries(QueryBase):
         attempt_id: str | None = None,
         max_bytes: int | None = None,
         q: str | None = None,
+        node: int | None = None,
     ) -> tuple[list[LogLine], bool]:
         """Lines after `after`, oldest first; with `before`, the newest `limit` lines between
-        the two (still oldest first); with `attempt_id`, that attempt's only; with
-        `max_bytes`, only as many as hold that much text (at least one line); with `q`, only
-        the lines holding it (`log_scope`). And whether
-        lines were left out in the direction read (after the page reading on, before it
+        the two (still oldest first); with `attempt_id`, that attempt's only; with `node`,
+        that node's only; with `max_bytes`, only as many as hold that much text (at least
+        one line); with `q`, only the lines holding it (`log_scope`). And whether lines were
+        left out in the direction read (after the page reading on, before it
         reading back)."""
         if after >= LOG_SEQ_MAX:
             return [], False
-        where = [*log_scope(job_id, attempt_id, q), job_logs.c.seq > after]
+        where = [*log_scope(job_id, attempt_id, q, node), job_logs.c.seq > after]
         order: sa.ColumnElement[Any] = job_logs.c.seq
         if before is not None:
             if before <= LOG_SEQ_MAX:  # a cursor past every seq bounds nothing
@@ -59,7 +60,14 @@ class LogQueries(QueryBase):
         if before is not None:
             rows.reverse()
         lines = [
-            LogLine(seq=r.seq, attempt_id=r.attempt_id, stream=r.stream, text=r.text, ts=r.ts)
+            LogLine(
+                seq=r.seq,
+                attempt_id=r.attempt_id,
+                stream=r.stream,
+                text=r.text,
+                ts=r.ts,
+                node=r.node,
+            )
             for r in rows
         ]
         return lines, more
@@ -92,12 +100,17 @@ class LogQueries(QueryBase):
         return count, count < len(sizes)
 
     async def log_tail_cursor(
-        self, job_id: str, count: int, attempt_id: str | None = None, q: str | None = None
+        self,
+        job_id: str,
+        count: int,
+        attempt_id: str | None = None,
+        q: str | None = None,
+        node: int | None = None,
     ) -> int:
         """The cursor after which the last `count` lines begin (0: the log is no longer)."""
         stmt = (
             sa.select(job_logs.c.seq)
-            .where(*log_scope(job_id, attempt_id, q))
+            .where(*log_scope(job_id, attempt_id, q, node))
             .order_by(job_logs.c.seq.desc())
             .offset(count)
             .limit(1)
@@ -105,27 +118,32 @@ class LogQueries(QueryBase):
         return int((await self.conn.execute(stmt)).scalar_one_or_none() or 0)
 
     async def first_log_seq(
-        self, job_id: str, attempt_id: str | None = None, q: str | None = None
+        self,
+        job_id: str,
+        attempt_id: str | None = None,
+        q: str | None = None,
+        node: int | None = None,
     ) -> int | None:
-        stmt = sa.select(sa.func.min(job_logs.c.seq)).where(*log_scope(job_id, attempt_id, q))
+        stmt = sa.select(sa.func.min(job_logs.c.seq)).where(*log_scope(job_id, attempt_id, q, node))
         first = (await self.conn.execute(stmt)).scalar_one_or_none()
         return None if first is None else int(first)
 
-    async def count_logs(self, attempt_id: str) -> int:
+    async def count_logs(self, attempt_id: str, node: int = 0) -> int:
+        """The lines one node of the attempt sent (each node counts its own: `first`)."""
         stmt = (
             sa.select(sa.func.count())
             .select_from(job_logs)
-            .where(job_logs.c.attempt_id == attempt_id)
+            .where(job_logs.c.attempt_id == attempt_id, job_logs.c.node == node)
         )
         return int((await self.conn.execute(stmt)).scalar_one())
 
-    async def last_log_lines(self, attempt_id: str, count: int) -> list[str]:
-        stmt = (
-            sa.select(job_logs.c.text)
-            .where(job_logs.c.attempt_id == attempt_id)
-            .order_by(job_logs.c.seq.desc())
-            .limit(count)
-        )
+    async def last_log_lines(
+        self, attempt_id: str, count: int, node: int | None = None
+    ) -> list[str]:
+        where = [job_logs.c.attempt_id == attempt_id]
+        if node is not None:
+            where.append(job_logs.c.node == node)
+        stmt = sa.select(job_logs.c.text).where(*where).order_by(job_logs.c.seq.desc()).limit(count)
         return [r.text for r in await self.conn.execute(stmt)][::-1]
 
     async def progress_counts(self, job_id: str) -> dict[str, int]:
@@ -198,13 +216,15 @@ class LogQueries(QueryBase):
 
 
 def log_scope(
-    job_id: str, attempt_id: str | None, q: str | None = None
+    job_id: str, attempt_id: str | None, q: str | None = None, node: int | None = None
 ) -> list[sa.ColumnElement[bool]]:
-    """The job's lines; one attempt's; those holding `q`, as typed (`%`, `_` and the escape
-    character match themselves), ignoring case (ASCII letters on SQLite)."""
+    """The job's lines; one attempt's; one node's; those holding `q`, as typed (`%`, `_` and
+    the escape character match themselves), ignoring case (ASCII letters on SQLite)."""
     scope = [job_logs.c.job_id == job_id]
     if attempt_id is not None:
         scope.append(job_logs.c.attempt_id == attempt_id)
+    if node is not None:
+        scope.append(job_logs.c.node == node)
     if q:
         scope.append(job_logs.c.text.icontains(q, autoescape=True))
     return scope

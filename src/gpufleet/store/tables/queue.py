@@ -146,6 +146,8 @@ job_logs = sa.Table(
         "job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False
     ),
     sa.Column("attempt_id", sa.String(32), nullable=False),
+    # The rank of the node that printed it (0023): 0 for a one-node job.
+    sa.Column("node", sa.Integer, nullable=False, server_default="0"),
     sa.Column("stream", sa.String(8), nullable=False),
     sa.Column("text", sa.Text, nullable=False),
     sa.Column("ts", UTCDateTime, nullable=False),

@@ -13,7 +13,11 @@ trainer would stall the agent), and honours these config keys and nothing else:
   `output_dir` at the end, then published through the config's `publishing_config` as the
   released trainer's `_publish_final_artifacts` does, with its own `PublishingManager` (put
   on PYTHONPATH from the wheel by the test); `stub_outputs_sha256` names a file to write
-  each file's sha256 to, as JSON.
+  each file's sha256 to, as JSON;
+- `stub_join`: a file (relative to the job's folder) to write, as JSON, what the trainer met
+  after joining the process group that its launcher set up, as SimpleTuner does, through
+  `accelerate.Accelerator` (PyTorch and Accelerate installed): its rank, the world's size, the
+  sum of every rank + 1 (an all_reduce over gloo) and accelerate's distributed type.
 
 A namespace package (no `__init__.py`): the released agent's own `simpletuner/worker_agent.py`
 sits in another folder on the same PYTHONPATH.
@@ -36,6 +40,8 @@ SEEN_ENV = (
     "SIMPLETUNER_UPLOAD_TOKEN",
 )
 
+JOIN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_CPU")
+
 
 def main() -> int:
     with open(os.environ["CONFIG_PATH"], encoding="utf-8") as handle:
@@ -45,6 +51,8 @@ def main() -> int:
         seen = {"env": {k: os.environ.get(k) for k in SEEN_ENV}, "config": config}
         with open(record, "w", encoding="utf-8") as handle:
             json.dump(seen, handle)
+    if config.get("stub_join"):
+        join(config["stub_join"])
     steps = int(config.get("stub_steps", 3))
     pause = float(config.get("stub_sleep", 0.05))
     for step in range(1, steps + 1):
@@ -53,6 +61,27 @@ def main() -> int:
     if config.get("stub_outputs"):
         publish(config)
     return int(config.get("stub_exit_code", 0))
+
+
+def join(path: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from accelerate import Accelerator
+
+    state = Accelerator().state
+    total = torch.tensor([state.process_index + 1])
+    dist.all_reduce(total)
+    met = {
+        "rank": dist.get_rank(),
+        "world_size": dist.get_world_size(),
+        "sum": int(total.item()),
+        "backend": dist.get_backend(),
+        "distributed_type": str(state.distributed_type),
+        "env": {k: os.environ.get(k) for k in JOIN_ENV},
+    }
+    Path(path).write_text(json.dumps(met))
+    print(f"rank {met['rank']} of {met['world_size']} met: sum {met['sum']}", flush=True)
+    dist.destroy_process_group()
 
 
 def publish(config: dict[str, Any]) -> None:

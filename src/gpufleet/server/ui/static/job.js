@@ -155,6 +155,7 @@ const refresh = serial(async () => {
   $("#config").textContent = JSON.stringify(j.config, null, 2);
   code.update(j);
   logs.attempts(j.attempt_history);
+  nodeTabs(j.nodes || 1);
   stored.allow(j.actions || [], FINAL.has(j.status));
   stored.refresh();
 });
@@ -166,6 +167,28 @@ $("#cancel").addEventListener("click", (event) =>
 $("#rerun").addEventListener("click", (event) => rerunJob(jobId, event.currentTarget, error));
 $("#approve").addEventListener("click", (event) => approveJob(jobId, event.currentTarget, error, refresh));
 $("#reject").addEventListener("click", (event) => rejectJob(jobId, event.currentTarget, error, refresh));
+
+// A multi-node job's log has a tab a node (All, Node 0, Node 1…): the log, its search,
+// its live tail and its download follow the tab picked.
+function nodeTabs(count) {
+  const bar = $("#log-nodes");
+  if (count <= 1 || bar.childElementCount) return;
+  const download = $("#log-download");
+  const pick = (tab, k) => {
+    for (const each of bar.children) each.setAttribute("aria-selected", String(each === tab));
+    download.href = `/api/queue/${jobId}/logs/download${k === null ? "" : `?node=${k}`}`;
+    logs.node(k);
+  };
+  const tab = (label, k) => {
+    const el = h("button", {
+      type: "button", role: "tab", class: "small", "aria-selected": String(k === null), text: label,
+    });
+    el.addEventListener("click", () => pick(el, k));
+    return el;
+  };
+  bar.replaceChildren(tab("All", null), ...Array.from({ length: count }, (_, k) => tab(`Node ${k}`, k)));
+  bar.hidden = false;
+}
 
 const logs = logView({
   jobId,

@@ -58,7 +58,7 @@ export function logSearch(view) {
     hits.textContent = "";
     const q = input.value;
     if (!q) return showError(error, new Error("Type the text to search for, then press Search whole log."));
-    const params = new URLSearchParams({ q, tail: RESULTS, limit: RESULTS });
+    const params = new URLSearchParams({ q, tail: RESULTS, limit: RESULTS, ...view.scope() });
     try {
       const page = await get(`${view.base}?${params}`);
       const list = page.lines.map((line) => h("li", {},

@@ -4,6 +4,8 @@
 // the reader scrolls up, and reads earlier lines a page at a time (?before=) as they scroll to
 // the top or press "Load earlier lines". Each attempt's lines sit under their own header.
 // A line's address is #L<seq>: opened, the page reads the lines around it and marks it.
+// A multi-node job's log holds every node's lines, each labelled with its node; `node(k)`
+// shows node k's only (null: all again), its pages and its live tail.
 import { ansiNodes } from "./ansi.js";
 import { get } from "./api.js";
 import { h, localTime, when } from "./dom.js";
@@ -33,6 +35,10 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
   let loading = false;
   let autoTop = 0; // where toBottom() left the view: above it, the reader scrolled up
   let skipTop = false; // the next scroll is the one "Load earlier lines" made
+  let node = null; // the node whose lines are shown; null: every node's
+  let nodes = 1; // the job's nodes, as its log pages say
+  let generation = 0; // bumped when the node shown changes: older pages are dropped
+  const scope = () => (node === null ? {} : { node });
 
   // ---- drawing -----------------------------------------------------------------------------
 
@@ -51,6 +57,7 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
       class: `log-line ${line.stream}`, id: `L${line.seq}`, "data-seq": line.seq,
       "data-attempt": line.attempt_id, "data-ts": timeOfDay(line.ts),
     }, h("a", { class: "log-link", href: `#L${line.seq}`, "aria-label": `Link to line ${line.seq}` }),
+    nodes > 1 && node === null ? h("span", { class: "log-node", text: `[node ${line.node}] ` }) : null,
     ...ansiNodes(line.text), "\n");
 
   function lastLine() {
@@ -179,15 +186,19 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
   // ---- reading -----------------------------------------------------------------------------
 
   async function read(params) {
-    return get(`${base}?${new URLSearchParams({ limit: PAGE, ...params })}`);
+    const page = await get(`${base}?${new URLSearchParams({ limit: PAGE, ...scope(), ...params })}`);
+    nodes = page.nodes || 1;
+    return page;
   }
 
   // The last page; live lines that come meanwhile wait in `pending` and are drawn after it
   // (a line is stored before the stream announces it, so the page misses none before them).
   async function loadTail() {
     syncing = true;
+    const asked = generation;
     try {
       const page = await read({ tail: PAGE });
+      if (asked !== generation) return; // another node was picked meanwhile
       clear();
       append(page.lines);
       earlier = page.next_before;
@@ -283,7 +294,8 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
 
   function live() {
     // A reconnect starts after the last line received, so nothing comes twice.
-    source = new EventSource(`${base}?follow=true&after=${lastLive}`);
+    const query = new URLSearchParams({ follow: true, after: lastLive, ...scope() });
+    source = new EventSource(`${base}?${query}`);
     source.addEventListener("open", show);
     source.addEventListener("log", (event) => {
       const line = JSON.parse(event.data);
@@ -304,11 +316,12 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
       show();
       onEnd();
     });
+    const opened = source;
     source.addEventListener("error", () => {
-      source.close(); // reopened by us, with `after`, rather than replayed from the start
-      if (ended) return;
+      opened.close(); // reopened by us, with `after`, rather than replayed from the start
+      if (ended || opened !== source) return;
       state.textContent = "reconnecting";
-      setTimeout(live, 1000);
+      setTimeout(() => { if (opened === source) live(); }, 1000);
     });
   }
 
@@ -354,6 +367,27 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
     live();
   }, onError);
 
+  // Show node k's lines only (null: every node's), from its tail, following it live.
+  async function showNode(k) {
+    if (k === node) return;
+    node = k;
+    generation += 1;
+    const asked = generation;
+    source?.close();
+    source = null;
+    pending = [];
+    behind = false;
+    ended = null;
+    box.querySelector(".log-target")?.classList.remove("log-target");
+    setFollowing(true);
+    state.textContent = "loading…";
+    await loadTail();
+    if (asked !== generation) return;
+    lastLive = bottom;
+    show();
+    live();
+  }
+
   return {
     // The job's worker has lost its stream (words for the state), or null: it is heard.
     stalled(words) {
@@ -362,6 +396,8 @@ export function logView({ jobId, box, state, earlierButton, resumeButton, onEnd,
       show();
     },
     base,
+    scope,
+    node: (k) => showNode(k).catch(onError),
     mark,
     // The job's attempt_history, for the headers (attempt number, worker, start time).
     attempts(list) {
