@@ -34,8 +34,8 @@ from gpufleet.protocol import EventType
 
 COMPLETE = "complete"  # acknowledge, run, complete at once
 HOLD = "hold"  # acknowledge and run, then hold the job until told to finish
-# As `httpx.Timeout(60.0)` was: 60 s to connect and between reads, none on a whole request,
-# and none between reads on a stream (it is quiet between pings).
+# As `httpx.Timeout(60.0)` was: 60 s to connect and between reads, none on a whole request
+# or between reads on a stream (quiet between pings).
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=60.0, sock_read=60.0)
 STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=60.0, sock_read=None)
 # What a request can fail with short of an answer: aiohttp's own errors and its timeouts.
@@ -68,9 +68,7 @@ class Cred:
 
 
 @dataclass(frozen=True, slots=True)
-class Seen:
-    """Something a worker saw or did, with both clocks."""
-
+class Seen:  # something a worker saw or did, with both clocks
     kind: str  # offer, resend, running, done, refused, cancel; start, finish (gangs' runs)
     worker_id: str
     job_id: str
@@ -128,8 +126,7 @@ class SimProcess:
         self.seen.append(Seen(kind, sim.cred.id, job, attempt, time.monotonic(), time.time(), rank))
 
     def error(self, what: str) -> None:
-        if len(self.errors) < 50:
-            self.errors.append(what)
+        self.errors += [what][: 50 - len(self.errors)]
 
     async def post(self, sim: _Sim, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
         """The answer's status code and body."""
@@ -248,7 +245,11 @@ class SimProcess:
         if status in ("completed", "cancelled"):  # the server may free the worker from now
             self.note("finish", sim, held.job_id, held.attempt_id, held.rank)
         try:
-            code, answer = await self.post(sim, protocol.job_status_path(held.job_id), body)
+            for wait in (0.05, 0.2, 0.8, None):  # a 503 again, after a pause, as the worker does
+                code, answer = await self.post(sim, protocol.job_status_path(held.job_id), body)
+                if code != 503 or wait is None:
+                    break
+                await asyncio.sleep(wait)
         except TRANSPORT_ERRORS as exc:
             self.error(f"report {status} {held.job_id}: {exc!r}")
             sim.held = None
