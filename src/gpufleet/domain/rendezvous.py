@@ -6,7 +6,7 @@ Every node's worker acknowledges its offer (rank 0's with a free port of its mac
 report about a node is fenced by attempt and rank: a worker speaks only for its own node.
 
 The attempt completes when rank 0 completes, but another node's process may outlive it (the
-end of a torchrun: its last lines, its own uploads). Such a node keeps its worker (`on_end`)
+end of a torchrun: its teardown, its last lines). Such a node keeps its worker (`on_end`)
 until it reports its own end (`late_report`) or `OUTLIVE_GRACE` passes (`overdue`): then it
 is told to stop and its worker is freed.
 """
@@ -28,10 +28,11 @@ MIN_PORT, MAX_PORT = 1, 65_535
 ENDS_ATTEMPT = frozenset({AttemptStatus.FAILED, AttemptStatus.CANCELLED, AttemptStatus.PREEMPTED})
 
 # How long a node may outlive its attempt's completion (rank 0's) before it is told to stop.
-# Its process ends with rank 0's collective within seconds; what is left is the worker's own
-# work after the process: its last log lines, then its node's files uploaded, then its
-# report, each retried. Ten minutes carries a few GB of them over an ordinary link; a node
-# still going after that is hung, and its worker is wanted for other jobs.
+# Its process ends with rank 0's collective within seconds or minutes (its teardown: the
+# process group, data loader workers, its last writes); what is left then is the worker's
+# own work: its last log lines and its report, each retried. Ten minutes bounds a slow
+# teardown with room to spare; a node still going after that is hung, and its worker is
+# wanted for other jobs.
 OUTLIVE_GRACE = timedelta(minutes=10)
 
 
