@@ -97,6 +97,7 @@ def test_two_workers_start_one_job_together_with_one_rendezvous(
         assert each["NPROC_PER_NODE"] == "1"  # a CPU node runs one process
         assert each["GPUFLEET_NODE_ADDRS"] == ",".join(addrs[a.id] for a in order)
     assert job_state(orchestrator, job_id)["worker_id"] == rank0.id
+
     # Each worker's output is kept as its own node's (rank 1's last lines may come after
     # the job completed with rank 0: they are still taken).
     def node_lines(rank: int) -> list[dict[str, object]]:

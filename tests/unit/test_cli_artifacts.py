@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.cli.artifacts import select
+from gpufleet.cli.artifacts import nodes_note, select
 from gpufleet.cli.output import size
 from gpufleet.cli.resolve import job_id
 from gpufleet.cli.transfer import target_of
@@ -180,3 +180,11 @@ def test_a_reference_longer_than_the_api_takes_is_cut_for_the_query_and_checked_
     with pytest.raises(NotFound):
         job_id(QUEUE, long)
     assert len(QUEUE.asked[-1]["id_prefix"]) == 32
+
+
+def test_a_multi_node_checkpoint_says_whether_every_node_completed_it() -> None:
+    assert nodes_note(None) == ""
+    done = {"nodes": 2, "done": [0, 1], "missing": [], "complete": True}
+    assert nodes_note(done) == " (all 2 nodes)"
+    partial = {"nodes": 3, "done": [0], "missing": [1, 2], "complete": False}
+    assert nodes_note(partial) == " (incomplete: node 1, 2 missing)"

@@ -71,13 +71,10 @@ def test_ddp_outside_torchrun_says_how_to_start_it(
         train.main(["--ddp", "--output", str(tmp_path / "r.json")])
 
 
-@pytest.mark.parametrize("args", [["--backend", "numpy"], ["--checkpoint-every", "5"]])
-def test_ddp_refuses_numpy_and_checkpoints(
-    args: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_ddp_refuses_numpy(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        train.main(["--ddp", *args])
-    assert "--ddp runs on PyTorch and writes no checkpoints" in capsys.readouterr().err
+        train.main(["--ddp", "--backend", "numpy"])
+    assert "--ddp runs on PyTorch" in capsys.readouterr().err
 
 
 def test_ddp_needs_a_global_batch_that_divides_over_the_ranks(

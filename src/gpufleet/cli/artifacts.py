@@ -78,6 +78,15 @@ def _files(records: list[dict[str, Any]]) -> Any:
     )
 
 
+def nodes_note(nodes: dict[str, Any] | None) -> str:
+    """A multi-node job's checkpoint: complete, or which nodes have not committed their part."""
+    if not nodes:
+        return ""
+    if nodes["complete"]:
+        return f" (all {nodes['nodes']} nodes)"
+    return f" (incomplete: node {', '.join(str(r) for r in nodes['missing'])} missing)"
+
+
 def _checkpoints(records: list[dict[str, Any]]) -> Any:
     return out.table(
         ("#", "NAME", "STEP", "FILES", "SIZE", "PATH", "CREATED"),
@@ -88,7 +97,7 @@ def _checkpoints(records: list[dict[str, Any]]) -> Any:
                 c["step"],
                 c["files"],
                 out.size(c["size"]),
-                c["path"],
+                c["path"] + nodes_note(c.get("nodes")),
                 out.ago(c["created_at"]),
             )
             for c in records

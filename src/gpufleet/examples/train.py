@@ -19,17 +19,25 @@ batch gradient descent without randomness after the data, so a resumed run's `re
 is byte-identical to an uninterrupted run's with the same seed: it holds no timing.
 
 Data-parallel (`--ddp`, PyTorch only, on the CPU): started by `torchrun` (`RANK`, `WORLD_SIZE`,
-`LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), each rank joins a gloo process group, trains on
-its own contiguous slice of the global batch (`--samples`, which must divide evenly) and the
-gradients are all-reduced and averaged: the mean over the global batch, as in one process.
-Every rank logs its checksum; local rank 0 writes `result.json`. It writes no checkpoints.
-`result.json`'s `weights_sha256` (the weights rounded to CHECKSUM_DECIMALS) is then equal on
-every rank and to a one-process run with the same `--samples` and `--seed`.
+`LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), or directly as a gpufleet multi-node job's one
+process a node (its rank the node's, `GPUFLEET_NODE_RANK` of `GPUFLEET_NUM_NODES`), each rank
+joins a gloo process group, trains on its own contiguous slice of the global batch
+(`--samples`, which must divide evenly) and the gradients are all-reduced and averaged: the
+mean over the global batch, as in one process. Every rank logs its checksum; local rank 0
+writes `result.json`. `result.json`'s `weights_sha256` (the weights rounded to
+CHECKSUM_DECIMALS) is then equal on every rank and to a one-process run with the same
+`--samples` and `--seed`.
+
+Checkpoints with `--ddp` (examples/ddp.py): every rank writes the same steps, each its replica
+under `checkpoint-<step>/rank-<RANK>/`, and resumes from its own. The checkpoint signal is
+handled only when the rank is the worker's process itself: `torchrun` would die of it (it
+does not pass SIGUSR1 on), so under `torchrun` only `--checkpoint-every` writes them.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -41,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet import progress
+from gpufleet.examples import ddp
 from gpufleet.progress import report
 
 STATE_FILE = "state.json"
@@ -147,24 +156,6 @@ def weights_checksum(weights: list[float], bias: float) -> str:
     return hashlib.sha256(json.dumps(values).encode()).hexdigest()
 
 
-def start_ddp(samples: int) -> tuple[Any, int, int, int]:
-    """torch, rank, world size and local rank, in the gloo process group torchrun set up."""
-    names = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    missing = [name for name in names if name not in os.environ]
-    if missing:
-        raise SystemExit(f"--ddp: start it with torchrun ({', '.join(missing)} not set)")
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if samples % world_size:
-        raise SystemExit(f"--ddp: --samples {samples} does not divide over {world_size} ranks")
-    try:
-        import torch
-        import torch.distributed as dist
-    except ImportError:
-        raise SystemExit("--ddp: PyTorch is not installed") from None
-    dist.init_process_group("gloo")
-    return torch, rank, world_size, int(os.environ.get("LOCAL_RANK", "0"))
-
-
 def make_model(x: Any, y: Any, backend: str) -> NumpyModel | TorchModel:
     if backend in ("auto", "torch"):
         try:
@@ -184,13 +175,20 @@ def save_checkpoint(
     checkpoint never carries its final name) and tell the worker."""
     target = folder / f"checkpoint-{step}"
     staging = folder / f".checkpoint-{step}.partial"
-    staging.mkdir(parents=True, exist_ok=True)
-    model.save(staging)
-    state = {"step": step, "backend": model.backend, "initial_loss": initial_loss}
-    (staging / STATE_FILE).write_text(json.dumps(state))
+    write_state(model, staging, step=step, initial_loss=initial_loss)
     staging.replace(target)
     progress.checkpoint(target, step=step)
     return target
+
+
+def write_state(
+    model: NumpyModel | TorchModel, folder: Path, *, step: int, initial_loss: float
+) -> None:
+    """The model's weights and `state.json` into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save(folder)
+    state = {"step": step, "backend": model.backend, "initial_loss": initial_loss}
+    (folder / STATE_FILE).write_text(json.dumps(state))
 
 
 def load_checkpoint(model: NumpyModel | TorchModel, folder: Path) -> tuple[int, float]:
@@ -240,13 +238,14 @@ def main(argv: list[str] | None = None) -> int:
         help="data-parallel under torchrun: gloo, the batch split over the ranks",
     )
     args = parser.parse_args(argv)
-    if args.ddp and (args.backend == "numpy" or args.checkpoint_every):
-        parser.error("--ddp runs on PyTorch and writes no checkpoints")
+    if args.ddp and args.backend == "numpy":
+        parser.error("--ddp runs on PyTorch")
 
     x, y, truth = make_data(args.samples, args.features, args.seed)
+    torch: Any = None  # --ddp's
     rank, world_size, local_rank = 0, 1, 0
     if args.ddp:
-        torch, rank, world_size, local_rank = start_ddp(len(y))
+        torch, rank, world_size, local_rank = ddp.start(len(y))
         model: NumpyModel | TorchModel = TorchModel(x, y, torch, (rank, world_size))
     else:
         model = make_model(x, y, args.backend)
@@ -254,16 +253,19 @@ def main(argv: list[str] | None = None) -> int:
     first = 1
     resume = progress.resume_from()
     if resume is not None:
-        done, initial_loss = load_checkpoint(model, resume)
+        done, initial_loss = load_checkpoint(model, resume / f"rank-{rank}" if args.ddp else resume)
         first = done + 1
         print(f"resumed from {resume} at step {done}", flush=True)
+    if args.ddp:
+        ddp.same_step(torch, first - 1)
     asked = False
 
     def on_signal() -> None:
         nonlocal asked
         asked = True
 
-    if os.environ.get(progress.PROGRESS_FILE_ENV) and not args.ddp:  # a worker may ask for one
+    # A worker may ask for one; not through torchrun, which would die of the signal.
+    if os.environ.get(progress.PROGRESS_FILE_ENV) and "TORCHELASTIC_RUN_ID" not in os.environ:
         progress.on_checkpoint_signal(on_signal)
     print(
         f"training on {len(y)} samples, {args.features} features, with {model.backend} on "
@@ -273,19 +275,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     every = max(1, args.steps // 50)
     loss = accuracy = 0.0
-    for i in range(first, args.steps + 1):
-        model.step(args.lr)
-        if i % every == 0 or i == args.steps:
-            loss, accuracy = model.evaluate()
-            report(step=i, total=args.steps, loss=round(loss, 5), accuracy=accuracy, lr=args.lr)
-            print(f"step {i}/{args.steps} loss={loss:.4f} accuracy={accuracy:.3f}", flush=True)
-        due = args.checkpoint_every > 0 and i % args.checkpoint_every == 0
-        if (due or asked) and i < args.steps:
-            asked = False
-            saved = save_checkpoint(model, args.checkpoint_dir, i, initial_loss)
-            print(f"checkpoint {saved}", flush=True)
-        if args.step_delay:
-            time.sleep(args.step_delay)
+    try:
+        for i in range(first, args.steps + 1):
+            model.step(args.lr)
+            if i % every == 0 or i == args.steps:
+                loss, accuracy = model.evaluate()
+                report(step=i, total=args.steps, loss=round(loss, 5), accuracy=accuracy, lr=args.lr)
+                print(f"step {i}/{args.steps} loss={loss:.4f} accuracy={accuracy:.3f}", flush=True)
+            want = (args.checkpoint_every > 0 and i % args.checkpoint_every == 0) or asked
+            if args.ddp:
+                want = ddp.agreed(torch, want)  # every rank, every step: the same answer
+            if want and i < args.steps:
+                asked = False
+                if args.ddp:
+                    write = functools.partial(write_state, model, step=i, initial_loss=initial_loss)
+                    saved = ddp.save(torch, args.checkpoint_dir, i, rank, local_rank, write)
+                else:
+                    saved = save_checkpoint(model, args.checkpoint_dir, i, initial_loss)
+                print(f"checkpoint {saved}", flush=True)
+            if args.step_delay:
+                time.sleep(args.step_delay)
+    except RuntimeError as exc:  # gloo's: a peer is gone
+        if not args.ddp:
+            raise
+        return ddp.peer_gone(exc)
     loss, accuracy = model.evaluate()
 
     weights, bias = model.weights()

@@ -188,8 +188,8 @@ class JobRun:
         uploader.known.update({file.path: file for file in job.resumed})
         if self.offer.attempt_id is None:  # an upload must name its attempt to be fenced
             uploader.unsupported = "the offer names no attempt"
-        if self.gang is not None and self.gang.node.rank > 0:
-            uploader.unsupported = "a multi-node job's artifacts come from node 0"
+        if self.gang is not None:  # each node stores its checkpoints; node 0 the artifacts
+            uploader.node_rank = self.gang.node.rank
         return uploader
 
     def _shipper(self) -> LogShipper:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpufleet.artifacts.keys import checked_path
+from gpufleet.domain.node_checkpoints import node_path
 from gpufleet.errors import AgentError, UnsafeArtifactPath
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.errors import Fenced, Rejected, Unreachable
@@ -143,6 +144,9 @@ class Uploader:
         self._backoff = backoff
         self.fenced: Fenced | None = None
         self.unsupported: str | None = None  # why the orchestrator takes no upload at all
+        # A multi-node job's node: its checkpoint files are stored under node-K/ and its
+        # commits name it (domain/node_checkpoints.py); only node 0 sends other files.
+        self.node_rank: int | None = None
         self.failures: list[str] = []
         self.stored: dict[str, FileDigest] = {}  # path → what was stored for this attempt
         # Files stored already (by the attempt this one resumed from): skipped if unchanged.
@@ -163,7 +167,7 @@ class Uploader:
         """Store one file; None when it failed (recorded). Raises `Fenced` (and remembers it)."""
         if self.fenced is not None:
             raise self.fenced
-        if self.unsupported is not None:
+        if self.unsupported is not None or (kind != "checkpoint" and (self.node_rank or 0) > 0):
             return None
         try:  # the orchestrator would refuse it: say so here, and send nothing
             checked_path(path)
@@ -180,7 +184,7 @@ class Uploader:
             return file
         body = {
             "attempt_id": self._attempt_id,
-            "path": path,
+            "path": self._stored_as(path) if kind == "checkpoint" else path,
             "size": file.size,
             "sha256": file.sha256,
             "kind": kind,
@@ -221,8 +225,12 @@ class Uploader:
             "name": name,
             "path": path,
             "step": step,
-            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in files],
+            "files": [
+                {"path": self._stored_as(f.path), "size": f.size, "sha256": f.sha256} for f in files
+            ],
         }
+        if self.node_rank is not None:
+            body["node_rank"] = self.node_rank
         try:
             await self._retried(path, lambda: self._transfers.commit_checkpoint(self._job_id, body))
         except Fenced as exc:
@@ -233,6 +241,10 @@ class Uploader:
             return False
         log.info("committed checkpoint %s (%d files)", path, len(files))
         return True
+
+    def _stored_as(self, path: str) -> str:
+        """Where a checkpoint's file at `path` is stored: under node-K/ for a gang's node."""
+        return path if self.node_rank is None else node_path(self.node_rank, path)
 
     async def _send(self, file: FileDigest, body: Json) -> None:
         answer = await self._transfers.announce_upload(self._job_id, body)

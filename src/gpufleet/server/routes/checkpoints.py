@@ -33,6 +33,7 @@ async def job_checkpoint_commit(
         path=body.path,
         step=body.step,
         files=[checkpoints.CheckpointFile(f.path, f.size, f.sha256) for f in body.files],
+        node_rank=body.node_rank,
     )
     return CheckpointOut.of(await checkpoints.commit_checkpoint(ctx, worker, job_id, commit, token))
 
@@ -56,7 +57,7 @@ async def job_checkpoint_fetch(
         step=checkpoint.step,
         files=[
             FetchFileOut(
-                path=f.artifact.path,
+                path=f.path,
                 size=f.artifact.size,
                 sha256=f.artifact.sha256,
                 url=f.url,

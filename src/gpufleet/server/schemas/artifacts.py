@@ -26,6 +26,15 @@ class ArtifactOut(Record):
     created_at: datetime
 
 
+class CheckpointNodesOut(Record):
+    """A multi-node job's checkpoint: which of its nodes committed their part."""
+
+    nodes: int  # the gang's node count
+    done: list[int]
+    missing: list[int]
+    complete: bool
+
+
 class CheckpointOut(Record):
     id: str
     name: str
@@ -36,6 +45,7 @@ class CheckpointOut(Record):
     files: int
     size: int
     created_at: datetime
+    nodes: CheckpointNodesOut | None = None  # a multi-node job's (resumed from when complete)
 
 
 class ArtifactList(BaseModel):
@@ -52,7 +62,9 @@ class ArtifactList(BaseModel):
             pinned=listed.job.artifacts_pinned,
             total_bytes=listed.total_bytes,
             artifacts=[ArtifactOut.of(a) for a in listed.artifacts],
-            checkpoints=[CheckpointOut.of(c) for c in listed.checkpoints],
+            checkpoints=[
+                CheckpointOut.over(c, nodes=listed.nodes.get(c.id)) for c in listed.checkpoints
+            ],
         )
 
 

@@ -62,6 +62,7 @@ class CheckpointIn(Lenient):
     path: str = PathField
     step: int | None = Field(None, ge=0, le=BIGINT)
     files: list[CheckpointFileIn] = Field(min_length=1, max_length=100_000)
+    node_rank: int | None = Field(None, ge=0, le=100_000)  # a multi-node job's node: its part
 
 
 class CheckpointOut(Record):

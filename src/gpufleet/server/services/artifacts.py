@@ -10,11 +10,12 @@ to delete, so a blob that failed to go is tried again rather than forgotten.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from gpufleet.artifacts import tar
+from gpufleet.domain.node_checkpoints import Completion, completion, node_path, split_node_path
 from gpufleet.domain.ownership import JobAction
 from gpufleet.domain.records import Artifact, Checkpoint, Job, User
 from gpufleet.errors import ArtifactStoreError, NotFound
@@ -32,6 +33,8 @@ class JobArtifacts:
     artifacts: list[Artifact]  # newest attempt first
     checkpoints: list[Checkpoint]  # newest attempt first
     total_bytes: int
+    # A multi-node job's checkpoints: which nodes committed their part (by checkpoint id).
+    nodes: Mapping[str, Completion] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +56,12 @@ async def list_for_job(ctx: Context, job_id: str) -> JobArtifacts:
             raise no_job(job_id)
         found = await q.artifacts_for_job(job_id)
         checkpoints = await q.checkpoints_for_job(job_id)
+        parts = await q.checkpoint_node_ranks([c.id for c in checkpoints]) if job.nodes > 1 else {}
     newest_first = sorted(
         checkpoints, key=lambda c: (c.attempt_number or 0, c.created_at), reverse=True
     )
-    return JobArtifacts(job, found, newest_first, sum(a.size for a in found))
+    nodes = {c.id: completion(job.nodes, parts.get(c.id, ())) for c in checkpoints if job.nodes > 1}
+    return JobArtifacts(job, found, newest_first, sum(a.size for a in found), nodes)
 
 
 def pick(found: Sequence[Artifact], job_id: str, path: str, attempt_id: str | None) -> Artifact:
@@ -92,6 +97,18 @@ class Archive:
     chunks: AsyncIterator[bytes]
 
 
+def _in_archive(checkpoint: Checkpoint, path: str) -> str | None:
+    """A checkpoint's file's name in its tar: `checkpoint-1200/…`, a gang's node K's part
+    under `checkpoint-1200/node-K/…`; None for a file outside its folder."""
+    folder = checkpoint.path + "/"
+    if path.startswith(folder):
+        return f"{checkpoint.name}/{path[len(folder) :]}"
+    part = split_node_path(path)
+    if part is not None and part[1].startswith(folder):
+        return f"{checkpoint.name}/{node_path(part[0], part[1][len(folder) :])}"
+    return None
+
+
 async def checkpoint_archive(ctx: Context, job_id: str, checkpoint_id: str) -> Archive:
     """A committed checkpoint of the job as one tar of its folder (`checkpoint-1200/…`),
     streamed through the orchestrator from the store."""
@@ -106,11 +123,10 @@ async def checkpoint_archive(ctx: Context, job_id: str, checkpoint_id: str) -> A
                 cli=f"list them with: gpufleet jobs artifacts {job_id}",
             )
         files = await q.checkpoint_files(checkpoint.attempt_id, checkpoint.name)
-    folder = checkpoint.path + "/"
     members = [
-        tar.Member(checkpoint.name + "/" + a.path[len(folder) :], a.size, a.created_at, a.key)
+        tar.Member(name, a.size, a.created_at, a.key)
         for a in files
-        if a.path.startswith(folder)
+        if (name := _in_archive(checkpoint, a.path)) is not None
     ]
     chunks = counted(ctx, tar.archive(members, ctx.artifacts.open))
     return Archive(checkpoint, tar.archive_size(members), chunks)

@@ -6,19 +6,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 from urllib.parse import urlencode
 
 from gpufleet import protocol
 from gpufleet.artifacts.keys import checked_path
 from gpufleet.artifacts.store import checked_sha256
-from gpufleet.domain.records import Artifact, Checkpoint, Worker
+from gpufleet.domain.node_checkpoints import node_path
+from gpufleet.domain.records import Artifact, Checkpoint, Job, Worker
 from gpufleet.domain.secrets import new_id
 from gpufleet.errors import InvalidInput, NotFound
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import job_topic
 from gpufleet.server.services import attempt_tokens
-from gpufleet.server.services.job_fence import live_job, offered_job
+from gpufleet.server.services.job_fence import live_job, live_node, offered_job
 from gpufleet.server.services.uploads import check_name
 from gpufleet.store import Queries
 
@@ -31,6 +33,7 @@ class FetchFile:
     artifact: Artifact
     url: str
     headers: dict[str, str]
+    path: str  # where it goes in the job folder (a gang's node-K/ taken off)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +50,14 @@ class CheckpointCommit:
     path: str
     step: int | None
     files: list[CheckpointFile]
+    node_rank: int | None = None  # a multi-node job's node committing its part
 
 
 def _check_commit(commit: CheckpointCommit) -> None:
     check_name(commit.name)
     folder = checked_path(commit.path) + "/"
+    if commit.node_rank is not None:  # its files are stored under node-K/
+        folder = node_path(commit.node_rank, folder)
     if not commit.files:
         raise InvalidInput(f"checkpoint {commit.name!r} lists no files; list what it holds")
     for f in commit.files:
@@ -75,7 +81,8 @@ async def commit_checkpoint(
     _check_commit(commit)
     attempt_tokens.check(ctx.audit_key, worker, commit.attempt_id, attempt_token)
     async with transaction(ctx) as tx:
-        job = await live_job(tx.q, worker, job_id, commit.attempt_id, lock=True)
+        job = await live_node(tx.q, worker, job_id, commit.attempt_id, commit.node_rank, lock=True)
+        _check_node(job, commit)
         stored = {a.path: a for a in await tx.q.checkpoint_files(commit.attempt_id, commit.name)}
         missing = [
             f.path
@@ -90,34 +97,84 @@ async def commit_checkpoint(
                 "with that size and sha256 as its files; upload them (kind 'checkpoint', "
                 "this checkpoint's name), then commit again"
             )
-        attempt = await tx.q.get_attempt(commit.attempt_id)
-        checkpoint = Checkpoint(
-            id=new_id("k"),
-            job_id=job.id,
-            attempt_id=commit.attempt_id,
-            name=commit.name,
-            path=commit.path,
-            step=commit.step,
-            files=len(commit.files),
-            size=sum(f.size for f in commit.files),
-            created_at=tx.now,
-            attempt_number=attempt.number if attempt else None,
-        )
-        await tx.q.insert_checkpoint(
-            {
-                "id": checkpoint.id,
-                "job_id": checkpoint.job_id,
-                "attempt_id": checkpoint.attempt_id,
-                "name": checkpoint.name,
-                "path": checkpoint.path,
-                "step": checkpoint.step,
-                "files": checkpoint.files,
-                "size": checkpoint.size,
-                "created_at": checkpoint.created_at,
-            }
-        )
+        if commit.node_rank is None:
+            checkpoint = await _insert(tx.q, job, commit, tx.now)
+        else:
+            checkpoint = await _insert_part(tx.q, job, commit, commit.node_rank, tx.now)
         tx.wake(job_topic(job.id))
     return checkpoint
+
+
+def _check_node(job: Job, commit: CheckpointCommit) -> None:
+    if job.nodes > 1 and commit.node_rank is None:
+        raise InvalidInput(
+            f"job {job.id} runs on {job.nodes} nodes: each commits its own part of a "
+            "checkpoint; name yours with node_rank and store its files under node-<rank>/"
+        )
+    if job.nodes <= 1 and commit.node_rank is not None:
+        raise InvalidInput(
+            f"job {job.id} runs on one node: commit its checkpoint without node_rank"
+        )
+
+
+def _row(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "id": checkpoint.id,
+        "job_id": checkpoint.job_id,
+        "attempt_id": checkpoint.attempt_id,
+        "name": checkpoint.name,
+        "path": checkpoint.path,
+        "step": checkpoint.step,
+        "files": checkpoint.files,
+        "size": checkpoint.size,
+        "created_at": checkpoint.created_at,
+    }
+
+
+async def _insert(q: Queries, job: Job, commit: CheckpointCommit, now: datetime) -> Checkpoint:
+    """A one-node job's checkpoint, replacing the attempt's of the same name."""
+    attempt = await q.get_attempt(commit.attempt_id)
+    checkpoint = Checkpoint(
+        id=new_id("k"),
+        job_id=job.id,
+        attempt_id=commit.attempt_id,
+        name=commit.name,
+        path=commit.path,
+        step=commit.step,
+        files=len(commit.files),
+        size=sum(f.size for f in commit.files),
+        created_at=now,
+        attempt_number=attempt.number if attempt else None,
+    )
+    await q.insert_checkpoint(_row(checkpoint))
+    return checkpoint
+
+
+async def _insert_part(
+    q: Queries, job: Job, commit: CheckpointCommit, rank: int, now: datetime
+) -> Checkpoint:
+    """Node `rank`'s part of a gang's checkpoint: the checkpoint is written by its first
+    node's commit; every node's names the same folder and step."""
+    checkpoint = await q.checkpoint_named(commit.attempt_id, commit.name)
+    if checkpoint is None:
+        checkpoint = await _insert(q, job, commit, now)
+    elif (checkpoint.path, checkpoint.step) != (commit.path, commit.step):
+        raise InvalidInput(
+            f"node {rank}'s checkpoint {commit.name!r} is {commit.path!r} at step "
+            f"{commit.step}, the other nodes' is {checkpoint.path!r} at step {checkpoint.step}: "
+            "every node writes a checkpoint of one name at the same path and step"
+        )
+    files, size = len(commit.files), sum(f.size for f in commit.files)
+    await q.insert_checkpoint_node(
+        {
+            "checkpoint_id": checkpoint.id,
+            "rank": rank,
+            "files": files,
+            "size": size,
+            "created_at": now,
+        }
+    )
+    return await q.get_checkpoint(checkpoint.id) or checkpoint
 
 
 async def reading_attempt(
@@ -153,20 +210,43 @@ async def fetch_checkpoint(
         checkpoint = await q.get_checkpoint(checkpoint_id)
         if checkpoint is None or checkpoint.job_id != job_id:
             raise NotFound(f"job {job_id} has no checkpoint {checkpoint_id[:64]!r}")
-        folder = checkpoint.path + "/"
-        files = [
-            a
-            for a in await q.checkpoint_files(checkpoint.attempt_id, checkpoint.name)
-            if a.path.startswith(folder)
-        ]
+        rank = await _reading_node(q, worker, job_id, attempt_id)
+        files = await _part(q, checkpoint, rank)
     out = []
-    for artifact in files:
+    for artifact, local in files:
         url = await ctx.artifacts.presign_get(artifact.key, FETCH_TTL)
         if url is None:
             path = protocol.job_artifact_path(job_id, artifact.id)
             url = f"{path}?{urlencode({'attempt_id': attempt_id})}"
-        out.append(FetchFile(artifact, url, {}))
+        out.append(FetchFile(artifact, url, {}, local))
     return checkpoint, out
+
+
+async def _reading_node(q: Queries, worker: Worker, job_id: str, attempt_id: str) -> int | None:
+    """The rank of the worker's node in a gang's live attempt; None for a one-node job."""
+    job = await q.get_job(job_id)
+    if job is None or job.nodes <= 1:
+        return None
+    ranks = [n.rank for n in await q.attempt_nodes(attempt_id) if n.worker_id == worker.id]
+    return min(ranks) if ranks else None
+
+
+async def _part(q: Queries, checkpoint: Checkpoint, rank: int | None) -> list[tuple[Artifact, str]]:
+    """The checkpoint's files a node puts in place, with their path in its job folder: a
+    gang's node its own part (`node-K/`), a one-node job all of them."""
+    prefix = "" if rank is None else node_path(rank, "")
+    folder = prefix + checkpoint.path + "/"
+    found = [
+        (a, a.path[len(prefix) :])
+        for a in await q.checkpoint_files(checkpoint.attempt_id, checkpoint.name)
+        if a.path.startswith(folder)
+    ]
+    if not found and rank is not None:
+        raise NotFound(
+            f"checkpoint {checkpoint.name!r} holds no part of node {rank}; a gang resumes "
+            "only from a checkpoint every node completed"
+        )
+    return found
 
 
 async def download(

@@ -56,3 +56,22 @@ async def live_job(
             "for it"
         )
     return job
+
+
+async def live_node(
+    q: Queries, worker: Worker, job_id: str, attempt_id: str, rank: int | None, *, lock: bool
+) -> Job:
+    """The job, if `attempt_id` is its live attempt and, in a multi-node job, this worker is
+    its node `rank` (a node writes only its own part of a checkpoint); `rank` None, or a
+    one-node job: as `live_job`."""
+    job = await live_job(q, worker, job_id, attempt_id, lock=lock, node=rank is not None)
+    if rank is None or job.nodes <= 1:
+        return job
+    if not any(
+        n.rank == rank and n.worker_id == worker.id for n in await q.attempt_nodes(attempt_id)
+    ):
+        raise NotHolder(
+            f"worker {worker.id} is not node {rank} of job {job.id}'s attempt "
+            f"{attempt_id[:64]!r}; a node stores only its own part, under node-<its rank>/"
+        )
+    return job

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpufleet import protocol
-from gpufleet.domain import outcomes, publishing
+from gpufleet.domain import node_checkpoints, outcomes, publishing
 from gpufleet.domain.records import Attempt, Checkpoint, Job, Worker
 from gpufleet.domain.secrets import upload_token
 from gpufleet.protocol import Event
@@ -17,14 +17,20 @@ from gpufleet.store import Queries
 async def resume_for(
     q: Queries, job: Job, history: Sequence[Attempt] | None = None
 ) -> Checkpoint | None:
-    """The checkpoint the job's next attempt starts from (`outcomes.resume_sources`), if any.
+    """The checkpoint the job's next attempt starts from (`outcomes.resume_sources`), if any;
+    a gang's, the newest every node completed (`node_checkpoints.resume_choice`).
     `history`: the job's attempts, when the caller has read them already. A job never
     offered before reads nothing more."""
     if job.attempts == 0:
         return None
     if history is None:
         history = await q.attempts_for_job(job.id)
-    return await q.latest_checkpoint(job.id, outcomes.resume_sources(history))
+    sources = outcomes.resume_sources(history)
+    if job.nodes <= 1:
+        return await q.latest_checkpoint(job.id, sources)
+    candidates = await q.resume_candidates(job.id, sources)
+    parts = await q.checkpoint_node_ranks([c.id for c in candidates])
+    return node_checkpoints.resume_choice(candidates, job.nodes, parts)
 
 
 def resume_entry(checkpoint: Checkpoint | None) -> dict[str, Any] | None:

@@ -28,7 +28,8 @@ from gpufleet.artifacts.store import (
     checked_sha256,
 )
 from gpufleet.domain.audit_events import worker_actor
-from gpufleet.domain.records import Artifact, ArtifactKind, Worker
+from gpufleet.domain.node_checkpoints import split_node_path
+from gpufleet.domain.records import Artifact, ArtifactKind, Job, Worker
 from gpufleet.domain.secrets import new_id, open_ticket, sign_ticket
 from gpufleet.errors import (
     ArtifactCorrupt,
@@ -40,7 +41,8 @@ from gpufleet.errors import (
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import job_topic
 from gpufleet.server.services import attempt_tokens
-from gpufleet.server.services.job_fence import live_job, offered_job
+from gpufleet.server.services.job_fence import live_node, offered_job
+from gpufleet.store import Queries
 
 UPLOAD_TTL = timedelta(hours=12)  # an announced upload (and its presigned URL) lasts this long
 _TICKET = "artifact-upload"
@@ -96,6 +98,16 @@ def _checked(job_id: str, file: Announce, limit: int) -> tuple[Announce, str]:
     return Announce(file.attempt_id, file.path, file.size, sha, file.kind, file.checkpoint), key
 
 
+async def _live(q: Queries, worker: Worker, job_id: str, file: Announce, *, lock: bool) -> Job:
+    """The job, if the worker may store `file` for its live attempt: a checkpoint file under
+    `node-K/` is node K's own (every node of a gang stores its part); any other, the
+    attempt's worker's (a gang's node 0)."""
+    part = split_node_path(file.path) if file.kind is ArtifactKind.CHECKPOINT else None
+    return await live_node(
+        q, worker, job_id, file.attempt_id, None if part is None else part[0], lock=lock
+    )
+
+
 def check_name(name: str) -> None:
     checked_path(name)
     if "/" in name:
@@ -127,7 +139,7 @@ async def announce(
     file, key = _checked(job_id, file, limit)
     attempt_tokens.check(ctx.audit_key, worker, file.attempt_id, attempt_token)
     async with ctx.store.read() as q:
-        await live_job(q, worker, job_id, file.attempt_id, lock=False)
+        await _live(q, worker, job_id, file, lock=False)
         stored = await q.artifact_at(file.attempt_id, file.path)
         held = await q.job_artifact_bytes(job_id) - (stored.size if stored else 0)
     if stored is not None and _same(stored, file):
@@ -200,10 +212,10 @@ async def _live_ticket(
 ) -> _Ticket:
     """The announced upload, while its attempt is live on this worker."""
     async with ctx.store.read() as q:
-        await offered_job(q, worker, job_id)
+        await offered_job(q, worker, job_id, node=True)
         ticket = _ticket(ctx, job_id, upload_id)
         attempt_tokens.check(ctx.audit_key, worker, ticket.file.attempt_id, attempt_token)
-        await live_job(q, worker, job_id, ticket.file.attempt_id, lock=False)
+        await _live(q, worker, job_id, ticket.file, lock=False)
     return ticket
 
 
@@ -284,7 +296,7 @@ async def _record(
         if stored.size != file.size:
             raise _wrong_size(file, stored.size)
         async with transaction(ctx) as tx:
-            job = await live_job(tx.q, worker, ticket.job_id, file.attempt_id, lock=True)
+            job = await _live(tx.q, worker, ticket.job_id, file, lock=True)
             before = await tx.q.artifact_at(file.attempt_id, file.path)
             held = await tx.q.job_artifact_bytes(job.id) - (before.size if before else 0)
             if held + file.size > limit:

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from gpufleet.domain.records import Artifact, Checkpoint
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import QueryBase
-from gpufleet.store.tables import artifacts, checkpoints, job_attempts, jobs
+from gpufleet.store.tables import artifacts, checkpoint_nodes, checkpoints, job_attempts, jobs
 
 
 class ArtifactQueries(QueryBase):
@@ -93,8 +93,16 @@ class ArtifactQueries(QueryBase):
         """The newest checkpoint the job committed in one of `attempt_ids` (those a resume may
         draw on: `outcomes.resume_sources`) while that attempt was still live: one written
         after its attempt ended (fenced out) is never a resume's source, whatever wrote it."""
+        found = await self.resume_candidates(job_id, attempt_ids, limit=1)
+        return found[0] if found else None
+
+    async def resume_candidates(
+        self, job_id: str, attempt_ids: Collection[str], *, limit: int | None = None
+    ) -> list[Checkpoint]:
+        """The checkpoints a resume may start from, newest first (`latest_checkpoint`'s
+        order); a gang's are chosen among them by `node_checkpoints.resume_choice`."""
         if not attempt_ids:
-            return None
+            return []
         c = checkpoints.c
         stmt = (
             _with_attempt(checkpoints)
@@ -109,10 +117,55 @@ class ArtifactQueries(QueryBase):
                 c.created_at.desc(),
                 c.id.desc(),
             )
-            .limit(1)
+            .limit(limit)
         )
+        return [rows.checkpoint(m) for m in await self._mapped(stmt)]
+
+    async def checkpoint_named(self, attempt_id: str, name: str) -> Checkpoint | None:
+        """The attempt's checkpoint `name`, if one was committed (by any node)."""
+        c = checkpoints.c
+        stmt = _with_attempt(checkpoints).where(c.attempt_id == attempt_id, c.name == name)
         row = await self._first(stmt)
         return rows.checkpoint(row) if row else None
+
+    async def insert_checkpoint_node(self, values: Mapping[str, Any]) -> None:
+        """Record a node's part of a gang's checkpoint (replacing its earlier commit of it),
+        and make the checkpoint's files and size those of its parts together."""
+        n = checkpoint_nodes.c
+        checkpoint_id = values["checkpoint_id"]
+        await self.conn.execute(
+            sa.delete(checkpoint_nodes).where(
+                n.checkpoint_id == checkpoint_id, n.rank == values["rank"]
+            )
+        )
+        await self.conn.execute(sa.insert(checkpoint_nodes).values(**values))
+        await self.conn.execute(
+            sa.update(checkpoints)
+            .where(checkpoints.c.id == checkpoint_id)
+            .values(
+                files=_of_parts(sa.func.sum(n.files), checkpoint_id),
+                size=_of_parts(sa.func.sum(n.size), checkpoint_id),
+            )
+        )
+
+    async def checkpoint_node_ranks(self, checkpoint_ids: Collection[str]) -> dict[str, set[int]]:
+        """The ranks that committed their part of each checkpoint while its attempt was live."""
+        if not checkpoint_ids:
+            return {}
+        n = checkpoint_nodes.c
+        stmt = (
+            sa.select(n.checkpoint_id, n.rank)
+            .join(checkpoints, checkpoints.c.id == n.checkpoint_id)
+            .join(job_attempts, job_attempts.c.id == checkpoints.c.attempt_id)
+            .where(
+                n.checkpoint_id.in_(list(checkpoint_ids)),
+                sa.or_(job_attempts.c.ended_at.is_(None), n.created_at <= job_attempts.c.ended_at),
+            )
+        )
+        found: dict[str, set[int]] = {}
+        for checkpoint_id, rank in (await self.conn.execute(stmt)).all():
+            found.setdefault(checkpoint_id, set()).add(rank)
+        return found
 
     async def delete_artifacts(self, artifact_ids: Collection[str]) -> int:
         if not artifact_ids:
@@ -137,3 +190,9 @@ def _with_attempt(table: sa.Table) -> sa.Select[Any]:
     return sa.select(table, job_attempts.c.number.label("attempt_number")).join(
         job_attempts, job_attempts.c.id == table.c.attempt_id
     )
+
+
+def _of_parts(total: Any, checkpoint_id: str) -> Any:
+    """`total` over the parts of one gang checkpoint, as a value an update can set."""
+    of_it = checkpoint_nodes.c.checkpoint_id == checkpoint_id
+    return sa.select(total).where(of_it).scalar_subquery()

@@ -7,7 +7,12 @@ from gpufleet.store.tables.access import api_keys, revoked_sessions
 from gpufleet.store.tables.audit import audit_events
 from gpufleet.store.tables.base import JSON, UTCDateTime, metadata
 from gpufleet.store.tables.fleet import fleet_samples, worker_events, worker_tokens, workers
-from gpufleet.store.tables.job_files import artifacts, checkpoints, workdir_holders
+from gpufleet.store.tables.job_files import (
+    artifacts,
+    checkpoint_nodes,
+    checkpoints,
+    workdir_holders,
+)
 from gpufleet.store.tables.queue import (
     attempt_nodes,
     job_attempts,
@@ -28,6 +33,7 @@ __all__ = [
     "artifacts",
     "attempt_nodes",
     "audit_events",
+    "checkpoint_nodes",
     "checkpoints",
     "config_versions",
     "configs",

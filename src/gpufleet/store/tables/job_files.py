@@ -47,6 +47,23 @@ checkpoints = sa.Table(
     sa.Index("ix_checkpoints_job", "job_id", "created_at"),
 )
 
+# A multi-node job's checkpoint, one row a node that committed its part (its files stored
+# under `node-K/`, domain/node_checkpoints.py); the checkpoint is complete once every node's is.
+checkpoint_nodes = sa.Table(
+    "checkpoint_nodes",
+    metadata,
+    sa.Column(
+        "checkpoint_id",
+        sa.String(32),
+        sa.ForeignKey("checkpoints.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("rank", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("files", sa.Integer, nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
 # Who holds a workdir snapshot (domain/workdir_access.py): a row without a team is a user who
 # uploaded its bytes, checked against the digest; a row with one is that user's sharing of it
 # with the team (a job of theirs naming it is for the team). Written by services/workdirs.py.

@@ -72,6 +72,11 @@ export function artifactsView({ jobId, canSubmit, panel }) {
     );
   }
 
+  // A multi-node job's checkpoint: complete (a requeue resumes from it) or the nodes missing.
+  function nodesNote(n) {
+    return n.complete ? ` all ${n.nodes} nodes` : ` incomplete: node ${n.missing.join(", ")} missing`;
+  }
+
   function checkpointRow(c) {
     return h("tr", {},
       h("td", { "data-label": "Attempt", text: String(c.attempt_number) }),
@@ -79,7 +84,7 @@ export function artifactsView({ jobId, canSubmit, panel }) {
         h("a", {
           href: checkpointUrl(jobId, c), download: `${c.name}.tar`, class: "artifact-link",
           title: `the folder ${c.path}, as one tar`, text: c.name,
-        })),
+        }), c.nodes ? h("span", { class: "muted checkpoint-nodes", text: nodesNote(c.nodes) }) : null),
       h("td", { "data-label": "Step", text: c.step === null ? "—" : String(c.step) }),
       h("td", { "data-label": "Files", text: String(c.files) }),
       h("td", { "data-label": "Size", text: bytes(c.size) }),
