@@ -32,8 +32,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--database-url",
         default=None,
-        help="run scenarios 1-5 and 8 on this database (default: SQLite in a temporary folder); "
-        "it should be empty, the scenarios add workers and jobs",
+        help="run scenarios 1-5, 8 and 10 on this database (default: SQLite in a temporary "
+        "folder); it should be empty, the scenarios add workers and jobs",
     )
     parser.add_argument("--json-out", type=Path, default=None, help="folder for JSON results")
     parser.add_argument("--keep", action="store_true", help="keep the servers' data folders")

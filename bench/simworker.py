@@ -27,14 +27,15 @@ from typing import Any
 import aiohttp
 import orjson
 
+from bench import simgang
 from bench.sse import Decoder
 from gpufleet import protocol
 from gpufleet.protocol import EventType
 
 COMPLETE = "complete"  # acknowledge, run, complete at once
 HOLD = "hold"  # acknowledge and run, then hold the job until told to finish
-# As `httpx.Timeout(60.0)` was: 60 s to connect and between reads, none on a whole request,
-# and none between reads on a stream (it is quiet between pings).
+# As `httpx.Timeout(60.0)` was: 60 s to connect and between reads, none on a whole request
+# or between reads on a stream (quiet between pings).
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=60.0, sock_read=60.0)
 STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=60.0, sock_read=None)
 # What a request can fail with short of an answer: aiohttp's own errors and its timeouts.
@@ -67,21 +68,22 @@ class Cred:
 
 
 @dataclass(frozen=True, slots=True)
-class Seen:
-    """Something a worker saw or did, with both clocks."""
-
-    kind: str  # offer, resend, running, done, refused, cancel
+class Seen:  # something a worker saw or did, with both clocks
+    kind: str  # offer, resend, running, done, refused, cancel; start, finish (gangs' runs)
     worker_id: str
     job_id: str
     attempt_id: str
     mono: float
     wall: float
+    rank: int | None = None  # a multi-node job's offer: the node's rank, and the node count
+    nodes: int | None = None
 
 
 @dataclass
 class _Held:
     job_id: str
     attempt_id: str
+    rank: int | None = None  # one node of a multi-node job (bench/simgang.py)
 
 
 @dataclass
@@ -120,12 +122,11 @@ class SimProcess:
         self.completions = completions
         self.following = False
 
-    def note(self, kind: str, sim: _Sim, job_id: str, attempt_id: str) -> None:
-        self.seen.append(Seen(kind, sim.cred.id, job_id, attempt_id, time.monotonic(), time.time()))
+    def note(self, kind: str, sim: _Sim, job: str, attempt: str, rank: int | None = None) -> None:
+        self.seen.append(Seen(kind, sim.cred.id, job, attempt, time.monotonic(), time.time(), rank))
 
     def error(self, what: str) -> None:
-        if len(self.errors) < 50:
-            self.errors.append(what)
+        self.errors += [what][: 50 - len(self.errors)]
 
     async def post(self, sim: _Sim, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
         """The answer's status code and body."""
@@ -165,7 +166,7 @@ class SimProcess:
             "gpu_vram_gb": 24,
             "accelerator_type": "cuda",
             "agent": "gpufleet-bench",
-            "features": ["command", "attempts"],  # speaks gpufleet's dialect
+            "features": ["command", "attempts", "gang"],  # gpufleet's dialect, multi-node too
         }
         if sim.held is not None:
             body |= {"current_job_id": sim.held.job_id, "current_attempt_id": sim.held.attempt_id}
@@ -209,8 +210,12 @@ class SimProcess:
             case EventType.CONNECTED:
                 self.streaming.add(sim.cred.id)
                 opened.set()
+            case EventType.JOB_SUBMIT if "node_rank" in event:
+                await simgang.offered(self, sim, event)
             case EventType.JOB_SUBMIT:
                 await self.offered(sim, event)
+            case EventType.JOB_START:
+                await simgang.started(self, sim, event)
             case EventType.JOB_CANCEL:
                 await self.cancelled(sim, event)
 
@@ -230,16 +235,21 @@ class SimProcess:
         if self.mode == COMPLETE:
             await self.report(sim, "completed")
 
-    async def report(self, sim: _Sim, status: str) -> bool:
+    async def report(self, sim: _Sim, status: str, **extra: Any) -> bool:
         held = sim.held
         if held is None:
             raise RuntimeError("a simulated worker reported on a job it does not hold")
+        body: dict[str, Any] = {"status": status, "attempt_id": held.attempt_id, **extra}
+        if held.rank is not None:
+            body["node_rank"] = held.rank
+        if status in ("completed", "cancelled"):  # the server may free the worker from now
+            self.note("finish", sim, held.job_id, held.attempt_id, held.rank)
         try:
-            code, answer = await self.post(
-                sim,
-                protocol.job_status_path(held.job_id),
-                {"status": status, "attempt_id": held.attempt_id},
-            )
+            for wait in (0.05, 0.2, 0.8, None):  # a 503 again, after a pause, as the worker does
+                code, answer = await self.post(sim, protocol.job_status_path(held.job_id), body)
+                if code != 503 or wait is None:
+                    break
+                await asyncio.sleep(wait)
         except TRANSPORT_ERRORS as exc:
             self.error(f"report {status} {held.job_id}: {exc!r}")
             sim.held = None
@@ -251,11 +261,11 @@ class SimProcess:
             sim.held = None
             return False
         if status == "running":
-            self.note("running", sim, held.job_id, held.attempt_id)
+            self.note("running", sim, held.job_id, held.attempt_id, held.rank)
         elif status in ("completed", "cancelled"):
             self.note("done" if status == "completed" else "cancel", sim, *_ids(held))
             sim.held = None
-            if status == "completed" and self.following and self.completions is not None:
+            if status == "completed" and not held.rank and self.following and self.completions:
                 self.completions.send(held.job_id)
         return True
 

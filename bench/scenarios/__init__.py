@@ -9,6 +9,7 @@ from bench.report import Result
 from bench.scenarios.artifacts import artifact_transfer
 from bench.scenarios.capacity import capacity
 from bench.scenarios.depth import queue_depth
+from bench.scenarios.gangs import gang_latency
 from bench.scenarios.latency import dispatch_latency
 from bench.scenarios.options import FULL, MEDIUM, SIZES, SMOKE, Options, Size
 from bench.scenarios.policy import policy_cost
@@ -29,6 +30,7 @@ SCENARIOS: dict[int, Scenario] = {
     7: artifact_transfer,
     8: policy_cost,
     9: workdir_scenario,
+    10: gang_latency,
 }
 
 __all__ = ["FULL", "MEDIUM", "SCENARIOS", "SIZES", "SMOKE", "Options", "Scenario", "Size"]

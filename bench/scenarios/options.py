@@ -39,6 +39,10 @@ class Size:
     s8_connect_within: float = 120.0  # scenario 8: a mode whose fleet is not streaming by then
     s9_bytes: int = 100 * 1024**2  # scenario 9: the workdir's files
     s9_runs: int = 3  # scenario 9: timed runs of each kind (empty, cold, warm)
+    s10_workers: int = 1000  # scenario 10: gangs among one-node jobs
+    s10_nodes: tuple[int, ...] = (2, 8, 32)  # the gang sizes, submitted in turn
+    s10_gangs: int = 30  # gangs of each size
+    s10_singles: int = 8  # one-node jobs in flight alongside
     # The floor of #19's per-job goals (bench.ceiling: an empty endpoint, the workers'
     # client), measured once a run on the quiet box after the first throughput scenario.
     floor_seconds: float = 10.0
@@ -71,6 +75,10 @@ SMOKE = Size(
     s8_connect_within=60.0,
     s9_bytes=64 * 1024,
     s9_runs=1,
+    s10_workers=6,
+    s10_nodes=(2,),
+    s10_gangs=3,
+    s10_singles=2,
     floor_seconds=1.0,
     floor_processes=1,
     per_process=3,

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from gpufleet.server.services import retention
 from tests.api.artifacts.uploads import announce, sha, upload
 from tests.api.conftest import HEARTBEAT_TIMEOUT, Agent, Fleet, both_databases
 from tests.api.test_gang_dispatch import gang_worker
@@ -236,3 +237,26 @@ async def test_a_users_key_commits_no_checkpoint_part(fleet: Fleet) -> None:
         answer = await commit(client, offers[0], 4, f"node-0/{path}", data, node_rank=0)
         assert answer.status_code in (401, 403), answer.text
     assert await checkpoints(fleet, job["id"]) == []
+
+
+async def test_retention_never_prunes_the_newest_checkpoint_every_node_completed(
+    fleet: Fleet,
+) -> None:
+    """--keep-checkpoints 1: newer checkpoints node 1 never finished count towards the one
+    kept, but the newest complete one (the one a resume needs) is kept beside them."""
+    fleet.ctx.settings = fleet.ctx.settings.model_copy(update={"keep_checkpoints": 1})
+    job, agents, offers = await gang(fleet, 2, max_retries=1)
+    await start_all(agents, offers)
+    for agent, offer in zip(agents, offers, strict=True):
+        assert (await commit_part(agent, offer, 4)).status_code == 201
+    for step in (8, 12):  # node 1 never finished these
+        fleet.clock.advance(1)
+        assert (await commit_part(agents[0], offers[0], step)).status_code == 201
+
+    swept = await retention.sweep(fleet.ctx)
+    assert len(swept.plan.checkpoint_ids) == 1
+    kept = await checkpoints(fleet, job["id"])
+    assert [(c["step"], c["nodes"]["complete"]) for c in kept] == [(12, False), (4, True)]
+
+    _agents, offers = await requeued(fleet, job["id"], agents)
+    assert {o["resume"]["checkpoint_id"] for o in offers} == {kept[1]["id"]}

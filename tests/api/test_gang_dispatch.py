@@ -334,7 +334,8 @@ async def test_a_gang_that_leaves_the_queue_releases_what_it_held(fleet: Fleet) 
 
 async def test_every_nodes_worker_is_freed_when_the_gangs_attempt_ends(fleet: Fleet) -> None:
     """Reports are fenced by node rank (a report naming none is refused); the attempt's end
-    frees every node (tests/api/test_gang_rendezvous.py: the start itself)."""
+    frees every node, each once it ended (tests/api/test_gang_rendezvous.py: the start
+    itself)."""
     agents = [await gang_worker(fleet, f"node-{n}") for n in range(3)]
     job = await submit_gang(fleet, 3)
     offers = {a.id: await a.next_offer() for a in agents}
@@ -355,6 +356,11 @@ async def test_every_nodes_worker_is_freed_when_the_gangs_attempt_ends(fleet: Fl
     await rank[0].finish(offers[rank[0].id], node_rank=0)
 
     assert (await fleet.job(job["id"]))["status"] == "completed"
+    # Nodes still running outlive rank 0 until their own end (tests/api/test_gang_outliving.py).
+    for r in (1, 2):
+        shown = await worker(fleet, rank[r])
+        assert (shown["status"], shown["current_job_id"]) == ("busy", job["id"])
+        await rank[r].finish(offers[rank[r].id], node_rank=r)
     for agent in agents:
         shown = await worker(fleet, agent)
         assert (shown["status"], shown["current_job_id"]) == ("idle", None)

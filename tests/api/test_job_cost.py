@@ -114,3 +114,24 @@ async def test_the_audit_rows_of_one_request_are_one_insert_in_order(fleet: Flee
     ]
     verified = (await fleet.admin.get("/api/audit/verify")).json()
     assert verified["ok"] is True, verified
+
+
+async def test_a_gang_nodes_report_costs_the_same_statements_at_any_node_count(
+    fleet: Fleet,
+) -> None:
+    """A node's report locks every node's worker (node_reports.py), in one statement: one a
+    node made each report of a 32-node gang 31 statements longer (scenario 10, #35)."""
+    from tests.api.test_gang_dispatch import gang_worker, submit_gang
+    from tests.api.test_gang_rendezvous import ack
+
+    async def rank_1_ack(nodes: int) -> list[str]:
+        agents = [await gang_worker(fleet, f"n{nodes}-{n}") for n in range(nodes)]
+        await submit_gang(fleet, nodes)
+        offers = {o["node_rank"]: (o, a) for a in agents for o in [await a.next_offer()]}
+        offer, agent = offers[1]  # neither rank 0 (its port) nor the last (it starts all)
+        with counting(fleet) as acked:
+            assert (await ack(agent, offer)).status_code == 200
+        return acked
+
+    two, four = await rank_1_ack(2), await rank_1_ack(4)
+    assert len(two) == len(four), four

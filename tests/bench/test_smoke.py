@@ -150,3 +150,21 @@ def test_the_ceiling_probe_counts_answered_requests_and_the_clients_cpu(client: 
     assert 0 < result.server_cpu_share <= 1
     assert result.client_cpu_seconds > 0
     assert result.server_cpu_per_request_ms > 0
+
+
+async def test_gang_latency_offers_every_gang_whole_and_times_each_size(tmp_path: Path) -> None:
+    """Scenario 10 (#35): gangs among one-node jobs; the invariants hold, the figures exist."""
+    [result] = await run(10, tmp_path)
+    measured(result)
+    m = result.metrics
+    assert m["partial_gang_offers"] == [] and m["double_offers"] == []
+    assert m["gangs_never_running"] == [] and m["errors"] == []
+    assert m["offer_spread"]["count"] == SMOKE.s10_gangs * len(SMOKE.s10_nodes)
+    for n in SMOKE.s10_nodes:
+        assert m["gangs"][str(n)]["count"] == SMOKE.s10_gangs
+        assert m["gangs"][str(n)]["p99_vs_one_node"] is not None
+    assert m["one_node"]["count"] > 0
+    ratios = [c for c in result.checks if c.target == "≤ 2"]
+    assert [c.metric for c in ratios] == [f"{n} nodes: p99 / 1-node p99" for n in SMOKE.s10_nodes]
+    invariants = [c for c in result.checks if c.target == "0"]
+    assert [c.ok for c in invariants] == [True, True, True], invariants

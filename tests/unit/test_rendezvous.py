@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from gpufleet.domain import rendezvous
 from gpufleet.domain.records import AttemptNode
-from gpufleet.domain.states import NodeState
+from gpufleet.domain.states import AttemptStatus, NodeState
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
 
@@ -56,3 +56,50 @@ def test_the_attempt_runs_when_every_node_runs() -> None:
     assert rendezvous.all_running(two)
     assert not rendezvous.all_running([two[0], acked(nodes(2)[1])])
     assert not rendezvous.all_running([])
+
+
+def running(node: AttemptNode) -> AttemptNode:
+    return replace(node, state=NodeState.RUNNING)
+
+
+def ended(node: AttemptNode) -> AttemptNode:
+    return replace(node, state=NodeState.ENDED)
+
+
+def test_rank_zeros_completion_frees_it_and_the_ended_nodes_and_keeps_those_still_going() -> None:
+    three = [running(n) for n in nodes(3)]
+    three[2] = ended(three[2])
+    release = rendezvous.on_end(three, "w0", AttemptStatus.COMPLETED)
+    assert release.free == ("w0", "w2")
+    assert release.outliving == (three[1],)
+
+
+def test_an_attempt_that_did_not_complete_frees_every_node() -> None:
+    three = [running(n) for n in nodes(3)]
+    for outcome in (AttemptStatus.FAILED, AttemptStatus.LOST, AttemptStatus.CANCELLED):
+        release = rendezvous.on_end(three, "w0", outcome)
+        assert release == rendezvous.Release(("w0", "w1", "w2"))
+
+
+def test_a_node_outliving_a_completed_attempt_goes_on_until_its_own_end() -> None:
+    late = rendezvous.late_report
+    done, going = AttemptStatus.COMPLETED, NodeState.RUNNING
+    assert late(done, going, AttemptStatus.RUNNING) is rendezvous.Late.GOES_ON
+    assert late(done, going, AttemptStatus.COMPLETED) is rendezvous.Late.ENDS
+    assert late(done, going, AttemptStatus.FAILED) is rendezvous.Late.ENDS
+    assert late(done, NodeState.ENDED, AttemptStatus.COMPLETED) is None  # a repeat
+    assert late(AttemptStatus.FAILED, going, AttemptStatus.RUNNING) is None  # told to stop
+    assert rendezvous.outlives(done) and not rendezvous.outlives(AttemptStatus.FAILED)
+
+
+def test_a_late_failure_is_noted_and_a_late_completion_is_not() -> None:
+    note = rendezvous.late_failure(1, "w1", AttemptStatus.FAILED, "exit 3")
+    assert note == "node 1 (worker w1) failed after rank 0 completed: exit 3"
+    assert rendezvous.late_failure(1, "w1", AttemptStatus.COMPLETED, None) is None
+
+
+def test_a_node_is_overdue_only_past_the_grace() -> None:
+    grace = rendezvous.OUTLIVE_GRACE
+    assert not rendezvous.overdue(NOW, NOW + grace)
+    assert rendezvous.overdue(NOW, NOW + grace + timedelta(seconds=1))
+    assert not rendezvous.overdue(None, NOW)

@@ -198,3 +198,52 @@ def test_a_checkpoints_files_go_exactly_when_it_goes_or_its_job_expires(
             assert (art.id in decided.artifact_ids) == (ck.id in decided.checkpoint_ids)
         else:
             assert (art.id in decided.artifact_ids) == (art.job_id in decided.expired_jobs)
+
+
+def test_a_gangs_newest_complete_checkpoint_outlasts_newer_incomplete_ones() -> None:
+    """Newer checkpoints some node never finished count towards the newest N, but the
+    newest one every node completed (the one a resume needs) is kept beside them."""
+    gang = JobFacts("j_gang", ended_at=None, nodes=2)
+    made = [checkpoint_with_files("j_gang", "a1", step, 10 - step) for step in range(5)]
+    parts = {made[0][0].id: {0, 1}, made[1][0].id: {0, 1}}  # then 2, 3, 4: only node 0's
+    parts |= {ck.id: {0} for ck, _ in made[2:]}
+    decided = plan(
+        NOW, Policy.of(0, 2), [gang], [f for _, f in made], [c for c, _ in made], (), parts
+    )
+    newest_complete = made[1][0]
+    assert newest_complete.id not in decided.checkpoint_ids
+    assert decided.checkpoint_ids == {made[0][0].id, made[2][0].id}  # 4 and 3 are the newest 2
+    assert made[1][1].id not in decided.artifact_ids
+
+
+def test_a_one_node_job_knows_no_complete_checkpoint_to_spare() -> None:
+    solo = JobFacts("j_solo", ended_at=None)
+    made = [checkpoint_with_files("j_solo", "a1", step, 10 - step) for step in range(3)]
+    decided = plan(NOW, Policy.of(0, 1), [solo], [f for _, f in made], [c for c, _ in made])
+    assert decided.checkpoint_ids == {made[0][0].id, made[1][0].id}
+
+
+@given(worlds(), st.integers(2, 3), st.data())
+def test_a_gangs_newest_complete_checkpoint_is_never_pruned(
+    world: tuple[Policy, list[JobFacts], list[Art], list[Ck]], nodes: int, data: st.DataObject
+) -> None:
+    policy, jobs, files, checkpoints = world
+    gangs = [JobFacts(j.id, j.ended_at, j.pinned, j.resumed_from, nodes) for j in jobs]
+    ranks = st.frozensets(st.integers(0, nodes - 1))
+    parts = {c.id: data.draw(ranks) for c in checkpoints}
+    decided = plan(NOW, policy, gangs, files, checkpoints, (), parts)
+    for job in gangs:
+        if job.id in decided.expired_jobs:
+            continue
+        held = sorted(
+            (c for c in checkpoints if c.job_id == job.id),
+            key=lambda c: (c.created_at, c.id),
+            reverse=True,
+        )
+        whole = [c for c in held if len(parts[c.id]) == nodes]
+        if whole:
+            assert whole[0].id not in decided.checkpoint_ids
+        if policy.keep_checkpoints and not job.pinned:  # no more than N and the complete one
+            kept = [c for c in held if c.id not in decided.checkpoint_ids]
+            extra = {c.id for c in kept} - set(job.resumed_from) - {c.id for c in whole[:1]}
+            assert len(extra) <= policy.keep_checkpoints

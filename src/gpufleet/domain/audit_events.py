@@ -29,6 +29,8 @@ EVENT_TYPES = frozenset(
         "job.gang_held",
         "job.gang_released",
         "job.gang_started",
+        "job.node_ended",
+        "job.node_stopped",
         "job.preempted",
         "job.rejected",
         "job.report_refused",

@@ -4,7 +4,11 @@ Three rules, applied by `services/retention.py`:
 - a job that ended more than the retention period ago loses every artifact and checkpoint,
   unless an admin pinned it (a period of None keeps everything forever);
 - a job keeps only its newest `keep_checkpoints` committed checkpoints (0 keeps them all);
-  an older one goes with its files, except one an active attempt resumed from;
+  an older one goes with its files, except one an active attempt resumed from, and (a
+  multi-node job's) the newest checkpoint every node completed: the one a requeued gang
+  resumes from (`node_checkpoints.resume_choice`). Incomplete ones newer than it count
+  towards the newest N (they are kept or not by age like any other), but never push it out:
+  it is kept beside them;
 - an object staged under `incoming/` (a presigned upload never finished) goes after a day.
 
 A pinned job is never touched: pinning says "keep what this job made", checkpoints included.
@@ -12,10 +16,12 @@ A pinned job is never touched: pinning says "keep what this job made", checkpoin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
+
+from gpufleet.domain import node_checkpoints
 
 CHECKPOINT_KIND = "checkpoint"
 STAGING_MAX_AGE = timedelta(days=1)
@@ -52,12 +58,14 @@ class CommittedCheckpoint(Protocol):
 @dataclass(frozen=True, slots=True)
 class JobFacts:
     """A job that holds artifacts: when it ended (None: it has not), whether it is pinned,
-    and the checkpoints its active attempts resumed from (never deleted under them)."""
+    the checkpoints its active attempts resumed from (never deleted under them), and its
+    nodes (a gang's checkpoints are complete once every node committed its part)."""
 
     id: str
     ended_at: datetime | None
     pinned: bool = False
     resumed_from: frozenset[str] = frozenset()
+    nodes: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +115,10 @@ def plan(
     artifacts: Iterable[StoredFile],
     checkpoints: Iterable[CommittedCheckpoint],
     staged: Iterable[StagedObject] = (),
+    parts: Mapping[str, Collection[int]] | None = None,
 ) -> Plan:
-    """The deletions the rules call for; jobs not in `jobs` are left alone."""
+    """The deletions the rules call for; jobs not in `jobs` are left alone. `parts`: the
+    ranks that committed their part of each multi-node job's checkpoint, by its id."""
     facts = {job.id: job for job in jobs}
     gone_jobs = {job_id for job_id, job in facts.items() if expired(job, now, policy)}
     by_job: dict[str, list[CommittedCheckpoint]] = {}
@@ -121,7 +131,8 @@ def plan(
         if job_id in gone_jobs:
             gone_checkpoints.update(ck.id for ck in held)
         elif not facts[job_id].pinned:
-            for ck in surplus_checkpoints(held, policy.keep_checkpoints, facts[job_id]):
+            surplus = surplus_checkpoints(held, policy.keep_checkpoints, facts[job_id], parts)
+            for ck in surplus:
                 gone_checkpoints.add(ck.id)
                 gone_names.add((ck.attempt_id, ck.name))
     doomed: dict[str, set[str]] = {}
@@ -143,11 +154,19 @@ def plan(
 
 
 def surplus_checkpoints(
-    held: Sequence[CommittedCheckpoint], keep: int, job: JobFacts
+    held: Sequence[CommittedCheckpoint],
+    keep: int,
+    job: JobFacts,
+    parts: Mapping[str, Collection[int]] | None = None,
 ) -> list[CommittedCheckpoint]:
     """The job's checkpoints past the newest `keep` (0: none are), sparing those an active
-    attempt resumed from."""
+    attempt resumed from and a gang's newest complete one (every node's part in `parts`)."""
     if keep <= 0:
         return []
     newest_first = sorted(held, key=lambda ck: (ck.created_at, ck.id), reverse=True)
-    return [ck for ck in newest_first[keep:] if ck.id not in job.resumed_from]
+    spared = set(job.resumed_from)
+    if job.nodes > 1:
+        whole = node_checkpoints.resume_choice(newest_first, job.nodes, parts or {})
+        if whole is not None:
+            spared.add(whole.id)
+    return [ck for ck in newest_first[keep:] if ck.id not in spared]

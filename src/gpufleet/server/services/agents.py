@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpufleet import protocol
+from gpufleet.domain import rendezvous
 from gpufleet.domain.audit_events import worker_actor
 from gpufleet.domain.matching import Feature, fits, parse_features, targets_served
 from gpufleet.domain.records import Attempt, GpuStat, Worker
@@ -246,9 +247,12 @@ def _disowns(held: Attempt | None, says_no_job: bool, now: datetime, grace: time
 
 
 def _names_unheld_job(held: Attempt | None, current_job_id: str | None) -> bool:
-    """The heartbeat names a job the worker no longer holds (it gets a cancel)."""
+    """The heartbeat names a job the worker no longer holds (it gets a cancel). A node that
+    outlives its gang's completed attempt still holds it (`rendezvous.outlives`)."""
     return bool(current_job_id) and (
-        held is None or held.job_id != current_job_id or held.status not in ACTIVE_ATTEMPT
+        held is None
+        or held.job_id != current_job_id
+        or (held.status not in ACTIVE_ATTEMPT and not rendezvous.outlives(held.status))
     )
 
 

@@ -1,5 +1,5 @@
-"""The sweeps: silent workers go offline, unacknowledged offers are withdrawn, spent
-ephemeral workers are removed."""
+"""The sweeps: silent workers go offline, unacknowledged offers are withdrawn, nodes that
+outlive their gang's completion too long are stopped, spent ephemeral workers are removed."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from gpufleet import logs, protocol
+from gpufleet.domain import rendezvous
 from gpufleet.domain.audit_events import SYSTEM_ACTOR
-from gpufleet.domain.states import AttemptStatus, JobStatus
+from gpufleet.domain.states import AttemptStatus, JobStatus, NodeState
 from gpufleet.errors import StoreError
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import WORKERS_TOPIC, worker_topic
-from gpufleet.server.services import agents, dispatch, webhooks
+from gpufleet.server.services import agents, dispatch, node_reports, webhooks
 from gpufleet.server.services.lifecycle import (
     end_attempt,
     lose_current_attempt,
@@ -143,6 +144,63 @@ async def remove_expired_ephemeral_workers(ctx: Context) -> list[str]:
     return expired
 
 
+async def stop_outliving_nodes(ctx: Context) -> list[tuple[str, int]]:
+    """Nodes that outlive their gang's completed attempt: one whose worker let it go (its
+    heartbeat no longer names the job, or it was lost) just ends; one still going past
+    `rendezvous.OUTLIVE_GRACE` is told to stop and its worker is freed. The (attempt, rank)
+    of those stopped."""
+    now = ctx.clock()
+    due = []
+    async with ctx.store.read() as q:
+        for node, completed_at in await q.outliving_nodes():
+            worker = await q.get_worker(node.worker_id)
+            let_go = worker is None or worker.current_attempt_id != node.attempt_id
+            if let_go or rendezvous.overdue(completed_at, now):
+                due.append(node)
+    stopped: list[tuple[str, int]] = []
+    freed: list[str] = []
+    for node in due:
+        async with transaction(ctx) as tx:
+            worker = await tx.q.get_worker(node.worker_id, lock=True)  # worker, then attempt
+            attempt = await tx.q.get_attempt(node.attempt_id)
+            going = [
+                n
+                for n in await tx.q.attempt_nodes(node.attempt_id)
+                if n.rank == node.rank and n.state is not NodeState.ENDED
+            ]
+            if attempt is None or not going:
+                continue  # it reported its end meanwhile
+            holds = worker is not None and worker.current_attempt_id == attempt.id
+            error = None
+            if holds:
+                grace = rendezvous.OUTLIVE_GRACE.total_seconds()
+                error = (
+                    f"node {node.rank} (worker {node.worker_id}) still running {grace:g} s "
+                    "after rank 0 completed: stopped"
+                )
+                await tx.send_to_worker(
+                    node.worker_id, protocol.job_cancel(node.job_id, error, attempt.id)
+                )
+                tx.audit(
+                    "job.node_stopped",
+                    SYSTEM_ACTOR,
+                    node.job_id,
+                    attempt_id=attempt.id,
+                    node_rank=node.rank,
+                    worker_id=node.worker_id,
+                    error=error,
+                )
+                stopped.append((attempt.id, node.rank))
+            if await node_reports.end_node(tx, attempt, node, worker, error):
+                freed.append(node.worker_id)
+        if error is not None:
+            with logs.bound(worker_id=node.worker_id, job_id=node.job_id, attempt_id=attempt.id):
+                log.warning("job %s: %s", node.job_id, error)
+    for worker_id in freed:
+        await dispatch.dispatch_worker(ctx, worker_id)
+    return stopped
+
+
 def _outcome(status: JobStatus) -> str:
     return "requeued" if status is JobStatus.QUEUED else status.value
 
@@ -150,6 +208,7 @@ def _outcome(status: JobStatus) -> str:
 async def health_sweep(ctx: Context) -> None:
     await clear_orphaned_streams(ctx)
     await mark_silent_workers_offline(ctx)
+    await stop_outliving_nodes(ctx)
     await remove_expired_ephemeral_workers(ctx)
     await dispatch.dispatch_all(ctx)
 

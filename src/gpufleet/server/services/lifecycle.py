@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet import protocol
-from gpufleet.domain import outcomes
+from gpufleet.domain import outcomes, rendezvous
 from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.records import Attempt, Job, Worker
 from gpufleet.domain.states import (
@@ -299,20 +299,22 @@ async def _node_workers(
     outcome: AttemptStatus,
     error: str | None,
     locked: Worker | None,
-) -> list[str]:
-    """The workers the attempt holds: its one worker, or (a gang) every node's, whose nodes
-    end with it. Unless it completed, every other node still going is told to stop at once,
-    so that none hangs in a collective waiting for one that is gone."""
+) -> tuple[str, ...]:
+    """The workers the attempt's end frees: its one worker, or (a gang) those of the nodes
+    that end with it (`rendezvous.on_end`: a node outliving a completed attempt keeps its
+    worker until it ends). Unless it completed, every other node still going is told to
+    stop at once, so that none hangs in a collective waiting for one that is gone."""
     if job.nodes == 1:
-        return [attempt.worker_id]
+        return (attempt.worker_id,)
     nodes = await tx.q.attempt_nodes(attempt.id)
-    await tx.q.end_attempt_nodes(attempt.id, tx.now, error)
+    release = rendezvous.on_end(nodes, attempt.worker_id, outcome)
+    await tx.q.end_attempt_nodes(attempt.id, tx.now, error, [n.rank for n in release.outliving])
     stop = protocol.job_cancel(job.id, f"its multi-node attempt {outcome.value}", attempt.id)
     for node in nodes:
         going = node.state is not NodeState.ENDED and node.worker_id != getattr(locked, "id", "")
         if going and outcome is not AttemptStatus.COMPLETED:
             await tx.send_to_worker(node.worker_id, stop)
-    return sorted({attempt.worker_id, *(n.worker_id for n in nodes)})
+    return release.free
 
 
 async def _apply(

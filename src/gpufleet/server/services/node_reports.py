@@ -2,16 +2,19 @@
 its acknowledgement (the two-phase start: `domain/rendezvous.py`), that it runs, and how it
 ended. The job runs when every node runs; its progress comes from rank 0; a node that fails
 or stops ends the whole attempt, and the others are told to stop (`lifecycle.end_attempt`).
+The job completes with rank 0; a node still going then keeps its worker until it reports
+its own end, or `OUTLIVE_GRACE` passes (`health.stop_outliving_nodes`).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from gpufleet import protocol
 from gpufleet.domain import rendezvous
-from gpufleet.domain.audit_events import SYSTEM_ACTOR
+from gpufleet.domain.audit_events import SYSTEM_ACTOR, worker_actor
 from gpufleet.domain.records import Attempt, AttemptNode, Job, Worker
 from gpufleet.domain.states import (
     ACTIVE_ATTEMPT,
@@ -25,6 +28,8 @@ from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.services import attempt_tokens, reports
 from gpufleet.server.services.lifecycle import move_attempt, release_worker
 from gpufleet.server.services.reports import StatusReport
+
+log = logging.getLogger("gpufleet.server.node_reports")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +64,11 @@ async def report_node(
             and attempt.status in ACTIVE_ATTEMPT
             and own.state is not NodeState.ENDED
         )
-        if not live:
+        late = rendezvous.late_report(attempt.status, own.state, new)
+        if not live and attempt.id == job.current_attempt_id and late is not None:
+            if late is rendezvous.Late.ENDS:  # it outlived rank 0's completion: now it ends
+                freed = await _ended_late(tx, job, attempt, own, new, node.report, locked)
+        elif not live:
             if new in rendezvous.ENDS_ATTEMPT | {AttemptStatus.COMPLETED}:
                 freed = await release_worker(tx, worker.id, attempt, locked)  # a repeat, or done
             else:
@@ -77,14 +86,54 @@ async def report_node(
             freed = status not in (JobStatus.OFFERED, JobStatus.RUNNING)
             requeued = status is JobStatus.QUEUED
         else:  # a node besides rank 0 completed: it alone is done
-            await tx.q.update_attempt_node(
-                attempt.id, own.rank, state=NodeState.ENDED, ended_at=tx.now
-            )
-            freed = await release_worker(tx, worker.id, attempt, locked)
+            freed = await end_node(tx, attempt, own, locked)
     if refused is not None:
         raise await reports.refuse(ctx, worker, *refused)
     await reports.after(ctx, worker, job_id, attempt, new, freed=freed, requeued=requeued)
     return status
+
+
+async def end_node(
+    tx: Tx,
+    attempt: Attempt,
+    node: AttemptNode,
+    locked: Worker | None = None,
+    error: str | None = None,
+) -> bool:
+    """One node of a gang's attempt ends alone (it completed while the others go on, or it
+    outlived its completed attempt): its row ends, and its worker is freed if it still
+    holds the attempt (True then)."""
+    await tx.q.update_attempt_node(
+        attempt.id, node.rank, state=NodeState.ENDED, ended_at=tx.now, error=error
+    )
+    return await release_worker(tx, node.worker_id, attempt, locked)
+
+
+async def _ended_late(
+    tx: Tx,
+    job: Job,
+    attempt: Attempt,
+    own: AttemptNode,
+    new: AttemptStatus,
+    report: StatusReport,
+    locked: Worker | None,
+) -> bool:
+    """A node that outlived its completed attempt reports its end: the job stays completed;
+    a failure is noted on the node and in the audit log."""
+    error = rendezvous.late_failure(own.rank, own.worker_id, new, report.error)
+    tx.audit(
+        "job.node_ended",
+        worker_actor(own.worker_id),
+        job.id,
+        attempt_id=attempt.id,
+        node_rank=own.rank,
+        outcome=new.value,
+        exit_code=report.exit_code,
+        error=error,
+    )
+    if error is not None:
+        log.warning("job %s: %s", job.id, error)
+    return await end_node(tx, attempt, own, locked, error)
 
 
 async def _lock_workers(
@@ -93,13 +142,14 @@ async def _lock_workers(
     """Lock every node's worker, in id order, before the job (lifecycle's lock order): a
     report that ends the attempt frees them all, and two nodes reporting at once must not
     each hold what the other waits for. The reporter's row as locked."""
-    ids = {worker.id}
-    job = await tx.q.get_job(job_id)
-    wanted = attempt_id or (job.current_attempt_id if job is not None else None)
-    if job is not None and job.nodes > 1 and wanted:
-        ids.update(n.worker_id for n in await tx.q.attempt_nodes(wanted))
-    rows = {w: await tx.q.get_worker(w, lock=True) for w in sorted(ids)}
-    return rows[worker.id]
+    if tx.q.locks_rows:  # SQLite: one transaction writes at a time, none waits on another
+        ids = {worker.id}
+        job = await tx.q.get_job(job_id)
+        wanted = attempt_id or (job.current_attempt_id if job is not None else None)
+        if job is not None and job.nodes > 1 and wanted:
+            ids.update(n.worker_id for n in await tx.q.attempt_nodes(wanted))
+        await tx.q.lock_workers(ids)
+    return await tx.q.get_worker(worker.id, lock=True)
 
 
 async def _node(

@@ -118,10 +118,21 @@ async def refuse(ctx: Context, worker: Worker, job: Job, attempt: Attempt | None
             attempt_id=attempt.id if attempt else None,
             job_status=job.status.value,
         )
-    return NotHolder(
-        f"worker {worker.id} no longer holds job {job.id} (it is {job.status.value}"
-        f"{', on another attempt' if job.current_attempt_id else ''}); stop the job"
-    )
+    return NotHolder(f"worker {worker.id} no longer holds job {job.id}: {_why_not(job, attempt)}")
+
+
+def _why_not(job: Job, attempt: Attempt | None) -> str:
+    """Why a report is refused, in what happened: the attempt ended, or the job moved on."""
+    if attempt is not None and attempt.status not in ACTIVE_ATTEMPT:
+        moved = ""
+        if job.current_attempt_id not in (None, attempt.id):
+            moved = f"; the job is {job.status.value} on attempt {job.current_attempt_id}"
+        return (
+            f"attempt {attempt.id} of job {job.id} has ended ({attempt.status.value}){moved}; "
+            "stop the job"
+        )
+    elsewhere = ", on another attempt" if job.current_attempt_id else ""
+    return f"it is {job.status.value}{elsewhere}; stop the job"
 
 
 async def report_status(

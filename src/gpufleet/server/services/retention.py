@@ -42,11 +42,13 @@ async def sweep(ctx: Context) -> Swept:
         ids = [job.id for job in jobs]
         files = await q.artifacts_of_jobs(ids) if ids else []
         checkpoints = await q.checkpoints_of_jobs(ids) if ids else []
+        gangs = {job.id for job in jobs if job.nodes > 1}
+        parts = await q.checkpoint_node_ranks([c.id for c in checkpoints if c.job_id in gangs])
     staged = [
         StagedObject(found.key, found.modified)
         for found in await ctx.artifacts.list(STAGING_PREFIX)
     ]
-    decided = retention.plan(now, policy, jobs, files, checkpoints, staged)
+    decided = retention.plan(now, policy, jobs, files, checkpoints, staged, parts)
     doomed = [a for a in files if a.id in decided.artifact_ids]
 
     def reason(job_id: str) -> str:

@@ -9,11 +9,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpufleet.domain.records import AttemptNode, Job, Worker
-from gpufleet.domain.states import JobStatus, NodeState, WorkerStatus
+from gpufleet.domain.states import AttemptStatus, JobStatus, NodeState, WorkerStatus
 from gpufleet.store import locks
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import ROW, QueryBase, by
-from gpufleet.store.tables import attempt_nodes, jobs, workers
+from gpufleet.store.tables import attempt_nodes, job_attempts, jobs, workers
 
 _QUEUED = jobs.c.status == JobStatus.QUEUED.value
 # The most nodes a queued job asks (ix_jobs_nodes): one read says whether anything waits
@@ -121,16 +121,39 @@ class GangQueries(QueryBase):
         )
         return [rows.attempt_node(m) for m in await self._mapped(stmt)]
 
-    async def end_attempt_nodes(self, attempt_id: str, now: datetime, error: str | None) -> None:
+    async def end_attempt_nodes(
+        self, attempt_id: str, now: datetime, error: str | None, keep: Collection[int] = ()
+    ) -> None:
+        """End the attempt's nodes not ended yet, but for the ranks in `keep` (they outlive
+        it: `rendezvous.on_end`)."""
         stmt = (
             sa.update(attempt_nodes)
             .where(
                 attempt_nodes.c.attempt_id == attempt_id,
                 attempt_nodes.c.state != NodeState.ENDED.value,
+                attempt_nodes.c.rank.not_in(list(keep)),
             )
             .values(state=NodeState.ENDED.value, ended_at=now, error=error)
         )
         await self.conn.execute(stmt)
+
+    async def outliving_nodes(self) -> list[tuple[AttemptNode, datetime | None]]:
+        """The nodes still going of attempts that completed (they outlive rank 0), each
+        with when its attempt completed."""
+        n, a = attempt_nodes.c, job_attempts.c
+        stmt = (
+            sa.select(attempt_nodes, a.ended_at.label("completed_at"))
+            .join(job_attempts, a.id == n.attempt_id)
+            .where(a.status == AttemptStatus.COMPLETED.value, n.state != NodeState.ENDED.value)
+            .order_by(n.attempt_id, n.rank)
+        )
+        return [
+            (
+                rows.attempt_node({k: v for k, v in m.items() if k != "completed_at"}),
+                m["completed_at"],
+            )
+            for m in await self._mapped(stmt)
+        ]
 
     async def update_attempt_node(self, attempt_id: str, rank: int, **values: Any) -> None:
         """Write one node's row (the rendezvous: its state, address, port, end)."""

@@ -42,7 +42,7 @@ class RetentionQueries(QueryBase):
         if not due:
             return []
         stmt = (
-            sa.select(j.id, j.ended_at, j.artifacts_pinned)
+            sa.select(j.id, j.ended_at, j.artifacts_pinned, j.nodes)
             .where(j.id.in_(sa.union(*due)), sa.not_(j.artifacts_pinned))
             .order_by(j.ended_at.is_(None), j.ended_at, j.id)
             .limit(limit)
@@ -64,6 +64,7 @@ class RetentionQueries(QueryBase):
                 m["ended_at"],
                 bool(m["artifacts_pinned"]),
                 frozenset(resumed.get(m["id"], ())),
+                m["nodes"],
             )
             for m in found
         ]
