@@ -15,7 +15,7 @@ import logging
 import os
 from pathlib import Path
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 log = logging.getLogger(__name__)
 
