@@ -1,6 +1,7 @@
 """What a killed worker's job left running, beyond the reach of the death signal: a process
 the job started in a session of its own (as `torchrun` starts its ranks). The job's main
-process dies with its agent; the rest is killed when an agent starts on the work folder."""
+process dies with its agent; the rest is killed when an agent starts on the work folder, and
+only then: another agent sharing the folder leaves a live agent's job alone."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.e2e.conftest import PYTHON, ServerProcess, WorkerProcess, process_alive, unique
+from tests.e2e.conftest import (
+    PYTHON,
+    ServerProcess,
+    WorkerProcess,
+    job_state,
+    process_alive,
+    unique,
+)
 from tests.e2e.conftest import submit_job as submit
 from tests.waiting import wait_until
 
@@ -37,10 +45,16 @@ def test_a_restarted_worker_kills_what_its_killed_predecessors_job_left_running(
     tag = {"pool": unique("leftovers")}
     worker = agents(server, labels=tag, persistent=True).start()
     child_file, main_file = tmp_path / "child.pid", tmp_path / "main.pid"
-    submit(server, tag, [PYTHON, "-c", JOB, str(child_file), str(main_file)])
+    job_id = submit(server, tag, [PYTHON, "-c", JOB, str(child_file), str(main_file)])
     child = wait_until(lambda: pid_in(child_file), timeout=30, message="the job's child")
     main = wait_until(lambda: pid_in(main_file), timeout=30, message="the job's main process")
     try:
+        # Another agent on the same work folder (they may share one) leaves a live job alone.
+        neighbour = agents(server, labels={"pool": unique("elsewhere")}, persistent=True)
+        neighbour.work_dir = worker.work_dir
+        neighbour.start()
+        assert process_alive(child) and process_alive(main)
+        assert job_state(server, job_id)["status"] == "running"
         worker.signal(signal.SIGKILL)
         worker.wait()
         wait_until(lambda: not process_alive(main), timeout=5, message="the main process to die")

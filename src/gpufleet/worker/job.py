@@ -30,6 +30,7 @@ from typing import Any
 from gpufleet.errors import AgentError
 from gpufleet.progress import CHECKPOINT_SIGNAL_ENV, DEFAULT_CHECKPOINT_SIGNAL, PROGRESS_FILE_ENV
 from gpufleet.worker.keep import BadKeepRule, KeepRules
+from gpufleet.worker.leftovers import AGENT_PID_ENV, JOB_DIR_ENV
 from gpufleet.worker.offer import BadOffer, Offer
 from gpufleet.worker.resume import Resume, ResumeFailed
 
@@ -191,7 +192,8 @@ def job_environment(
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "GPUFLEET_JOB_ID": spec.job_id,
             "GPUFLEET_ATTEMPT_ID": spec.attempt_id or "",
-            "GPUFLEET_JOB_DIR": str(space.folder),
+            JOB_DIR_ENV: str(space.folder),
+            AGENT_PID_ENV: str(os.getpid()),  # what its processes outlive is told (leftovers.py)
             "CONFIG_PATH": str(space.config_path),
             PROGRESS_FILE_ENV: str(space.progress_path),
             CHECKPOINT_SIGNAL_ENV: DEFAULT_CHECKPOINT_SIGNAL.name,

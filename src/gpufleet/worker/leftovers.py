@@ -5,8 +5,10 @@ A job's main process dies with its agent (Linux's parent-death signal, runner.py
 process group with it when the agent stops it; but not what it started in a session of its
 own: `torchrun` starts each rank so. Killed with its agent, such a job leaves its ranks
 running, holding GPUs and waiting on peers that are gone. Every process a job starts inherits
-its folder (`GPUFLEET_JOB_DIR`, under `<work dir>/jobs/`); an agent that is starting runs no
-job, so any process naming a folder there is left over.
+its folder (`GPUFLEET_JOB_DIR`, under `<work dir>/jobs/`) and its agent's pid
+(`GPUFLEET_AGENT_PID`): one whose agent is gone is left over. Another agent sharing the work
+folder (it may: env_cache.py) is alive, and its jobs are left alone; so are the processes of
+jobs started before agents named themselves.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import psutil  # type: ignore[import-untyped]
 log = logging.getLogger(__name__)
 
 JOB_DIR_ENV = "GPUFLEET_JOB_DIR"
+AGENT_PID_ENV = "GPUFLEET_AGENT_PID"
 _WAIT_S = 5.0
 
 
@@ -32,12 +35,24 @@ def leftovers(work_dir: Path) -> list[psutil.Process]:
         if process.pid in ours:
             continue
         try:
-            folder = process.environ().get(JOB_DIR_ENV)
+            env = process.environ()
+            folder, agent = env.get(JOB_DIR_ENV), env.get(AGENT_PID_ENV, "")
+            if not (folder and agent.isdigit() and os.path.realpath(folder).startswith(jobs)):
+                continue
+            if not _alive_before(int(agent), process.create_time()):
+                found.append(process)
         except psutil.Error:  # gone, a zombie, or another user's (--run-as without root)
             continue
-        if folder and os.path.realpath(folder).startswith(jobs):
-            found.append(process)
     return found
+
+
+def _alive_before(pid: int, started: float) -> bool:
+    """Whether process `pid` runs and began before `started` (so it is not a newer process
+    that reused the pid of a job's dead agent)."""
+    try:
+        return bool(psutil.Process(pid).create_time() <= started)
+    except psutil.Error:
+        return False
 
 
 def kill_leftovers(work_dir: Path) -> int:
