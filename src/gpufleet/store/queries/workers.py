@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -220,10 +220,16 @@ class WorkerQueries(QueryBase):
             return None
         return row["token_hash"], rows.worker(row)
 
-    async def push_event(self, worker_id: str, payload: dict[str, Any], now: datetime) -> None:
-        await self.conn.execute(
-            sa.insert(worker_events).values(worker_id=worker_id, payload=payload, created_at=now)
-        )
+    async def push_events(
+        self, events: Sequence[tuple[str, dict[str, Any]]], now: datetime
+    ) -> None:
+        """Queue commands for workers, (worker id, payload) each, in one statement: a gang's
+        `job_start` to its every node is one write, not one a node."""
+        if events:
+            await self.conn.execute(
+                sa.insert(worker_events),
+                [{"worker_id": w, "payload": p, "created_at": now} for w, p in events],
+            )
 
     async def has_events(self, worker_id: str) -> bool:
         stmt = sa.select(worker_events.c.id).where(worker_events.c.worker_id == worker_id).limit(1)
