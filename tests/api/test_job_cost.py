@@ -135,3 +135,41 @@ async def test_a_gang_nodes_report_costs_the_same_statements_at_any_node_count(
 
     two, four = await rank_1_ack(2), await rank_1_ack(4)
     assert len(two) == len(four), four
+
+
+# A gang's start, each node's report (scenario 10, #35): an acknowledgement or a `running`
+# report that leaves others waiting, and the last of each (it starts every node; it makes
+# the job run). A start report locks the reporter's worker alone (every node's cost 3
+# statements more on PostgreSQL), reads the nodes once (not again after writing its own),
+# and the last acknowledgement queues every node's `job_start` in one INSERT (one a node
+# before: 32 for a 32-node gang).
+GANG_BUDGET = {
+    "sqlite": {"ack": 6, "last ack": 11, "running": 5, "last running": 10},
+    "postgresql": {"ack": 6, "last ack": 13, "running": 6, "last running": 13},
+}
+
+
+async def test_a_gangs_start_costs_no_more_statements_than_its_budget(fleet: Fleet) -> None:
+    from tests.api.test_gang_rendezvous import ack, expect, gang, node_report
+
+    _, agents, offers = await gang(fleet, 4)
+    spent: dict[str, list[str]] = {}
+    for step in ("ack", "running"):
+        for n, (agent, offer) in enumerate(zip(agents, offers, strict=True)):
+            with counting(fleet) as seen:
+                if step == "ack":
+                    answer = await ack(agent, offer)
+                else:
+                    answer = await node_report(agent, offer, "running")
+            assert answer.status_code == 200, answer.text
+            if n == 1:  # neither rank 0 (its port) nor the last
+                spent[step] = seen
+            if n == len(agents) - 1:
+                spent[f"last {step}"] = seen
+        if step == "ack":
+            for agent in agents:
+                await expect(agent, "job_start")
+    assert (await fleet.job(offers[0]["job_id"]))["status"] == "running"
+    budget = GANG_BUDGET[fleet.ctx.store.dialect]
+    over = {step: (len(st), st) for step, st in spent.items() if len(st) > budget[step]}
+    assert not over, over

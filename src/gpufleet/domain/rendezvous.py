@@ -27,6 +27,9 @@ MIN_PORT, MAX_PORT = 1, 65_535
 # one that completes ends only itself (rank 0's completion ends the attempt).
 ENDS_ATTEMPT = frozenset({AttemptStatus.FAILED, AttemptStatus.CANCELLED, AttemptStatus.PREEMPTED})
 
+# A node's start reports: they write its node, the attempt and the job, and free no worker.
+STARTS = frozenset({AttemptStatus.ACKNOWLEDGED, AttemptStatus.RUNNING})
+
 # How long a node may outlive its attempt's completion (rank 0's) before it is told to stop.
 # Its process ends with rank 0's collective within seconds or minutes (its teardown: the
 # process group, data loader workers, its last writes); what is left then is the worker's

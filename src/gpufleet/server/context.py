@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -91,8 +91,12 @@ class Tx:
 
     async def send_to_worker(self, worker_id: str, event: Event) -> None:
         """Queue a command for the worker: its stream sends it once this commits."""
-        await self.q.push_event(worker_id, event, self.now)
-        self.wake(worker_topic(worker_id))
+        await self.send_to_workers([(worker_id, event)])
+
+    async def send_to_workers(self, events: Sequence[tuple[str, Event]]) -> None:
+        """`send_to_worker` for several, (worker id, command) each, in one write."""
+        await self.q.push_events(events, self.now)
+        self.wake(*(worker_topic(w) for w, _ in events))
 
     def hand_over(self, topic: str, event: dict[str, Any]) -> None:
         """Notify `topic` on commit with an event this transaction wrote, so that its

@@ -8,6 +8,7 @@ its own end, or `OUTLIVE_GRACE` passes (`health.stop_outliving_nodes`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -56,8 +57,8 @@ async def report_node(
     refused: tuple[Job, Attempt] | None = None
     freed = requeued = False
     async with transaction(ctx) as tx:
-        locked = await _lock_workers(tx, worker, job_id, node.report.attempt_id)
-        job, attempt, own = await _node(tx, locked or worker, job_id, node, attempt_token)
+        locked = await _lock_workers(tx, worker, job_id, node.report.attempt_id, new)
+        job, attempt, own, nodes = await _node(tx, locked or worker, job_id, node, attempt_token)
         status = job.status
         live = (
             attempt.id == job.current_attempt_id
@@ -74,9 +75,9 @@ async def report_node(
             else:
                 refused = (job, attempt)
         elif new is AttemptStatus.ACKNOWLEDGED:
-            await _acknowledge(tx, job, attempt, own, node, client)
+            await _acknowledge(tx, job, attempt, nodes, own, node, client)
         elif new is AttemptStatus.RUNNING:
-            status = await _running(tx, job, attempt, own, node.report, locked)
+            status = await _running(tx, job, attempt, nodes, own, node.report, locked)
         elif own.rank == 0 or new in rendezvous.ENDS_ATTEMPT:
             report = node.report
             if own.rank > 0:  # its end is the attempt's: say which node
@@ -137,12 +138,16 @@ async def _ended_late(
 
 
 async def _lock_workers(
-    tx: Tx, worker: Worker, job_id: str, attempt_id: str | None
+    tx: Tx, worker: Worker, job_id: str, attempt_id: str | None, new: AttemptStatus
 ) -> Worker | None:
     """Lock every node's worker, in id order, before the job (lifecycle's lock order): a
     report that ends the attempt frees them all, and two nodes reporting at once must not
-    each hold what the other waits for. The reporter's row as locked."""
-    if tx.q.locks_rows:  # SQLite: one transaction writes at a time, none waits on another
+    each hold what the other waits for. An acknowledgement or a `running` report frees no
+    worker (it writes its node, the attempt and the job): it locks the reporter's worker
+    alone, then the job, which orders it among the gang's other reports (#35: each of a
+    32-node gang's 64 start reports locked all 32). The reporter's row as locked."""
+    # SQLite: one transaction writes at a time, none waits on another
+    if tx.q.locks_rows and new not in rendezvous.STARTS:
         ids = {worker.id}
         job = await tx.q.get_job(job_id)
         wanted = attempt_id or (job.current_attempt_id if job is not None else None)
@@ -154,9 +159,10 @@ async def _lock_workers(
 
 async def _node(
     tx: Tx, worker: Worker, job_id: str, node: NodeReport, attempt_token: str | None
-) -> tuple[Job, Attempt, AttemptNode]:
-    """The job, the attempt and the worker's own node it reports on; Forbidden for a worker
-    that is not that node."""
+) -> tuple[Job, Attempt, AttemptNode, list[AttemptNode]]:
+    """The job, the attempt, the worker's own node it reports on and every node (read under
+    the job's lock, which every writer of the nodes holds); Forbidden for a worker that is
+    not that node."""
     job = await tx.q.get_job(job_id, lock=True)
     if job is None:
         raise NotFound(f"no job {job_id}; it may have been deleted")
@@ -166,15 +172,22 @@ async def _node(
         raise Forbidden(
             f"job {job_id} has no attempt {wanted} with nodes; name the attempt_id of the offer"
         )
-    fenced = rendezvous.fence(await tx.q.attempt_nodes(attempt.id), worker.id, node.rank)
+    nodes = await tx.q.attempt_nodes(attempt.id)
+    fenced = rendezvous.fence(nodes, worker.id, node.rank)
     if isinstance(fenced, str):
         raise Forbidden(f"job {job_id}, attempt {attempt.id}: {fenced}")
     attempt_tokens.check(tx.key, worker, attempt.id, attempt_token)
-    return job, attempt, fenced
+    return job, attempt, fenced, nodes
 
 
 async def _acknowledge(
-    tx: Tx, job: Job, attempt: Attempt, own: AttemptNode, node: NodeReport, client: str | None
+    tx: Tx,
+    job: Job,
+    attempt: Attempt,
+    nodes: list[AttemptNode],
+    own: AttemptNode,
+    node: NodeReport,
+    client: str | None,
 ) -> None:
     """Record the node's acknowledgement; once every node acknowledged, start them all. A
     repeated one after the start is answered with the node's start event again (it may
@@ -189,7 +202,7 @@ async def _acknowledge(
         if own.rank == 0:
             values["port"] = node.port
         await tx.q.update_attempt_node(attempt.id, own.rank, state=NodeState.ACKNOWLEDGED, **values)
-    nodes = await tx.q.attempt_nodes(attempt.id)
+        nodes = _replaced(nodes, own, state=NodeState.ACKNOWLEDGED, **values)
     begin = rendezvous.start(nodes)
     if begin is None:
         return
@@ -207,24 +220,25 @@ async def _acknowledge(
         starting = [own]  # a repeat: send its start again
     else:
         starting = []
-    for each in starting:
-        await tx.send_to_worker(
-            each.worker_id,
-            protocol.job_start(
-                job.id,
-                attempt.id,
-                each.rank,
-                begin.master_addr,
-                begin.master_port,
-                list(begin.node_addrs),
-            ),
-        )
+    addrs = list(begin.node_addrs)
+    await tx.send_to_workers(
+        [
+            (
+                each.worker_id,
+                protocol.job_start(
+                    job.id, attempt.id, each.rank, begin.master_addr, begin.master_port, addrs
+                ),
+            )
+            for each in starting
+        ]
+    )
 
 
 async def _running(
     tx: Tx,
     job: Job,
     attempt: Attempt,
+    nodes: list[AttemptNode],
     own: AttemptNode,
     report: StatusReport,
     locked: Worker | None,
@@ -238,14 +252,21 @@ async def _running(
         )
     if own.state is NodeState.ACKNOWLEDGED:
         await tx.q.update_attempt_node(attempt.id, own.rank, state=NodeState.RUNNING)
+        nodes = _replaced(nodes, own, state=NodeState.RUNNING)
     if attempt.status is AttemptStatus.RUNNING:
         if own.rank > 0:
             return job.status
         return await reports.apply(tx, job, attempt, AttemptStatus.RUNNING, report, locked)
-    if not rendezvous.all_running(await tx.q.attempt_nodes(attempt.id)):
+    if not rendezvous.all_running(nodes):
         return job.status
     quiet = report if own.rank == 0 else _with_error(report, None, progress=False)
     return await reports.apply(tx, job, attempt, AttemptStatus.RUNNING, quiet, locked)
+
+
+def _replaced(nodes: list[AttemptNode], own: AttemptNode, **values: Any) -> list[AttemptNode]:
+    """The nodes as this transaction's write of `own` left them (not read again)."""
+    mine = dataclasses.replace(own, **values)
+    return [mine if n.rank == own.rank else n for n in nodes]
 
 
 def _with_error(report: StatusReport, error: str | None, *, progress: bool = True) -> StatusReport:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -93,7 +93,10 @@ class WorkerQueries(QueryBase):
         """Record heartbeat times (each with the issue time of the token it came with), one
         executemany: never for an offline worker (it must register again), never back in time,
         and never one sent with a token rotated since. The worker cache keeps its copies
-        (their last heartbeat is the one field it may hold stale)."""
+        (their last heartbeat is the one field it may hold stale). The rows are written in id
+        order, the lock order of every transaction that locks several workers
+        (`lock_workers`): in the order the heartbeats came, a flush deadlocked with a gang's
+        node report (#35), answered 503."""
         if not beats:
             return
         stmt = (
@@ -103,18 +106,24 @@ class WorkerQueries(QueryBase):
         )
         await self.conn.execute(
             stmt,
-            [{"worker_id": w, "beat": at, "issued": issued} for w, (at, issued) in beats.items()],
+            [
+                {"worker_id": w, "beat": at, "issued": issued}
+                for w, (at, issued) in sorted(beats.items())
+            ],
         )
 
     async def record_gpu_stats(self, samples: dict[str, tuple[datetime, list[Any]]]) -> None:
         """Keep each worker's newest GPU sample, one executemany; never for an offline
-        worker, nor older than the one stored. The worker cache keeps its copies."""
+        worker, nor older than the one stored. The worker cache keeps its copies. In id
+        order, as `touch_workers`."""
         if not samples:
             return
         stmt = _newer_on_online(workers.c.gpu_stats_at, "at").values(
             gpu_stats=sa.bindparam("stats"), gpu_stats_at=sa.bindparam("at")
         )
-        rows = [{"worker_id": w, "at": at, "stats": stats} for w, (at, stats) in samples.items()]
+        rows = [
+            {"worker_id": w, "at": at, "stats": stats} for w, (at, stats) in sorted(samples.items())
+        ]
         await self.conn.execute(stmt, rows)
 
     async def delete_worker(self, worker_id: str) -> None:
@@ -211,10 +220,16 @@ class WorkerQueries(QueryBase):
             return None
         return row["token_hash"], rows.worker(row)
 
-    async def push_event(self, worker_id: str, payload: dict[str, Any], now: datetime) -> None:
-        await self.conn.execute(
-            sa.insert(worker_events).values(worker_id=worker_id, payload=payload, created_at=now)
-        )
+    async def push_events(
+        self, events: Sequence[tuple[str, dict[str, Any]]], now: datetime
+    ) -> None:
+        """Queue commands for workers, (worker id, payload) each, in one statement: a gang's
+        `job_start` to its every node is one write, not one a node."""
+        if events:
+            await self.conn.execute(
+                sa.insert(worker_events),
+                [{"worker_id": w, "payload": p, "created_at": now} for w, p in events],
+            )
 
     async def has_events(self, worker_id: str) -> bool:
         stmt = sa.select(worker_events.c.id).where(worker_events.c.worker_id == worker_id).limit(1)
