@@ -17,6 +17,7 @@ from gpufleet.server.bus import Replicas
 from gpufleet.server.hub import AUDIT_TOPIC, Hub, worker_topic
 from gpufleet.server.memory import (
     AuditHead,
+    Batches,
     DigestLocks,
     Heartbeats,
     LimitHolds,
@@ -61,6 +62,7 @@ class Context:
     limit_holds: LimitHolds = field(default_factory=LimitHolds)  # for dispatch's extra looks
     workdir_locks: DigestLocks = field(default_factory=DigestLocks)  # snapshots being stored
     workdir_listings: WorkdirListings = field(default_factory=WorkdirListings)  # read lately
+    batches: Batches = field(default_factory=Batches)  # gang start reports applied together
 
     def __post_init__(self) -> None:
         backend = backend_for(self.store.engine.url, self.instance_id)
@@ -97,6 +99,21 @@ class Tx:
         """`send_to_worker` for several, (worker id, command) each, in one write."""
         await self.q.push_events(events, self.now)
         self.wake(*(worker_topic(w) for w, _ in events))
+
+    @contextlib.asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A part of the transaction undone alone if it raises (PostgreSQL's savepoint): its
+        writes, and the notices, audit events and metrics it added."""
+        kept = (set(self.notify), set(self.close), len(self.observations), len(self.audits))
+        handed = {topic: list(events) for topic, events in self.handed.items()}
+        try:
+            async with self.q.conn.begin_nested():
+                yield
+        except BaseException:
+            self.notify, self.close = kept[0], kept[1]
+            del self.observations[kept[2] :], self.audits[kept[3] :]
+            self.handed = handed
+            raise
 
     def hand_over(self, topic: str, event: dict[str, Any]) -> None:
         """Notify `topic` on commit with an event this transaction wrote, so that its

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
@@ -176,3 +176,35 @@ class WorkdirListings:
         self._held += len(entries)
         while self._held > self._most and len(self._kept) > 1:
             self._held -= len(self._kept.pop(next(iter(self._kept))))
+
+
+class Batches:
+    """Work waiting to be applied together, one queue a key (services/batches.py): the
+    reports of one gang's start, taken in one transaction instead of one each (#35)."""
+
+    __slots__ = ("_draining", "_pending")
+
+    def __init__(self) -> None:
+        self._pending: dict[str, list[Any]] = {}
+        self._draining: dict[str, asyncio.Task[None]] = {}
+
+    def join(self, key: str, item: Any, drain: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Queue `item` under `key`; start `drain` (as a task kept until done) unless one
+        drains the key already: it takes the item with the next batch."""
+        self._pending.setdefault(key, []).append(item)
+        if key not in self._draining:
+            task = asyncio.create_task(drain())
+            self._draining[key] = task
+            task.add_done_callback(lambda t: self._ended(key, t))
+
+    def take(self, key: str) -> list[Any]:
+        """The items queued under `key` since the last take, in order; none: the drain ends
+        (no await between this and its end, so a later join starts a new one)."""
+        batch = self._pending.pop(key, [])
+        if not batch:
+            self._draining.pop(key, None)
+        return batch
+
+    def _ended(self, key: str, task: asyncio.Task[None]) -> None:
+        if self._draining.get(key) is task:  # it ended without taking an empty batch
+            self._draining.pop(key)

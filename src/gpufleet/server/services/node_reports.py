@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from gpufleet.domain.states import (
 )
 from gpufleet.errors import Conflict, Forbidden, InvalidInput, NotFound
 from gpufleet.server.context import Context, Tx, transaction
-from gpufleet.server.services import attempt_tokens, reports
+from gpufleet.server.services import attempt_tokens, batches, reports
 from gpufleet.server.services.lifecycle import move_attempt, release_worker
 from gpufleet.server.services.reports import StatusReport
 
@@ -54,44 +55,75 @@ async def report_node(
         problem := rendezvous.ack_problem(node.rank, node.port)
     ):
         raise InvalidInput(problem)
-    refused: tuple[Job, Attempt] | None = None
-    freed = requeued = False
-    async with transaction(ctx) as tx:
-        locked = await _lock_workers(tx, worker, job_id, node.report.attempt_id, new)
-        job, attempt, own, nodes = await _node(tx, locked or worker, job_id, node, attempt_token)
-        status = job.status
-        live = (
-            attempt.id == job.current_attempt_id
-            and attempt.status in ACTIVE_ATTEMPT
-            and own.state is not NodeState.ENDED
+    if new in rendezvous.STARTS and ctx.store.dialect == "postgresql":
+        # A gang's start: each node's report waits on the job's lock; applied together
+        outcome = await batches.together(
+            ctx,
+            job_id,
+            worker.id,
+            lambda tx: _apply(tx, worker, job_id, node, client, new, attempt_token, _read(tx)),
         )
-        late = rendezvous.late_report(attempt.status, own.state, new)
-        if not live and attempt.id == job.current_attempt_id and late is not None:
-            if late is rendezvous.Late.ENDS:  # it outlived rank 0's completion: now it ends
-                freed = await _ended_late(tx, job, attempt, own, new, node.report, locked)
-        elif not live:
-            if new in rendezvous.ENDS_ATTEMPT | {AttemptStatus.COMPLETED}:
-                freed = await release_worker(tx, worker.id, attempt, locked)  # a repeat, or done
-            else:
-                refused = (job, attempt)
-        elif new is AttemptStatus.ACKNOWLEDGED:
-            await _acknowledge(tx, job, attempt, nodes, own, node, client)
-        elif new is AttemptStatus.RUNNING:
-            status = await _running(tx, job, attempt, nodes, own, node.report, locked)
-        elif own.rank == 0 or new in rendezvous.ENDS_ATTEMPT:
-            report = node.report
-            if own.rank > 0:  # its end is the attempt's: say which node
-                why = f"node {own.rank} (worker {worker.id}) {new.value}"
-                report = _with_error(report, f"{why}: {report.error}" if report.error else why)
-            status = await reports.apply(tx, job, attempt, new, report, locked, own.rank)
-            freed = status not in (JobStatus.OFFERED, JobStatus.RUNNING)
-            requeued = status is JobStatus.QUEUED
-        else:  # a node besides rank 0 completed: it alone is done
-            freed = await end_node(tx, attempt, own, locked)
+    else:
+        async with transaction(ctx) as tx:
+            outcome = await _apply(tx, worker, job_id, node, client, new, attempt_token)
+    status, attempt, refused, freed, requeued = outcome
     if refused is not None:
         raise await reports.refuse(ctx, worker, *refused)
     await reports.after(ctx, worker, job_id, attempt, new, freed=freed, requeued=requeued)
     return status
+
+
+_Outcome = tuple[JobStatus, Attempt, tuple[Job, Attempt] | None, bool, bool]
+
+
+async def _apply(
+    tx: Tx,
+    worker: Worker,
+    job_id: str,
+    node: NodeReport,
+    client: str | None,
+    new: AttemptStatus,
+    attempt_token: str | None,
+    read: Read | None = None,
+) -> _Outcome:
+    """The report's writes in `tx`: the job's status after it, the attempt, the job and
+    attempt it was refused for (None: taken), whether it freed the worker and requeued the
+    job. `read`: what the report before it in `tx` left (a batch's)."""
+    seen = read.take() if read is not None else None
+    refused: tuple[Job, Attempt] | None = None
+    freed = requeued = False
+    locked = await _lock_workers(tx, worker, job_id, node.report.attempt_id, new)
+    job, attempt, own, nodes = await _node(tx, locked or worker, job_id, node, attempt_token, seen)
+    status = job.status
+    live = (
+        attempt.id == job.current_attempt_id
+        and attempt.status in ACTIVE_ATTEMPT
+        and own.state is not NodeState.ENDED
+    )
+    late = rendezvous.late_report(attempt.status, own.state, new)
+    if not live and attempt.id == job.current_attempt_id and late is not None:
+        if late is rendezvous.Late.ENDS:  # it outlived rank 0's completion: now it ends
+            freed = await _ended_late(tx, job, attempt, own, new, node.report, locked)
+    elif not live:
+        if new in rendezvous.ENDS_ATTEMPT | {AttemptStatus.COMPLETED}:
+            freed = await release_worker(tx, worker.id, attempt, locked)  # a repeat, or done
+        else:
+            refused = (job, attempt)
+    elif new is AttemptStatus.ACKNOWLEDGED:
+        await _acknowledge(tx, job, attempt, nodes, own, node, client, read)
+    elif new is AttemptStatus.RUNNING:
+        status = await _running(tx, job, attempt, nodes, own, node.report, locked, read)
+    elif own.rank == 0 or new in rendezvous.ENDS_ATTEMPT:
+        report = node.report
+        if own.rank > 0:  # its end is the attempt's: say which node
+            why = f"node {own.rank} (worker {worker.id}) {new.value}"
+            report = _with_error(report, f"{why}: {report.error}" if report.error else why)
+        status = await reports.apply(tx, job, attempt, new, report, locked, own.rank)
+        freed = status not in (JobStatus.OFFERED, JobStatus.RUNNING)
+        requeued = status is JobStatus.QUEUED
+    else:  # a node besides rank 0 completed: it alone is done
+        freed = await end_node(tx, attempt, own, locked)
+    return status, attempt, refused, freed, requeued
 
 
 async def end_node(
@@ -158,21 +190,30 @@ async def _lock_workers(
 
 
 async def _node(
-    tx: Tx, worker: Worker, job_id: str, node: NodeReport, attempt_token: str | None
+    tx: Tx,
+    worker: Worker,
+    job_id: str,
+    node: NodeReport,
+    attempt_token: str | None,
+    seen: Seen | None = None,
 ) -> tuple[Job, Attempt, AttemptNode, list[AttemptNode]]:
     """The job, the attempt, the worker's own node it reports on and every node (read under
-    the job's lock, which every writer of the nodes holds); Forbidden for a worker that is
-    not that node."""
-    job = await tx.q.get_job(job_id, lock=True)
-    if job is None:
-        raise NotFound(f"no job {job_id}; it may have been deleted")
-    wanted = node.report.attempt_id or job.current_attempt_id
-    attempt = await tx.q.get_attempt(wanted) if wanted else None
-    if attempt is None or attempt.job_id != job.id:
-        raise Forbidden(
-            f"job {job_id} has no attempt {wanted} with nodes; name the attempt_id of the offer"
-        )
-    nodes = await tx.q.attempt_nodes(attempt.id)
+    the job's lock, which every writer of the nodes holds; or as `seen` by the report before
+    it in the transaction, for the same attempt); Forbidden for a worker that is not that
+    node."""
+    if seen is not None and (node.report.attempt_id or seen[0].current_attempt_id) == seen[1].id:
+        job, attempt, nodes = seen
+    else:
+        job = await tx.q.get_job(job_id, lock=True)
+        if job is None:
+            raise NotFound(f"no job {job_id}; it may have been deleted")
+        wanted = node.report.attempt_id or job.current_attempt_id
+        attempt = await tx.q.get_attempt(wanted) if wanted else None
+        if attempt is None or attempt.job_id != job.id:
+            raise Forbidden(
+                f"job {job_id} has no attempt {wanted} with nodes; name the attempt_id of the offer"
+            )
+        nodes = await tx.q.attempt_nodes(attempt.id)
     fenced = rendezvous.fence(nodes, worker.id, node.rank)
     if isinstance(fenced, str):
         raise Forbidden(f"job {job_id}, attempt {attempt.id}: {fenced}")
@@ -188,6 +229,7 @@ async def _acknowledge(
     own: AttemptNode,
     node: NodeReport,
     client: str | None,
+    read: Read | None = None,
 ) -> None:
     """Record the node's acknowledgement; once every node acknowledged, start them all. A
     repeated one after the start is answered with the node's start event again (it may
@@ -205,6 +247,8 @@ async def _acknowledge(
         nodes = _replaced(nodes, own, state=NodeState.ACKNOWLEDGED, **values)
     begin = rendezvous.start(nodes)
     if begin is None:
+        if read is not None:  # it wrote its node alone
+            read.seen = (job, attempt, nodes)
         return
     if attempt.status is AttemptStatus.OFFERED:
         await move_attempt(tx, attempt, AttemptStatus.ACKNOWLEDGED, acknowledged_at=tx.now)
@@ -242,6 +286,7 @@ async def _running(
     own: AttemptNode,
     report: StatusReport,
     locked: Worker | None,
+    read: Read | None = None,
 ) -> JobStatus:
     """The node runs. The attempt (and the job) runs once every node does; then rank 0's
     reports carry the job's progress."""
@@ -253,14 +298,40 @@ async def _running(
     if own.state is NodeState.ACKNOWLEDGED:
         await tx.q.update_attempt_node(attempt.id, own.rank, state=NodeState.RUNNING)
         nodes = _replaced(nodes, own, state=NodeState.RUNNING)
-    if attempt.status is AttemptStatus.RUNNING:
-        if own.rank > 0:
-            return job.status
+    if attempt.status is AttemptStatus.RUNNING and own.rank == 0:
         return await reports.apply(tx, job, attempt, AttemptStatus.RUNNING, report, locked)
-    if not rendezvous.all_running(nodes):
+    if attempt.status is AttemptStatus.RUNNING or not rendezvous.all_running(nodes):
+        if read is not None:  # it wrote its node alone
+            read.seen = (job, attempt, nodes)
         return job.status
     quiet = report if own.rank == 0 else _with_error(report, None, progress=False)
     return await reports.apply(tx, job, attempt, AttemptStatus.RUNNING, quiet, locked)
+
+
+Seen = tuple[Job, Attempt, list[AttemptNode]]
+
+
+class Read:
+    """What the reports of one batch's transaction read under the job's lock: the job, the
+    attempt and its nodes as the last report left them, while it wrote its own node's row
+    alone; None: the next report reads them again (it changed more, or was refused)."""
+
+    __slots__ = ("__weakref__", "seen")
+
+    def __init__(self) -> None:
+        self.seen: Seen | None = None
+
+    def take(self) -> Seen | None:
+        seen, self.seen = self.seen, None
+        return seen
+
+
+_reads: weakref.WeakKeyDictionary[Tx, Read] = weakref.WeakKeyDictionary()
+
+
+def _read(tx: Tx) -> Read:
+    """The transaction's `Read`, shared by the batch's reports."""
+    return _reads.setdefault(tx, Read())
 
 
 def _replaced(nodes: list[AttemptNode], own: AttemptNode, **values: Any) -> list[AttemptNode]:

@@ -1,0 +1,128 @@
+"""A gang's start reports applied together (#35, services/batches.py): on PostgreSQL the
+reports waiting on one job's lock share a transaction; each still gets its own answer, and
+a refused one undoes only its own writes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from gpufleet.errors import Conflict
+from gpufleet.server.context import Tx
+from gpufleet.server.services import batches
+from tests.api.conftest import Fleet, both_databases
+from tests.api.test_gang_rendezvous import ack, expect, gang, node_report
+
+pytestmark = both_databases
+
+postgres_only = pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+
+
+async def test_concurrent_start_reports_each_get_their_answer(fleet: Fleet) -> None:
+    job, agents, offers = await gang(fleet, 4)
+    # Every node acknowledges at once, and node 1 also claims rank 2: refused alone.
+    answers = await asyncio.gather(
+        *(ack(a, o) for a, o in zip(agents, offers, strict=True)),
+        node_report(agents[1], offers[2], "acknowledged"),
+    )
+    assert [a.status_code for a in answers] == [200, 200, 200, 200, 403]
+    assert "rank" in answers[-1].text
+    starts = [await expect(a, "job_start") for a in agents]
+    assert [s["node_rank"] for s in starts] == [0, 1, 2, 3]
+
+    answers = await asyncio.gather(
+        *(node_report(a, o, "running") for a, o in zip(agents, offers, strict=True)),
+        node_report(agents[3], offers[0], "running"),
+    )
+    assert [a.status_code for a in answers] == [200, 200, 200, 200, 403]
+    assert "running" in {a.json()["job_status"] for a in answers[:4]}
+    assert (await fleet.job(job["id"]))["status"] == "running"
+
+
+@postgres_only
+async def test_reports_queued_behind_one_share_a_transaction_and_a_refused_one_is_undone(
+    fleet: Fleet,
+) -> None:
+    one = await fleet.submit(config={"command": ["x"]})
+    two = await fleet.submit(config={"command": ["y"]})
+    ctx = fleet.ctx
+    began, release = asyncio.Event(), asyncio.Event()
+    seen: list[Tx] = []
+
+    async def blocking(tx: Tx) -> str:
+        seen.append(tx)
+        began.set()
+        await release.wait()
+        return "first"
+
+    async def refused(tx: Tx) -> str:
+        seen.append(tx)
+        await tx.q.update_job(one["id"], progress={"step": 5})
+        tx.audit("job.test_refused", "test", one["id"])
+        tx.wake("refused-topic")
+        raise Conflict("refused")
+
+    async def taken(tx: Tx) -> str:
+        seen.append(tx)
+        await tx.q.update_job(two["id"], progress={"step": 7})
+        tx.audit("job.test_taken", "test", two["id"])
+        return "taken"
+
+    workers = [(await fleet.create_worker(f"w{n}")).id for n in range(3)]
+    head = asyncio.create_task(batches.together(ctx, "job", workers[0], blocking))
+    await began.wait()
+    queued = [
+        asyncio.create_task(batches.together(ctx, "job", workers[1], refused)),
+        asyncio.create_task(batches.together(ctx, "job", workers[2], taken)),
+    ]
+    await asyncio.sleep(0)  # both join the queue behind the running transaction
+    release.set()
+    assert await head == "first"
+    with pytest.raises(Conflict, match="refused"):
+        await queued[0]
+    assert await queued[1] == "taken"
+
+    # The queued two shared a transaction (the second pass, with a savepoint each, after
+    # the refusal undid the first): the refused one's writes and notices went alone.
+    assert seen[0] is not seen[-1] and seen[-2] is seen[-1]
+    assert "refused-topic" not in seen[-1].notify
+    assert (await fleet.job(one["id"])).get("progress") is None
+    assert (await fleet.job(two["id"]))["progress"] == {"step": 7}
+    kinds = {e["event_type"] for e in await fleet.audit()}
+    assert "job.test_taken" in kinds and "job.test_refused" not in kinds
+
+
+@postgres_only
+async def test_reports_queued_behind_one_are_applied_in_one_transaction(fleet: Fleet) -> None:
+    ctx = fleet.ctx
+    began, release = asyncio.Event(), asyncio.Event()
+    seen: list[Tx] = []
+
+    async def blocking(tx: Tx) -> int:
+        seen.append(tx)
+        began.set()
+        await release.wait()
+        return 0
+
+    def queued(n: int) -> Callable[[Tx], Awaitable[int]]:
+        async def apply(tx: Tx) -> int:
+            seen.append(tx)
+            return n
+
+        return apply
+
+    workers = [(await fleet.create_worker(f"w{n}")).id for n in range(4)]
+    head = asyncio.create_task(batches.together(ctx, "job", workers[0], blocking))
+    await began.wait()
+    rest = [
+        asyncio.create_task(batches.together(ctx, "job", w, queued(n)))
+        for n, w in enumerate(workers[1:], 1)
+    ]
+    await asyncio.sleep(0)
+    release.set()
+    assert [await head, *[await t for t in rest]] == [0, 1, 2, 3]
+    assert len(seen) == 4 and seen[1] is seen[2] is seen[3] is not seen[0]
