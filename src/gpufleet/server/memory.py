@@ -186,21 +186,37 @@ class Batches:
 
     def __init__(self) -> None:
         self._pending: dict[str, list[Any]] = {}
-        self._draining: dict[str, asyncio.Task[None]] = {}
+        # key → the task applying its batches; None: the caller that came first does
+        self._draining: dict[str, asyncio.Task[None] | None] = {}
 
-    def join(self, key: str, item: Any, drain: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Queue `item` under `key`; start `drain` (as a task kept until done) unless one
-        drains the key already: it takes the item with the next batch."""
+    def join(self, key: str, item: Any) -> bool:
+        """Queue `item` under `key`. True: nothing drains the key, and the caller is to apply
+        the batch (`take`, then `hand_on`); False: the one draining takes the item with its
+        next batch."""
         self._pending.setdefault(key, []).append(item)
-        if key not in self._draining:
-            task = asyncio.create_task(drain())
-            self._draining[key] = task
-            task.add_done_callback(lambda t: self._ended(key, t))
+        if key in self._draining:
+            return False
+        self._draining[key] = None
+        return True
+
+    def hand_on(self, key: str, drain: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """The caller applied its batch: what queued meanwhile goes to `drain`, a task kept
+        until done; nothing: the key is free."""
+        if not self._pending.get(key):
+            self._draining.pop(key, None)
+            return
+        task = asyncio.create_task(drain())
+        self._draining[key] = task
+        task.add_done_callback(lambda t: self._ended(key, t))
 
     def take(self, key: str) -> list[Any]:
-        """The items queued under `key` since the last take, in order; none: the drain ends
-        (no await between this and its end, so a later join starts a new one)."""
-        batch = self._pending.pop(key, [])
+        """The items queued under `key` since the last take, in order."""
+        return self._pending.pop(key, [])
+
+    def drained(self, key: str) -> list[Any]:
+        """`take` for the draining task; none: the key is free (no await between this and
+        the task's end, so a later join applies its own)."""
+        batch = self.take(key)
         if not batch:
             self._draining.pop(key, None)
         return batch

@@ -38,14 +38,18 @@ async def together(
     locked first, in id order, then each report runs (lifecycle's lock order: workers
     before the job)."""
     item = _Item(worker_id, apply)
-    ctx.batches.join(key, item, lambda: _drain(ctx, key))
+    if ctx.batches.join(key, item):  # the first: its own transaction at once
+        try:
+            await _commit(ctx, ctx.batches.take(key))
+        finally:
+            ctx.batches.hand_on(key, lambda: _drain(ctx, key))
     # The caller going away (a cancelled request) leaves its report in the batch.
     result: T = await asyncio.shield(item.done)
     return result
 
 
 async def _drain(ctx: Context, key: str) -> None:
-    while batch := ctx.batches.take(key):
+    while batch := ctx.batches.drained(key):
         await _commit(ctx, batch)
 
 
@@ -81,7 +85,8 @@ async def _commit(ctx: Context, batch: list[_Item]) -> None:
 async def _apply(ctx: Context, batch: list[_Item], *, alone: bool) -> list[tuple[bool, Any]]:
     outcomes: list[tuple[bool, Any]] = []
     async with transaction(ctx) as tx:
-        await tx.q.lock_workers({item.worker_id for item in batch})
+        if len(batch) > 1:  # (a report alone locks its own worker before the job)
+            await tx.q.lock_workers({item.worker_id for item in batch})
         for item in batch:
             if not alone:
                 try:
