@@ -201,24 +201,27 @@ async def _node(
     the job's lock, which every writer of the nodes holds; or as `seen` by the report before
     it in the transaction, for the same attempt); Forbidden for a worker that is not that
     node."""
-    if seen is not None and (node.report.attempt_id or seen[0].current_attempt_id) == seen[1].id:
-        job, attempt, nodes = seen
-    else:
-        job = await tx.q.get_job(job_id, lock=True)
-        if job is None:
-            raise NotFound(f"no job {job_id}; it may have been deleted")
-        wanted = node.report.attempt_id or job.current_attempt_id
-        attempt = await tx.q.get_attempt(wanted) if wanted else None
-        if attempt is None or attempt.job_id != job.id:
-            raise Forbidden(
-                f"job {job_id} has no attempt {wanted} with nodes; name the attempt_id of the offer"
-            )
-        nodes = await tx.q.attempt_nodes(attempt.id)
+    if seen is None or (node.report.attempt_id or seen[0].current_attempt_id) != seen[1].id:
+        seen = await _read_node(tx, job_id, node.report.attempt_id)
+    job, attempt, nodes = seen
     fenced = rendezvous.fence(nodes, worker.id, node.rank)
     if isinstance(fenced, str):
         raise Forbidden(f"job {job_id}, attempt {attempt.id}: {fenced}")
     attempt_tokens.check(tx.key, worker, attempt.id, attempt_token)
     return job, attempt, fenced, nodes
+
+
+async def _read_node(tx: Tx, job_id: str, attempt_id: str | None) -> Seen:
+    job = await tx.q.get_job(job_id, lock=True)
+    if job is None:
+        raise NotFound(f"no job {job_id}; it may have been deleted")
+    wanted = attempt_id or job.current_attempt_id
+    attempt = await tx.q.get_attempt(wanted) if wanted else None
+    if attempt is None or attempt.job_id != job.id:
+        raise Forbidden(
+            f"job {job_id} has no attempt {wanted} with nodes; name the attempt_id of the offer"
+        )
+    return job, attempt, await tx.q.attempt_nodes(attempt.id)
 
 
 async def _acknowledge(
