@@ -18,12 +18,17 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
+import hypothesis
 import pytest
 import pytest_asyncio
 
 # `gpufleet run` remembers the digests of folders it packed (cli/digests.py): in a temporary
 # folder of its own, not in the home folder of whoever runs the tests.
 os.environ.setdefault("GPUFLEET_CACHE_DIR", tempfile.mkdtemp(prefix="gpufleet-cli-cache-"))
+# No deadline on a property test's examples: a deadline is a wall-clock assert, which a loaded
+# 2-core machine breaks (a full run saw 429 ms against hypothesis's default 200 ms).
+hypothesis.settings.register_profile("gpufleet", deadline=None)
+hypothesis.settings.load_profile("gpufleet")
 PG_HOST = os.environ.get("GPUFLEET_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("GPUFLEET_TEST_PG_PORT", "5432"))
 PG_MAINTENANCE_DB = "test"
@@ -38,13 +43,17 @@ START_PG = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main s
 # running one long file alone at the tail. The rest keep their collection order.
 LONGEST_FIRST = (
     "tests/chaos/test_faults.py",  # waits
+    "tests/chaos/test_gang_faults.py",  # waits (PyTorch ranks, heartbeat timeouts)
     "tests/e2e/test_artifacts_resume.py",  # waits
+    "tests/multinode/test_gang_ddp.py",
     "tests/e2e/test_schemathesis.py",
     "tests/api/test_dispatch.py",
     "tests/api/test_policy.py",
     "tests/e2e/test_sharing.py",  # waits
     "tests/bench/test_smoke.py",
     "tests/e2e/test_simpletuner_agent.py",  # waits
+    "tests/e2e/test_worker_gang.py",
+    "tests/e2e/test_gang_resume.py",
     "tests/browser/test_ui.py",
     "tests/browser/test_sharing.py",
     "tests/api/test_people.py",
