@@ -43,17 +43,13 @@ START_PG = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main s
 # running one long file alone at the tail. The rest keep their collection order.
 LONGEST_FIRST = (
     "tests/chaos/test_faults.py",  # waits
-    "tests/chaos/test_gang_faults.py",  # waits (PyTorch ranks, heartbeat timeouts)
     "tests/e2e/test_artifacts_resume.py",  # waits
-    "tests/multinode/test_gang_ddp.py",
     "tests/e2e/test_schemathesis.py",
     "tests/api/test_dispatch.py",
     "tests/api/test_policy.py",
     "tests/e2e/test_sharing.py",  # waits
     "tests/bench/test_smoke.py",
     "tests/e2e/test_simpletuner_agent.py",  # waits
-    "tests/e2e/test_worker_gang.py",
-    "tests/e2e/test_gang_resume.py",
     "tests/browser/test_ui.py",
     "tests/browser/test_sharing.py",
     "tests/api/test_people.py",
