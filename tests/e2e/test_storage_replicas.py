@@ -46,7 +46,15 @@ def replicas(
             "AWS_REGION": "us-east-1",
         }
     started = [
-        ServerProcess(tmp_path / f"replica-{n}", pg_database, env=env, artifacts=store)
+        # No worker here is meant to be lost: a 3 s heartbeat timeout, on a loaded machine,
+        # once ended the attempt mid-upload (its uploads answered 409).
+        ServerProcess(
+            tmp_path / f"replica-{n}",
+            pg_database,
+            env=env,
+            artifacts=store,
+            **{"heartbeat-timeout": 30, "ack-timeout": 30},
+        )
         for n in range(2)
     ]
     started[0].start()

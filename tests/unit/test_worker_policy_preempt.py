@@ -29,7 +29,10 @@ async def test_a_job_preempted_by_the_policy_checkpoints_yields_its_worker_and_r
     await _policy(fleet, preemption=True, min_runtime_s=0, preempt_grace_s=20)
     try:
         agent, task, _ = await lane.start_agent(persistent=True)
-        args = ["400", "--step-delay", "0.01", "--checkpoint-every", "50", "--seed", "3"]
+        # Long enough (30 s) that it cannot end before its preemption lands, on a loaded
+        # machine too (at 4 s it once completed first); the resumed run is cancelled once it
+        # runs from its checkpoint.
+        args = ["3000", "--step-delay", "0.01", "--checkpoint-every", "50", "--seed", "3"]
         low = await fleet.submit(
             config={"command": [*TRAIN, *args]},
             worker_labels=lane.labels,
@@ -57,20 +60,28 @@ async def test_a_job_preempted_by_the_policy_checkpoints_yields_its_worker_and_r
         done = await wait_until_async(
             lambda: ended(urgent["id"]), timeout=30, message="the urgent job's end"
         )
+
+        async def rerunning() -> dict[str, Any] | None:
+            job = await fleet.job(low["id"])
+            history = job["attempt_history"]
+            return job if len(history) == 2 and history[1]["status"] == "running" else None
+
         resumed = await wait_until_async(
-            lambda: ended(low["id"]), timeout=60, message="the preempted job's end"
+            rerunning, timeout=30, message="the preempted job running again"
         )
 
         assert done["status"] == "completed"
-        assert resumed["status"] == "completed"
-        first, second = resumed["attempt_history"]
+        first, second = sorted(resumed["attempt_history"], key=lambda a: a["number"])
         assert first["status"] == "preempted"
         # The agent took the preemption path (a plain cancel would say "cancelled by …").
         assert first["error"].startswith("preempted by the queue policy for another job: ")
         assert urgent["id"] in first["error"]
         assert second["resumed_from"] is not None
         assert second["resumed_from"]["attempt_number"] == 1
+        assert second["worker_id"] == first["worker_id"]
         assert not task.done()  # the agent stayed: only its job was preempted
+        cancelled = await fleet.admin.post(f"/api/queue/{low['id']}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
         del agent
     finally:
         await _policy(fleet, preemption=False, min_runtime_s=600)
