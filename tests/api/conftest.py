@@ -77,6 +77,7 @@ READS = [
     "/api/audit/verify",
     "/api/admin/api-keys",
     "/api/admin/webhooks",
+    "/api/admin/pools",
 ]
 
 
@@ -451,6 +452,7 @@ class Fleet:
         jobs = (await self.admin.get(f"/api/queue?limit={newest}")).json()["jobs"]
         workers = (await self.admin.get("/api/admin/workers")).json()["workers"]
         configs = (await self.admin.get("/api/configs")).json()["configs"]
+        pools = (await self.admin.get("/api/admin/pools")).json()["pools"]
         paths = [*READS]
         paths += [f"/api/queue/{j['id']}" for j in jobs]
         paths += [f"/api/queue/{j['id']}/logs" for j in jobs]
@@ -460,6 +462,7 @@ class Fleet:
         paths += [f"/api/admin/workers/{w['id']}" for w in workers]
         paths += [f"/api/configs/{c['name']}" for c in configs]
         paths += [f"/api/configs/{c['name']}/versions" for c in configs]
+        paths += [f"/api/admin/pools/{p['name']}" for p in pools]
         for path in paths:
             answer = await self.admin.get(path)
             assert answer.status_code == 200, (path, answer.text[:300])

@@ -36,6 +36,11 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("delete", "/api/admin/webhooks/{webhook_id}"): "*",
     ("post", "/api/admin/webhooks/{webhook_id}/test"): "*",
     ("get", "/api/admin/webhooks/{webhook_id}/deliveries"): "*",
+    ("get", "/api/admin/pools"): "*",
+    ("post", "/api/admin/pools"): "*",
+    ("get", "/api/admin/pools/{name}"): "*",
+    ("patch", "/api/admin/pools/{name}"): "*",
+    ("delete", "/api/admin/pools/{name}"): "*",
     ("post", "/api/workers/register"): WORKER,
     ("get", "/api/workers/stream"): WORKER,
     ("post", "/api/workers/heartbeat"): WORKER,
@@ -126,6 +131,12 @@ BODIES: dict[str, Any] = {
     "/api/admin/workers/{worker_id}/labels": {"labels": {"pool": "intruder"}},
     "/api/admin/webhooks": {"url": "https://attacker.example/", "events": ["job.ended"]},
     "/api/admin/webhooks/{webhook_id}": {"url": "https://attacker.example/"},
+    "/api/admin/pools": {
+        "name": "intruder",
+        "provider": {"type": "command", "launch": ["/bin/sh"], "terminate": ["true"]},
+        "max_workers": 1000,
+    },
+    "/api/admin/pools/{name}": {"max_workers": 1000},
     "/api/queue/submit": {"config": {"command": ["true"]}, "target": "worker"},
     "/api/queue/rerun": {"job_ids": ["j_any"]},
     "/api/queue/cancel": {"job_ids": ["j_any"]},
@@ -196,6 +207,8 @@ async def _setup(fleet: Fleet) -> dict[str, Any]:
         "/api/admin/webhooks", json={"url": "https://hooks.example/", "events": ["job.ended"]}
     )
     assert hook.status_code == 201, hook.text
+    pool = {"name": "cfg", "provider": {"type": "local"}, "max_workers": 1}  # {name}: "cfg"
+    assert (await fleet.admin.post("/api/admin/pools", json=pool)).status_code == 201
     revoked = await fleet.mint_key("*", name="revoked")
     assert (await fleet.admin.delete(f"/api/admin/api-keys/{revoked['id']}")).status_code == 200
     keys = {

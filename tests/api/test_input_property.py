@@ -34,6 +34,8 @@ class Scene:
 
     @classmethod
     async def build(cls, fleet: Fleet) -> Scene:
+        pool = {"name": "p", "provider": {"type": "local"}, "max_workers": 1}
+        assert (await fleet.admin.post("/api/admin/pools", json=pool)).status_code == 201
         busy = await fleet.online_worker("busy", labels={"role": "busy"})
         await fleet.submit(worker_labels={"role": "busy"})
         offer = await busy.next_offer()
@@ -98,6 +100,20 @@ WRITES: dict[str, Write] = {
     "worker name": lambda s, v: post_raw(s.fleet.admin, "/api/admin/workers", {"name": v}),
     "admin labels": lambda s, v: post_raw(
         s.fleet.admin, "/api/admin/workers", {"name": s.name(), "labels": {"k": v}}
+    ),
+    "pool": lambda s, v: post_raw(
+        s.fleet.admin,
+        "/api/admin/pools",
+        {
+            "name": s.name(),
+            "provider": {"type": "command", "launch": [v], "terminate": ["x"], "list": v},
+            "labels": {"k": v},
+            "gpu_name": v,
+            "max_workers": 1,
+        },
+    ),
+    "pool change": lambda s, v: post_raw(
+        s.fleet.admin, "/api/admin/pools/p", {"gpu_name": v, "provider": v}, method="PATCH"
     ),
     "api key name": lambda s, v: post_raw(
         s.fleet.admin, "/api/admin/api-keys", {"name": v, "permissions": ["queue.read"]}

@@ -345,7 +345,7 @@ def test_a_command_imports_its_own_module_and_not_the_others(
 
 
 EVERY_COMMAND = (
-    "audit configs jobs keys queue run secrets server teams users webhooks worker workers"
+    "audit configs jobs keys pools queue run secrets server teams users webhooks worker workers"
 )
 
 

@@ -27,6 +27,7 @@ COMMANDS = {
     "users": "gpufleet.cli.people",
     "teams": "gpufleet.cli.people",
     "webhooks": "gpufleet.cli.webhooks",
+    "pools": "gpufleet.cli.pools",
     "secrets": "gpufleet.cli.secrets",
 }
 

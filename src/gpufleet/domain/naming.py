@@ -28,3 +28,19 @@ def check_name(kind: str, name: str) -> str:
     if not NAME.fullmatch(name):
         raise InvalidInput(f"{kind} name {name[:130]!r} is not valid; {NAME_RULE}")
     return name
+
+
+MAX_LABEL_VALUE = 256
+
+
+def check_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Labels as every surface takes them (a worker's, a job's `worker_labels`, a pool's):
+    keys as LABEL_KEY_RULE says, values of at most MAX_LABEL_VALUE characters."""
+    for key, value in labels.items():
+        if not LABEL_KEY.fullmatch(key):
+            raise InvalidInput(f"label key {key!r} is not valid; {LABEL_KEY_RULE}")
+        if len(value) > MAX_LABEL_VALUE:
+            raise InvalidInput(
+                f"label {key!r} is longer than {MAX_LABEL_VALUE} characters; shorten it"
+            )
+    return dict(labels)

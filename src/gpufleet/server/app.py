@@ -35,6 +35,7 @@ from gpufleet.server.routes import (
     ops,
     people,
     policy,
+    pools,
     queue,
     s3_storage,
     secrets,
@@ -241,6 +242,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         workdir_files.router,
         s3_storage.router,
         webhooks.router,
+        pools.router,
         # before queue's /api/queue/{job_id}, which would take their paths
         simpletuner_queue.router,
         approvals.router,

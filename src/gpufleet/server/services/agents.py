@@ -13,13 +13,14 @@ from gpufleet import protocol
 from gpufleet.domain import rendezvous
 from gpufleet.domain.audit_events import worker_actor
 from gpufleet.domain.matching import Feature, fits, parse_features, targets_served
+from gpufleet.domain.naming import check_labels
 from gpufleet.domain.records import Attempt, GpuStat, Worker
 from gpufleet.domain.states import ACTIVE_ATTEMPT, TAKEN_ATTEMPT, WorkerType
 from gpufleet.errors import Conflict, Forbidden
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import WORKERS_TOPIC, worker_topic
 from gpufleet.server.services import dispatch, fair_queue
-from gpufleet.server.services.fleet import check_labels, locked_worker
+from gpufleet.server.services.fleet import locked_worker
 from gpufleet.server.services.lifecycle import lose_current_attempt, save_worker
 
 

@@ -5,24 +5,15 @@ What workers say about themselves is the agent protocol: `services/agents.py`.""
 from __future__ import annotations
 
 from gpufleet import protocol
-from gpufleet.domain.naming import LABEL_KEY, LABEL_KEY_RULE, check_name
+from gpufleet.domain.naming import check_labels, check_name
 from gpufleet.domain.records import WorkedAttempt, Worker
 from gpufleet.domain.secrets import hash_secret, new_id, new_worker_token
 from gpufleet.domain.states import WorkerType, can_delete_worker
-from gpufleet.errors import Conflict, InvalidInput, NotFound
+from gpufleet.errors import Conflict, NotFound
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import WORKERS_TOPIC, worker_topic
 from gpufleet.server.services import dispatch
 from gpufleet.server.services.lifecycle import new_worker, save_worker
-
-
-def check_labels(labels: dict[str, str]) -> dict[str, str]:
-    for key, value in labels.items():
-        if not LABEL_KEY.fullmatch(key):
-            raise InvalidInput(f"label key {key!r} is not valid; {LABEL_KEY_RULE}")
-        if len(value) > 256:
-            raise InvalidInput(f"label {key!r} is longer than 256 characters; shorten it")
-    return dict(labels)
 
 
 def _no_worker(worker_id: str) -> NotFound:

@@ -11,6 +11,7 @@ from typing import Any
 from gpufleet import protocol
 from gpufleet.domain.audit_events import KEY_ACTOR, key_actor
 from gpufleet.domain.bounds import MAX_LOG_PAGE_BYTES
+from gpufleet.domain.naming import check_labels
 from gpufleet.domain.ownership import JobAction
 from gpufleet.domain.presence import Unheard, attempt_unheard
 from gpufleet.domain.records import (
@@ -31,7 +32,6 @@ from gpufleet.domain.states import (
 from gpufleet.errors import Conflict, InvalidInput
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.services import ownership
-from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import end_attempt, move_job, no_job
 from gpufleet.server.services.waiting import job_waiting
 from gpufleet.store.queries import Queries

@@ -19,6 +19,7 @@ from gpufleet.domain.matching import (
     needs_of,
     never_runs,
 )
+from gpufleet.domain.naming import check_labels
 from gpufleet.domain.policy import Policy, check_priority
 from gpufleet.domain.records import (
     LOCAL_WORKER_ID,
@@ -38,7 +39,6 @@ from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.services import configs, dispatch, dispatch_policy, job_secrets, workdirs
-from gpufleet.server.services.fleet import check_labels
 from gpufleet.server.services.lifecycle import queue_new
 from gpufleet.server.services.people import resolve_submitter
 from gpufleet.server.services.queue import get_job

@@ -16,6 +16,7 @@ from gpufleet.store.queries.keys import KeyQueries
 from gpufleet.store.queries.logs import LOG_SEQ_MAX, LogQueries
 from gpufleet.store.queries.people import PeopleQueries
 from gpufleet.store.queries.policy import PolicyQueries
+from gpufleet.store.queries.pools import PoolQueries
 from gpufleet.store.queries.retention import RetentionQueries
 from gpufleet.store.queries.secrets import SecretQueries
 from gpufleet.store.queries.webhooks import WebhookQueries
@@ -39,6 +40,7 @@ class Queries(
     FleetHistoryQueries,
     WorkdirQueries,
     GangQueries,
+    PoolQueries,
 ):
     """Named queries bound to one connection. The caller owns the transaction."""
 

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 
 from gpufleet.domain.fleet_history import FleetSample
 from gpufleet.domain.job_secrets import JobSecret
+from gpufleet.domain.pools import Launch, Pool, check_provider
 from gpufleet.domain.records import (
     ApiKey,
     Artifact,
@@ -215,6 +216,8 @@ stored_config = reader(StoredConfig, tables.configs)
 config_version = reader(ConfigVersion, tables.config_versions)
 job_secret = reader(JobSecret, tables.job_secrets)
 fleet_sample = reader(FleetSample, tables.fleet_samples, unread={"id"})
+pool = reader(Pool, tables.pools, {"provider": Read(convert=check_provider)})
+launch = reader(Launch, tables.pool_launches)
 
 # `nodes` as its column's default: a job inserted without it runs on one machine
 _EMPTY_JOB: dict[str, Any] = {column.name: None for column in tables.jobs.c} | {"nodes": 1}

@@ -13,6 +13,7 @@ from gpufleet.store.tables.job_files import (
     checkpoints,
     workdir_holders,
 )
+from gpufleet.store.tables.pools import pool_launches, pools
 from gpufleet.store.tables.queue import (
     attempt_nodes,
     job_attempts,
@@ -43,6 +44,8 @@ __all__ = [
     "job_secrets",
     "jobs",
     "metadata",
+    "pool_launches",
+    "pools",
     "progress_points",
     "progress_series",
     "queue_policy",

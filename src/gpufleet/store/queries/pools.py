@@ -1,0 +1,68 @@
+"""Worker pools and their launches (domain/pools.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+from gpufleet.domain.pools import LIVE_LAUNCH, Launch, Pool
+from gpufleet.store.queries import rows
+from gpufleet.store.queries.base import QueryBase
+from gpufleet.store.tables import pool_launches, pools
+
+_LIVE = [state.value for state in LIVE_LAUNCH]
+
+
+class PoolQueries(QueryBase):
+    async def insert_pool(self, values: Mapping[str, Any]) -> bool:
+        """False when a pool of its name exists: the unique name decides, a race included
+        (PostgreSQL, under a savepoint; SQLite has one writer at a time)."""
+        insert = sa.insert(pools).values(**values)
+        if not self._pg:
+            await self.conn.execute(insert)
+            return True
+        try:
+            async with self.conn.begin_nested():
+                await self.conn.execute(insert)
+        except IntegrityError:
+            return False
+        return True
+
+    async def list_pools(self) -> list[Pool]:
+        stmt = sa.select(pools).order_by(pools.c.name)
+        return [rows.pool(m) for m in await self._mapped(stmt)]
+
+    async def get_pool(self, name: str, *, lock: bool = False) -> Pool | None:
+        stmt = sa.select(pools).where(pools.c.name == name)
+        row = await self._first(self._locked(stmt) if lock else stmt)
+        return rows.pool(row) if row else None
+
+    async def update_pool(self, pool_id: str, **values: Any) -> None:
+        await self.conn.execute(sa.update(pools).where(pools.c.id == pool_id).values(**values))
+
+    async def delete_pool(self, pool_id: str) -> None:
+        """The pool and its launches' records (none of them live: the caller checked)."""
+        await self.conn.execute(sa.delete(pool_launches).where(pool_launches.c.pool_id == pool_id))
+        await self.conn.execute(sa.delete(pools).where(pools.c.id == pool_id))
+
+    async def live_launch_counts(self) -> dict[str, int]:
+        """Launches whose instance may be up (`LIVE_LAUNCH`), by pool id."""
+        c = pool_launches.c
+        stmt = sa.select(c.pool_id, sa.func.count()).where(c.state.in_(_LIVE)).group_by(c.pool_id)
+        return {pool_id: int(n) for pool_id, n in await self.conn.execute(stmt)}
+
+    async def insert_launch(self, values: Mapping[str, Any]) -> None:
+        await self.conn.execute(sa.insert(pool_launches).values(**values))
+
+    async def recent_launches(self, pool_id: str, limit: int) -> list[Launch]:
+        c = pool_launches.c
+        stmt = (
+            sa.select(pool_launches)
+            .where(c.pool_id == pool_id)
+            .order_by(c.created_at.desc(), c.id.desc())
+            .limit(limit)
+        )
+        return [rows.launch(m) for m in await self._mapped(stmt)]
