@@ -17,6 +17,7 @@
     │   └── ArtifactStoreError      the artifact store (data folder or bucket) failed
     ├── ConfigurationError          settings that cannot work (bad URL, unreadable data dir)
     ├── AgentError                  the worker agent cannot go on (see gpufleet.worker)
+    ├── ProviderError               a pool's provider could not launch or stop a machine
     ├── LoopDied                    a supervised background loop died (gpufleet.supervisor)
     └── ClientError                 the operator CLI cannot talk to the orchestrator (cli/api.py)
 
@@ -114,6 +115,14 @@ class ConfigurationError(GpufleetError):
 
 class AgentError(GpufleetError):
     """The worker agent cannot go on; the message says what the operator should check."""
+
+
+class ProviderError(GpufleetError):
+    """A pool's provider failed; the message says what, `stderr` what it printed."""
+
+    def __init__(self, message: str, stderr: str = "") -> None:
+        super().__init__(message)
+        self.stderr = stderr
 
 
 class LoopDied(GpufleetError):

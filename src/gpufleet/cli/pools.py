@@ -34,7 +34,9 @@ PROVIDER_OPTIONS: dict[ProviderType, dict[str, tuple[str, bool]]] = {
     },
 }
 ARGV = {"launch", "terminate", "list_cmd"}
-NOT_YET = "Workers are not launched yet: providers come in a later release (docs/capacity.md)."
+NOT_YET = (
+    "Workers of a {} provider are not launched yet: it comes in a later release (docs/capacity.md)."
+)
 
 
 @click.group()
@@ -283,7 +285,8 @@ def create_pool(api: ApiClient, name: str, provider: str, as_json: bool, **o: An
         out.print_json(pool)
         return
     out.echo(f"Created {_said(pool)}.")
-    out.echo(NOT_YET)
+    if pool["provider"]["type"] != "local":
+        out.echo(NOT_YET.format(pool["provider"]["type"]))
 
 
 @pools.command("update")

@@ -57,6 +57,7 @@ from gpufleet.server.services import (
     fleet_history,
     health,
     policy_loop,
+    reconcile,
     retention,
     sessions,
 )
@@ -183,6 +184,8 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         supervisor.every("health", settings.health_interval, leader_only(health.health_sweep))
         # usage for fair share, its samples, and preemption (docs/scheduling.md)
         supervisor.every("policy", settings.usage_interval, leader_only(policy_loop.sweep))
+        # the worker pools: launch, follow and retire their machines (docs/capacity.md)
+        supervisor.every("pools", settings.pool_interval, leader_only(reconcile.Reconciler()))
         supervisor.every(  # the fleet over time: busy, idle, GPU load, queue depth and wait
             "fleet-history",
             settings.fleet_sample_interval,

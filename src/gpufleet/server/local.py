@@ -17,6 +17,7 @@ from gpufleet.domain.states import WorkerType
 from gpufleet.errors import ConfigurationError
 from gpufleet.server.context import Context
 from gpufleet.server.services import fleet
+from gpufleet.server.settings import ServerSettings
 from gpufleet.supervisor import Supervisor
 
 log = logging.getLogger("gpufleet.server.local")
@@ -43,6 +44,12 @@ def parse_local_gpus(value: str) -> tuple[bool, tuple[int, ...] | None]:
 
 def _loopback(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "", "::", "localhost") else host
+
+
+def own_url(settings: ServerSettings) -> str:
+    """The orchestrator as a process on its own machine reaches it: its loopback address."""
+    scheme = "https" if settings.tls_cert else "http"
+    return f"{scheme}://{_loopback(settings.host)}:{settings.port}"
 
 
 async def _wait_until_listening(host: str, port: int) -> None:
@@ -89,9 +96,8 @@ async def start_local_runner(ctx: Context, supervisor: Supervisor) -> None:
     from gpufleet.worker.settings import AgentSettings
 
     host = _loopback(ctx.settings.host)
-    scheme = "https" if ctx.settings.tls_cert else "http"
     settings = AgentSettings(
-        orchestrator_url=f"{scheme}://{host}:{ctx.settings.port}",
+        orchestrator_url=own_url(ctx.settings),
         ca_cert=ctx.settings.tls_cert,
         worker_token=token,
         name=LOCAL_NAME,

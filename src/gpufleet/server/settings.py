@@ -54,6 +54,7 @@ class ServerSettings(BaseModel):
     heartbeat_timeout: float = _declared("heartbeat_timeout")
     health_interval: float = _declared("health_interval")
     usage_interval: float = _declared("usage_interval")
+    pool_interval: float = _declared("pool_interval")
     fleet_sample_interval: float = _declared("fleet_sample_interval")
     ack_timeout: float = _declared("ack_timeout")
     gang_hold: float = _declared("gang_hold")

@@ -68,6 +68,15 @@ SERVER = Table(
         see="scheduling.md",
     ),
     Setting(
+        "pool_interval",
+        Kind.DURATION,
+        "How often the leader reconciles the worker pools: launches workers for waiting jobs, "
+        "ends launches that never registered, retires idle workers.",
+        default=5.0,
+        above=0,
+        see="capacity.md",
+    ),
+    Setting(
         "fleet_sample_interval",
         Kind.DURATION,
         "How often the fleet-history loop samples busy and idle workers, GPU load, queue "

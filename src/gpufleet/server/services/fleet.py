@@ -43,45 +43,57 @@ async def create_worker(
     worker_id: str | None = None,
     is_local: bool = False,
 ) -> tuple[Worker, str]:
+    wid = worker_id or new_id("w")
+    async with transaction(ctx) as tx:
+        token = await add_worker(
+            tx, wid, name, worker_type, labels, actor, client, is_local=is_local
+        )
+        worker = await locked_worker(tx, wid)
+    return worker, token
+
+
+async def add_worker(
+    tx: Tx,
+    worker_id: str,
+    name: str,
+    worker_type: WorkerType | None,
+    labels: dict[str, str],
+    actor: str,
+    client: str | None,
+    *,
+    is_local: bool = False,
+) -> str:
+    """A new worker and its token, in the caller's transaction: the raw token (its hash is
+    stored; it is shown once, or to no one when a pool launches it)."""
     check_name("worker", name)
     labels = check_labels(labels)
     token = new_worker_token()
-    wid = worker_id or new_id("w")
-    async with transaction(ctx) as tx:
-        if await tx.q.worker_name_taken(name):
-            raise Conflict(f"a worker named {name!r} exists already; choose another name")
-        await new_worker(
-            tx,
-            {
-                "id": wid,
-                "name": name,
-                "worker_type": (worker_type or WorkerType.EPHEMERAL).value,
-                "type_set_by_admin": worker_type is not None,
-                "admin_labels": labels,
-                "reported_labels": {},
-                "drained": False,
-                "is_local": is_local,
-                "registered": False,
-                "gpu_count": 0,
-                "capabilities": {},
-                "jobs_run": 0,
-                "created_at": tx.now,
-            },
-        )
-        await tx.q.insert_token(wid, hash_secret(token), tx.now)
-        tx.audit(
-            "worker.created",
-            actor,
-            wid,
-            client,
-            name=name,
-            labels=labels,
-            worker_type=(worker_type or WorkerType.EPHEMERAL).value,
-        )
-        tx.audit("worker.token_created", actor, wid, client)
-        worker = await locked_worker(tx, wid)
-        tx.wake(WORKERS_TOPIC)
-    return worker, token
+    if await tx.q.worker_name_taken(name):
+        raise Conflict(f"a worker named {name!r} exists already; choose another name")
+    kind = (worker_type or WorkerType.EPHEMERAL).value
+    await new_worker(
+        tx,
+        {
+            "id": worker_id,
+            "name": name,
+            "worker_type": kind,
+            "type_set_by_admin": worker_type is not None,
+            "admin_labels": labels,
+            "reported_labels": {},
+            "drained": False,
+            "is_local": is_local,
+            "registered": False,
+            "gpu_count": 0,
+            "capabilities": {},
+            "jobs_run": 0,
+            "created_at": tx.now,
+        },
+    )
+    await tx.q.insert_token(worker_id, hash_secret(token), tx.now)
+    tx.audit("worker.created", actor, worker_id, client, name=name, labels=labels, worker_type=kind)
+    tx.audit("worker.token_created", actor, worker_id, client)
+    tx.wake(WORKERS_TOPIC)
+    return token
 
 
 async def list_workers(ctx: Context, statuses: list[str] | None = None) -> list[Worker]:

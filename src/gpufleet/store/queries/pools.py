@@ -66,3 +66,18 @@ class PoolQueries(QueryBase):
             .limit(limit)
         )
         return [rows.launch(m) for m in await self._mapped(stmt)]
+
+    async def live_launches(self) -> list[Launch]:
+        """Every launch whose instance may be up, oldest first."""
+        c = pool_launches.c
+        stmt = sa.select(pool_launches).where(c.state.in_(_LIVE)).order_by(c.created_at, c.id)
+        return [rows.launch(m) for m in await self._mapped(stmt)]
+
+    async def get_launch(self, launch_id: str, *, lock: bool = False) -> Launch | None:
+        stmt = sa.select(pool_launches).where(pool_launches.c.id == launch_id)
+        row = await self._first(self._locked(stmt) if lock else stmt)
+        return rows.launch(row) if row else None
+
+    async def update_launch(self, launch_id: str, **values: Any) -> None:
+        c = pool_launches.c
+        await self.conn.execute(sa.update(pool_launches).where(c.id == launch_id).values(**values))
