@@ -21,7 +21,8 @@ _made = itertools.count(1)  # instance ids unique across the fakes of a test, as
 class FakeProvider:
     """Machines as a list: launch appends, terminate records; `fail` makes launch refuse."""
 
-    def __init__(self, fail: str | None = None) -> None:
+    def __init__(self, fail: str | None = None, crash: bool = False) -> None:
+        self.crash = crash
         self.launched: list[WorkerLaunch] = []
         self.terminated: list[str] = []
         self.fail = fail
@@ -30,6 +31,8 @@ class FakeProvider:
     def launch(self, worker: WorkerLaunch) -> str:
         if self.fail is not None:
             raise ProviderError("the provider refused", self.fail)
+        if self.crash:
+            raise KeyError("region")  # a provider's own bug
         with self._lock:
             self.launched.append(worker)
             return f"fake-{next(_made)}"
@@ -128,3 +131,39 @@ async def test_a_launched_worker_that_registers_moves_its_launch_to_registered(
     [launch] = await launches(fleet)
     assert launch["state"] == "registered" and launch["registered_at"] is not None
     assert len(provider.launched) == 1  # its worker takes the job: nothing more launched
+
+
+async def test_a_provider_that_raises_fails_its_launch_and_the_pass_goes_on(
+    fleet: Fleet,
+) -> None:
+    await make_pool(fleet)
+    await fleet.submit(worker_labels={"pool": "burst"}, gpu_count=1)
+    await a_pass(fleet, FakeProvider(crash=True))
+    [launch] = await launches(fleet)
+    assert launch["state"] == "failed"
+    assert launch["error"] == "the provider failed: KeyError('region')"
+
+
+async def test_an_idle_persistent_worker_above_min_is_drained_and_terminated(
+    fleet: Fleet,
+) -> None:
+    await make_pool(fleet, worker_type="persistent", min_workers=1, idle_timeout_s=60)
+    provider = FakeProvider()
+    await a_pass(fleet, provider)  # nothing waits: the pool comes up to its min
+    [spec] = provider.launched
+    [launch] = await launches(fleet)
+    fleet.secrets.add(spec.token)
+    agent = Agent(fleet, launch["worker_id"], spec.token, spec.name)
+    await agent.connect(gpu_count=1, gpu_name="Test GPU", gpu_vram_gb=24)
+    answer = await fleet.admin.patch("/api/admin/pools/burst", json={"min_workers": 0})
+    assert answer.status_code == 200, answer.text
+    loop = Reconciler(Providers(local=provider))
+    await loop(fleet.ctx)  # registered, idle from now
+    assert provider.terminated == []
+    fleet.clock.advance(61)
+    await loop(fleet.ctx)
+    [ended] = await launches(fleet)
+    assert ended["state"] == "terminated" and provider.terminated == [ended["instance_id"]]
+    worker = (await fleet.admin.get(f"/api/admin/workers/{ended['worker_id']}")).json()
+    assert worker["drained"] is True
+    assert (await agent.heartbeat()).status_code == 401  # its token revoked

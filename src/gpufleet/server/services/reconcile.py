@@ -47,8 +47,12 @@ async def _call(fn: Callable[..., T], *args: Any) -> T:
     """A provider's call, off the event loop, under `CALL_TIMEOUT_S`."""
     try:
         return await asyncio.wait_for(asyncio.to_thread(fn, *args), CALL_TIMEOUT_S)
+    except ProviderError:
+        raise
     except TimeoutError:
         raise ProviderError(f"the provider did not answer in {CALL_TIMEOUT_S:.0f} s") from None
+    except Exception as exc:  # a provider's bug fails its launch, not the whole pass
+        raise ProviderError(f"the provider failed: {exc!r}") from exc
 
 
 class Reconciler:
@@ -145,14 +149,13 @@ class Reconciler:
     def _fleet(
         self, workers: Sequence[Worker], pool_of: dict[str | None, str], now: datetime
     ) -> list[FleetWorker]:
-        fleet_now: list[FleetWorker] = []
-        for w in workers:
-            idle = w.status is WorkerStatus.IDLE
-            since = self.idle_seen.setdefault(w.id, now) if idle else None
-            if not idle:
-                self.idle_seen.pop(w.id, None)
-            fleet_now.append(FleetWorker(w.capacity(), pool_of.get(w.id), since))
-        return fleet_now
+        seen = self.idle_seen
+        self.idle_seen = {  # the workers idle now, since when this replica first saw them so
+            w.id: seen.get(w.id, now) for w in workers if w.status is WorkerStatus.IDLE
+        }
+        return [
+            FleetWorker(w.capacity(), pool_of.get(w.id), self.idle_seen.get(w.id)) for w in workers
+        ]
 
     async def _retire(self, ctx: Context, pool: Pool, launch: Launch) -> None:
         """Drain its idle worker; terminate it if it is still without a job."""
