@@ -60,6 +60,46 @@ def pid_of(launch: dict[str, Any]) -> int:
     return int(launch["instance_id"].split("-")[1])
 
 
+@pytest.fixture  # gone before the module's server starts: one orchestrator at a time
+def unreachable(tmp_path: Path) -> Iterator[ServerProcess]:
+    """An orchestrator whose local workers cannot call home: they are told to trust a CA
+    file that is not one, so each exits before it registers."""
+    root = tmp_path
+    bad_ca = root / "not-a-ca.pem"
+    bad_ca.write_text("not a certificate\n")
+    env = {**os.environ, "GPUFLEET_CA_CERT": str(bad_ca)}
+    proc = ServerProcess(root / "data", None, env=env, **FLAGS)
+    proc.start()
+    yield proc
+    proc.kill(15)
+
+
+def test_a_launch_that_never_registers_is_terminated_and_backed_off(
+    unreachable: ServerProcess,
+) -> None:
+    pool = make_pool(unreachable, launch_timeout_s=6)
+    submit_job(unreachable, {"pool": pool}, [sys.executable, "-c", "pass"], gpu_count=0)
+    failed = wait_until(
+        lambda: (xs := launches(unreachable, pool)) and xs[0]["state"] == "terminated" and xs[0],
+        timeout=30,
+        message="the launch to time out and be terminated",
+    )
+    assert failed["registered_at"] is None
+    assert failed["error"] == "its worker did not register in 6 s"
+    assert "NO_CERTIFICATE" in failed["stderr"], failed  # the worker's words, kept
+    assert not process_alive(pid_of(failed))
+    with unreachable.admin() as admin:
+        worker = admin.get(f"/api/admin/workers/{failed['worker_id']}").json()
+    assert worker["connected_at"] is None
+    # Backed off (30 s after a first failure): the decision says so, and launches nothing.
+    wait_until(
+        lambda: f"the last launch in pool {pool} failed" in unreachable.log_path.read_text(),
+        timeout=10,
+        message="the pool to back off",
+    )
+    assert len(launches(unreachable, pool)) == 1
+
+
 def test_ephemeral_workers_are_launched_for_waiting_jobs_within_the_pools_max(
     server: ServerProcess,
 ) -> None:
@@ -106,43 +146,3 @@ def test_ephemeral_workers_are_launched_for_waiting_jobs_within_the_pools_max(
     assert {x["worker_id"] for x in ended} == {d["worker_id"] for d in done}
     assert all(x["registered_at"] is not None and x["error"] is None for x in ended)
     assert not any(process_alive(pid_of(x)) for x in ended)
-
-
-@pytest.fixture(scope="module")
-def unreachable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """An orchestrator whose local workers cannot call home: they are told to trust a CA
-    file that is not one, so each exits before it registers."""
-    root = tmp_path_factory.mktemp("pools-unreachable")
-    bad_ca = root / "not-a-ca.pem"
-    bad_ca.write_text("not a certificate\n")
-    env = {**os.environ, "GPUFLEET_CA_CERT": str(bad_ca)}
-    proc = ServerProcess(root / "data", None, env=env, **FLAGS)
-    proc.start()
-    yield proc
-    proc.kill(15)
-
-
-def test_a_launch_that_never_registers_is_terminated_and_backed_off(
-    unreachable: ServerProcess,
-) -> None:
-    pool = make_pool(unreachable, launch_timeout_s=6)
-    submit_job(unreachable, {"pool": pool}, [sys.executable, "-c", "pass"], gpu_count=0)
-    failed = wait_until(
-        lambda: (xs := launches(unreachable, pool)) and xs[0]["state"] == "terminated" and xs[0],
-        timeout=30,
-        message="the launch to time out and be terminated",
-    )
-    assert failed["registered_at"] is None
-    assert failed["error"] == "its worker did not register in 6 s"
-    assert "NO_CERTIFICATE" in failed["stderr"], failed  # the worker's words, kept
-    assert not process_alive(pid_of(failed))
-    with unreachable.admin() as admin:
-        worker = admin.get(f"/api/admin/workers/{failed['worker_id']}").json()
-    assert worker["connected_at"] is None
-    # Backed off (30 s after a first failure): the decision says so, and launches nothing.
-    wait_until(
-        lambda: f"the last launch in pool {pool} failed" in unreachable.log_path.read_text(),
-        timeout=10,
-        message="the pool to back off",
-    )
-    assert len(launches(unreachable, pool)) == 1
