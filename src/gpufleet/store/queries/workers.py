@@ -64,6 +64,12 @@ class WorkerQueries(QueryBase):
             for row in await self._mapped(stmt.with_for_update()):
                 self.workers_locked[row["id"]] = row
 
+    def _forget_locked(self, worker_ids: Iterable[str]) -> None:
+        """Rows written without `workers_written` (the cache keeps its copies of them): a
+        locked read in this transaction reads them again."""
+        for worker_id in worker_ids:
+            self.workers_locked.pop(worker_id, None)
+
     async def list_workers(self, statuses: Iterable[str] = ()) -> list[Worker]:
         stmt = sa.select(workers).order_by(workers.c.created_at, workers.c.id)
         wanted = list(statuses)
@@ -103,6 +109,7 @@ class WorkerQueries(QueryBase):
         node report (#35), answered 503."""
         if not beats:
             return
+        self._forget_locked(beats)
         stmt = (
             _newer_on_online(workers.c.last_heartbeat, "beat")
             .where(workers.c.token_issued_at.is_not_distinct_from(sa.bindparam("issued")))
@@ -122,6 +129,7 @@ class WorkerQueries(QueryBase):
         order, as `touch_workers`."""
         if not samples:
             return
+        self._forget_locked(samples)
         stmt = _newer_on_online(workers.c.gpu_stats_at, "at").values(
             gpu_stats=sa.bindparam("stats"), gpu_stats_at=sa.bindparam("at")
         )
