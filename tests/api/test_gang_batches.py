@@ -9,11 +9,15 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from gpufleet.domain.states import JobStatus
 from gpufleet.errors import Conflict
 from gpufleet.server.context import Tx
 from gpufleet.server.services import batches
+from gpufleet.server.services.node_reports import NodeReport, report_node
+from gpufleet.server.services.reports import StatusReport
 from tests.api.conftest import Fleet, both_databases
 from tests.api.test_gang_rendezvous import ack, expect, gang, node_report
+from tests.api.test_job_cost import counting
 
 pytestmark = both_databases
 
@@ -126,3 +130,43 @@ async def test_reports_queued_behind_one_are_applied_in_one_transaction(fleet: F
     release.set()
     assert [await head, *[await t for t in rest]] == [0, 1, 2, 3]
     assert len(seen) == 4 and seen[1] is seen[2] is seen[3] is not seen[0]
+
+
+@postgres_only
+async def test_a_batch_takes_its_workers_as_locked_and_writes_its_nodes_in_one_statement(
+    fleet: Fleet,
+) -> None:
+    """A batch locks its reporters' workers in one statement, and each report takes its row
+    from there; the nodes' rows its reports wrote alone go in one statement, not one a
+    report (#35: 2 round trips a report less)."""
+    job, agents, offers = await gang(fleet, 4)
+    ctx = fleet.ctx
+    async with ctx.store.read() as q:
+        workers = [await q.get_worker(a.id) for a in agents]
+    began, release = asyncio.Event(), asyncio.Event()
+
+    async def blocking(_tx: Tx) -> None:
+        began.set()
+        await release.wait()
+
+    head = asyncio.create_task(batches.together(ctx, job["id"], agents[0].id, blocking))
+    await began.wait()
+    acks = []
+    for worker, offer in zip(workers[1:], offers[1:], strict=True):  # all but rank 0
+        assert worker is not None
+        report = StatusReport("acknowledged", offer["attempt_id"], None, None, None)
+        node = NodeReport(report, offer["node_rank"], address="10.0.0.9")
+        acks.append(asyncio.create_task(report_node(ctx, worker, job["id"], node, None)))
+    await asyncio.sleep(0)  # each joins the queue behind the running transaction
+    with counting(fleet) as seen:
+        release.set()
+        await head
+        assert [await a for a in acks] == [JobStatus.OFFERED] * 3
+
+    single_locked_reads = [s for s in seen if "FROM workers" in s and "FOR UPDATE" in s]
+    node_writes = [s for s in seen if s.startswith("UPDATE attempt_nodes")]
+    assert len(single_locked_reads) == 1, single_locked_reads  # the batch's lock, no other
+    assert len(node_writes) == 1, node_writes
+    assert (await ack(agents[0], offers[0])).status_code == 200  # the last: all start
+    starts = [await expect(a, "job_start") for a in agents]
+    assert starts[0]["node_addrs"][1:] == ["10.0.0.9"] * 3

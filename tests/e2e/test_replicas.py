@@ -11,6 +11,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +24,7 @@ from tests.e2e.conftest import (
     start_replicas,
     unique,
 )
+from tests.e2e.fake_gang import GANG_FEATURES, PORT
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
@@ -62,13 +64,13 @@ def leaders(replicas: list[ServerProcess]) -> list[ServerProcess]:
 
 
 def worker_on(
-    replica: ServerProcess, created_on: ServerProcess, labels: dict[str, str]
+    replica: ServerProcess, created_on: ServerProcess, labels: dict[str, str], **registration: Any
 ) -> FakeWorker:
     """A worker created through one replica that registers, heartbeats and streams on
     another (the created_on replica may be the same)."""
     worker = FakeWorker(created_on, unique("w"), labels=labels)
     worker.server = replica
-    worker.register()
+    worker.register(**registration)
     worker.keep_alive()
     worker.connect()
     return worker
@@ -112,6 +114,54 @@ def test_a_job_submitted_on_one_replica_reaches_a_worker_streaming_from_another(
         assert job(a, job_id)["status"] == "completed"
     finally:
         worker.close()
+
+
+def test_a_gangs_offers_and_starts_reach_nodes_streaming_from_either_replica(
+    shared_replicas: list[ServerProcess],
+) -> None:
+    """Each node's offer and `job_start` are handed over in the NOTIFY of the transaction
+    that made them (#35): the start of the node streaming from b, made by its peer's last
+    acknowledgement on a, reaches it from a's commit, as its offer did from a's submit."""
+    a, b = shared_replicas
+    labels = {"pool": unique("g")}
+    on_a, on_b = (worker_on(r, a, labels, features=GANG_FEATURES) for r in (a, b))
+    try:
+        with a.admin() as admin:
+            answer = admin.post(
+                "/api/queue/submit",
+                # Offers too long for one NOTIFY payload together: they go in several.
+                json={
+                    "config": {"command": ["true"], "nodes": 2, "env": {"PAD": "x" * 4000}},
+                    "worker_labels": labels,
+                    "priority": 1000,
+                },
+            )
+        assert answer.status_code == 201, answer.text
+        job_id = answer.json()["id"]
+        nodes = (on_b, on_a)  # the node on a acknowledges last: a's commit starts both
+        offers = []
+        for node in nodes:
+            assert node.stream is not None
+            offers.append(node.stream.next("job_submit", timeout=2.5))
+        for node, offer in zip(nodes, offers, strict=True):
+            rank = offer["node_rank"]
+            body = {"node_rank": rank, **({"port": PORT} if rank == 0 else {})}
+            answer = node.report(job_id, "acknowledged", attempt_id=offer["attempt_id"], **body)
+            assert answer.status_code == 200, answer.text
+        # Within the worker's own second acknowledgement (5 s), which would fetch it too.
+        starts = [n.stream.next("job_start", timeout=2.5) for n in nodes if n.stream]
+        assert sorted(s["node_rank"] for s in starts) == [0, 1]
+        ranked = sorted(zip(offers, nodes, strict=True), key=lambda on: -on[0]["node_rank"])
+        for status in ("running", "completed"):  # rank 0's end last: it is the job's
+            for offer, node in ranked:
+                answer = node.report(
+                    job_id, status, attempt_id=offer["attempt_id"], node_rank=offer["node_rank"]
+                )
+                assert answer.status_code == 200, answer.text
+        assert job(b, job_id)["status"] == "completed"
+    finally:
+        on_a.close()
+        on_b.close()
 
 
 def test_a_newer_stream_on_another_replica_ends_the_older_one(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -82,6 +82,8 @@ class Tx:
         self.handed: dict[str, list[dict[str, Any]]] = {}  # topic → events it was handed
         self.observations: list[Observation] = []
         self.audits: list[dict[str, Any]] = []
+        self.savepoints = 0  # how many `savepoint`s are open now
+        self._before_commit: list[Callable[[Tx], Awaitable[None]]] = []
 
     def wake(self, *topics: str) -> None:
         """Notify the topics' subscribers on commit: they re-read what they wait for."""
@@ -106,6 +108,7 @@ class Tx:
         writes, and the notices, audit events and metrics it added."""
         kept = (set(self.notify), set(self.close), len(self.observations), len(self.audits))
         handed = {topic: list(events) for topic, events in self.handed.items()}
+        self.savepoints += 1
         try:
             async with self.q.conn.begin_nested():
                 yield
@@ -114,6 +117,20 @@ class Tx:
             del self.observations[kept[2] :], self.audits[kept[3] :]
             self.handed = handed
             raise
+        finally:
+            self.savepoints -= 1
+
+    def before_commit(self, write: Callable[[Tx], Awaitable[None]]) -> None:
+        """Run `write` once just before the transaction commits: writes gathered to be made
+        together (a batch's nodes, `services/node_reports.py`). Never inside a savepoint:
+        what a savepoint writes is written within it."""
+        if write not in self._before_commit:
+            self._before_commit.append(write)
+
+    async def written(self) -> None:
+        """The writes left for the commit, made now."""
+        for write in self._before_commit:
+            await write(self)
 
     def hand_over(self, topic: str, event: dict[str, Any]) -> None:
         """Notify `topic` on commit with an event this transaction wrote, so that its
@@ -181,6 +198,7 @@ async def transaction(ctx: Context) -> AsyncIterator[Tx]:
     async with ctx.store.write(after_commit=committed) as q:
         tx = Tx(q, ctx.clock(), ctx.settings, ctx.audit_key)
         yield tx
+        await tx.written()
         if tx.audits:
             sealed = await _append_audit(q, ctx.audit_key, tx.audits)
             tx.wake(AUDIT_TOPIC)

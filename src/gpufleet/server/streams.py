@@ -1,10 +1,10 @@
 """What a worker's stream sends, and when: its commands, its offers (sent again until
-acknowledged), pings, and the offers handed over by the claim that made them, on this
-replica or, in a NOTIFY payload, from another.
+acknowledged), a gang node's start, pings; offers and starts as the transaction that made
+them hands them over, on this replica or, in a NOTIFY payload, from another.
 
 One stream per worker: the newest wins, on any replica (`stream_owner` says which). Every
-wake-up without handed events reads the database for what waits; so does a quiet stream
-when an offer is due again.
+wake-up without handed events reads the database for what waits (commands, offers, a start
+this stream has not sent); so does a quiet stream when an offer is due again.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from gpufleet.server.context import Context
 from gpufleet.server.hub import Subscription, worker_topic
 from gpufleet.server.services import agents
 from gpufleet.server.services.offers import pending as pending_offers
+from gpufleet.server.services.offers import pending_start
 
 T = TypeVar("T")
 STREAM_CLOSE_SECONDS = 5.0
@@ -98,6 +99,7 @@ class WorkerStream:
         self._owner = owner
         self._sub = sub
         self._pacing = OfferPacing.for_worker(ctx.settings.ack_timeout, worker)
+        self._started: set[str] = set()  # the attempts whose `job_start` this stream sent
         self._last_write = 0.0
 
     @classmethod
@@ -122,8 +124,9 @@ class WorkerStream:
                 yield self._frame(protocol.connected(self._worker.id))
                 self._last_write = now()
                 while not self._sub.closed:
-                    for event in handed:
-                        self._pacing.add(event, now())
+                    for event in self._sort_handed(handed, now()):
+                        yield self._frame(event)  # a start, sent as handed over
+                        self._last_write = now()
                     if reread or self._pacing.must_read(now()):
                         pending = await asyncio.shield(self._uncut(self._pending()))
                         if pending is None:
@@ -148,6 +151,18 @@ class WorkerStream:
             closing = self._uncut(agents.stream_closed(self._ctx, self._worker.id, self._owner))
             await asyncio.wait({closing}, timeout=STREAM_CLOSE_SECONDS)
 
+    def _sort_handed(self, handed: list[Event], now: float) -> list[Event]:
+        """The handed-over events to send now (a start, each time one is handed over: a
+        repeated acknowledgement asks for it again); offers go to their pacing."""
+        out = []
+        for event in handed:
+            if protocol.event_type(event) is EventType.JOB_START:
+                self._started.add(event["attempt_id"])
+                out.append(event)
+            else:
+                self._pacing.add(event, now)
+        return out
+
     @staticmethod
     def _frame(event: Event) -> bytes:
         return sse.frame(event, event=event["type"])
@@ -165,28 +180,35 @@ class WorkerStream:
         return self._ctx.stream_calls.start(coro)
 
     async def _pending(self) -> tuple[list[Event], dict[str, Event]] | None:
-        """Queued commands (cancel, drain, shutdown) to send now, and the offers waiting for
-        the worker's acknowledgement (attempt id → event; `OfferPacing` says when each goes);
-        None once the stream is no longer the worker's (a newer one took over, maybe on
-        another replica, or the worker went offline): the stream ends."""
+        """What to send now (a gang node's start this stream has not sent, then queued
+        commands: cancel, drain, shutdown), and the offers waiting for the worker's
+        acknowledgement (attempt id → event; `OfferPacing` says when each goes); None once
+        the stream is no longer the worker's (a newer one took over, maybe on another
+        replica, or the worker went offline): the stream ends."""
         worker_id = self._worker.id
-        commands: list[Event] = []
+        send: list[Event] = []
         async with self._ctx.store.read() as q:
             worker = await q.get_worker(worker_id)
             if worker is None or worker.stream_owner != self._owner:
                 return None
             waiting = await q.has_events(worker_id)
-            held = None
-            if waiting and worker.current_attempt_id:  # only to drop a cancel (_cancel_applies)
+            held = start = None
+            gang = Feature.GANG in worker.features  # only such a worker is a gang's node
+            if worker.current_attempt_id and (waiting or gang):  # to drop a cancel; its start
                 held = await q.get_attempt(worker.current_attempt_id)
+            if gang:
+                start = await pending_start(q, worker, held)
             offers = await pending_offers(
                 q, self._ctx.audit_key, worker, self._ctx.settings.worker_url()
             )
+        if start is not None and start["attempt_id"] not in self._started:
+            self._started.add(start["attempt_id"])
+            send.append(start)
         if waiting:  # a write only when there is something to take
             async with self._ctx.store.write() as wq:
                 commands = await wq.take_events(worker_id)
-            commands = [cmd for cmd in commands if _cancel_applies(cmd, held)]
-        return commands, offers
+            send += [cmd for cmd in commands if _cancel_applies(cmd, held)]
+        return send, offers
 
 
 def _cancel_applies(cmd: Event, held: Attempt | None) -> bool:

@@ -36,6 +36,8 @@ log = logging.getLogger("gpufleet.store.backends")
 CHANNEL = "gpufleet"
 APPLICATION_PREFIX = "gpufleet-replica:"
 _RECONNECT_SECONDS = 1.0
+# Several payloads in one statement, in their order (unnest returns its array in order).
+_NOTIFY_ALL = text("SELECT pg_notify(:c, p) FROM unnest(CAST(:ps AS text[])) AS p")
 _QUERY_SECONDS = 5.0  # a query on the link that takes longer means the link is dead
 _LINK_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
@@ -113,8 +115,11 @@ class PostgresBackend(Backend):
         self._linked = asyncio.Event()
 
     async def notify(self, conn: AsyncConnection, payloads: Callable[[], Iterable[str]]) -> None:
-        for payload in payloads():
-            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": payload})
+        sent = list(payloads())
+        if len(sent) == 1:
+            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": sent[0]})
+        elif sent:  # one round trip for them all (a gang's offers or starts, #35)
+            await conn.execute(_NOTIFY_ALL, {"c": CHANNEL, "ps": sent})
 
     async def listen(self, listener: Listener) -> None:
         while True:

@@ -310,10 +310,10 @@ async def _node_workers(
     release = rendezvous.on_end(nodes, attempt.worker_id, outcome)
     await tx.q.end_attempt_nodes(attempt.id, tx.now, error, [n.rank for n in release.outliving])
     stop = protocol.job_cancel(job.id, f"its multi-node attempt {outcome.value}", attempt.id)
-    for node in nodes:
-        going = node.state is not NodeState.ENDED and node.worker_id != getattr(locked, "id", "")
-        if going and outcome is not AttemptStatus.COMPLETED:
-            await tx.send_to_worker(node.worker_id, stop)
+    if outcome is not AttemptStatus.COMPLETED:
+        reporter = getattr(locked, "id", "")
+        going = [n for n in nodes if n.state is not NodeState.ENDED and n.worker_id != reporter]
+        await tx.send_to_workers([(node.worker_id, stop) for node in going])
     return release.free
 
 

@@ -14,7 +14,6 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet import protocol
 from gpufleet.domain import rendezvous
 from gpufleet.domain.audit_events import SYSTEM_ACTOR, worker_actor
 from gpufleet.domain.records import Attempt, AttemptNode, Job, Worker
@@ -27,9 +26,11 @@ from gpufleet.domain.states import (
 )
 from gpufleet.errors import Conflict, Forbidden, InvalidInput, NotFound
 from gpufleet.server.context import Context, Tx, transaction
-from gpufleet.server.services import attempt_tokens, batches, reports
+from gpufleet.server.hub import worker_topic
+from gpufleet.server.services import attempt_tokens, batches, offers, reports
 from gpufleet.server.services.lifecycle import move_attempt, release_worker
 from gpufleet.server.services.reports import StatusReport
+from gpufleet.store.queries.gangs import NodeWrite
 
 log = logging.getLogger("gpufleet.server.node_reports")
 
@@ -90,6 +91,8 @@ async def _apply(
     attempt it was refused for (None: taken), whether it freed the worker and requeued the
     job. `read`: what the report before it in `tx` left (a batch's)."""
     seen = read.take() if read is not None else None
+    if read is not None and seen is None:
+        await read.flush(tx)  # the nodes are read again: with the batch's writes
     refused: tuple[Job, Attempt] | None = None
     freed = requeued = False
     locked = await _lock_workers(tx, worker, job_id, node.report.attempt_id, new)
@@ -243,11 +246,14 @@ async def _acknowledge(
             raise InvalidInput(
                 "the orchestrator cannot tell this worker's address: set --advertise-addr"
             )
-        values: dict[str, Any] = {"acknowledged_at": tx.now, "address": address}
-        if own.rank == 0:
-            values["port"] = node.port
-        await tx.q.update_attempt_node(attempt.id, own.rank, state=NodeState.ACKNOWLEDGED, **values)
-        nodes = _replaced(nodes, own, state=NodeState.ACKNOWLEDGED, **values)
+        values: dict[str, Any] = {
+            "state": NodeState.ACKNOWLEDGED,
+            "acknowledged_at": tx.now,
+            "address": address,
+            "port": node.port if own.rank == 0 else None,
+        }
+        await _write_node(tx, read, attempt.id, own.rank, values)
+        nodes = _replaced(nodes, own, **values)
     begin = rendezvous.start(nodes)
     if begin is None:
         if read is not None:  # it wrote its node alone
@@ -267,18 +273,10 @@ async def _acknowledge(
         starting = [own]  # a repeat: send its start again
     else:
         starting = []
-    addrs = list(begin.node_addrs)
-    await tx.send_to_workers(
-        [
-            (
-                each.worker_id,
-                protocol.job_start(
-                    job.id, attempt.id, each.rank, begin.master_addr, begin.master_port, addrs
-                ),
-            )
-            for each in starting
-        ]
-    )
+    # Handed over to the nodes' streams on commit, on any replica; a stream that missed it
+    # (a new one, a notification without it) derives it again (`offers.pending_start`).
+    for worker_id, event in offers.starts(begin, starting):
+        tx.hand_over(worker_topic(worker_id), event)
 
 
 async def _running(
@@ -299,7 +297,7 @@ async def _running(
             "orchestrator sends job_start; start the process only then"
         )
     if own.state is NodeState.ACKNOWLEDGED:
-        await tx.q.update_attempt_node(attempt.id, own.rank, state=NodeState.RUNNING)
+        await _write_node(tx, read, attempt.id, own.rank, {"state": NodeState.RUNNING})
         nodes = _replaced(nodes, own, state=NodeState.RUNNING)
     if attempt.status is AttemptStatus.RUNNING and own.rank == 0:
         return await reports.apply(tx, job, attempt, AttemptStatus.RUNNING, report, locked)
@@ -317,16 +315,36 @@ Seen = tuple[Job, Attempt, list[AttemptNode]]
 class Read:
     """What the reports of one batch's transaction read under the job's lock: the job, the
     attempt and its nodes as the last report left them, while it wrote its own node's row
-    alone; None: the next report reads them again (it changed more, or was refused)."""
+    alone; None: the next report reads them again (it changed more, or was refused). And
+    the nodes' rows the reports left to write together: before the nodes are read again,
+    or the transaction commits."""
 
-    __slots__ = ("__weakref__", "seen")
+    __slots__ = ("__weakref__", "seen", "writes")
 
     def __init__(self) -> None:
         self.seen: Seen | None = None
+        self.writes: list[NodeWrite] = []
 
     def take(self) -> Seen | None:
         seen, self.seen = self.seen, None
         return seen
+
+    async def flush(self, tx: Tx) -> None:
+        writes, self.writes = self.writes, []
+        if writes:
+            await tx.q.update_attempt_nodes(writes)
+
+
+async def _write_node(
+    tx: Tx, read: Read | None, attempt_id: str, rank: int, values: dict[str, Any]
+) -> None:
+    """Write the node's row: in a batch, with the batch's other nodes in one statement
+    (`Read.flush`); at once alone, or inside a savepoint (undone with it)."""
+    if read is None or tx.savepoints:
+        await tx.q.update_attempt_node(attempt_id, rank, **values)
+        return
+    read.writes.append((attempt_id, rank, values))
+    tx.before_commit(read.flush)
 
 
 _reads: weakref.WeakKeyDictionary[Tx, Read] = weakref.WeakKeyDictionary()

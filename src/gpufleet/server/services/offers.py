@@ -1,5 +1,7 @@
-"""What a worker is sent when offered an attempt: one home for the offer, whether the claim
-that made it hands it over or the worker's stream reads it back to send again."""
+"""What a worker is sent when offered an attempt, and a gang's node when every node
+acknowledged: one home for the offer and for the start, whether the transaction that made
+one hands it over to the worker's stream or the stream derives it from the database again
+(a new stream, a notification that came without it)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpufleet import protocol
-from gpufleet.domain import node_checkpoints, outcomes, publishing
-from gpufleet.domain.records import Attempt, Checkpoint, Job, Worker
+from gpufleet.domain import node_checkpoints, outcomes, publishing, rendezvous
+from gpufleet.domain.records import Attempt, AttemptNode, Checkpoint, Job, Worker
 from gpufleet.domain.secrets import upload_token
+from gpufleet.domain.states import AttemptStatus, NodeState
 from gpufleet.protocol import Event
 from gpufleet.store import Queries
 
@@ -88,3 +91,37 @@ async def pending(q: Queries, key: bytes, worker: Worker, public_url: str) -> di
                 continue
         events[attempt.id] = offer(key, job, attempt.id, resume, public_url, node_rank=rank)
     return events
+
+
+def starts(begin: rendezvous.Start, starting: Sequence[AttemptNode]) -> list[tuple[str, Event]]:
+    """The `job_start` of each node in `starting` (worker id, event), with the rendezvous
+    every node acknowledged."""
+    addrs = list(begin.node_addrs)
+    return [
+        (
+            node.worker_id,
+            protocol.job_start(
+                node.job_id,
+                node.attempt_id,
+                node.rank,
+                begin.master_addr,
+                begin.master_port,
+                addrs,
+            ),
+        )
+        for node in starting
+    ]
+
+
+async def pending_start(q: Queries, worker: Worker, held: Attempt | None) -> Event | None:
+    """The `job_start` of the gang attempt the worker holds (`held`, its current attempt),
+    while its node has not said it runs: every node acknowledged, so the transaction that
+    saw the last acknowledgement handed it over; a stream that has not sent it sends it."""
+    if held is None or held.status is not AttemptStatus.ACKNOWLEDGED:
+        return None
+    nodes = await q.attempt_nodes(held.id)  # [] for a one-node attempt
+    own = [n for n in nodes if n.worker_id == worker.id and n.state is NodeState.ACKNOWLEDGED]
+    begin = rendezvous.start(nodes)
+    if begin is None or not own:
+        return None
+    return starts(begin, own)[0][1]

@@ -50,6 +50,9 @@ class QueryBase:
         # The workers (or their tokens) this transaction wrote: the store's worker cache
         # forgets them when it commits (store/worker_cache.py).
         self.workers_written: set[str] = set()
+        # Worker rows `lock_workers` read as it locked them: a locked read of one takes it
+        # from here, once, unless this transaction wrote it since (a batch's reports, #35).
+        self.workers_locked: dict[str, RowMapping] = {}
 
     async def _rowcount(self, stmt: sa.Executable, params: Any = None) -> int:
         result = await self.conn.execute(stmt, params)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +15,7 @@ from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import ROW, QueryBase, by
 from gpufleet.store.tables import attempt_nodes, job_attempts, jobs, workers
 
+NodeWrite = tuple[str, int, Mapping[str, Any]]  # a node's row to write: attempt id, rank, values
 _QUEUED = jobs.c.status == JobStatus.QUEUED.value
 # The most nodes a queued job asks (ix_jobs_nodes): one read says whether anything waits
 # and whether a gang does.
@@ -157,11 +158,26 @@ class GangQueries(QueryBase):
 
     async def update_attempt_node(self, attempt_id: str, rank: int, **values: Any) -> None:
         """Write one node's row (the rendezvous: its state, address, port, end)."""
-        if "state" in values:
-            values["state"] = NodeState(values["state"]).value
-        stmt = (
-            sa.update(attempt_nodes)
-            .where(attempt_nodes.c.attempt_id == attempt_id, attempt_nodes.c.rank == rank)
-            .values(**values)
-        )
-        await self.conn.execute(stmt)
+        await self.update_attempt_nodes([(attempt_id, rank, values)])
+
+    async def update_attempt_nodes(self, writes: Sequence[NodeWrite]) -> None:
+        """Write nodes' rows, (attempt id, rank, values) each: those that set the same
+        columns in one statement (a batch of a gang's start reports: one, not one a node)."""
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for attempt_id, rank, values in writes:
+            row = {f"v_{k}": v for k, v in values.items()}
+            if "v_state" in row:
+                row["v_state"] = NodeState(row["v_state"]).value
+            groups.setdefault(tuple(sorted(values)), []).append(
+                {"v_attempt": attempt_id, "v_rank": rank, **row}
+            )
+        for columns, params in groups.items():
+            stmt = (
+                sa.update(attempt_nodes)
+                .where(
+                    attempt_nodes.c.attempt_id == sa.bindparam("v_attempt"),
+                    attempt_nodes.c.rank == sa.bindparam("v_rank"),
+                )
+                .values({c: sa.bindparam(f"v_{c}") for c in columns})
+            )
+            await self.conn.execute(stmt, params)

@@ -48,17 +48,27 @@ class WorkerQueries(QueryBase):
         await self.conn.execute(sa.insert(workers).values(**no_status(values), status=status.value))
 
     async def get_worker(self, worker_id: str, *, lock: bool = False) -> Worker | None:
-        row = await self._first(self._either(_WORKER, lock), {"id": worker_id})
+        row = self.workers_locked.pop(worker_id, None) if lock else None
+        if row is None or worker_id in self.workers_written:
+            row = await self._first(self._either(_WORKER, lock), {"id": worker_id})
         return rows.worker(row) if row else None
 
     async def lock_workers(self, worker_ids: Iterable[str]) -> None:
         """Lock the workers' rows in id order, in one statement (PostgreSQL locks the rows of
         `SELECT … ORDER BY id FOR UPDATE` as it returns them); nothing on SQLite, where one
-        transaction writes at a time. A gang's nodes cost one round trip, not one a node."""
+        transaction writes at a time. A gang's nodes cost one round trip, not one a node;
+        the next locked read of each (`get_worker`) takes the row read here."""
         if self._pg:
             wanted = workers.c.id.in_(set(worker_ids))
-            stmt = sa.select(workers.c.id).where(wanted).order_by(workers.c.id)
-            await self.conn.execute(stmt.with_for_update())
+            stmt = sa.select(workers).where(wanted).order_by(workers.c.id)
+            for row in await self._mapped(stmt.with_for_update()):
+                self.workers_locked[row["id"]] = row
+
+    def _forget_locked(self, worker_ids: Iterable[str]) -> None:
+        """Rows written without `workers_written` (the cache keeps its copies of them): a
+        locked read in this transaction reads them again."""
+        for worker_id in worker_ids:
+            self.workers_locked.pop(worker_id, None)
 
     async def list_workers(self, statuses: Iterable[str] = ()) -> list[Worker]:
         stmt = sa.select(workers).order_by(workers.c.created_at, workers.c.id)
@@ -99,6 +109,7 @@ class WorkerQueries(QueryBase):
         node report (#35), answered 503."""
         if not beats:
             return
+        self._forget_locked(beats)
         stmt = (
             _newer_on_online(workers.c.last_heartbeat, "beat")
             .where(workers.c.token_issued_at.is_not_distinct_from(sa.bindparam("issued")))
@@ -118,6 +129,7 @@ class WorkerQueries(QueryBase):
         order, as `touch_workers`."""
         if not samples:
             return
+        self._forget_locked(samples)
         stmt = _newer_on_online(workers.c.gpu_stats_at, "at").values(
             gpu_stats=sa.bindparam("stats"), gpu_stats_at=sa.bindparam("at")
         )
@@ -223,8 +235,8 @@ class WorkerQueries(QueryBase):
     async def push_events(
         self, events: Sequence[tuple[str, dict[str, Any]]], now: datetime
     ) -> None:
-        """Queue commands for workers, (worker id, payload) each, in one statement: a gang's
-        `job_start` to its every node is one write, not one a node."""
+        """Queue commands for workers, (worker id, payload) each, in one statement: the stop
+        to a gang's every node is one write, not one a node."""
         if events:
             await self.conn.execute(
                 sa.insert(worker_events),
