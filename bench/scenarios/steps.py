@@ -21,6 +21,7 @@ from bench.report import Result
 from bench.scenarios.options import Options
 from bench.server import BenchServer
 from bench.workers import COMPLETE, Fleet, Seen, create_workers
+from gpufleet.client_tls import verify_for
 
 NOWHERE = {"pool": "nowhere"}  # the label of scenario 4's jobs: no connected worker has it
 ANYWHERE = {"pool": "bench"}
@@ -73,6 +74,7 @@ def admin_client(server: BenchServer, connections: int = 8) -> httpx.AsyncClient
         base_url=server.url,
         headers=server.admin_headers(),
         timeout=120,
+        verify=verify_for([server.url], True),  # no CA bundle loaded for plain http
         limits=httpx.Limits(max_connections=connections + 4),
     )
 
