@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import secrets
 import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
@@ -46,7 +47,12 @@ async def fleet_of(
     """`count` simulated workers, created, registered and streaming."""
     began = time.monotonic()
     say(f"creating {count} workers")
-    creds = await create_workers(server.url, server.admin_headers(), count, labels=ANYWHERE)
+    # A fleet's own names: a worker's name is unique, and a shared server (the smoke tests')
+    # has other scenarios' fleets registered.
+    prefix = f"bench-{secrets.token_hex(3)}"
+    creds = await create_workers(
+        server.url, server.admin_headers(), count, prefix=prefix, labels=ANYWHERE
+    )
     created = time.monotonic() - began
     say(f"created in {created:.1f} s; registering and opening streams")
     fleet = Fleet(
