@@ -32,6 +32,7 @@ import psutil  # type: ignore[import-untyped]
 
 from bench.server import free_port, quiet_collector
 from bench.workers import worker_session
+from gpufleet.client_tls import verify_for
 
 APP = """
 from fastapi import Depends, FastAPI, Header, HTTPException
@@ -195,14 +196,16 @@ def measure(
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(url + "/docs", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("the reference server did not start") from None
-                time.sleep(0.1)
+        # One client for every poll, loading no CA bundle (BenchServer.start says why).
+        with httpx.Client(timeout=1, verify=verify_for([url], True)) as probe:
+            while True:
+                try:
+                    probe.get(url + "/docs")
+                    break
+                except httpx.TransportError:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        raise RuntimeError("the reference server did not start") from None
+                    time.sleep(0.1)
         ps = psutil.Process(server.pid)
         ctx = multiprocessing.get_context("spawn")
         pipes, procs = [], []

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 import httpx
 
+from gpufleet.client_tls import verify_for
+
 
 class S3Unavailable(RuntimeError):
     """moto's server did not start."""
@@ -45,15 +47,20 @@ def moto_s3(within: float = 30.0) -> Iterator[str]:
 
 def _wait_until_up(endpoint: str, server: subprocess.Popen[bytes], within: float) -> None:
     deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise S3Unavailable(f"moto's S3 server exited with {server.returncode} before serving")
-        try:
-            httpx.get(endpoint, timeout=1)
-        except httpx.TransportError:
-            time.sleep(0.1)
-            continue
-        return
+    # One client for every poll, loading no CA bundle (bench.server's BenchServer.start says
+    # why).
+    with httpx.Client(timeout=1, verify=verify_for([endpoint], True)) as probe:
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                raise S3Unavailable(
+                    f"moto's S3 server exited with {server.returncode} before serving"
+                )
+            try:
+                probe.get(endpoint)
+            except httpx.TransportError:
+                time.sleep(0.1)
+                continue
+            return
     raise S3Unavailable(f"moto's S3 server did not answer on {endpoint} within {within:g} s")
 
 

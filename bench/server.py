@@ -22,6 +22,8 @@ import httpx
 import psutil  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
+from gpufleet.client_tls import verify_for
+
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
 
 
@@ -103,18 +105,22 @@ class BenchServer:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
-        while not self._ready():
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"server did not start; see {self.log_path}")
-            time.sleep(0.1)
+        # One client for every poll, loading no CA bundle: a client made a poll loaded
+        # certifi's (60 ms of CPU), ten times a second for the seconds a loaded machine takes
+        # to start a server (#32).
+        with httpx.Client(timeout=2, verify=verify_for([self.url], True)) as probe:
+            while not self._ready(probe):
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"server did not start; see {self.log_path}")
+                time.sleep(0.1)
         self._ps = psutil.Process(self.proc.pid)
         if self.profile is not None:
             self._profiler = start_profiler(self.proc.pid, self.profile)
         self.mark()
         return self
 
-    def _ready(self) -> bool:
+    def _ready(self, probe: httpx.Client) -> bool:
         if self.proc is None:
             raise RuntimeError("the bench server was stopped while it started")
         if self.proc.poll() is not None:
@@ -123,7 +129,7 @@ class BenchServer:
         try:
             # Not /openapi.json: its first request builds the whole schema, CPU the server
             # would otherwise never spend.
-            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+            return probe.get(f"{self.url}/readyz").status_code == 200
         except httpx.HTTPError:
             return False
 

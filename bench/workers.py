@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from bench.simworker import COMPLETE, HOLD, Cred, Seen, run_process, worker_session
+from gpufleet.client_tls import verify_for
 
 # The scenarios' words for the fleet (its modes, what a worker saw) come from here too.
 __all__ = [
@@ -235,8 +236,9 @@ async def create_workers(
     """Worker records and tokens through the admin API, `concurrency` requests at a time."""
     gate = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency + 4)
+    verify = verify_for([url], True)  # no CA bundle loaded for plain http
     async with httpx.AsyncClient(
-        base_url=url, headers=admin_headers, timeout=60, limits=limits
+        base_url=url, headers=admin_headers, timeout=60, limits=limits, verify=verify
     ) as client:
 
         async def one(i: int) -> Cred:

@@ -11,7 +11,7 @@ from bench.scenarios.capacity import capacity
 from bench.scenarios.depth import queue_depth
 from bench.scenarios.gangs import gang_latency
 from bench.scenarios.latency import dispatch_latency
-from bench.scenarios.options import FULL, MEDIUM, SIZES, SMOKE, Options, Size
+from bench.scenarios.options import FULL, MEDIUM, SIZES, SMOKE, Options, ServerPool, Size
 from bench.scenarios.policy import policy_cost
 from bench.scenarios.recovery import recovery
 from bench.scenarios.side_by_side import side_by_side
@@ -33,4 +33,14 @@ SCENARIOS: dict[int, Scenario] = {
     10: gang_latency,
 }
 
-__all__ = ["FULL", "MEDIUM", "SCENARIOS", "SIZES", "SMOKE", "Options", "Scenario", "Size"]
+__all__ = [
+    "FULL",
+    "MEDIUM",
+    "SCENARIOS",
+    "SIZES",
+    "SMOKE",
+    "Options",
+    "Scenario",
+    "ServerPool",
+    "Size",
+]

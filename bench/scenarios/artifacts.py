@@ -74,8 +74,10 @@ async def _one_backend(
 ) -> Result:
     size = opts.size.s7_bytes
     result = Result("7", "artifact transfer", opts.database, {"backend": backend, "bytes": size})
+    # Its own server: the fleet's one worker must hold this scenario's job, not one another
+    # scenario left queued on a shared server.
     async with (
-        opts.server("s7", **flags) as server,
+        opts.own_server("s7", **flags) as server,
         fleet_of(server, 1, opts, mode=HOLD) as (fleet, _startup),
         admin_client(server) as admin,
     ):

@@ -94,7 +94,7 @@ async def _one_mode(opts: Options, mode: str, fields: dict[str, Any]) -> dict[st
     jobs table) is not the other's cost."""
     size = opts.size
     out: dict[str, Any] = {}
-    async with opts.server(f"s8-{mode}") as server:
+    async with opts.own_server(f"s8-{mode}") as server:  # never a shared one: see above
         await set_policy(server, fields)
         await create_workers(server.url, server.admin_headers(), 1, prefix="parked", labels=NOWHERE)
         teams = await make_teams(server, size.s8_teams)

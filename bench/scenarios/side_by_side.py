@@ -15,7 +15,15 @@ async def side_by_side(opts: Options) -> list[Result]:
     results: list[Result] = []
     url = opts.database_url or PG_DEFAULT
     for replicas, prefix in ((1, "6"), (2, "6/r")):
-        pg = Options(opts.size, url, opts.work_dir, opts.profile_dir, replicas=replicas, paced=True)
+        pg = Options(
+            opts.size,
+            url,
+            opts.work_dir,
+            opts.profile_dir,
+            replicas=replicas,
+            paced=True,
+            servers=opts.servers,
+        )
         for run in (dispatch_latency, throughput):
             r = await run(pg)
             r.scenario = f"{prefix}/{r.scenario}" if replicas > 1 else f"6/{r.scenario}"

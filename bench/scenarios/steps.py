@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import secrets
 import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
@@ -21,6 +22,7 @@ from bench.report import Result
 from bench.scenarios.options import Options
 from bench.server import BenchServer
 from bench.workers import COMPLETE, Fleet, Seen, create_workers
+from gpufleet.client_tls import verify_for
 
 NOWHERE = {"pool": "nowhere"}  # the label of scenario 4's jobs: no connected worker has it
 ANYWHERE = {"pool": "bench"}
@@ -45,7 +47,12 @@ async def fleet_of(
     """`count` simulated workers, created, registered and streaming."""
     began = time.monotonic()
     say(f"creating {count} workers")
-    creds = await create_workers(server.url, server.admin_headers(), count, labels=ANYWHERE)
+    # A fleet's own names: a worker's name is unique, and a shared server (the smoke tests')
+    # has other scenarios' fleets registered.
+    prefix = f"bench-{secrets.token_hex(3)}"
+    creds = await create_workers(
+        server.url, server.admin_headers(), count, prefix=prefix, labels=ANYWHERE
+    )
     created = time.monotonic() - began
     say(f"created in {created:.1f} s; registering and opening streams")
     fleet = Fleet(
@@ -73,6 +80,7 @@ def admin_client(server: BenchServer, connections: int = 8) -> httpx.AsyncClient
         base_url=server.url,
         headers=server.admin_headers(),
         timeout=120,
+        verify=verify_for([server.url], True),  # no CA bundle loaded for plain http
         limits=httpx.Limits(max_connections=connections + 4),
     )
 

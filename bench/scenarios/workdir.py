@@ -57,7 +57,9 @@ async def workdir_scenario(opts: Options) -> Result:
     size, runs = opts.size.s9_bytes, opts.size.s9_runs
     result = Result("9", "workdir: run to first log line", opts.database, {"bytes": size})
     folder = Path(tempfile.mkdtemp(prefix="s9-", dir=opts.work_dir))
-    async with opts.server("s9") as server:
+    # Its own server: the curl copy's one simulated worker must hold this scenario's job, not
+    # one another scenario left queued on a shared server.
+    async with opts.own_server("s9") as server:
         copy = await _curl_copy(server, opts, folder, size)
         worker = _start_worker(server, folder / "worker")
         try:

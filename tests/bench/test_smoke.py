@@ -1,21 +1,37 @@
-"""Every benchmark scenario runs end to end at a tiny size. Timings are not tested."""
+"""Every benchmark scenario runs end to end at a tiny size. Timings are not tested.
+
+The scenarios share a pool of servers (`ServerPool`): a scenario that allows it runs on the
+server an earlier one started (a server start is most of a smoke scenario's CPU; #32), so they
+share one event loop, the module's, as the pool's servers outlive each test.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from bench.ceiling import CLIENTS, measure
 from bench.report import Result
-from bench.scenarios import SCENARIOS, SMOKE, Options
+from bench.scenarios import SCENARIOS, SMOKE, Options, ServerPool
 
 Scenario = Callable[[Options], Awaitable[Result | list[Result]]]
+in_the_module = pytest.mark.asyncio(loop_scope="module")
 
 
-async def run(number: int, tmp_path: Path) -> list[Result]:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def servers() -> AsyncIterator[ServerPool]:
+    pool = ServerPool()
+    try:
+        yield pool
+    finally:
+        await pool.aclose()
+
+
+async def run(number: int, tmp_path: Path, servers: ServerPool) -> list[Result]:
     scenario: Scenario = SCENARIOS[number]
-    out = await scenario(Options(SMOKE, work_dir=tmp_path))
+    out = await scenario(Options(SMOKE, work_dir=tmp_path, servers=servers))
     return out if isinstance(out, list) else [out]
 
 
@@ -27,15 +43,19 @@ def measured(result: Result) -> None:
         assert check.value is not None, f"{result.scenario}: {check.metric} has no value"
 
 
-async def test_dispatch_latency_delivers_every_job_and_times_it(tmp_path: Path) -> None:
-    [result] = await run(1, tmp_path)
+@in_the_module
+async def test_dispatch_latency_delivers_every_job_and_times_it(
+    tmp_path: Path, servers: ServerPool
+) -> None:
+    [result] = await run(1, tmp_path, servers)
     measured(result)
     assert result.metrics["delivered"] == SMOKE.s1_jobs
     assert result.metrics["answer_to_event"]["count"] == SMOKE.s1_jobs
 
 
-async def test_throughput_completes_every_job(tmp_path: Path) -> None:
-    [result] = await run(2, tmp_path)
+@in_the_module
+async def test_throughput_completes_every_job(tmp_path: Path, servers: ServerPool) -> None:
+    [result] = await run(2, tmp_path, servers)
     measured(result)
     assert result.metrics["completed"] == SMOKE.s2_jobs
     assert result.metrics["jobs_per_s"] > 0
@@ -47,10 +67,11 @@ async def test_throughput_completes_every_job(tmp_path: Path) -> None:
     assert {"≥ 0.5", "≤ 8"} <= targets
 
 
+@in_the_module
 async def test_capacity_measures_heartbeats_cpu_and_memory_at_both_rates(
-    tmp_path: Path,
+    tmp_path: Path, servers: ServerPool
 ) -> None:
-    [result] = await run(3, tmp_path)
+    [result] = await run(3, tmp_path, servers)
     measured(result)
     for phase in ("slow", "fast"):
         assert result.metrics[phase]["heartbeats"]["count"] > 0
@@ -58,25 +79,32 @@ async def test_capacity_measures_heartbeats_cpu_and_memory_at_both_rates(
     assert result.metrics["connected_at_end"] == SMOKE.s3_workers
 
 
-async def test_queue_depth_times_dispatch_on_an_empty_and_a_deep_queue(tmp_path: Path) -> None:
-    [result] = await run(4, tmp_path)
+@in_the_module
+async def test_queue_depth_times_dispatch_on_an_empty_and_a_deep_queue(
+    tmp_path: Path, servers: ServerPool
+) -> None:
+    [result] = await run(4, tmp_path, servers)
     measured(result)
     assert result.metrics["empty"]["delivered"] == SMOKE.s1_jobs
     assert result.metrics["deep"]["delivered"] == SMOKE.s1_jobs
 
 
-async def test_recovery_reruns_every_lost_job_and_counts_duplicates(tmp_path: Path) -> None:
-    [result] = await run(5, tmp_path)
+@in_the_module
+async def test_recovery_reruns_every_lost_job_and_counts_duplicates(
+    tmp_path: Path, servers: ServerPool
+) -> None:
+    [result] = await run(5, tmp_path, servers)
     measured(result)
     assert result.metrics["lost"] >= 1
     assert result.metrics["ran_again"] == result.metrics["lost"]
     assert result.metrics["completed"] == SMOKE.s5_busy
 
 
+@in_the_module
 async def test_artifact_transfer_moves_a_checkpoint_through_both_backends_intact(
-    tmp_path: Path,
+    tmp_path: Path, servers: ServerPool
 ) -> None:
-    results = await run(7, tmp_path)
+    results = await run(7, tmp_path, servers)
     assert [r.params["backend"] for r in results] == ["data folder", "object storage (moto)"]
     for result in results:
         measured(result)
@@ -85,10 +113,11 @@ async def test_artifact_transfer_moves_a_checkpoint_through_both_backends_intact
         assert result.metrics["upload_mib_s"] > 0
 
 
+@in_the_module
 async def test_policy_times_dispatch_with_the_policy_off_and_on_over_a_deep_queue_of_teams(
-    tmp_path: Path,
+    tmp_path: Path, servers: ServerPool
 ) -> None:
-    [result] = await run(8, tmp_path)
+    [result] = await run(8, tmp_path, servers)
     measured(result)
     for mode in ("off", "on"):
         run_ = result.metrics[mode]
@@ -108,10 +137,11 @@ async def test_policy_times_dispatch_with_the_policy_off_and_on_over_a_deep_queu
     assert depth.metric.startswith("policy on:") and depth.ok is not None
 
 
+@in_the_module
 async def test_workdir_times_gpufleet_run_to_the_first_log_line_empty_cold_and_warm(
-    tmp_path: Path,
+    tmp_path: Path, servers: ServerPool
 ) -> None:
-    [result] = await run(9, tmp_path)
+    [result] = await run(9, tmp_path, servers)
     measured(result)
     for kind in ("empty_s", "cold_s", "warm_s"):
         assert len(result.metrics[kind]) == SMOKE.s9_runs and min(result.metrics[kind]) > 0
@@ -120,8 +150,11 @@ async def test_workdir_times_gpufleet_run_to_the_first_log_line_empty_cold_and_w
 
 
 @pytest.mark.postgres
-async def test_side_by_side_runs_latency_and_throughput_on_postgresql(tmp_path: Path) -> None:
-    results = await run(6, tmp_path)
+@in_the_module
+async def test_side_by_side_runs_latency_and_throughput_on_postgresql(
+    tmp_path: Path, servers: ServerPool
+) -> None:
+    results = await run(6, tmp_path, servers)
     assert [r.scenario for r in results] == ["6/1", "6/2", "6/r/1", "6/r/2"]
     for result in results:
         measured(result)
@@ -152,9 +185,12 @@ def test_the_ceiling_probe_counts_answered_requests_and_the_clients_cpu(client: 
     assert result.server_cpu_per_request_ms > 0
 
 
-async def test_gang_latency_offers_every_gang_whole_and_times_each_size(tmp_path: Path) -> None:
+@in_the_module
+async def test_gang_latency_offers_every_gang_whole_and_times_each_size(
+    tmp_path: Path, servers: ServerPool
+) -> None:
     """Scenario 10 (#35): gangs among one-node jobs; the invariants hold, the figures exist."""
-    [result] = await run(10, tmp_path)
+    [result] = await run(10, tmp_path, servers)
     measured(result)
     m = result.metrics
     assert m["partial_gang_offers"] == [] and m["double_offers"] == []

@@ -9,6 +9,7 @@ example job) and is not required; neither is one under `if TYPE_CHECKING:`.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 import tomllib
@@ -75,20 +76,42 @@ class _RequiredImports(ast.NodeVisitor):
             self.found.append((node.module.split(".")[0], node.lineno))
 
 
+@functools.cache
+def imports_of(package: Path) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]:
+    """What `package` imports, read once a test process (parsing and walking it is a second
+    of CPU, and three tests read it; #32): its required imports, each a top-level module and
+    where, and the top-level module of every import, optional or not."""
+    required: list[tuple[str, str]] = []
+    named: set[str] = set()
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        visitor = _RequiredImports()
+        visitor.visit(tree)
+        where = path.relative_to(package.parent)
+        required += [(module, f"{where}:{line}") for module, line in visitor.found]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                named.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                named.add(node.module.split(".")[0])
+    return tuple(required), frozenset(named)
+
+
+@functools.cache
+def providers() -> dict[str, list[str]]:
+    """Import name -> the distributions installed here that provide it."""
+    return packages_distributions()
+
+
 def undeclared_imports(package: Path, requirements: Iterable[str]) -> dict[str, list[str]]:
     """Third-party modules `package` needs that no requirement provides: module -> where."""
     declared = {distribution_name(r) for r in requirements}
-    providers = packages_distributions()  # import name -> distributions installed here
     missing: dict[str, list[str]] = {}
-    for path in sorted(package.rglob("*.py")):
-        visitor = _RequiredImports()
-        visitor.visit(ast.parse(path.read_text(), filename=str(path)))
-        for module, line in visitor.found:
-            if module in sys.stdlib_module_names or module == package.name:
-                continue
-            if declared.isdisjoint(normalize(d) for d in providers.get(module, [])):
-                where = f"{path.relative_to(package.parent)}:{line}"
-                missing.setdefault(module, []).append(where)
+    for module, where in imports_of(package)[0]:
+        if module in sys.stdlib_module_names or module == package.name:
+            continue
+        if declared.isdisjoint(normalize(d) for d in providers().get(module, [])):
+            missing.setdefault(module, []).append(where)
     return missing
 
 
@@ -101,17 +124,7 @@ LOADED_FOR_US = {
 
 def unimported_dependencies(package: Path, requirements: Iterable[str]) -> list[str]:
     """Declared distributions no module of `package` imports (in any block)."""
-    providers = packages_distributions()
-    imported: set[str] = set()
-    for path in package.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            for name in names:
-                imported.update(normalize(d) for d in providers.get(name.split(".")[0], []))
+    imported = {normalize(d) for m in imports_of(package)[1] for d in providers().get(m, [])}
     return sorted({distribution_name(r) for r in requirements} - imported)
 
 
