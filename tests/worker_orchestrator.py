@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from bench.s3 import environment, moto_s3, new_bucket, s3_environment
+from bench.s3 import environment, new_bucket, s3_environment
 
 from gpufleet.artifacts.keys import artifact_key
 from gpufleet.worker.client import OrchestratorClient
@@ -143,9 +143,10 @@ async def served_fleet(root: Path, **settings: Any) -> AsyncIterator[Fleet]:
 
 
 @contextlib.asynccontextmanager
-async def served_s3_fleet(root: Path, **settings: Any) -> AsyncIterator[Fleet]:
-    """As `served_fleet`, its artifacts in a new bucket of a moto S3 server (`via: store`)."""
-    with moto_s3() as endpoint, environment(s3_environment(endpoint)):
+async def served_s3_fleet(root: Path, endpoint: str, **settings: Any) -> AsyncIterator[Fleet]:
+    """As `served_fleet`, its artifacts in a new bucket of the moto S3 server at `endpoint`
+    (`via: store`)."""
+    with environment(s3_environment(endpoint)):
         url = f"s3://{new_bucket(endpoint, 'fleet')}/gpufleet"
         async with served_fleet(root, artifacts=url, **settings) as fleet:
             yield fleet
@@ -153,7 +154,8 @@ async def served_s3_fleet(root: Path, **settings: Any) -> AsyncIterator[Fleet]:
 
 def module_fleets(**settings: Any) -> tuple[Any, ...]:
     """Fixtures for a test module, to assign to these names: `orchestrator` (one per module,
-    on the data folder: `via: orchestrator`), `s3_orchestrator` (on moto's S3: `via: store`),
+    on the data folder: `via: orchestrator`), `s3_orchestrator` (a bucket of the test
+    process's moto server, tests/conftest.py `s3_endpoint`: `via: store`),
     `via` (both, in turn) and `fleet` (the one `via` names)."""
 
     @pytest_asyncio.fixture(scope="module", loop_scope="module", name="orchestrator")
@@ -162,9 +164,11 @@ def module_fleets(**settings: Any) -> tuple[Any, ...]:
             yield fleet
 
     @pytest_asyncio.fixture(scope="module", loop_scope="module", name="s3_orchestrator")
-    async def s3_orchestrator(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fleet]:
+    async def s3_orchestrator(
+        tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str
+    ) -> AsyncIterator[Fleet]:
         root = tmp_path_factory.mktemp("s3-orchestrator")
-        async with served_s3_fleet(root, **settings) as fleet:
+        async with served_s3_fleet(root, s3_endpoint, **settings) as fleet:
             yield fleet
 
     @pytest.fixture(params=["orchestrator", "store"], name="via")

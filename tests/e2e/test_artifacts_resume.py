@@ -24,11 +24,12 @@ from typing import Any
 
 import psutil
 import pytest
-from bench.s3 import moto_s3, new_bucket, s3_environment
+from bench.s3 import new_bucket, s3_environment
 from playwright.sync_api import expect, sync_playwright
 
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, LAPTOP, sign_in
 from tests.conftest import fresh_database
+from tests.e2e.commands import gf, ok
 from tests.e2e.conftest import (
     ServerProcess,
     WorkerProcess,
@@ -76,7 +77,8 @@ def orchestrator(
         yield Orchestrator(server, server)
         server.kill(signal.SIGTERM)
         return
-    with fresh_database() as database, moto_s3() as endpoint:
+    endpoint = request.getfixturevalue("s3_endpoint")  # the test process's one moto server
+    with fresh_database() as database:
         env = {**os.environ, **s3_environment(endpoint)}
         replicas = start_replicas(
             root,
@@ -123,7 +125,7 @@ def test_a_job_whose_worker_is_killed_resumes_from_its_checkpoint_and_every_arti
         shutil.rmtree(worker.work_dir, ignore_errors=True)
     files = listing(users, job_id)
     out = tmp_path / "download"
-    gf(users, "jobs", "download", job_id, "-o", str(out))
+    ok(gf(users, "jobs", "download", job_id, "-o", str(out)))
     final = [a for a in files["artifacts"] if a["attempt_id"] == history[-1]["id"]]
     assert {a["path"] for a in final} >= {"result.json"}
     for artifact in final:
@@ -184,19 +186,6 @@ def kill_with_its_job(worker: WorkerProcess) -> None:
     for process in family:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
-
-
-def gf(server: ServerProcess, *args: str) -> str:
-    env = {**plain(), "GPUFLEET_URL": server.url, "GPUFLEET_API_KEY": server.admin_key}
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("gpufleet")), *args],
-        capture_output=True,
-        text=True,
-        env={**env, "NO_COLOR": "1", "COLUMNS": "200"},
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
 
 
 def plain() -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""The operator CLI (`gpufleet workers|configs|jobs|audit`), run as a subprocess against a real
-orchestrator with its embedded local runner."""
+"""The operator CLI (`gpufleet workers|configs|jobs|audit`) against a real orchestrator with its
+embedded local runner: in the test's process through the command's entry point
+(tests/e2e/commands.py), and as the installed command where the process is the point."""
 
 from __future__ import annotations
 
@@ -10,14 +11,23 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 import httpx
 import pytest
 from click.testing import CliRunner
 
+from gpufleet.cli.api import ApiClient
 from gpufleet.cli.main import cli
+from tests.e2e.commands import (
+    as_json,
+    gf,
+    gpufleet,
+    gpufleet_process,
+    ok,
+    one_line_error,
+    server_env,
+)
 from tests.e2e.conftest import GPUFLEET, ServerProcess, free_port, job_state, unique
 from tests.waiting import wait_until
 
@@ -38,43 +48,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         )
     yield proc
     proc.kill(signal.SIGTERM)
-
-
-def gf(
-    server: ServerProcess | None, *args: str, key: str | None = None, input: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run `gpufleet ARGS` with GPUFLEET_URL and GPUFLEET_API_KEY pointing at `server`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
-    env.update(NO_COLOR="1", COLUMNS="200")
-    if server is not None:
-        env.update(GPUFLEET_URL=server.url, GPUFLEET_API_KEY=key or server.admin_key)
-    return subprocess.run(
-        [GPUFLEET, *args],
-        env=env,
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=None if input is not None else subprocess.DEVNULL,
-    )
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, f"rc {result.returncode}\n{result.stdout}\n{result.stderr}"
-    return result.stdout
-
-
-def as_json(result: subprocess.CompletedProcess[str]) -> Any:
-    return json.loads(ok(result))
-
-
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
-    """The single `Error: …` line of a failed command, checked to be alone and traceback-free."""
-    assert result.returncode == 1, f"rc {result.returncode}\n{result.stdout}\n{result.stderr}"
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    return lines[0]
 
 
 def job_file(tmp_path: Path, code: str, name: str = "job.json") -> Path:
@@ -122,10 +95,50 @@ def test_every_operator_command_shows_its_options_and_environment_variables_in_h
 
 
 def test_the_installed_command_prints_help_for_jobs_submit_with_its_options() -> None:
-    out = ok(gf(None, "jobs", "submit", "--help"))
+    out = ok(gpufleet_process("jobs", "submit", "--help", env=server_env(None)))
     for option in ("--target", "--label", "--gpus", "--priority", "--max-retries", "--json"):
         assert option in out
     assert "GPUFLEET_API_KEY" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "answer"),
+    [
+        (("--version",), None),
+        (("jobs", "frobnicate"), None),  # a usage error: exit code 2
+        (("jobs", "list", "--url", "http://127.0.0.1:9"), None),  # one line, exit code 1
+        (("workers", "delete", "{worker}"), "n\n"),  # a question answered: Aborted!
+        (("workers", "list", "--status", "offline"), None),  # a table, as wide
+    ],
+    ids=["version", "usage", "unreachable", "question", "table"],
+)
+def test_a_command_run_in_the_tests_process_answers_as_the_installed_command(
+    server: ServerProcess, argv: tuple[str, ...], answer: str | None
+) -> None:
+    """What the other tests rely on (tests/e2e/commands.py): the same exit code, stdout and
+    stderr as the installed command's process."""
+    with server.admin() as admin:
+        created = admin.post("/api/admin/workers", json={"name": unique("asked")})
+    worker = created.json()["worker_id"]
+    argv = tuple(arg.format(worker=worker) for arg in argv)
+    env = server_env(server)
+    here = gpufleet(*argv, env=env, input=answer)
+    there = gpufleet_process(*argv, env=env, input=answer)
+    assert (here.returncode, here.stdout, here.stderr) == (
+        there.returncode,
+        there.stdout,
+        there.stderr,
+    )
+
+
+def test_an_exception_nothing_caught_fails_the_command_with_its_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the interpreter reports it: `one_line_error` must see what a process would show."""
+    monkeypatch.setattr(f"{ApiClient.__module__}.ApiClient.__enter__", lambda self: 1 / 0)
+    result = gpufleet("jobs", "list", "--url", "http://127.0.0.1:9", "--api-key", "k", env={})
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "ZeroDivisionError" in result.stderr
 
 
 # ---- workers ----------------------------------------------------------------------------

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from gpufleet.domain.webhook_targets import redact_url
+from tests.e2e.commands import as_json, gf, ok, one_line_error
 from tests.e2e.conftest import ServerProcess, serving
-from tests.e2e.test_cli import as_json, gf, ok, one_line_error
 from tests.webhook_receiver import receiving
 
 

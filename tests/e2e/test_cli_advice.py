@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.e2e.commands import as_json, gf, ok, one_line_error
 from tests.e2e.conftest import ServerProcess
-from tests.e2e.test_cli import as_json, gf, job_file, ok, one_line_error, server
+from tests.e2e.test_cli import job_file, server
 
 __all__ = ["server"]  # the module's orchestrator, shared with test_cli's fixture
 

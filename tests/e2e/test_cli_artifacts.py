@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import secrets
 import subprocess
 import threading
@@ -20,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.s3 import moto_s3
 
 from tests.artifact_uploads import Attempt, s3_serving, sha
-from tests.e2e.conftest import GPUFLEET, ServerProcess, serving, unique
-from tests.e2e.test_cli import as_json, gf, ok
+from tests.e2e.commands import as_json, environment, gf, gpufleet, ok
+from tests.e2e.conftest import ServerProcess, serving, unique
 
 MODEL = secrets.token_bytes(300_000)
 FILES = {
@@ -260,9 +258,10 @@ def test_a_key_that_may_only_read_the_queue_downloads_too(
 
 
 @pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with moto_s3() as endpoint:
-        yield from s3_serving(tmp_path_factory.mktemp("artifacts-s3"), endpoint)
+def s3_server(
+    tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str
+) -> Iterator[ServerProcess]:
+    yield from s3_serving(tmp_path_factory.mktemp("artifacts-s3"), s3_endpoint)
 
 
 def test_with_object_storage_download_follows_the_presigned_link_and_checks_each_file(
@@ -369,11 +368,7 @@ def stand_ins() -> Iterator[Callable[..., StandIn]]:
 
 def run_against(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`gpufleet ARGS` pointed at a stand-in, with a key the stand-in can recognise."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
-    env.update(NO_COLOR="1", COLUMNS="200", GPUFLEET_URL=url, GPUFLEET_API_KEY="gfk_standin")
-    return subprocess.run(
-        [GPUFLEET, *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    return gpufleet(*args, env=environment(GPUFLEET_URL=url, GPUFLEET_API_KEY="gfk_standin"))
 
 
 @pytest.mark.parametrize("path", ["../escape.txt", "output/../../escape.txt", "/tmp/escape.txt"])

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.commands import as_json, gf, ok, one_line_error
 from tests.e2e.conftest import GPUFLEET, FakeWorker, ServerProcess, serving, unique
 from tests.e2e.fake_gang import running_gang
-from tests.e2e.test_cli import as_json, gf, job_file, ok, one_line_error
+from tests.e2e.test_cli import job_file
 from tests.waiting import wait_until
 
 

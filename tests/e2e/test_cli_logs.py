@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.e2e.commands import gf, ok
 from tests.e2e.conftest import ServerProcess, serving
-from tests.e2e.test_cli import gf, ok
 from tests.logfill import RunningJob, line_text, running_job
 
 LINES = 2500  # three pages of 1,000

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.e2e.commands import as_json, gf, ok, one_line_error
 from tests.e2e.conftest import ServerProcess, serving
-from tests.e2e.test_cli import as_json, gf, ok, one_line_error
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,9 @@ asked for (#15, #15.6)."""
 
 from __future__ import annotations
 
+from tests.e2e.commands import as_json, gf, ok, one_line_error
 from tests.e2e.conftest import ServerProcess, unique
-from tests.e2e.test_cli import as_json, gf, ok, one_line_error, server
+from tests.e2e.test_cli import server
 
 __all__ = ["server"]  # the module's orchestrator, shared with test_cli's fixture
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 
+from tests.e2e.commands import as_json, gf, ok, one_line_error
 from tests.e2e.conftest import ServerProcess, unique
-from tests.e2e.test_cli import as_json, gf, ok, one_line_error, server
+from tests.e2e.test_cli import server
 
 __all__ = ["server"]  # the module's orchestrator, shared with test_cli's fixture
 

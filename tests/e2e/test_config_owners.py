@@ -6,7 +6,6 @@ the job runs admin's command, recording the version it ran and who wrote it."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.commands import gf
 from tests.e2e.conftest import (
-    GPUFLEET,
     Member,
     ServerProcess,
     WorkerProcess,
@@ -76,11 +75,7 @@ def test_a_viewer_cannot_overwrite_admins_config_and_admins_job_runs_admins_comm
 
 
 def _gpufleet(server: ServerProcess, key: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
-    env.update(NO_COLOR="1", COLUMNS="200", GPUFLEET_URL=server.url, GPUFLEET_API_KEY=key)
-    return subprocess.run(
-        [GPUFLEET, *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    return gf(server, *args, key=key)
 
 
 def test_the_cli_shares_lists_versions_and_refuses_in_its_own_terms(

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.commands import gf, one_line_error
 from tests.e2e.conftest import (
     Member,
     ServerProcess,
@@ -20,7 +21,6 @@ from tests.e2e.conftest import (
     unique,
     wait_job,
 )
-from tests.e2e.test_cli import gf, one_line_error
 from tests.e2e.test_sharing import gpu_env
 from tests.waiting import wait_until
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.commands import as_json, gf, ok, one_line_error
 from tests.e2e.conftest import Member, ServerProcess, WorkerProcess, unique, wait_job
-from tests.e2e.test_cli import as_json, gf, ok, one_line_error
 
 HF = "hf_e2e_" + unique("v") + "_0123456789abcdef"
 WANDB = "wandb_e2e_" + unique("v") + "_fedcba9876543210"

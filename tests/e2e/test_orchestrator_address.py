@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import GPUFLEET, ServerProcess, unique
+from tests.e2e.commands import environment, gpufleet, gpufleet_process
+from tests.e2e.conftest import ServerProcess, unique
 
 PUBLIC_URL = "http://gpu-head.example.com:9000"
 
@@ -33,23 +34,15 @@ def server(checkout: Path) -> Iterator[ServerProcess]:
     proc.kill(signal.SIGTERM)
 
 
+def cli_env() -> dict[str, str]:
+    """As typed on the orchestrator's machine: no URL, no key, no GPUFLEET_* but the tests'
+    cache folder (conftest's, not ~)."""
+    return environment(GPUFLEET_CACHE_DIR=os.environ["GPUFLEET_CACHE_DIR"])
+
+
 def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`gpufleet ARGS` as typed on the orchestrator's machine: no URL, no key, no GPUFLEET_*."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("GPUFLEET_") or k == "GPUFLEET_CACHE_DIR"  # conftest's, not ~
-    }
-    env.update(NO_COLOR="1", COLUMNS="200")
-    return subprocess.run(
-        [GPUFLEET, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    """`gpufleet ARGS` in `cwd` (in this process: tests/e2e/commands.py)."""
+    return gpufleet(*args, env=cli_env(), cwd=cwd)
 
 
 def test_the_server_leaves_its_address_next_to_the_admin_key(server: ServerProcess) -> None:
@@ -95,7 +88,9 @@ def test_workers_create_pastes_the_public_url_and_the_orchestrators_own_gpufleet
 
 
 def test_a_public_url_that_is_not_http_stops_the_server_in_one_line(tmp_path: Path) -> None:
-    result = run(tmp_path, "server", "--public-url", "gpu-head:8001", "--port", "0")
+    result = gpufleet_process(
+        "server", "--public-url", "gpu-head:8001", "--port", "0", env=cli_env(), cwd=tmp_path
+    )
 
     assert result.returncode != 0
     assert "Traceback" not in result.stderr

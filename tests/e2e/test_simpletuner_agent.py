@@ -11,8 +11,9 @@ the database kept, is run here on both.
 
 `make test` fetches the wheel once (`make agent-wheel`); these tests take the module out of
 it byte for byte (checked against the wheel's RECORD) and run it as `python -m
-simpletuner.worker_agent`. The trainer it launches, `python -m simpletuner.train`, is our
-stand-in (tests/e2e/simpletuner_stub): the only part that is not SimpleTuner's own.
+simpletuner.worker_agent` runs it, PyTorch hidden from it (`AS_MODULE_WITHOUT_TORCH` says why).
+The trainer it launches, `python -m simpletuner.train`, is our stand-in
+(tests/e2e/simpletuner_stub): the only part that is not SimpleTuner's own.
 """
 
 from __future__ import annotations
@@ -70,6 +71,17 @@ def released_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+# `python -m simpletuner.worker_agent`, with PyTorch unimportable in the agent's process alone
+# (its trainer imports what it likes). The agent imports torch at every start to ask it for a
+# CUDA or Apple device, seconds of CPU each (#32); PyTorch here has neither, so the agent goes
+# on to its nvidia-smi fallback either way: what it takes when torch is missing, with the same
+# answer.
+AS_MODULE_WITHOUT_TORCH = (
+    "import runpy, sys; sys.modules['torch'] = None; "
+    "runpy.run_module('simpletuner.worker_agent', run_name='__main__', alter_sys=True)"
+)
+
+
 class ReleasedAgent(WorkerProcess):
     """`python -m simpletuner.worker_agent`, with its own worker token and a label of its
     own (`lane`), so that each test's jobs go to its own agents."""
@@ -83,7 +95,7 @@ class ReleasedAgent(WorkerProcess):
         super().__init__(server, work_root, persistent=persistent, labels=lane, env=env)
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "simpletuner.worker_agent"]
+        cmd = [sys.executable, "-c", AS_MODULE_WITHOUT_TORCH]
         cmd += ["--orchestrator-url", self.orchestrator_url, "--worker-token", self.token]
         cmd += ["--name", self.name]
         return [*cmd, "--persistent"] if self.persistent else cmd

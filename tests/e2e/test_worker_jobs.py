@@ -61,7 +61,8 @@ def test_an_ephemeral_worker_trains_the_example_and_exits_after_one_job(
 ) -> None:
     tag = {"pool": unique("p")}
     config = json.loads(EXAMPLE_CONFIG.read_text())
-    command = [*config["command"][:3], "--steps", "60"]
+    # The numpy model: PyTorch's import is seconds of CPU (the torch path: test_gang_resume.py).
+    command = [*config["command"][:3], "--steps", "60", "--backend", "numpy"]
     agent = agents(orchestrator, labels=tag)
     job_id = submit_job(orchestrator, tag, command, config={"timeout_s": config["timeout_s"]})
     agent.start()

@@ -11,6 +11,8 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.conftest import (
     PYTHON,
     ServerProcess,
@@ -33,6 +35,14 @@ JOB = textwrap.dedent("""
     open(sys.argv[2], "w").write(str(os.getpid()))
     time.sleep(300)
 """)
+
+
+@pytest.fixture(scope="module")
+def database_url() -> None:
+    """SQLite alone (overrides the e2e tier's both-backends one): what a job leaves running is
+    the worker's business; the orchestrator's side of a lost worker runs on both databases in
+    test_orchestrator.py and tests/api."""
+    return None
 
 
 def pid_in(path: Path) -> int | None:

@@ -28,11 +28,10 @@ def worker(**values: Any) -> None:
     """
     # Imported here: the operator commands start faster without the agent's modules.
     from gpufleet.worker import keys
-    from gpufleet.worker.detect import detect
-    from gpufleet.worker.main import run_agent
-    from gpufleet.worker.settings import AgentSettings
 
-    # Before anything else: a token /proc shows to the jobs is taken out (keys.py).
+    # Before anything else: a token /proc shows to the jobs is taken out (keys.py). The
+    # agent's modules are imported after it, and after the checks of what was given: a
+    # restart imported them twice (a third of a CPU-second at every start, #32).
     worker_token: str | None = values.pop("worker_token")
     token_file: Path | None = values.pop("worker_token_file")
     inherited = keys.inherited_token()
@@ -60,6 +59,10 @@ def worker(**values: Any) -> None:
         )
     if worker_token != worker_token.strip():
         logging.getLogger(__name__).warning("the worker token had surrounding whitespace: ignored")
+    from gpufleet.worker.detect import detect
+    from gpufleet.worker.main import run_agent
+    from gpufleet.worker.settings import AgentSettings
+
     ssl_no_verify = values.pop("ssl_no_verify")
     settings = AgentSettings(
         **values, worker_token=worker_token, verify_tls=not ssl_no_verify, labels_process_logs=True
