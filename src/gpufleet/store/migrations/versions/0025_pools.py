@@ -5,7 +5,7 @@ so that a crash never launches twice and max_workers counts it at once
 The providers and the loop that launches come later; the decision
 (domain/capacity.py) reads the launches in flight and the failures in a row from here.
 
-Revision ID: 0026
+Revision ID: 0025
 Revises: 0024
 Create Date: 2026-11-28 09:00:00
 """
@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql
 
 from gpufleet.store.tables import UTCDateTime
 
-revision: str = "0026"
+revision: str = "0025"
 down_revision: str | None = "0024"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
