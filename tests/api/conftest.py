@@ -338,7 +338,9 @@ class Fleet:
             await supervisor.close()  # tests run the sweeps themselves, on the fake clock
 
         self.app = create_app(self.settings, on_start=quiet)
-        await self._stack.enter_async_context(LifespanManager(self.app))
+        # asgi-lifespan's 5 s: a PostgreSQL fleet's start once missed it three tests in a
+        # row on a loaded machine (1 s idle).
+        await self._stack.enter_async_context(LifespanManager(self.app, startup_timeout=30))
         self.ctx.clock = self.clock
         self.ctx.started_at = self.clock.now - timedelta(days=1)
         self.admin_key = (self.settings.data_dir / "admin.token").read_text().strip()
