@@ -16,6 +16,7 @@ import builtins
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import traceback
@@ -127,3 +128,13 @@ def one_line_error(result: Result) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     return lines[0]
+
+
+HTTP_TERMS = re.compile(r"\bHTTP\b|/api/|\b[45]\d\d\b")
+
+
+def in_own_terms(message: str) -> str:
+    """`message`, checked to speak as a command does: no HTTP, no API path, no status code
+    (a code inside a job id, like j_d4403d…, is part of a word and passes)."""
+    assert not HTTP_TERMS.search(message), message
+    return message
