@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -81,3 +81,14 @@ class PoolQueries(QueryBase):
     async def update_launch(self, launch_id: str, **values: Any) -> None:
         c = pool_launches.c
         await self.conn.execute(sa.update(pool_launches).where(c.id == launch_id).values(**values))
+
+    async def launches_named(self, pool_id: str, instance_ids: Sequence[str]) -> dict[str, Launch]:
+        """The pool's launches whose provider named one of `instance_ids`, by that id."""
+        if not instance_ids:
+            return {}
+        c = pool_launches.c
+        stmt = sa.select(pool_launches).where(
+            c.pool_id == pool_id, c.instance_id.in_(list(instance_ids))
+        )
+        found = [rows.launch(m) for m in await self._mapped(stmt)]
+        return {x.instance_id: x for x in found if x.instance_id is not None}
