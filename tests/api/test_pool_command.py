@@ -258,3 +258,22 @@ async def test_strays_are_terminated_with_retries_never_a_machine_whose_worker_r
     assert len(terminated(tmp_path)) == 4
     assert [x["state"] for x in await launches(fleet)] == ["registered"]
     assert (await fleet.job(job["id"]))["status"] == "running"
+
+
+async def test_a_list_that_prints_no_ids_terminates_nothing(
+    fleet: Fleet, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "gpufleet.server.pools")
+    listing = script(tmp_path, "list.sh", 'cat "$0.out"\n')
+    lists(listing, "stray-1\nNAME   STATUS\nstray-2\n")  # a table's header among the ids
+    launch = script(tmp_path, "launch.sh", "echo vm-1\n")
+    await command_pool(fleet, tmp_path, launch, provider={"list": [listing]})
+    reconcile = loop()
+    await reconcile(fleet.ctx)
+    assert terminated(tmp_path) == []
+    assert "the list command printed 'NAME   STATUS', which is not an instance id" in caplog.text
+    script(tmp_path, "list.sh", 'echo "denied" >&2; exit 1\n')  # the list now fails
+    fleet.clock.advance(61)
+    await reconcile(fleet.ctx)
+    assert terminated(tmp_path) == []  # a list that failed says nothing of strays
+    assert "could not list its instances: the list command exited with status 1" in caplog.text

@@ -51,7 +51,8 @@ SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("pools-command"), None, **{"pool-interval": 0.3})
+    flags = {"pool-interval": 0.3, "pool-call-timeout": 30}
+    proc = ServerProcess(tmp_path_factory.mktemp("pools-command"), None, **flags)
     proc.start()
     yield proc
     proc.kill(15)
