@@ -13,8 +13,10 @@ from gpufleet.domain.states import WorkerType, derive_worker_status
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
 
 
-def launch(instance: str, state: LaunchState, worker_id: str | None = "w_1") -> Launch:
-    return Launch("launch_1", "pool_1", state, instance, worker_id, NOW, None, None, None, None)
+def launch(
+    instance: str, state: LaunchState, worker_id: str | None = "w_1", pool: str = "pool_1"
+) -> Launch:
+    return Launch("launch_1", pool, state, instance, worker_id, NOW, None, None, None, None)
 
 
 def worker(*, offline: bool, busy: bool) -> Worker:
@@ -49,16 +51,16 @@ def worker(*, offline: bool, busy: bool) -> Worker:
 
 
 def test_an_instance_no_launch_named_is_a_stray() -> None:
-    assert strays(["vm-1", "vm-1"], {}, {}, unnamed=False) == ["vm-1"]
+    assert strays(["vm-1", "vm-1"], [], {}, unnamed=False) == ["vm-1"]
 
 
 def test_an_instance_a_live_launch_follows_is_left_to_it() -> None:
     for state in (LaunchState.LAUNCHING, LaunchState.REGISTERED, LaunchState.TERMINATING):
-        assert strays(["vm-1"], {"vm-1": launch("vm-1", state)}, {}, unnamed=False) == []
+        assert strays(["vm-1"], [launch("vm-1", state)], {}, unnamed=False) == []
 
 
 def test_an_ended_launchs_instance_is_a_stray_unless_its_worker_is_up_or_busy() -> None:
-    ended = {"vm-1": launch("vm-1", LaunchState.TERMINATED)}
+    ended = [launch("vm-1", LaunchState.TERMINATED)]
     gone = worker(offline=True, busy=False)
     assert strays(["vm-1"], ended, {"w_1": gone}, unnamed=False) == ["vm-1"]
     assert strays(["vm-1"], ended, {}, unnamed=False) == ["vm-1"]  # its worker deleted
@@ -67,4 +69,11 @@ def test_an_ended_launchs_instance_is_a_stray_unless_its_worker_is_up_or_busy() 
 
 
 def test_nothing_is_a_stray_while_a_live_launch_has_no_instance_id_yet() -> None:
-    assert strays(["vm-1"], {}, {}, unnamed=True) == []
+    assert strays(["vm-1"], [], {}, unnamed=True) == []
+
+
+def test_an_instance_another_pools_live_launch_follows_is_never_a_stray() -> None:
+    """A provider may list more than its pool's machines (a Slurm user's jobs)."""
+    theirs = launch("job-7", LaunchState.REGISTERED, pool="pool_2")
+    mine_ended = launch("job-7", LaunchState.TERMINATED, worker_id=None)
+    assert strays(["job-7"], [mine_ended, theirs], {}, unnamed=False) == []

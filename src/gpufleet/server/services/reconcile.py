@@ -149,19 +149,18 @@ class Reconciler:
             except ProviderError as exc:
                 log.warning("pool %s: could not list its instances: %s", pool.name, exc)
                 return
+            # Judged against every pool's launches: a provider may list more than this
+            # pool's machines (a Slurm user's jobs); one that is another's is never taken.
             async with ctx.store.read() as q:
-                named = await q.launches_named(pool.id, listed)
-                unnamed = any(
-                    x.pool_id == pool.id and x.instance_id is None for x in await q.live_launches()
-                )
+                named = await q.launches_named(listed)
+                unnamed = any(x.instance_id is None for x in await q.live_launches())
                 workers = {w.id: w for w in await q.list_workers()}
             found = strays(listed, named, workers, unnamed=unnamed)
             known = {i: v for (p, i), v in self.strays.items() if p == pool.id}
             self.strays = {k: v for k, v in self.strays.items() if k[0] != pool.id}
             self.strays |= {(pool.id, i): known.get(i, (0, now)) for i in found}
-            for instance in found:
-                launch = named.get(instance)
-                if launch is not None and launch.worker_id is not None:
+            for launch in named:
+                if launch.instance_id in found and launch.worker_id is not None:
                     await _revoke(ctx, launch.worker_id)
         for (pool_id, instance), (failures, due) in list(self.strays.items()):
             if pool_id == pool.id and provider is not None and due <= now:
@@ -264,7 +263,7 @@ class Reconciler:
         async with transaction(ctx) as tx:
             launch = await tx.q.get_launch(launch_id, lock=True)
             instance = record.get("instance_id")
-            if instance is not None and await tx.q.launches_named(pool.id, [instance]):
+            if instance is not None and await tx.q.launches_named([instance], pool.id):
                 said = (
                     f"the provider answered instance id {instance!r}, which an earlier launch "
                     "of the pool has: each launch must name a machine of its own"

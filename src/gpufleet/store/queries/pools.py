@@ -82,13 +82,15 @@ class PoolQueries(QueryBase):
         c = pool_launches.c
         await self.conn.execute(sa.update(pool_launches).where(c.id == launch_id).values(**values))
 
-    async def launches_named(self, pool_id: str, instance_ids: Sequence[str]) -> dict[str, Launch]:
-        """The pool's launches whose provider named one of `instance_ids`, by that id."""
+    async def launches_named(
+        self, instance_ids: Sequence[str], pool_id: str | None = None
+    ) -> list[Launch]:
+        """The launches (of `pool_id`, or of every pool) whose provider named one of
+        `instance_ids`."""
         if not instance_ids:
-            return {}
+            return []
         c = pool_launches.c
-        stmt = sa.select(pool_launches).where(
-            c.pool_id == pool_id, c.instance_id.in_(list(instance_ids))
-        )
-        found = [rows.launch(m) for m in await self._mapped(stmt)]
-        return {x.instance_id: x for x in found if x.instance_id is not None}
+        stmt = sa.select(pool_launches).where(c.instance_id.in_(list(instance_ids)))
+        if pool_id is not None:
+            stmt = stmt.where(c.pool_id == pool_id)
+        return [rows.launch(m) for m in await self._mapped(stmt)]
