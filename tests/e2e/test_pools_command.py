@@ -62,14 +62,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def state(tmp_path: Path) -> Iterator[Path]:
     """The scripts' folder of pid files; what they leave running is stopped afterwards."""
     yield tmp_path
-    for pidfile in tmp_path.glob("*.pid"):
+    stop_machines(tmp_path)
+
+
+def stop_machines(folder: Path) -> None:
+    for pidfile in folder.glob("*.pid"):
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
-def provider(state: Path) -> dict[str, object]:
+def provider(state: Path, scripts: dict[str, str] = SCRIPTS) -> dict[str, object]:
+    """The pool's provider: each script written to `state`, given `state` as its argument."""
     argv = {}
-    for name, body in SCRIPTS.items():
+    for name, body in {**SCRIPTS, **scripts}.items():
         path = state / name
         path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
         path.chmod(0o755)
