@@ -6,9 +6,6 @@ ended instance terminated, and a stray the list shows stopped."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -58,19 +55,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc.kill(15)
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> Iterator[Path]:
-    """The scripts' folder of pid files; what they leave running is stopped afterwards."""
-    yield tmp_path
-    stop_machines(tmp_path)
-
-
-def stop_machines(folder: Path) -> None:
-    for pidfile in folder.glob("*.pid"):
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pidfile.read_text()), signal.SIGKILL)
-
-
 def provider(state: Path, scripts: dict[str, str] = SCRIPTS) -> dict[str, object]:
     """The pool's provider: each script written to `state`, given `state` as its argument."""
     argv = {}
@@ -83,8 +67,9 @@ def provider(state: Path, scripts: dict[str, str] = SCRIPTS) -> dict[str, object
 
 
 def test_command_pool_workers_run_the_queue_within_max_and_every_instance_is_terminated(
-    server: ServerProcess, state: Path
+    server: ServerProcess, machines: Path
 ) -> None:
+    state = machines
     stray = subprocess.Popen(["sleep", "600"])  # a machine up that no launch knows of
     (state / f"cmd-{stray.pid}.pid").write_text(str(stray.pid))
     pool = make_pool(server, provider=provider(state))

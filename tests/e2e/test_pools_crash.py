@@ -19,7 +19,7 @@ import pytest
 
 from gpufleet.domain.pool_strays import INTERRUPTED
 from tests.e2e.conftest import ServerProcess, process_alive, submit_job, wait_job
-from tests.e2e.test_pools_command import WORKER, provider, stop_machines
+from tests.e2e.test_pools_command import WORKER, provider
 from tests.e2e.test_pools_local import launches, make_pool
 from tests.waiting import wait_until
 
@@ -49,16 +49,6 @@ FLAGS = {"pool-interval": 0.3, "pool-call-timeout": 60}
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> Iterator[Path]:
-    """The scripts' folder; a launch command still held is let go, its machines stopped."""
-    folder = tmp_path / "machines"
-    folder.mkdir()
-    yield folder
-    (folder / "gate").touch()
-    stop_machines(folder)
-
-
-@pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path / "data", None, **FLAGS)
     proc.start()
@@ -81,8 +71,9 @@ def one_job(server: ServerProcess, pool: str) -> str:
 
 
 def test_killed_before_the_providers_answer_the_launch_is_ended_and_made_afresh(
-    server: ServerProcess, state: Path
+    server: ServerProcess, machines: Path
 ) -> None:
+    state = machines
     pool = crash_pool(server, state, "hang")
     job = one_job(server, pool)
     wait_until((state / "started").exists, timeout=30, message="the launch command to start")
@@ -118,8 +109,9 @@ def test_killed_before_the_providers_answer_the_launch_is_ended_and_made_afresh(
 
 
 def test_killed_after_the_providers_answer_the_launch_is_followed_and_its_worker_runs_the_job(
-    server: ServerProcess, state: Path
+    server: ServerProcess, machines: Path
 ) -> None:
+    state = machines
     pool = crash_pool(server, state, "late")
     job = one_job(server, pool)
     answered = wait_until(
