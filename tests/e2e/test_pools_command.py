@@ -15,8 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.commands import gf, ok
-from tests.e2e.conftest import ServerProcess, process_alive, submit_job, wait_job
-from tests.e2e.test_pools_local import launches, make_pool, one_job_each_then_ended
+from tests.e2e.conftest import ServerProcess, process_alive
+from tests.e2e.test_pools_local import (
+    held_jobs,
+    launches,
+    make_pool,
+    one_job_each_then_ended,
+    running,
+)
 from tests.waiting import wait_until
 
 WORKER = f"{sys.executable} -c 'from gpufleet.cli.main import main; main()' worker"
@@ -76,19 +82,9 @@ def test_command_pool_workers_run_the_queue_within_max_and_every_instance_is_ter
     stray.wait(timeout=30)  # listed, found a stray, terminated
     assert f"cmd-{stray.pid}" in (state / "terminated").read_text().split()
 
-    gate = state / "go"
-    hold = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
-    jobs = [
-        submit_job(server, {"pool": pool}, [sys.executable, "-c", hold], gpu_count=0)
-        for _ in range(3)
-    ]
+    jobs = held_jobs(server, pool, gate := state / "go")
     wait_until(
-        lambda: (
-            [wait_job(server, j, "queued", "running", "offered")["status"] for j in jobs].count(
-                "running"
-            )
-            == 2
-        ),
+        lambda: running(server, jobs) == 2,
         timeout=60,
         message="two of the three jobs to run on launched workers",
     )

@@ -56,6 +56,21 @@ def launches(server: ServerProcess, pool: str) -> list[dict[str, Any]]:
     return list(resp.json()["launches"])
 
 
+def held_jobs(server: ServerProcess, pool: str, gate: Path, count: int = 3) -> list[str]:
+    """Jobs for the pool's workers, each holding its worker until the file `gate` appears."""
+    hold = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
+    return [
+        submit_job(server, {"pool": pool}, [sys.executable, "-c", hold], gpu_count=0)
+        for _ in range(count)
+    ]
+
+
+def running(server: ServerProcess, jobs: list[str]) -> int:
+    """How many of the jobs run now."""
+    states = [wait_job(server, j, "queued", "offered", "running")["status"] for j in jobs]
+    return states.count("running")
+
+
 def pid_of(launch: dict[str, Any]) -> int:
     return int(launch["instance_id"].split("-")[1])
 
@@ -106,28 +121,12 @@ def test_ephemeral_workers_are_launched_for_waiting_jobs_within_the_pools_max(
     pool = make_pool(server)
     # Each job holds its worker until a file appears: the third waits for a worker the
     # first two leave room for, never a third at once.
-    gate = Path(server.data_dir) / f"{pool}.go"
-    hold = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
-    jobs = [
-        submit_job(server, {"pool": pool}, [sys.executable, "-c", hold], gpu_count=0)
-        for _ in range(3)
-    ]
-    running = wait_until(
-        lambda: (
-            len(
-                r := [
-                    j
-                    for j in jobs
-                    if wait_job(server, j, "queued", "running", "offered")["status"] == "running"
-                ]
-            )
-            == 2
-            and r
-        ),
+    jobs = held_jobs(server, pool, gate := Path(server.data_dir) / f"{pool}.go")
+    wait_until(
+        lambda: running(server, jobs) == 2,
         timeout=60,
         message="two of the three jobs to run on launched workers",
     )
-    assert len(running) == 2
     live = [x for x in launches(server, pool) if x["state"] in ("launching", "registered")]
     assert len(live) == 2, live  # the third job waits: the pool is at its max
     gate.touch()

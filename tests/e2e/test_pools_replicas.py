@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -17,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ServerProcess, start_replicas, submit_job, wait_job
+from tests.e2e.conftest import ServerProcess, start_replicas, wait_job
 from tests.e2e.test_pools_command import WORKER, provider
-from tests.e2e.test_pools_local import launches, make_pool
+from tests.e2e.test_pools_local import held_jobs, launches, make_pool, running
 from tests.e2e.test_replicas import leaders
 from tests.waiting import wait_until
 
@@ -89,17 +88,9 @@ def test_only_the_leader_launches_and_the_next_leader_keeps_the_max_launching_no
     pool = make_pool(  # through the replica that does not lead: the pool is the database's
         survivor, provider=provider(state, {"launch.sh": LAUNCH}), launch_timeout_s=3600
     )
-    gate = state / "go"
-    hold = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
-    jobs = [
-        submit_job(survivor, {"pool": pool}, [sys.executable, "-c", hold], gpu_count=0)
-        for _ in range(3)
-    ]
+    jobs = held_jobs(survivor, pool, gate := state / "go")
     wait_until(
-        lambda: any(
-            wait_job(survivor, j, "queued", "offered", "running")["status"] == "running"
-            for j in jobs
-        ),
+        lambda: running(survivor, jobs) >= 1,
         timeout=60,
         message="a job to run on a launched worker",
     )
@@ -125,12 +116,7 @@ def test_only_the_leader_launches_and_the_next_leader_keeps_the_max_launching_no
     assert calls(state) == first  # nothing launched again for the launch coming up
     (state / "up").touch()
     wait_until(
-        lambda: (
-            [wait_job(survivor, j, "queued", "offered", "running")["status"] for j in jobs].count(
-                "running"
-            )
-            == 2
-        ),
+        lambda: running(survivor, jobs) == 2,
         timeout=60,
         message="the recorded launch's worker to take a job",
     )
