@@ -8,6 +8,7 @@ import {
   wireDialogs,
 } from "./dom.js";
 import { live } from "./live.js";
+import { money } from "./money.js";
 import "./nav.js";
 
 const box = $("#teams");
@@ -49,6 +50,7 @@ function teamFacts(t) {
     ["Running", `${plural(t.running_gpus, "GPU")}, ${plural(t.running_jobs, "job")}`, "running"],
     ["Limits", ownLimits(t), "limits"],
     ["Usage", `${fmt(t.usage / 3600)} GPU-hours`, "usage"],
+    ["Cost", `${money(t.cost)} to date on the pools' workers`, "cost"],
     ["Preemption", [t.preemptible ? "its jobs may be preempted" : "never preempted",
       t.can_preempt ? "may preempt others" : "never preempts"].join("; "), "preemption"],
   ];
