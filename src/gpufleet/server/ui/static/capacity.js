@@ -5,7 +5,7 @@
 // pools through /api/admin/pools; nobody else is offered a button.
 import { del, get, patch, post } from "./api.js";
 import {
-  $, ago, busy, confirmDialog, h, labels, onSubmit, parseLabels, serial, showError, startClock,
+  $, ago, cardAct, confirmDialog, h, labels, onSubmit, parseLabels, serial, showError, startClock,
   textOr, when,
 } from "./dom.js";
 import { live } from "./live.js";
@@ -65,17 +65,9 @@ function failures(p) {
     x.stderr ? h("pre", { class: "mono stderr", text: x.stderr.trim() }) : null)));
 }
 
-// An admin's action on the pool; the page is read again either way, the card shows an error.
-async function poolAct(card, button, work) {
-  const problem = $(".pool-error", card);
-  showError(problem, null);
-  try {
-    await busy(button, work);
-  } catch (err) {
-    showError(problem, err);
-    return;
-  }
-  refresh();
+// An admin's action on the pool: the page is read again, or the card shows the refusal.
+function poolAct(card, button, work) {
+  return cardAct(button, work, $(".pool-error", card), refresh);
 }
 
 function actions(p, card) {
