@@ -131,10 +131,19 @@ def test_ephemeral_workers_are_launched_for_waiting_jobs_within_the_pools_max(
     live = [x for x in launches(server, pool) if x["state"] in ("launching", "registered")]
     assert len(live) == 2, live  # the third job waits: the pool is at its max
     gate.touch()
+    ended = one_job_each_then_ended(server, pool, jobs)
+    assert not any(process_alive(pid_of(x)) for x in ended)
+
+
+def one_job_each_then_ended(
+    server: ServerProcess, pool: str, jobs: list[str]
+) -> list[dict[str, Any]]:
+    """The jobs completed, each on an ephemeral worker of its own whose launch then ended;
+    those launches."""
     done = [wait_job(server, j, "completed", "failed", timeout=60) for j in jobs]
     assert [d["status"] for d in done] == ["completed"] * 3, done
     assert len({d["worker_id"] for d in done}) == 3  # each ephemeral worker ran one job
-    ended = wait_until(
+    ended: list[dict[str, Any]] = wait_until(
         lambda: (
             len(xs := launches(server, pool)) == 3
             and all(x["state"] == "terminated" for x in xs)
@@ -145,4 +154,4 @@ def test_ephemeral_workers_are_launched_for_waiting_jobs_within_the_pools_max(
     )
     assert {x["worker_id"] for x in ended} == {d["worker_id"] for d in done}
     assert all(x["registered_at"] is not None and x["error"] is None for x in ended)
-    assert not any(process_alive(pid_of(x)) for x in ended)
+    return ended

@@ -251,8 +251,8 @@ def test_every_job_a_pool_is_for_is_told_what_that_pool_does_for_it(fleet: dict)
     """A job launched for, or held back by its pool, is told so, naming that pool; a job taken
     by launches in flight is told it waits for one; no other job is told of a pool."""
     plan = _plan(fleet)
-    for job_id, pool in [*plan.launching_for.items(), *plan.held_back.items()]:
-        assert plan.waits[job_id].params["pool"] == pool
+    for job_id, name in [*plan.launching_for.items(), *plan.held_back.items()]:
+        assert plan.waits[job_id].params["pool"] == name
     for job_id in plan.launching_for:
         assert plan.waits[job_id].code is PoolWhy.LAUNCHING
     for job_id, reason in plan.waits.items():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -120,3 +120,16 @@ class PoolQueries(QueryBase):
             nodes = nodes.where(n.job_id == job_id)
         found = await self.conn.execute(sa.union_all(attempts, nodes))
         return [Run(*row) for row in found]
+
+    async def launches_named(
+        self, instance_ids: Sequence[str], pool_id: str | None = None
+    ) -> list[Launch]:
+        """The launches (of `pool_id`, or of every pool) whose provider named one of
+        `instance_ids`."""
+        if not instance_ids:
+            return []
+        c = pool_launches.c
+        stmt = sa.select(pool_launches).where(c.instance_id.in_(list(instance_ids)))
+        if pool_id is not None:
+            stmt = stmt.where(c.pool_id == pool_id)
+        return [rows.launch(m) for m in await self._mapped(stmt)]
