@@ -27,6 +27,7 @@ class WorkerLaunch:
     pool: str
     work_dir: Path  # where a worker on this machine keeps its jobs and its log
     ca_cert: Path | None = None
+    gpus: int = 0  # the pool's GPUs a worker: what a batch job asks its scheduler for
 
     def environment(self) -> Mapping[str, str]:
         env = {
@@ -51,7 +52,8 @@ class Provider(Protocol):
         ...
 
     def list(self) -> list[str]:
-        """The instances it knows of that are up."""
+        """The instances it knows of that are up (a slurm provider's: of every pool, or of
+        the pool it is given)."""
         ...
 
 
@@ -67,4 +69,8 @@ class Providers:
         """The provider for a pool's configuration; None for a kind not built yet."""
         if isinstance(config, pools.LocalProvider):
             return self._local
+        if isinstance(config, pools.SlurmProvider):
+            from gpufleet.server.providers.slurm import SlurmProvider
+
+            return SlurmProvider(config)  # stateless: Slurm knows its jobs
         return None

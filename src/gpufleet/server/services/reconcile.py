@@ -207,14 +207,16 @@ class Reconciler:
         token: str,
     ) -> dict[str, Any]:
         """What the provider's answer writes on the launch: its instance, or its failure."""
-        spec = WorkerLaunch(
-            orchestrator_url=own_url(ctx.settings),
+        local = isinstance(pool.provider, rules.LocalProvider)
+        spec = WorkerLaunch(  # a worker elsewhere calls the public address
+            orchestrator_url=own_url(ctx.settings) if local else ctx.settings.worker_url(),
             token=token,
             name=name,
             persistent=pool.worker_type is WorkerType.PERSISTENT,
             pool=pool.name,
             work_dir=self._work_dir(ctx, pool, launch_id),
             ca_cert=ctx.settings.tls_cert,
+            gpus=pool.gpu_count,
         )
         try:
             instance = await _call(provider.launch, spec)
