@@ -14,9 +14,10 @@ import pytest
 
 from tests.e2e.conftest import (
     ServerProcess,
+    create_pool,
+    pool_launches,
     process_alive,
     submit_job,
-    unique,
     wait_job,
 )
 from tests.waiting import wait_until
@@ -33,27 +34,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def make_pool(server: ServerProcess, **fields: Any) -> str:
-    name = unique("burst")
-    body = {
-        "name": name,
-        "provider": {"type": "local"},
-        "labels": {"pool": name},
-        "gpu_count": 0,
-        "max_workers": 2,
-        "launch_timeout_s": 60,
-        **fields,
-    }
-    with server.admin() as admin:
-        resp = admin.post("/api/admin/pools", json=body)
-    assert resp.status_code == 201, resp.text
-    return name
-
-
-def launches(server: ServerProcess, pool: str) -> list[dict[str, Any]]:
-    with server.admin() as admin:
-        resp = admin.get(f"/api/admin/pools/{pool}")
-    assert resp.status_code == 200, resp.text
-    return list(resp.json()["launches"])
+    return create_pool(server, "burst", {"type": "local"}, **fields)
 
 
 def pid_of(launch: dict[str, Any]) -> int:
@@ -80,7 +61,9 @@ def test_a_launch_that_never_registers_is_terminated_and_backed_off(
     pool = make_pool(unreachable, launch_timeout_s=6)
     submit_job(unreachable, {"pool": pool}, [sys.executable, "-c", "pass"], gpu_count=0)
     failed = wait_until(
-        lambda: (xs := launches(unreachable, pool)) and xs[0]["state"] == "terminated" and xs[0],
+        lambda: (
+            (xs := pool_launches(unreachable, pool)) and xs[0]["state"] == "terminated" and xs[0]
+        ),
         timeout=30,
         message="the launch to time out and be terminated",
     )
@@ -97,7 +80,7 @@ def test_a_launch_that_never_registers_is_terminated_and_backed_off(
         timeout=10,
         message="the pool to back off",
     )
-    assert len(launches(unreachable, pool)) == 1
+    assert len(pool_launches(unreachable, pool)) == 1
 
 
 def test_ephemeral_workers_are_launched_for_waiting_jobs_within_the_pools_max(
@@ -128,7 +111,7 @@ def test_ephemeral_workers_are_launched_for_waiting_jobs_within_the_pools_max(
         message="two of the three jobs to run on launched workers",
     )
     assert len(running) == 2
-    live = [x for x in launches(server, pool) if x["state"] in ("launching", "registered")]
+    live = [x for x in pool_launches(server, pool) if x["state"] in ("launching", "registered")]
     assert len(live) == 2, live  # the third job waits: the pool is at its max
     gate.touch()
     done = [wait_job(server, j, "completed", "failed", timeout=60) for j in jobs]
@@ -136,7 +119,7 @@ def test_ephemeral_workers_are_launched_for_waiting_jobs_within_the_pools_max(
     assert len({d["worker_id"] for d in done}) == 3  # each ephemeral worker ran one job
     ended = wait_until(
         lambda: (
-            len(xs := launches(server, pool)) == 3
+            len(xs := pool_launches(server, pool)) == 3
             and all(x["state"] == "terminated" for x in xs)
             and xs
         ),
