@@ -24,6 +24,7 @@ from tests.e2e.conftest import free_port
 from tests.waiting import wait_until
 
 PARTITION = "gpu"
+DOWN_PARTITION = "down"  # takes jobs, starts none: they wait (PartitionDown)
 FAKE_GPUS = 2
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scancel", "sinfo", "scontrol")
@@ -74,6 +75,7 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} Gres=gpu:{FAKE_GPUS} State=UNKNOWN
 PartitionName={PARTITION} Nodes={host} Default=YES MaxTime=INFINITE State=UP
+PartitionName={DOWN_PARTITION} Nodes={host} MaxTime=INFINITE State=DOWN
 """
 
 
@@ -173,7 +175,8 @@ class Cluster:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
                 raise AssertionError(f"{name} exited ({proc.returncode}): {self._log(name)}")
-        return self.run("sinfo", "--noheader", "--Node", "--format=%t", check=False).strip()
+        sinfo = ("sinfo", "--noheader", "--Node", f"--partition={PARTITION}", "--format=%t")
+        return self.run(*sinfo, check=False).strip()
 
     def jobs(self) -> dict[str, str]:
         """Every job not ended: its id → `state|name|gres|comment`."""

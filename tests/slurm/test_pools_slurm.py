@@ -23,7 +23,7 @@ from tests.e2e.conftest import (
     unique,
     wait_job,
 )
-from tests.slurm.cluster import PARTITION, Cluster, every_command_line
+from tests.slurm.cluster import DOWN_PARTITION, PARTITION, Cluster, every_command_line
 from tests.waiting import wait_until
 
 FLAGS = {"pool-interval": 0.3}
@@ -112,7 +112,8 @@ def test_an_ephemeral_worker_runs_as_a_slurm_job_and_its_job_ends_with_it(
     assert (done["status"], done["worker_id"]) == ("completed", launch["worker_id"])
     last = ended(server, slurm, pool, instance)  # the worker left: its batch job ended
     assert last["registered_at"] is not None and last["error"] is None
-    assert "CANCELLED" not in worker_log(server, pool, last)  # on its own, not by scancel
+    # It left by itself (the scancel that ends its launch may still find it exiting).
+    assert "disconnected from the orchestrator" in worker_log(server, pool, last)
     assert len(pool_launches(server, pool)) == 1  # nothing waits: nothing more launched
 
 
@@ -136,6 +137,24 @@ def test_an_idle_persistent_worker_above_min_is_retired_with_scancel(
     assert worker["status"] in ("draining", "offline"), worker  # drained, then cancelled
     assert f"retiring 1 worker of pool {pool}" in server.log_path.read_text()
     assert f"JOB {instance} ON {slurm.host} CANCELLED" in worker_log(server, pool, last)
+
+
+def test_a_batch_job_still_pending_at_the_launch_timeout_is_cancelled_and_failed(
+    server: ServerProcess, slurm: Cluster
+) -> None:
+    down = {"type": "slurm", "partition": DOWN_PARTITION, "time_limit": "5"}
+    pool = create_pool(server, "down", down, launch_timeout_s=3)
+    submit_job(server, {"pool": pool}, [sys.executable, "-c", "pass"], gpu_count=0)
+    launch = wait_until(
+        lambda: (xs := pool_launches(server, pool)) and xs[0]["instance_id"] and xs[0],
+        timeout=30,
+        message="the batch job to be submitted",
+    )
+    instance = launch["instance_id"]
+    assert slurm.jobs()[instance].startswith(f"PENDING|gpufleet-{pool}|")
+    last = ended(server, slurm, pool, instance)
+    assert last["error"] == "its worker did not register in 3 s"
+    assert last["registered_at"] is None
 
 
 def test_a_launch_sbatch_refuses_fails_with_its_words_and_a_member_cannot_make_a_pool(
