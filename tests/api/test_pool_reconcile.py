@@ -176,7 +176,7 @@ class EveryKind(Providers):
         super().__init__(local=fake)
         self.fake = fake
 
-    def of(self, config: Any) -> FakeProvider:
+    def of(self, pool: Any) -> FakeProvider:
         return self.fake
 
 

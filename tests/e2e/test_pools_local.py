@@ -34,7 +34,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def make_pool(server: ServerProcess, **fields: Any) -> str:
-    return create_pool(server, "burst", {"type": "local"}, **fields)
+    """A pool (`local` unless `fields` name its provider) of no GPUs, max 2, labelled
+    pool=<its name>."""
+    return create_pool(server, "burst", fields.pop("provider", {"type": "local"}), **fields)
+
+
+launches = pool_launches
 
 
 def pid_of(launch: dict[str, Any]) -> int:
@@ -61,9 +66,7 @@ def test_a_launch_that_never_registers_is_terminated_and_backed_off(
     pool = make_pool(unreachable, launch_timeout_s=6)
     submit_job(unreachable, {"pool": pool}, [sys.executable, "-c", "pass"], gpu_count=0)
     failed = wait_until(
-        lambda: (
-            (xs := pool_launches(unreachable, pool)) and xs[0]["state"] == "terminated" and xs[0]
-        ),
+        lambda: (xs := launches(unreachable, pool)) and xs[0]["state"] == "terminated" and xs[0],
         timeout=30,
         message="the launch to time out and be terminated",
     )
@@ -80,7 +83,7 @@ def test_a_launch_that_never_registers_is_terminated_and_backed_off(
         timeout=10,
         message="the pool to back off",
     )
-    assert len(pool_launches(unreachable, pool)) == 1
+    assert len(launches(unreachable, pool)) == 1
 
 
 def test_ephemeral_workers_are_launched_for_waiting_jobs_within_the_pools_max(
@@ -111,15 +114,24 @@ def test_ephemeral_workers_are_launched_for_waiting_jobs_within_the_pools_max(
         message="two of the three jobs to run on launched workers",
     )
     assert len(running) == 2
-    live = [x for x in pool_launches(server, pool) if x["state"] in ("launching", "registered")]
+    live = [x for x in launches(server, pool) if x["state"] in ("launching", "registered")]
     assert len(live) == 2, live  # the third job waits: the pool is at its max
     gate.touch()
+    ended = one_job_each_then_ended(server, pool, jobs)
+    assert not any(process_alive(pid_of(x)) for x in ended)
+
+
+def one_job_each_then_ended(
+    server: ServerProcess, pool: str, jobs: list[str]
+) -> list[dict[str, Any]]:
+    """The jobs completed, each on an ephemeral worker of its own whose launch then ended;
+    those launches."""
     done = [wait_job(server, j, "completed", "failed", timeout=60) for j in jobs]
     assert [d["status"] for d in done] == ["completed"] * 3, done
     assert len({d["worker_id"] for d in done}) == 3  # each ephemeral worker ran one job
-    ended = wait_until(
+    ended: list[dict[str, Any]] = wait_until(
         lambda: (
-            len(xs := pool_launches(server, pool)) == 3
+            len(xs := launches(server, pool)) == 3
             and all(x["state"] == "terminated" for x in xs)
             and xs
         ),
@@ -128,4 +140,4 @@ def test_ephemeral_workers_are_launched_for_waiting_jobs_within_the_pools_max(
     )
     assert {x["worker_id"] for x in ended} == {d["worker_id"] for d in done}
     assert all(x["registered_at"] is not None and x["error"] is None for x in ended)
-    assert not any(process_alive(pid_of(x)) for x in ended)
+    return ended

@@ -20,6 +20,7 @@ from tests.slurm.cluster import PARTITION, Cluster, every_command_line
 from tests.waiting import wait_until
 
 TOKEN = "wt_" + "s3cr3t" * 6
+TIMEOUT_S = 30.0
 # What the batch job runs instead of a worker: it writes what it was given, then waits.
 FAKE_WORKER = (
     "import json, os, time\n"
@@ -69,8 +70,8 @@ def given(work_dir: Path) -> dict[str, str]:
 def test_a_worker_runs_as_a_batch_job_of_its_pool_that_scancel_ends(
     slurm_env: Cluster, tmp_path: Path
 ) -> None:
-    provider = SlurmProvider(config())
     pool = unique("hpc")
+    provider = SlurmProvider(config(), pool, TIMEOUT_S)
     spec = worker(tmp_path, pool)
     job = provider.launch(spec)
     assert job.isdigit()
@@ -89,14 +90,13 @@ def test_a_worker_runs_as_a_batch_job_of_its_pool_that_scancel_ends(
     assert TOKEN not in slurm_env.run("scontrol", "show", "job", "--details", job)
     assert TOKEN not in slurm_env.run("squeue", "--noheader", "--format=%all")
     # Listed for its pool only.
-    assert provider.list(pool) == [job]
-    assert provider.list(unique("other")) == []
-    assert job in provider.list()
+    assert provider.list() == [job]
+    assert SlurmProvider(config(), unique("other"), TIMEOUT_S).list() == []
 
     provider.terminate(job)
     wait_until(lambda: job not in slurm_env.jobs(), timeout=30, message=f"job {job} to end")
     wait_until(lambda: not process_alive(int(seen["pid"])), timeout=10, message="its process")
-    assert provider.list(pool) == []
+    assert provider.list() == []
     provider.terminate(job)  # already gone: no error
 
 
@@ -105,19 +105,22 @@ def test_sbatch_refusing_a_launch_is_an_error_with_its_stderr(
 ) -> None:
     refused = unique("refused")
     with pytest.raises(ProviderError) as no_partition:
-        SlurmProvider(config(partition="nope")).launch(worker(tmp_path, refused))
+        SlurmProvider(config(partition="nope"), refused, TIMEOUT_S).launch(
+            worker(tmp_path, refused)
+        )
     assert "sbatch failed (exit 1)" in str(no_partition.value)
     assert "Invalid partition name specified" in str(no_partition.value)
     assert "invalid partition specified: nope" in no_partition.value.stderr
     with pytest.raises(ProviderError) as too_many:  # the node has 2 GPUs
-        SlurmProvider(config()).launch(worker(tmp_path, refused, gpus=3))
+        SlurmProvider(config(), refused, TIMEOUT_S).launch(worker(tmp_path, refused, gpus=3))
     assert "Requested node configuration is not available" in too_many.value.stderr
-    assert SlurmProvider(config()).list(refused) == []
+    assert SlurmProvider(config(), refused, TIMEOUT_S).list() == []
 
 
 def test_a_pool_of_no_gpus_asks_slurm_for_none(slurm_env: Cluster, tmp_path: Path) -> None:
-    provider = SlurmProvider(config())
-    spec = worker(tmp_path, unique("cpu"), gpus=0)
+    pool = unique("cpu")
+    provider = SlurmProvider(config(), pool, TIMEOUT_S)
+    spec = worker(tmp_path, pool, gpus=0)
     job = provider.launch(spec)
     given(spec.work_dir)
     assert slurm_env.jobs()[job].split("|")[2] == "N/A"
@@ -128,4 +131,4 @@ def test_a_pool_of_no_gpus_asks_slurm_for_none(slurm_env: Cluster, tmp_path: Pat
 def test_terminate_refuses_an_instance_id_that_is_not_a_job_id(slurm_env: Cluster) -> None:
     for hostile in ("--user=root", "12 13", "", "-1", "\u0661\u0662"):
         with pytest.raises(ProviderError, match="is not a Slurm job id"):
-            SlurmProvider(config()).terminate(hostile)
+            SlurmProvider(config(), "hpc", TIMEOUT_S).terminate(hostile)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ProviderError
-from gpufleet.server.providers import WorkerLaunch
-from gpufleet.server.providers.local import _inherited, _pid
+from gpufleet.server.providers import WorkerLaunch, inherited_environment
+from gpufleet.server.providers.local import _pid
 
 
 def test_a_launched_worker_is_given_the_settings_gpufleet_worker_reads() -> None:
@@ -32,13 +32,13 @@ def test_a_local_instance_id_names_its_process_and_nothing_else_is_taken_for_one
             _pid(other)
 
 
-def test_local_workers_inherit_the_environment_less_the_orchestrators_own_settings(
+def test_local_workers_and_commands_inherit_the_environment_less_the_orchestrators_settings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GPUFLEET_DATABASE_URL", "postgresql://fleet:secret@db/fleet")
     monkeypatch.setenv("GPUFLEET_CA_CERT", "/etc/fleet/ca.pem")
     monkeypatch.setenv("CUDA_HOME", "/usr/local/cuda")
-    passed = _inherited()
+    passed = inherited_environment()
     assert "GPUFLEET_DATABASE_URL" not in passed
     assert passed["GPUFLEET_CA_CERT"] == "/etc/fleet/ca.pem"  # a worker's setting
     assert passed["CUDA_HOME"] == "/usr/local/cuda"

@@ -39,6 +39,7 @@ def test_sbatch_is_given_the_pools_partition_time_gpus_and_account() -> None:
     env = {"GPUFLEET_WORKER_TOKEN": TOKEN, "PATH": "/usr/bin", "HOME": "/root"}
     argv = sbatch_argv(slurm(account="lab"), launch(), env)
     assert argv[:2] == ["sbatch", "--parsable"]
+    assert argv[-1] == f"{WORK}/worker.sbatch"  # the script, after every option
     assert {
         "--partition=gpu",
         "--time=4:00:00",
@@ -132,7 +133,7 @@ def test_anything_else_sbatch_prints_is_an_error_with_its_stderr(printed: str) -
 def test_squeue_listings_are_the_pools_jobs_only() -> None:
     listing = "12|gpufleet-hpc\n13|gpufleet-hpc-2\n14|someone-else\n\n15|gpufleet-hpc\n"
     assert parse_listing(listing, "hpc") == ["12", "15"]
-    assert parse_listing(listing) == ["12", "13", "15"]  # every pool's
+    assert parse_listing(listing, "hpc-2") == ["13"]
     assert parse_listing("", "hpc") == []
 
 

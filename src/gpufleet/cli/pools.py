@@ -1,6 +1,6 @@
 """`gpufleet pools`: workers the orchestrator may launch (needs a key with `*`; see
-docs/capacity.md). A pool is stored, checked and shown; launching its workers comes with
-the providers, in a later release."""
+docs/capacity.md). A pool is stored, checked and shown with its launches (a provider's
+stderr included); the leader launches and retires its workers."""
 
 from __future__ import annotations
 
@@ -35,9 +35,8 @@ PROVIDER_OPTIONS: dict[ProviderType, dict[str, tuple[str, bool]]] = {
     },
 }
 ARGV = {"launch", "terminate", "list_cmd", "worker_command"}
-NOT_YET = (
-    "Workers of a {} provider are not launched yet: it comes in a later release (docs/capacity.md)."
-)
+STDERR_SHOWN = 3  # the newest launches whose provider's stderr `show` prints
+STDERR_LINES = 10  # the end of each
 
 
 @click.group()
@@ -262,6 +261,10 @@ def _print_pool(p: dict[str, Any]) -> None:
         ]
         heads = ("LAUNCHED", "ID", "STATE", "INSTANCE", "WORKER", "ERROR")
         out.console().print(out.table(heads, rows, wrap="ERROR"))
+    for x in [x for x in p.get("launches") or [] if x.get("stderr")][:STDERR_SHOWN]:
+        out.echo(f"\nThe provider's stderr for launch {x['id']} ({x['state']}), its end:")
+        for line in x["stderr"].rstrip("\n").splitlines()[-STDERR_LINES:]:
+            out.echo(f"  {line}")
 
 
 @pools.command("show")
@@ -289,8 +292,6 @@ def create_pool(api: ApiClient, name: str, provider: str, as_json: bool, **o: An
         out.print_json(pool)
         return
     out.echo(f"Created {_said(pool)}.")
-    if pool["provider"]["type"] not in ("local", "slurm"):
-        out.echo(NOT_YET.format(pool["provider"]["type"]))
 
 
 @pools.command("update")

@@ -21,6 +21,7 @@ from gpufleet.server.context import Context
 from gpufleet.server.door import CloseAfterRefusal, RefuseNulInUrl
 from gpufleet.server.headers import ResponseHeaders
 from gpufleet.server.local import parse_local_gpus, start_local_runner
+from gpufleet.server.providers import Providers
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.routes import (
     admin,
@@ -185,7 +186,10 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         # usage for fair share, its samples, and preemption (docs/scheduling.md)
         supervisor.every("policy", settings.usage_interval, leader_only(policy_loop.sweep))
         # the worker pools: launch, follow and retire their machines (docs/capacity.md)
-        supervisor.every("pools", settings.pool_interval, leader_only(reconcile.Reconciler()))
+        providers = Providers(call_timeout_s=settings.pool_call_timeout)
+        supervisor.every(
+            "pools", settings.pool_interval, leader_only(reconcile.Reconciler(providers))
+        )
         supervisor.every(  # the fleet over time: busy, idle, GPU load, queue depth and wait
             "fleet-history",
             settings.fleet_sample_interval,

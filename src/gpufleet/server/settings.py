@@ -55,6 +55,7 @@ class ServerSettings(BaseModel):
     health_interval: float = _declared("health_interval")
     usage_interval: float = _declared("usage_interval")
     pool_interval: float = _declared("pool_interval")
+    pool_call_timeout: float = _declared("pool_call_timeout")
     fleet_sample_interval: float = _declared("fleet_sample_interval")
     ack_timeout: float = _declared("ack_timeout")
     gang_hold: float = _declared("gang_hold")

@@ -77,6 +77,15 @@ SERVER = Table(
         see="capacity.md",
     ),
     Setting(
+        "pool_call_timeout",
+        Kind.DURATION,
+        "The longest a pool provider's call (a launch, terminate or list command) may take; "
+        "then it is killed (its whole process group) and counts as failed.",
+        default=120.0,
+        above=0,
+        see="capacity.md",
+    ),
+    Setting(
         "fleet_sample_interval",
         Kind.DURATION,
         "How often the fleet-history loop samples busy and idle workers, GPU load, queue "

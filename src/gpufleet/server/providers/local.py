@@ -19,9 +19,7 @@ import threading
 from pathlib import Path
 
 from gpufleet.errors import ProviderError
-from gpufleet.server.providers import WorkerLaunch
-from gpufleet.settings.server import SERVER
-from gpufleet.settings.worker import WORKER as WORKER_SETTINGS
+from gpufleet.server.providers import WorkerLaunch, inherited_environment
 
 PREFIX = "local-"
 TERMINATE_GRACE_S = 10.0
@@ -36,7 +34,11 @@ class LocalProvider:
 
     def launch(self, worker: WorkerLaunch) -> str:
         worker.work_dir.mkdir(parents=True, exist_ok=True)
-        env = {**_inherited(), **worker.environment(), "GPUFLEET_WORK_DIR": str(worker.work_dir)}
+        env = {
+            **inherited_environment(),
+            **worker.environment(),
+            "GPUFLEET_WORK_DIR": str(worker.work_dir),
+        }
         try:
             with (worker.work_dir / "worker.log").open("ab") as log:
                 proc = subprocess.Popen(
@@ -74,14 +76,6 @@ class LocalProvider:
     def list(self) -> list[str]:
         with self._lock:
             return [i for i, proc in self._started.items() if proc.poll() is None]
-
-
-def _inherited() -> dict[str, str]:
-    """The orchestrator's environment less its own settings (a database URL, a bucket's
-    key), which its workers' jobs must not read; a worker's setting set there is passed on."""
-    for_workers = {var for setting in WORKER_SETTINGS for var in setting.env_vars}
-    own = {var for setting in SERVER for var in setting.env_vars} - for_workers
-    return {name: value for name, value in os.environ.items() if name not in own}
 
 
 def _pid(instance_id: str) -> int:

@@ -1,28 +1,30 @@
 """The `slurm` provider: each worker a Slurm batch job (docs/capacity.md, The slurm provider).
 
 A launch is `sbatch --parsable` on the pool's partition with its time limit, its account when
-set, `--gres=gpu:N` for a pool of N GPUs, and the batch script on sbatch's stdin, which `exec`s
-the pool's command (`gpufleet worker`); the job id it prints is the instance id. The worker's
-settings, its token among them, are values in sbatch's own environment that `--export` names:
-never on a command line, where `ps` or `squeue` would show them. Every job is named
-`gpufleet-<pool>`; to terminate one is `scancel`, and the list is `squeue` of this user's jobs
-of that name on the partition. Every failure is a `ProviderError` carrying what Slurm printed.
+set and `--gres=gpu:N` for a pool of N GPUs, of a batch script written in the launch's folder
+that `exec`s the pool's command (`gpufleet worker`); the job id it prints is the instance id.
+The worker's settings, its token among them, are values in sbatch's own environment that
+`--export` names: never on a command line, where `ps` or `squeue` would show them. A pool's
+jobs are named `gpufleet-<pool>`; to terminate one is `scancel`, and the list is `squeue` of
+this user's jobs of that name on the partition. The commands run as the command provider's
+do (`command.run`: a process group, killed at `--pool-call-timeout`); every failure is a
+`ProviderError` carrying what Slurm printed.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-import subprocess
+import shutil
 from collections.abc import Mapping, Sequence
 
 from gpufleet.domain import pools
 from gpufleet.errors import ProviderError
-from gpufleet.server.providers import WorkerLaunch
-from gpufleet.server.providers.local import _inherited
+from gpufleet.server.providers import Launched, WorkerLaunch, inherited_environment
+from gpufleet.server.providers.command import LIST_READ, STDOUT_READ, Ran, run
 
+SCRIPT = "worker.sbatch"  # the batch script, in the launch's folder
 JOB_PREFIX = "gpufleet-"  # a pool's jobs are named `gpufleet-<pool>`
-COMMAND_TIMEOUT_S = 60.0  # sbatch, scancel or squeue: a controller that long silent is down
 JOB_ID = re.compile(r"([0-9]{1,20})(;[A-Za-z0-9_.\-]{1,64})?")  # `<id>` or `<id>;<cluster>`
 # What a job's environment may carry by name: Slurm sets its own SLURM_* in the job, and
 # sbatch's SBATCH_* (a QOS, a reservation set for the orchestrator) are sbatch's options.
@@ -36,7 +38,11 @@ def job_name(pool: str) -> str:
 def launch_environment(worker: WorkerLaunch) -> dict[str, str]:
     """sbatch's environment: the orchestrator's less its own settings (as a local worker
     inherits it), then the worker's settings."""
-    return {**_inherited(), **worker.environment(), "GPUFLEET_WORK_DIR": str(worker.work_dir)}
+    return {
+        **inherited_environment(),
+        **worker.environment(),
+        "GPUFLEET_WORK_DIR": str(worker.work_dir),
+    }
 
 
 def batch_script(config: pools.SlurmProvider, worker: WorkerLaunch) -> str:
@@ -69,7 +75,7 @@ def sbatch_argv(
         argv.append(f"--account={config.account}")
     if worker.gpus > 0:
         argv.append(f"--gres=gpu:{worker.gpus}")
-    return argv
+    return [*argv, str(worker.work_dir / SCRIPT)]
 
 
 def parse_job_id(stdout: str, stderr: str = "") -> str:
@@ -83,9 +89,9 @@ def parse_job_id(stdout: str, stderr: str = "") -> str:
     return found.group(1)
 
 
-def parse_listing(stdout: str, pool: str | None = None) -> list[str]:
-    """The job ids of `squeue --format=%i|%j` (id, name) of `pool`'s jobs, or of every pool's;
-    a line that is not an id and a name is refused."""
+def parse_listing(stdout: str, pool: str) -> list[str]:
+    """The job ids of `squeue --format=%i|%j` (id, name) of `pool`'s jobs; a line that is not
+    an id and a name is refused."""
     ids = []
     for line in filter(None, (line.strip() for line in stdout.splitlines())):
         job_id, bar, name = line.partition("|")
@@ -93,7 +99,7 @@ def parse_listing(stdout: str, pool: str | None = None) -> list[str]:
             raise ProviderError(
                 f"squeue printed {line[:200]!r} where a job id and name were expected"
             )
-        if name == job_name(pool) if pool is not None else name.startswith(JOB_PREFIX):
+        if name == job_name(pool):
             ids.append(job_id)
     return ids
 
@@ -105,65 +111,54 @@ def _job_id(instance_id: str) -> str:
 
 
 def _run(
-    argv: Sequence[str], *, stdin: str = "", env: Mapping[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run a Slurm command; its failure to start or finish is a `ProviderError`."""
-    try:
-        done = subprocess.run(
-            argv,
-            input=stdin,
-            env=env,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=COMMAND_TIMEOUT_S,
-            check=False,
-        )
-    except FileNotFoundError as exc:
+    argv: Sequence[str],
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    *,
+    secret: str | None = None,
+    stdout_read: int = STDOUT_READ,
+) -> Ran:
+    """Run a Slurm command to its end; not found, killed or failed is a `ProviderError`."""
+    env = inherited_environment() if env is None else env
+    if shutil.which(argv[0], path=env.get("PATH")) is None:
         raise ProviderError(
             f"{argv[0]} is not on the orchestrator's PATH: install Slurm's client commands "
-            "(Debian: slurm-client) where the orchestrator runs",
-            str(exc),
-        ) from exc
-    except subprocess.TimeoutExpired as exc:
-        said = exc.stderr if isinstance(exc.stderr, str) else ""
-        raise ProviderError(
-            f"{argv[0]} did not answer in {COMMAND_TIMEOUT_S:.0f} s: is slurmctld up?", said
-        ) from exc
-    except OSError as exc:
-        raise ProviderError(f"could not run {argv[0]}: {exc}", str(exc)) from exc
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+            "(Debian: slurm-client) where the orchestrator runs"
+        )
+    ran = run(argv, env, timeout_s, what=argv[0], secret=secret, stdout_read=stdout_read)
+    if ran.code != 0:
+        last = (ran.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
         said = last.removeprefix(f"{argv[0]}: ").removeprefix("error: ")
-        raise ProviderError(f"{argv[0]} failed (exit {done.returncode}): {said}", done.stderr)
-    return done
+        how = f"exit {ran.code}" if ran.code > 0 else f"killed by signal {-ran.code}"
+        raise ProviderError(f"{argv[0]} failed ({how}): {said}", ran.stderr)
+    return ran
 
 
 class SlurmProvider:
-    """The provider of one `slurm` configuration: stateless, all it knows is in Slurm."""
+    """One pool's `slurm` provider: stateless, all it knows is in Slurm."""
 
-    def __init__(self, config: pools.SlurmProvider) -> None:
+    def __init__(self, config: pools.SlurmProvider, pool: str, timeout_s: float) -> None:
         self.config = config
+        self.pool = pool
+        self.timeout_s = timeout_s
 
-    def launch(self, worker: WorkerLaunch) -> str:
+    def launch(self, worker: WorkerLaunch) -> Launched:
         worker.work_dir.mkdir(parents=True, exist_ok=True)
+        (worker.work_dir / SCRIPT).write_text(batch_script(self.config, worker))
         env = launch_environment(worker)
         argv = sbatch_argv(self.config, worker, env)
-        done = _run(argv, stdin=batch_script(self.config, worker), env=env)
-        return parse_job_id(done.stdout, done.stderr)
+        ran = _run(argv, self.timeout_s, env, secret=worker.token)
+        return Launched(parse_job_id(ran.stdout, ran.stderr), ran.stderr)
 
     def terminate(self, instance_id: str) -> None:
         """`scancel`: SIGTERM to the worker, SIGKILL after Slurm's KillWait. A job already
         ended is no error (scancel says nothing of it)."""
-        _run(["scancel", _job_id(instance_id)])
+        _run(["scancel", _job_id(instance_id)], self.timeout_s)
 
-    def list(self, pool: str | None = None) -> list[str]:
-        """This user's jobs on the partition (and account) not ended: `pool`'s, or those
-        of every pool."""
+    def list(self) -> list[str]:
+        """This user's jobs of the pool's name on its partition (and account), not ended."""
         argv = ["squeue", "--noheader", "--me", "--format=%i|%j"]
-        argv.append(f"--partition={self.config.partition}")
+        argv += [f"--partition={self.config.partition}", f"--name={job_name(self.pool)}"]
         if self.config.account is not None:
             argv.append(f"--account={self.config.account}")
-        if pool is not None:
-            argv.append(f"--name={job_name(pool)}")
-        return parse_listing(_run(argv).stdout, pool)
+        return parse_listing(_run(argv, self.timeout_s, stdout_read=LIST_READ).stdout, self.pool)

@@ -6,6 +6,8 @@ its instance terminated), then `domain/capacity.py` decides, from the waiting jo
 would start, the fleet and the launches, what each pool launches and retires, and this
 applies it. A launch is recorded (its worker and token minted, state `launching`) in a
 transaction before its provider is called: a crash leaves a row, never a second launch.
+Every `LIST_EVERY_S`, each pool's provider lists its instances: a stray (`domain/pool_strays.py`)
+is terminated, retried after a failure with the pools' backoff.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,7 +24,9 @@ from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.capacity import FleetWorker, WaitingJob, decide
 from gpufleet.domain.jobspec import gang_shape
 from gpufleet.domain.limits import limit_hit
-from gpufleet.domain.pool_reasons import PoolWhy
+from gpufleet.domain.pool_limits import backoff_s
+from gpufleet.domain.pool_reasons import PoolReason
+from gpufleet.domain.pool_strays import strays
 from gpufleet.domain.pools import Launch, LaunchState, Pool
 from gpufleet.domain.records import Worker
 from gpufleet.domain.secrets import new_id
@@ -30,27 +34,31 @@ from gpufleet.domain.states import WorkerStatus, WorkerType
 from gpufleet.errors import ProviderError
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.local import own_url
-from gpufleet.server.providers import Provider, Providers, WorkerLaunch
+from gpufleet.server.providers import Launched, Provider, Providers, WorkerLaunch
 from gpufleet.server.providers.local import log_tail
 from gpufleet.server.services import fleet
 from gpufleet.server.services.standing import candidate
 from gpufleet.server.services.waiting import ranked_queue
 
 log = logging.getLogger("gpufleet.server.pools")
-CALL_TIMEOUT_S = 120.0  # the longest a provider's launch or terminate may take
 ENDED_READ = 20  # a pool's newest launches the decision reads: its failures in a row
+LIST_EVERY_S = 60.0  # how often a pool's provider is asked for its instances (strays)
+# Beyond --pool-call-timeout, what a provider that kills its own calls has to say so.
+CALL_OVERRUN_S = 15.0
+CLOCKED = frozenset({"next_in_s", "last_launch_ago_s"})  # a reason's parameters that tick
 L = LaunchState
 T = TypeVar("T")
 
 
-async def _call(fn: Callable[..., T], *args: Any) -> T:
-    """A provider's call, off the event loop, under `CALL_TIMEOUT_S`."""
+async def _call(timeout_s: float, fn: Callable[..., T], *args: Any) -> T:
+    """A provider's call, off the event loop; given up on (its thread left to end) past
+    `timeout_s` and the overrun."""
     try:
-        return await asyncio.wait_for(asyncio.to_thread(fn, *args), CALL_TIMEOUT_S)
+        return await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout_s + CALL_OVERRUN_S)
     except ProviderError:
         raise
     except TimeoutError:
-        raise ProviderError(f"the provider did not answer in {CALL_TIMEOUT_S:.0f} s") from None
+        raise ProviderError(f"the provider did not answer in {timeout_s:g} s") from None
     except Exception as exc:  # a provider's bug fails its launch, not the whole pass
         raise ProviderError(f"the provider failed: {exc!r}") from exc
 
@@ -62,11 +70,14 @@ class Reconciler:
     def __init__(self, providers: Providers | None = None) -> None:
         self.providers = providers or Providers()
         self.idle_seen: dict[str, datetime] = {}
-        self.said: dict[str, PoolWhy] = {}  # each pool's last reason logged
+        self.said: dict[str, str] = {}  # each pool's last reason logged, less its clock
+        self.listed_at: dict[str, datetime] = {}  # when each pool's provider last listed
+        # Strays being terminated: (pool id, instance id) → failures, and the next try.
+        self.strays: dict[tuple[str, str], tuple[int, datetime]] = {}
 
     async def __call__(self, ctx: Context) -> None:
         async with ctx.store.read() as q:
-            pools = [p for p in await q.list_pools() if self.providers.of(p.provider)]
+            pools = [p for p in await q.list_pools() if self.providers.of(p)]
             if not pools:
                 return
             live = await q.live_launches()
@@ -75,7 +86,13 @@ class Reconciler:
         for launch in live:
             if launch.pool_id in by_id:
                 await self._follow(ctx, by_id[launch.pool_id], launch, workers)
+        for pool in pools:
+            await self._strays(ctx, pool)
         await self._plan(ctx, pools)
+
+    @property
+    def timeout_s(self) -> float:
+        return self.providers.call_timeout_s
 
     # ---- launches follow their workers -------------------------------------------------------
 
@@ -91,7 +108,9 @@ class Reconciler:
                 await _move(ctx, launch, L.REGISTERED, registered_at=now)
             elif (now - launch.created_at).total_seconds() >= pool.launch_timeout_s:
                 said = f"its worker did not register in {pool.launch_timeout_s} s"
+                # A local worker's log; else what the launch command printed.
                 stderr = log_tail(self._work_dir(ctx, pool, launch), rules.STDERR_KEPT)
+                stderr = stderr or launch.stderr or ""
                 if await _move(ctx, launch, L.TERMINATING, error=said, stderr=stderr or None):
                     await self._terminate(ctx, pool, launch)
         elif (worker is None or (worker.offline and worker.spent)) and await _move(
@@ -104,16 +123,68 @@ class Reconciler:
         failure is retried on the next pass."""
         if launch.worker_id is not None:
             await _revoke(ctx, launch.worker_id)
-        provider = self.providers.of(pool.provider)
+        provider = self.providers.of(pool)
         if launch.instance_id is not None and provider is not None:
             try:
-                await _call(provider.terminate, launch.instance_id)
+                await _call(self.timeout_s, provider.terminate, launch.instance_id)
             except ProviderError as exc:
                 log.warning("pool %s: could not terminate %s: %s", pool.name, launch.id, exc)
                 async with transaction(ctx) as tx:
                     await tx.q.update_launch(launch.id, terminate_tries=launch.terminate_tries + 1)
                 return
         await _move(ctx, launch, L.TERMINATED, ended_at=ctx.clock())
+
+    # ---- strays: instances listed that nothing follows --------------------------------------
+
+    async def _strays(self, ctx: Context, pool: Pool) -> None:
+        """List the pool's instances (every `LIST_EVERY_S`) and terminate its strays, each
+        tried again after a failure once its backoff has passed."""
+        now = ctx.clock()
+        provider = self.providers.of(pool)
+        last = self.listed_at.get(pool.id)
+        if provider is not None and (last is None or (now - last).total_seconds() >= LIST_EVERY_S):
+            self.listed_at[pool.id] = now
+            try:
+                listed = await _call(self.timeout_s, provider.list)
+            except ProviderError as exc:
+                log.warning("pool %s: could not list its instances: %s", pool.name, exc)
+                return
+            # Judged against every pool's launches: a provider may list more than this
+            # pool's machines (a Slurm user's jobs); one that is another's is never taken.
+            async with ctx.store.read() as q:
+                named = await q.launches_named(listed)
+                unnamed = any(x.instance_id is None for x in await q.live_launches())
+                workers = {w.id: w for w in await q.list_workers()}
+            found = strays(listed, named, workers, unnamed=unnamed)
+            known = {i: v for (p, i), v in self.strays.items() if p == pool.id}
+            self.strays = {k: v for k, v in self.strays.items() if k[0] != pool.id}
+            self.strays |= {(pool.id, i): known.get(i, (0, now)) for i in found}
+            for launch in named:
+                if launch.instance_id in found and launch.worker_id is not None:
+                    await _revoke(ctx, launch.worker_id)
+        for (pool_id, instance), (failures, due) in list(self.strays.items()):
+            if pool_id == pool.id and provider is not None and due <= now:
+                await self._end_stray(ctx, pool, provider, instance, failures)
+
+    async def _end_stray(
+        self, ctx: Context, pool: Pool, provider: Provider, instance: str, failures: int
+    ) -> None:
+        key = (pool.id, instance)
+        try:
+            await _call(self.timeout_s, provider.terminate, instance)
+        except ProviderError as exc:
+            wait = backoff_s(failures + 1)
+            log.warning(
+                "pool %s: could not terminate stray instance %s (next try in %.0f s): %s",
+                pool.name,
+                instance,
+                wait,
+                exc,
+            )
+            self.strays[key] = (failures + 1, ctx.clock() + timedelta(seconds=wait))
+            return
+        log.warning("pool %s: terminated stray instance %s (no live launch)", pool.name, instance)
+        self.strays.pop(key, None)
 
     # ---- the decision, applied --------------------------------------------------------------
 
@@ -137,8 +208,8 @@ class Reconciler:
         by_name = {p.name: p for p in pools}
         for name, pool_plan in plan.pools.items():
             pool = by_name[name]
-            if self.said.get(name) is not pool_plan.reason.code:
-                self.said[name] = pool_plan.reason.code
+            if self.said.get(name) != (said := _unclocked(pool_plan.reason)):
+                self.said[name] = said
                 log.info("%s", pool_plan.reason)
             for worker_id in pool_plan.retire:
                 if worker_id in launch_of:
@@ -185,12 +256,19 @@ class Reconciler:
                     "created_at": tx.now,
                 }
             )
-        provider = self.providers.of(pool.provider)
+        provider = self.providers.of(pool)
         if provider is None:  # only the pools of a built provider are planned
             return
         record = await self._start(ctx, pool, provider, launch_id, worker_id, name, token)
         async with transaction(ctx) as tx:
             launch = await tx.q.get_launch(launch_id, lock=True)
+            instance = record.get("instance_id")
+            if instance is not None and await tx.q.launches_named([instance], pool.id):
+                said = (
+                    f"the provider answered instance id {instance!r}, which an earlier launch "
+                    "of the pool has: each launch must name a machine of its own"
+                )
+                record = _refused(ctx, said, record.get("stderr") or "")
             if launch is not None and launch.state is L.LAUNCHING:
                 await tx.q.update_launch(launch_id, **record)
                 if record.get("state") == L.FAILED.value:
@@ -208,7 +286,8 @@ class Reconciler:
     ) -> dict[str, Any]:
         """What the provider's answer writes on the launch: its instance, or its failure."""
         local = isinstance(pool.provider, rules.LocalProvider)
-        spec = WorkerLaunch(  # a worker elsewhere calls the public address
+        spec = WorkerLaunch(
+            # A local worker calls the loopback address; a machine elsewhere, --public-url.
             orchestrator_url=own_url(ctx.settings) if local else ctx.settings.worker_url(),
             token=token,
             name=name,
@@ -219,22 +298,36 @@ class Reconciler:
             gpus=pool.gpu_count,
         )
         try:
-            instance = await _call(provider.launch, spec)
+            answer = await _call(self.timeout_s, provider.launch, spec)
         except ProviderError as exc:
             log.warning("pool %s: launch %s failed: %s", pool.name, launch_id, exc)
-            return {
-                "state": L.FAILED.value,
-                "error": str(exc)[: rules.ERROR_KEPT],
-                "stderr": rules.kept_stderr(exc.stderr) or None,
-                "ended_at": ctx.clock(),
-            }
+            return _refused(ctx, str(exc), exc.stderr)
+        launched = answer if isinstance(answer, Launched) else Launched(answer)
+        instance = launched.instance_id
         log.info("pool %s: launched %s as %s (worker %s)", pool.name, launch_id, instance, name)
-        return {"instance_id": instance}
+        return {"instance_id": instance, "stderr": rules.kept_stderr(launched.stderr) or None}
 
     @staticmethod
     def _work_dir(ctx: Context, pool: Pool, launch: Launch | str) -> Path:
         launch_id = launch if isinstance(launch, str) else launch.id
         return ctx.settings.data_dir.resolve() / "pools" / pool.name / launch_id
+
+
+def _unclocked(reason: PoolReason) -> str:
+    """A reason less what changes with the clock alone: logged again when the rest changes
+    (a third failure, a new excerpt, another count)."""
+    kept = {k: v for k, v in reason.params.items() if k not in CLOCKED}
+    return f"{reason.code} {sorted(kept.items())}"
+
+
+def _refused(ctx: Context, error: str, stderr: str = "") -> dict[str, Any]:
+    """What a failed launch's row is given."""
+    return {
+        "state": L.FAILED.value,
+        "error": error[: rules.ERROR_KEPT],
+        "stderr": rules.kept_stderr(stderr) or None,
+        "ended_at": ctx.clock(),
+    }
 
 
 async def _move(ctx: Context, launch: Launch, to: LaunchState, **values: Any) -> bool:

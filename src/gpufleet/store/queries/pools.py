@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -81,3 +81,16 @@ class PoolQueries(QueryBase):
     async def update_launch(self, launch_id: str, **values: Any) -> None:
         c = pool_launches.c
         await self.conn.execute(sa.update(pool_launches).where(c.id == launch_id).values(**values))
+
+    async def launches_named(
+        self, instance_ids: Sequence[str], pool_id: str | None = None
+    ) -> list[Launch]:
+        """The launches (of `pool_id`, or of every pool) whose provider named one of
+        `instance_ids`."""
+        if not instance_ids:
+            return []
+        c = pool_launches.c
+        stmt = sa.select(pool_launches).where(c.instance_id.in_(list(instance_ids)))
+        if pool_id is not None:
+            stmt = stmt.where(c.pool_id == pool_id)
+        return [rows.launch(m) for m in await self._mapped(stmt)]
