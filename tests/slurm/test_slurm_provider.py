@@ -73,8 +73,9 @@ def test_a_worker_runs_as_a_batch_job_of_its_pool_that_scancel_ends(
     pool = unique("hpc")
     provider = SlurmProvider(config(), pool, TIMEOUT_S)
     spec = worker(tmp_path, pool)
-    job = provider.launch(spec)
-    assert job.isdigit()
+    launched = provider.launch(spec)
+    job = launched.instance_id
+    assert job.isdigit() and launched.stderr == ""
     seen = given(spec.work_dir)
     assert seen["GPUFLEET_WORKER_TOKEN"] == TOKEN
     assert seen["GPUFLEET_WORKER_NAME"] == spec.name
@@ -87,6 +88,8 @@ def test_a_worker_runs_as_a_batch_job_of_its_pool_that_scancel_ends(
     assert "fake worker up" in log_tail(spec.work_dir, 1000)  # its output: worker.log
     # The token is in the job's environment only: no command line, no job record shows it.
     assert TOKEN not in every_command_line()
+    script = (spec.work_dir / "worker.sbatch").read_text()
+    assert script.startswith("#!/bin/sh\n") and TOKEN not in script
     assert TOKEN not in slurm_env.run("scontrol", "show", "job", "--details", job)
     assert TOKEN not in slurm_env.run("squeue", "--noheader", "--format=%all")
     # Listed for its pool only.
@@ -121,7 +124,7 @@ def test_a_pool_of_no_gpus_asks_slurm_for_none(slurm_env: Cluster, tmp_path: Pat
     pool = unique("cpu")
     provider = SlurmProvider(config(), pool, TIMEOUT_S)
     spec = worker(tmp_path, pool, gpus=0)
-    job = provider.launch(spec)
+    job = provider.launch(spec).instance_id
     given(spec.work_dir)
     assert slurm_env.jobs()[job].split("|")[2] == "N/A"
     provider.terminate(job)
