@@ -16,7 +16,7 @@ from gpufleet.server.providers import WorkerLaunch
 from gpufleet.server.providers.local import log_tail
 from gpufleet.server.providers.slurm import SlurmProvider
 from tests.e2e.conftest import process_alive, unique
-from tests.slurm.cluster import PARTITION, Cluster, every_command_line
+from tests.slurm.cluster import PARTITION, Cluster, every_command_line, missing_programs
 from tests.waiting import wait_until
 
 TOKEN = "wt_" + "s3cr3t" * 6
@@ -135,3 +135,31 @@ def test_terminate_refuses_an_instance_id_that_is_not_a_job_id(slurm_env: Cluste
     for hostile in ("--user=root", "12 13", "", "-1", "\u0661\u0662"):
         with pytest.raises(ProviderError, match="is not a Slurm job id"):
             SlurmProvider(config(), "hpc", TIMEOUT_S).terminate(hostile)
+
+
+def test_without_slurms_commands_a_launch_says_to_install_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch there
+    with pytest.raises(ProviderError, match="sbatch is not on the orchestrator's PATH: install"):
+        SlurmProvider(config(), "hpc", TIMEOUT_S).launch(worker(tmp_path, "hpc"))
+
+
+def test_squeue_failing_or_hanging_is_an_error_with_its_words_never_an_empty_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if missing_programs():
+        pytest.skip("Slurm's client commands are not installed: run make system-packages")
+    bad = tmp_path / "bad.conf"
+    bad.write_text("NoSuchOption=1\n")
+    monkeypatch.setenv("SLURM_CONF", str(bad))
+    with pytest.raises(ProviderError) as failed:
+        SlurmProvider(config(), "hpc", TIMEOUT_S).list()
+    assert (
+        str(failed.value) == "squeue failed (exit 1): fatal: Unable to process configuration file"
+    )
+    assert "unrecognized key: NoSuchOption" in failed.value.stderr
+    # A configuration that is not there: Slurm retries for a minute; the call is killed.
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-such.conf"))
+    with pytest.raises(ProviderError, match="did not finish in 1 s and was killed"):
+        SlurmProvider(config(), "hpc", 1.0).list()
