@@ -33,6 +33,7 @@ from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import WorkerStatus, WorkerType
 from gpufleet.errors import ProviderError
 from gpufleet.server.context import Context, transaction
+from gpufleet.server.hub import POOLS_TOPIC
 from gpufleet.server.local import own_url
 from gpufleet.server.providers import Launched, Provider, Providers, WorkerLaunch
 from gpufleet.server.providers.local import log_tail
@@ -271,6 +272,7 @@ class Reconciler:
                 record = _refused(ctx, said, record.get("stderr") or "")
             if launch is not None and launch.state is L.LAUNCHING:
                 await tx.q.update_launch(launch_id, **record)
+                tx.wake(POOLS_TOPIC)
                 if record.get("state") == L.FAILED.value:
                     await tx.q.revoke_tokens(worker_id, tx.now)
 
@@ -337,6 +339,7 @@ async def _move(ctx: Context, launch: Launch, to: LaunchState, **values: Any) ->
         if now is None or to not in rules.LAUNCH_TRANSITIONS[now.state]:
             return False
         await tx.q.update_launch(launch.id, state=to.value, **values)
+        tx.wake(POOLS_TOPIC)
         return True
 
 
