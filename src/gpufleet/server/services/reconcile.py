@@ -297,6 +297,7 @@ class Reconciler:
             pool=pool.name,
             work_dir=self._work_dir(ctx, pool, launch_id),
             ca_cert=ctx.settings.tls_cert,
+            gpus=pool.gpu_count,
         )
         try:
             answer = await _call(self.timeout_s, provider.launch, spec)
