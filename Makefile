@@ -76,12 +76,21 @@ postgres:
 	  echo "PostgreSQL did not come up on 127.0.0.1:5432"; exit 1
 
 # Debian's packages the tests drive: Chromium for the browser tests (Playwright never
-# downloads a browser) and nginx in front of two replicas (docs/deploy.md).
+# downloads a browser), nginx in front of two replicas (docs/deploy.md), and Slurm 22.05 with
+# munge for the slurm provider's tests (tests/slurm: a single-node cluster the tests start;
+# the packages' own services are not used).
 system-packages:
 	@missing=""; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  command -v nginx >/dev/null || test -x /usr/sbin/nginx || missing="$$missing nginx"; \
 	  if [ -n "$$missing" ]; then apt-get update && apt-get install -y $$missing; fi
+	@missing=""; \
+	  command -v sbatch >/dev/null || missing="$$missing slurm-client"; \
+	  command -v slurmctld >/dev/null || test -x /usr/sbin/slurmctld || missing="$$missing slurmctld"; \
+	  command -v slurmd >/dev/null || test -x /usr/sbin/slurmd || missing="$$missing slurmd"; \
+	  command -v munged >/dev/null || test -x /usr/sbin/munged || missing="$$missing munge"; \
+	  if [ -n "$$missing" ]; then \
+	    apt-get update && apt-get install -y --no-install-recommends $$missing; fi
 
 # PYTHONDONTWRITEBYTECODE (set on some machines, CI's among them) would have every server and
 # worker process a test starts compile the package again (a second of CPU each), and pytest

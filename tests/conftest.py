@@ -35,6 +35,8 @@ PG_MAINTENANCE_DB = "test"
 PG_USERS = ("root", "postgres")
 START_PG = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 
+pytest_plugins = ["tests.cpu_usage"]  # off unless GPUFLEET_TEST_CPU is set
+
 
 # The longest test files first (their time in `make test`, measured with --junitxml), a file
 # that mostly waits (on timeouts, on the SimpleTuner agent's own pace) between files that keep

@@ -78,6 +78,7 @@ READS = [
     "/api/admin/api-keys",
     "/api/admin/webhooks",
     "/api/admin/pools",
+    "/api/capacity",
 ]
 
 

@@ -41,6 +41,7 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("get", "/api/admin/pools/{name}"): "*",
     ("patch", "/api/admin/pools/{name}"): "*",
     ("delete", "/api/admin/pools/{name}"): "*",
+    ("get", "/api/capacity"): "queue.read",  # the pools, read-only, and what they cost
     ("post", "/api/workers/register"): WORKER,
     ("get", "/api/workers/stream"): WORKER,
     ("post", "/api/workers/heartbeat"): WORKER,

@@ -167,3 +167,32 @@ async def test_an_idle_persistent_worker_above_min_is_drained_and_terminated(
     worker = (await fleet.admin.get(f"/api/admin/workers/{ended['worker_id']}")).json()
     assert worker["drained"] is True
     assert (await agent.heartbeat()).status_code == 401  # its token revoked
+
+
+class EveryKind(Providers):
+    """One fake for a pool of any provider."""
+
+    def __init__(self, fake: FakeProvider) -> None:
+        super().__init__(local=fake)
+        self.fake = fake
+
+    def of(self, pool: Any) -> FakeProvider:
+        return self.fake
+
+
+async def test_a_worker_launched_elsewhere_is_given_the_public_address_and_its_pools_gpus(
+    fleet: Fleet,
+) -> None:
+    public = "http://head.example:8001"
+    fleet.ctx.settings = fleet.ctx.settings.model_copy(update={"public_url": public})
+    slurm = {"type": "slurm", "partition": "gpu", "time_limit": "60"}
+    await make_pool(fleet, provider=slurm, gpu_count=2)
+    await make_pool(fleet, name="near", labels={"pool": "near"}, gpu_count=0)
+    await fleet.submit(worker_labels={"pool": "burst"}, gpu_count=2)
+    await fleet.submit(worker_labels={"pool": "near"}, gpu_count=0)
+    fake = FakeProvider()
+    await Reconciler(EveryKind(fake))(fleet.ctx)
+    by_pool = {spec.pool: spec for spec in fake.launched}
+    assert (by_pool["burst"].orchestrator_url, by_pool["burst"].gpus) == (public, 2)
+    assert by_pool["near"].orchestrator_url.startswith("http://127.0.0.1:")  # a local worker
+    assert by_pool["near"].gpus == 0

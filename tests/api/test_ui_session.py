@@ -264,7 +264,7 @@ async def test_the_events_stream_nudges_live_pages_when_workers_and_jobs_change(
     session, _csrf = await sign_in(fleet)
     events = await stream_events(fleet, as_browser(session))
     hello = await events.next()
-    topics = ["jobs", "teams", "workers", "fleet", "audit", "webhooks"]
+    topics = ["jobs", "teams", "workers", "fleet", "pools", "audit", "webhooks"]
     assert hello == {"type": "hello", "topics": topics}
 
     await fleet.create_worker("nudged")
@@ -281,9 +281,12 @@ async def test_a_key_without_admin_workers_is_nudged_when_the_fleet_it_sees_chan
     events = await stream_events(fleet, {"X-API-Key": key["key"]})
 
     hello = await events.next()
-    assert hello == {"type": "hello", "topics": ["jobs", "teams", "workers", "fleet"]}
+    assert hello == {"type": "hello", "topics": ["jobs", "teams", "workers", "fleet", "pools"]}
     await fleet.create_worker("seen")  # the Fleet page lists it for every key
     assert (await events.expect("workers"))["type"] == "workers"
+    pool = {"name": "burst", "provider": {"type": "local"}, "max_workers": 1, "enabled": False}
+    assert (await fleet.admin.post("/api/admin/pools", json=pool)).status_code == 201
+    assert (await events.expect("pools"))["type"] == "pools"  # the Capacity page re-reads
 
 
 async def test_the_events_stream_needs_credentials(fleet: Fleet) -> None:

@@ -273,7 +273,18 @@ def test_older_and_newer_page_through_more_jobs_than_a_page_holds(
     expect(page.locator("#newer")).to_be_hidden()
 
 
-NAV = ["Workers", "Train", "Queue", "Teams", "Fleet", "Secrets", "Audit", "API keys", "Webhooks"]
+NAV = [
+    "Workers",
+    "Train",
+    "Queue",
+    "Teams",
+    "Fleet",
+    "Capacity",
+    "Secrets",
+    "Audit",
+    "API keys",
+    "Webhooks",
+]
 
 
 def test_at_390_px_every_page_link_shows_and_18_queued_jobs_are_compact_rows(

@@ -249,6 +249,7 @@ def test_a_lead_sees_the_teams_but_not_the_admins_forms(server: ServerProcess, p
     sign_in(page, lead_key, then="/teams")
     card = page.locator(f'section.team[data-team="{team}"]')
     expect(card.locator('[data-fact="weight"]')).to_have_text("2")
+    expect(card.locator('[data-fact="cost"]')).to_have_text("$0.00 to date on the pools' workers")
     expect(card.locator("button")).to_have_count(0)
     expect(page.locator("#admin")).to_be_hidden()
 

@@ -224,7 +224,9 @@ def test_a_key_without_admin_workers_is_offered_the_fleet_but_not_the_workers_pa
     sign_in(page, minted.json()["key"])
 
     expect(page).to_have_url(f"{server.url}/train")
-    expect(page.locator("nav a")).to_have_text(["Train", "Queue", "Teams", "Fleet", "Secrets"])
+    expect(page.locator("nav a")).to_have_text(
+        ["Train", "Queue", "Teams", "Fleet", "Capacity", "Secrets"]
+    )
     page.goto("/workers")
     expect(page.locator("main")).to_contain_text("lacks the admin.workers permission")
 

@@ -552,6 +552,33 @@ def wait_job(
     )
 
 
+def create_pool(server: ServerProcess, prefix: str, provider: dict[str, Any], **fields: Any) -> str:
+    """A new pool of `provider` whose workers are labelled `pool=<its name>` (jobs ask for
+    it), with no GPUs and a max of 2 unless `fields` say otherwise; its name."""
+    name = unique(prefix)
+    body = {
+        "name": name,
+        "provider": provider,
+        "labels": {"pool": name},
+        "gpu_count": 0,
+        "max_workers": 2,
+        "launch_timeout_s": 60,
+        **fields,
+    }
+    with server.admin() as admin:
+        resp = admin.post("/api/admin/pools", json=body)
+    assert resp.status_code == 201, resp.text
+    return name
+
+
+def pool_launches(server: ServerProcess, pool: str) -> list[dict[str, Any]]:
+    """A pool's launches, the newest first."""
+    with server.admin() as admin:
+        resp = admin.get(f"/api/admin/pools/{pool}")
+    assert resp.status_code == 200, resp.text
+    return list(resp.json()["launches"])
+
+
 def process_alive(pid: int) -> bool:
     """True while `pid` runs (a zombie nobody reaped counts as gone)."""
     try:

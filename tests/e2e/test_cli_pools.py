@@ -44,17 +44,20 @@ def test_a_pool_round_trips_through_the_cli(server: ServerProcess) -> None:
     ok(gf(server, "pools", "update", "burst", "--max-cost", "none"))
     assert as_json(gf(server, "pools", "show", "burst", "--json"))["max_cost_per_hour"] is None
 
-    ok(
+    created = ok(
         gf(
             server,
             *("pools", "create", "hpc", "--provider", "slurm", "--partition", "gpu"),
             *("--time-limit", "4:00:00", "--max", "2", "--worker-type", "persistent"),
+            *("--worker-command", "/opt/venv/bin/gpufleet worker --verbose"),
         )
     )
+    assert "not launched yet" not in created
     listed = ok(gf(server, "pools", "list"))
     assert "burst" in listed and "hpc" in listed and "slurm" in listed and "0..2" in listed
     shown = ok(gf(server, "pools", "show", "hpc"))
     assert "slurm partition=gpu time_limit=4:00:00" in shown and "no limit" in shown
+    assert "command=/opt/venv/bin/gpufleet worker --verbose" in shown
 
     assert "Deleted pool hpc" in ok(gf(server, "pools", "delete", "hpc", "--yes"))
     names = [p["name"] for p in as_json(gf(server, "pools", "list", "--json"))["pools"]]

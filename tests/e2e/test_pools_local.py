@@ -14,9 +14,10 @@ import pytest
 
 from tests.e2e.conftest import (
     ServerProcess,
+    create_pool,
+    pool_launches,
     process_alive,
     submit_job,
-    unique,
     wait_job,
 )
 from tests.waiting import wait_until
@@ -33,27 +34,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def make_pool(server: ServerProcess, **fields: Any) -> str:
-    name = unique("burst")
-    body = {
-        "name": name,
-        "provider": {"type": "local"},
-        "labels": {"pool": name},
-        "gpu_count": 0,
-        "max_workers": 2,
-        "launch_timeout_s": 60,
-        **fields,
-    }
-    with server.admin() as admin:
-        resp = admin.post("/api/admin/pools", json=body)
-    assert resp.status_code == 201, resp.text
-    return name
+    """A pool (`local` unless `fields` name its provider) of no GPUs, max 2, labelled
+    pool=<its name>."""
+    return create_pool(server, "burst", fields.pop("provider", {"type": "local"}), **fields)
 
 
-def launches(server: ServerProcess, pool: str) -> list[dict[str, Any]]:
-    with server.admin() as admin:
-        resp = admin.get(f"/api/admin/pools/{pool}")
-    assert resp.status_code == 200, resp.text
-    return list(resp.json()["launches"])
+launches = pool_launches
 
 
 def held_jobs(server: ServerProcess, pool: str, gate: Path, count: int = 3) -> list[str]:

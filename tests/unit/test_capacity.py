@@ -205,7 +205,8 @@ def test_the_cost_limit_stops_launches_with_its_reason() -> None:
     busy = [launch(burst, i, LaunchState.REGISTERED, registered=T0) for i in range(2)]
     plan = decide([burst], [job(1)], [], busy, T0)
     assert str(plan.pools["burst"].reason) == (
-        "pool burst is at its cost limit of 5 an hour (2 workers at 2)"
+        "pool burst would cost $6/h with 1 worker more, above its max_cost_per_hour $5 "
+        "(2 workers up or launching at $2/h)"
     )
 
 
@@ -294,3 +295,34 @@ def test_the_backoff_doubles_from_its_first_wait_up_to_its_cap() -> None:
 def test_the_backoff_grows_with_each_failure_and_never_passes_its_cap(n: int, more: int) -> None:
     assert backoff_s(n) <= backoff_s(n + more) <= MAX_BACKOFF_S
     assert backoff_s(n) >= (FIRST_BACKOFF_S if n >= 1 else 0.0)
+
+
+def test_each_waiting_job_is_told_what_its_pool_does_for_it() -> None:
+    burst = pool(most=4)
+    # One launch in flight, 40 s old: the first job waits for it; the second is launched for;
+    # the third and fourth are over the max.
+    in_flight = launch(burst, 1, at=T0 - timedelta(seconds=40))
+    ones = [job(1), job(2), job(3)]
+    plan = decide([burst], [*ones, job(4, nodes=3, gpus=1, same="pool")], [], [in_flight], T0)
+    said = {job_id: str(reason) for job_id, reason in plan.waits.items()}
+    assert (
+        said["j0001"] == "launching a worker in pool burst (1 of max 4; the last launch 40 s ago)"
+    )
+    assert said["j0002"] == (
+        "launching a worker in pool burst (2 of max 4; the last launch 40 s ago)"
+    )
+    assert said["j0004"] == (
+        "pool burst has room for 1 worker more of its max 4; job j0004 needs 3 at once"
+    )
+    full = [launch(burst, i, LaunchState.REGISTERED, registered=T0) for i in range(4)]
+    plan = decide([burst], [job(1)], [], full, T0)
+    assert str(plan.waits["j0001"]) == "pool burst is at its max of 4"
+
+
+def test_a_job_held_by_failures_is_told_the_providers_stderr() -> None:
+    burst = pool()
+    history = [failed(burst, i, T0, stderr=f"try {i}\nquota exceeded") for i in range(3)]
+    plan = decide([burst], [job(1)], [], history, T0 + timedelta(seconds=10))
+    assert str(plan.waits["j0001"]) == (
+        "the last 3 launches in pool burst failed: quota exceeded; the next try in 110 s"
+    )

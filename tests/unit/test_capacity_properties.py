@@ -243,3 +243,19 @@ def test_after_failures_a_pool_waits_their_backoff_from_the_last_one(n: int, gap
     assert before.pools["burst"].launch == 0
     assert before.pools["burst"].reason.code is PoolWhy.BACKING_OFF
     assert decide([burst], [job(1)], [], history, last + wait).pools["burst"].launch == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(a_fleet())
+def test_every_job_a_pool_is_for_is_told_what_that_pool_does_for_it(fleet: dict) -> None:
+    """A job launched for, or held back by its pool, is told so, naming that pool; a job taken
+    by launches in flight is told it waits for one; no other job is told of a pool."""
+    plan = _plan(fleet)
+    for job_id, name in [*plan.launching_for.items(), *plan.held_back.items()]:
+        assert plan.waits[job_id].params["pool"] == name
+    for job_id in plan.launching_for:
+        assert plan.waits[job_id].code is PoolWhy.LAUNCHING
+    for job_id, reason in plan.waits.items():
+        if job_id not in plan.launching_for and job_id not in plan.held_back:
+            assert reason.code is PoolWhy.LAUNCHING
+            assert any(u.startswith("launch:") for u in plan.taken[job_id])

@@ -53,6 +53,10 @@ SLURM = {"type": "slurm", "partition": "gpu", "time_limit": "4:00:00"}
         ),
         ({**SLURM, "time_limit": "90"}, SlurmProvider("gpu", "90")),
         ({**SLURM, "time_limit": "UNLIMITED"}, SlurmProvider("gpu", "UNLIMITED")),
+        (
+            {**SLURM, "command": ["/opt/venv/bin/gpufleet", "worker"]},
+            SlurmProvider("gpu", "4:00:00", None, ("/opt/venv/bin/gpufleet", "worker")),
+        ),
     ],
 )
 def test_a_provider_reads_as_its_type_and_writes_back_as_it_was_given(
@@ -86,6 +90,10 @@ def test_a_provider_reads_as_its_type_and_writes_back_as_it_was_given(
         ({**SLURM, "partition": "gpu;rm -rf"}, "provider.partition must be a Slurm name"),
         ({**SLURM, "time_limit": "4h"}, "provider.time_limit must be a Slurm time limit"),
         ({**SLURM, "account": ""}, "provider.account must be a Slurm name"),
+        ({**SLURM, "command": []}, "provider.command must be a non-empty list of strings"),
+        ({**SLURM, "command": "gpufleet worker"}, "provider.command must be a non-empty list"),
+        ({**SLURM, "command": ["gpufleet", "a\x00b"]}, "provider.command[1] contains a NUL"),
+        ({**SLURM, "list": ["squeue"]}, "provider field 'list' is not one a slurm provider has"),
     ],
 )
 def test_a_provider_that_is_not_one_is_refused_saying_what_to_fix(given: Any, says: str) -> None:

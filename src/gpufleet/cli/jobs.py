@@ -229,6 +229,7 @@ def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("started", out.when(job["started_at"])),
         ("ended", out.when(job["ended_at"])),
         *[(k, v) for k, v in reruns if v],
+        *([("cost", out.money(job["cost"]))] if job.get("cost") is not None else []),
     ]
 
 

@@ -190,6 +190,11 @@ def waiting(wait: dict[str, Any]) -> str:
     return summary
 
 
+def money(amount: float) -> str:
+    """An amount of the pools' cost (docs/capacity.md): `$12.50`."""
+    return f"${amount:,.2f}"
+
+
 def size(count: int | None) -> str:
     """Bytes for people, in powers of 1024: `512 B`, `1.5 KiB`, `3.2 GiB`."""
     if count is None:

@@ -31,13 +31,10 @@ PROVIDER_OPTIONS: dict[ProviderType, dict[str, tuple[str, bool]]] = {
         "partition": ("partition", True),
         "time_limit": ("time_limit", True),
         "account": ("account", False),
+        "worker_command": ("command", False),
     },
 }
-ARGV = {"launch", "terminate", "list_cmd"}
-NOT_YET = (
-    "Workers of a {} provider are not launched yet: it comes in a later release (docs/capacity.md)."
-)
-LAUNCHED_BY = {ProviderType.LOCAL.value, ProviderType.COMMAND.value}  # the providers built
+ARGV = {"launch", "terminate", "list_cmd", "worker_command"}
 STDERR_SHOWN = 3  # the newest launches whose provider's stderr `show` prints
 STDERR_LINES = 10  # the end of each
 
@@ -103,6 +100,9 @@ def _pool_options(*, create: bool) -> Callable[[F], F]:
         click.option("--partition", help="slurm: the partition its batch jobs go to."),
         click.option("--time-limit", help="slurm: each batch job's --time, e.g. 4:00:00."),
         click.option("--account", help="slurm: the account charged."),
+        click.option(
+            "--worker-command", metavar="CMD", help="slurm: what its jobs run (gpufleet worker)."
+        ),
         click.option(
             "--label",
             "-l",
@@ -292,8 +292,6 @@ def create_pool(api: ApiClient, name: str, provider: str, as_json: bool, **o: An
         out.print_json(pool)
         return
     out.echo(f"Created {_said(pool)}.")
-    if pool["provider"]["type"] not in LAUNCHED_BY:
-        out.echo(NOT_YET.format(pool["provider"]["type"]))
 
 
 @pools.command("update")

@@ -75,6 +75,37 @@ def stats(api: ApiClient, as_json: bool) -> None:
         rows = sorted(body["by_user"].items(), key=lambda kv: (-kv[1], kv[0]))
         console.print()
         console.print(out.table(["USER", "JOBS"], rows))
+    if body["cost"]["by_pool"]:
+        _costs(body["cost"])
+
+
+def _costs(cost: dict[str, Any]) -> None:
+    """What the pools cost, an hour now and to date, and who ran on them (docs/capacity.md)."""
+    console = out.console()
+    console.print()
+    console.print(
+        out.fields(
+            [
+                ("pools cost now", f"{out.money(cost['per_hour'])}/h"),
+                ("pools cost to date", out.money(cost["to_date"])),
+            ]
+        )
+    )
+    pools = [
+        (
+            name,
+            f"{out.money(c['per_hour'])}/h",
+            out.money(c["to_date"]),
+            f"{c['worker_hours']:.1f}",
+            out.money(c["idle"]),
+        )
+        for name, c in sorted(cost["by_pool"].items())
+    ]
+    console.print(out.table(["POOL", "NOW", "TO DATE", "WORKER-HOURS", "IDLE"], pools))
+    for who, spent in (("TEAM", cost["by_team"]), ("USER", cost["by_user"])):
+        if spent:
+            rows = [(k, out.money(v)) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])]
+            console.print(out.table([who, "COST"], rows))
 
 
 def _limit(value: int | None) -> str:

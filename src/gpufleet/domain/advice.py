@@ -63,7 +63,7 @@ _APPROVE = {
     Surface.UI: "a lead of its team or an admin approves it with Approve on the Queue page",
     Surface.CLI: "a lead of its team or an admin approves it with `gpufleet queue approve JOB`",
 }
-_POLICY_WAITS = frozenset(
+POLICY_WAITS = frozenset(
     {
         WaitCode.FLEET_AT_LIMIT,
         WaitCode.TEAM_AT_LIMIT,
@@ -120,10 +120,12 @@ def _say_nodes_wait(wait: Wait, surface: Surface) -> str:
 def say_wait(wait: Wait, surface: Surface) -> str:
     """One line on what a queued job waits for, with advice in the surface's terms."""
     p = wait.params
-    if wait.code in _POLICY_WAITS:
+    if wait.code in POLICY_WAITS:
         return _say_policy_wait(wait, surface)
     if wait.code is WaitCode.WAITING_FOR_NODES:
         return _say_nodes_wait(wait, surface)
+    if wait.code is WaitCode.POOL:  # the pool's reason: what it does for the job, and why
+        return str(p["reason"])
     if wait.code is WaitCode.ABOUT_TO_BE_OFFERED:
         return "a worker can run it now: it is about to be offered"
     if wait.code is WaitCode.ALL_UNAVAILABLE:

@@ -24,7 +24,7 @@ why, in words ("why is my job waiting?" names the pool).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -78,6 +78,9 @@ class Plan:
     taken: Mapping[str, tuple[str, ...]]
     launching_for: Mapping[str, str]  # a job nothing takes whole: the pool launching for it
     held_back: Mapping[str, str]  # one a pool could launch for, but not now (its reason: why)
+    # What each job waits for from a pool, in words: a launch in flight or planned for it,
+    # or why the pool for it cannot launch now ("why is my job waiting?").
+    waits: Mapping[str, PoolReason] = field(default_factory=dict)
 
 
 def _free(w: FleetWorker) -> bool:
@@ -201,6 +204,10 @@ class _Decision:
         self.taken: dict[str, tuple[str, ...]] = {}
         self.launching_for: dict[str, str] = {}
         self.held_back: dict[str, str] = {}
+        self.waits: dict[str, PoolReason] = {}
+        self.unit_room = {
+            f"launch:{x.id}": self.rooms[x.pool_id] for x in launches if x.pool_id in self.rooms
+        }
 
     def _candidates(self, node: Requirement, same: str | None) -> tuple[list[_Units], list[Room]]:
         """The free units and the pools (in preference order) that fit one node of a job."""
@@ -235,7 +242,8 @@ class _Decision:
         need = job.shape.nodes
         covering = _covering(classes, same, need)
         if covering is not None:
-            self.taken[job.job_id] = tuple(_take(covering, need))
+            self.taken[job.job_id] = took = tuple(_take(covering, need))
+            self._waits_for_launches(job.job_id, took)
             return
         have_any = _count(classes)  # fewer than `need` (not covered)
         first: tuple[Room, int] | None = None  # the first pool that refused, and for how many
@@ -251,6 +259,7 @@ class _Decision:
                 room.planned += need - have
                 room.jobs.append(job.job_id)
                 self.launching_for[job.job_id] = room.pool.name
+                self.waits[job.job_id] = self.launching(room, need - have, room.planned)
                 return
             if first is None or (not first[0].pool.enabled and room.pool.enabled):
                 first = (room, need - have)  # were it enabled, the first that could
@@ -258,7 +267,25 @@ class _Decision:
             room, needed = first
             room.jobs.append(job.job_id)
             self.held_back[job.job_id] = room.pool.name
-            room.blocked = room.blocked or room.refusal(needed, job.job_id)
+            refusal = room.refusal(needed, job.job_id)
+            if refusal is not None:
+                self.waits[job.job_id] = refusal
+            room.blocked = room.blocked or refusal
+
+    def _waits_for_launches(self, job_id: str, took: tuple[str, ...]) -> None:
+        """A job taken by launches in flight waits for them: its pool's, in words."""
+        rooms = [self.unit_room[u] for u in took if u in self.unit_room]
+        if rooms:
+            self.waits[job_id] = self.launching(rooms[0], len(rooms), 0)
+
+    def launching(self, room: Room, launching: int, planned: int) -> PoolReason:
+        """The pool launches `launching` workers (of which `planned` not yet begun)."""
+        pool = room.pool
+        ago = None if room.last_launch is None else (self.now - room.last_launch).total_seconds()
+        said: dict[str, Any] = {"pool": pool.name, "max": pool.max_workers, "min": pool.min_workers}
+        count = room.live + planned
+        said |= {"launching": launching, "count": count, "last_launch_ago_s": ago}
+        return PoolReason(PoolWhy.LAUNCHING, said)
 
     def top_up(self, room: Room) -> None:
         """Launch up to `min_workers`, as far as the pool may."""
@@ -305,12 +332,7 @@ class _Decision:
         if not pool.enabled:
             return PoolReason(PoolWhy.DISABLED, said)
         if room.planned:
-            ago = (
-                None if room.last_launch is None else (self.now - room.last_launch).total_seconds()
-            )
-            count = room.live + room.planned
-            said |= {"launching": room.planned, "count": count, "last_launch_ago_s": ago}
-            return PoolReason(PoolWhy.LAUNCHING, said)
+            return self.launching(room, room.planned, room.planned)
         if room.blocked is not None:
             return room.blocked
         if retire:
@@ -343,4 +365,4 @@ def decide(
             live=room.live,
             jobs=tuple(room.jobs),
         )
-    return Plan(plans, run.taken, run.launching_for, run.held_back)
+    return Plan(plans, run.taken, run.launching_for, run.held_back, run.waits)

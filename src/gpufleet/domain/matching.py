@@ -314,6 +314,8 @@ class WaitCode(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     # A multi-node job: fewer idle workers that may be its nodes than it needs (domain/gang.py)
     WAITING_FOR_NODES = "waiting_for_nodes"
+    # No worker takes it now, and a pool launches for it, or cannot yet (domain/capacity.py)
+    POOL = "pool"
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,8 @@ class Room:
             return None
         if by_cost:
             said |= {"max_cost": pool.max_cost_per_hour, "price": pool.price_per_hour}
-            return PoolReason(PoolWhy.AT_COST, said | {"count": self.live + self.planned})
+            count = self.live + self.planned
+            return PoolReason(PoolWhy.AT_COST, said | {"count": count, "needed": needed})
         said |= {"room": max(0, room), "job_id": job_id, "needed": needed}
         return PoolReason(PoolWhy.AT_MAX, said)
 

@@ -29,6 +29,11 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _money(amount: float) -> str:
+    """An amount in the pools' currency, as prices are written: `$` and two decimals at most."""
+    return f"${amount:,.2f}".replace(".00", "")
+
+
 def _workers(n: int) -> str:
     return f"{n} worker{'' if n == 1 else 's'}"
 
@@ -68,9 +73,12 @@ class PoolReason:
                     f"job {p['job_id']} needs {p['needed']} at once"
                 )
             case PoolWhy.AT_COST:
+                needed, price = p.get("needed", 1), p["price"]
+                would = (p["count"] + needed) * price
                 return (
-                    f"{pool} is at its cost limit of {p['max_cost']:g} an hour "
-                    f"({_workers(p['count'])} at {p['price']:g})"
+                    f"{pool} would cost {_money(would)}/h with {_workers(needed)} more, above "
+                    f"its max_cost_per_hour {_money(p['max_cost'])} ({_workers(p['count'])} "
+                    f"up or launching at {_money(price)}/h)"
                 )
             case PoolWhy.GANG_TOO_BIG:
                 return (

@@ -3,8 +3,7 @@
 A pool describes workers the orchestrator may launch: the provider that starts and stops
 their machines, the labels and GPUs those workers have, how many may run (`min_workers` ..
 `max_workers`), when an idle one is retired, and what one costs an hour. What to launch and
-what to retire is `domain/capacity.py`'s decision; the providers and the loop that applies
-it come later (docs/capacity.md).
+what to retire is `domain/capacity.py`'s decision (docs/capacity.md).
 
 A launch is recorded before its provider is called (state `launching`, no instance yet), so
 that a crash between the two never launches twice and `max_workers` counts it at once.
@@ -65,19 +64,22 @@ class CommandProvider:
         return shown
 
 
+SLURM_WORKER = ("gpufleet", "worker")  # what a slurm pool's batch job runs, unless told
+
+
 @dataclass(frozen=True, slots=True)
 class SlurmProvider:
     partition: str
     time_limit: str
     account: str | None = None
+    command: tuple[str, ...] = SLURM_WORKER  # the worker's argv on the node
 
     def as_json(self) -> dict[str, Any]:
-        shown = {
-            "type": ProviderType.SLURM.value,
-            "partition": self.partition,
-            "time_limit": self.time_limit,
-        }
-        return shown | ({"account": self.account} if self.account is not None else {})
+        shown = {"type": "slurm", "partition": self.partition, "time_limit": self.time_limit}
+        account = {"account": self.account} if self.account is not None else {}
+        return (
+            shown | account | ({"command": [*self.command]} if self.command != SLURM_WORKER else {})
+        )
 
 
 Provider = LocalProvider | CommandProvider | SlurmProvider
@@ -85,7 +87,7 @@ Provider = LocalProvider | CommandProvider | SlurmProvider
 _FIELDS: dict[ProviderType, tuple[frozenset[str], frozenset[str]]] = {  # required, optional
     ProviderType.LOCAL: (frozenset(), frozenset()),
     ProviderType.COMMAND: (frozenset({"launch", "terminate"}), frozenset({"list"})),
-    ProviderType.SLURM: (frozenset({"partition", "time_limit"}), frozenset({"account"})),
+    ProviderType.SLURM: (frozenset({"partition", "time_limit"}), frozenset({"account", "command"})),
 }
 PROVIDER_EXAMPLE = (
     '{"type": "command", "launch": ["/opt/launch.sh"], "terminate": ["/opt/stop.sh"]}'
@@ -163,11 +165,12 @@ def check_provider(value: Any) -> Provider:
                 "provider.time_limit must be a Slurm time limit such as 60 (minutes), "
                 f"4:00:00 or 1-12:00:00, or UNLIMITED; got {_shown(limit)}"
             )
-        account = value.get("account")
+        account, command = value.get("account"), value.get("command")
         return SlurmProvider(
             _slurm_name(value["partition"], "provider.partition"),
             limit,
             None if account is None else _slurm_name(account, "provider.account"),
+            SLURM_WORKER if command is None else _argv(command, "provider.command"),
         )
     return LocalProvider()
 

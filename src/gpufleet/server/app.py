@@ -27,6 +27,7 @@ from gpufleet.server.routes import (
     admin,
     approvals,
     artifacts,
+    capacity,
     checkpoints,
     configs,
     events,
@@ -250,6 +251,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         s3_storage.router,
         webhooks.router,
         pools.router,
+        capacity.router,
         # before queue's /api/queue/{job_id}, which would take their paths
         simpletuner_queue.router,
         approvals.router,

@@ -126,6 +126,7 @@ FLEET_TOPIC = "fleet"  # a sample of the fleet over time was taken: its charts r
 TEAMS_TOPIC = "teams"  # users, teams or their usage changed: live views re-read them
 AUDIT_TOPIC = "audit"  # the audit log grew: the Audit page re-reads it
 WEBHOOKS_TOPIC = "webhooks"  # a webhook delivery was queued or tried: its log is re-read
+POOLS_TOPIC = "pools"  # a pool or one of its launches changed: the Capacity page re-reads
 WORKER_TOPIC_PREFIX = "worker:"
 
 

@@ -33,6 +33,7 @@ class WorkerLaunch:
     pool: str
     work_dir: Path  # where a worker on this machine keeps its jobs and its log
     ca_cert: Path | None = None
+    gpus: int = 0  # the pool's GPUs a worker: what a batch job asks its scheduler for
 
     def environment(self) -> Mapping[str, str]:
         env = {
@@ -93,10 +94,13 @@ class Providers:
     def of(self, pool: pools.Pool) -> Provider | None:
         """The provider for a pool's configuration; None for a kind not built yet."""
         from gpufleet.server.providers.command import CommandProvider
+        from gpufleet.server.providers.slurm import SlurmProvider
 
         config = pool.provider
         if isinstance(config, pools.LocalProvider):
             return self._local
         if isinstance(config, pools.CommandProvider):
             return CommandProvider(config, pool.name, self.call_timeout_s)
+        if isinstance(config, pools.SlurmProvider):
+            return SlurmProvider(config, pool.name, self.call_timeout_s)
         return None

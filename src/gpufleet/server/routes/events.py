@@ -1,8 +1,8 @@
 """`GET /api/events`: change nudges for live views (the web UI), as Server-Sent Events.
 
-A nudge says only what changed (`workers`, `jobs`, `teams`, `fleet`, `audit` or `webhooks`);
-the page re-reads the JSON API, which stays the one source of truth. Bursts are coalesced so
-a busy fleet costs one fetch a tick.
+A nudge says only what changed (`workers`, `jobs`, `teams`, `fleet`, `pools`, `audit` or
+`webhooks`); the page re-reads the JSON API, which stays the one source of truth. Bursts are
+coalesced so a busy fleet costs one fetch a tick.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from gpufleet.server.hub import (
     AUDIT_TOPIC,
     FLEET_TOPIC,
     JOBS_TOPIC,
+    POOLS_TOPIC,
     TEAMS_TOPIC,
     WEBHOOKS_TOPIC,
     WORKERS_TOPIC,
@@ -37,10 +38,11 @@ COALESCE_SECONDS = 0.5
 
 @router.get("/api/events", responses=SSE_RESPONSE)
 async def events(ctx: Ctx, who: Reader) -> StreamingResponse:
-    """`jobs`, `teams`, `workers` and `fleet` nudges: every signed-in key sees the fleet
-    (read-only, `/api/fleet/...`), so each is told when it changes; `audit` (an event was
+    """`jobs`, `teams`, `workers`, `fleet` and `pools` nudges: every signed-in key sees the
+    fleet (read-only, `/api/fleet/...`) and the pools (`/api/capacity`), so each is told when
+    they change; `audit` (an event was
     recorded) for keys with `admin.audit`, `webhooks` (a delivery queued or tried) for `*`."""
-    topics = [JOBS_TOPIC, TEAMS_TOPIC, WORKERS_TOPIC, FLEET_TOPIC]
+    topics = [JOBS_TOPIC, TEAMS_TOPIC, WORKERS_TOPIC, FLEET_TOPIC, POOLS_TOPIC]
     for needed, topic in ((ADMIN_AUDIT, AUDIT_TOPIC), (ALL, WEBHOOKS_TOPIC)):
         if allows(who.permissions, needed):
             topics.append(topic)

@@ -149,6 +149,7 @@ async def get_job(ctx: Ctx, who: Reader, job_id: str) -> JobDetail:
         waiting=view.waiting,
         rerun_as=view.reruns,
         worker_unheard=view.unheard and UnheardOut.model_validate(view.unheard),
+        cost=view.cost,
     )
 
 

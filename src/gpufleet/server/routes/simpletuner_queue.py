@@ -13,6 +13,7 @@ from gpufleet.domain.permissions import ALL, QUEUE_READ
 from gpufleet.domain.policy import Policy
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.routes import api_router
+from gpufleet.server.schemas.capacity import CostsOut
 from gpufleet.server.schemas.jobs import JobOut
 from gpufleet.server.schemas.policy import (
     ConcurrencyIn,
@@ -54,6 +55,7 @@ async def stats(ctx: Ctx, who: Reader) -> StatsOut:
         avg_wait_seconds=s.avg_wait_seconds,
         by_status=by_status,
         by_user=s.by_user,
+        cost=CostsOut.of(s.cost),
     )
 
 

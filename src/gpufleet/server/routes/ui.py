@@ -73,6 +73,7 @@ class Page:
 
 WORKERS = Page("/workers", "Workers", ADMIN_WORKERS)
 FLEET = Page("/fleet", "Fleet", None)  # read-only workers and the fleet over time
+CAPACITY = Page("/capacity", "Capacity", QUEUE_READ)  # the pools, read-only but for `*`
 TRAIN = Page("/train", "Train", QUEUE_SUBMIT)
 QUEUE = Page("/queue", "Queue", QUEUE_READ)
 TEAMS = Page("/teams", "Teams", QUEUE_READ)
@@ -81,7 +82,7 @@ AUDIT = Page("/audit", "Audit", ADMIN_AUDIT)
 KEYS = Page("/keys", "API keys", ALL)
 WEBHOOKS = Page("/webhooks", "Webhooks", ALL)
 # the navigation, in order
-PAGES = (WORKERS, TRAIN, QUEUE, TEAMS, FLEET, SECRETS, AUDIT, KEYS, WEBHOOKS)
+PAGES = (WORKERS, TRAIN, QUEUE, TEAMS, FLEET, CAPACITY, SECRETS, AUDIT, KEYS, WEBHOOKS)
 
 
 def static_files() -> StaticFiles:
@@ -180,6 +181,11 @@ async def worker_page(ctx: Ctx, request: Request, worker_id: str) -> Response:
 @router.get("/fleet")
 async def fleet_page(ctx: Ctx, request: Request) -> Response:
     return await _page(ctx, request, FLEET, sample_every_s=ctx.settings.fleet_sample_interval)
+
+
+@router.get("/capacity")
+async def capacity_page(ctx: Ctx, request: Request) -> Response:
+    return await _page(ctx, request, CAPACITY)
 
 
 @router.get("/train")

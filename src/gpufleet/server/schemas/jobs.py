@@ -188,6 +188,9 @@ class JobDetail(JobOut):
     waiting: dict[str, Any] | None
     rerun_as: list[str] = Field(default_factory=list)  # the jobs that re-run this one
     worker_unheard: UnheardOut | None = None
+    # what it cost on pool workers to date, at their pools' price_per_hour (docs/capacity.md);
+    # null when it never ran on a pool's worker
+    cost: float | None = None
 
 
 class JobIds(Strict):

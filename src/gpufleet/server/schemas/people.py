@@ -93,6 +93,7 @@ class TeamOut(Record):
     running_jobs: int
     share_gpus: float | None  # its guaranteed share of the fleet's GPUs, by weight
     fair_share_factor: float | None  # Slurm's: 1 unused … 0 far over its share
+    cost: float  # its jobs' share of the pools' cost to date (docs/capacity.md)
 
     @classmethod
     def of_view(cls, v: TeamView) -> Self:
@@ -103,6 +104,7 @@ class TeamOut(Record):
             running_jobs=v.running_jobs,
             share_gpus=v.share_gpus,
             fair_share_factor=v.fair_share_factor,
+            cost=v.cost,
         )
 
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from gpufleet.domain.levels import Level
 from gpufleet.server.schemas.base import Strict
+from gpufleet.server.schemas.capacity import CostsOut
 from gpufleet.server.schemas.jobs import JobOut
 
 Count = Annotated[int | None, Field(ge=0, le=1_000_000, strict=True)]
@@ -90,6 +91,7 @@ class StatsOut(BaseModel):
     avg_wait_seconds: float | None  # queued to first offer, over the last day
     by_status: dict[str, int]  # gpufleet's statuses, and SimpleTuner's names for them
     by_user: dict[str, int]  # user name → jobs waiting or running
+    cost: CostsOut  # the pools' cost an hour and to date, by pool, team and user
 
 
 class MeOut(BaseModel):

@@ -21,6 +21,7 @@ from gpufleet.errors import Conflict, InvalidInput, NotFound
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import TEAMS_TOPIC, key_topic
 from gpufleet.server.services import standing
+from gpufleet.server.services.capacity import all_costs
 from gpufleet.store import Queries
 
 USAGE_WINDOW = timedelta(days=1)  # a team's usage chart, unless `since` says otherwise
@@ -46,6 +47,7 @@ class TeamView:
     running_gpus: int
     share_gpus: float | None = None  # the policy's, once it computes them
     fair_share_factor: float | None = None
+    cost: float = 0.0  # its jobs' share of the pools' cost to date (services/capacity.py)
 
 
 def _no_user(ref: str) -> NotFound:
@@ -102,6 +104,7 @@ async def _team_views(q: Queries, only: list[Team], now: datetime) -> list[TeamV
     """Teams as they stand: members, what runs, and their share and fair-share factor as
     the policy sees them now (`standing.snapshot`, the dispatch's own view)."""
     snap = await standing.snapshot(q, now)
+    spent = (await all_costs(q, now)).teams
     names = {u.id: u.name for u in snap.users.values()}
     members: dict[str, list[str]] = {}
     for team_id, user_id in snap.member_usage:
@@ -117,6 +120,7 @@ async def _team_views(q: Queries, only: list[Team], now: datetime) -> list[TeamV
                 running_gpus=running.gpus,
                 share_gpus=round(share_gpus(t.id, snap), 3),
                 fair_share_factor=round(fair_share_factor(t.id, snap), 4),
+                cost=spent.get(t.id, 0.0),
             )
         )
     return views

@@ -13,6 +13,7 @@ from gpufleet.domain.pools import Launch, Pool
 from gpufleet.domain.secrets import new_id
 from gpufleet.errors import Conflict, NotFound
 from gpufleet.server.context import Context, Tx, transaction
+from gpufleet.server.hub import POOLS_TOPIC
 from gpufleet.store import Queries
 
 RECENT_LAUNCHES = 20  # a pool's launches its page shows, newest first
@@ -80,6 +81,7 @@ async def create(
         if not await tx.q.insert_pool(row | stamps):
             raise _taken(name)  # created by another request since the look above
         tx.audit("pool.created", actor, pool_id, client, name=name, **rules.audited(values))
+        tx.wake(POOLS_TOPIC)
         return await _view(tx.q, await _pool(tx.q, name))
 
 
@@ -94,6 +96,7 @@ async def update(
         if values:
             await tx.q.update_pool(pool.id, **values, updated_at=tx.now)
             tx.audit("pool.updated", actor, pool.id, client, name=name, **rules.audited(values))
+            tx.wake(POOLS_TOPIC)
         return await _view(tx.q, await _pool(tx.q, name))
 
 
@@ -104,6 +107,7 @@ async def delete(ctx: Context, name: str, actor: str, client: str | None) -> Non
         await _none_live(tx, pool)
         await tx.q.delete_pool(pool.id)
         tx.audit("pool.deleted", actor, pool.id, client, name=name)
+        tx.wake(POOLS_TOPIC)
 
 
 async def _none_live(tx: Tx, pool: Pool) -> None:

@@ -31,7 +31,7 @@ from gpufleet.domain.states import (
 )
 from gpufleet.errors import Conflict, InvalidInput
 from gpufleet.server.context import Context, transaction
-from gpufleet.server.services import ownership
+from gpufleet.server.services import capacity, ownership
 from gpufleet.server.services.lifecycle import end_attempt, move_job, no_job
 from gpufleet.server.services.waiting import job_waiting
 from gpufleet.store.queries import Queries
@@ -46,6 +46,7 @@ class JobView:
     names: dict[str, str] = field(default_factory=dict)  # see `names_of`
     resumed: dict[str, Checkpoint] = field(default_factory=dict)  # by id, attempts resumed from
     unheard: Unheard | None = None  # its live attempt's worker has lost its stream
+    cost: float | None = None  # on pool workers, to date (None: it ran on none)
 
 
 # ---- read -------------------------------------------------------------------------------
@@ -70,7 +71,9 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
         if job is None:
             raise no_job(job_id)
         attempts = await q.attempts_for_job(job_id)
-        waiting = await job_waiting(q, job, ctx.clock())
+        now = ctx.clock()
+        waiting = await capacity.pool_wait(q, job, await job_waiting(q, job, now), now)
+        cost = await capacity.job_cost(q, job, now)
         reruns = await q.reruns_of(job_id)
         names = await names_of(q, [job], attempts)
         wanted = {a.resumed_from for a in attempts if a.resumed_from}
@@ -79,7 +82,7 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
         live = job.worker_id and job.status not in TERMINAL_JOB
         runner = await q.get_worker(job.worker_id) if live and job.worker_id else None
     unheard = attempt_unheard(runner, job.current_attempt_id, ctx.settings.silence())
-    return JobView(job, attempts, waiting, reruns, names, resumed, unheard)
+    return JobView(job, attempts, waiting, reruns, names, resumed, unheard, cost)
 
 
 async def names_of(

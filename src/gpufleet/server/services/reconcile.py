@@ -35,6 +35,7 @@ from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import WorkerStatus, WorkerType
 from gpufleet.errors import ProviderError
 from gpufleet.server.context import Context, transaction
+from gpufleet.server.hub import POOLS_TOPIC
 from gpufleet.server.local import own_url
 from gpufleet.server.providers import Launched, Provider, Providers, WorkerLaunch
 from gpufleet.server.providers.local import log_tail
@@ -281,6 +282,7 @@ class Reconciler:
                 record = _refused(ctx, said, record.get("stderr") or "")
             if launch is not None and launch.state is L.LAUNCHING:
                 await tx.q.update_launch(launch_id, **record)
+                tx.wake(POOLS_TOPIC)
                 if record.get("state") == L.FAILED.value:
                     await tx.q.revoke_tokens(worker_id, tx.now)
             elif instance is not None and "state" not in record:
@@ -321,6 +323,7 @@ class Reconciler:
             pool=pool.name,
             work_dir=self._work_dir(ctx, pool, launch_id),
             ca_cert=ctx.settings.tls_cert,
+            gpus=pool.gpu_count,
         )
         try:
             answer = await _call(self.timeout_s, provider.launch, spec)
@@ -362,6 +365,7 @@ async def _move(ctx: Context, launch: Launch, to: LaunchState, **values: Any) ->
         if now is None or to not in rules.LAUNCH_TRANSITIONS[now.state]:
             return False
         await tx.q.update_launch(launch.id, state=to.value, **values)
+        tx.wake(POOLS_TOPIC)
         return True
 
 

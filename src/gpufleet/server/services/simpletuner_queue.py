@@ -13,6 +13,7 @@ from gpufleet.domain.policy import Policy
 from gpufleet.domain.records import Job
 from gpufleet.domain.states import PLACED_JOB, SIMPLETUNER_STATUS, JobStatus
 from gpufleet.server.context import Context
+from gpufleet.server.services.capacity import CostSummary, cost_summary
 from gpufleet.server.services.lifecycle import no_job
 from gpufleet.server.services.policy import policy_view
 from gpufleet.server.services.waiting import Position, position_in, ranked_queue
@@ -47,6 +48,7 @@ class Stats:
     avg_wait_seconds: float | None
     by_status: dict[str, int]
     by_user: dict[str, int]  # user name → jobs queued, waiting for approval or placed
+    cost: CostSummary  # the pools' cost, and the teams' and users' shares
 
 
 async def stats(ctx: Context, window: timedelta = timedelta(days=1)) -> Stats:
@@ -56,6 +58,7 @@ async def stats(ctx: Context, window: timedelta = timedelta(days=1)) -> Stats:
         counts = await q.jobs_by_status_user()
         waits = await q.waits_started(now - window)
         names = {u.id: u.name for u in await q.list_users()}
+        cost = await cost_summary(q, now)
     by_status: Counter[str] = Counter()
     by_user: Counter[str] = Counter()
     live = {JobStatus.QUEUED.value, JobStatus.PENDING_APPROVAL.value} | {
@@ -73,6 +76,7 @@ async def stats(ctx: Context, window: timedelta = timedelta(days=1)) -> Stats:
         avg_wait_seconds=sum(seconds) / len(seconds) if seconds else None,
         by_status=dict(by_status),
         by_user=dict(by_user),
+        cost=cost,
     )
 
 

@@ -8,10 +8,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
+from gpufleet.domain.pool_costs import Run
 from gpufleet.domain.pools import LIVE_LAUNCH, Launch, Pool
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import QueryBase
-from gpufleet.store.tables import pool_launches, pools
+from gpufleet.store.tables import attempt_nodes, job_attempts, jobs, pool_launches, pools
 
 _LIVE = [state.value for state in LIVE_LAUNCH]
 
@@ -81,6 +82,44 @@ class PoolQueries(QueryBase):
     async def update_launch(self, launch_id: str, **values: Any) -> None:
         c = pool_launches.c
         await self.conn.execute(sa.update(pool_launches).where(c.id == launch_id).values(**values))
+
+    async def costed_launches(self) -> list[Launch]:
+        """The launches the pools' cost counts: each whose worker registered, and the live."""
+        c = pool_launches.c
+        stmt = sa.select(pool_launches).where(c.registered_at.is_not(None) | c.state.in_(_LIVE))
+        return [rows.launch(m) for m in await self._mapped(stmt)]
+
+    async def pool_runs(self, job_id: str | None = None) -> list[Run]:
+        """The jobs' time on pool workers (one job's, given `job_id`): each attempt that
+        started on a launched worker, and each further node of a multi-node one (rank 0's
+        worker is its attempt's)."""
+        a, n, j = job_attempts.c, attempt_nodes.c, jobs.c
+        launched = sa.select(pool_launches.c.worker_id).where(
+            pool_launches.c.registered_at.is_not(None)
+        )
+        attempts = (
+            sa.select(a.job_id, j.user_id, j.team_id, a.worker_id, a.started_at, a.ended_at)
+            .join(jobs, j.id == a.job_id)
+            .where(a.started_at.is_not(None), a.worker_id.in_(launched))
+        )
+        nodes = (
+            sa.select(
+                n.job_id,
+                j.user_id,
+                j.team_id,
+                n.worker_id,
+                a.started_at,
+                sa.func.coalesce(n.ended_at, a.ended_at),
+            )
+            .join(job_attempts, a.id == n.attempt_id)
+            .join(jobs, j.id == n.job_id)
+            .where(n.rank > 0, a.started_at.is_not(None), n.worker_id.in_(launched))
+        )
+        if job_id is not None:
+            attempts = attempts.where(a.job_id == job_id)
+            nodes = nodes.where(n.job_id == job_id)
+        found = await self.conn.execute(sa.union_all(attempts, nodes))
+        return [Run(*row) for row in found]
 
     async def launches_named(
         self, instance_ids: Sequence[str], pool_id: str | None = None

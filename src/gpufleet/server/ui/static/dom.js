@@ -190,6 +190,19 @@ export async function act(button, work, error, after) {
   after();
 }
 
+// A card's action: the work while the button is busy; on success `after` (the page's refresh,
+// which builds the card again), on failure its error in `error`, kept on the card as it is.
+export async function cardAct(button, work, error, after) {
+  showError(error, null);
+  try {
+    await busy(button, work);
+  } catch (err) {
+    showError(error, err);
+    return;
+  }
+  after();
+}
+
 // The page's #confirm dialog: resolves with `answer()` when the user confirms, else null.
 function openConfirm(title, text, yesLabel, answer) {
   const dialog = $("#confirm");

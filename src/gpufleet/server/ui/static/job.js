@@ -11,6 +11,7 @@ import { approveJob, cancelJob, rejectJob, rerunJob } from "./jobactions.js";
 import { live } from "./live.js";
 import { logSearch } from "./logsearch.js";
 import { logView } from "./logview.js";
+import { money } from "./money.js";
 import "./nav.js";
 
 const root = $("#job");
@@ -64,6 +65,9 @@ function facts(j) {
   if (j.rerun_of) pairs.push(["Re-run of", jobLink(j.rerun_of)]);
   if (j.rerun_as.length) pairs.push(["Re-run as", j.rerun_as.flatMap((id, i) => [i ? ", " : null, jobLink(id)])]);
   if (j.exit_code !== null) pairs.push(["Exit code", String(j.exit_code)]);
+  if (j.cost !== null && j.cost !== undefined) {
+    pairs.push(["Cost", h("span", { "data-fact": "cost", text: `${money(j.cost)} on pool workers` })]);
+  }
   // While it waits or runs again, `error` says why its last attempt ended: a note, not red.
   if (j.error && j.error_is_note) {
     pairs.push(["Last attempt", h("pre", { class: "mono note", "data-fact": "note", text: j.error })]);
@@ -145,7 +149,9 @@ const refresh = serial(async () => {
   const waiting = $("#waiting");
   waiting.hidden = !j.waiting;
   if (j.waiting) {
-    $("#waiting-summary").textContent = j.waiting.summaries.ui;
+    // A pool launching for it, or unable to: its line, and where the pools are shown.
+    $("#waiting-summary").replaceChildren(j.waiting.summaries.ui, j.waiting.code === "pool"
+      ? h("span", {}, " (", h("a", { href: "/capacity", text: "Capacity" }), ")") : "");
     $("#waiting-workers").replaceChildren(...j.waiting.workers.map((w) =>
       h("li", {}, h("strong", { text: w.name }), " ", badge(w.status), ": ", w.reasons.join("; "))));
   }

@@ -4,10 +4,11 @@
 import { del, get, patch, post, put } from "./api.js";
 import { fmt, lineChart, TIME } from "./chart.js";
 import {
-  $, act, busy, confirmDialog, formErrors, h, onSubmit, serial, showError, textOr, when,
+  $, act, busy, cardAct, confirmDialog, formErrors, h, onSubmit, serial, showError, textOr, when,
   wireDialogs,
 } from "./dom.js";
 import { live } from "./live.js";
+import { money } from "./money.js";
 import "./nav.js";
 
 const box = $("#teams");
@@ -49,6 +50,7 @@ function teamFacts(t) {
     ["Running", `${plural(t.running_gpus, "GPU")}, ${plural(t.running_jobs, "job")}`, "running"],
     ["Limits", ownLimits(t), "limits"],
     ["Usage", `${fmt(t.usage / 3600)} GPU-hours`, "usage"],
+    ["Cost", `${money(t.cost)} to date on the pools' workers`, "cost"],
     ["Preemption", [t.preemptible ? "its jobs may be preempted" : "never preempted",
       t.can_preempt ? "may preempt others" : "never preempts"].join("; "), "preemption"],
   ];
@@ -57,15 +59,8 @@ function teamFacts(t) {
 
 // A card's action; on success the page is read again (the cards are rebuilt), on failure the
 // card keeps its error.
-async function teamAct(card, button, work) {
-  const problem = $(".team-error", card);
-  showError(problem, null);
-  try {
-    await busy(button, work);
-  } catch (err) {
-    return showError(problem, err);
-  }
-  refresh();
+function teamAct(card, button, work) {
+  return cardAct(button, work, $(".team-error", card), refresh);
 }
 
 function members(t, card, isAdmin) {
