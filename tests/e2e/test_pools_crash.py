@@ -1,6 +1,6 @@
 """An orchestrator SIGKILLed mid-launch launches nothing twice (#36): a real `gpufleet server`
-on a real SQLite file, a `command` pool whose launch script (tests/e2e/test_pools_command.py's,
-its first call held) starts a machine (a process, a pid file each) and is then cut off.
+on a real SQLite file (and alone on PostgreSQL), a `command` pool whose launch script (its
+first call held) starts a machine (a process, a pid file each) and is then cut off.
 
 - Before its answer (no instance id stored): the restarted server ends the launch at once
   (its error says why, its worker's token revoked), terminates the machine the list shows
@@ -48,9 +48,12 @@ LAUNCH = f"""\
 FLAGS = {"pool-interval": 0.3, "pool-call-timeout": 60}
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path / "data", None, **FLAGS)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
+    """One orchestrator on SQLite, or alone on PostgreSQL: where a restarted one knows at once
+    that no other replica can still be calling the provider (the killed one's session ended)."""
+    url = request.getfixturevalue("pg_database") if request.param == "postgres" else None
+    proc = ServerProcess(tmp_path / "data", url, **FLAGS)
     proc.start()
     yield proc
     proc.kill()
