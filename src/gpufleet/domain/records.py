@@ -34,6 +34,14 @@ class GpuStat:
     memory_total_gb: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class GpuFault:
+    """A GPU its worker no longer offers (domain/gpu_health.py `fault_of`), and why."""
+
+    index: int
+    reason: str
+
+
 def effective_labels(reported: dict[str, str], admin: dict[str, str]) -> dict[str, str]:
     """The labels matching uses: the worker's own, and the admin's over them. On a clash the
     admin label wins: an admin can correct or pin what a machine says of itself, and a worker
@@ -74,6 +82,10 @@ class Worker:
     held_for: str | None = None
     held_since: datetime | None = None
     held_note: str | None = None
+    gpu_faults: tuple[GpuFault, ...] = ()  # its faulty GPUs, until it registers again
+    preflight_error: str | None = None  # its preflight's output while it fails: unhealthy
+    drain_reason: str | None = None  # why it was drained (the circuit breaker says)
+    infra_failures: int = 0  # attempts in a row ended by infrastructure failure
 
     @property
     def offline(self) -> bool:

@@ -72,6 +72,8 @@ def _registration(body: RegisterIn) -> Registration:
         current_job_id=body.current_job_id,
         current_attempt_id=body.current_attempt_id,
         extra=extra,
+        gpu_health=None if (readings := body.readings()) is None else tuple(readings),
+        preflight=body.preflight_result(),
     )
 
 
@@ -108,7 +110,14 @@ async def heartbeat(ctx: Ctx, worker: CurrentWorker, body: HeartbeatIn) -> Heart
     if body.gpu_stats is not None:
         stats = [GpuStat(**g.model_dump(include=_GPU_STAT_FIELDS)) for g in body.gpu_stats]
     w = await agents.heartbeat(
-        ctx, worker, body.worker_id, body.current_job_id, says_no_job, gpu_stats=stats
+        ctx,
+        worker,
+        body.worker_id,
+        body.current_job_id,
+        says_no_job,
+        gpu_stats=stats,
+        gpu_readings=body.readings(),
+        preflight=body.preflight_result(),
     )
     return HeartbeatOut(ok=True, status=w.status.value, draining=w.drained)
 
