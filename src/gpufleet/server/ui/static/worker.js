@@ -24,6 +24,24 @@ function connection(w) {
   return ["Connected since", h("span", {}, when(w.up_since), " (", span(w.up_since, null), ")")];
 }
 
+// Its health (docs/workers.md, Health): faulty GPUs taken out, the circuit breaker's drain,
+// a failing preflight and the tail of its output.
+function healthFacts(w) {
+  const pairs = [];
+  if (w.gpu_faults.length) {
+    pairs.push(["GPU faults", h("ul", { "data-fact": "gpu-faults" }, w.gpu_faults.map((f) =>
+      h("li", { "data-gpu-fault": f.index, text: `GPU ${f.index}: ${f.reason} (no longer offered)` })))]);
+  }
+  if (w.drain_reason) pairs.push(["Drained because", h("span", { "data-fact": "drain-reason", text: w.drain_reason })]);
+  if (w.infra_failures) pairs.push(["Infrastructure failures in a row", String(w.infra_failures)]);
+  if (w.preflight_error !== null) {
+    pairs.push(["Preflight", h("div", {},
+      h("span", { text: "failing: offered no job until it passes" }),
+      h("pre", { class: "mono", "data-fact": "preflight", text: w.preflight_error }))]);
+  }
+  return pairs;
+}
+
 function facts(w) {
   const machine = [
     w.cpu_cores ? `${w.cpu_cores} CPU cores` : null,
@@ -44,6 +62,7 @@ function facts(w) {
     ...(w.held_note
       ? [["Held", h("a", { href: `/queue/${w.held_for}`, "data-fact": "held", text: w.held_note })]]
       : []),
+    ...healthFacts(w),
     ["Jobs run", String(w.jobs_run)],
     ["Machine", machine || dash()],
     ["Created", when(w.created_at)],
