@@ -267,8 +267,9 @@ def _health_note(w: dict[str, Any]) -> str | None:
     """One line for the list: its failing preflight's last line, its faults, the breaker."""
     error = w.get("preflight_error")
     if error is not None:
-        return "preflight fails: " + (error.strip().splitlines() or [""])[-1][:120]
-    return w.get("drain_reason") or _faults(w)
+        return "preflight fails: " + (str(error).strip().splitlines() or [""])[-1][:120]
+    reason: str | None = w.get("drain_reason")
+    return reason or _faults(w)
 
 
 def _status(w: dict[str, Any]) -> Text:
