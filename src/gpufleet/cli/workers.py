@@ -93,10 +93,7 @@ def show_worker(api: ApiClient, worker: str, as_json: bool) -> None:
                 ("admin labels", w["admin_labels"]),
                 ("current job", w["current_job_id"]),
                 ("held", _held(w)),
-                ("gpu faults", _faults(w)),
-                ("drained because", w.get("drain_reason")),
-                ("infra failures", w.get("infra_failures") or None),
-                ("preflight", _preflight(w)),
+                *_health(w),
                 ("jobs run", w["jobs_run"]),
                 ("last heartbeat", out.when(w["last_heartbeat"])),
                 ("connected", out.when(w["up_since"])),
@@ -250,6 +247,17 @@ def _held(w: dict[str, Any]) -> str | None:
     """Why an idle worker is kept from other jobs: the gang it is held for, since when."""
     note = w.get("held_note")
     return None if note is None else f"{note}, since {out.when(w.get('held_since'))}"
+
+
+def _health(w: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Its health's rows, only those that say something (docs/workers.md, Health)."""
+    rows = [
+        ("gpu faults", _faults(w)),
+        ("drained because", w.get("drain_reason")),
+        ("infra failures", w.get("infra_failures") or None),
+        ("preflight", _preflight(w)),
+    ]
+    return [(name, value) for name, value in rows if value is not None]
 
 
 def _faults(w: dict[str, Any]) -> str | None:
