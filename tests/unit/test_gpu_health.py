@@ -13,6 +13,7 @@ from gpufleet.domain import gpu_health
 from gpufleet.domain.gpu_health import FATAL_XIDS, Ending, GpuReading, Preflight
 from gpufleet.domain.states import AttemptStatus
 from gpufleet.worker.gpu_health import HealthReader
+from gpufleet.worker.health import run_preflight
 
 
 def test_every_fatal_xid_takes_its_gpu_out_and_others_do_not() -> None:
@@ -174,3 +175,17 @@ def test_no_health_is_read_when_neither_tool_answers() -> None:
 
     assert reader.read() is None and reader.read() is None
     assert len(calls) == 1  # not asked again every heartbeat
+
+
+async def test_a_preflight_passes_on_exit_0_and_fails_with_its_output_and_exit_code() -> None:
+    passed = await run_preflight("echo fine")
+    failed = await run_preflight("echo 'no scratch disk' >&2; exit 3")
+
+    assert passed == Preflight(ok=True, output="fine\n")
+    assert failed == Preflight(ok=False, output="no scratch disk\n(exit code 3)")
+
+
+async def test_a_preflight_that_hangs_is_killed_and_fails() -> None:
+    hung = await run_preflight("sleep 30", limit_s=0.2)
+
+    assert hung.ok is False and "ran past 0.2 s" in hung.output
