@@ -140,7 +140,10 @@ async def test_a_failing_preflight_keeps_the_worker_from_jobs_until_it_passes(
     [shown] = [w for w in listed if w["id"] == agent.id]
     assert shown["presence"] == "unhealthy"
     assert shown["preflight_error"] == failing["output"].strip()
-    assert (await fleet.job(job["id"]))["status"] == "queued"
+    waiting = await fleet.job(job["id"])
+    assert waiting["status"] == "queued"
+    [row] = [r for r in waiting["waiting"]["workers"] if r["name"] == "checked"]
+    assert row["reasons"] == ["is unhealthy: its preflight fails"]
     assert len(await fleet.audit(type="worker.unhealthy", target=agent.id)) == 1
 
     assert (await agent.heartbeat(status="idle", preflight={"ok": True})).status_code == 200

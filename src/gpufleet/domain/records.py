@@ -128,6 +128,7 @@ class Worker:
             spent=self.spent,
             current_job_id=self.current_job_id,
             features=self.features if self.registered else None,
+            unhealthy=self.preflight_error is not None and not self.drained,
         )
 
     @property
