@@ -153,6 +153,18 @@ async def test_a_failing_preflight_keeps_the_worker_from_jobs_until_it_passes(
     assert len(await fleet.audit(type="worker.healthy", target=agent.id)) == 1
 
 
+async def test_an_agent_registering_again_without_a_preflight_is_healthy(fleet: Fleet) -> None:
+    agent = await fleet.create_worker("restarted")
+    await agent.connect(gpu_count=1, preflight={"ok": False, "output": "broken"})
+    assert (await agent.info())["presence"] == "unhealthy"
+
+    assert (await agent.register(gpu_count=1)).status_code == 200  # as SimpleTuner's does
+
+    info = await agent.info()
+    assert info["preflight_error"] is None and info["presence"] != "unhealthy"
+    assert len(await fleet.audit(type="worker.healthy", target=agent.id)) == 1
+
+
 async def test_a_preflight_failing_before_a_job_gives_the_offer_back_at_once(
     fleet: Fleet,
 ) -> None:

@@ -63,12 +63,14 @@ async def apply(
         out["gpu_faults"] = [{"index": i, "reason": why} for i, why in sorted(faulty.items())]
         out["gpu_count"] = _offered(worker, faulty, registered)
     was_failing = worker.preflight_error is not None
-    failing = was_failing
+    error = worker.preflight_error
     if preflight is not None:
         error = gpu_health.preflight_error(preflight)
-        failing = error is not None
-        if failing != was_failing or registered is not None:
-            out["preflight_error"] = error
+    elif registered is not None:
+        error = None  # an agent that runs no preflight (any more)
+    failing = error is not None
+    if failing != was_failing or (registered is not None and error != worker.preflight_error):
+        out["preflight_error"] = error
     requeued = None
     if added:
         words = "; ".join(f"GPU {i} {why}" for i, why in added.items())
