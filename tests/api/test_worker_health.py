@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet.server.services import agents as agents_service
 from gpufleet.server.services import delivery
 from tests.api.conftest import Agent, Fleet, both_databases
 from tests.webhook_receiver import Receiver, receiving
@@ -106,11 +107,17 @@ async def test_heat_throttling_and_a_harmless_xid_take_nothing_out(fleet: Fleet)
         {"index": 1, "xids": [13, 31], "ecc_uncorrected": 0},
     ]
 
-    assert (await agent.heartbeat(status="idle", gpu_health=health)).status_code == 200
+    load = [{"index": 0, "utilization_pct": 99}, {"index": 1, "utilization_pct": 1}]
 
+    beat = await agent.heartbeat(status="idle", gpu_health=health, gpu_stats=load)
+
+    assert beat.status_code == 200
+    assert await agents_service.flush_heartbeats(fleet.ctx) == 1  # a sign of life, kept
     info = await agent.info()
     assert (info["gpu_faults"], info["gpu_count"]) == ([], 2)
     assert await fleet.audit(type="gpu.fault") == []
+    shown = {s["index"]: (s["temperature_c"], s["throttle"]) for s in info["gpu_stats"]}
+    assert shown == {0: (95.0, "hardware thermal slowdown"), 1: (None, None)}
 
 
 async def test_a_fault_is_kept_until_the_worker_registers_again(fleet: Fleet) -> None:

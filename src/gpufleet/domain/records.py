@@ -32,6 +32,8 @@ class GpuStat:
     utilization_pct: float | None  # of the last sample period, 0-100
     memory_used_gb: float | None
     memory_total_gb: float | None
+    temperature_c: float | None = None  # from its health reading (domain/gpu_health.py)
+    throttle: str | None = None  # its active clock throttle reasons, in words
 
 
 @dataclass(frozen=True, slots=True)

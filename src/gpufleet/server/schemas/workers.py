@@ -120,6 +120,8 @@ class GpuStatOut(Record):
     utilization_pct: float | None
     memory_used_gb: float | None
     memory_total_gb: float | None
+    temperature_c: float | None  # `gpufleet worker` with NVML or nvidia-smi; else None
+    throttle: str | None  # its active clock throttle reasons, in words
 
 
 class WorkedAttemptOut(Record):

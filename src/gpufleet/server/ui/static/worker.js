@@ -96,7 +96,7 @@ function gpuRows(w) {
       h("td", { "data-label": "#", class: "num", text: String(g.index) }),
       h("td", { "data-label": "Model", text: g.name || "GPU" }),
       h("td", { "data-label": "Memory" }, g.memory_gb ? gb(g.memory_gb) : dash()),
-      h("td", { "data-label": "Utilisation", class: "usage" }, s ? utilisation(s) : dash()),
+      h("td", { "data-label": "Utilisation", class: "usage" }, s ? utilisation(s) : dash(), s ? heat(s) : null),
       h("td", { "data-label": "Memory in use", class: "usage" }, s ? memoryUse(s) : dash()));
   });
 }
@@ -107,6 +107,14 @@ function utilisation(s) {
   return h("span", { class: "gauge", "data-utilization": pct },
     h("meter", { min: 0, max: 100, value: pct, "aria-label": `GPU ${s.index} ${pct}% busy` }),
     ` ${pct} %`);
+}
+
+// Its temperature and throttling, where its agent reads them: shown, never a fault.
+function heat(s) {
+  if (s.temperature_c === null && !s.throttle) return null;
+  const said = [s.temperature_c === null ? null : `${Math.round(s.temperature_c)} °C`,
+    s.throttle ? `throttled: ${s.throttle}` : null].filter(Boolean).join(" · ");
+  return h("div", { class: "muted", "data-heat": s.index, text: said });
 }
 
 function memoryUse(s) {
