@@ -281,8 +281,10 @@ async def end_attempt(
     when = {} if ended_at is None else {"ended_at": ended_at}
     await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code, **when)
     if not by_user:
+        # The breaker counts single-node attempts: a gang's end does not say which node failed.
+        counted = outcome if job.nodes == 1 else None
         for worker_id in await _node_workers(tx, job, attempt, outcome, error, locked):
-            await release_worker(tx, worker_id, attempt, locked, outcome, gpu_fault)
+            await release_worker(tx, worker_id, attempt, locked, counted, gpu_fault)
     tx.audit(
         "attempt.ended",
         SYSTEM_ACTOR,
