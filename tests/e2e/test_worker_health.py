@@ -72,7 +72,7 @@ def test_a_gpu_that_falls_off_the_bus_is_taken_out_and_its_job_finishes_elsewher
     rec = record_where(sick, "GPU 0 out", lambda r: r["gpu_faults"] and not r["current_job_id"])
     assert rec["gpu_count"] == 1
     assert rec["gpu_faults"] == [{"index": 0, "reason": "XID 79 (fell off the bus)"}]
-    assert "GPU 0 taken out: XID 79" in sick.log()
+    assert "GPU 0 taken out: XID 79" in sick.log_path.read_text()  # the whole log
     shown = ok(gf(server, "workers", "show", sick.id))
     assert "GPU 0: XID 79 (fell off the bus)" in shown
     healthy = agents(
