@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from tests.conftest import fresh_database
+from tests.e2e.local_workers import stop_all
 from tests.waiting import wait_until
 
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
@@ -627,3 +628,11 @@ def machines(tmp_path: Path) -> Iterator[Path]:
     for pidfile in folder.glob("*.pid"):
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+@pytest.fixture
+def local_machines(machines: Path) -> Iterator[Path]:
+    """`machines` for a `local` pool's workers (tests/e2e/local_workers.py): afterwards every
+    one started is stopped, with its jobs, whichever orchestrator started it."""
+    yield machines
+    stop_all(machines)

@@ -6,7 +6,10 @@ first call held) starts a machine (a process, a pid file each) and is then cut o
   (its error says why, its worker's token revoked), terminates the machine the list shows
   as a stray, and launches afresh for the job, which completes: two calls, one a launch row.
 - After its answer (the instance id stored, the worker still coming up): the restarted server
-  follows the launch; its worker registers with its token and runs the job: one call."""
+  follows the launch; its worker registers with its token and runs the job: one call.
+- With the `local` provider, whose launch is a Popen answered at once (no instance id left
+  unstored to kill into without a hook in the server), the kill lands after the answer: the
+  worker process, started and held before it calls home, outlives it and runs the job."""
 
 from __future__ import annotations
 
@@ -19,8 +22,9 @@ import pytest
 
 from gpufleet.domain.pool_strays import INTERRUPTED
 from tests.e2e.conftest import ServerProcess, process_alive, submit_job, wait_job
+from tests.e2e.local_workers import hold, local_env, release, starts
 from tests.e2e.test_pools_command import WORKER, provider
-from tests.e2e.test_pools_local import launches, make_pool
+from tests.e2e.test_pools_local import launches, make_pool, pid_of
 from tests.waiting import wait_until
 
 # The first call is held: "hang" starts a machine, says so and waits for the gate without
@@ -48,15 +52,32 @@ LAUNCH = f"""\
 FLAGS = {"pool-interval": 0.3, "pool-call-timeout": 60}
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
+DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def alone(
+    request: pytest.FixtureRequest, tmp_path: Path, env: dict[str, str] | None = None
+) -> Iterator[ServerProcess]:
     """One orchestrator on SQLite, or alone on PostgreSQL: where a restarted one knows at once
     that no other replica can still be calling the provider (the killed one's session ended)."""
     url = request.getfixturevalue("pg_database") if request.param == "postgres" else None
-    proc = ServerProcess(tmp_path / "data", url, **FLAGS)
+    proc = ServerProcess(tmp_path / "data", url, env=env, **FLAGS)
     proc.start()
     yield proc
     proc.kill()
+
+
+@pytest.fixture(params=DATABASES)
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
+    yield from alone(request, tmp_path)
+
+
+@pytest.fixture(params=DATABASES)
+def local_server(
+    request: pytest.FixtureRequest, tmp_path: Path, local_machines: Path
+) -> Iterator[ServerProcess]:
+    """`alone`, its local workers noting their starts in `local_machines`."""
+    yield from alone(request, tmp_path, local_env(local_machines))
 
 
 def crash_pool(server: ServerProcess, state: Path, mode: str) -> str:
@@ -131,3 +152,37 @@ def test_killed_after_the_providers_answer_the_launch_is_followed_and_its_worker
     assert (launch["id"], launch["worker_id"]) == (answered["id"], done["worker_id"])
     assert launch["registered_at"] is not None and launch["error"] is None
     assert len(calls(state)) == 1
+
+
+def test_a_local_worker_started_before_the_kill_is_followed_and_runs_the_job(
+    local_server: ServerProcess, local_machines: Path
+) -> None:
+    """The `local` provider's launch is one quick Popen, its answer stored at once: the kill
+    lands after the answer, the worker process started and still coming up (held before it
+    calls home). It outlives the SIGKILL; the restarted server follows its launch."""
+    server, state = local_server, local_machines
+    hold(state, 1)
+    pool = make_pool(server, launch_timeout_s=3600)
+    job = one_job(server, pool)
+    answered = wait_until(
+        lambda: (xs := launches(server, pool)) and xs[0]["instance_id"] and xs[0],
+        timeout=30,
+        message="the launch's instance id to be stored",
+    )
+    [start] = wait_until(lambda: starts(state), timeout=30, message="the worker to start")
+    assert server.proc is not None
+    assert (start.pid, start.parent) == (pid_of(answered), server.proc.pid)
+    server.kill()  # SIGKILL: its worker lives on, not registered yet
+    assert process_alive(start.pid)
+    server.start()
+    release(state)  # the worker comes up and calls the restarted server
+    done = wait_job(server, job, "completed", "failed", timeout=60)
+    assert done["status"] == "completed", done
+    [launch] = wait_until(  # a pass may come after the ephemeral worker ran its job
+        lambda: (xs := launches(server, pool))[0]["registered_at"] and xs,
+        timeout=15,
+        message="the launch to be marked registered",
+    )
+    assert (launch["id"], launch["worker_id"]) == (answered["id"], done["worker_id"])
+    assert launch["error"] is None
+    assert starts(state) == [start]  # nothing launched again
