@@ -23,7 +23,8 @@ tiers: collections.Counter[str] = collections.Counter()
 for name, value in cpu.items():
     tiers[name.split("/")[1]] += value
 print(
-    f"total CPU {sum(cpu.values()):.0f} s, wall (summed over test processes) {sum(wall.values()):.0f} s"
+    f"total CPU {sum(cpu.values()):.0f} s, "
+    f"wall (summed over test processes) {sum(wall.values()):.0f} s"
 )
 for tier, value in tiers.most_common():
     print(f"  {tier:10s} {value:7.0f} CPU-s")
