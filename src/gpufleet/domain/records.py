@@ -284,6 +284,7 @@ class User:
     usage: float  # decayed GPU-seconds, over all teams, as of `usage_at`
     usage_at: datetime | None
     created_at: datetime
+    service: bool = False  # automation's owner: its keys work under --oidc-only
 
 
 @dataclass(frozen=True, slots=True)
