@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import httpx
 
@@ -43,6 +43,38 @@ class IdentityProvider:
         answer = httpx.post(url, data={"sub": sub})
         assert answer.status_code in (302, 303), answer.text
         return answer.headers["location"]
+
+    def code(self, sub: str, redirect_uri: str, nonce: str, challenge: str, host: str = "") -> str:
+        """An authorization code for `sub`, as a CLI's browser would bring back."""
+        base = self.issuer.replace("127.0.0.1", host) if host else self.issuer
+        query = urlencode(
+            {
+                "client_id": CLIENT_ID,
+                "response_type": "code",
+                "redirect_uri": redirect_uri,
+                "scope": "openid profile email",
+                "state": "s",
+                "nonce": nonce,
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+            }
+        )
+        back = self.authorize(f"{base}/oauth2/authorize?{query}", sub)
+        return parse_qs(urlsplit(back).query)["code"][0]
+
+    def id_token(self, sub: str, nonce: str, host: str = "") -> str:
+        """An ID token the provider signs for `sub` (its issuer named as `host` says)."""
+        redirect = "http://127.0.0.1:9/cb"
+        code = self.code(sub, redirect, nonce, "x" * 43, host)
+        base = self.issuer.replace("127.0.0.1", host) if host else self.issuer
+        answer = httpx.post(
+            f"{base}/oauth2/token",
+            data={"grant_type": "authorization_code", "code": code, "redirect_uri": redirect},
+            auth=(CLIENT_ID, CLIENT_SECRET),
+        )
+        assert answer.status_code == 200, answer.text
+        token: str = answer.json()["id_token"]
+        return token
 
     def deny(self, url: str) -> str:
         """Press the authorization page's Deny: where it sends the browser."""

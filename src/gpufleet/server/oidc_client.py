@@ -17,6 +17,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httpx
+from authlib.integrations.base_client.errors import OAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from authlib.oauth2 import OAuth2Error
 from joserfc import jwt
@@ -124,7 +125,7 @@ class Provider:
                     token = await client.refresh_token(meta["token_endpoint"], **params)
                 else:
                     token = await client.fetch_token(meta["token_endpoint"], **params)
-        except OAuth2Error as exc:
+        except (OAuth2Error, OAuthError) as exc:
             raise Unauthenticated(
                 f"the identity provider refused: {exc.error} ({exc.description or 'no detail'}); "
                 "sign in again"
