@@ -23,6 +23,7 @@ from tests.api.conftest import Fleet
 from tests.oidc_provider import IdentityProvider
 
 LOOPBACK = "http://127.0.0.1:8765/callback"
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 @pytest.fixture
@@ -118,7 +119,7 @@ async def cli_sign_in(fleet: Fleet, idp: IdentityProvider, sub: str, **more: Any
     verifier, challenge = pkce()
     code = idp.code(sub, LOOPBACK, "n-cli", challenge)
     body = {"code": code, "code_verifier": verifier, "redirect_uri": LOOPBACK, "nonce": "n-cli"}
-    return await fleet.http.post("/api/sso/token", json={**body, **more})
+    return await fleet.http.post("/api/sso/token", data={**body, **more})
 
 
 async def test_the_cli_trades_its_code_for_a_session_token_refreshed_and_signed_out(
@@ -136,7 +137,7 @@ async def test_the_cli_trades_its_code_for_a_session_token_refreshed_and_signed_
     # out of the admins' group at the provider: the refresh reads it again
     identity_provider.set_user("sub-cli", preferred_username="cli-user", groups=[])
     again = await sso_fleet.http.post(
-        "/api/sso/refresh", json={"refresh_token": got["refresh_token"]}
+        "/api/sso/refresh", data={"refresh_token": got["refresh_token"]}
     )
     assert again.status_code == 200, again.text
     renewed = again.json()
@@ -166,10 +167,10 @@ async def test_the_cli_code_is_refused_twice_with_a_wrong_nonce_or_verifier(
     verifier, challenge = pkce()
     code = identity_provider.code("sub-twice", LOOPBACK, "n-ok", challenge)
     body = {"code": code, "code_verifier": verifier, "redirect_uri": LOOPBACK}
-    wrong_nonce = await sso_fleet.http.post("/api/sso/token", json={**body, "nonce": "n-bad"})
+    wrong_nonce = await sso_fleet.http.post("/api/sso/token", data={**body, "nonce": "n-bad"})
     assert wrong_nonce.status_code == 401
     assert "nonce" in wrong_nonce.json()["detail"]
-    replayed = await sso_fleet.http.post("/api/sso/token", json={**body, "nonce": "n-ok"})
+    replayed = await sso_fleet.http.post("/api/sso/token", data={**body, "nonce": "n-ok"})
     assert replayed.status_code == 401  # the provider spent the code on the first try
 
 
@@ -184,7 +185,7 @@ async def test_the_cli_redirect_must_be_a_loopback_address(
         answer = await cli_sign_in(sso_fleet, identity_provider, "sub-far", redirect_uri=elsewhere)
         assert answer.status_code == 422, elsewhere
     bad = await sso_fleet.http.post(
-        "/api/sso/refresh", json={"refresh_token": "not-a-refresh-token"}
+        "/api/sso/refresh", data={"refresh_token": "not-a-refresh-token"}
     )
     assert bad.status_code == 401
 
@@ -199,7 +200,7 @@ async def test_the_cli_is_told_where_to_sign_in(
 
 async def test_without_single_sign_on_its_routes_say_it_is_off(fleet: Fleet) -> None:
     assert (await fleet.http.get("/api/sso")).json()["enabled"] is False
-    answer = await fleet.http.post("/api/sso/refresh", json={"refresh_token": "x"})
+    answer = await fleet.http.post("/api/sso/refresh", data={"refresh_token": "x"})
     assert answer.status_code == 401
     assert "off" in answer.json()["detail"]
 
@@ -243,3 +244,29 @@ async def test_oidc_only_takes_keys_of_service_users_alone(
         assert (await fleet.http.get("/api/users/me", headers=bearer)).status_code == 200
     finally:
         await fleet.stop()
+
+
+async def test_the_token_endpoints_take_a_small_form_and_count_refusals(
+    sso_fleet: Fleet, identity_provider: IdentityProvider
+) -> None:
+    as_json = await sso_fleet.http.post("/api/sso/refresh", json={"refresh_token": "x"})
+    assert as_json.status_code == 422
+    assert "x-www-form-urlencoded" in as_json.json()["detail"]
+    huge = await sso_fleet.http.post("/api/sso/refresh", data={"refresh_token": "x" * 20_000})
+    assert huge.status_code == 413
+    twice = await sso_fleet.http.post(
+        "/api/sso/refresh", content=b"refresh_token=a&refresh_token=b", headers=FORM
+    )
+    assert twice.status_code == 422
+    short = await cli_sign_in(sso_fleet, identity_provider, "sub-x", code_verifier="short")
+    assert short.status_code == 422
+    wrong = await sso_fleet.http.post("/api/sso/refresh", data={"refresh_token": "forged"})
+    assert wrong.status_code == 401
+    failed = await sso_fleet.audit(type="auth.failed")
+    assert any(e["detail"].get("credential") == "sso" for e in failed), failed
+
+
+async def test_signing_out_takes_a_session_token_not_a_key(sso_fleet: Fleet) -> None:
+    answer = await sso_fleet.admin.delete("/api/sso/session")
+    assert answer.status_code == 422
+    assert (await sso_fleet.admin.get("/api/users/me")).status_code == 200

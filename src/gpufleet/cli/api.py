@@ -131,6 +131,10 @@ class ApiClient:
     def post(self, path: str, body: Any = None) -> Any:
         return self._request("POST", path, json=body)
 
+    def post_form(self, path: str, fields: dict[str, str]) -> Any:
+        """POST an urlencoded form (single sign-on's token endpoints, as OAuth's own)."""
+        return self._request("POST", path, data=fields)
+
     def put(self, path: str, body: Any = None, **params: Any) -> Any:
         return self._request("PUT", path, json=body, params=_drop_none(params))
 

@@ -120,7 +120,7 @@ def login(
         if "code" not in got:
             said = got.get("error_description") or got.get("error") or "no code"
             raise Unauthenticated(f"the identity provider refused the sign-in: {said}")
-        answer = api.post(
+        answer = api.post_form(
             "/api/sso/token",
             {
                 "code": got["code"],

@@ -99,7 +99,7 @@ def token_for(url: str, verify: ssl.SSLContext | bool) -> str | None:
     try:
         answer = httpx.post(
             f"{_key(url)}/api/sso/refresh",
-            json={"refresh_token": refresh},
+            data={"refresh_token": refresh},
             verify=verify_for([url], verify),
             timeout=30.0,
         )

@@ -3,19 +3,24 @@ and its callback, and the CLI's (`gpufleet login`) code, refresh and sign-out.""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeVar
+from urllib.parse import parse_qs
 
-from fastapi import Query, Request
+from fastapi import Depends, Query, Request
+from pydantic import BaseModel, ValidationError
 from starlette.responses import RedirectResponse, Response
 
-from gpufleet.errors import DomainError
-from gpufleet.server.deps import Client, Ctx
+from gpufleet.errors import DomainError, InvalidInput, PayloadTooLarge
+from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.routes import api_router
 from gpufleet.server.routes.ui import render, render_signin, safe_next, with_session
+from gpufleet.server.schemas.base import Ok
 from gpufleet.server.schemas.sso import CliSessionOut, RedeemCode, Refresh, SsoInfo
 from gpufleet.server.services import sessions, sso, sso_flows
+from gpufleet.server.services.auth import Principal
 
 router = api_router()
+Anyone = Annotated[Principal, Depends(require(None))]
 ui_router = api_router(include_in_schema=False)
 
 
@@ -40,6 +45,40 @@ async def info(ctx: Ctx) -> SsoInfo:
     )
 
 
+FORM_MAX_BYTES = 16 * 1024
+# OAuth's own token endpoints take forms (RFC 6749, 4.1.3), and so do these: what they read is
+# the credential itself (a code, a refresh token), so there is no credential to check first.
+FORM_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/x-www-form-urlencoded": {"schema": {"type": "object"}}},
+    }
+}
+T = TypeVar("T", bound=BaseModel)
+
+
+async def _form(request: Request, model: type[T]) -> T:
+    """The urlencoded body, small and with each field once, as `model` says."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > FORM_MAX_BYTES:
+        raise PayloadTooLarge(f"the form is over {FORM_MAX_BYTES} bytes; send its fields only")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > FORM_MAX_BYTES:
+            raise PayloadTooLarge(f"the form is over {FORM_MAX_BYTES} bytes; send its fields only")
+    try:
+        fields = parse_qs(body.decode(), max_num_fields=8, strict_parsing=bool(body))
+        return model.model_validate({k: v[0] for k, v in fields.items() if len(v) == 1})
+    except (ValueError, UnicodeDecodeError) as exc:
+        first = exc.errors()[0] if isinstance(exc, ValidationError) else None
+        where = f" ({'.'.join(map(str, first['loc']))}: {first['msg']})" if first else ""
+        names = ", ".join(model.model_fields)
+        raise InvalidInput(
+            f"send an application/x-www-form-urlencoded body with {names}{where}"
+        ) from exc
+
+
 def _out(found: sso_flows.CliSession) -> CliSessionOut:
     return CliSessionOut(
         token=found.token,
@@ -50,30 +89,38 @@ def _out(found: sso_flows.CliSession) -> CliSessionOut:
     )
 
 
-@router.post("/api/sso/token", response_model=CliSessionOut, tags=["sso"])
-async def redeem(ctx: Ctx, client: Client, body: RedeemCode) -> CliSessionOut:
-    """The CLI's authorization code (with its PKCE verifier and nonce) for a short-lived
-    session token and the provider's refresh token."""
+@router.post("/api/sso/token", response_model=CliSessionOut, tags=["sso"], openapi_extra=FORM_BODY)
+async def redeem(ctx: Ctx, client: Client, request: Request) -> CliSessionOut:
+    """The CLI's authorization code (with its PKCE verifier, redirect URI and nonce) for a
+    short-lived session token and the provider's refresh token."""
+    body = await _form(request, RedeemCode)
     found = await sso_flows.redeem(
         ctx, body.code, body.code_verifier, body.redirect_uri, body.nonce, client
     )
     return _out(found)
 
 
-@router.post("/api/sso/refresh", response_model=CliSessionOut, tags=["sso"])
-async def refresh(ctx: Ctx, client: Client, body: Refresh) -> CliSessionOut:
+@router.post(
+    "/api/sso/refresh", response_model=CliSessionOut, tags=["sso"], openapi_extra=FORM_BODY
+)
+async def refresh(ctx: Ctx, client: Client, request: Request) -> CliSessionOut:
     """A new session token for the provider's refresh token; the person's level and teams
     read again from the provider."""
+    body = await _form(request, Refresh)
     return _out(await sso_flows.refresh(ctx, body.refresh_token, client))
 
 
-@router.delete("/api/sso/session", tags=["sso"])
-async def sign_out(request: Request, ctx: Ctx) -> dict[str, bool]:
+@router.delete("/api/sso/session", response_model=Ok, tags=["sso"])
+async def sign_out(request: Request, ctx: Ctx, who: Anyone) -> Ok:
     """End the CLI session whose token is the bearer (`gpufleet logout`)."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and token.strip().startswith(sessions.TOKEN_PREFIX):
-        await sessions.end_token(ctx, token.strip())
-    return {"ok": True}
+    token = request.headers.get("authorization", "").partition(" ")[2].strip()
+    if who.session is None or not token.startswith(sessions.TOKEN_PREFIX):
+        raise InvalidInput(
+            "this ends a session token of `gpufleet login` (gfs_…), sent as the bearer; an "
+            "API key is revoked instead (DELETE /api/admin/api-keys/{key_id})"
+        )
+    await sessions.end_token(ctx, token)
+    return Ok()
 
 
 @ui_router.get("/ui/sso/begin")

@@ -201,6 +201,13 @@ async def _worker_for_token(ctx: Context, token_hash: str) -> tuple[str, Worker]
     return await (read() if cache is None else cache.through(token_hash, read))
 
 
+async def credential_refused(ctx: Context, kind: str, client: str | None, why: str) -> None:
+    """Another kind of credential refused (single sign-on's code or refresh token): limited
+    and audited as a wrong key is; 429 once the address is locked out."""
+    _check_not_locked_out(ctx, client)
+    await _auth_failed(ctx, kind, client, why)
+
+
 async def upload_token_refused(ctx: Context, client: str | None, why: str) -> None:
     """A storage request (SimpleTuner's trainer) without a valid upload token: audited and
     counted against the client's address as any failed authentication is."""

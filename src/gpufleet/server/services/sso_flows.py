@@ -18,10 +18,12 @@ none), so a level taken away at the provider is gone within the hour.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import ipaddress
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,7 +33,7 @@ import orjson
 
 from gpufleet.errors import InvalidInput, Unauthenticated
 from gpufleet.server.context import Context, transaction
-from gpufleet.server.services import sessions, sso
+from gpufleet.server.services import auth, sessions, sso
 
 STATE_COOKIE = "gpufleet_sso"
 STATE_SECONDS = 600  # the time a person has at the provider's page
@@ -80,6 +82,17 @@ def _unpack(ctx: Context, cookie: str | None) -> dict[str, Any] | None:
     return values
 
 
+@contextlib.asynccontextmanager
+async def counted(ctx: Context, client: str | None) -> AsyncIterator[None]:
+    """A refused sign-in counts as a failed authentication of its address (audited, and
+    limited: 429 once the address is locked out)."""
+    try:
+        yield
+    except Unauthenticated as exc:
+        await auth.credential_refused(ctx, "sso", client, exc.message[:200])
+        raise
+
+
 async def begin(ctx: Context, base_url: str, next_page: str) -> Begun:
     provider = sso.provider(ctx)
     state, nonce = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
@@ -103,6 +116,18 @@ async def finish(
     client: str | None,
 ) -> tuple[sessions.Session, str]:
     """The web session of a provider's callback, and the page to go to."""
+    async with counted(ctx, client):
+        return await _finish(ctx, base_url, cookie, code, state, client)
+
+
+async def _finish(
+    ctx: Context,
+    base_url: str,
+    cookie: str | None,
+    code: str | None,
+    state: str | None,
+    client: str | None,
+) -> tuple[sessions.Session, str]:
     begun = _unpack(ctx, cookie)
     if begun is None:
         raise Unauthenticated(
@@ -166,15 +191,18 @@ async def redeem(
     client: str | None,
 ) -> CliSession:
     """The CLI's authorization code, redeemed: a session token and the refresh token."""
-    tokens = await sso.provider(ctx).redeem(code, check_loopback(redirect_uri), verifier)
-    claims = await _claims(ctx, tokens, nonce=nonce)
-    return await _cli_session(ctx, claims, tokens, None, client)
+    check_loopback(redirect_uri)
+    async with counted(ctx, client):
+        tokens = await sso.provider(ctx).redeem(code, redirect_uri, verifier)
+        claims = await _claims(ctx, tokens, nonce=nonce)
+        return await _cli_session(ctx, claims, tokens, None, client)
 
 
 async def refresh(ctx: Context, refresh_token: str, client: str | None) -> CliSession:
-    tokens = await sso.provider(ctx).refresh(refresh_token)
-    claims = await _claims(ctx, tokens, nonce=None)
-    return await _cli_session(ctx, claims, tokens, refresh_token, client)
+    async with counted(ctx, client):
+        tokens = await sso.provider(ctx).refresh(refresh_token)
+        claims = await _claims(ctx, tokens, nonce=None)
+        return await _cli_session(ctx, claims, tokens, refresh_token, client)
 
 
 async def _cli_session(
