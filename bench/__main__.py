@@ -32,7 +32,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--database-url",
         default=None,
-        help="run scenarios 1-5, 8 and 10 on this database (default: SQLite in a temporary "
+        help="run scenarios 1-5, 8, 10 and 11 on this database (default: SQLite in a temporary "
         "folder); it should be empty, the scenarios add workers and jobs",
     )
     parser.add_argument("--json-out", type=Path, default=None, help="folder for JSON results")

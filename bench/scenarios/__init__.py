@@ -1,5 +1,6 @@
 """The scenarios: each starts its own server, runs its fleet, and returns a Result (or, for
-scenarios 6 and 7, several). One module a scenario; `steps` holds what they share."""
+scenarios 6 and 7, several; scenario 12 runs in process, with no server). One module a
+scenario; `steps` holds what they share."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from bench.scenarios.gangs import gang_latency
 from bench.scenarios.latency import dispatch_latency
 from bench.scenarios.options import FULL, MEDIUM, SIZES, SMOKE, Options, ServerPool, Size
 from bench.scenarios.policy import policy_cost
+from bench.scenarios.pool_decision import pool_decision
+from bench.scenarios.pool_launch import pool_launch
 from bench.scenarios.recovery import recovery
 from bench.scenarios.side_by_side import side_by_side
 from bench.scenarios.throughput import throughput
@@ -31,6 +34,8 @@ SCENARIOS: dict[int, Scenario] = {
     8: policy_cost,
     9: workdir_scenario,
     10: gang_latency,
+    11: pool_launch,
+    12: pool_decision,
 }
 
 __all__ = [

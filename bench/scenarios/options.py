@@ -43,6 +43,8 @@ class Size:
     s10_nodes: tuple[int, ...] = (2, 8, 32)  # the gang sizes, submitted in turn
     s10_gangs: int = 30  # gangs of each size
     s10_singles: int = 8  # one-node jobs in flight alongside
+    s11_launches: int = 10  # scenario 11: a pool's launches, one job each, one at a time
+    s12_runs: int = 60  # scenario 12: the pools' decision, timed runs of each fleet
     # The floor of #19's per-job goals (bench.ceiling: an empty endpoint, the workers'
     # client), measured once a run on the quiet box after the first throughput scenario.
     floor_seconds: float = 10.0
@@ -86,6 +88,8 @@ SMOKE = Size(
     s10_nodes=(2,),
     s10_gangs=2,
     s10_singles=2,
+    s11_launches=1,
+    s12_runs=3,
     floor_seconds=0.5,
     floor_processes=1,
     per_process=5,

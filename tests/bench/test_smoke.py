@@ -204,3 +204,30 @@ async def test_gang_latency_offers_every_gang_whole_and_times_each_size(
     assert [c.metric for c in ratios] == [f"{n} nodes: p99 / 1-node p99" for n in SMOKE.s10_nodes]
     invariants = [c for c in result.checks if c.target == "0"]
     assert [c.ok for c in invariants] == [True, True, True], invariants
+
+
+@in_the_module
+async def test_pool_launch_times_submit_to_registered_beyond_the_providers_own_time(
+    tmp_path: Path, servers: ServerPool
+) -> None:
+    """Scenario 11 (#36): a command pool's launches, each registering its worker."""
+    [result] = await run(11, tmp_path, servers)
+    measured(result)
+    m = result.metrics
+    assert m["submit_to_registered"]["count"] == m["provider"]["count"] == SMOKE.s11_launches
+    assert 0 < m["beyond_provider"]["max_ms"] < m["submit_to_registered"]["max_ms"]
+    checked = {c.metric: c for c in result.checks if c.ok is not None}
+    assert checked["launches, one a job"].ok is True  # nothing launched twice for a job
+    goal = checked["submit → registered less the provider's, worst (s)"]
+    assert goal.target == f"≤ {result.params['pool_interval_s'] + 1:g}"
+
+
+@in_the_module
+async def test_pool_decision_times_the_decision_for_a_deep_queue_against_its_goal(
+    tmp_path: Path, servers: ServerPool
+) -> None:
+    """Scenario 12 (#36): `decide` in process, both fleets."""
+    [result] = await run(12, tmp_path, servers)
+    measured(result)
+    assert [c.target for c in result.checks] == ["≤ 50", "≤ 50"]
+    assert all(result.metrics[f]["median_ms"] > 0 for f in ("typical", "distinct"))

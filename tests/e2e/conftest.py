@@ -593,9 +593,20 @@ def process_alive(pid: int) -> bool:
 SHARED_FILES = ("admin.token", "audit.key", "ui-secret")  # docs/deploy.md: copy to each replica
 
 
-def start_replicas(root: Path, database_url: str, count: int, **flags: Any) -> list[ServerProcess]:
-    """The first replica creates the keys; the others get copies, then start."""
-    replicas = [ServerProcess(root / f"replica-{n}", database_url, **flags) for n in range(count)]
+def start_replicas(
+    root: Path,
+    database_url: str,
+    count: int,
+    *,
+    env: Callable[[int], dict[str, str]] | None = None,
+    **flags: Any,
+) -> list[ServerProcess]:
+    """The first replica creates the keys; the others get copies, then start. `env`: the
+    environment of replica n (None: ours)."""
+    replicas = [
+        ServerProcess(root / f"replica-{n}", database_url, env=env(n) if env else None, **flags)
+        for n in range(count)
+    ]
     replicas[0].start()
     for replica in replicas[1:]:
         replica.data_dir.mkdir(parents=True)
@@ -603,3 +614,16 @@ def start_replicas(root: Path, database_url: str, count: int, **flags: Any) -> l
             shutil.copy2(replicas[0].data_dir / name, replica.data_dir / name)
         replica.start()
     return replicas
+
+
+@pytest.fixture
+def machines(tmp_path: Path) -> Iterator[Path]:
+    """A `command` pool's scripts' folder, where they keep a pid file a machine (a process):
+    afterwards a launch script held on the file `gate` is let go, and the machines stopped."""
+    folder = tmp_path / "machines"
+    folder.mkdir()
+    yield folder
+    (folder / "gate").touch()
+    for pidfile in folder.glob("*.pid"):
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)

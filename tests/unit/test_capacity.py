@@ -18,6 +18,7 @@ from gpufleet.domain.jobspec import GangShape
 from gpufleet.domain.matching import AGENT_FEATURES, Capacity, Feature, Requirement
 from gpufleet.domain.pool_limits import FIRST_BACKOFF_S, MAX_BACKOFF_S, backoff_s
 from gpufleet.domain.pool_reasons import PoolWhy
+from gpufleet.domain.pool_strays import INTERRUPTED
 from gpufleet.domain.pools import Launch, LaunchState, LocalProvider, Pool
 from gpufleet.domain.states import Target, WorkerStatus, WorkerType
 
@@ -220,6 +221,21 @@ def test_failed_launches_back_off_quoting_the_providers_stderr() -> None:
     )
     later = T0 + timedelta(seconds=2 + backoff_s(3))
     assert decide([burst], [job(1)], [], history, later).pools["burst"].launch == 1
+
+
+def test_a_launch_cut_off_by_a_crash_is_no_failure_of_its_provider() -> None:
+    burst = pool()
+    cut = launch(burst, 5, LaunchState.TERMINATED, at=T0, ended=T0, error=INTERRUPTED)
+    assert decide([burst], [job(1)], [], [cut], T0).pools["burst"].launch == 1
+    history = [failed(burst, 1, T0), cut]  # counted neither way: one failure, 30 s
+    assert (
+        decide([burst], [job(1)], [], history, T0 + timedelta(seconds=29)).pools["burst"].launch
+        == 0
+    )
+    assert (
+        decide([burst], [job(1)], [], history, T0 + timedelta(seconds=31)).pools["burst"].launch
+        == 1
+    )
 
 
 def test_a_launch_that_registered_ends_the_run_of_failures() -> None:

@@ -1,11 +1,12 @@
 """Which listed instances are strays (domain/pool_strays.py): never one a live launch follows,
-never one whose worker is up or runs a job; nothing while a live launch has no id yet."""
+never one whose worker is up or runs a job; nothing while a live launch has no id yet. Which
+unanswered launches are orphans of a crash."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from gpufleet.domain.pool_strays import strays
+from gpufleet.domain.pool_strays import orphaned, strays
 from gpufleet.domain.pools import Launch, LaunchState
 from gpufleet.domain.records import Worker
 from gpufleet.domain.states import WorkerType, derive_worker_status
@@ -77,3 +78,20 @@ def test_an_instance_another_pools_live_launch_follows_is_never_a_stray() -> Non
     theirs = launch("job-7", LaunchState.REGISTERED, pool="pool_2")
     mine_ended = launch("job-7", LaunchState.TERMINATED, worker_id=None)
     assert strays(["job-7"], [mine_ended, theirs], {}, unnamed=False) == []
+
+
+def unanswered(state: LaunchState = LaunchState.LAUNCHING, instance: str | None = None) -> Launch:
+    return Launch("launch_1", "pool_1", state, instance, "w_1", NOW, None, None, None, None)
+
+
+def test_a_launch_without_an_answer_is_an_orphan_at_once_where_no_other_replica_calls() -> None:
+    assert orphaned(unanswered(), NOW, alone=True, call_bound_s=135)
+    assert not orphaned(unanswered(instance="i-1"), NOW, alone=True, call_bound_s=135)
+    for state in (LaunchState.REGISTERED, LaunchState.TERMINATING, LaunchState.FAILED):
+        assert not orphaned(unanswered(state), NOW, alone=True, call_bound_s=135)
+
+
+def test_beside_other_replicas_an_orphan_waits_until_any_caller_would_have_given_up() -> None:
+    at_bound = NOW + timedelta(seconds=135)
+    assert not orphaned(unanswered(), at_bound, alone=False, call_bound_s=135)
+    assert orphaned(unanswered(), at_bound + timedelta(seconds=1), alone=False, call_bound_s=135)

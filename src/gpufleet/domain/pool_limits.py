@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet.domain.pool_reasons import PoolReason, PoolWhy
+from gpufleet.domain.pool_strays import interrupted
 from gpufleet.domain.pools import LIVE_LAUNCH, Launch, LaunchState, Pool
 
 FIRST_BACKOFF_S = 30.0
@@ -94,7 +95,7 @@ def room_of(pool: Pool, launches: Sequence[Launch], now: datetime) -> Room:
     for launch in newest:
         if launch.registered_at is not None:
             break
-        if launch.failed:
+        if launch.failed and not interrupted(launch):
             failures += 1
             last = last or launch
     backoff = None

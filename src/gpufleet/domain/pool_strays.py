@@ -1,13 +1,40 @@
-"""Which of the instances a pool's provider lists are strays (#36): machines up that no live
-launch follows and no live worker runs on, which nothing but this would ever stop (a launch
-that failed after its machine came up, a terminate that was lost, a crash). Pure."""
+"""What a crash leaves of a pool's launches (#36), pure.
+
+Orphans: `launching` rows with no instance id whose provider call nobody awaits any more (the
+orchestrator died, or lost its lead, between recording the launch and storing the answer):
+their answer is lost, so they are ended at once instead of holding their job and the pool's
+room for `launch_timeout_s`. Strays: machines a pool's provider lists that no live launch
+follows and no live worker runs on, which nothing but this would ever stop (an orphan's
+machine, a launch that failed after its machine came up, a terminate that was lost)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 
-from gpufleet.domain.pools import LIVE_LAUNCH, Launch
+from gpufleet.domain.pools import LIVE_LAUNCH, Launch, LaunchState
 from gpufleet.domain.records import Worker
+
+# An orphan's error; not a failure of its provider, so the pool's backoff does not count it.
+INTERRUPTED = (
+    "the orchestrator restarted (or another replica took the lead) during this launch: "
+    "the provider's answer was lost; a machine it started is terminated as a stray"
+)
+
+
+def orphaned(launch: Launch, now: datetime, *, alone: bool, call_bound_s: float) -> bool:
+    """Whether a launch's provider call is over with its answer unrecorded: `launching`, no
+    instance id, and either no other replica could still be calling (`alone`: SQLite's one
+    process, or the only replica linked; this one's passes never overlap) or the call is past
+    `call_bound_s`, by which any replica calling gives up and records a failure."""
+    if launch.state is not LaunchState.LAUNCHING or launch.instance_id is not None:
+        return False
+    return alone or (now - launch.created_at).total_seconds() > call_bound_s
+
+
+def interrupted(launch: Launch) -> bool:
+    """An orphan ended: neither a failure nor a success for the backoff."""
+    return launch.error == INTERRUPTED
 
 
 def strays(

@@ -6,8 +6,10 @@ its instance terminated), then `domain/capacity.py` decides, from the waiting jo
 would start, the fleet and the launches, what each pool launches and retires, and this
 applies it. A launch is recorded (its worker and token minted, state `launching`) in a
 transaction before its provider is called: a crash leaves a row, never a second launch.
-Every `LIST_EVERY_S`, each pool's provider lists its instances: a stray (`domain/pool_strays.py`)
-is terminated, retried after a failure with the pools' backoff.
+After a crash, such a row without an instance id is ended as soon as no replica can still be
+calling its provider (`domain/pool_strays.py` `orphaned`), and the machine it may have
+started is found as a stray: every `LIST_EVERY_S`, each pool's provider lists its instances,
+and a stray is terminated, retried after a failure with the pools' backoff.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from gpufleet.domain.jobspec import gang_shape
 from gpufleet.domain.limits import limit_hit
 from gpufleet.domain.pool_limits import backoff_s
 from gpufleet.domain.pool_reasons import PoolReason
-from gpufleet.domain.pool_strays import strays
+from gpufleet.domain.pool_strays import INTERRUPTED, orphaned, strays
 from gpufleet.domain.pools import Launch, LaunchState, Pool
 from gpufleet.domain.records import Worker
 from gpufleet.domain.secrets import new_id
@@ -84,9 +86,11 @@ class Reconciler:
             live = await q.live_launches()
             workers = {w.id: w for w in await q.list_workers()}
         by_id = {p.id: p for p in pools}
+        unnamed = any(x.state is L.LAUNCHING and x.instance_id is None for x in live)
+        alone = unnamed and await _alone(ctx)
         for launch in live:
             if launch.pool_id in by_id:
-                await self._follow(ctx, by_id[launch.pool_id], launch, workers)
+                await self._follow(ctx, by_id[launch.pool_id], launch, workers, alone=alone)
         for pool in pools:
             await self._strays(ctx, pool)
         await self._plan(ctx, pools)
@@ -98,15 +102,20 @@ class Reconciler:
     # ---- launches follow their workers -------------------------------------------------------
 
     async def _follow(
-        self, ctx: Context, pool: Pool, launch: Launch, workers: dict[str, Worker]
+        self, ctx: Context, pool: Pool, launch: Launch, workers: dict[str, Worker], *, alone: bool
     ) -> None:
         worker = workers.get(launch.worker_id or "")
         now = ctx.clock()
+        bound = self.timeout_s + CALL_OVERRUN_S
         if launch.state is L.TERMINATING:  # a terminate that failed, or a crash mid-way
             await self._terminate(ctx, pool, launch)
         elif launch.state is L.LAUNCHING:
             if worker is not None and worker.ever_connected:
                 await _move(ctx, launch, L.REGISTERED, registered_at=now)
+            elif orphaned(launch, now, alone=alone, call_bound_s=bound):
+                log.warning("pool %s: launch %s: %s", pool.name, launch.id, INTERRUPTED)
+                if await _move(ctx, launch, L.TERMINATING, error=INTERRUPTED):
+                    await self._terminate(ctx, pool, launch)  # its token revoked
             elif (now - launch.created_at).total_seconds() >= pool.launch_timeout_s:
                 said = f"its worker did not register in {pool.launch_timeout_s} s"
                 # A local worker's log; else what the launch command printed.
@@ -261,6 +270,7 @@ class Reconciler:
         if provider is None:  # only the pools of a built provider are planned
             return
         record = await self._start(ctx, pool, provider, launch_id, worker_id, name, token)
+        late = None
         async with transaction(ctx) as tx:
             launch = await tx.q.get_launch(launch_id, lock=True)
             instance = record.get("instance_id")
@@ -275,6 +285,22 @@ class Reconciler:
                 tx.wake(POOLS_TOPIC)
                 if record.get("state") == L.FAILED.value:
                     await tx.q.revoke_tokens(worker_id, tx.now)
+            elif instance is not None and "state" not in record:
+                late = instance  # an answer after its launch ended: an orphan to a new leader
+        if late is not None:
+            await self._end_late(ctx, pool, provider, launch_id, late)
+
+    async def _end_late(
+        self, ctx: Context, pool: Pool, provider: Provider, launch_id: str, instance: str
+    ) -> None:
+        """Terminate the machine of a launch that ended while its provider was called; one
+        not terminated now is a stray for the provider's list."""
+        said = "pool %s: launch %s ended while its provider was called; terminating %s"
+        log.warning(said, pool.name, launch_id, instance)
+        try:
+            await _call(self.timeout_s, provider.terminate, instance)
+        except ProviderError as exc:
+            log.warning("pool %s: could not terminate %s: %s", pool.name, instance, exc)
 
     async def _start(
         self,
@@ -341,6 +367,14 @@ async def _move(ctx: Context, launch: Launch, to: LaunchState, **values: Any) ->
         await tx.q.update_launch(launch.id, state=to.value, **values)
         tx.wake(POOLS_TOPIC)
         return True
+
+
+async def _alone(ctx: Context) -> bool:
+    """Whether no other replica could be calling a provider now: one process on SQLite, or
+    the only replica linked on PostgreSQL (unknown while this one's own link is down: no)."""
+    if not ctx.replicas.shared:
+        return True
+    return await ctx.replicas.alive() == {ctx.instance_id}
 
 
 async def _revoke(ctx: Context, worker_id: str) -> None:
