@@ -14,12 +14,16 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import sqlalchemy as sa
 from joserfc import jwt
 from joserfc.jwk import RSAKey
+from sqlalchemy.engine import Connection
 
 from gpufleet.errors import Unauthenticated
 from gpufleet.server.oidc_client import Provider
-from tests.api.conftest import Fleet
+from gpufleet.store import open_store
+from tests.api.conftest import Fleet, both_databases
+from tests.api.test_artifact_records import _migrate
 from tests.oidc_provider import IdentityProvider
 
 LOOPBACK = "http://127.0.0.1:8765/callback"
@@ -270,3 +274,35 @@ async def test_signing_out_takes_a_session_token_not_a_key(sso_fleet: Fleet) -> 
     answer = await sso_fleet.admin.delete("/api/sso/session")
     assert answer.status_code == 422
     assert (await sso_fleet.admin.get("/api/users/me")).status_code == 200
+
+
+def _user_columns(sync_conn: Connection) -> tuple[set[str], set[str]]:
+    inspector = sa.inspect(sync_conn)
+    return {c["name"] for c in inspector.get_columns("users")}, set(inspector.get_table_names())
+
+
+@both_databases
+async def test_migration_0027_makes_the_built_in_admin_a_service_user_and_downgrades(
+    database_url: str,
+) -> None:
+    store = await open_store(database_url)
+    try:
+        async with store.engine.begin() as conn:
+            await conn.run_sync(_migrate, "0025", down=True)
+            columns, tables = await conn.run_sync(_user_columns)
+            assert "service" not in columns and "identities" not in tables
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO users (id, name, level, usage, created_at) VALUES "
+                    "('u_ada', 'ada', 'lead', 0, CURRENT_TIMESTAMP)"  # u_admin: made by 0014
+                )
+            )
+            await conn.run_sync(_migrate, "head", down=False)
+            columns, tables = await conn.run_sync(_user_columns)
+            assert "service" in columns and "identities" in tables
+        async with store.read() as q:
+            admin, ada = await q.get_user("u_admin"), await q.get_user("u_ada")
+        assert admin is not None and admin.service
+        assert ada is not None and not ada.service
+    finally:
+        await store.close()
