@@ -239,3 +239,10 @@ def identity_provider() -> Iterator[IdentityProvider]:
     """A real OpenID Connect provider process (tests/oidc_provider.py)."""
     with running_provider() as provider:
         yield provider
+
+
+@pytest.fixture(scope="session")
+def device_identity_provider() -> Iterator[IdentityProvider]:
+    """The provider with the device authorization grant (tests/oidc_device_provider.py)."""
+    with running_provider("tests.oidc_device_provider") as provider:
+        yield provider

@@ -76,6 +76,11 @@ class IdentityProvider:
         token: str = answer.json()["id_token"]
         return token
 
+    def approve_device(self, verification_uri: str, user_code: str, sub: str) -> None:
+        """Type the user code and the subject on the device page (tests.oidc_device_provider)."""
+        answer = httpx.post(verification_uri, data={"user_code": user_code, "sub": sub})
+        assert answer.status_code == 200, answer.text
+
     def deny(self, url: str) -> str:
         """Press the authorization page's Deny: where it sends the browser."""
         answer = httpx.post(url, data={"action": "deny"})
@@ -110,10 +115,11 @@ class IdentityProvider:
 
 
 @contextlib.contextmanager
-def running_provider(*args: str) -> Iterator[IdentityProvider]:
+def running_provider(module: str = "oidc_provider_mock") -> Iterator[IdentityProvider]:
+    """The provider as a process; `tests.oidc_device_provider` adds the device grant."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "oidc_provider_mock", "--port", str(port), *args],
+        [sys.executable, "-m", module, "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

@@ -1,10 +1,12 @@
 """`gpufleet login` and `logout` against a real orchestrator and a real OpenID provider: the
-loopback flow (the browser's part driven over HTTP at the URL the CLI prints), the session
-kept 0600 in the config folder and used instead of a key, refreshed once expired, ended."""
+loopback flow (the browser's part driven over HTTP at the URL the CLI prints) and the device
+flow (the code typed at the provider's page), the session kept 0600 in the config folder and
+used instead of a key, refreshed once expired, ended."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +62,8 @@ def start_login(
     assert proc.stderr is not None
     said = proc.stderr.readline()
     assert "Sign in with" in said, said + proc.stderr.read()
+    if " at:" not in said:  # the device flow says it all on its first line
+        return proc, said
     return proc, proc.stderr.readline().strip()
 
 
@@ -131,3 +135,34 @@ def test_login_refuses_a_callback_for_another_request(
     assert proc.returncode != 0
     assert "another request" in stderr
     assert not (Path(env["GPUFLEET_CONFIG_DIR"]) / "signins.json").exists()
+
+
+@pytest.fixture(scope="module")
+def device_server(
+    tmp_path_factory: pytest.TempPathFactory, device_identity_provider: IdentityProvider
+) -> Iterator[ServerProcess]:
+    data = tmp_path_factory.mktemp("sso-device-server")
+    args = device_identity_provider.cli_args(data)
+    flags: dict[str, Any] = {
+        a.removeprefix("--"): v for a, v in zip(args[::2], args[1::2], strict=True)
+    }
+    yield from serving(data, **flags)
+
+
+def test_login_uses_the_device_flow_where_the_provider_offers_it(
+    device_server: ServerProcess,
+    device_identity_provider: IdentityProvider,
+    env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    device_identity_provider.set_user("sub-device", preferred_username="on-a-tablet")
+    proc, said = start_login(device_server, env, tmp_path)
+    found = re.search(r"open (\S+) and enter the code (\S+)", said)
+    assert found, said
+    device_identity_provider.approve_device(found[1], found[2], "sub-device")
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "as on-a-tablet (level viewer)" in stdout
+    me = gpufleet(device_server, env, tmp_path, "users", "show", "me", "--json")
+    assert me.returncode == 0, me.stderr
+    assert orjson.loads(me.stdout)["name"] == "on-a-tablet"

@@ -24,13 +24,19 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
-from gpufleet.errors import ConfigurationError, IdentityProviderDown, Unauthenticated
+from gpufleet.errors import (
+    ConfigurationError,
+    IdentityProviderDown,
+    InvalidInput,
+    Unauthenticated,
+)
 from gpufleet.server.settings import ServerSettings
 
 log = logging.getLogger("gpufleet.server.oidc")
 LEEWAY_S = 60  # clock skew allowed between the provider and this server
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
 TIMEOUT_S = 10.0
+DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 
 
 @dataclass
@@ -147,6 +153,55 @@ class Provider:
 
     async def refresh(self, refresh_token: str) -> dict[str, Any]:
         return await self._token(refresh_token=refresh_token)
+
+    async def device_authorization(self) -> dict[str, Any]:
+        """A device code and the user code to type at the provider (RFC 8628), asked with
+        this client's credentials."""
+        meta = await self.metadata()
+        endpoint = meta.get("device_authorization_endpoint")
+        if not endpoint:
+            raise InvalidInput(
+                "the identity provider offers no device flow; sign in with `gpufleet login` "
+                "on a machine with a browser"
+            )
+        answer = await self._post(str(endpoint), {"scope": " ".join(self.scopes)})
+        if answer.status_code != 200:
+            raise IdentityProviderDown(
+                f"the identity provider refused a device code ({answer.text[:200]}); try again"
+            )
+        return cast(dict[str, Any], answer.json())
+
+    async def device_token(self, device_code: str) -> dict[str, Any] | None:
+        """The tokens once the person approved the device code; None while they have not
+        (`authorization_pending`, `slow_down`)."""
+        meta = await self.metadata()
+        answer = await self._post(
+            str(meta["token_endpoint"]), {"grant_type": DEVICE_GRANT, "device_code": device_code}
+        )
+        if answer.status_code == 200:
+            return cast(dict[str, Any], answer.json())
+        try:
+            error = str(answer.json().get("error"))
+        except ValueError:
+            error = answer.text[:80]
+        if error in ("authorization_pending", "slow_down"):
+            return None
+        raise Unauthenticated(
+            f"the identity provider refused the device sign-in: {error}; run `gpufleet login` again"
+        )
+
+    async def _post(self, url: str, form: dict[str, str]) -> httpx.Response:
+        try:
+            async with httpx.AsyncClient(timeout=TIMEOUT_S) as http:
+                return await http.post(
+                    url,
+                    data={"client_id": self.client_id, **form},
+                    auth=(self.client_id, self.client_secret),
+                )
+        except httpx.HTTPError as exc:
+            raise IdentityProviderDown(
+                f"the identity provider did not answer {url} ({exc}); try again"
+            ) from exc
 
     async def userinfo(self, access_token: str) -> dict[str, Any]:
         meta = await self.metadata()

@@ -8,14 +8,22 @@ from urllib.parse import parse_qs
 
 from fastapi import Depends, Query, Request
 from pydantic import BaseModel, ValidationError
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from gpufleet.errors import DomainError, InvalidInput, PayloadTooLarge
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.routes import api_router
 from gpufleet.server.routes.ui import render, render_signin, safe_next, with_session
 from gpufleet.server.schemas.base import Ok
-from gpufleet.server.schemas.sso import CliSessionOut, RedeemCode, Refresh, SsoInfo
+from gpufleet.server.schemas.sso import (
+    CliSessionOut,
+    DeviceCode,
+    DeviceStart,
+    Pending,
+    RedeemCode,
+    Refresh,
+    SsoInfo,
+)
 from gpufleet.server.services import sessions, sso, sso_flows
 from gpufleet.server.services.auth import Principal
 
@@ -41,6 +49,7 @@ async def info(ctx: Ctx) -> SsoInfo:
         provider_name=ctx.sso.name,
         scopes=list(ctx.sso.scopes),
         authorization_endpoint=str(meta["authorization_endpoint"]),
+        device_flow=bool(meta.get("device_authorization_endpoint")),
         oidc_only=ctx.settings.oidc_only,
     )
 
@@ -108,6 +117,30 @@ async def refresh(ctx: Ctx, client: Client, request: Request) -> CliSessionOut:
     read again from the provider."""
     body = await _form(request, Refresh)
     return _out(await sso_flows.refresh(ctx, body.refresh_token, client))
+
+
+@router.post("/api/sso/device", response_model=DeviceStart, tags=["sso"])
+async def device_start(ctx: Ctx) -> DeviceStart:
+    """The device flow (where the provider offers it): a user code for the person to type at
+    the provider's page, and the device code the CLI then polls with."""
+    return DeviceStart(**await sso_flows.device_start(ctx))
+
+
+@router.post(
+    "/api/sso/device/token",
+    response_model=CliSessionOut,
+    responses={202: {"model": Pending, "description": "not approved yet: poll again"}},
+    tags=["sso"],
+    openapi_extra=FORM_BODY,
+)
+async def device_poll(ctx: Ctx, client: Client, request: Request) -> Response:
+    """The session once the person approved the device code at the provider; 202 until
+    then."""
+    body = await _form(request, DeviceCode)
+    found = await sso_flows.device_poll(ctx, body.device_code, client)
+    if found is None:
+        return JSONResponse(Pending().model_dump(), status_code=202)
+    return JSONResponse(_out(found).model_dump(mode="json"))
 
 
 @router.delete("/api/sso/session", response_model=Ok, tags=["sso"])

@@ -18,6 +18,7 @@ class SsoInfo(Strict):
     provider_name: str | None = None
     scopes: list[str] = []
     authorization_endpoint: str | None = None
+    device_flow: bool = False  # the provider offers the device authorization grant
     oidc_only: bool = False
 
 
@@ -38,3 +39,20 @@ class CliSessionOut(Strict):
     refresh_token: str | None
     user: str
     level: str
+
+
+class DeviceStart(Strict):
+    device_code: str
+    user_code: str
+    verification_uri: str
+    verification_uri_complete: str | None = None
+    expires_in: int
+    interval: int
+
+
+class DeviceCode(Strict):
+    device_code: str = Opaque
+
+
+class Pending(Strict):
+    pending: bool = True

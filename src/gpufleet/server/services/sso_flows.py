@@ -222,3 +222,24 @@ async def _cli_session(
         user=user.name,
         level=user.level.value,
     )
+
+
+async def device_start(ctx: Context) -> dict[str, Any]:
+    """The device flow's first step, for a CLI without a browser at hand (RFC 8628)."""
+    found = await sso.provider(ctx).device_authorization()
+    keep = ("device_code", "user_code", "verification_uri", "verification_uri_complete")
+    return {
+        **{k: str(found[k]) for k in keep if isinstance(found.get(k), str)},
+        "expires_in": int(found.get("expires_in") or 600),
+        "interval": int(found.get("interval") or 5),
+    }
+
+
+async def device_poll(ctx: Context, device_code: str, client: str | None) -> CliSession | None:
+    """The session once the person approved the device code; None while they have not."""
+    async with counted(ctx, client):
+        tokens = await sso.provider(ctx).device_token(device_code)
+        if tokens is None:
+            return None
+        claims = await _claims(ctx, tokens, nonce=None)
+        return await _cli_session(ctx, claims, tokens, None, client)
