@@ -103,15 +103,14 @@ class IdentityProvider:
             **more,
         }
 
-    def cli_args(self, folder: Path) -> list[str]:
-        return [
-            "--oidc-issuer",
-            self.issuer,
-            "--oidc-client-id",
-            CLIENT_ID,
-            "--oidc-client-secret-file",
-            str(self.secret_file(folder)),
-        ]
+    def server_flags(self, folder: Path, **more: Any) -> dict[str, Any]:
+        """`gpufleet server`'s flags (tests/e2e/conftest.py `serving`) for this provider."""
+        return {
+            "oidc-issuer": self.issuer,
+            "oidc-client-id": CLIENT_ID,
+            "oidc-client-secret-file": str(self.secret_file(folder)),
+            **more,
+        }
 
 
 @contextlib.contextmanager

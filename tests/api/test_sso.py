@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from tests.api.conftest import Fleet
+from tests.api.conftest import Fleet, fleet_with
 from tests.oidc_provider import IdentityProvider
 
 GROUP_MAP = ("gpu-admins=admin", "ml=researcher:ml")
@@ -23,15 +23,9 @@ GROUP_MAP = ("gpu-admins=admin", "ml=researcher:ml")
 async def sso_fleet(
     tmp_path: Path, database_url: str, identity_provider: IdentityProvider
 ) -> AsyncIterator[Fleet]:
-    fleet = Fleet(tmp_path, database_url)
-    fleet.settings = fleet.settings.model_copy(
-        update=identity_provider.settings(tmp_path, oidc_group_map=GROUP_MAP)
-    )
-    await fleet.start()
-    try:
+    settings = identity_provider.settings(tmp_path, oidc_group_map=GROUP_MAP)
+    async with fleet_with(tmp_path, database_url, **settings) as fleet:
         yield fleet
-    finally:
-        await fleet.stop()
 
 
 async def begin(browser: httpx.AsyncClient, target: str = "/queue") -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.conftest import Fleet
+from tests.api.conftest import Fleet, fleet_with
 from tests.oidc_provider import IdentityProvider
 
 
@@ -16,15 +16,9 @@ from tests.oidc_provider import IdentityProvider
 async def device_fleet(
     tmp_path: Path, database_url: str, device_identity_provider: IdentityProvider
 ) -> AsyncIterator[Fleet]:
-    fleet = Fleet(tmp_path, database_url)
-    fleet.settings = fleet.settings.model_copy(
-        update=device_identity_provider.settings(tmp_path, oidc_group_map=("ops=lead:ops",))
-    )
-    await fleet.start()
-    try:
+    settings = device_identity_provider.settings(tmp_path, oidc_group_map=("ops=lead:ops",))
+    async with fleet_with(tmp_path, database_url, **settings) as fleet:
         yield fleet
-    finally:
-        await fleet.stop()
 
 
 async def test_a_device_code_gives_a_session_once_the_person_typed_it(
@@ -60,13 +54,8 @@ async def test_a_made_up_device_code_is_refused_and_counted(device_fleet: Fleet)
 async def test_a_provider_without_the_device_grant_says_so(
     tmp_path: Path, database_url: str, identity_provider: IdentityProvider
 ) -> None:
-    fleet = Fleet(tmp_path, database_url)
-    fleet.settings = fleet.settings.model_copy(update=identity_provider.settings(tmp_path))
-    await fleet.start()
-    try:
+    async with fleet_with(tmp_path, database_url, **identity_provider.settings(tmp_path)) as fleet:
         assert (await fleet.http.get("/api/sso")).json()["device_flow"] is False
         answer = await fleet.http.post("/api/sso/device")
         assert answer.status_code == 422
         assert "no device flow" in answer.json()["detail"]
-    finally:
-        await fleet.stop()

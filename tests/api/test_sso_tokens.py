@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from gpufleet.errors import Unauthenticated
 from gpufleet.server.oidc_client import Provider
 from gpufleet.store import open_store
-from tests.api.conftest import Fleet, both_databases
+from tests.api.conftest import Fleet, both_databases, fleet_with
 from tests.api.test_artifact_records import _migrate
 from tests.oidc_provider import IdentityProvider
 
@@ -34,15 +34,9 @@ FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 async def sso_fleet(
     tmp_path: Path, database_url: str, identity_provider: IdentityProvider
 ) -> AsyncIterator[Fleet]:
-    fleet = Fleet(tmp_path, database_url)
-    fleet.settings = fleet.settings.model_copy(
-        update=identity_provider.settings(tmp_path, oidc_group_map=("gpu-admins=admin",))
-    )
-    await fleet.start()
-    try:
+    settings = identity_provider.settings(tmp_path, oidc_group_map=("gpu-admins=admin",))
+    async with fleet_with(tmp_path, database_url, **settings) as fleet:
         yield fleet
-    finally:
-        await fleet.stop()
 
 
 def _unpadded(part: str) -> bytes:
@@ -212,12 +206,8 @@ async def test_without_single_sign_on_its_routes_say_it_is_off(fleet: Fleet) -> 
 async def test_oidc_only_takes_keys_of_service_users_alone(
     tmp_path: Path, database_url: str, identity_provider: IdentityProvider
 ) -> None:
-    fleet = Fleet(tmp_path, database_url)
-    fleet.settings = fleet.settings.model_copy(
-        update=identity_provider.settings(tmp_path, oidc_only=True)
-    )
-    await fleet.start()
-    try:
+    settings = identity_provider.settings(tmp_path, oidc_only=True)
+    async with fleet_with(tmp_path, database_url, **settings) as fleet:
         keys = {}
         for name, service in (("person", False), ("robot", True)):
             made = await fleet.admin.post(
@@ -246,8 +236,6 @@ async def test_oidc_only_takes_keys_of_service_users_alone(
         got = (await cli_sign_in(fleet, identity_provider, "sub-only")).json()
         bearer = {"Authorization": f"Bearer {got['token']}"}
         assert (await fleet.http.get("/api/users/me", headers=bearer)).status_code == 200
-    finally:
-        await fleet.stop()
 
 
 async def test_the_token_endpoints_take_a_small_form_and_count_refusals(

@@ -4,7 +4,6 @@ a real provider process), and back signed in at the level the groups map to."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -19,12 +18,8 @@ def server(
     tmp_path_factory: pytest.TempPathFactory, identity_provider: IdentityProvider
 ) -> Iterator[ServerProcess]:
     data = tmp_path_factory.mktemp("sso-orchestrator")
-    args = identity_provider.cli_args(data)
-    flags: dict[str, Any] = {
-        a.removeprefix("--"): v for a, v in zip(args[::2], args[1::2], strict=True)
-    }
-    flags |= {"oidc-provider-name": "Mock IdP", "oidc-group-map": "gpu-admins=admin,ml=lead:ml"}
-    yield from serving(data, **flags)
+    more = {"oidc-provider-name": "Mock IdP", "oidc-group-map": "gpu-admins=admin,ml=lead:ml"}
+    yield from serving(data, **identity_provider.server_flags(data, **more))
 
 
 def authorize_at_provider(page: Page, sub: str) -> None:

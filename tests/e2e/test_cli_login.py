@@ -26,11 +26,8 @@ def sso_server(
     tmp_path_factory: pytest.TempPathFactory, identity_provider: IdentityProvider
 ) -> Iterator[ServerProcess]:
     data = tmp_path_factory.mktemp("sso-server")
-    args = identity_provider.cli_args(data)
-    flags: dict[str, Any] = {
-        a.removeprefix("--"): v for a, v in zip(args[::2], args[1::2], strict=True)
-    }
-    yield from serving(data, **flags, **{"oidc-group-map": "gpu-admins=admin"})
+    more = {"oidc-group-map": "gpu-admins=admin"}
+    yield from serving(data, **identity_provider.server_flags(data, **more))
 
 
 @pytest.fixture
@@ -142,11 +139,7 @@ def device_server(
     tmp_path_factory: pytest.TempPathFactory, device_identity_provider: IdentityProvider
 ) -> Iterator[ServerProcess]:
     data = tmp_path_factory.mktemp("sso-device-server")
-    args = device_identity_provider.cli_args(data)
-    flags: dict[str, Any] = {
-        a.removeprefix("--"): v for a, v in zip(args[::2], args[1::2], strict=True)
-    }
-    yield from serving(data, **flags)
+    yield from serving(data, **device_identity_provider.server_flags(data))
 
 
 def test_login_uses_the_device_flow_where_the_provider_offers_it(
