@@ -21,7 +21,7 @@ from authlib.integrations.base_client.errors import OAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from authlib.oauth2 import OAuth2Error
 from joserfc import jwt
-from joserfc.errors import JoseError
+from joserfc.errors import InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 
 from gpufleet.errors import (
@@ -216,9 +216,7 @@ class Provider:
             keys = await self._key_set(fresh=False)
             try:
                 token = jwt.decode(id_token, keys, algorithms=list(ALGORITHMS))
-            except JoseError as exc:
-                if type(exc).__name__ != "InvalidKeyIdError":
-                    raise
+            except InvalidKeyIdError:
                 token = jwt.decode(  # a key rotated in since: read the keys again, once
                     id_token, await self._key_set(fresh=True), algorithms=list(ALGORITHMS)
                 )
