@@ -78,6 +78,7 @@ async def test_an_admin_adds_lists_and_deletes_a_webhook_whose_secret_never_come
         "worker.lost",
         "job.approved",
         "job.rejected",
+        "gpu.fault",
     }
     assert set(listed["formats"]) == {"gpufleet", "slack", "discord"}
     assert hook["format"] == "gpufleet"  # unless told

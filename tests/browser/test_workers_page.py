@@ -372,7 +372,8 @@ def test_a_never_connected_worker_is_counted_as_such_in_one_colour_and_never_los
     )
     # The counts' line (a note on jobs no worker can run may follow it: the server is shared
     # with other modules' tests).
-    summary = next((x for x in listed.stdout.splitlines() if "never connected" in x), "")
+    # Rows say "never connected" too: the counts' line is the one that starts "N workers:".
+    summary = next((x for x in listed.stdout.splitlines() if re.match(r"\d+ workers?: ", x)), "")
     assert f"{len(never)} never connected" in summary, listed.stdout
 
     # A name with a space is refused, in the dialog, with the rule; nothing is created.

@@ -125,9 +125,14 @@ def test_an_idle_persistent_command_worker_is_retired_by_the_terminate_script(
     try:
         [job] = held_jobs(server, pool, gate := state / "go", count=1)
         wait_job(server, job, "running", timeout=60)
-        [up] = launches(server, pool)
+        # The job may run before the loop's next pass marks its launch registered.
+        [up] = wait_until(
+            lambda: (xs := launches(server, pool)) and xs[0]["state"] == "registered" and xs,
+            timeout=15,
+            message="the launch to be marked registered",
+        )
         token = (state / f"{up['instance_id']}.token").read_text()
-        assert up["state"] == "registered" and heartbeat(server, up, token) == 200, up
+        assert heartbeat(server, up, token) == 200, up
         gate.touch()
         assert wait_job(server, job, "completed", "failed", timeout=30)["status"] == "completed"
         gone, others = retired_one(server, pool, min_workers=0)

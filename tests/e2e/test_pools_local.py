@@ -159,8 +159,16 @@ def test_an_idle_persistent_worker_above_min_is_drained_terminated_and_its_token
             timeout=60,
             message="both jobs to run, each on a worker launched for it",
         )
-        up = launches(server, pool)
-        assert [x["state"] for x in up] == ["registered"] * 2, up
+        # A job may run before the loop's next pass marks its launch registered.
+        up = wait_until(
+            lambda: (
+                (xs := launches(server, pool))
+                and [x["state"] for x in xs] == ["registered"] * 2
+                and xs
+            ),
+            timeout=15,
+            message="both launches to be marked registered",
+        )
         tokens = {x["id"]: spied_token(server, pool, x) for x in up}
         assert [heartbeat(server, x, tokens[x["id"]]) for x in up] == [200, 200]
         gate.touch()

@@ -44,7 +44,8 @@ def list_workers(api: ApiClient, statuses: tuple[str, ...], as_json: bool) -> No
             w["worker_type"] + (" (local)" if w["is_local"] else ""),
             _gpus(w),
             {**w["labels"], **w["admin_labels"]},
-            w["current_job_id"] or w.get("held_note"),  # idle, and held for a gang: why
+            # idle and held for a gang, or kept from jobs by its health: why
+            w["current_job_id"] or w.get("held_note") or _health_note(w),
             out.ago(w["last_heartbeat"]),
         )
         for w in body["workers"]
@@ -92,6 +93,7 @@ def show_worker(api: ApiClient, worker: str, as_json: bool) -> None:
                 ("admin labels", w["admin_labels"]),
                 ("current job", w["current_job_id"]),
                 ("held", _held(w)),
+                *_health(w),
                 ("jobs run", w["jobs_run"]),
                 ("last heartbeat", out.when(w["last_heartbeat"])),
                 ("connected", out.when(w["up_since"])),
@@ -245,6 +247,37 @@ def _held(w: dict[str, Any]) -> str | None:
     """Why an idle worker is kept from other jobs: the gang it is held for, since when."""
     note = w.get("held_note")
     return None if note is None else f"{note}, since {out.when(w.get('held_since'))}"
+
+
+def _health(w: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Its health's rows, only those that say something (docs/workers.md, Health)."""
+    rows = [
+        ("gpu faults", _faults(w)),
+        ("drained because", w.get("drain_reason")),
+        ("infra failures", w.get("infra_failures") or None),
+        ("preflight", _preflight(w)),
+    ]
+    return [(name, value) for name, value in rows if value is not None]
+
+
+def _faults(w: dict[str, Any]) -> str | None:
+    """Its faulty GPUs, taken out until it registers again."""
+    faults = w.get("gpu_faults") or []
+    return "; ".join(f"GPU {f['index']}: {f['reason']}" for f in faults) or None
+
+
+def _preflight(w: dict[str, Any]) -> str | None:
+    error = w.get("preflight_error")
+    return None if error is None else f"failing (no job until it passes):\n{error}"
+
+
+def _health_note(w: dict[str, Any]) -> str | None:
+    """One line for the list: its failing preflight's last line, its faults, the breaker."""
+    error = w.get("preflight_error")
+    if error is not None:
+        return "preflight fails: " + (str(error).strip().splitlines() or [""])[-1][:120]
+    reason: str | None = w.get("drain_reason")
+    return reason or _faults(w)
 
 
 def _status(w: dict[str, Any]) -> Text:

@@ -94,6 +94,7 @@ class Capacity:
     spent: bool = False  # an ephemeral worker that has already run its one job
     current_job_id: str | None = None
     features: frozenset[Feature] | None = None  # None: never registered, not known yet
+    unhealthy: bool = False  # its preflight fails: `draining` to dispatch, not drained
 
 
 GLOB_CHARS = "*?["
@@ -143,6 +144,7 @@ class Why(StrEnum):
     LABEL_MISMATCH = "label_mismatch"
     BUSY = "busy"
     DRAINING = "draining"
+    UNHEALTHY = "unhealthy"  # its preflight fails (docs/workers.md, Health)
     OFFLINE = "offline"
     CONNECTING = "connecting"
     SPENT = "spent"
@@ -201,6 +203,8 @@ class Reason:
                 return f"is busy with job {p['job_id']}" if p.get("job_id") else "is busy"
             case Why.DRAINING:
                 return "is draining"
+            case Why.UNHEALTHY:
+                return "is unhealthy: its preflight fails"
             case Why.OFFLINE:
                 return "is offline"
             case Why.CONNECTING:
@@ -287,7 +291,7 @@ def reasons_not_running(req: Requirement, cap: Capacity) -> list[Reason]:
     reasons.extend(label_mismatches(req.labels, cap.labels))
     unavailable = {
         WorkerStatus.BUSY: Reason(Why.BUSY, {"job_id": cap.current_job_id}),
-        WorkerStatus.DRAINING: Reason(Why.DRAINING),
+        WorkerStatus.DRAINING: Reason(Why.UNHEALTHY if cap.unhealthy else Why.DRAINING),
         WorkerStatus.OFFLINE: Reason(Why.OFFLINE),
         WorkerStatus.CONNECTING: Reason(Why.CONNECTING),
     }

@@ -26,6 +26,7 @@ class Presence(StrEnum):
     IDLE = "idle"
     BUSY = "busy"
     DRAINING = "draining"
+    UNHEALTHY = "unhealthy"  # its preflight fails: offered nothing until it passes
     OFFLINE = "offline"
 
 
@@ -37,6 +38,7 @@ PRESENCE_TEXT: dict[Presence, str] = {
     Presence.IDLE: "idle",
     Presence.BUSY: "busy",
     Presence.DRAINING: "draining",
+    Presence.UNHEALTHY: "unhealthy: its preflight fails",
     Presence.OFFLINE: "offline",
 }
 
@@ -50,6 +52,7 @@ PRESENCE_TONE: dict[Presence, WorkerStatus] = {
     Presence.IDLE: WorkerStatus.IDLE,
     Presence.BUSY: WorkerStatus.BUSY,
     Presence.DRAINING: WorkerStatus.DRAINING,
+    Presence.UNHEALTHY: WorkerStatus.DRAINING,
     Presence.OFFLINE: WorkerStatus.OFFLINE,
 }
 
@@ -90,6 +93,8 @@ def presence(worker: Worker) -> Presence:
         return Presence.DISCONNECTED
     if worker.status is WorkerStatus.CONNECTING:
         return Presence.CONNECTING
+    if worker.preflight_error is not None and not worker.drained and not worker.offline:
+        return Presence.UNHEALTHY  # status `draining`, as the dispatcher sees it
     return Presence(worker.status.value)
 
 

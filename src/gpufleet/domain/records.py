@@ -32,6 +32,16 @@ class GpuStat:
     utilization_pct: float | None  # of the last sample period, 0-100
     memory_used_gb: float | None
     memory_total_gb: float | None
+    temperature_c: float | None = None  # from its health reading (domain/gpu_health.py)
+    throttle: str | None = None  # its active clock throttle reasons, in words
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFault:
+    """A GPU its worker no longer offers (domain/gpu_health.py `fault_of`), and why."""
+
+    index: int
+    reason: str
 
 
 def effective_labels(reported: dict[str, str], admin: dict[str, str]) -> dict[str, str]:
@@ -74,6 +84,10 @@ class Worker:
     held_for: str | None = None
     held_since: datetime | None = None
     held_note: str | None = None
+    gpu_faults: tuple[GpuFault, ...] = ()  # its faulty GPUs, until it registers again
+    preflight_error: str | None = None  # its preflight's output while it fails: unhealthy
+    drain_reason: str | None = None  # why it was drained (the circuit breaker says)
+    infra_failures: int = 0  # attempts in a row ended by infrastructure failure
 
     @property
     def offline(self) -> bool:
@@ -116,6 +130,7 @@ class Worker:
             spent=self.spent,
             current_job_id=self.current_job_id,
             features=self.features if self.registered else None,
+            unhealthy=self.preflight_error is not None and not self.drained,
         )
 
     @property

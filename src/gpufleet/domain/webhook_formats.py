@@ -47,6 +47,15 @@ def _lost(p: dict[str, Any]) -> str:
     return said + (f" (its job {worker['job_id']})" if worker.get("job_id") else "")
 
 
+def _gpu_fault(p: dict[str, Any]) -> str:
+    worker = p.get("worker") or {}
+    said = (
+        f"Worker {_clip(worker.get('name'), 128)} took GPU {_clip(p.get('gpu_index'), 8)} out: "
+        f"{_clip(p.get('reason'))}"
+    )
+    return said + (f" (its job {p['job_id']} was requeued)" if p.get("job_id") else "")
+
+
 def _judged(p: dict[str, Any]) -> str:
     job = p.get("job") or {}
     # "rita's job j_1 …": the submitter named as they are, never re-cased
@@ -66,6 +75,7 @@ _SAYS: dict[str, Callable[[dict[str, Any]], str]] = {
     "job.failed": _ended,
     "job.cancelled": _ended,
     "worker.lost": _lost,
+    "gpu.fault": _gpu_fault,
     "job.approved": _judged,
     "job.rejected": _judged,
     "test": _test,

@@ -34,6 +34,7 @@ class Subscription(StrEnum):
     WORKER_LOST = "worker.lost"
     JOB_APPROVED = "job.approved"
     JOB_REJECTED = "job.rejected"
+    GPU_FAULT = "gpu.fault"
 
 
 SUBSCRIPTION_HELP: dict[Subscription, str] = {
@@ -42,6 +43,7 @@ SUBSCRIPTION_HELP: dict[Subscription, str] = {
     Subscription.WORKER_LOST: "a worker stopped sending heartbeats and was marked offline",
     Subscription.JOB_APPROVED: "a job held for approval was approved (its submitter hears it)",
     Subscription.JOB_REJECTED: "a job held for approval was rejected (its submitter hears why)",
+    Subscription.GPU_FAULT: "a worker took a faulty GPU out (XID, ECC, fell off the bus)",
 }
 
 
@@ -54,6 +56,7 @@ class Event(StrEnum):
     WORKER_LOST = "worker.lost"
     JOB_APPROVED = "job.approved"
     JOB_REJECTED = "job.rejected"
+    GPU_FAULT = "gpu.fault"
     TEST = "test"  # the UI's *Send test*: sent to one webhook, whatever it subscribes to
 
 
@@ -120,6 +123,7 @@ HEARD_BY: dict[Event, frozenset[Subscription]] = {
     Event.WORKER_LOST: frozenset({Subscription.WORKER_LOST}),
     Event.JOB_APPROVED: frozenset({Subscription.JOB_APPROVED}),
     Event.JOB_REJECTED: frozenset({Subscription.JOB_REJECTED}),
+    Event.GPU_FAULT: frozenset({Subscription.GPU_FAULT}),
     Event.TEST: frozenset(),
 }
 

@@ -59,6 +59,17 @@ class Metrics:
         self.requeues = Counter(
             "gpufleet_requeues", "Jobs put back in the queue, by reason", ["reason"], registry=r
         )
+        self.gpu_faults = Counter(
+            "gpufleet_gpu_faults",
+            "GPUs taken out of their worker, by why (xid, ecc, lost, memory)",
+            ["kind"],
+            registry=r,
+        )
+        self.breaker_trips = Counter(
+            "gpufleet_breaker_trips",
+            "Workers drained by the circuit breaker (infrastructure failures in a row)",
+            registry=r,
+        )
         self.auth_failures = Counter(
             "gpufleet_auth_failures",
             "Failed authentications, by credential",
@@ -137,6 +148,10 @@ class Metrics:
                 self._by_name[name].observe(value)
             elif name == "requeue":
                 self.requeues.labels(*labels).inc(value)
+            elif name == "gpu_fault":
+                self.gpu_faults.labels(*labels).inc(value)
+            elif name == "breaker_trip":
+                self.breaker_trips.inc(value)
             elif name == "heartbeat":
                 self.heartbeats.inc(value)
             elif name == "auth_failure":

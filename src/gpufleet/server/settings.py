@@ -69,6 +69,7 @@ class ServerSettings(BaseModel):
     audit_key_file: Path | None = _declared("audit_key_file")  # None: <data-dir>/audit.key
     auth_failure_limit: int = _declared("auth_failure_limit")
     poison_after_workers: int = _declared("poison_after_workers")
+    drain_after_infra_failures: int = _declared("drain_after_infra_failures")
     artifacts: str | None = _declared("artifacts")  # None: <data-dir>/artifacts
     artifact_max_job_bytes: int = _declared("artifact_max_job_bytes")
     workdir_max_bytes: int = _declared("workdir_max_bytes")

@@ -168,6 +168,17 @@ SERVER = Table(
         metavar="N",
     ),
     Setting(
+        "drain_after_infra_failures",
+        Kind.INT,
+        "A worker on which N attempts in a row ended by infrastructure failure (lost, could "
+        "not start, a GPU fault) is drained until an admin undrains it (the circuit breaker; "
+        "0: never).",
+        default=3,
+        least=0,
+        metavar="N",
+        see="workers.md#circuit-breaker",
+    ),
+    Setting(
         "artifacts",
         Kind.TEXT,
         "Where jobs' artifacts and checkpoints are kept: a folder (or file://…), enough for "

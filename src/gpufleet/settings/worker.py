@@ -183,4 +183,21 @@ WORKER = Table(
         metavar="SECONDS",
         see="artifacts.md",
     ),
+    Setting(
+        "preflight",
+        Kind.TEXT,
+        "A health check run (by the shell) at start and before each job; while it exits "
+        "non-zero the worker is unhealthy: offered no job, its output shown, checked again "
+        "every --preflight-interval.",
+        metavar="CMD",
+        see="workers.md#health-checks-preflight",
+    ),
+    Setting(
+        "preflight_interval",
+        Kind.DURATION,
+        "While the preflight fails, how often it is run again.",
+        default=60.0,
+        above=0,
+        metavar="SECONDS",
+    ),
 )

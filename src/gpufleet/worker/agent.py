@@ -39,14 +39,15 @@ from gpufleet.errors import AgentError
 from gpufleet.protocol import EventType
 from gpufleet.supervisor import Supervisor
 from gpufleet.worker.backoff import Backoff
-from gpufleet.worker.channel import StopReason
+from gpufleet.worker.channel import StopReason, deliver
 from gpufleet.worker.client import OrchestratorClient
 from gpufleet.worker.detect import Capabilities
 from gpufleet.worker.errors import Fenced, InvalidToken, Rejected, Unreachable
 from gpufleet.worker.gpu_load import UsageSampler
+from gpufleet.worker.health import AgentHealth
 from gpufleet.worker.jobrun import JobRun
 from gpufleet.worker.offer import BadOffer, Offer
-from gpufleet.worker.registration import registration
+from gpufleet.worker.registration import registered_as, registration
 from gpufleet.worker.settings import AgentSettings
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class Agent:
         capabilities: Capabilities,
         client: OrchestratorClient,
         usage: UsageSampler | None = None,
+        health: AgentHealth | None = None,
     ) -> None:
         self._settings = settings
         self._caps = capabilities
@@ -69,6 +71,9 @@ class Agent:
         if usage is None and capabilities.accelerator_type == "cuda":
             usage = UsageSampler([gpu.index for gpu in capabilities.gpus])
         self._usage = usage
+        cuda = [gpu.index for gpu in capabilities.gpus if capabilities.accelerator_type == "cuda"]
+        self._health = health or AgentHealth(cuda, settings.preflight, settings.preflight_interval)
+        self._checking: str | None = None  # the offer whose preflight runs
         self._supervisor = Supervisor()
         self._connected = asyncio.Event()
         self._wake = asyncio.Event()  # something changed that `_reconcile` must look at
@@ -89,6 +94,7 @@ class Agent:
 
     async def run(self, *, stop: asyncio.Event | None = None) -> int:
         """Serve until an exit rule says stop; 0 then. Raises `AgentError` on fatal errors."""
+        await self._health.start(self._supervisor, self._beat_now.set, lambda: self._job is None)
         self._supervisor.spawn("session", self._session(), forever=True)
         heartbeat = self._supervisor.spawn("heartbeat", self._heartbeats(), forever=True)
         self._heartbeat_task = heartbeat
@@ -125,24 +131,9 @@ class Agent:
         self._wake.set()
 
     # -- job channel (see jobrun.Channel) ----------------------------------------------
-
     async def deliver_status(self, job_id: str, body: Json) -> None:
-        backoff = Backoff(self._settings.reconnect_base, self._settings.reconnect_cap)
-        while True:
-            await self._connected.wait()
-            try:
-                await self._client.job_status(job_id, body)
-                return
-            except Unreachable as exc:
-                delay = backoff.next()
-                log.info(
-                    "status %s of %s waits %.1f s: %s",
-                    body.get("status"),
-                    job_id,
-                    delay,
-                    exc.message,
-                )
-                await asyncio.sleep(delay)
+        again = Backoff(self._settings.reconnect_base, self._settings.reconnect_cap)
+        await deliver(self._client.job_status, self._connected, again, job_id, body)
 
     async def send_logs(self, job_id: str, body: Json) -> None:
         await self._connected.wait()
@@ -185,7 +176,9 @@ class Agent:
             try:
                 if not self._finishing:
                     stats = await asyncio.to_thread(self._usage.sample) if self._usage else None
+                    await asyncio.to_thread(self._health.read)
                     body = protocol.heartbeat(self.worker_id, *self._current(), stats)
+                    body.update(self._health.fields())
                     self._on_heartbeat_answer(await self._client.heartbeat(body))
             except (Unreachable, Rejected, InvalidToken, Fenced) as exc:
                 # Fenced: marked offline while it was away (frozen, partitioned); the server
@@ -249,6 +242,8 @@ class Agent:
     def _accepting(self) -> bool:
         return (
             self._job is None
+            and self._checking is None
+            and not self._health.failing
             and not (self._finishing or self._shutdown or self._stop_requests or self._preempts)
             and not self._server_draining
             and (self._settings.persistent or self._jobs_done == 0)
@@ -272,18 +267,8 @@ class Agent:
             log.info("the orchestrator resumes job %s on this worker", self._job.label)
         elif self._job is None and resume:
             log.warning("the orchestrator thinks this worker runs %s; it does not", resume)
-        caps = self._caps
-        log.log(
-            logging.INFO if first else logging.WARNING,
-            "registered as %s (%s) with %s, offering %d GPU(s) (%s), %d CPU cores, %.1f GB RAM",
-            worker_id,
-            answer.get("name"),
-            self._client.url,
-            caps.gpu_count,
-            caps.accelerator_type,
-            caps.cpu_cores,
-            caps.ram_gb,
-        )
+        said = registered_as(worker_id, answer.get("name"), self._client.url, self._caps)
+        log.log(logging.INFO if first else logging.WARNING, "%s", said)
         self._connected.set()
         self._beat_now.set()
         return worker_id
@@ -309,10 +294,29 @@ class Agent:
         if self._job is not None and self._job.offer.job_id == offer.job_id:
             log.debug("offer of %s again: already ours", offer.label)
             return
-        if not self._accepting():
+        if self._checking != offer.job_id and not self._accepting():
             log.info("declining job %s: %s", offer.label, self._state())
-            return
-        gpus = [gpu.index for gpu in self._caps.gpus]
+        elif self._settings.preflight and self._checking is None:
+            self._checking = offer.job_id  # its preflight first (the offer resent: ignored)
+            self._supervisor.spawn(f"preflight {offer.label}", self._check_then(offer, event))
+        elif self._checking is None:
+            self._accept(offer, event)
+
+    async def _check_then(self, offer: Offer, event: Json) -> None:
+        """A failing preflight declines the offer; the heartbeat it sends at once says why
+        (the orchestrator takes the offer back)."""
+        try:
+            await self._health.check()
+        finally:
+            self._checking = None
+        if self._accepting():
+            self._accept(offer, event)
+        else:
+            log.warning("declining job %s: %s", offer.label, self._state())
+        self._beat_now.set()
+
+    def _accept(self, offer: Offer, event: Json) -> None:
+        gpus = [gpu.index for gpu in self._caps.gpus if gpu.index not in self._health.faulty]
         job = JobRun(offer, self._settings, gpus, self, self._client)
         self._job = job
         token = event.get("upload_token")
@@ -382,16 +386,15 @@ class Agent:
     def _state(self) -> str:
         if self._job is not None:
             return f"busy with {self._job.label}"
-        if self._server_draining:
-            return "draining"
+        if self._server_draining or self._health.failing:
+            return "draining" if self._server_draining else "unhealthy: its preflight fails"
         if self._finishing or self._shutdown or self._stop_requests or self._preempts:
             return "stopping"
         return "done with its one job (ephemeral)"
 
     def _current(self) -> tuple[str | None, str | None]:
-        if self._job is None:
-            return None, None
-        return self._job.offer.job_id, self._job.offer.attempt_id
+        job = self._job
+        return (None, None) if job is None else (job.offer.job_id, job.offer.attempt_id)
 
     def _register_body(self) -> Json:
-        return registration(self._settings, self._caps, *self._current())
+        return registration(self._settings, self._caps, *self._current()) | self._health.fields()

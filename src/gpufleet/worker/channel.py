@@ -3,13 +3,19 @@ orchestrator, and the reasons it may be stopped for."""
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from gpufleet.worker.backoff import Backoff
+from gpufleet.worker.errors import Unreachable
 from gpufleet.worker.resume import Downloads
 from gpufleet.worker.uploads import Transfers
 
 Json = dict[str, Any]
+log = logging.getLogger("gpufleet.worker.agent")
 
 
 class Channel(Protocol):
@@ -24,6 +30,26 @@ class Channel(Protocol):
 
 class JobClient(Transfers, Downloads, Protocol):
     """The artifact calls of `OrchestratorClient`."""
+
+
+async def deliver(
+    send: Callable[[str, Json], Awaitable[Json]],
+    connected: asyncio.Event,
+    backoff: Backoff,
+    job_id: str,
+    body: Json,
+) -> None:
+    """Send a job's status until the orchestrator answers, waiting while disconnected and,
+    after each unreachable try, as `backoff` says."""
+    while True:
+        await connected.wait()
+        try:
+            await send(job_id, body)
+            return
+        except Unreachable as exc:
+            delay = backoff.next()
+            log.info("status %s of %s waits %.1f s: %s", body.get("status"), job_id, delay, exc)
+            await asyncio.sleep(delay)
 
 
 class StopReason(enum.Enum):

@@ -26,3 +26,11 @@ def registration(
         "hostname": socket.gethostname(),
         "features": [feature.value for feature in AGENT_FEATURES],
     }
+
+
+def registered_as(worker_id: str, name: object, url: str, caps: Capabilities) -> str:
+    """What the agent logs once registered."""
+    return (
+        f"registered as {worker_id} ({name}) with {url}, offering {caps.gpu_count} GPU(s) "
+        f"({caps.accelerator_type}), {caps.cpu_cores} CPU cores, {caps.ram_gb:.1f} GB RAM"
+    )

@@ -56,6 +56,8 @@ class AgentSettings:
     find_links: tuple[str, ...] = _declared("find_links")
     preempt_grace: float = _declared("preempt_grace")
     advertise_addr: str | None = _declared("advertise_addr")  # None: as the orchestrator sees it
+    preflight: str | None = _declared("preflight")  # a shell command; None: no check
+    preflight_interval: float = _declared("preflight_interval")
 
     # Set in code, not on the command line.
     verify_tls: bool = True  # `--ssl-no-verify` turns it off

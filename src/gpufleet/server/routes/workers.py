@@ -5,6 +5,7 @@ Its paths and the events its stream carries are the wire protocol: `gpufleet/pro
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 from fastapi import Query
@@ -16,6 +17,8 @@ from gpufleet.server import sse
 from gpufleet.server.deps import AttemptToken, Client, Ctx, CurrentWorker
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.agent import (
+    GpuHealthIn,
+    GpuStatIn,
     HeartbeatIn,
     HeartbeatOut,
     JobSecretsOut,
@@ -72,6 +75,8 @@ def _registration(body: RegisterIn) -> Registration:
         current_job_id=body.current_job_id,
         current_attempt_id=body.current_attempt_id,
         extra=extra,
+        gpu_health=None if (readings := body.readings()) is None else tuple(readings),
+        preflight=body.preflight_result(),
     )
 
 
@@ -99,6 +104,15 @@ async def stream(
     return sse.stream((await WorkerStream.open(ctx, worker, worker_id)).events())
 
 
+def _stat(load: GpuStatIn, health: GpuHealthIn | None) -> GpuStat:
+    """One GPU's sample: its load, with its temperature and throttling when its health came."""
+    stat = GpuStat(**load.model_dump(include=_GPU_STAT_FIELDS))
+    if health is None:
+        return stat
+    throttle = ", ".join(health.throttle) or None
+    return dataclasses.replace(stat, temperature_c=health.temperature_c, throttle=throttle)
+
+
 @router.post("/heartbeat", response_model=HeartbeatOut)
 async def heartbeat(ctx: Ctx, worker: CurrentWorker, body: HeartbeatIn) -> HeartbeatOut:
     says_no_job = body.status == "idle" or (
@@ -106,9 +120,17 @@ async def heartbeat(ctx: Ctx, worker: CurrentWorker, body: HeartbeatIn) -> Heart
     )
     stats = None
     if body.gpu_stats is not None:
-        stats = [GpuStat(**g.model_dump(include=_GPU_STAT_FIELDS)) for g in body.gpu_stats]
+        health = {g.index: g for g in body.gpu_health or ()}
+        stats = [_stat(g, health.get(g.index)) for g in body.gpu_stats]
     w = await agents.heartbeat(
-        ctx, worker, body.worker_id, body.current_job_id, says_no_job, gpu_stats=stats
+        ctx,
+        worker,
+        body.worker_id,
+        body.current_job_id,
+        says_no_job,
+        gpu_stats=stats,
+        gpu_readings=body.readings(),
+        preflight=body.preflight_result(),
     )
     return HeartbeatOut(ok=True, status=w.status.value, draining=w.drained)
 

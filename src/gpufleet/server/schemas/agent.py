@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from gpufleet.domain.gpu_health import MAX_XIDS, GpuReading, Preflight
 from gpufleet.domain.states import WorkerType
 from gpufleet.server.schemas.base import Lenient
 
@@ -20,7 +21,64 @@ class GpuInfo(Lenient):
     accelerator: str | None = Field(None, max_length=32)
 
 
-class RegisterIn(Lenient):
+class GpuHealthIn(Lenient):
+    """One GPU's health (`gpufleet worker` only; domain.gpu_health.GpuReading)."""
+
+    index: int = Field(ge=0, le=1023)
+    lost: bool = False
+    xids: list[Annotated[int, Field(ge=0, le=1_000_000)]] = Field(
+        default_factory=list, max_length=MAX_XIDS
+    )
+    ecc_uncorrected: int | None = Field(None, ge=0, le=2**62)
+    retired_pending: bool | None = None
+    remap_failed: bool | None = None
+    remap_pending: bool | None = None
+    temperature_c: float | None = Field(None, ge=-100, le=1000)
+    throttle: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list, max_length=32
+    )
+
+    def reading(self) -> GpuReading:
+        return GpuReading(
+            index=self.index,
+            lost=self.lost,
+            xids=tuple(self.xids),
+            ecc_uncorrected=self.ecc_uncorrected,
+            retired_pending=self.retired_pending,
+            remap_failed=self.remap_failed,
+            remap_pending=self.remap_pending,
+            temperature_c=self.temperature_c,
+            throttle=tuple(self.throttle),
+        )
+
+
+class PreflightIn(Lenient):
+    """The worker's preflight as it last ran: passed, or failed with this output."""
+
+    ok: bool
+    output: str = Field("", max_length=100_000)
+
+    def result(self) -> Preflight:
+        return Preflight(ok=self.ok, output=self.output)
+
+
+class Health(Lenient):
+    """What `gpufleet worker` adds to its register and heartbeat bodies; an agent that sends
+    neither (the SimpleTuner agent) reports no health and keeps working unchanged."""
+
+    gpu_health: list[GpuHealthIn] | None = Field(None, max_length=1024)
+    preflight: PreflightIn | None = None
+
+    def readings(self) -> list[GpuReading] | None:
+        if self.gpu_health is None:
+            return None
+        return [g.reading() for g in self.gpu_health]
+
+    def preflight_result(self) -> Preflight | None:
+        return None if self.preflight is None else self.preflight.result()
+
+
+class RegisterIn(Health):
     name: str | None = Field(None, max_length=128)
     persistent: bool | None = None
     worker_type: WorkerType | None = None
@@ -60,7 +118,7 @@ class GpuStatIn(Lenient):
     memory_total_gb: float | None = Field(None, ge=0, le=1e6)
 
 
-class HeartbeatIn(Lenient):
+class HeartbeatIn(Health):
     worker_id: str | None = None
     status: str | None = None
     current_job_id: str | None = Field(None, max_length=64)

@@ -43,6 +43,11 @@ class RotatedToken(BaseModel):
     token: str
 
 
+class GpuFaultOut(Record):
+    index: int
+    reason: str
+
+
 class WorkerOut(Record):
     id: str
     name: str
@@ -81,6 +86,14 @@ class WorkerOut(Record):
     held_for: str | None
     held_since: datetime | None
     held_note: str | None
+    # Health (docs/workers.md): its faulty GPUs, taken out until it registers again (its
+    # `gpu_count` is what it still offers); its failing preflight's output (None: passing or
+    # none); why it was drained (the circuit breaker says; None for an admin's drain); its
+    # attempts in a row ended by infrastructure failure.
+    gpu_faults: list[GpuFaultOut]
+    preflight_error: str | None
+    drain_reason: str | None
+    infra_failures: int
 
     @classmethod
     def shown(cls, w: Worker, silence: timedelta) -> Self:
@@ -107,6 +120,8 @@ class GpuStatOut(Record):
     utilization_pct: float | None
     memory_used_gb: float | None
     memory_total_gb: float | None
+    temperature_c: float | None  # `gpufleet worker` with NVML or nvidia-smi; else None
+    throttle: str | None  # its active clock throttle reasons, in words
 
 
 class WorkedAttemptOut(Record):

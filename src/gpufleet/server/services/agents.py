@@ -12,6 +12,7 @@ from typing import Any
 from gpufleet import protocol
 from gpufleet.domain import rendezvous
 from gpufleet.domain.audit_events import worker_actor
+from gpufleet.domain.gpu_health import GpuReading, Preflight
 from gpufleet.domain.matching import Feature, fits, parse_features, targets_served
 from gpufleet.domain.naming import check_labels
 from gpufleet.domain.records import Attempt, GpuStat, Worker
@@ -19,9 +20,10 @@ from gpufleet.domain.states import ACTIVE_ATTEMPT, TAKEN_ATTEMPT, WorkerType
 from gpufleet.errors import Conflict, Forbidden
 from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import WORKERS_TOPIC, worker_topic
-from gpufleet.server.services import dispatch, fair_queue
+from gpufleet.server.services import dispatch, fair_queue, worker_health
 from gpufleet.server.services.fleet import locked_worker
-from gpufleet.server.services.lifecycle import lose_current_attempt, save_worker
+from gpufleet.server.services.lifecycle import save_worker
+from gpufleet.server.services.losses import lose_current_attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,10 @@ class Registration:
     current_job_id: str | None
     current_attempt_id: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+    # `gpufleet worker` only (the SimpleTuner agent reports neither): its GPUs' health now,
+    # and its preflight's last run
+    gpu_health: tuple[GpuReading, ...] | None = None
+    preflight: Preflight | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +73,12 @@ async def register(
             "gpu_name": reg.gpu_name,
             "gpu_vram_gb": reg.gpu_vram_gb,
             "accelerator_type": reg.accelerator_type,
-            "capabilities": {**reg.extra, "reported_name": reg.name, "address": client},
+            "capabilities": {
+                **reg.extra,
+                "reported_name": reg.name,
+                "address": client,
+                "gpu_count_reported": reg.gpu_count,
+            },
             "reported_labels": check_labels(reg.labels),
             "last_heartbeat": tx.now,
             "offline_since": None,
@@ -97,7 +108,15 @@ async def register(
             worker = await locked_worker(tx, worker.id)
             if worker.current_attempt_id:  # a cancelled attempt it no longer runs
                 changes.update(current_job_id=None, current_attempt_id=None)
-        await save_worker(tx, worker, worker_actor(worker.id), **changes)
+        worker = dataclasses.replace(worker, capabilities=changes["capabilities"])
+        health, off = await worker_health.apply(
+            tx, worker, reg.gpu_health, reg.preflight, registered=reg.gpu_count
+        )
+        if off:  # a fault under the job it resumed: it is requeued, the worker drops it
+            requeued, worker = off, await locked_worker(tx, worker.id)
+            resume, abandon = None, True
+            changes.update(current_job_id=None, current_attempt_id=None)
+        await save_worker(tx, worker, worker_actor(worker.id), **{**changes, **health})
         tx.audit(
             "worker.registered",
             worker_actor(worker.id),
@@ -165,6 +184,8 @@ async def heartbeat(
     current_job_id: str | None,
     says_no_job: bool = False,
     gpu_stats: list[GpuStat] | None = None,
+    gpu_readings: list[GpuReading] | None = None,
+    preflight: Preflight | None = None,
 ) -> Worker:
     """A sign of life, and the job the worker says it runs (`says_no_job`: it said outright
     that it runs none, as both agents do when idle; a heartbeat that says nothing of its job
@@ -175,7 +196,8 @@ async def heartbeat(
     heartbeat timeout), not one write transaction each, and so is the GPU sample one may
     carry (`gpu_stats`; None: the agent sends none). A heartbeat that changes something
     (the worker was marked offline, names a job it no longer holds, frees it, or disowns the
-    job it holds) is a transaction of its own at once.
+    job it holds, or reports a new GPU fault or its preflight's change: `worker_health`) is
+    a transaction of its own at once.
     """
     check_self(worker, claimed_id)
     grace = timedelta(seconds=ctx.settings.ack_timeout)
@@ -188,6 +210,7 @@ async def heartbeat(
             not _names_unheld_job(held, current_job_id)
             and not _lets_go(held, current_job_id)
             and not _disowns(held, says_no_job, ctx.clock(), grace)
+            and not worker_health.changes(worker, gpu_readings, preflight)
         ):
             now = ctx.clock()
             ctx.heartbeats.heard(
@@ -225,7 +248,11 @@ async def heartbeat(
             requeued = await lose_current_attempt(tx, worker, "the worker says it runs no job")
             worker = await locked_worker(tx, worker.id)
             freed = True
-        await save_worker(tx, worker, worker_actor(worker.id), **changes)
+        health, off = await worker_health.apply(tx, worker, gpu_readings, preflight)
+        if off:
+            requeued, worker, freed = off, await locked_worker(tx, worker.id), True
+        freed = freed or health.get("preflight_error", "") is None
+        await save_worker(tx, worker, worker_actor(worker.id), **{**changes, **health})
         worker = await locked_worker(tx, worker.id)
     if requeued:
         await dispatch.dispatch_job(ctx, requeued)

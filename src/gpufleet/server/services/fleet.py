@@ -162,7 +162,8 @@ async def undrain(ctx: Context, worker_id: str, actor: str, client: str | None) 
     async with transaction(ctx) as tx:
         worker = await locked_worker(tx, worker_id)
         if worker.drained:
-            await save_worker(tx, worker, actor, drained=False)
+            # The circuit breaker's count starts again: the admin says the machine is fixed.
+            await save_worker(tx, worker, actor, drained=False, drain_reason=None, infra_failures=0)
             await tx.send_to_worker(worker.id, protocol.undrain())
             tx.wake(WORKERS_TOPIC)
         tx.audit("worker.undrained", actor, worker.id, client)

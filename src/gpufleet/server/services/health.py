@@ -17,9 +17,9 @@ from gpufleet.server.hub import WORKERS_TOPIC, worker_topic
 from gpufleet.server.services import agents, dispatch, node_reports, webhooks
 from gpufleet.server.services.lifecycle import (
     end_attempt,
-    lose_current_attempt,
     save_worker,
 )
+from gpufleet.server.services.losses import lose_current_attempt
 
 log = logging.getLogger("gpufleet.server.health")
 

@@ -38,7 +38,7 @@ from gpufleet.domain.states import (
 from gpufleet.errors import Conflict, NotFound
 from gpufleet.server.context import Tx
 from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic
-from gpufleet.server.services import webhooks
+from gpufleet.server.services import breaker, webhooks
 from gpufleet.store.queries.jobs import NewJob
 
 KEEPS_HOLD = frozenset({WorkerStatus.IDLE, WorkerStatus.CONNECTING})  # held for a gang
@@ -62,7 +62,10 @@ async def save_worker(
 
     status = derive_worker_status(
         offline=fact("offline_since", worker.offline_since) is not None,
-        drained=fact("drained", worker.drained),
+        # A worker whose preflight fails is out like a drained one (offered nothing), but
+        # not drained: its agent is not told to leave, and it is back once the check passes.
+        drained=fact("drained", worker.drained)
+        or fact("preflight_error", worker.preflight_error) is not None,
         has_job=fact("current_attempt_id", worker.current_attempt_id) is not None,
         stream_open=fact("stream_owner", worker.stream_owner) is not None,
     )
@@ -220,10 +223,16 @@ async def move_attempt(tx: Tx, attempt: Attempt, new: AttemptStatus, **values: A
 
 
 async def release_worker(
-    tx: Tx, worker_id: str, attempt: Attempt, locked: Worker | None = None
+    tx: Tx,
+    worker_id: str,
+    attempt: Attempt,
+    locked: Worker | None = None,
+    ended: AttemptStatus | None = None,
+    gpu_fault: bool = False,
 ) -> bool:
     """Free the worker that held this attempt; True if it was still holding it. `locked`:
-    the worker as this transaction read it under its row lock, if it did (not read again)."""
+    the worker as this transaction read it under its row lock, if it did (not read again).
+    `ended`: how the attempt ended, counted by the circuit breaker (`services/breaker.py`)."""
     if locked is not None and locked.id == worker_id:
         worker: Worker | None = locked
     else:
@@ -231,12 +240,18 @@ async def release_worker(
     if worker is None or worker.current_attempt_id != attempt.id:
         return False
     ran = attempt.acknowledged_at is not None or attempt.status in REPORTED_ATTEMPT
+    counted = (
+        {}
+        if ended is None
+        else await breaker.count(tx, worker, attempt, ended, gpu_fault=gpu_fault)
+    )
     await save_worker(
         tx,
         worker,
         current_job_id=None,
         current_attempt_id=None,
         jobs_run=worker.jobs_run + (1 if ran else 0),
+        **counted,
     )
     return True
 
@@ -252,20 +267,24 @@ async def end_attempt(
     by_user: bool = False,
     locked: Worker | None = None,
     ended_at: datetime | None = None,
+    gpu_fault: bool = False,
 ) -> JobStatus:
     """End the job's current attempt and apply what `outcomes.decide` makes of the job.
 
     Returns the job's new status. A cancel by the user keeps the worker busy until it
     confirms the process is gone; any other ending frees it at once. `locked`: see
     `release_worker`. `ended_at`: when the attempt ended, if before now (a lost one).
+    `gpu_fault`: its worker took a GPU out under it (the circuit breaker counts it).
     """
     # An attempt the queue policy preempted counts as preempted however it ends.
     outcome = outcomes.counted_as(outcome, attempt.preempted_by, by_user=by_user)
     when = {} if ended_at is None else {"ended_at": ended_at}
     await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code, **when)
     if not by_user:
+        # The breaker counts single-node attempts: a gang's end does not say which node failed.
+        counted = outcome if job.nodes == 1 else None
         for worker_id in await _node_workers(tx, job, attempt, outcome, error, locked):
-            await release_worker(tx, worker_id, attempt, locked)
+            await release_worker(tx, worker_id, attempt, locked, counted, gpu_fault)
     tx.audit(
         "attempt.ended",
         SYSTEM_ACTOR,
@@ -358,33 +377,6 @@ async def _apply(
                 tx, job, JobStatus.FAILED, ended_at=tx.now, exit_code=exit_code, error=reason
             )
             return JobStatus.FAILED
-
-
-async def lose_current_attempt(
-    tx: Tx, worker: Worker, why: str, *, silent: bool = False
-) -> str | None:
-    """The worker no longer has its job: withdraw or lose the attempt. Returns the job id.
-    `silent`: it was found silent, so the attempt ended at its last sign of life
-    (`outcomes.lost_at`), not now."""
-    if worker.current_attempt_id is None:
-        return None
-    attempt = await tx.q.get_attempt(worker.current_attempt_id)
-    if attempt is None or attempt.status not in ACTIVE_ATTEMPT:
-        return None
-    job = await tx.q.get_job(attempt.job_id, lock=True)
-    if job is None or job.current_attempt_id != attempt.id:
-        await move_attempt(tx, attempt, AttemptStatus.LOST, error=why)
-        return None
-    outcome = (
-        AttemptStatus.WITHDRAWN if attempt.status is AttemptStatus.OFFERED else AttemptStatus.LOST
-    )
-    ended_at = None
-    if silent:
-        # A gang's live nodes commit their parts after the lost node's last beat: count them.
-        committed = await tx.q.last_commit(attempt.id)
-        ended_at = outcomes.lost_at(worker.last_heartbeat, attempt.offered_at, tx.now, committed)
-    await end_attempt(tx, job, attempt, outcome, error=why, ended_at=ended_at)
-    return job.id
 
 
 def no_job(job_id: str) -> NotFound:

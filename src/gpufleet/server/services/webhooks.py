@@ -133,6 +133,16 @@ async def worker_lost(tx: Tx, worker: Worker, reason: str, job_id: str | None) -
     await enqueue(tx, Event.WORKER_LOST, subject)
 
 
+async def gpu_fault(tx: Tx, worker: Worker, index: int, reason: str, job_id: str | None) -> None:
+    subject = {
+        "worker": {"id": worker.id, "name": worker.name},
+        "gpu_index": index,
+        "reason": reason,
+        "job_id": job_id,  # the job it was running, requeued
+    }
+    await enqueue(tx, Event.GPU_FAULT, subject)
+
+
 # ---- what an admin does -------------------------------------------------------------------
 
 

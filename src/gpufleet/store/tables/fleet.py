@@ -41,6 +41,13 @@ workers = sa.Table(
     sa.Column("held_for", sa.String(32)),
     sa.Column("held_since", UTCDateTime),
     sa.Column("held_note", sa.String(200)),
+    # its health (domain/gpu_health.py, 0026): faulty GPUs ([{index, reason}], kept until it
+    # registers again), a failing preflight's output, why it was drained, and its run of
+    # attempts ended by infrastructure failure (the circuit breaker's count)
+    sa.Column("gpu_faults", JSON),
+    sa.Column("preflight_error", sa.Text),
+    sa.Column("drain_reason", sa.String(500)),
+    sa.Column("infra_failures", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_workers_status", "status"),
     sa.Index("ix_workers_held", "held_for"),
     sa.Index("ix_workers_match", "status", "is_local", "gpu_count", "id"),

@@ -24,6 +24,24 @@ function connection(w) {
   return ["Connected since", h("span", {}, when(w.up_since), " (", span(w.up_since, null), ")")];
 }
 
+// Its health (docs/workers.md, Health): faulty GPUs taken out, the circuit breaker's drain,
+// a failing preflight and the tail of its output.
+function healthFacts(w) {
+  const pairs = [];
+  if (w.gpu_faults.length) {
+    pairs.push(["GPU faults", h("ul", { "data-fact": "gpu-faults" }, w.gpu_faults.map((f) =>
+      h("li", { "data-gpu-fault": f.index, text: `GPU ${f.index}: ${f.reason} (no longer offered)` })))]);
+  }
+  if (w.drain_reason) pairs.push(["Drained because", h("span", { "data-fact": "drain-reason", text: w.drain_reason })]);
+  if (w.infra_failures) pairs.push(["Infrastructure failures in a row", String(w.infra_failures)]);
+  if (w.preflight_error !== null) {
+    pairs.push(["Preflight", h("div", {},
+      h("span", { text: "failing: offered no job until it passes" }),
+      h("pre", { class: "mono", "data-fact": "preflight", text: w.preflight_error }))]);
+  }
+  return pairs;
+}
+
 function facts(w) {
   const machine = [
     w.cpu_cores ? `${w.cpu_cores} CPU cores` : null,
@@ -44,6 +62,7 @@ function facts(w) {
     ...(w.held_note
       ? [["Held", h("a", { href: `/queue/${w.held_for}`, "data-fact": "held", text: w.held_note })]]
       : []),
+    ...healthFacts(w),
     ["Jobs run", String(w.jobs_run)],
     ["Machine", machine || dash()],
     ["Created", when(w.created_at)],
@@ -77,7 +96,7 @@ function gpuRows(w) {
       h("td", { "data-label": "#", class: "num", text: String(g.index) }),
       h("td", { "data-label": "Model", text: g.name || "GPU" }),
       h("td", { "data-label": "Memory" }, g.memory_gb ? gb(g.memory_gb) : dash()),
-      h("td", { "data-label": "Utilisation", class: "usage" }, s ? utilisation(s) : dash()),
+      h("td", { "data-label": "Utilisation", class: "usage" }, s ? utilisation(s) : dash(), s ? heat(s) : null),
       h("td", { "data-label": "Memory in use", class: "usage" }, s ? memoryUse(s) : dash()));
   });
 }
@@ -88,6 +107,14 @@ function utilisation(s) {
   return h("span", { class: "gauge", "data-utilization": pct },
     h("meter", { min: 0, max: 100, value: pct, "aria-label": `GPU ${s.index} ${pct}% busy` }),
     ` ${pct} %`);
+}
+
+// Its temperature and throttling, where its agent reads them: shown, never a fault.
+function heat(s) {
+  if (s.temperature_c === null && !s.throttle) return null;
+  const said = [s.temperature_c === null ? null : `${Math.round(s.temperature_c)} °C`,
+    s.throttle ? `throttled: ${s.throttle}` : null].filter(Boolean).join(" · ");
+  return h("div", { class: "muted", "data-heat": s.index, text: said });
 }
 
 function memoryUse(s) {

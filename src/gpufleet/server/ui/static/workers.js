@@ -10,12 +10,27 @@ import { URL_KEY, loadOrchestrator as loadOwn, orchestrator, showSecret, workerA
 
 const error = $("#error");
 
+// Why its health keeps it from jobs (docs/workers.md, Health): a failing preflight (its
+// output's last line; the whole tail on its page), the circuit breaker's drain, faulty GPUs.
+function health(w) {
+  const lines = [];
+  if (w.preflight_error !== null) {
+    const last = w.preflight_error.trim().split("\n").pop().slice(0, 160);
+    lines.push(h("div", { class: "muted health", "data-health": "preflight", text: `preflight fails: ${last}` }));
+  }
+  if (w.drain_reason) lines.push(h("div", { class: "muted health", "data-health": "drain", text: w.drain_reason }));
+  for (const f of w.gpu_faults) {
+    lines.push(h("div", { class: "muted health", "data-health": "gpu-fault", text: `GPU ${f.index} out: ${f.reason}` }));
+  }
+  return lines;
+}
+
 function row(w) {
   // The words and the uptime are the server's (presence, up_since): one home for both.
   const up = w.up_since;
   return h("tr", { "data-worker": w.name, "data-status": w.status, "data-presence": w.presence },
     h("td", { "data-label": "Name" }, h("strong", {}, h("a", { href: `/workers/${w.id}`, text: w.name })), h("div", { class: "muted mono", text: w.id })),
-    h("td", { "data-label": "Status", class: "status" }, workerBadge(w), workerDue(w)),
+    h("td", { "data-label": "Status", class: "status" }, workerBadge(w), workerDue(w), health(w)),
     h("td", { "data-label": "Type", text: w.worker_type }),
     h("td", { "data-label": "GPUs" }, workerGpus(w)),
     h("td", { "data-label": "Labels" }, labels(w.labels)),
