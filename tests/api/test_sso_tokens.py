@@ -276,7 +276,7 @@ async def test_migration_0027_makes_the_built_in_admin_a_service_user_and_downgr
     store = await open_store(database_url)
     try:
         async with store.engine.begin() as conn:
-            await conn.run_sync(_migrate, "0025", down=True)
+            await conn.run_sync(_migrate, "0026", down=True)
             columns, tables = await conn.run_sync(_user_columns)
             assert "service" not in columns and "identities" not in tables
             await conn.execute(

@@ -209,9 +209,8 @@ class Attempt:
 
 @dataclass(frozen=True, slots=True)
 class AttemptNode:
-    """One node of a gang's attempt: its rank (0 first), its worker and where it stands in
-    the two-phase start; `address` and `port` (rank 0's MASTER_PORT) are filled in by the
-    rendezvous."""
+    """One node of a gang's attempt: its rank (0 first), its worker, where it stands in the
+    two-phase start; `address` and `port` (rank 0's MASTER_PORT) come from the rendezvous."""
 
     attempt_id: str
     rank: int

@@ -3,7 +3,7 @@ sign in as, and `users.service`, the owners of automation's keys (with --oidc-on
 keys taken); the built-in admin is one (admin.token stays the operator's key)
 
 Revision ID: 0027
-Revises: 0025
+Revises: 0026
 Create Date: 2026-11-27 20:00:00
 """
 
@@ -15,7 +15,7 @@ from alembic import op
 from gpufleet.store.tables import UTCDateTime
 
 revision: str = "0027"
-down_revision: str | None = "0025"
+down_revision: str | None = "0026"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
