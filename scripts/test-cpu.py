@@ -10,9 +10,10 @@ prefix, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 40
 wall: collections.Counter[str] = collections.Counter()
 own: collections.Counter[str] = collections.Counter()
 kids: collections.Counter[str] = collections.Counter()
-for path in glob.glob(prefix + ".*"):
-    for line in open(path, encoding="utf-8"):
-        nodeid, w, o, k = line.rstrip("\n").split("\t")
+for path in glob.glob(prefix + ".gw*") or glob.glob(prefix + ".main"):  # xdist: workers only
+    with open(path, encoding="utf-8") as lines:
+        rows = [line.rstrip("\n").split("\t") for line in lines]
+    for nodeid, w, o, k in rows:
         name = nodeid.split("::")[0]
         wall[name] += float(w)
         own[name] += float(o)
@@ -21,7 +22,10 @@ cpu = {name: own[name] + kids[name] for name in wall}
 tiers: collections.Counter[str] = collections.Counter()
 for name, value in cpu.items():
     tiers[name.split("/")[1]] += value
-print(f"total CPU {sum(cpu.values()):.0f} s, wall (summed over test processes) {sum(wall.values()):.0f} s")
+print(
+    f"total CPU {sum(cpu.values()):.0f} s, "
+    f"wall (summed over test processes) {sum(wall.values()):.0f} s"
+)
 for tier, value in tiers.most_common():
     print(f"  {tier:10s} {value:7.0f} CPU-s")
 print(f"{'CPU-s':>7} {'own':>6} {'kids':>6} {'wall':>6}  file")

@@ -22,6 +22,8 @@ import hypothesis
 import pytest
 import pytest_asyncio
 
+from tests.oidc_provider import IdentityProvider, running_provider
+
 # `gpufleet run` remembers the digests of folders it packed (cli/digests.py): in a temporary
 # folder of its own, not in the home folder of whoever runs the tests.
 os.environ.setdefault("GPUFLEET_CACHE_DIR", tempfile.mkdtemp(prefix="gpufleet-cli-cache-"))
@@ -230,3 +232,17 @@ def s3_endpoint() -> Iterator[str]:
 
     with moto_s3() as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def identity_provider() -> Iterator[IdentityProvider]:
+    """A real OpenID Connect provider process (tests/oidc_provider.py)."""
+    with running_provider() as provider:
+        yield provider
+
+
+@pytest.fixture(scope="session")
+def device_identity_provider() -> Iterator[IdentityProvider]:
+    """The provider with the device authorization grant (tests/oidc_device_provider.py)."""
+    with running_provider("tests.oidc_device_provider") as provider:
+        yield provider

@@ -12,7 +12,8 @@
     │   ├── Unauthenticated         401: no credentials, or credentials we do not recognise
     │   ├── Forbidden               403: valid credentials without the needed permission
     │   ├── PayloadTooLarge         413: the body is over the limit
-    │   └── TooManyRequests         429: too many failed authentications from one address
+    │   ├── TooManyRequests         429: too many failed authentications from one address
+    │   └── IdentityProviderDown    502: the single sign-on provider did not answer as it should
     ├── StoreError                  the database failed underneath us
     │   └── ArtifactStoreError      the artifact store (data folder or bucket) failed
     ├── ConfigurationError          settings that cannot work (bad URL, unreadable data dir)
@@ -95,6 +96,10 @@ class TooManyRequests(DomainError):
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class IdentityProviderDown(DomainError):
+    status_code = 502
 
 
 class StoreError(GpufleetError):

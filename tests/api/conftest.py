@@ -494,6 +494,18 @@ class Fleet:
         return "\n".join(parts)
 
 
+@contextlib.asynccontextmanager
+async def fleet_with(tmp_path: Path, database_url: str, **settings: Any) -> AsyncIterator[Fleet]:
+    """A fleet started with other settings (single sign-on's, tests/oidc_provider.py)."""
+    configured = Fleet(tmp_path, database_url)
+    configured.settings = configured.settings.model_copy(update=settings)
+    await configured.start()
+    try:
+        yield configured
+    finally:
+        await configured.stop()
+
+
 @pytest.fixture
 async def fleet(tmp_path: Path, database_url: str) -> AsyncIterator[Fleet]:
     running = await Fleet(tmp_path, database_url).start()

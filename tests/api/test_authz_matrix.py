@@ -122,6 +122,12 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("put", "/api/teams/{team}/secrets/{name}"): "queue.submit",
     ("delete", "/api/teams/{team}/secrets/{name}"): "queue.submit",
     ("get", "/api/workers/job/{job_id}/secrets"): WORKER,
+    ("get", "/api/sso"): OPEN,  # where `gpufleet login` signs in
+    ("post", "/api/sso/token"): OPEN,  # its body is the credential (tests/api/test_sso_tokens.py)
+    ("post", "/api/sso/refresh"): OPEN,  # likewise
+    ("post", "/api/sso/device"): OPEN,  # a device code to poll with: no credential yet
+    ("post", "/api/sso/device/token"): OPEN,  # its body is the credential
+    ("delete", "/api/sso/session"): ANY_KEY,
     ("get", "/healthz"): OPEN,
     ("get", "/readyz"): OPEN,
     ("get", "/metrics"): "metrics.read",

@@ -22,6 +22,7 @@ import httpx
 from httpx_sse import connect_sse
 
 from gpufleet import address
+from gpufleet.cli import signins
 from gpufleet.cli.options import CA_CERT, SSL_NO_VERIFY, setting
 from gpufleet.client_tls import verify_for
 from gpufleet.errors import (
@@ -56,10 +57,18 @@ def resolve_url(url: str | None, data_dir: Path) -> str:
     return left.url if left else DEFAULT_URL
 
 
-def resolve_key(api_key: str | None, data_dir: Path) -> str:
-    """The key given, else the admin key the orchestrator left in its data folder."""
+def resolve_key(
+    api_key: str | None,
+    data_dir: Path,
+    url: str | None = None,
+    verify: ssl.SSLContext | bool = True,
+) -> str:
+    """The key given, else the session of `gpufleet login` for `url` (refreshed if it
+    expired), else the admin key the orchestrator left in its data folder."""
     if api_key and api_key.strip():
         return api_key.strip()
+    if url is not None and (token := signins.token_for(url, verify)):
+        return token
     path = data_dir / "admin.token"
     try:
         key = path.read_text().strip()
@@ -67,8 +76,9 @@ def resolve_key(api_key: str | None, data_dir: Path) -> str:
         key = ""
     if not key:
         raise ConfigurationError(
-            f"no API key: pass --api-key or set GPUFLEET_API_KEY (no admin key at {path}; "
-            "point --data-dir / GPUFLEET_DATA_DIR at the orchestrator's data folder)"
+            f"no API key: run `gpufleet login`, or pass --api-key or set GPUFLEET_API_KEY (no "
+            f"admin key at {path}; point --data-dir / GPUFLEET_DATA_DIR at the orchestrator's "
+            "data folder)"
         )
     return key
 
@@ -97,7 +107,11 @@ class ApiClient:
             base_url=url,
             timeout=timeout,
             verify=verify_for([url], verify),
-            headers={"Authorization": f"Bearer {api_key}", "Accept": "application/json"},
+            headers={
+                "Accept": "application/json",
+                # none for `gpufleet login`'s calls before it has a session
+                **({"Authorization": f"Bearer {api_key}"} if api_key else {}),
+            },
         )
 
     def __enter__(self) -> ApiClient:
@@ -116,6 +130,10 @@ class ApiClient:
 
     def post(self, path: str, body: Any = None) -> Any:
         return self._request("POST", path, json=body)
+
+    def post_form(self, path: str, fields: dict[str, str]) -> Any:
+        """POST an urlencoded form (single sign-on's token endpoints, as OAuth's own)."""
+        return self._request("POST", path, data=fields)
 
     def put(self, path: str, body: Any = None, **params: Any) -> Any:
         return self._request("PUT", path, json=body, params=_drop_none(params))
@@ -313,7 +331,8 @@ _API_OPTIONS = (
         "--api-key",
         var="API_KEY",
         metavar="KEY",
-        help="API key; default: the admin key in <data-dir>/admin.token.",
+        help="API key; default: the session of `gpufleet login`, else the admin key in "
+        "<data-dir>/admin.token.",
     ),
     setting(
         "--data-dir",
@@ -325,6 +344,13 @@ _API_OPTIONS = (
     CA_CERT,
     SSL_NO_VERIFY,
 )
+
+
+def verify_option(ca_cert: Path | None, ssl_no_verify: bool) -> ssl.SSLContext | bool:
+    """How to check the orchestrator's certificate, as --ca-cert and --ssl-no-verify say."""
+    if ssl_no_verify:
+        return False
+    return ssl.create_default_context(cafile=str(ca_cert)) if ca_cert is not None else True
 
 
 def api_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -340,11 +366,10 @@ def api_options(command: Callable[..., Any]) -> Callable[..., Any]:
         ssl_no_verify: bool,
         **kwargs: Any,
     ) -> Any:
-        key = resolve_key(api_key, data_dir)
-        verify: ssl.SSLContext | bool = not ssl_no_verify
-        if ca_cert is not None and not ssl_no_verify:
-            verify = ssl.create_default_context(cafile=str(ca_cert))
-        with ApiClient(resolve_url(url, data_dir), key, data_dir=data_dir, verify=verify) as api:
+        verify = verify_option(ca_cert, ssl_no_verify)
+        target = resolve_url(url, data_dir)
+        key = resolve_key(api_key, data_dir, target, verify)
+        with ApiClient(target, key, data_dir=data_dir, verify=verify) as api:
             return command(*args, api=api, **kwargs)
 
     for option in reversed(_API_OPTIONS):
@@ -355,3 +380,11 @@ def api_options(command: Callable[..., Any]) -> Callable[..., Any]:
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print the API's JSON answer instead (for scripts)."
 )
+
+
+def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The connection options less the key (`gpufleet login`, `logout`): the command gets
+    `url`, `data_dir`, `ca_cert` and `ssl_no_verify`."""
+    for option in reversed([o for o in _API_OPTIONS if o is not _API_OPTIONS[1]]):
+        command = option(command)
+    return command

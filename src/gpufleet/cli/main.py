@@ -29,6 +29,8 @@ COMMANDS = {
     "webhooks": "gpufleet.cli.webhooks",
     "pools": "gpufleet.cli.pools",
     "secrets": "gpufleet.cli.secrets",
+    "login": "gpufleet.cli.login",
+    "logout": "gpufleet.cli.login",
 }
 
 

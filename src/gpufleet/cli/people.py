@@ -126,6 +126,7 @@ def _print_user(u: dict[str, Any]) -> None:
                 ("max jobs", u["max_jobs"]),
                 ("max queued", u["max_queued"]),
                 ("api keys", u["keys"]),
+                ("service user", "yes" if u.get("service") else "no"),
                 ("created", out.when(u["created_at"])),
             ]
         )
@@ -136,15 +137,27 @@ def _print_user(u: dict[str, Any]) -> None:
 @click.argument("name")
 @click.option("--level", required=True, type=click.Choice(LEVELS), help="What they may do.")
 @click.option("--team", help="A team to put them in; it becomes their default team.")
+@click.option(
+    "--service",
+    is_flag=True,
+    help="A service user (automation): their API keys work under --oidc-only.",
+)
 @_limit_options(*USER_LIMITS)
 @json_option
 @api_options
 def create_user(
-    api: ApiClient, name: str, level: str, team: str | None, as_json: bool, **limits: Any
+    api: ApiClient,
+    name: str,
+    level: str,
+    team: str | None,
+    service: bool,
+    as_json: bool,
+    **limits: Any,
 ) -> None:
     """Create the user NAME; then give them a key: gpufleet keys create NAME-key --user NAME."""
     body = api.post(
-        "/api/users", {"name": name, "level": level, "team": team, **_changes(**limits)}
+        "/api/users",
+        {"name": name, "level": level, "team": team, "service": service, **_changes(**limits)},
     )
     if as_json:
         out.print_json(body)

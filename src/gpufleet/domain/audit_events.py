@@ -52,6 +52,7 @@ EVENT_TYPES = frozenset(
         "team.updated",
         "user.created",
         "user.deleted",
+        "user.signed_in",
         "user.updated",
         "worker.created",
         "worker.deleted",

@@ -209,9 +209,8 @@ class Attempt:
 
 @dataclass(frozen=True, slots=True)
 class AttemptNode:
-    """One node of a gang's attempt: its rank (0 first), its worker and where it stands in
-    the two-phase start; `address` and `port` (rank 0's MASTER_PORT) are filled in by the
-    rendezvous."""
+    """One node of a gang's attempt: its rank (0 first), its worker, where it stands in the
+    two-phase start; `address` and `port` (rank 0's MASTER_PORT) come from the rendezvous."""
 
     attempt_id: str
     rank: int
@@ -299,6 +298,7 @@ class User:
     usage: float  # decayed GPU-seconds, over all teams, as of `usage_at`
     usage_at: datetime | None
     created_at: datetime
+    service: bool = False  # automation's owner: its keys work under --oidc-only
 
 
 @dataclass(frozen=True, slots=True)

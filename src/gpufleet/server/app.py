@@ -21,6 +21,7 @@ from gpufleet.server.context import Context
 from gpufleet.server.door import CloseAfterRefusal, RefuseNulInUrl
 from gpufleet.server.headers import ResponseHeaders
 from gpufleet.server.local import parse_local_gpus, start_local_runner
+from gpufleet.server.oidc_client import sso_provider
 from gpufleet.server.providers import Providers
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.routes import (
@@ -42,6 +43,7 @@ from gpufleet.server.routes import (
     s3_storage,
     secrets,
     simpletuner_queue,
+    sso,
     ui,
     uploads,
     webhooks,
@@ -155,6 +157,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
             audit_key=audit.load_key(settings.audit_key_file or settings.data_dir / "audit.key"),
             artifacts=open_artifact_store(settings.artifact_settings()),
             auth_failures=FailureLimiter(settings.auth_failure_limit, settings.auth_failure_window),
+            sso=sso_provider(settings),
         )
         app.state.ctx = ctx
         logs.set_replica(ctx.instance_id)
@@ -266,6 +269,8 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         events.router,
         ops.router,
         history.router,
+        sso.router,
+        sso.ui_router,
         ui.router,
     )
     app = FastAPI(

@@ -25,6 +25,7 @@ from gpufleet.server.memory import (
     WorkdirListings,
 )
 from gpufleet.server.metrics import Metrics, Observation
+from gpufleet.server.oidc_client import Provider
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.settings import ServerSettings
 from gpufleet.store import Queries, Store
@@ -51,6 +52,8 @@ class Context:
     # Signs web UI sessions; the app loads it from <data-dir>/ui-secret so sessions outlive
     # a restart and any replica on the same data folder accepts them.
     ui_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    # Single sign-on's provider (--oidc-issuer); None when off.
+    sso: Provider | None = None
     # The other replicas on a shared PostgreSQL database (wake-ups, presence, leadership).
     replicas: Replicas = field(init=False)
     # ---- the parts: this process's own state, one purpose each ----

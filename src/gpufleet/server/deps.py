@@ -78,6 +78,9 @@ class KeyOrSession(Credential[Principal]):
         api_key = headers.get("x-api-key")
         presented = _bearer(headers.get("authorization")) or (api_key.strip() if api_key else None)
         cookie = request.cookies.get(sessions.SESSION_COOKIE)
+        if presented is not None and presented.startswith(sessions.TOKEN_PREFIX):
+            # `gpufleet login`'s short-lived session token (single sign-on)
+            return await sessions.authenticate_token(get_ctx(request), presented, self.permission)
         if presented is None and cookie:
             # The web UI calls the same API with its session cookie, CSRF-checked on writes.
             csrf = headers.get(sessions.CSRF_HEADER)

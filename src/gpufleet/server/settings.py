@@ -19,6 +19,7 @@ from pydantic import (
 
 from gpufleet.address import check_public_url, default_public_url
 from gpufleet.artifacts.backends import ArtifactSettings, default_artifact_url
+from gpufleet.domain.sso import check_issuer, parse_group_map
 from gpufleet.domain.webhook_targets import AllowList
 from gpufleet.errors import ConfigurationError
 from gpufleet.logs import Format
@@ -77,6 +78,15 @@ class ServerSettings(BaseModel):
     webhook_timeout: float = _declared("webhook_timeout")
     webhook_allow_hosts: tuple[str, ...] = _declared("webhook_allow_hosts")
     forwarded_allow_ips: str = _declared("forwarded_allow_ips")
+    oidc_issuer: str | None = _declared("oidc_issuer")  # None: single sign-on off
+    oidc_client_id: str | None = _declared("oidc_client_id")
+    oidc_client_secret_file: Path | None = _declared("oidc_client_secret_file")
+    oidc_provider_name: str | None = _declared("oidc_provider_name")  # None: the issuer's host
+    oidc_scopes: tuple[str, ...] = _declared("oidc_scopes")
+    oidc_groups_claim: str = _declared("oidc_groups_claim")
+    oidc_group_map: tuple[str, ...] = _declared("oidc_group_map")
+    oidc_default_level: str = _declared("oidc_default_level")
+    oidc_only: bool = _declared("oidc_only")
     log_level: str = _declared("log_level")
     log_format: Format = _declared("log_format")
 
@@ -117,6 +127,28 @@ class ServerSettings(BaseModel):
     @classmethod
     def _public_url_is_callable(cls, url: str | None) -> str | None:
         return check_public_url(url) if url else None
+
+    @model_validator(mode="after")
+    def _oidc_is_whole(self) -> ServerSettings:
+        if self.oidc_issuer and not (self.oidc_client_id and self.oidc_client_secret_file):
+            raise ConfigurationError(
+                "--oidc-issuer needs --oidc-client-id and --oidc-client-secret-file: the "
+                "client gpufleet is registered as at the provider (docs/deploy.md)"
+            )
+        if self.oidc_only and not self.oidc_issuer:
+            raise ConfigurationError("--oidc-only needs --oidc-issuer: a provider to sign in at")
+        if self.oidc_issuer and not check_issuer(self.oidc_issuer):
+            raise ConfigurationError(
+                f"--oidc-issuer {self.oidc_issuer!r} is not an https:// URL (http:// only "
+                "on this machine's loopback)"
+            )
+        return self
+
+    @field_validator("oidc_group_map")
+    @classmethod
+    def _group_map_reads(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        parse_group_map(entries)  # its ValueError names the entry
+        return entries
 
     @field_validator("webhook_allow_hosts")
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.artifacts import DEFAULT_MAX_JOB_BYTES
+from gpufleet.domain.levels import Level
 from gpufleet.domain.webhooks import SEND_TIMEOUT_S
 from gpufleet.logs import FORMATS
 from gpufleet.settings.setting import Kind, Setting, Table
@@ -258,6 +259,74 @@ SERVER = Table(
         default="127.0.0.1",
         metavar="ADDRESSES",
         see="deploy.md",
+    ),
+    Setting(
+        "oidc_issuer",
+        Kind.TEXT,
+        "Single sign-on: the OpenID Connect provider's issuer URL (its "
+        ".well-known/openid-configuration is read from it). Off when not given.",
+        metavar="URL",
+        see="security.md#single-sign-on",
+    ),
+    Setting(
+        "oidc_client_id",
+        Kind.TEXT,
+        "The client ID gpufleet is registered under at the provider.",
+        metavar="ID",
+        see="deploy.md#single-sign-on",
+    ),
+    Setting(
+        "oidc_client_secret_file",
+        Kind.EXISTING_FILE,
+        "File holding the client's secret (one line; mode 0600).",
+        see="deploy.md#single-sign-on",
+    ),
+    Setting(
+        "oidc_provider_name",
+        Kind.TEXT,
+        "What the sign-in page's button says: Sign in with NAME.",
+        show_default="the issuer's host",
+        metavar="NAME",
+    ),
+    Setting(
+        "oidc_scopes",
+        Kind.LIST,
+        "Scopes asked of the provider, comma-separated (add the one that releases groups, "
+        "if your provider needs one).",
+        default=("openid", "profile", "email"),
+        metavar="SCOPES",
+    ),
+    Setting(
+        "oidc_groups_claim",
+        Kind.TEXT,
+        "The ID token's (or userinfo's) claim listing the person's groups.",
+        default="groups",
+        metavar="CLAIM",
+    ),
+    Setting(
+        "oidc_group_map",
+        Kind.LIST,
+        "What a group gives, comma-separated GROUP=LEVEL[:TEAM] entries (e.g. "
+        "gpu-admins=admin,ml=researcher:ml): the highest level of a person's groups, and "
+        "membership of the named teams, set again at every sign-in.",
+        default=(),
+        metavar="MAP",
+        see="security.md#single-sign-on",
+    ),
+    Setting(
+        "oidc_default_level",
+        Kind.CHOICE,
+        "The level of a person in no mapped group.",
+        default=Level.VIEWER.value,
+        choices=tuple(level.value for level in Level),
+    ),
+    Setting(
+        "oidc_only",
+        Kind.FLAG,
+        "People sign in through the provider only: an API key is accepted only from a "
+        "service user (automation), on the API and on the sign-in page.",
+        default=False,
+        see="security.md#single-sign-on",
     ),
     Setting(
         "log_level",

@@ -41,7 +41,7 @@ async def list_users(ctx: Ctx, who: Root) -> UserList:
 async def create_user(ctx: Ctx, who: Root, client: Client, body: CreateUser) -> UserOut:
     limits = body.model_dump(include={"max_gpus", "max_jobs", "max_queued"})
     view = await people.create_user(
-        ctx, body.name, body.level, body.team, limits, who.actor, client
+        ctx, body.name, body.level, body.team, limits, who.actor, client, service=body.service
     )
     return UserOut.of_view(view)
 

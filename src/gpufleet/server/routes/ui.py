@@ -38,6 +38,7 @@ from gpufleet.domain.policy import LEVEL_PRIORITY
 from gpufleet.domain.records import LOCAL_WORKER_ID
 from gpufleet.domain.webhooks import FORMAT_HELP, SUBSCRIPTION_HELP
 from gpufleet.errors import Forbidden, InvalidInput, Unauthenticated
+from gpufleet.server.context import Context
 from gpufleet.server.deps import Client, Ctx
 from gpufleet.server.jsonbody import declares_json, is_json
 from gpufleet.server.local import parse_local_gpus
@@ -89,7 +90,7 @@ def static_files() -> StaticFiles:
     return StaticFiles(directory=UI_DIR / "static")
 
 
-def _render(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
+def render(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
     return templates.TemplateResponse(
         request,
         template,
@@ -103,7 +104,7 @@ _C0_AND_SPACE = "".join(map(chr, range(0x21)))
 _TAB_OR_NEWLINE = str.maketrans("", "", "\t\n\r")
 
 
-def _safe_next(target: str | None) -> str:
+def safe_next(target: str | None) -> str:
     """Only paths on this site: never `//elsewhere` or `https://elsewhere`, however written.
 
     Read as a browser's URL parser reads it (WHATWG): leading and trailing C0 controls and
@@ -148,8 +149,8 @@ async def _page(
         **extra,
     }
     if not page.open_to(perms):
-        return _render(request, "forbidden.html", 403, **context)
-    return _render(request, template or f"{page.path.strip('/')}.html", status_code, **context)
+        return render(request, "forbidden.html", 403, **context)
+    return render(request, template or f"{page.path.strip('/')}.html", status_code, **context)
 
 
 @router.get("/")
@@ -163,9 +164,26 @@ async def home(ctx: Ctx, request: Request) -> Response:
 
 @router.get("/signin")
 async def signin_page(
-    request: Request, target: Annotated[str | None, Query(alias="next")] = None
+    ctx: Ctx, request: Request, target: Annotated[str | None, Query(alias="next")] = None
 ) -> Response:
-    return _render(request, "signin.html", next=_safe_next(target), nav=[], page=None)
+    return render_signin(request, ctx, safe_next(target))
+
+
+def render_signin(
+    request: Request, ctx: Context, target: str, status_code: int = 200, error: str = ""
+) -> Response:
+    """The sign-in page: an API key, and the provider's button when single sign-on is on."""
+    return render(
+        request,
+        "signin.html",
+        status_code,
+        next=target,
+        nav=[],
+        page=None,
+        error=error,
+        sso_name=ctx.sso.name if ctx.sso else None,
+        oidc_only=ctx.settings.oidc_only,
+    )
 
 
 @router.get("/workers")
@@ -230,7 +248,7 @@ async def not_found_page(request: Request) -> Response:
     ctx = request.app.state.ctx
     principal = await sessions.current(ctx, request.cookies.get(sessions.SESSION_COOKIE))
     perms = principal.permissions if principal else frozenset()
-    return _render(
+    return render(
         request,
         "not_found.html",
         404,
@@ -316,20 +334,23 @@ async def sign_in(ctx: Ctx, client: Client, request: Request) -> Response:
     if not _same_origin(request):
         raise Forbidden("sign-in from another site refused; open the orchestrator's own page")
     presented, target, from_form = await _credentials(request)
-    target = _safe_next(target)
+    target = safe_next(target)
     try:
         session = await sessions.sign_in(ctx, presented, client)
     except Unauthenticated as exc:
         if not from_form:
             raise
-        return _render(
-            request, "signin.html", 401, next=target, nav=[], page=None, error=exc.message
-        )
+        return render_signin(request, ctx, target, 401, exc.message)
     response: Response = (
         RedirectResponse(target, status_code=303)
         if from_form
         else JSONResponse({"ok": True, "next": target})
     )
+    return with_session(request, response, session)
+
+
+def with_session(request: Request, response: Response, session: sessions.Session) -> Response:
+    """The response, setting the session's cookies."""
     secure = request.url.scheme == "https"
     response.set_cookie(
         sessions.SESSION_COOKIE,

@@ -29,6 +29,7 @@ class CreateUser(Strict):
     max_gpus: int | None = Limit
     max_jobs: int | None = Limit
     max_queued: int | None = Limit
+    service: bool = False  # automation's owner: its keys work under --oidc-only
 
 
 class UpdateUser(Strict):
@@ -73,6 +74,7 @@ class UserOut(Record):
     max_queued: int | None
     created_at: datetime
     keys: int  # active API keys
+    service: bool  # automation's owner (its keys work under --oidc-only)
 
     @classmethod
     def of_view(cls, v: UserView) -> Self:

@@ -120,6 +120,15 @@ async def authenticate_key(
         async with ctx.store.read() as q:
             found = await q.api_key_for_hash(hash_secret(presented))
         if found is not None and same_hash(found[0], presented):
+            if ctx.settings.oidc_only and not found[2].service:
+                await _auth_failed(ctx, "api_key", client, "a person's key under --oidc-only")
+                raise Unauthenticated(
+                    f"this orchestrator signs people in through single sign-on only: the key "
+                    f"of {found[2].name}, who is no service user, is not accepted; sign in with "
+                    "the provider on the sign-in page",
+                    cli="this orchestrator signs people in through single sign-on only; run "
+                    "`gpufleet login` (API keys work for service users only)",
+                )
             principal = permit(Principal(found[1], found[2]), needed)
             await note_use(ctx, principal.key)
             return principal
@@ -190,6 +199,13 @@ async def _worker_for_token(ctx: Context, token_hash: str) -> tuple[str, Worker]
 
     cache = ctx.store.workers
     return await (read() if cache is None else cache.through(token_hash, read))
+
+
+async def credential_refused(ctx: Context, kind: str, client: str | None, why: str) -> None:
+    """Another kind of credential refused (single sign-on's code or refresh token): limited
+    and audited as a wrong key is; 429 once the address is locked out."""
+    _check_not_locked_out(ctx, client)
+    await _auth_failed(ctx, kind, client, why)
 
 
 async def upload_token_refused(ctx: Context, client: str | None, why: str) -> None:
@@ -349,6 +365,7 @@ async def bootstrap_admin_key(ctx: Context) -> str | None:
                 "level": Level.ADMIN.value,
                 "usage": 0.0,
                 "created_at": tx.now,
+                "service": True,  # admin.token is the operator's, also under --oidc-only
             }
         )
         if await tx.q.count_api_keys():

@@ -171,10 +171,12 @@ async def create_user(
     limits: Mapping[str, int | None],
     actor: str,
     client: str | None,
+    *,
+    service: bool = False,
 ) -> UserView:
     """A new user; with `team`, in that team, which becomes their default."""
     rules.check_name("user", name)
-    checked = _limits(USER_LIMITS, limits)
+    checked: dict[str, Any] = {**_limits(USER_LIMITS, limits), "service": service}
     async with _changing(ctx) as tx:
         await _name_free(tx.q, "user", name)
         joined = await _team(tx.q, team) if team is not None else None

@@ -89,10 +89,44 @@ def _signed(secret: bytes, cookie: str, now: datetime) -> Signed | None:
 async def sign_in(ctx: Context, presented: str | None, client: str | None) -> Session:
     """A new session for a valid API key (any permission: the pages follow the key's)."""
     principal = await auth.authenticate_key(ctx, presented, None, client)
-    expiry = int(ctx.clock().timestamp()) + SESSION_SECONDS
-    payload = f"{principal.key.id}.{expiry}.{secrets.token_hex(8)}"
+    return open_session(ctx, principal.key.id)
+
+
+def open_session(ctx: Context, key_id: str, seconds: int = SESSION_SECONDS) -> Session:
+    """A signed session naming the key (single sign-on's sign-in key, or a pasted one)."""
+    expiry = int(ctx.clock().timestamp()) + seconds
+    payload = f"{key_id}.{expiry}.{secrets.token_hex(8)}"
     cookie = f"{payload}.{_sign(ctx.ui_secret, b'session', payload)}"
-    return Session(cookie=cookie, csrf=csrf_token(ctx.ui_secret, cookie), max_age=SESSION_SECONDS)
+    return Session(cookie=cookie, csrf=csrf_token(ctx.ui_secret, cookie), max_age=seconds)
+
+
+# The CLI's session (`gpufleet login`): the same signed value, sent as a bearer token with
+# this prefix. A header is never sent by a browser on its own, so it needs no CSRF token.
+TOKEN_PREFIX = "gfs_"
+CLI_SESSION_SECONDS = 3600
+
+
+def session_token(session: Session) -> str:
+    return TOKEN_PREFIX + session.cookie
+
+
+async def authenticate_token(ctx: Context, token: str, needed: str | None) -> Principal:
+    """The principal behind a CLI session token (`gfs_…`)."""
+    principal = await current(ctx, token.removeprefix(TOKEN_PREFIX))
+    if principal is None:
+        raise Unauthenticated(
+            "your session expired or was revoked; sign in again",
+            cli="your session expired or was revoked; run `gpufleet login` again",
+        )
+    permitted = auth.permit(principal, needed)
+    await auth.note_use(ctx, permitted.key)
+    return permitted
+
+
+async def end_token(ctx: Context, token: str) -> None:
+    """Sign a CLI session token out, on every replica; an ended or forged one has nothing
+    to end."""
+    await _end(ctx, token.removeprefix(TOKEN_PREFIX))
 
 
 async def current(ctx: Context, cookie: str | None) -> Principal | None:
@@ -129,6 +163,10 @@ async def sign_out(ctx: Context, cookie: str | None, csrf: str | None) -> None:
     if not cookie or await current(ctx, cookie) is None:
         return
     await authenticate(ctx, cookie, csrf, "DELETE", None)
+    await _end(ctx, cookie)
+
+
+async def _end(ctx: Context, cookie: str) -> None:
     signed = _signed(ctx.ui_secret, cookie, ctx.clock())
     if signed is None:  # it expired in between
         return

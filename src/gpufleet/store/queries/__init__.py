@@ -11,6 +11,7 @@ from gpufleet.store.queries.attempts import AttemptQueries
 from gpufleet.store.queries.audit import AuditQueries
 from gpufleet.store.queries.fleet_history import FleetHistoryQueries
 from gpufleet.store.queries.gangs import GangQueries
+from gpufleet.store.queries.identities import IdentityQueries
 from gpufleet.store.queries.jobs import JobQueries, NewJob
 from gpufleet.store.queries.keys import KeyQueries
 from gpufleet.store.queries.logs import LOG_SEQ_MAX, LogQueries
@@ -41,6 +42,7 @@ class Queries(
     WorkdirQueries,
     GangQueries,
     PoolQueries,
+    IdentityQueries,
 ):
     """Named queries bound to one connection. The caller owns the transaction."""
 

@@ -3,7 +3,7 @@ the queries are written against, all on the one `metadata` (base.py)."""
 
 from __future__ import annotations
 
-from gpufleet.store.tables.access import api_keys, revoked_sessions
+from gpufleet.store.tables.access import api_keys, identities, revoked_sessions
 from gpufleet.store.tables.audit import audit_events
 from gpufleet.store.tables.base import JSON, UTCDateTime, metadata
 from gpufleet.store.tables.fleet import fleet_samples, worker_events, worker_tokens, workers
@@ -39,6 +39,7 @@ __all__ = [
     "config_versions",
     "configs",
     "fleet_samples",
+    "identities",
     "job_attempts",
     "job_logs",
     "job_secrets",

@@ -1,4 +1,4 @@
-"""API keys, and web sessions signed out before they expire."""
+"""API keys, web sessions signed out before they expire, and single sign-on identities."""
 
 from __future__ import annotations
 
@@ -30,4 +30,19 @@ revoked_sessions = sa.Table(
     sa.Column("expires_at", UTCDateTime, nullable=False),
     sa.Column("revoked_at", UTCDateTime, nullable=False),
     sa.Index("ix_revoked_sessions_expires_at", "expires_at"),  # the sweep's
+)
+
+# Single sign-on (0027): who a provider's issuer and subject are here. The identity, never a
+# name, says which user signs in (domain/sso.py).
+identities = sa.Table(
+    "identities",
+    metadata,
+    sa.Column("issuer", sa.String(255), primary_key=True),
+    sa.Column("subject", sa.String(255), primary_key=True),
+    sa.Column(
+        "user_id", sa.String(32), sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("signed_in_at", UTCDateTime, nullable=False),
+    sa.Index("ix_identities_user", "user_id"),
 )

@@ -19,6 +19,8 @@ users = sa.Table(
     sa.Column("usage", sa.Float, nullable=False, server_default="0"),  # decayed GPU-seconds
     sa.Column("usage_at", UTCDateTime),  # when `usage` was last decayed to
     sa.Column("created_at", UTCDateTime, nullable=False),
+    # automation's owner (0027): with --oidc-only, only a service user's API keys are taken
+    sa.Column("service", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 
 teams = sa.Table(
