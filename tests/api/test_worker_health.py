@@ -255,6 +255,27 @@ async def test_three_infrastructure_failures_in_a_row_drain_the_worker_until_an_
     assert (await agent.next_offer())["job_id"] == waiting["id"]
 
 
+async def test_a_job_that_could_not_start_elsewhere_either_counts_against_no_second_worker(
+    fleet: Fleet,
+) -> None:
+    """Poison jobs drain no fleet: a job that failed to start on one worker and then on
+    another is the suspect (the poison rule's side of the coin); only its first failure
+    counts against a worker. Before, the chaos tier's three poison jobs drained all four
+    workers and every other job stayed queued."""
+    first = await fleet.online_worker("first")
+    poison = await fleet.submit(max_retries=2, retry_on=["lost", "failed"])
+    offer = await first.next_offer()
+    assert offer["job_id"] == poison["id"]
+    second = await fleet.online_worker("second")  # joins once the job avoids `first`
+    await first.finish(offer, "failed", error="could not start: no such file")
+    assert (await first.info())["infra_failures"] == 1
+    again = await second.next_offer()
+    assert again["job_id"] == poison["id"]
+    await second.finish(again, "failed", error="could not start: no such file")
+    assert (await second.info())["infra_failures"] == 0
+    assert (await second.info())["drained"] is False
+
+
 async def test_the_breaker_set_to_zero_never_drains(fleet: Fleet) -> None:
     fleet.ctx.settings = fleet.ctx.settings.model_copy(update={"drain_after_infra_failures": 0})
     agent = await fleet.online_worker("flaky")

@@ -599,13 +599,17 @@ def start_replicas(
     database_url: str,
     count: int,
     *,
-    env: Callable[[int], dict[str, str]] | None = None,
+    env: dict[str, str] | Callable[[int], dict[str, str]] | None = None,
     **flags: Any,
 ) -> list[ServerProcess]:
-    """The first replica creates the keys; the others get copies, then start. `env`: the
-    environment of replica n (None: ours)."""
+    """The first replica creates the keys; the others get copies, then start. `env`: every
+    replica's environment, or a function giving replica n's (None: ours)."""
+
+    def env_of(n: int) -> dict[str, str] | None:
+        return env(n) if callable(env) else env
+
     replicas = [
-        ServerProcess(root / f"replica-{n}", database_url, env=env(n) if env else None, **flags)
+        ServerProcess(root / f"replica-{n}", database_url, env=env_of(n), **flags)
         for n in range(count)
     ]
     replicas[0].start()

@@ -84,6 +84,14 @@ def test_what_counts_as_an_infrastructure_failure() -> None:
     assert infra(A.LOST, started=False, acknowledged=False, gpu_fault=False) is Ending.NEUTRAL
     assert infra(A.FAILED, started=False, acknowledged=True, gpu_fault=False) is Ending.INFRA
     assert infra(A.FAILED, started=True, acknowledged=True, gpu_fault=False) is Ending.SOUND
+    # A job that could not start elsewhere either is the suspect (the poison rule's side).
+    elsewhere = {"failed_to_start_elsewhere": True}
+    assert infra(A.FAILED, started=False, acknowledged=True, gpu_fault=False, **elsewhere) is (
+        Ending.NEUTRAL
+    )
+    assert infra(A.LOST, started=True, acknowledged=True, gpu_fault=False, **elsewhere) is (
+        Ending.INFRA
+    )
     assert infra(A.PREEMPTED, started=True, acknowledged=True, gpu_fault=True) is Ending.INFRA
     assert infra(A.PREEMPTED, started=True, acknowledged=True, gpu_fault=False) is Ending.NEUTRAL
     assert infra(A.WITHDRAWN, started=False, acknowledged=False, gpu_fault=False) is Ending.NEUTRAL

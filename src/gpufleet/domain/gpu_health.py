@@ -109,16 +109,29 @@ class Ending(StrEnum):
     NEUTRAL = "neutral"  # says nothing of the worker: cancelled, withdrawn, preempted
 
 
-def ending(status: AttemptStatus, *, started: bool, acknowledged: bool, gpu_fault: bool) -> Ending:
+def ending(
+    status: AttemptStatus,
+    *,
+    started: bool,
+    acknowledged: bool,
+    gpu_fault: bool,
+    failed_to_start_elsewhere: bool = False,
+) -> Ending:
     """How an attempt's end counts toward its worker's run of infrastructure failures. A
     process that could not start counts (`states.failed_to_start`), as an offer never
-    acknowledged does not (its worker may have vanished, not of this job)."""
+    acknowledged does not (its worker may have vanished, not of this job). The other side of
+    the coin is the poison rule's: a job that already could not start on another worker is
+    the suspect, so its failing to start here says nothing of this worker (otherwise a few
+    poison jobs would drain every worker they reach; each counts once, where it first
+    failed)."""
     if gpu_fault:
         return Ending.INFRA
     if status is AttemptStatus.LOST:
         return Ending.INFRA if (started or acknowledged) else Ending.NEUTRAL
     if status is AttemptStatus.FAILED:
-        return Ending.SOUND if started else Ending.INFRA
+        if started:
+            return Ending.SOUND
+        return Ending.NEUTRAL if failed_to_start_elsewhere else Ending.INFRA
     if status is AttemptStatus.COMPLETED:
         return Ending.SOUND
     return Ending.NEUTRAL

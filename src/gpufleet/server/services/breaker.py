@@ -11,7 +11,7 @@ from gpufleet import protocol
 from gpufleet.domain import gpu_health
 from gpufleet.domain.audit_events import SYSTEM_ACTOR
 from gpufleet.domain.records import Attempt, Worker
-from gpufleet.domain.states import AttemptStatus
+from gpufleet.domain.states import AttemptStatus, start_failure_workers
 from gpufleet.server.context import Tx
 
 
@@ -21,11 +21,17 @@ async def count(
     """The worker's changes for this attempt's end: its run of infrastructure failures, and
     the drain when that run reaches `--drain-after-infra-failures` (none when nothing moves,
     so that a sound end on a sound worker writes nothing more)."""
+    started = attempt.started_at is not None
+    elsewhere = False
+    if outcome is AttemptStatus.FAILED and not started:  # the job's fault, or this worker's?
+        history = await tx.q.attempts_for_job(attempt.job_id)
+        elsewhere = bool(start_failure_workers(history) - {worker.id})
     end = gpu_health.ending(
         outcome,
-        started=attempt.started_at is not None,
+        started=started,
         acknowledged=attempt.acknowledged_at is not None,
         gpu_fault=gpu_fault,
+        failed_to_start_elsewhere=elsewhere,
     )
     limit = tx.settings.drain_after_infra_failures
     decided = gpu_health.breaker(worker.infra_failures, end, limit, drained=worker.drained)
