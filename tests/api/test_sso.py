@@ -13,7 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from tests.api.conftest import Fleet, fleet_with
+from gpufleet.store.queries import Queries
+from tests.api.conftest import Fleet, both_databases, fleet_with
 from tests.oidc_provider import IdentityProvider
 
 GROUP_MAP = ("gpu-admins=admin", "ml=researcher:ml")
@@ -86,6 +87,34 @@ async def test_a_first_sign_in_provisions_the_person_at_their_groups_level(
     audit = (await sso_fleet.admin.get("/api/audit?type=user.")).json()
     types = [e["event_type"] for e in audit["events"] if e["target"] == user["id"]]
     assert "user.created" in types and "user.signed_in" in types
+
+
+@both_databases
+async def test_two_first_sign_ins_at_once_make_one_user_and_no_error(
+    sso_fleet: Fleet, identity_provider: IdentityProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race injected: the second sign-in read no identity before the first committed its
+    user. It finds that user once its own insert loses (before: the unique index's error, a
+    500)."""
+    identity_provider.set_user("sub-twin", preferred_username="twin", groups=["ml"])
+    async with sso_fleet.client() as first:
+        assert (await sign_in(first, identity_provider, "sub-twin")).status_code == 200
+        made = await me(first)
+    read = Queries.user_of_identity
+    calls: list[str] = []
+
+    async def racing(self: Queries, issuer: str, subject: str) -> Any:
+        calls.append(subject)
+        return None if len(calls) == 1 else await read(self, issuer, subject)
+
+    monkeypatch.setattr(Queries, "user_of_identity", racing)
+    async with sso_fleet.client() as second:
+        answer = await sign_in(second, identity_provider, "sub-twin")
+        assert answer.status_code == 200, answer.text
+        assert (await me(second))["id"] == made["id"]
+    assert len(calls) == 2  # read stale, then again after the lost insert
+    users = (await sso_fleet.admin.get("/api/users")).json()
+    assert [u["name"] for u in users["users"]].count("twin") == 1
 
 
 async def test_a_person_out_of_the_admins_group_is_no_admin_at_the_next_sign_in(

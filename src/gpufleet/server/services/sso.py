@@ -54,6 +54,12 @@ async def sign_in(
         user = await tx.q.user_of_identity(sso.issuer, subject)
         if user is None:
             user = await _provision(tx, sso.issuer, subject, claims, want.level, client)
+            if user is None:  # a concurrent first sign-in of theirs provisioned them first
+                user = await tx.q.user_of_identity(sso.issuer, subject)
+            if user is None:  # or another person's took the name: theirs is decided again
+                raise Conflict(
+                    "another sign-in took this user name at the same moment; sign in again"
+                )
         else:
             await tx.q.touch_identity(sso.issuer, subject, tx.now)
             if user.level != want.level:
@@ -81,7 +87,9 @@ async def _provision(
     claims: Mapping[str, Any],
     level: Level,
     client: str | None,
-) -> User:
+) -> User | None:
+    """The user a first sign-in makes; None when a concurrent one made it (or took its name)
+    first."""
     name = rules.user_name(claims, issuer, subject)
     if await tx.q.user_name_taken(name):
         name = rules.taken_name(name, issuer, subject)
@@ -91,10 +99,9 @@ async def _provision(
                 "sign in again"
             )
     user_id = new_id("u")
-    await tx.q.insert_user(
-        {"id": user_id, "name": name, "level": level.value, "usage": 0.0, "created_at": tx.now}
-    )
-    await tx.q.insert_identity(issuer, subject, user_id, tx.now)
+    values = {"id": user_id, "name": name, "level": level.value, "usage": 0.0, "created_at": tx.now}
+    if not await tx.q.provision_user(values, issuer, subject, tx.now):
+        return None
     tx.audit(
         "user.created", SSO_ACTOR, user_id, client, name=name, level=level.value, issuer=issuer
     )

@@ -3,10 +3,13 @@ a sign-in (its state), spent once on every replica."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 
 from gpufleet.domain.records import ApiKey, User
 from gpufleet.store.queries import rows
@@ -32,6 +35,31 @@ class IdentityQueries(QueryBase):
                 issuer=issuer, subject=subject, user_id=user_id, created_at=now, signed_in_at=now
             )
         )
+
+    async def provision_user(
+        self, values: Mapping[str, Any], issuer: str, subject: str, now: datetime
+    ) -> bool:
+        """Insert a user and the identity that names it; False when a concurrent first
+        sign-in took the identity or the name first (PostgreSQL: under a savepoint, the
+        unique indexes decide; SQLite has one writer at a time)."""
+        if not self._pg:  # one writer: what it reads now stands until it commits
+            taken = await self._first(
+                sa.select(identities.c.user_id).where(
+                    identities.c.issuer == issuer, identities.c.subject == subject
+                )
+            )
+            if taken is not None:
+                return False
+            await self.conn.execute(sa.insert(users).values(**values))
+            await self.insert_identity(issuer, subject, values["id"], now)
+            return True
+        try:
+            async with self.conn.begin_nested():
+                await self.conn.execute(sa.insert(users).values(**values))
+                await self.insert_identity(issuer, subject, values["id"], now)
+        except IntegrityError:
+            return False
+        return True
 
     async def touch_identity(self, issuer: str, subject: str, now: datetime) -> None:
         await self.conn.execute(
