@@ -219,6 +219,22 @@ async def test_a_lost_node_stops_the_others_and_requeues_the_job(fleet: Fleet) -
     assert (await worker(fleet, agents[0]))["status"] == "idle"
 
 
+async def test_a_lost_node_counts_against_its_own_worker_for_the_breaker_not_its_peers(
+    fleet: Fleet,
+) -> None:
+    """The circuit breaker on a gang: the node's worker that was lost counts one
+    infrastructure failure; the peer the orchestrator stopped counts none (before, a gang's
+    end counted against no worker at all)."""
+    job, agents, offers = await gang(fleet, 2, max_retries=1)
+    await start_all(agents, offers)
+    fleet.clock.advance(HEARTBEAT_TIMEOUT + 1)
+    assert (await agents[0].heartbeat(status="busy", current_job_id=job["id"])).status_code == 200
+    assert await fleet.heartbeat_sweep() == [agents[1].id]
+
+    assert (await worker(fleet, agents[1]))["infra_failures"] == 1
+    assert (await worker(fleet, agents[0]))["infra_failures"] == 0
+
+
 async def test_the_job_completes_when_rank_zero_does(fleet: Fleet) -> None:
     _job, agents, offers = await gang(fleet, 2)
     await start_all(agents, offers)

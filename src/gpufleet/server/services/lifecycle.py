@@ -268,6 +268,7 @@ async def end_attempt(
     locked: Worker | None = None,
     ended_at: datetime | None = None,
     gpu_fault: bool = False,
+    culprit: str | None = None,
 ) -> JobStatus:
     """End the job's current attempt and apply what `outcomes.decide` makes of the job.
 
@@ -275,16 +276,19 @@ async def end_attempt(
     confirms the process is gone; any other ending frees it at once. `locked`: see
     `release_worker`. `ended_at`: when the attempt ended, if before now (a lost one).
     `gpu_fault`: its worker took a GPU out under it (the circuit breaker counts it).
+    `culprit`: the worker whose loss or fault ended it (a gang's breaker counts that node's).
     """
     # An attempt the queue policy preempted counts as preempted however it ends.
     outcome = outcomes.counted_as(outcome, attempt.preempted_by, by_user=by_user)
     when = {} if ended_at is None else {"ended_at": ended_at}
     await move_attempt(tx, attempt, outcome, error=error, exit_code=exit_code, **when)
     if not by_user:
-        # The breaker counts single-node attempts: a gang's end does not say which node failed.
-        counted = outcome if job.nodes == 1 else None
+        # The breaker counts the end against the attempt's worker, or a gang's against the
+        # node's worker that ended it (`culprit`: lost, a GPU fault), never its peers.
         for worker_id in await _node_workers(tx, job, attempt, outcome, error, locked):
-            await release_worker(tx, worker_id, attempt, locked, counted, gpu_fault)
+            counts = job.nodes == 1 or worker_id == culprit
+            counted = outcome if counts else None
+            await release_worker(tx, worker_id, attempt, locked, counted, gpu_fault and counts)
     tx.audit(
         "attempt.ended",
         SYSTEM_ACTOR,

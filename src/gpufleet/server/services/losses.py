@@ -50,5 +50,14 @@ async def lose_current_attempt(
         # A gang's live nodes commit their parts after the lost node's last beat: count them.
         committed = await tx.q.last_commit(attempt.id)
         ended_at = outcomes.lost_at(worker.last_heartbeat, attempt.offered_at, tx.now, committed)
-    await end_attempt(tx, job, attempt, outcome, error=why, ended_at=ended_at, gpu_fault=gpu_fault)
+    await end_attempt(
+        tx,
+        job,
+        attempt,
+        outcome,
+        error=why,
+        ended_at=ended_at,
+        gpu_fault=gpu_fault,
+        culprit=worker.id,
+    )
     return job.id
