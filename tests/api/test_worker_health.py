@@ -152,6 +152,12 @@ async def test_a_failing_preflight_keeps_the_worker_from_jobs_until_it_passes(
     [row] = [r for r in waiting["waiting"]["workers"] if r["name"] == "checked"]
     assert row["reasons"] == ["is unhealthy: its preflight fails"]
     assert len(await fleet.audit(type="worker.unhealthy", target=agent.id)) == 1
+    # Failing otherwise at its next run: the pages show the latest output, still out of jobs.
+    later = {"ok": False, "output": "checking disks\nnvme0: no such device\n"}
+    assert (await agent.heartbeat(status="idle", preflight=later)).status_code == 200
+    info = await agent.info()
+    assert (info["preflight_error"], info["presence"]) == (later["output"].strip(), "unhealthy")
+    assert len(await fleet.audit(type="worker.unhealthy", target=agent.id)) == 1
 
     assert (await agent.heartbeat(status="idle", preflight={"ok": True})).status_code == 200
 

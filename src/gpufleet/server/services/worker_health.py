@@ -26,12 +26,13 @@ def changes(
     worker: Worker, readings: Sequence[GpuReading] | None, preflight: Preflight | None
 ) -> bool:
     """Whether a heartbeat's health changes the worker (a transaction of its own), or is only
-    a sign of life. A preflight that still fails with other words changes nothing."""
+    a sign of life. A preflight that still fails with other words is stored too (what the
+    workers' pages show is its latest run: one write a run, each `--preflight-interval`)."""
     if readings and gpu_health.new_faults(known_faults(worker), readings):
         return True
     if preflight is None:
         return False
-    return (gpu_health.preflight_error(preflight) is None) != (worker.preflight_error is None)
+    return gpu_health.preflight_error(preflight) != worker.preflight_error
 
 
 def _offered(worker: Worker, faulty: dict[int, str], reported: int | None = None) -> int:
@@ -69,7 +70,7 @@ async def apply(
     elif registered is not None:
         error = None  # an agent that runs no preflight (any more)
     failing = error is not None
-    if failing != was_failing or (registered is not None and error != worker.preflight_error):
+    if error != worker.preflight_error:  # now failing, passing again, or failing otherwise
         out["preflight_error"] = error
     requeued = None
     if added:
