@@ -9,7 +9,7 @@ it (the leader's idle times aside: a worker's retiring is the loop's to say); th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -60,17 +60,21 @@ def pool_of(launches: dict[str, Launch]) -> dict[str | None, str]:
 
 
 async def decision(
-    q: Queries, pools: Sequence[Pool], now: datetime, idle: dict[str, datetime] | None = None
+    q: Queries,
+    pools: Sequence[Pool],
+    now: datetime,
+    idle: Callable[[Sequence[Worker]], dict[str, datetime]] | None = None,
 ) -> Decision:
-    """`decide` on the store's state; `idle`: since when each worker is idle (the leader's
-    reconcile loop counts it; without it, no idle worker is retired for its idle time)."""
+    """`decide` on the store's state; `idle`: since when each of these workers is idle (the
+    leader's reconcile loop counts it; without it, no idle worker is retired for its idle
+    time)."""
     launches: dict[str, Launch] = {x.id: x for x in await q.live_launches()}
     for pool in pools:
         launches |= {x.id: x for x in await q.recent_launches(pool.id, ENDED_READ)}
     workers = await q.list_workers()
     waiting = await waiting_jobs(q, now)
     of = pool_of(launches)
-    since = idle or {}
+    since = idle(workers) if idle is not None else {}
     fleet_now = [FleetWorker(w.capacity(), of.get(w.id), since.get(w.id)) for w in workers]
     plan = decide(pools, waiting, fleet_now, list(launches.values()), now)
     return Decision(plan, launches, workers)

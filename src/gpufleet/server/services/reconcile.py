@@ -23,9 +23,6 @@ from typing import Any, TypeVar
 
 from gpufleet.domain import pools as rules
 from gpufleet.domain.audit_events import SYSTEM_ACTOR
-from gpufleet.domain.capacity import FleetWorker, WaitingJob, decide
-from gpufleet.domain.jobspec import gang_shape
-from gpufleet.domain.limits import limit_hit
 from gpufleet.domain.pool_limits import backoff_s
 from gpufleet.domain.pool_reasons import PoolReason
 from gpufleet.domain.pool_strays import INTERRUPTED, orphaned, strays
@@ -39,12 +36,9 @@ from gpufleet.server.hub import POOLS_TOPIC
 from gpufleet.server.local import own_url
 from gpufleet.server.providers import Launched, Provider, Providers, WorkerLaunch
 from gpufleet.server.providers.local import log_tail
-from gpufleet.server.services import fleet
-from gpufleet.server.services.standing import candidate
-from gpufleet.server.services.waiting import ranked_queue
+from gpufleet.server.services import capacity, fleet
 
 log = logging.getLogger("gpufleet.server.pools")
-ENDED_READ = 20  # a pool's newest launches the decision reads: its failures in a row
 LIST_EVERY_S = 60.0  # how often a pool's provider is asked for its instances (strays)
 # Beyond --pool-call-timeout, what a provider that kills its own calls has to say so.
 CALL_OVERRUN_S = 15.0
@@ -201,22 +195,11 @@ class Reconciler:
     async def _plan(self, ctx: Context, pools: Sequence[Pool]) -> None:
         now = ctx.clock()
         async with ctx.store.read() as q:
-            launches: dict[str, Launch] = {x.id: x for x in await q.live_launches()}
-            for pool in pools:
-                launches |= {x.id: x for x in await q.recent_launches(pool.id, ENDED_READ)}
-            workers = await q.list_workers()
-            ranked = await ranked_queue(q, now)
-        waiting = [
-            WaitingJob(j.id, j.requirement(), gang_shape(j.gpu_count, j.config))
-            for j in ranked.order
-            if limit_hit(candidate(j, ranked.snap), ranked.snap) is None
-        ]
-        launch_of = {x.worker_id: x for x in launches.values() if x.state in rules.LIVE_LAUNCH}
-        pool_of = {worker_id: x.pool_id for worker_id, x in launch_of.items()}
-        fleet_now = self._fleet(workers, pool_of, now)
-        plan = decide(pools, waiting, fleet_now, list(launches.values()), now)
+            made = await capacity.decision(q, pools, now, lambda ws: self._idle_since(ws, now))
+        launches = made.launches.values()
+        launch_of = {x.worker_id: x for x in launches if x.state in rules.LIVE_LAUNCH}
         by_name = {p.name: p for p in pools}
-        for name, pool_plan in plan.pools.items():
+        for name, pool_plan in made.plan.pools.items():
             pool = by_name[name]
             if self.said.get(name) != (said := _unclocked(pool_plan.reason)):
                 self.said[name] = said
@@ -227,16 +210,13 @@ class Reconciler:
             for _ in range(pool_plan.launch):
                 await self._launch(ctx, pool)
 
-    def _fleet(
-        self, workers: Sequence[Worker], pool_of: dict[str | None, str], now: datetime
-    ) -> list[FleetWorker]:
+    def _idle_since(self, workers: Sequence[Worker], now: datetime) -> dict[str, datetime]:
+        """The workers idle now, since when this replica first saw them so."""
         seen = self.idle_seen
-        self.idle_seen = {  # the workers idle now, since when this replica first saw them so
+        self.idle_seen = {
             w.id: seen.get(w.id, now) for w in workers if w.status is WorkerStatus.IDLE
         }
-        return [
-            FleetWorker(w.capacity(), pool_of.get(w.id), self.idle_seen.get(w.id)) for w in workers
-        ]
+        return self.idle_seen
 
     async def _retire(self, ctx: Context, pool: Pool, launch: Launch) -> None:
         """Drain its idle worker; terminate it if it is still without a job."""
