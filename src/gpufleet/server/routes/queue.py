@@ -19,6 +19,7 @@ from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.hub import job_topic
 from gpufleet.server.routes import api_router
+from gpufleet.server.routes import sweeps as swept
 from gpufleet.server.schemas.base import SSE_RESPONSE
 from gpufleet.server.schemas.jobs import (
     AttemptOut,
@@ -34,6 +35,7 @@ from gpufleet.server.schemas.jobs import (
     SubmitIn,
     UnheardOut,
 )
+from gpufleet.server.schemas.sweeps import SweepOut
 from gpufleet.server.services import auth, joblogs, ownership, queue, reruns
 from gpufleet.server.services import submit as submitting
 from gpufleet.server.services.auth import Principal
@@ -48,8 +50,9 @@ Node = Annotated[int | None, Query(ge=0, le=2**31)]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000)]
 
 
-@router.post("/api/queue/submit", response_model=JobOut, status_code=201)
-async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> JobOut:
+@router.post("/api/queue/submit", response_model=JobOut | SweepOut, status_code=201)
+async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> JobOut | SweepOut:
+    """Queue a job; with `sweep`, a sweep of jobs (the answer is the sweep: docs/jobs.md)."""
     sub = Submission(
         config_name=body.config_name,
         config=body.config,
@@ -62,6 +65,8 @@ async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> Jo
         team=body.team,
         preemptible=body.preemptible,
     )
+    if (spec := swept.spec_of(body)) is not None:
+        return await swept.make(ctx, who, client, sub, spec)
     queued = await submitting.submit(ctx, sub, who.actor, client, user_id=who.user.id)
     if queued.names is None:
         return JobOut.of(queued.job, await queue.job_names(ctx, [queued.job]))

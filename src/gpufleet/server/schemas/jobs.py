@@ -13,11 +13,12 @@ from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import Attempt, Checkpoint, ConfigVersion, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
 from gpufleet.server.schemas.base import Record, Strict
+from gpufleet.server.schemas.sweeps import SweepFields
 
 _NO_NAMES: Mapping[str, str] = {}
 
 
-class SubmitIn(Strict):
+class SubmitIn(SweepFields):  # with `sweep`: a sweep of jobs (schemas/sweeps.py)
     config_name: str | None = Field(None, max_length=128)
     config: dict[str, Any] | None = None
     target: Target = Target.WORKER

@@ -39,6 +39,7 @@ from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.services import configs, dispatch, dispatch_policy, job_secrets, workdirs
+from gpufleet.server.services.dispatch_policy import SweepRoom
 from gpufleet.server.services.lifecycle import queue_new
 from gpufleet.server.services.people import resolve_submitter
 from gpufleet.server.services.queue import get_job
@@ -179,10 +180,11 @@ async def enqueue(
     user_id: str,
     rerun_of: str | None = None,
     ran: RanVersion | None = None,
+    sweep_id: str | None = None,
 ) -> Enqueued:
     """Queue a job of this config (checked already) for the submitting user, and offer it
     if a worker fits now (unless an approval rule holds it); `rerun_of`: the job it repeats;
-    `ran`: the stored config's version it is."""
+    `ran`: the stored config's version it is; `sweep_id`: the sweep it is a point of."""
     gpu_count = job_gpu_count(sub.gpu_count, config)
     shape = gang_shape(gpu_count, config)
     labels = check_labels(sub.worker_labels)
@@ -227,6 +229,7 @@ async def enqueue(
                 config_written_by=ran.written_by if ran else None,
                 workdir=workdir,
                 nodes=shape.nodes,
+                sweep_id=sweep_id,
             ),
         )
         extra: dict[str, Any] = {"rerun_of": rerun_of} if rerun_of else {}
@@ -236,6 +239,8 @@ async def enqueue(
             extra["held"] = admitted.held
         if shape.nodes > 1:
             extra |= {"nodes": shape.nodes, "total_gpus": shape.total_gpus}
+        if sweep_id:
+            extra["sweep_id"] = sweep_id
         tx.audit(
             "job.submitted",
             actor,
@@ -251,8 +256,8 @@ async def enqueue(
             **extra,
         )
         tx.wake(JOBS_TOPIC)
-        if dispatch_policy.refused(ctx, job, snap):
-            worker = None  # a limit keeps it waiting
+        if dispatch_policy.refused(ctx, job, snap) or await SweepRoom(ctx, tx).full(job):
+            worker = None  # a limit, or its sweep's max_parallel, keeps it waiting
         offered = await dispatch.claim_new(tx, job, worker) if worker is not None else None
     if offered is not None and worker is not None:
         return Enqueued(offered, admitted.names | {worker.id: worker.name})

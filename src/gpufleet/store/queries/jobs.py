@@ -55,6 +55,7 @@ class NewJob:
     config_written_by: str | None = None
     workdir: str | None = None  # domain.jobspec.workdir_of(config)
     nodes: int = 1  # domain.jobspec.gang_shape(gpu_count, config).nodes
+    sweep_id: str | None = None  # the sweep it is a point of
 
     def row(self) -> dict[str, Any]:
         """The row of `jobs` it is: each field its column's (tests/unit/test_rows.py),
