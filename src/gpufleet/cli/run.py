@@ -26,6 +26,7 @@ from gpufleet.cli.digests import DigestCache, Known, cache_folder, signature
 from gpufleet.cli.follow import LogView, follow_to_end
 from gpufleet.cli.options import parse_size_option, setting
 from gpufleet.cli.submitting import say_submitted, submit_options, with_shape
+from gpufleet.cli.sweeps import say_made, sweep_options
 from gpufleet.cli.workdir import selected
 from gpufleet.domain.jobspec import ENV_NAME
 from gpufleet.domain.states import JobStatus
@@ -107,6 +108,7 @@ def _env(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) ->
     "checkpoints) into DIR.",
 )
 @submit_options
+@sweep_options
 @api_options
 def run(
     api: ApiClient,
@@ -122,8 +124,13 @@ def run(
     download: Path | None,
     submit: dict[str, Any],
     shape: dict[str, Any],
+    sweep: dict[str, Any],
 ) -> None:
-    """Run COMMAND on a worker, in a copy of the workdir: `gpufleet run -- python train.py`."""
+    """Run COMMAND on a worker, in a copy of the workdir: `gpufleet run -- python train.py`;
+    with --sweep, one job a point: `gpufleet run --sweep lr=1e-4,3e-4 -- python train.py
+    --lr {lr}`."""
+    if sweep and wait:
+        raise click.UsageError("--wait follows one job; watch a sweep with `gpufleet sweeps show`")
     if download is not None and not wait:
         raise click.UsageError(
             "--download DIR brings the job's files home when it ends: add --wait"
@@ -136,7 +143,10 @@ def run(
     config["workdir"] = _send_workdir(api, workdir.resolve(), max_workdir_size, env_from)
     optional = {"env": env, "name": name, "env_from": env_from, "setup": setup}
     config.update({key: value for key, value in optional.items() if value})
-    job = api.post("/api/queue/submit", {**submit, "config": with_shape(config, shape)})
+    job = api.post("/api/queue/submit", {**submit, **sweep, "config": with_shape(config, shape)})
+    if sweep:
+        say_made(job)
+        return
     say_submitted(api, job, follow_hint=not wait)
     if not wait:
         return
