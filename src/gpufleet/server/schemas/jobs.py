@@ -136,6 +136,7 @@ class JobOut(Record):
     config_digest: str | None = None  # that version's sha256 (canonical JSON)
     config_written_by: str | None = None  # who wrote that version (name; id once deleted)
     config_written_by_id: str | None = None
+    sweep_id: str | None = None  # the sweep it is a point of (GET /api/sweeps/{id})
 
     @classmethod
     def of(

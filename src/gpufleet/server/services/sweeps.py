@@ -196,6 +196,11 @@ def _view(sweep: Sweep, jobs: Sequence[Job]) -> SweepView:
     return SweepView(sweep, current, rules.status_of([j.status for j in current]), counts, [])
 
 
+async def exists(ctx: Context, sweep_id: str) -> bool:
+    async with ctx.store.read() as q:
+        return await q.get_sweep(sweep_id) is not None
+
+
 async def view(ctx: Context, sweep_id: str, user: User, permissions: frozenset[str]) -> SweepView:
     async with ctx.store.read() as q:
         sweep = await q.get_sweep(sweep_id)

@@ -62,6 +62,9 @@ function facts(j) {
   ];
   if (j.approved_by) pairs.push(["Approved by", named(j.approved_by_name, j.approved_by)]);
   if (j.rejected_by) pairs.push(["Rejected by", named(j.rejected_by_name, j.rejected_by)]);
+  if (j.sweep_id) {
+    pairs.push(["Sweep", h("a", { href: `/sweeps/${j.sweep_id}`, id: "sweep-link", class: "mono", text: j.sweep_id })]);
+  }
   if (j.rerun_of) pairs.push(["Re-run of", jobLink(j.rerun_of)]);
   if (j.rerun_as.length) pairs.push(["Re-run as", j.rerun_as.flatMap((id, i) => [i ? ", " : null, jobLink(id)])]);
   if (j.exit_code !== null) pairs.push(["Exit code", String(j.exit_code)]);
