@@ -277,6 +277,7 @@ NAV = [
     "Workers",
     "Train",
     "Queue",
+    "Sweeps",
     "Teams",
     "Fleet",
     "Capacity",

@@ -9,7 +9,7 @@ from typing import Any
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import screenshot, sign_in
+from tests.browser.conftest import LAPTOP, PHONE, screenshot, sign_in
 from tests.browser.test_sharing import admin_call, as_key, sign_out, user_with_key
 from tests.e2e.conftest import ServerProcess, unique
 from tests.waiting import wait_until
@@ -76,6 +76,12 @@ def test_the_sweep_page_sorts_by_a_metric_and_draws_every_jobs_curve(
         sum(len(c["points"]) for c in curves["curves"])
     )
     screenshot(page, "sweep-page")
+    page.set_viewport_size(PHONE)
+    page.reload()
+    expect(rows).to_have_count(4)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the sweep page is {overflow} px wider than a phone screen"
+    page.set_viewport_size(LAPTOP)
 
     page.goto(f"/queue/{by_loss[0]['job_id']}")  # each job links back to its sweep
     page.click("#sweep-link")
