@@ -79,6 +79,7 @@ READS = [
     "/api/admin/webhooks",
     "/api/admin/pools",
     "/api/capacity",
+    "/api/sweeps",
 ]
 
 

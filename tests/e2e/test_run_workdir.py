@@ -190,6 +190,11 @@ def test_a_2x2_sweep_runs_its_four_points_and_shows_their_metrics_and_curves(
     assert shown.returncode == 0, shown.stderr
     rows = [x.split() for x in shown.stdout.splitlines() if x.startswith("j_")]
     assert [r[-1] for r in rows] == ["0.25", "0.5", "0.5", "1"]  # by loss, ascending
+    listed = gpufleet_in(tmp_path, "sweeps", "list", *connect(server))
+    assert sweep_id in listed.stdout and "4 completed" in listed.stdout, listed.stdout
+    for verb, said in (("cancel", "no job left to cancel"), ("rerun", "no failed or cancelled")):
+        refused = gpufleet_in(tmp_path, "sweeps", verb, sweep_id, *connect(server))
+        assert refused.returncode == 1 and said in refused.stderr, refused.stderr
 
 
 def connect(server: ServerProcess) -> tuple[str, ...]:
