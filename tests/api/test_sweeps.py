@@ -5,6 +5,7 @@ by those who may (its owner, a lead of its team, an admin), never by others."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -12,8 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from gpufleet.domain.sweeps import PARAMS_ENV
-from gpufleet.server.services import capacity
-from gpufleet.store.tables import jobs, sweeps
+from gpufleet.server.services import capacity, dispatch
+from gpufleet.store.tables import jobs, queue_policy, sweeps
 from tests.api.conftest import Agent, Fleet, both_databases, post_raw
 from tests.api.test_job_ownership import People, people_of
 
@@ -169,6 +170,38 @@ async def test_max_parallel_holds_the_rest_of_the_sweep_at_dispatch_and_says_so(
 
     data = await shown(fleet, made["id"])
     assert sorted(data["counts"].items()) == [("completed", 1), ("offered", 2), ("queued", 1)]
+
+
+postgres_only = pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+
+
+@postgres_only
+async def test_a_dispatch_skips_a_sweep_another_is_counting_and_never_waits_for_it(
+    fleet: Fleet,
+) -> None:
+    """Two dispatches (of two replicas) never both count the sweep's last free place: the
+    one that finds its row locked passes its jobs over at once (SKIP LOCKED), and the next
+    dispatch offers them."""
+    for n in range(3):
+        await fleet.online_worker(f"gpu-{n}")
+    held = await fleet.admin.patch("/api/queue/policy", json={"max_jobs": 0})
+    assert held.status_code == 200, held.text
+    made = await sweep_of(fleet, max_parallel=2)
+    assert made["counts"] == {"queued": 4}
+    async with fleet.ctx.store.engine.begin() as conn:  # the limit lifted, no dispatch told
+        await conn.execute(sa.update(queue_policy).values(max_jobs=None))
+
+    async with fleet.ctx.store.engine.connect() as other, other.begin():
+        mine = sa.select(sweeps).where(sweeps.c.id == made["id"]).with_for_update()
+        await other.execute(mine)  # another dispatch counts the sweep's jobs now
+        offered = await asyncio.wait_for(dispatch.dispatch_all(fleet.ctx), timeout=10)
+        assert offered == 0
+    assert (await shown(fleet, made["id"]))["counts"] == {"queued": 4}
+
+    assert await dispatch.dispatch_all(fleet.ctx) == 2  # the health loop's next full pass
+    assert (await shown(fleet, made["id"]))["counts"] == {"offered": 2, "queued": 2}
 
 
 @both_databases
