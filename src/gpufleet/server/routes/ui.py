@@ -232,16 +232,17 @@ async def queue_page(ctx: Ctx, request: Request) -> Response:
 @router.get("/queue/{job_id}")
 async def job_page(ctx: Ctx, request: Request, job_id: str) -> Response:
     if not await queue.job_exists(ctx, job_id):
-        missing: dict[str, Any] = {
-            "heading": f"No job {job_id}",
-            "missing": f"job {job_id}",
-            "why": "it was deleted, or the address is mistyped",
-            "back_path": "/queue",
-            "back_title": "Queue",
-            "back_hint": "lists the jobs",
-        }
-        return await _page(ctx, request, QUEUE, "not_found.html", status_code=404, **missing)
+        why = "it was deleted, or the address is mistyped"
+        return await _missing(ctx, request, QUEUE, f"job {job_id}", why)
     return await _page(ctx, request, QUEUE, "job.html", job_id=job_id)
+
+
+async def _missing(ctx: Ctx, request: Request, back: Page, what: str, why: str) -> Response:
+    """The page of a job or sweep there is none of (404), pointing back to their list."""
+    said: dict[str, Any] = {"heading": f"No {what}", "missing": what, "why": why}
+    kind = what.split()[0]  # "job", "sweep"
+    said |= {"back_path": back.path, "back_title": back.title, "back_hint": f"lists the {kind}s"}
+    return await _page(ctx, request, back, "not_found.html", status_code=404, **said)
 
 
 @router.get("/sweeps")
@@ -252,15 +253,7 @@ async def sweeps_page(ctx: Ctx, request: Request) -> Response:
 @router.get("/sweeps/{sweep_id}")
 async def sweep_page(ctx: Ctx, request: Request, sweep_id: str) -> Response:
     if not await sweeps.exists(ctx, sweep_id):
-        missing: dict[str, Any] = {
-            "heading": f"No sweep {sweep_id}",
-            "missing": f"sweep {sweep_id}",
-            "why": "the address is mistyped",
-            "back_path": "/sweeps",
-            "back_title": "Sweeps",
-            "back_hint": "lists the sweeps",
-        }
-        return await _page(ctx, request, SWEEPS, "not_found.html", status_code=404, **missing)
+        return await _missing(ctx, request, SWEEPS, f"sweep {sweep_id}", "the address is mistyped")
     return await _page(ctx, request, SWEEPS, "sweep.html", sweep_id=sweep_id)
 
 
