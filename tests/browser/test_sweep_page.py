@@ -86,6 +86,10 @@ def test_the_sweep_page_sorts_by_a_metric_and_draws_every_jobs_curve(
     page.goto(f"/queue/{by_loss[0]['job_id']}")  # each job links back to its sweep
     page.click("#sweep-link")
     expect(page).to_have_url(f"{server.url}/sweeps/{sweep['id']}")
+    page.goto("/sweeps/s_nope")
+    expect(page.locator("#not-found")).to_contain_text(
+        "There is no sweep s_nope: the address is mistyped. Sweeps lists the sweeps"
+    )
 
 
 def test_cancel_sweep_cancels_all_its_jobs_and_a_viewer_is_shown_no_cancel(
