@@ -65,6 +65,7 @@ def test_the_sweep_page_sorts_by_a_metric_and_draws_every_jobs_curve(
 
     chart = page.locator("#curves figure.chart")
     expect(chart).to_have_attribute("data-series", "loss")  # loss first, when reported
+    screenshot(page, "sweep-page")
     page.select_option("#metric", "acc")
     expect(chart).to_have_attribute("data-series", "acc")
     expect(chart.locator("path.line")).to_have_count(4)
@@ -75,7 +76,6 @@ def test_the_sweep_page_sorts_by_a_metric_and_draws_every_jobs_curve(
     assert chart.locator("svg").get_attribute("data-points") == str(
         sum(len(c["points"]) for c in curves["curves"])
     )
-    screenshot(page, "sweep-page")
     page.set_viewport_size(PHONE)
     page.reload()
     expect(rows).to_have_count(4)

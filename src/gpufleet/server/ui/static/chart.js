@@ -96,7 +96,7 @@ export function lineChart(name, points, xAxis = STEPS, names = null) {
   return h("figure", { class: "chart", dataset: { series: name } },
     h("figcaption", {},
       h("span", { class: "name", text: name }),
-      h("span", { class: "latest mono", text: fmt(last[1]) })),
+      h("span", { class: "latest mono", text: names ? `${attempts.length} jobs` : fmt(last[1]) })),
     picture);
 }
 
