@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +103,10 @@ class Client(ApiClient):
         *,
         max_bytes: int = DEFAULT_MAX_WORKDIR,
         env_from: str | None = None,
-        packed: Any = None,
+        packed: Callable[[Packed], None] | None = None,
     ) -> Sent:
-        """Upload a folder's snapshot (unless the orchestrator has it for you already)."""
+        """Upload a folder's snapshot (unless the orchestrator has it for you already);
+        `packed` hears of it once it is packed, before anything is sent."""
         return send_workdir(self, Path(workdir).resolve(), max_bytes, env_from, packed)
 
     def run(
