@@ -91,6 +91,12 @@ _SUBMIT_OPTIONS = (
         is_flag=True,
         help="Retry when the job's own process fails too, not only when its worker is lost.",
     ),
+    click.option(
+        "--idempotency-key",
+        metavar="KEY",
+        help="Submit at most once: again with this key within 24 hours, you get the job the "
+        "first submit made instead of a new one (a CI build's id, a commit sha).",
+    ),
 )
 
 
@@ -112,6 +118,7 @@ def submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
         preemptible: bool | None,
         max_retries: int,
         retry_failed: bool,
+        idempotency_key: str | None,
         **kwargs: Any,
     ) -> Any:
         submit = {
@@ -124,6 +131,8 @@ def submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "max_retries": max_retries,
             "retry_on": ["lost", "failed"] if retry_failed else ["lost"],
         }
+        if idempotency_key is not None:
+            submit["idempotency_key"] = idempotency_key
         shape = {"nodes": nodes, "same_label": same_label}
         shape = {key: value for key, value in shape.items() if value is not None}
         return command(*args, submit=submit, shape=shape, **kwargs)
@@ -151,7 +160,13 @@ def with_shape(config: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
 
 def say_submitted(api: ApiClient, job: dict[str, Any], *, follow_hint: bool = True) -> None:
     """`Submitted job …`, and what it waits for when no worker took it at once."""
-    out.echo(f"Submitted job {job['id']} ({job['status']}, target {job['target']}).")
+    if job.get("idempotent_hit"):
+        out.echo(
+            f"Job {job['id']} was submitted already with this idempotency key "
+            f"({job['status']}, target {job['target']}); no new job was made."
+        )
+    else:
+        out.echo(f"Submitted job {job['id']} ({job['status']}, target {job['target']}).")
     if job["status"] in ("queued", "pending_approval"):
         waiting = api.get(f"/api/queue/{part(job['id'])}")["waiting"]
         if waiting:

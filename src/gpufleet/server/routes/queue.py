@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, Query
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from gpufleet.domain import job_secrets
 from gpufleet.domain.permissions import QUEUE_READ, QUEUE_SUBMIT
@@ -33,6 +33,7 @@ from gpufleet.server.schemas.jobs import (
     LogsOut,
     RerunIn,
     SubmitIn,
+    SubmitOut,
     UnheardOut,
 )
 from gpufleet.server.schemas.sweeps import SweepOut
@@ -50,8 +51,20 @@ Node = Annotated[int | None, Query(ge=0, le=2**31)]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000)]
 
 
-@router.post("/api/queue/submit", response_model=JobOut | SweepOut, status_code=201)
-async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> JobOut | SweepOut:
+@router.post(
+    "/api/queue/submit",
+    response_model=SubmitOut | SweepOut,
+    status_code=201,
+    responses={
+        200: {
+            "model": SubmitOut | SweepOut,
+            "description": "The idempotency key's earlier job or sweep.",
+        }
+    },
+)
+async def submit(
+    ctx: Ctx, who: Submitter, client: Client, body: SubmitIn, response: Response
+) -> SubmitOut | SweepOut:
     """Queue a job; with `sweep`, a sweep of jobs (the answer is the sweep: docs/jobs.md)."""
     sub = Submission(
         config_name=body.config_name,
@@ -64,13 +77,20 @@ async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> Jo
         retry_on=frozenset(body.retry_on),
         team=body.team,
         preemptible=body.preemptible,
+        idempotency_key=body.idempotency_key,
     )
     if (spec := swept.spec_of(body)) is not None:
-        return await swept.make(ctx, who, client, sub, spec)
+        return await swept.make(ctx, who, client, sub, spec, response)
     queued = await submitting.submit(ctx, sub, who.actor, client, user_id=who.user.id)
+    if queued.idempotent_hit:
+        response.status_code = 200
     if queued.names is None:
-        return JobOut.of(queued.job, await queue.job_names(ctx, [queued.job]))
-    return JobOut.of(queued.job, queued.names | {who.actor: who.key.name})
+        names = await queue.job_names(ctx, [queued.job])
+    else:
+        names = queued.names | {who.actor: who.key.name}
+    return SubmitOut.of(queued.job, names).model_copy(
+        update={"idempotent_hit": queued.idempotent_hit}
+    )
 
 
 Text = Annotated[str | None, Query(max_length=128)]

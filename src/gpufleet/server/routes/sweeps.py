@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Query
+from fastapi import Depends, Query, Response
 
 from gpufleet.domain.permissions import QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.domain.sweeps import params_of
@@ -48,10 +48,18 @@ async def _out(ctx: Ctx, who: Principal, sweep_id: str, detail: bool = True) -> 
 
 
 async def make(
-    ctx: Ctx, who: Principal, client: str | None, sub: Submission, spec: sweeps.SweepSpec
+    ctx: Ctx,
+    who: Principal,
+    client: str | None,
+    sub: Submission,
+    spec: sweeps.SweepSpec,
+    response: Response,
 ) -> SweepOut:
     made = await sweeps.create(ctx, sub, spec, who.actor, client, user_id=who.user.id)
-    return await _out(ctx, who, made.id, detail=False)
+    if made.idempotent_hit:
+        response.status_code = 200
+    out = await _out(ctx, who, made.sweep.id, detail=False)
+    return out.model_copy(update={"idempotent_hit": made.idempotent_hit})
 
 
 @router.get("/api/sweeps", response_model=SweepList)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
-from gpufleet.domain import bounds, job_secrets, outcomes
+from gpufleet.domain import bounds, idempotency, job_secrets, outcomes
 from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import Attempt, Checkpoint, ConfigVersion, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
@@ -31,6 +31,9 @@ class SubmitIn(SweepFields):  # with `sweep`: a sweep of jobs (schemas/sweeps.py
     retry_on: list[RetryOn] = Field(default_factory=lambda: sorted(RETRY_DEFAULT), max_length=2)
     team: str | None = Field(None, min_length=1, max_length=64, description="id or name")
     preemptible: bool | None = None  # None: as its team says
+    # A second submit of it by the same user within 24 hours answers the first's job
+    # (domain/idempotency.py checks what it holds).
+    idempotency_key: str | None = Field(None, max_length=idempotency.KEY_MAX)
 
 
 class RerunIn(Strict):
@@ -173,6 +176,13 @@ class JobOut(Record):
             ),
             config_written_by_id=j.config_written_by,
         )
+
+
+class SubmitOut(JobOut):
+    """A submit's answer: the job, and whether its idempotency key named it already (an
+    earlier submit made it: 200, where a new job is 201)."""
+
+    idempotent_hit: bool = False
 
 
 class UnheardOut(Record):

@@ -85,6 +85,8 @@ class SweepOut(BaseModel):
     # Each point's latest job (a re-run's, once it has one): in GET /api/sweeps/{id} only.
     jobs: list[SweepJobOut] | None = None
     metrics: list[str] | None = None  # the numeric keys its jobs' progress reported
+    # A submit's answer: the sweep an earlier submit of its idempotency key made (200).
+    idempotent_hit: bool = False
 
     @classmethod
     def of(cls, v: SweepView, names: Mapping[str, str] = _NO_NAMES, detail: bool = False) -> Self:

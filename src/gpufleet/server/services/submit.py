@@ -38,7 +38,14 @@ from gpufleet.errors import InvalidInput, TooManyRequests
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
-from gpufleet.server.services import configs, dispatch, dispatch_policy, job_secrets, workdirs
+from gpufleet.server.services import (
+    configs,
+    dispatch,
+    dispatch_policy,
+    idempotency,
+    job_secrets,
+    workdirs,
+)
 from gpufleet.server.services.dispatch_policy import SweepRoom
 from gpufleet.server.services.lifecycle import queue_new
 from gpufleet.server.services.people import resolve_submitter
@@ -61,6 +68,7 @@ class Submission:
     retry_on: frozenset[RetryOn] = RETRY_DEFAULT
     team: str | None = None  # id or name; None: the user's default team
     preemptible: bool | None = None  # None: as its team says
+    idempotency_key: str | None = None  # services/idempotency.py
 
 
 async def _check_target(ctx: Context, req: Requirement) -> None:
@@ -96,9 +104,23 @@ class Enqueued:
 
     job: Job
     names: dict[str, str] | None
+    idempotent_hit: bool = False  # its key named this job, made by an earlier submit
 
 
 async def submit(
+    ctx: Context, sub: Submission, actor: str, client: str | None, *, user_id: str
+) -> Enqueued:
+    """Submit; with an idempotency key, the job the key names when it names one (a hit)."""
+    key = sub.idempotency_key
+    if key is not None and (earlier := await idempotency.earlier(ctx, user_id, key)):
+        return Enqueued(earlier, None, idempotent_hit=True)
+    try:
+        return await _submit(ctx, sub, actor, client, user_id=user_id)
+    except idempotency.KeyTaken as taken:  # another submit of the key won the race
+        return Enqueued(await get_job(ctx, taken.job_id), None, idempotent_hit=True)
+
+
+async def _submit(
     ctx: Context, sub: Submission, actor: str, client: str | None, *, user_id: str
 ) -> Enqueued:
     if (sub.config is None) == (sub.config_name is None):
@@ -193,6 +215,8 @@ async def enqueue(
     workdir = await workdirs.check_named(ctx, config, user_id)
     job_id = new_id("j")
     async with transaction(ctx) as tx:
+        if sub.idempotency_key is not None:  # first: a race's loser waits here, holding nothing
+            await idempotency.claim(tx, user_id, sub.idempotency_key, job_id)
         admitted = await _admit(tx, sub, shape.total_gpus, user_id)
         if workdir is not None and admitted.team is not None:
             await workdirs.share(tx, workdir, admitted.user.id, admitted.team.id)
@@ -239,6 +263,8 @@ async def enqueue(
             extra["held"] = admitted.held
         if shape.nodes > 1:
             extra |= {"nodes": shape.nodes, "total_gpus": shape.total_gpus}
+        if sub.idempotency_key is not None:
+            extra["idempotency_key"] = sub.idempotency_key
         if sweep_id:
             extra["sweep_id"] = sweep_id
         tx.audit(

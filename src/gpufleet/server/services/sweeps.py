@@ -31,7 +31,7 @@ from gpufleet.errors import (
     TooManyRequests,
 )
 from gpufleet.server.context import Context, transaction
-from gpufleet.server.services import configs, ownership, queue, reruns, submit
+from gpufleet.server.services import configs, idempotency, ownership, queue, reruns, submit
 from gpufleet.server.services.people import resolve_submitter
 from gpufleet.server.services.standing import user_state
 from gpufleet.store import Queries
@@ -83,6 +83,25 @@ async def _check_room(ctx: Context, user_id: str, team: str | None, jobs: int) -
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Made:
+    sweep: Sweep
+    idempotent_hit: bool = False  # the sweep an earlier submit of its idempotency key made
+
+
+async def _hit(ctx: Context, job_id: str, key: str) -> Made:
+    """The sweep whose first job the user's idempotency key names."""
+    async with ctx.store.read() as q:
+        job = await q.get_job(job_id)
+        sweep = await q.get_sweep(job.sweep_id) if job and job.sweep_id else None
+    if sweep is None:
+        raise Conflict(
+            f"idempotency_key {key!r} named job {job_id}, not a sweep, in the last 24 hours: "
+            "send the sweep with another key"
+        )
+    return Made(sweep, idempotent_hit=True)
+
+
 async def create(
     ctx: Context,
     sub: submit.Submission,
@@ -91,9 +110,13 @@ async def create(
     client: str | None,
     *,
     user_id: str,
-) -> Sweep:
+) -> Made:
     """Make the sweep and queue its jobs, one a point; refused whole (nothing stored) when
-    any point's config is refused."""
+    any point's config is refused. Its idempotency key names its first job: a second submit
+    of the key within 24 hours answers the sweep that job is of (services/idempotency.py)."""
+    key = sub.idempotency_key
+    if key is not None and (earlier := await idempotency.earlier(ctx, user_id, key)):
+        return await _hit(ctx, earlier.id, key)
     config = await _config(ctx, sub)
     max_parallel = rules.check_max_parallel(spec.max_parallel)
     planned = rules.plan(config, spec.sweep, spec.samples, _RANDOM)
@@ -120,15 +143,19 @@ async def create(
     made: list[Job] = []
     try:
         for body in checked:
-            one = replace(sub, config_name=None, config=body)
+            first = key if not made else None  # the key names the first job
+            one = replace(sub, config_name=None, config=body, idempotency_key=first)
             queued = await submit.enqueue(
                 ctx, one, body, actor, client, user_id=user_id, sweep_id=sweep.id
             )
             made.append(queued.job)
+    except idempotency.KeyTaken as taken:  # another submit of the key won: its sweep
+        await _undo(ctx, sweep, made, actor, client)
+        return await _hit(ctx, taken.job_id, key or "")
     except DomainError:
         await _undo(ctx, sweep, made, actor, client)
         raise
-    return sweep
+    return Made(sweep)
 
 
 async def _undo(

@@ -21,6 +21,7 @@ from gpufleet.store.tables.queue import (
     jobs,
     progress_points,
     progress_series,
+    submit_keys,
     sweeps,
 )
 from gpufleet.store.tables.secrets import job_secrets
@@ -52,6 +53,7 @@ __all__ = [
     "progress_series",
     "queue_policy",
     "revoked_sessions",
+    "submit_keys",
     "sweeps",
     "team_members",
     "teams",
