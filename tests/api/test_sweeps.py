@@ -337,3 +337,25 @@ async def test_a_viewer_sees_the_sweep_without_actions(fleet: Fleet) -> None:
 
     assert (await shown(fleet, made["id"], people.vera))["actions"] == []
     assert (await shown(fleet, made["id"], people.alice))["actions"] == ["cancel"]
+
+
+@both_databases
+async def test_a_sweep_submitted_again_with_its_idempotency_key_answers_the_first(
+    fleet: Fleet,
+) -> None:
+    body = {"config": {"command": COMMAND}, "sweep": GRID, "idempotency_key": "ci-run-7"}
+    first = await fleet.admin.post("/api/queue/submit", json=body)
+    assert first.status_code == 201, first.text
+
+    again = await fleet.admin.post("/api/queue/submit", json=body)
+
+    assert again.status_code == 200, again.text
+    assert (again.json()["id"], again.json()["idempotent_hit"]) == (first.json()["id"], True)
+    assert await stored(fleet) == (4, 1)
+    plain = await fleet.admin.post(
+        "/api/queue/submit", json={"config": {"command": ["true"]}, "idempotency_key": "job-1"}
+    )
+    assert plain.status_code == 201, plain.text
+    reused = await fleet.admin.post("/api/queue/submit", json={**body, "idempotency_key": "job-1"})
+    assert reused.status_code == 409 and "not a sweep" in reused.json()["detail"], reused.text
+    assert await stored(fleet) == (5, 1)
