@@ -91,6 +91,7 @@ HOSTILE: list[tuple[str, dict[str, Any], str]] = [
     ("max_parallel 0", {"max_parallel": 0}, "max_parallel"),
     ("samples past the cap", {"sweep_samples": 1001}, "sweep_samples"),
     ("a config field the sweep breaks", {"config": {"command": COMMAND, "nodes": "{lr}"}}, "nodes"),
+    ("a bad worker label", {"worker_labels": {"bad key!": "x"}}, "bad key!"),
 ]
 
 
@@ -107,6 +108,7 @@ async def test_a_hostile_sweep_is_refused_saying_why_and_stores_nothing(
     assert answer.status_code == 422, answer.text
     assert said in answer.text, answer.text
     assert await stored(fleet) == (0, 0)
+    assert not [e for e in await fleet.audit() if e["event_type"].startswith(("sweep.", "job."))]
 
 
 async def test_a_lone_surrogate_in_a_value_is_refused_and_stores_nothing(fleet: Fleet) -> None:

@@ -16,9 +16,10 @@ from typing import Any
 from gpufleet.domain import sweeps as rules
 from gpufleet.domain.jobspec import check_config, gang_shape, job_gpu_count
 from gpufleet.domain.limits import queued_limit_hit
+from gpufleet.domain.naming import check_labels
 from gpufleet.domain.ownership import SAID, Allowed, JobAction, Refused, decide
 from gpufleet.domain.permissions import QUEUE_SUBMIT, allows
-from gpufleet.domain.records import Job, User
+from gpufleet.domain.records import Job, Team, User
 from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import TERMINAL_JOB, JobStatus
 from gpufleet.domain.sweeps import Sweep
@@ -66,21 +67,24 @@ async def _config(ctx: Context, sub: submit.Submission) -> dict[str, Any]:
     return check_config(sub.config)
 
 
-async def _check_room(ctx: Context, user_id: str, team: str | None, jobs: int) -> None:
-    """Refuse (429) a sweep whose jobs would pass the user's queued-jobs limit, before any
-    is stored (each one's submit checks it again)."""
+async def _submitter(
+    ctx: Context, user_id: str, team: str | None, jobs: int
+) -> tuple[User, Team | None]:
+    """Who submits, for which team; refused (429) when the sweep's jobs would pass the
+    user's queued-jobs limit, before any is stored (each one's submit checks it again)."""
     async with ctx.store.read() as q:
-        user, _team = await resolve_submitter(q, user_id, team)
+        user, found = await resolve_submitter(q, user_id, team)
         policy, _own = await q.dispatch_policy()
         if policy.limits.user_max_queued is None and user.max_queued is None:
-            return
+            return user, found
         hit = queued_limit_hit(user_state(user), await q.waiting_count(user.id) + jobs - 1, policy)
-    if hit is not None:
-        raise TooManyRequests(
-            f"the sweep's {jobs} jobs would pass it: {hit}; run fewer points (sweep_samples), "
-            "or wait for some of your jobs to start",
-            retry_after=submit.QUEUED_RETRY_S,
-        )
+    if hit is None:
+        return user, found
+    raise TooManyRequests(
+        f"the sweep's {jobs} jobs would pass it: {hit}; run fewer points (sweep_samples), "
+        "or wait for some of your jobs to start",
+        retry_after=submit.QUEUED_RETRY_S,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +127,8 @@ async def create(
     checked = [check_config(c) for c in planned.configs]
     for c in checked:  # a point's GPU count or nodes refused here, not after others queued
         gang_shape(job_gpu_count(sub.gpu_count, c), c)
-    await _check_room(ctx, user_id, sub.team, len(checked))
-    async with ctx.store.read() as q:
-        user, team = await resolve_submitter(q, user_id, sub.team)
+    check_labels(sub.worker_labels)
+    user, team = await _submitter(ctx, user_id, sub.team, len(checked))
     sweep = Sweep(
         id=new_id("s"),
         params=planned.grid.as_json(),
@@ -139,7 +142,6 @@ async def create(
     )
     async with transaction(ctx) as tx:
         await tx.q.insert_sweep(sweep)
-        tx.audit("sweep.submitted", actor, sweep.id, client, size=sweep.size, params=sweep.params)
     made: list[Job] = []
     try:
         for body in checked:
@@ -155,6 +157,8 @@ async def create(
     except DomainError:
         await _undo(ctx, sweep, made, actor, client)
         raise
+    async with transaction(ctx) as tx:  # once it is whole: a refused sweep is not audited
+        tx.audit("sweep.submitted", actor, sweep.id, client, size=sweep.size, params=sweep.params)
     return Made(sweep)
 
 
