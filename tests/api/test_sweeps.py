@@ -257,6 +257,8 @@ async def test_a_sweep_is_cancelled_and_rerun_as_one(fleet: Fleet) -> None:
     assert len(new_ids) == 4 and None not in new_ids
     data = await shown(fleet, made["id"])
     assert {j["job_id"] for j in data["jobs"]} == new_ids  # each point's latest job
+    listed = (await fleet.admin.get("/api/sweeps")).json()["sweeps"][0]
+    assert (listed["counts"], listed["status"]) == (data["counts"], data["status"])
     assert {j["rerun_of"] for j in data["jobs"]} == {r["job_id"] for r in rerun.json()["results"]}
     assert data["status"] in ("queued", "running")
     events = [e["event_type"] for e in await fleet.audit(target=made["id"])]

@@ -313,14 +313,14 @@ def plan(config: Mapping[str, Any], sweep: Any, samples: int | None, rng: random
 
 def status_of(statuses: Sequence[JobStatus]) -> str:
     """A sweep's status, of its latest jobs': running while any is on a worker, else queued
-    while any waits; once all ended, completed if all did, else failed if any did, else
-    cancelled."""
+    while any waits (or none is queued yet); once all ended, completed if all did, else
+    failed if any did, else cancelled."""
     have = set(statuses)
     if have & PLACED_JOB:
         return "running"
-    if have & WAITING_JOB:
+    if have & WAITING_JOB or not have:  # none yet: its jobs are being queued
         return "queued"
-    if not have or have == {JobStatus.COMPLETED}:
+    if have == {JobStatus.COMPLETED}:
         return JobStatus.COMPLETED.value
     return (JobStatus.FAILED if JobStatus.FAILED in have else JobStatus.CANCELLED).value
 

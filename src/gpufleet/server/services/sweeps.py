@@ -192,7 +192,8 @@ async def _quietly(step: Any) -> Job | None:
 @dataclass(frozen=True, slots=True)
 class SweepView:
     sweep: Sweep
-    jobs: list[Job]  # each point's latest job (a re-run's, once it has one), in grid order
+    # each point's latest job (a re-run's, once it has one), in grid order; a list's: none
+    jobs: list[Job]
     status: str  # rules.status_of its jobs
     counts: dict[str, int]  # its latest jobs by status
     actions: list[str]  # what the caller may do to it now (cancel, rerun)
@@ -205,17 +206,20 @@ def latest(jobs: Sequence[Job]) -> list[Job]:
 
 
 async def _actions(
-    q: Queries, user: User, permissions: frozenset[str], view: SweepView
+    q: Queries, user: User, permissions: frozenset[str], sweep: Sweep, counts: dict[str, int]
 ) -> list[str]:
+    """What `user` may do to the sweep now: cancel while a job of it has not ended, re-run
+    once one failed or was cancelled."""
     if not allows(permissions, QUEUE_SUBMIT):
         return []
     actor = await ownership.actor_of(q, user)
+    have = {JobStatus(status) for status in counts}
     out = []
-    if any(j.status not in TERMINAL_JOB for j in view.jobs):
+    if have - TERMINAL_JOB:
         out.append(JobAction.CANCEL)
-    if any(j.status in RERUN_OF for j in view.jobs):
+    if have & RERUN_OF:
         out.append(JobAction.RERUN)
-    return [a.value for a in out if isinstance(decide(actor, view.sweep, a), Allowed)]
+    return [a.value for a in out if isinstance(decide(actor, sweep, a), Allowed)]
 
 
 def _view(sweep: Sweep, jobs: Sequence[Job]) -> SweepView:
@@ -224,7 +228,12 @@ def _view(sweep: Sweep, jobs: Sequence[Job]) -> SweepView:
     counts: dict[str, int] = {}
     for j in current:
         counts[j.status.value] = counts.get(j.status.value, 0) + 1
-    return SweepView(sweep, current, rules.status_of([j.status for j in current]), counts, [])
+    return _counted(sweep, counts, current)
+
+
+def _counted(sweep: Sweep, counts: dict[str, int], jobs: list[Job] | None = None) -> SweepView:
+    status = rules.status_of([JobStatus(s) for s, n in counts.items() if n])
+    return SweepView(sweep, jobs or [], status, counts, [])
 
 
 async def exists(ctx: Context, sweep_id: str) -> bool:
@@ -238,7 +247,7 @@ async def view(ctx: Context, sweep_id: str, user: User, permissions: frozenset[s
         if sweep is None:
             raise no_sweep(sweep_id)
         found = _view(sweep, await q.sweep_jobs([sweep_id]))
-        return replace(found, actions=await _actions(q, user, permissions, found))
+        return replace(found, actions=await _actions(q, user, permissions, sweep, found.counts))
 
 
 async def listed(
@@ -246,11 +255,11 @@ async def listed(
 ) -> tuple[list[SweepView], int]:
     async with ctx.store.read() as q:
         found, total = await q.list_sweeps(limit, offset, user.id if mine else None)
-        jobs = await q.sweep_jobs([s.id for s in found])
+        counts = await q.sweep_counts([s.id for s in found])  # not every job of every sweep
         out = []
         for s in found:
-            one = _view(s, [j for j in jobs if j.sweep_id == s.id])
-            out.append(replace(one, actions=await _actions(q, user, permissions, one)))
+            one = _counted(s, counts.get(s.id, {}))
+            out.append(replace(one, actions=await _actions(q, user, permissions, s, one.counts)))
     return out, total
 
 

@@ -58,6 +58,24 @@ class SweepQueries(QueryBase):
         )
         return [rows.job(m) for m in await self._mapped(stmt)]
 
+    async def sweep_counts(self, sweep_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+        """Each sweep's latest jobs (those no job of it re-runs) by status, in one read."""
+        if not sweep_ids:
+            return {}
+        ids = list(sweep_ids)
+        rerun = sa.select(jobs.c.rerun_of).where(
+            jobs.c.sweep_id.in_(ids), jobs.c.rerun_of.is_not(None)
+        )
+        stmt = (
+            sa.select(jobs.c.sweep_id, jobs.c.status, sa.func.count())
+            .where(jobs.c.sweep_id.in_(ids), jobs.c.id.not_in(rerun))
+            .group_by(jobs.c.sweep_id, jobs.c.status)
+        )
+        out: dict[str, dict[str, int]] = {}
+        for sweep_id, status, n in await self.conn.execute(stmt):
+            out.setdefault(sweep_id, {})[status] = int(n)
+        return out
+
     async def sweep_placed(self, sweep_id: str) -> int:
         """Its jobs offered to or running on workers now (ix_jobs_sweep)."""
         stmt = (
