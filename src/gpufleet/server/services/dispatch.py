@@ -113,7 +113,9 @@ async def _dispatch_job(ctx: Context, job_id: str) -> bool | None:
         # No row lock here: `claim` takes the worker, then the job (the one lock order, see
         # lifecycle), each by compare-and-set, so a job taken meanwhile loses the claim.
         job = await tx.q.get_job(job_id)
-        if job is None or job.status is not JobStatus.QUEUED or refused(ctx, job, snap):
+        if job is None or job.status is not JobStatus.QUEUED or job.waits_on is not None:
+            return False
+        if refused(ctx, job, snap):
             return False
         if job.nodes > 1:
             return None

@@ -38,7 +38,14 @@ from gpufleet.errors import InvalidInput, TooManyRequests
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
-from gpufleet.server.services import configs, dispatch, dispatch_policy, job_secrets, workdirs
+from gpufleet.server.services import (
+    configs,
+    dependencies,
+    dispatch,
+    dispatch_policy,
+    job_secrets,
+    workdirs,
+)
 from gpufleet.server.services.lifecycle import queue_new
 from gpufleet.server.services.people import resolve_submitter
 from gpufleet.server.services.queue import get_job
@@ -60,6 +67,7 @@ class Submission:
     retry_on: frozenset[RetryOn] = RETRY_DEFAULT
     team: str | None = None  # id or name; None: the user's default team
     preemptible: bool | None = None  # None: as its team says
+    after: dependencies.Asked | None = None  # what it runs after (docs/jobs.md, Dependencies)
 
 
 async def _check_target(ctx: Context, req: Requirement) -> None:
@@ -186,7 +194,9 @@ async def enqueue(
     gpu_count = job_gpu_count(sub.gpu_count, config)
     shape = gang_shape(gpu_count, config)
     labels = check_labels(sub.worker_labels)
-    req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs_of(config))
+    after = sub.after or dependencies.Asked()
+    needs = needs_of(config, inputs=bool(after.inputs))
+    req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs)
     await _check_target(ctx, req)
     workdir = await workdirs.check_named(ctx, config, user_id)
     job_id = new_id("j")
@@ -195,13 +205,14 @@ async def enqueue(
         if workdir is not None and admitted.team is not None:
             await workdirs.share(tx, workdir, admitted.user.id, admitted.team.id)
         await job_secrets.check_resolvable(ctx, tx.q, config, admitted.user, admitted.team)
+        waits_on = await dependencies.admit(tx, after.on, may_read=after.may_read)
         queued = admitted.status is JobStatus.QUEUED
         # The policy first: with a limit set, its row is the first a dispatch locks.
         snap = await dispatch_policy.policy_gate(tx, admitted.policy) if queued else None
         # Usually an idle worker fits: the job is offered in the transaction that queues it
         # (one commit a submit). When none does, the job waits, even for a worker yet to come.
         # A gang (more than one node) is offered by the gang round alone (dispatch_job).
-        one_node = queued and shape.nodes == 1
+        one_node = queued and shape.nodes == 1 and waits_on is None
         worker = await dispatch.first_fit(tx.q, req) if one_node else None
         job = await queue_new(
             tx,
@@ -227,8 +238,11 @@ async def enqueue(
                 config_written_by=ran.written_by if ran else None,
                 workdir=workdir,
                 nodes=shape.nodes,
+                waits_on=waits_on,
+                inputs={k: list(v) for k, v in after.inputs.items()} or None,
             ),
         )
+        await tx.q.add_dependencies(job_id, after.on)
         extra: dict[str, Any] = {"rerun_of": rerun_of} if rerun_of else {}
         if ran:
             extra |= {"config_version": ran.version, "config_digest": ran.digest}
@@ -236,6 +250,8 @@ async def enqueue(
             extra["held"] = admitted.held
         if shape.nodes > 1:
             extra |= {"nodes": shape.nodes, "total_gpus": shape.total_gpus}
+        if after.on:
+            extra["depends_on"] = [{"job": d.job_id, "on": d.on.value} for d in after.on]
         tx.audit(
             "job.submitted",
             actor,
@@ -256,7 +272,7 @@ async def enqueue(
         offered = await dispatch.claim_new(tx, job, worker) if worker is not None else None
     if offered is not None and worker is not None:
         return Enqueued(offered, admitted.names | {worker.id: worker.name})
-    if queued:
+    if queued and waits_on is None:
         # No idle fit, or another dispatch took that worker first: the usual pass, which
         # looks again (and retries lost races) now that the job is committed.
         await dispatch.dispatch_job(ctx, job_id)
