@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.api.artifacts.uploads import sha, upload
 from tests.api.conftest import Agent, Fleet, both_databases
 from tests.api.test_job_ownership import People, people_of
 
@@ -300,3 +301,34 @@ async def test_a_submit_racing_its_dependencys_end_never_waits_forever(
             taken = await agent.next_offer()
             await agent.run(taken)
             await agent.finish(taken)
+
+
+async def test_a_jobs_offer_carries_the_inputs_it_takes_and_its_attempt_downloads_them(
+    fleet: Fleet,
+) -> None:
+    agent = await (await fleet.create_worker("gpu-a", worker_type="persistent")).connect(
+        gpu_count=1, features=["command", "attempts", "inputs"]
+    )
+    upstream, offer = await running(fleet, agent)
+    await upload(agent, upstream["id"], offer["attempt_id"], "output/x", b"weights")
+    secret = await upload(agent, upstream["id"], offer["attempt_id"], "private.txt", b"no")
+    await agent.finish(offer)
+    job = await submitted(
+        fleet.admin, depends_on=[upstream["id"]], inputs={upstream["id"]: ["output/**"]}
+    )
+    taken = await agent.next_offer()
+    assert taken["job_id"] == job["id"]
+    [entry] = taken["inputs"]
+    assert entry["path"] == f"inputs/{upstream['id']}/output/x"
+    assert entry["size"] == len(b"weights") and entry["sha256"] == sha(b"weights")
+    await agent.run(taken)
+    got = await fleet.http.get(entry["url"], headers=agent.headers)
+    assert got.status_code == 200 and got.content == b"weights"
+    # What its inputs do not select stays the upstream's.
+    other = entry["url"].replace(entry["url"].split("/")[-1].split("?")[0], secret["id"])
+    assert (await fleet.http.get(other, headers=agent.headers)).status_code == 404
+    # An offer of a job without inputs says nothing of them (the SimpleTuner agent's offers
+    # are as they were).
+    await agent.finish(taken)
+    plain = await submitted(fleet.admin)
+    assert "inputs" not in await agent.next_offer() and plain["inputs"] is None
