@@ -22,6 +22,8 @@ from gpufleet.domain.dependencies import (
 )
 from gpufleet.domain.states import TERMINAL_JOB, JobStatus
 from gpufleet.errors import InvalidInput
+from gpufleet.worker.inputs import from_offer as inputs_of
+from gpufleet.worker.resume import ResumeFailed
 
 J = JobStatus
 upstreams = st.lists(
@@ -109,3 +111,31 @@ def test_input_globs_match_within_a_name_or_across_folders() -> None:
     assert selected(["output/**"], paths) == ["output/x", "output/a/b.bin"]
     assert selected(["output/*"], paths) == ["output/x"]
     assert selected(["*.txt", "output/?"], paths) == ["output/x", "log.txt"]
+
+
+GOOD = {"path": "inputs/j_a/output/x", "size": 3, "sha256": "0" * 64, "url": "/api/x"}
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ({**GOOD, "path": "output/x"}, "not a path under inputs/"),
+        ({**GOOD, "path": "inputs/../../etc/passwd"}, "not a path under inputs/"),
+        ({**GOOD, "path": "/inputs/x"}, "not a path under inputs/"),
+        ({**GOOD, "size": -1}, "bad size"),
+        ({**GOOD, "sha256": "x"}, "bad sha256"),
+        ({**GOOD, "url": ""}, "no download URL"),
+        ("inputs/x", "not an object"),
+    ],
+)
+def test_the_worker_refuses_an_offers_input_it_cannot_place_safely(
+    entry: object, said: str
+) -> None:
+    with pytest.raises(ResumeFailed, match=said):
+        inputs_of([entry])
+
+
+def test_an_offer_without_inputs_has_none_and_a_good_one_is_read() -> None:
+    assert inputs_of(None) == ()
+    (read,) = inputs_of([GOOD])
+    assert read.digest.path == "inputs/j_a/output/x" and read.url == "/api/x"

@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpufleet.worker.backoff import Backoff
-from gpufleet.worker.resume import Downloads, ResumeFailed, download_file, relative, retried
+from gpufleet.worker.resume import (
+    Downloads,
+    ResumeFailed,
+    download_file,
+    file_digest,
+    relative,
+    retried,
+)
 from gpufleet.worker.uploads import FileDigest
 
 log = logging.getLogger(__name__)
 
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 FOLDER = "inputs"
 
 
@@ -47,14 +52,11 @@ def _entry(entry: Any) -> InputFile:
     path, size, sha = relative(entry.get("path")), entry.get("size"), entry.get("sha256")
     if path is None or not path.startswith(f"{FOLDER}/"):
         raise ResumeFailed(f"input {entry.get('path')!r:.200} is not a path under {FOLDER}/")
-    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 2**63:
-        raise ResumeFailed(f"input {path}: bad size {size!r:.40}")
-    if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
-        raise ResumeFailed(f"input {path}: bad sha256 {sha!r:.80}")
+    digest = file_digest("input", path, size, sha)
     url, headers = entry.get("url"), entry.get("headers") or {}
     if not isinstance(url, str) or not url or not isinstance(headers, Mapping):
         raise ResumeFailed(f"input {path}: no download URL")
-    return InputFile(FileDigest(path, size, sha), url, {str(k): str(v) for k, v in headers.items()})
+    return InputFile(digest, url, {str(k): str(v) for k, v in headers.items()})
 
 
 async def download_inputs(

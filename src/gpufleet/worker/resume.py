@@ -178,11 +178,16 @@ def _wanted(resume: Resume, entry: Any) -> FileDigest:
         raise ResumeFailed(
             f"checkpoint {resume.name} file {clean!r:.200} is not in its folder {resume.path}"
         )
+    return file_digest(f"checkpoint {resume.name}", clean, size, sha)
+
+
+def file_digest(what: str, path: str, size: Any, sha: Any) -> FileDigest:
+    """A listed file's size and sha256, checked; `ResumeFailed` naming `what` otherwise."""
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 2**63:
-        raise ResumeFailed(f"checkpoint {resume.name} file {clean}: bad size {size!r:.40}")
+        raise ResumeFailed(f"{what} file {path}: bad size {size!r:.40}")
     if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
-        raise ResumeFailed(f"checkpoint {resume.name} file {clean}: bad sha256 {sha!r:.80}")
-    return FileDigest(clean, size, sha)
+        raise ResumeFailed(f"{what} file {path}: bad sha256 {sha!r:.80}")
+    return FileDigest(path, size, sha)
 
 
 def relative(path: Any) -> str | None:

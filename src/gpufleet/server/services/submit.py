@@ -205,10 +205,11 @@ async def enqueue(
         if workdir is not None and admitted.team is not None:
             await workdirs.share(tx, workdir, admitted.user.id, admitted.team.id)
         await job_secrets.check_resolvable(ctx, tx.q, config, admitted.user, admitted.team)
-        waits_on = await dependencies.admit(tx, after.on, may_read=after.may_read)
         queued = admitted.status is JobStatus.QUEUED
         # The policy first: with a limit set, its row is the first a dispatch locks.
         snap = await dispatch_policy.policy_gate(tx, admitted.policy) if queued else None
+        # Then the dependencies' rows (a dispatch locks a worker, then a job).
+        waits_on = await dependencies.admit(tx, after.on, may_read=after.may_read)
         # Usually an idle worker fits: the job is offered in the transaction that queues it
         # (one commit a submit). When none does, the job waits, even for a worker yet to come.
         # A gang (more than one node) is offered by the gang round alone (dispatch_job).
