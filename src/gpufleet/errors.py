@@ -20,7 +20,10 @@
     ├── AgentError                  the worker agent cannot go on (see gpufleet.worker)
     ├── ProviderError               a pool's provider could not launch or stop a machine
     ├── LoopDied                    a supervised background loop died (gpufleet.supervisor)
-    └── ClientError                 the operator CLI cannot talk to the orchestrator (cli/api.py)
+    └── ClientError                 the client (gpufleet.client, the CLI's too) cannot talk to
+        │                           the orchestrator (client/http.py)
+        └── ConnectionFailed        the request or its answer was lost on the way, or a 502,
+                                    503 or 504: the same request may be sent again
 
 The operator CLI turns an HTTP error answer back into the DomainError of its status code.
 
@@ -136,3 +139,9 @@ class LoopDied(GpufleetError):
 
 class ClientError(GpufleetError):
     """The orchestrator is unreachable or failed; the message says what to check."""
+
+
+class ConnectionFailed(ClientError):
+    """The request or its answer was lost on the way (no connection, a timeout, a dropped
+    answer), or the orchestrator was not available (502, 503, 504): sending the same request
+    again may succeed (a submit, with the same idempotency key)."""

@@ -17,12 +17,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import orjson
 import pytest
 import sqlalchemy as sa
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
+from sqlalchemy.engine import make_url
 
 from gpufleet.server.app import create_app
 from gpufleet.server.context import Context
@@ -30,6 +32,7 @@ from gpufleet.server.services import health
 from gpufleet.server.settings import ServerSettings
 from gpufleet.supervisor import Supervisor
 from tests.nasty import dumps
+from tests.waiting import wait_until_async
 
 HEARTBEAT_TIMEOUT = 120.0
 ACK_TIMEOUT = 30.0
@@ -90,6 +93,23 @@ async def post_raw(
     return await client.request(
         method, path, content=dumps(body), headers={"Content-Type": "application/json", **headers}
     )
+
+
+async def waits_on_a_lock(url: str, message: str) -> None:
+    """Until another session of the PostgreSQL database at `url` waits on a lock."""
+    u = make_url(url)
+    conn = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
+    try:
+        await wait_until_async(
+            lambda: conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ),
+            timeout=10,
+            message=message,
+        )
+    finally:
+        await conn.close()
 
 
 class FakeClock:

@@ -7,35 +7,15 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from gpufleet.server.context import transaction
 from gpufleet.server.services import agents
-from tests.api.conftest import Fleet
-from tests.waiting import wait_until_async
+from tests.api.conftest import Fleet, waits_on_a_lock
 
 pytestmark = pytest.mark.parametrize(
     "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
 )
-
-
-async def _waits_on_a_lock(url: str) -> None:
-    """Until another session of the database waits on a row lock."""
-    u = make_url(url)
-    conn = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
-    try:
-        await wait_until_async(
-            lambda: conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            ),
-            timeout=10,
-            message="the heartbeat flush waiting on the report's lock",
-        )
-    finally:
-        await conn.close()
 
 
 async def test_a_heartbeat_flush_waits_behind_a_node_report_instead_of_deadlocking(
@@ -55,7 +35,7 @@ async def test_a_heartbeat_flush_waits_behind_a_node_report_instead_of_deadlocki
     async with transaction(fleet.ctx) as tx:  # a gang's report: its nodes' workers, in id order
         await tx.q.lock_workers([low])
         flush = asyncio.create_task(agents.flush_heartbeats(fleet.ctx))
-        await _waits_on_a_lock(database_url)
+        await waits_on_a_lock(database_url, "the heartbeat flush waiting on the report's lock")
         await tx.q.lock_workers([low, high])
     assert await asyncio.wait_for(flush, 10) == 2
     async with fleet.ctx.store.read() as q:

@@ -499,6 +499,21 @@ def test_a_job_no_worker_can_run_yet_is_queued_and_submit_says_what_it_waits_for
     assert f"Job {job_id} is cancelled" in ok(gf(server, "jobs", "cancel", job_id))
 
 
+def test_jobs_submit_with_an_idempotency_key_twice_makes_one_job_and_says_so(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    key = unique("ci-build")
+    submit = ("jobs", "submit", str(job_file(tmp_path, "0")), "--label", "zone=venus")
+    first = ok(gf(server, *submit, "--idempotency-key", key))
+    job_id = next(w for w in first.split() if w.startswith("j_"))
+    again = ok(gf(server, *submit, "--idempotency-key", key))
+    assert f"Job {job_id} was submitted already with this idempotency key (queued" in again
+    other = as_json(gf(server, *submit, "--idempotency-key", key + "-2", "--json"))
+    assert other["id"] != job_id and other["idempotent_hit"] is False
+    for done in (job_id, other["id"]):
+        ok(gf(server, "jobs", "cancel", done))
+
+
 def test_workers_list_names_the_queued_jobs_no_worker_can_run(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from gpufleet.cli.artifacts import nodes_note, select
+from gpufleet.cli.artifacts import nodes_note
 from gpufleet.cli.output import size
 from gpufleet.cli.resolve import job_id
-from gpufleet.cli.transfer import target_of
+from gpufleet.client.downloads import select
+from gpufleet.client.transfer import target_of
 from gpufleet.errors import ClientError, InvalidInput, NotFound
 
 

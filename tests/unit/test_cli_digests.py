@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.artifacts.workdir_archive import pack
-from gpufleet.cli.digests import DigestCache, Known, cache_folder, signature
+from gpufleet.client.digests import DigestCache, Known, cache_folder, signature
 
 PATHS = ["train.py", "data/words.txt"]
 AN_HOUR_AGO = time.time() - 3600

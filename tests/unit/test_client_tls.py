@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trustme
 
-from gpufleet.cli.api import ApiClient
+from gpufleet.client.http import ApiClient
 from gpufleet.client_tls import verify_for
 
 

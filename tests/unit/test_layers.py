@@ -105,6 +105,13 @@ def test_the_domain_imports_only_the_standard_library_and_itself() -> None:
         ("gpufleet.server.services", ("fastapi", "starlette", "gpufleet.server.routes")),
         ("gpufleet.store", ("gpufleet.server", "gpufleet.worker", "gpufleet.cli", "fastapi")),
         ("gpufleet.cli", ("gpufleet.store", "gpufleet.server.services")),
+        # The Python client: the CLI is built on it, so it knows no command (click, rich)
+        # and, as the CLI, neither the server nor the store.
+        (
+            "gpufleet.client",
+            ("gpufleet.server", "gpufleet.store", "gpufleet.cli", "gpufleet.worker", "click"),
+        ),
+        ("gpufleet.client", ("rich", "fastapi")),
         ("gpufleet.worker", ("gpufleet.server", "gpufleet.store", "fastapi")),
         # The settings tables: read by the CLI, the server and the worker, made into options
         # and fields by them, so they import none of them, nor click or pydantic.

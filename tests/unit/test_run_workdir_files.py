@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.cli.workdir import biggest, select, selected
+from gpufleet.client.workdir import biggest, select, selected
 from gpufleet.errors import PayloadTooLarge
 
 

@@ -1,21 +1,29 @@
 """`gpufleet jobs artifacts` and `gpufleet jobs download`: a job's stored files, listed and
-brought home (the fetching itself: cli/transfer.py)."""
+brought home (by the client: client/downloads.py, client/transfer.py; shown here with a
+progress bar, `Bar`)."""
 
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import click
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.text import Text
 
 from gpufleet.cli import output as out
 from gpufleet.cli import resolve
-from gpufleet.cli.api import ApiClient, api_options, json_option, part
-from gpufleet.cli.transfer import Saved, checked_record, download_all
-from gpufleet.errors import NotFound
+from gpufleet.cli.api import ApiClient, Client, api_options, json_option, part
+from gpufleet.client.transfer import Saved
 
 SHA_SHOWN = 12  # hex digits of a sha256 shown in tables: enough to tell files apart
 
@@ -128,7 +136,7 @@ def _checkpoints(records: list[dict[str, Any]]) -> Any:
 @json_option
 @api_options
 def download(
-    api: ApiClient,
+    api: Client,
     job: str,
     paths: tuple[str, ...],
     directory: Path,
@@ -144,7 +152,9 @@ def download(
     file already there with that sha256 is left as it is.
     """
     job_id = resolve.job_id(api, job)
-    saved = fetch_files(api, job_id, directory, paths, attempt, no_checkpoints)
+    saved = api.download(
+        job_id, directory, *paths, attempt=attempt, checkpoints=not no_checkpoints, meter=Bar()
+    )
     if as_json:
         out.print_json(
             {
@@ -155,36 +165,6 @@ def download(
         )
         return
     out.echo(summary(job_id, saved, directory))
-
-
-def fetch_files(
-    api: ApiClient,
-    job_id: str,
-    directory: Path,
-    paths: tuple[str, ...] = (),
-    attempt: int | None = None,
-    no_checkpoints: bool = False,
-) -> list[Saved]:
-    """The job's stored files (those `paths` name; all when none) into `directory`, each
-    checked against its sha256; `NotFound` when it has none."""
-    listed = [
-        checked_record(r) for r in api.get(f"/api/queue/{part(job_id)}/artifacts")["artifacts"]
-    ]
-    chosen = select(listed, paths, attempt, checkpoints=not no_checkpoints)
-    if not chosen:
-        raise NotFound(
-            f"job {job_id} has no stored files{_which(attempt, no_checkpoints)} to download; "
-            f"see what it has: gpufleet jobs artifacts {job_id}"
-        )
-    again = ["gpufleet", "jobs", "download", job_id, *paths, "-o", str(directory)]
-    again += [f"--attempt={attempt}"] if attempt else []
-    again += ["--no-checkpoints"] if no_checkpoints else []
-    return download_all(api, job_id, chosen, directory, again=shlex.join(again))
-
-
-def _which(attempt: int | None, no_checkpoints: bool) -> str:
-    said = [f" from attempt {attempt}"] if attempt else []
-    return "".join(said) + (" other than checkpoints" if no_checkpoints else "")
 
 
 def summary(job_id: str, saved: list[Saved], directory: Path) -> str:
@@ -199,60 +179,39 @@ def summary(job_id: str, saved: list[Saved], directory: Path) -> str:
     return line + "; every sha256 matches."
 
 
-def select(
-    listed: list[dict[str, Any]],
-    patterns: tuple[str, ...],
-    attempt: int | None,
-    *,
-    checkpoints: bool = True,
-) -> list[dict[str, Any]]:
-    """The records to download, by path: each path once, from the newest attempt that has it
-    (or from `attempt`), those `patterns` match (all when none are given)."""
-    newest: dict[str, dict[str, Any]] = {}
-    for record in sorted(listed, key=lambda a: -int(a["attempt_number"])):
-        if attempt is not None and record["attempt_number"] != attempt:
-            continue
-        if not checkpoints and record["kind"] == "checkpoint":
-            continue
-        newest.setdefault(record["path"], record)
-    if not patterns:
-        return [newest[p] for p in sorted(newest)]
-    matchers = {p: _matcher(p) for p in patterns}
-    unmatched = [p for p, m in matchers.items() if not any(m(path) for path in newest)]
-    if unmatched:
-        raise NotFound(
-            f"no stored file of this job matches {', '.join(repr(p) for p in unmatched)}; "
-            "list them with `gpufleet jobs artifacts JOB` and give a path, a folder or a glob "
-            "from it"
+class Bar:
+    """A download's progress as a bar on stderr (the client's `Meter`)."""
+
+    def __init__(self) -> None:
+        self._bar = Progress(
+            TextColumn("{task.description}", markup=False),
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=out.errors(),
         )
-    return [newest[p] for p in sorted(newest) if any(m(p) for m in matchers.values())]
+        self._task: TaskID | None = None
 
+    def __enter__(self) -> Bar:
+        self._bar.__enter__()
+        return self
 
-def _matcher(pattern: str) -> Any:
-    """A path test for a PATH argument: the path itself, a folder above it, or a glob."""
-    clean = pattern.removeprefix("./").rstrip("/")
-    regex = re.compile(_glob_regex(clean))
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._bar.__exit__(exc_type, exc, tb)
 
-    def matches(path: str) -> bool:
-        return path == clean or path.startswith(clean + "/") or bool(regex.fullmatch(path))
+    def start(self, label: str, total: int) -> None:
+        self._task = self._bar.add_task(label, total=total)
 
-    return matches
+    def label(self, label: str) -> None:
+        if self._task is not None:
+            self._bar.update(self._task, description=label)
 
-
-_GLOB_TOKEN = re.compile(r"\*\*/|\*\*|\*|\?|[^*?]+")
-
-
-def _glob_regex(glob: str) -> str:
-    parts = []
-    for token in _GLOB_TOKEN.findall(glob):
-        if token == "**/":
-            parts.append("(?:.*/)?")
-        elif token == "**":
-            parts.append(".*")
-        elif token == "*":
-            parts.append("[^/]*")
-        elif token == "?":
-            parts.append("[^/]")
-        else:
-            parts.append(re.escape(token))
-    return "".join(parts)
+    def advance(self, count: int) -> None:
+        if self._task is not None:
+            self._bar.advance(self._task, count)

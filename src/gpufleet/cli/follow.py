@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,10 +20,9 @@ from rich.progress import (
 )
 
 from gpufleet.cli import output as out
-from gpufleet.cli.api import ApiClient, api_options, json_option, part
+from gpufleet.cli.api import ApiClient, Client, api_options, json_option, part
 from gpufleet.domain.bounds import log_search_problem
 from gpufleet.domain.states import PLACED_JOB, TERMINAL_JOB, JobStatus
-from gpufleet.errors import ClientError
 
 POLL_SECONDS = 0.5
 PAGE = 1000  # lines a request; the most the CLI holds at once
@@ -54,7 +54,7 @@ PAGE = 1000  # lines a request; the most the CLI holds at once
 @json_option
 @api_options
 def logs(
-    api: ApiClient,
+    api: Client,
     job_id: str,
     follow: bool,
     tail: int | None,
@@ -124,31 +124,23 @@ def _print_pages(
         cursor = {"after": body["next_after"]}
 
 
-def _follow_logs(api: ApiClient, job_id: str, view: LogView, after: int) -> None:
+def _follow_logs(api: Client, job_id: str, view: LogView, after: int) -> None:
     status = follow_to_end(api, job_id, view=view, after=after)
     sys.exit(0 if status == JobStatus.COMPLETED else 1)
 
 
-def follow_to_end(
-    api: ApiClient, job_id: str, *, view: LogView | None = None, after: int = 0
-) -> str:
+def follow_to_end(api: Client, job_id: str, *, view: LogView | None = None, after: int = 0) -> str:
     """Print the job's log lines live from `after` until it ends; its status then."""
     view = view or LogView()
-    path = f"/api/queue/{part(job_id)}/logs"
-    for event, data in api.events(path, follow=True, after=after, **view.scope()):
-        if event == "log":
-            _print_line(data, view)
-        elif event == "end":
-            status = str(data.get("status", "ended"))
-            out.echo(f"Job {job_id} {status}.", err=True)
-            return status
-    raise ClientError(  # no `end` event: the orchestrator closed the stream as it stopped
-        f"the orchestrator ended the log stream before job {job_id} ended (it may be "
-        "restarting); run the command again to follow on"
-    )
+    logs = api.logs(job_id, follow=True, after=after, node=view.node)
+    for line in logs:
+        _print_line(line.raw, view)
+    status = str(logs.status)
+    out.echo(f"Job {job_id} {status}.", err=True)
+    return status
 
 
-def _print_line(line: dict[str, Any], view: LogView) -> None:
+def _print_line(line: Mapping[str, Any], view: LogView) -> None:
     if view.as_json:
         out.print_json(line, indent=None)
     elif view.labelled:

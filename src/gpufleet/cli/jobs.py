@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufleet.cli import output as out
-from gpufleet.cli.api import ApiClient, api_options, json_option, part
+from gpufleet.cli.api import ApiClient, Client, api_options, json_option, part
 from gpufleet.cli.artifacts import artifacts, download
 from gpufleet.cli.configs import read_config_file
 from gpufleet.cli.follow import logs, watch
@@ -51,7 +51,7 @@ for _command in (logs, watch, artifacts, download):
 @json_option
 @api_options
 def submit(
-    api: ApiClient, config: str, submit: dict[str, Any], shape: dict[str, Any], as_json: bool
+    api: Client, config: str, submit: dict[str, Any], shape: dict[str, Any], as_json: bool
 ) -> None:
     """Submit CONFIG: a stored config's name, or a JSON file submitted inline."""
     body = dict(submit)
@@ -72,7 +72,7 @@ def submit(
     else:
         body["config_name"] = config
     try:
-        job = api.post("/api/queue/submit", body)
+        job = api.submit_body(body)
     except NotFound:
         if "config_name" not in body:
             raise
@@ -271,14 +271,14 @@ def _resumed(resumed: dict[str, Any] | None) -> str | None:
 @click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
 @json_option
 @api_options
-def cancel(api: ApiClient, job_ids: tuple[str, ...], as_json: bool) -> None:
+def cancel(api: Client, job_ids: tuple[str, ...], as_json: bool) -> None:
     """Cancel jobs; a running one is stopped on its worker."""
     if len(job_ids) == 1:
-        job = api.post(f"/api/queue/{part(job_ids[0])}/cancel")
+        job = api.cancel(job_ids[0])
         if as_json:
-            out.print_json(job)
+            out.print_json(job.raw)
         else:
-            out.echo(f"Job {job['id']} is {job['status']}.")
+            out.echo(f"Job {job.id} is {job.status}.")
         return
     _bulk(api, "cancel", job_ids, as_json, lambda j: f"Job {j['id']} is {j['status']}.")
 

@@ -7,7 +7,7 @@ orchestrator, polled, answers the session once they did. Elsewhere (or with `--l
 loopback address this command listens on (RFC 8252: http://127.0.0.1:PORT/callback, with
 PKCE, a state and a nonce). The orchestrator redeems the code with its client secret and the
 verifier this command made, and answers a session token good for an hour and the provider's
-refresh token, kept in the config folder (cli/signins.py) and used by every command given no
+refresh token, kept in the config folder (client/signins.py) and used by every command given no
 API key. `logout` ends the session at the orchestrator and forgets it here.
 """
 
@@ -26,8 +26,9 @@ import click
 from authlib.integrations.httpx_client import OAuth2Client
 
 from gpufleet.cli import output as out
-from gpufleet.cli import signins
-from gpufleet.cli.api import ApiClient, connection_options, resolve_url, verify_option
+from gpufleet.cli.api import ApiClient, connection_options
+from gpufleet.client import signins
+from gpufleet.client.connection import resolve_url, verify_option
 from gpufleet.errors import ConfigurationError, GpufleetError, Unauthenticated
 
 CALLBACK = "/callback"

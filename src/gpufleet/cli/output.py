@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +19,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from gpufleet.client.text import safe as safe
+from gpufleet.client.text import size as size
 
 _STYLES = {
     "idle": "green",
@@ -36,16 +38,6 @@ _STYLES = {
     "lost": "red",
     "cancelled": "magenta",
 }
-
-
-# C0 controls but tab and newline (ESC among them; CR rewrites the line), DEL, and C1 (0x9b
-# is a one-byte CSI to many terminals).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def safe(value: str) -> str:
-    """The text with its control characters written out visibly (ESC as `\\x1b`)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
 
 
 def echo(message: str, err: bool = False) -> None:
@@ -131,9 +123,9 @@ def ago(value: str | None, now: datetime | None = None) -> str:
     seconds = int(((now or datetime.now(UTC)) - moment).total_seconds())
     if seconds < 0:
         return "just now"
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
-        if seconds >= size:
-            return f"{seconds // size}{unit} ago"
+    for span, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= span:
+            return f"{seconds // span}{unit} ago"
     return f"{seconds}s ago"
 
 
@@ -193,18 +185,3 @@ def waiting(wait: dict[str, Any]) -> str:
 def money(amount: float) -> str:
     """An amount of the pools' cost (docs/capacity.md): `$12.50`."""
     return f"${amount:,.2f}"
-
-
-def size(count: int | None) -> str:
-    """Bytes for people, in powers of 1024: `512 B`, `1.5 KiB`, `3.2 GiB`."""
-    if count is None:
-        return "-"
-    if count < 1024:
-        return f"{count} B"
-    value = float(count)
-    units = ("KiB", "MiB", "GiB", "TiB")
-    for index, unit in enumerate(units):
-        value /= 1024
-        if value < 1024 or index == len(units) - 1:
-            return f"{value:.1f} {unit}"
-    return f"{count} B"  # not reached: the loop returns at its last unit

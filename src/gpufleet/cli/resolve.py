@@ -12,7 +12,7 @@ PREFIX_SHOWN = 5  # ids named when a prefix fits several jobs
 
 
 class Reader(Protocol):
-    """What resolving needs of the client (cli.api.ApiClient)."""
+    """What resolving needs of the client (client/http.py `ApiClient`)."""
 
     def get(self, path: str, **params: Any) -> Any: ...
 

@@ -1,37 +1,33 @@
 """`gpufleet run`: run a command on the fleet with the code of a folder (docs/jobs.md).
 
-The folder is packed (cli/workdir.py, its digest remembered by cli/digests.py), its snapshot
-uploaded unless the orchestrator says this user may name it already (they uploaded it, or a
-team of theirs shares it: a digest alone proves nothing, docs/security.md), and a job
-submitted whose config names it, with its `requirements` (or `env_from`) and `setup` for the
-worker; with `--wait`, its log is followed, Ctrl-C asks whether to detach or cancel,
-`--download` brings its files home (cli/artifacts.py), and the command exits with the job's
-exit code.
+The folder is sent by the client (client/workdirs.py: packed, its snapshot uploaded unless
+the orchestrator says this user may name it already), and a job submitted whose config names
+it, with its `requirements` (or `env_from`) and `setup` for the worker; with `--wait`, its log
+is followed, Ctrl-C asks whether to detach or cancel, `--download` brings its files home
+(cli/artifacts.py), and the command exits with the job's exit code.
 """
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
-from gpufleet.artifacts.workdir_archive import Entry, archive_size, chunks, entries_of
 from gpufleet.cli import output as out
-from gpufleet.cli.api import ApiClient, api_options, part
-from gpufleet.cli.artifacts import fetch_files, summary
-from gpufleet.cli.digests import DigestCache, Known, cache_folder, signature
+from gpufleet.cli.api import Client, api_options
+from gpufleet.cli.artifacts import Bar, summary
 from gpufleet.cli.follow import LogView, follow_to_end
 from gpufleet.cli.options import parse_size_option, setting
 from gpufleet.cli.submitting import say_submitted, submit_options, with_shape
-from gpufleet.cli.workdir import selected
+from gpufleet.client.client import run_config
+from gpufleet.client.workdirs import Packed
 from gpufleet.domain.jobspec import ENV_NAME
 from gpufleet.domain.states import JobStatus
 from gpufleet.errors import InvalidInput, NotFound
 
-DEFAULT_MAX_WORKDIR = "1G"
+DEFAULT_MAX_WORKDIR = "1G"  # the client's DEFAULT_MAX_WORKDIR, as the flag writes it
 _HAD = ": the orchestrator had this snapshot, and now knows you have its files too."
 
 
@@ -109,7 +105,7 @@ def _env(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) ->
 @submit_options
 @api_options
 def run(
-    api: ApiClient,
+    api: Client,
     command: tuple[str, ...],
     workdir: Path,
     max_workdir_size: int,
@@ -130,13 +126,16 @@ def run(
         )
     if requirements is not None and env_from is not None:
         raise click.UsageError("--requirements and --env-from both name the environment: keep one")
-    config: dict[str, Any] = {"command": list(command)}
-    if requirements is not None:
-        config["requirements"] = _read(requirements)
-    config["workdir"] = _send_workdir(api, workdir.resolve(), max_workdir_size, env_from)
-    optional = {"env": env, "name": name, "env_from": env_from, "setup": setup}
-    config.update({key: value for key, value in optional.items() if value})
-    job = api.post("/api/queue/submit", {**submit, "config": with_shape(config, shape)})
+    needs = _read(requirements) if requirements is not None else None
+    sent = api.send_workdir(
+        workdir, max_bytes=max_workdir_size, env_from=env_from, packed=_say_packed
+    )
+    if not sent.sent:
+        out.echo("0 bytes sent: the orchestrator has this snapshot already.")
+    else:
+        out.echo(f"{sent.packed.size} bytes sent{_HAD if sent.had else '.'}")
+    config = run_config(command, sent.packed, needs, env, name, env_from, setup)
+    job = api.submit_body({**submit, "config": with_shape(config, shape)})
     say_submitted(api, job, follow_hint=not wait)
     if not wait:
         return
@@ -145,12 +144,12 @@ def run(
         status = follow_to_end(api, job["id"], view=labelled)
     except KeyboardInterrupt:
         _interrupted(api, job["id"])
-    ended = api.get(f"/api/queue/{part(job['id'])}")
-    if ended.get("error"):  # why it failed (a build, a setup, a start), not just that it did
-        out.echo(f"Error: {str(ended['error']).rstrip()}", err=True)
+    ended = api.job(job["id"])
+    if ended.error:  # why it failed (a build, a setup, a start), not just that it did
+        out.echo(f"Error: {str(ended.error).rstrip()}", err=True)
     if download is not None:
         _bring_home(api, job["id"], download)
-    code = ended.get("exit_code")
+    code = ended.exit_code
     if isinstance(code, int) and 0 <= code <= 255:
         sys.exit(code)
     sys.exit(0 if status == JobStatus.COMPLETED else 1)
@@ -163,7 +162,13 @@ def _read(requirements: Path) -> str:
         raise InvalidInput(f"--requirements {requirements}: cannot be read as text: {exc}") from exc
 
 
-def _interrupted(api: ApiClient, job_id: str) -> NoReturn:
+def _say_packed(snapshot: Packed) -> None:
+    size = out.size(snapshot.size)
+    digest = snapshot.digest[:19]
+    out.echo(f"Workdir {snapshot.root}: {snapshot.files} files, {size} ({digest}…).")
+
+
+def _interrupted(api: Client, job_id: str) -> NoReturn:
     """Ctrl-C while following: on a terminal, ask whether to detach or cancel the job."""
     choice = "detach"
     if sys.stdin.isatty():
@@ -174,8 +179,8 @@ def _interrupted(api: ApiClient, job_id: str) -> NoReturn:
             err=True,
         )
     if choice == "cancel":
-        cancelled = api.post(f"/api/queue/{part(job_id)}/cancel")
-        out.echo(f"Job {job_id} is {cancelled['status']}.", err=True)
+        cancelled = api.cancel(job_id)
+        out.echo(f"Job {job_id} is {cancelled.status}.", err=True)
     else:
         out.echo(
             f"Stopped following; job {job_id} goes on (gpufleet jobs watch {job_id}).", err=True
@@ -183,62 +188,10 @@ def _interrupted(api: ApiClient, job_id: str) -> NoReturn:
     sys.exit(130)
 
 
-def _bring_home(api: ApiClient, job_id: str, directory: Path) -> None:
+def _bring_home(api: Client, job_id: str, directory: Path) -> None:
     try:
-        saved = fetch_files(api, job_id, directory, no_checkpoints=True)
+        saved = api.download(job_id, directory, meter=Bar())
     except NotFound:
         out.echo(f"Job {job_id} stored no files to download.", err=True)
         return
     out.echo(summary(job_id, saved, directory), err=True)
-
-
-def _send_workdir(api: ApiClient, root: Path, max_bytes: int, env_from: str | None) -> str:
-    """Upload `root`'s snapshot unless the caller may name it already; its digest. The
-    files are read once to learn the digest (not at all when nothing changed since they
-    were last packed: cli/digests.py), and again as they are sent: no archive is written."""
-    paths = selected(root, max_bytes)
-    if env_from is not None and env_from not in paths:
-        raise InvalidInput(
-            f"--env-from {env_from}: no such file in the workdir {root} (or an ignore rule "
-            "leaves it out); name it by its path in the workdir"
-        )
-    cache = DigestCache(cache_folder())
-    before = signature(root, paths)
-    entries = None
-    if (known := cache.lookup(root, before)) is None:
-        entries = entries_of(root, paths)
-        known = _digest_of(root, entries)
-        cache.remember(root, before, known, signature(root, paths))
-    out.echo(f"Workdir {root}: {len(paths)} files, {out.size(known.size)} ({known.digest[:19]}…).")
-    path = f"/api/workdirs/{part(known.digest)}"
-    if _stored(api, path):
-        out.echo("0 bytes sent: the orchestrator has this snapshot already.")
-        return known.digest
-    entries = entries or entries_of(root, paths)
-    if archive_size(entries) != known.size:
-        raise InvalidInput(
-            f"the workdir {root} changed while it was packed; run again once nothing writes to it"
-        )
-    answer = api.upload(path, chunks(root, entries), known.size)
-    had = isinstance(answer, dict) and answer.get("created") is False
-    out.echo(f"{known.size} bytes sent{_HAD if had else '.'}")
-    return known.digest
-
-
-def _digest_of(root: Path, entries: list[Entry]) -> Known:
-    sha, size = hashlib.sha256(), 0
-    for chunk in chunks(root, entries):
-        sha.update(chunk)
-        size += len(chunk)
-    return Known(sha.hexdigest(), size)
-
-
-def _stored(api: ApiClient, path: str) -> bool:
-    """Whether the orchestrator holds the snapshot for this user (a GET, not a HEAD: a refusal
-    comes with the orchestrator's words for it); 404 when it does not, or when someone else
-    uploaded it and this user must send its bytes to prove they have them."""
-    try:
-        api.get(path)
-    except NotFound:
-        return False
-    return True

@@ -130,6 +130,12 @@ _SUBMIT_OPTIONS = (
         help="Put the artifacts of job JOB (one of --after) that GLOB selects into the job's "
         "folder, under inputs/JOB/, before it starts: --input j_1=output/** (repeatable).",
     ),
+    click.option(
+        "--idempotency-key",
+        metavar="KEY",
+        help="Submit at most once: again with this key within 24 hours, you get the job the "
+        "first submit made instead of a new one (a CI build's id, a commit sha).",
+    ),
 )
 
 
@@ -153,6 +159,7 @@ def submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
         retry_failed: bool,
         after: list[Any],
         inputs: dict[str, list[str]],
+        idempotency_key: str | None,
         **kwargs: Any,
     ) -> Any:
         submit: dict[str, Any] = {
@@ -167,6 +174,8 @@ def submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
         }
         if after or inputs:
             submit |= {"depends_on": after, "inputs": inputs}
+        if idempotency_key is not None:
+            submit["idempotency_key"] = idempotency_key
         shape = {"nodes": nodes, "same_label": same_label}
         shape = {key: value for key, value in shape.items() if value is not None}
         return command(*args, submit=submit, shape=shape, **kwargs)
@@ -194,7 +203,13 @@ def with_shape(config: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
 
 def say_submitted(api: ApiClient, job: dict[str, Any], *, follow_hint: bool = True) -> None:
     """`Submitted job …`, and what it waits for when no worker took it at once."""
-    out.echo(f"Submitted job {job['id']} ({job['status']}, target {job['target']}).")
+    if job.get("idempotent_hit"):
+        out.echo(
+            f"Job {job['id']} was submitted already with this idempotency key "
+            f"({job['status']}, target {job['target']}); no new job was made."
+        )
+    else:
+        out.echo(f"Submitted job {job['id']} ({job['status']}, target {job['target']}).")
     if job["status"] in ("queued", "pending_approval"):
         waiting = api.get(f"/api/queue/{part(job['id'])}")["waiting"]
         if waiting:

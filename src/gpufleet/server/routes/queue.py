@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, Query
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from gpufleet.domain import job_secrets
 from gpufleet.domain.filters import JobFilter
@@ -32,6 +32,7 @@ from gpufleet.server.schemas.jobs import (
     LogsOut,
     RerunIn,
     SubmitIn,
+    SubmitOut,
     UnheardOut,
 )
 from gpufleet.server.services import auth, dependencies, joblogs, ownership, queue, reruns
@@ -48,8 +49,15 @@ Node = Annotated[int | None, Query(ge=0, le=2**31)]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000)]
 
 
-@router.post("/api/queue/submit", response_model=JobOut, status_code=201)
-async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> JobOut:
+@router.post(
+    "/api/queue/submit",
+    response_model=SubmitOut,
+    status_code=201,
+    responses={200: {"model": SubmitOut, "description": "The idempotency key's earlier job."}},
+)
+async def submit(
+    ctx: Ctx, who: Submitter, client: Client, body: SubmitIn, response: Response
+) -> SubmitOut:
     sub = Submission(
         config_name=body.config_name,
         config=body.config,
@@ -62,11 +70,18 @@ async def submit(ctx: Ctx, who: Submitter, client: Client, body: SubmitIn) -> Jo
         team=body.team,
         preemptible=body.preemptible,
         after=dependencies.asked(body.after(), body.inputs, who.permissions),
+        idempotency_key=body.idempotency_key,
     )
     queued = await submitting.submit(ctx, sub, who.actor, client, user_id=who.user.id)
+    if queued.idempotent_hit:
+        response.status_code = 200
     if queued.names is None:
-        return JobOut.of(queued.job, await queue.job_names(ctx, [queued.job]))
-    return JobOut.of(queued.job, queued.names | {who.actor: who.key.name})
+        names = await queue.job_names(ctx, [queued.job])
+    else:
+        names = queued.names | {who.actor: who.key.name}
+    return SubmitOut.of(queued.job, names).model_copy(
+        update={"idempotent_hit": queued.idempotent_hit}
+    )
 
 
 Text = Annotated[str | None, Query(max_length=128)]

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
-from gpufleet.domain import bounds, job_secrets, outcomes
+from gpufleet.domain import bounds, idempotency, job_secrets, outcomes
 from gpufleet.domain.dependencies import MAX_DEPENDENCIES as MAX_DEPS
 from gpufleet.domain.dependencies import On
 from gpufleet.domain.levels import ADMIN_USER_ID
@@ -45,6 +45,10 @@ class SubmitIn(Strict):
 
     def after(self) -> list[str | dict[str, str]]:
         return [d if isinstance(d, str) else d.model_dump(mode="json") for d in self.depends_on]
+
+    # A second submit of it by the same user within 24 hours answers the first's job
+    # (domain/idempotency.py checks what it holds).
+    idempotency_key: str | None = Field(None, max_length=idempotency.KEY_MAX)
 
 
 class RerunIn(Strict):
@@ -188,6 +192,13 @@ class JobOut(Record):
             ),
             config_written_by_id=j.config_written_by,
         )
+
+
+class SubmitOut(JobOut):
+    """A submit's answer: the job, and whether its idempotency key named it already (an
+    earlier submit made it: 200, where a new job is 201)."""
+
+    idempotent_hit: bool = False
 
 
 class UnheardOut(Record):

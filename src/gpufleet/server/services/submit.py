@@ -43,6 +43,7 @@ from gpufleet.server.services import (
     dependencies,
     dispatch,
     dispatch_policy,
+    idempotency,
     job_secrets,
     workdirs,
 )
@@ -68,6 +69,7 @@ class Submission:
     team: str | None = None  # id or name; None: the user's default team
     preemptible: bool | None = None  # None: as its team says
     after: dependencies.Asked | None = None  # what it runs after (docs/jobs.md, Dependencies)
+    idempotency_key: str | None = None  # services/idempotency.py
 
 
 async def _check_target(ctx: Context, req: Requirement) -> None:
@@ -103,9 +105,23 @@ class Enqueued:
 
     job: Job
     names: dict[str, str] | None
+    idempotent_hit: bool = False  # its key named this job, made by an earlier submit
 
 
 async def submit(
+    ctx: Context, sub: Submission, actor: str, client: str | None, *, user_id: str
+) -> Enqueued:
+    """Submit; with an idempotency key, the job the key names when it names one (a hit)."""
+    key = sub.idempotency_key
+    if key is not None and (earlier := await idempotency.earlier(ctx, user_id, key)):
+        return Enqueued(earlier, None, idempotent_hit=True)
+    try:
+        return await _submit(ctx, sub, actor, client, user_id=user_id)
+    except idempotency.KeyTaken as taken:  # another submit of the key won the race
+        return Enqueued(await get_job(ctx, taken.job_id), None, idempotent_hit=True)
+
+
+async def _submit(
     ctx: Context, sub: Submission, actor: str, client: str | None, *, user_id: str
 ) -> Enqueued:
     if (sub.config is None) == (sub.config_name is None):
@@ -201,6 +217,8 @@ async def enqueue(
     workdir = await workdirs.check_named(ctx, config, user_id)
     job_id = new_id("j")
     async with transaction(ctx) as tx:
+        if sub.idempotency_key is not None:  # first: a race's loser waits here, holding nothing
+            await idempotency.claim(tx, user_id, sub.idempotency_key, job_id)
         admitted = await _admit(tx, sub, shape.total_gpus, user_id)
         if workdir is not None and admitted.team is not None:
             await workdirs.share(tx, workdir, admitted.user.id, admitted.team.id)
@@ -253,6 +271,8 @@ async def enqueue(
             extra |= {"nodes": shape.nodes, "total_gpus": shape.total_gpus}
         if after.on:
             extra["depends_on"] = [{"job": d.job_id, "on": d.on.value} for d in after.on]
+        if sub.idempotency_key is not None:
+            extra["idempotency_key"] = sub.idempotency_key
         tx.audit(
             "job.submitted",
             actor,

@@ -22,6 +22,7 @@ from gpufleet.store.tables.queue import (
     jobs,
     progress_points,
     progress_series,
+    submit_keys,
 )
 from gpufleet.store.tables.secrets import job_secrets
 from gpufleet.store.tables.sharing import queue_policy, team_members, teams, usage_samples, users
@@ -53,6 +54,7 @@ __all__ = [
     "progress_series",
     "queue_policy",
     "revoked_sessions",
+    "submit_keys",
     "team_members",
     "teams",
     "usage_samples",

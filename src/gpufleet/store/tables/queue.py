@@ -205,3 +205,22 @@ job_dependencies = sa.Table(
     sa.Column("position", sa.Integer, nullable=False),
     sa.Index("ix_job_dependencies_upstream", "upstream_id"),
 )
+
+# Idempotent submit (0028, domain/idempotency.py): a user's key names the job its first submit
+# made, for 24 hours from `created_at`. Written first in the submit's transaction, so the
+# primary key decides a race between replicas; the job's row follows in that transaction
+# (the foreign key is checked at commit).
+submit_keys = sa.Table(
+    "submit_keys",
+    metadata,
+    sa.Column("user_id", sa.String(32), primary_key=True),
+    sa.Column("key", sa.String(256), primary_key=True),
+    sa.Column(
+        "job_id",
+        sa.String(32),
+        sa.ForeignKey("jobs.id", ondelete="CASCADE", deferrable=True, initially="DEFERRED"),
+        nullable=False,
+    ),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Index("ix_submit_keys_job", "job_id"),
+)

@@ -3,7 +3,7 @@ on `jobs` the dependency it waits on (`waits_on`), whether any job depends on it
 (`has_dependents`) and the artifacts it takes from its dependencies (`inputs`)
 
 Revision ID: 0029
-Revises: 0027
+Revises: 0028
 Create Date: 2026-11-27 23:00:00
 """
 
@@ -15,7 +15,7 @@ from alembic import op
 from gpufleet.store.tables import JSON
 
 revision: str = "0029"
-down_revision: str | None = "0027"
+down_revision: str | None = "0028"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pathspec import GitIgnoreSpec
 
-from gpufleet.cli import output as out
+from gpufleet.client import text
 from gpufleet.errors import InvalidInput, PayloadTooLarge
 
 IGNORE_FILES = (".gitignore", ".gpufleetignore")
@@ -86,10 +86,10 @@ def selected(root: Path, max_bytes: int) -> list[str]:
     paths = select(root)
     total = sum(os.lstat(root / p).st_size for p in paths)
     if total > max_bytes:
-        listed = ", ".join(f"{name} ({out.size(size)})" for name, size in biggest(root, paths))
+        listed = ", ".join(f"{name} ({text.size(bytes_)})" for name, bytes_ in biggest(root, paths))
         raise PayloadTooLarge(
-            f"the workdir {root} holds {out.size(total)}, over --max-workdir-size "
-            f"({out.size(max_bytes)}); the biggest: {listed}. Leave them out in .gpufleetignore "
+            f"the workdir {root} holds {text.size(total)}, over --max-workdir-size "
+            f"({text.size(max_bytes)}); the biggest: {listed}. Leave them out in .gpufleetignore "
             "or .gitignore, or raise --max-workdir-size"
         )
     return paths

@@ -2,8 +2,9 @@
 hashed as it comes, and moved into place only once its size and sha256 are the listed ones.
 
 The listing comes from the orchestrator, and the orchestrator checks every path it stores;
-the CLI checks them again all the same (a path that climbs out of the folder, or a folder
-inside it that is a link to elsewhere, is refused before anything is written).
+the client checks them again all the same (a path that climbs out of the folder, or a folder
+inside it that is a link to elsewhere, is refused before anything is written). How far it
+got is told to a `Meter` (the CLI's: a progress bar).
 """
 
 from __future__ import annotations
@@ -14,25 +15,16 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Protocol
 from urllib.parse import quote
 
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-
 from gpufleet.artifacts.keys import checked_path
-from gpufleet.cli import output as out
-from gpufleet.cli.api import ApiClient, part
+from gpufleet.client.http import ApiClient, part
+from gpufleet.client.text import safe
 from gpufleet.errors import ClientError, NotFound, UnsafeArtifactPath
 
-CHUNK = 1 << 20  # bytes read and hashed at a time: the most the CLI holds of a file
+CHUNK = 1 << 20  # bytes read and hashed at a time: the most the client holds of a file
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -61,39 +53,78 @@ class Saved:
         }
 
 
+class Meter(Protocol):
+    """What a download tells of its progress, inside its `with`: the bytes in all, each file
+    as it starts (`label`), the bytes as they come."""
+
+    def __enter__(self) -> Meter: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    def start(self, label: str, total: int) -> None: ...
+
+    def label(self, label: str) -> None: ...
+
+    def advance(self, count: int) -> None: ...
+
+
+class Quiet:
+    """A `Meter` that shows nothing (the Python client's)."""
+
+    def __enter__(self) -> Quiet:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    def start(self, label: str, total: int) -> None:
+        return None
+
+    def label(self, label: str) -> None:
+        return None
+
+    def advance(self, count: int) -> None:
+        return None
+
+
 class _Mismatch(Exception):
     """The bytes that came are not the listed ones."""
 
 
 def download_all(
-    api: ApiClient, job_id: str, records: list[dict[str, Any]], directory: Path, again: str
+    api: ApiClient,
+    job_id: str,
+    records: list[dict[str, Any]],
+    directory: Path,
+    again: str,
+    meter: Meter | None = None,
 ) -> list[Saved]:
     """Every record into `directory`; a `ClientError` naming the files that did not come
     (none of them left behind, whole or in part) once the others are in place."""
     targets = [(r, target_of(directory, r["path"])) for r in records]
     saved: list[Saved] = []
     failed: list[str] = []
-    bar = Progress(
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=out.errors(),
-    )
-    with bar:
-        task = bar.add_task(job_id, total=sum(int(r["size"]) for r in records))
+    with meter or Quiet() as bar:
+        bar.start(job_id, sum(int(r["size"]) for r in records))
         for record, target in targets:
-            bar.update(task, description=out.safe(record["path"]))
+            bar.label(safe(record["path"]))
             try:
-                saved.append(_one(api, job_id, record, target, bar, task))
+                saved.append(_one(api, job_id, record, target, bar))
             except _Mismatch as exc:
                 failed.append(f"{record['path']} ({exc})")
             except NotFound:
                 failed.append(f"{record['path']} (deleted since it was listed)")
-        bar.update(
-            task, description=f"{job_id}: {len(records) - len(failed)} of {len(records)} files"
-        )
+        bar.label(f"{job_id}: {len(records) - len(failed)} of {len(records)} files")
     if failed:
         raise ClientError(
             f"{len(failed)} of {len(records)} files did not download and were not kept: "
@@ -118,7 +149,7 @@ def checked_record(record: Any) -> dict[str, Any]:
     ):
         raise ClientError(
             f"the orchestrator listed a file without a usable path, attempt, size or sha256 "
-            f"({out.safe(str(record)[:120])}); nothing was downloaded: check that --url / "
+            f"({safe(str(record)[:120])}); nothing was downloaded: check that --url / "
             "GPUFLEET_URL is your orchestrator, and that it is as new as this command"
         )
     return fields
@@ -130,7 +161,7 @@ def target_of(directory: Path, path: str) -> Path:
         checked_path(path)
     except UnsafeArtifactPath:
         raise ClientError(
-            f"the orchestrator listed a file at {out.safe(path[:80])!r}, which is not a plain "
+            f"the orchestrator listed a file at {safe(path[:80])!r}, which is not a plain "
             f"path inside {directory} (absolute, '..', empty or control characters); nothing "
             "was downloaded: check that --url / GPUFLEET_URL is your orchestrator"
         ) from None
@@ -151,12 +182,11 @@ def _one(
     job_id: str,
     record: dict[str, Any],
     target: Path,
-    bar: Progress,
-    task: TaskID,
+    bar: Meter,
 ) -> Saved:
     size, sha256 = int(record["size"]), str(record["sha256"])
     if target.is_file() and not target.is_symlink() and _same(target, size, sha256):
-        bar.advance(task, size)
+        bar.advance(size)
         return Saved(record, target, fetched=False)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +199,7 @@ def _one(
         ) from None
     try:
         with os.fdopen(fd, "wb") as sink:
-            got, digest = _stream(api, job_id, record, sink, bar, task)
+            got, digest = _stream(api, job_id, record, sink, bar)
             sink.flush()
             os.fsync(sink.fileno())
         if (got, digest) != (size, sha256):
@@ -194,8 +224,7 @@ def _stream(
     job_id: str,
     record: dict[str, Any],
     sink: Any,
-    bar: Progress,
-    task: TaskID,
+    bar: Meter,
 ) -> tuple[int, str]:
     """The file's bytes into `sink`; (their size, their sha256). Stops reading once more
     came than the listed size: such a file fails however it ends."""
@@ -207,7 +236,7 @@ def _stream(
             sink.write(chunk)
             digest.update(chunk)
             got += len(chunk)
-            bar.advance(task, len(chunk))
+            bar.advance(len(chunk))
             if got > int(record["size"]):
                 break
     return got, digest.hexdigest()
