@@ -17,6 +17,7 @@ import pytest
 from tests.api.artifacts.uploads import sha, upload
 from tests.api.conftest import Agent, Fleet, both_databases
 from tests.api.test_job_ownership import People, people_of
+from tests.api.test_pool_reconcile import FakeProvider, a_pass, make_pool
 
 CONFIG: dict[str, Any] = {"command": ["python", "train.py"]}
 
@@ -332,3 +333,23 @@ async def test_a_jobs_offer_carries_the_inputs_it_takes_and_its_attempt_download
     await agent.finish(taken)
     plain = await submitted(fleet.admin)
     assert "inputs" not in await agent.next_offer() and plain["inputs"] is None
+
+
+async def test_a_job_held_by_a_dependency_launches_no_pool_worker_until_released(
+    fleet: Fleet,
+) -> None:
+    await make_pool(fleet, max_workers=2)
+    upstream = await submitted(fleet.admin, worker_labels={"pool": "other"})  # never runs
+    held = await submitted(
+        fleet.admin,
+        worker_labels={"pool": "burst"},
+        depends_on=[{"job": upstream["id"], "on": "ended"}],
+    )
+    provider = FakeProvider()
+    await a_pass(fleet, provider)
+    assert provider.launched == []  # the pool's demand leaves it out
+    assert (await fleet.job(held["id"]))["waiting"]["code"] == "dependency"
+    assert (await fleet.admin.post(f"/api/queue/{upstream['id']}/cancel")).status_code == 200
+    await a_pass(fleet, provider)
+    assert len(provider.launched) == 1
+    assert (await fleet.job(held["id"]))["waiting"]["code"] == "pool"
