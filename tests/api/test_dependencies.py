@@ -353,3 +353,20 @@ async def test_a_job_held_by_a_dependency_launches_no_pool_worker_until_released
     await a_pass(fleet, provider)
     assert len(provider.launched) == 1
     assert (await fleet.job(held["id"]))["waiting"]["code"] == "pool"
+
+
+async def test_an_input_pattern_that_could_name_no_artifact_is_refused_naming_it(
+    fleet: Fleet,
+) -> None:
+    upstream = await submitted(fleet.admin)
+    before = await stored_jobs(fleet)
+    answer = await fleet.admin.post(
+        "/api/queue/submit",
+        json={
+            "config": CONFIG,
+            "depends_on": [upstream["id"]],
+            "inputs": {upstream["id"]: ["~root/**"]},
+        },
+    )
+    assert answer.status_code == 422 and "'~root/**'" in answer.json()["detail"], answer.text
+    assert await stored_jobs(fleet) == before

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from gpufleet.artifacts.keys import checked_path
 from gpufleet.domain.dependencies import (
+    Decision,
     Dependency,
     Doomed,
     On,
@@ -30,7 +32,7 @@ from gpufleet.domain.matching import Wait, WaitCode
 from gpufleet.domain.permissions import QUEUE_READ, allows
 from gpufleet.domain.records import Job
 from gpufleet.domain.states import TERMINAL_JOB, WAITING_JOB, JobStatus
-from gpufleet.errors import Conflict, Forbidden, NotFound
+from gpufleet.errors import Conflict, Forbidden, InvalidInput, NotFound, UnsafeArtifactPath
 from gpufleet.server.context import Tx
 from gpufleet.server.hub import JOBS_TOPIC, job_topic
 from gpufleet.store import Queries
@@ -56,7 +58,12 @@ def asked(
         return None
     on, patterns = check(depends_on, inputs)
     for pattern in (p for group in patterns.values() for p in group):
-        checked_path(pattern.replace("*", "x").replace("?", "x"))  # the artifact path rules
+        try:  # what an artifact path may be, its wildcards standing for a name's characters
+            checked_path(pattern.replace("*", "x").replace("?", "x"))
+        except UnsafeArtifactPath as exc:
+            raise InvalidInput(
+                f"input pattern {pattern[:80]!r} could name no artifact ({exc.message})"
+            ) from exc
     return Asked(on, patterns, allows(permissions, QUEUE_READ))
 
 
@@ -92,15 +99,15 @@ async def admit(tx: Tx, deps: Sequence[Dependency], *, may_read: bool) -> str | 
     return decision.job_id if isinstance(decision, Waiting) else None
 
 
-def _age(job: Job) -> tuple[Any, str]:
+def _age(job: Job) -> tuple[datetime, str]:
     return (job.created_at, job.id)
 
 
-def _decide(deps: Sequence[Dependency], status: dict[str, JobStatus]) -> Any:
+def _decide(deps: Sequence[Dependency], status: dict[str, JobStatus]) -> Decision:
     return decide([Upstream(d.job_id, d.on, status[d.job_id]) for d in deps])
 
 
-def _refuse_doomed(decision: Any) -> None:
+def _refuse_doomed(decision: Decision) -> None:
     if isinstance(decision, Doomed):
         raise Conflict(
             f"job {decision.job_id} already {decision.status.value}, so a job that needs it "
@@ -125,6 +132,7 @@ async def settle(tx: Tx, job_id: str) -> list[tuple[Job, str]]:
             case Waiting(upstream):
                 if upstream != job.waits_on:
                     await tx.q.update_job(dependent_id, waits_on=upstream)
+                tx.wake(job_topic(dependent_id))  # its page: what it waits on, and its status
             case Satisfied():
                 await tx.q.update_job(dependent_id, waits_on=None, updated_at=tx.now)
                 tx.released.append(dependent_id)
