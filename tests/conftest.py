@@ -22,6 +22,7 @@ import hypothesis
 import pytest
 import pytest_asyncio
 
+from tests.migrated import migrated_sqlite
 from tests.oidc_provider import IdentityProvider, running_provider
 
 # `gpufleet run` remembers the digests of folders it packed (cli/digests.py): in a temporary
@@ -158,28 +159,11 @@ async def _seed_0014(conn: asyncpg.Connection) -> None:
     )
 
 
-@pytest.fixture(scope="session")
-def _migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite file with every migration applied, made once a test process: a copy is what
-    a new file becomes at the orchestrator's first start (the migrations took most of an
-    in-process orchestrator's start, 0.1 s of every test on SQLite)."""
-    from gpufleet.store import open_store
-
-    path = tmp_path_factory.mktemp("migrated") / "gpufleet.db"
-
-    async def migrate() -> None:
-        store = await open_store(f"sqlite+aiosqlite:///{path}", lock=False)
-        await store.close()  # its last checkpoint folds the log into the file
-
-    asyncio.run(migrate())
-    return path
-
-
 @pytest.fixture
-def sqlite_url(tmp_path: Path, _migrated_sqlite: Path) -> str:
+def sqlite_url(tmp_path: Path) -> str:
     """A SQLite file of the test's own, as a new file is once the orchestrator migrated it."""
     path = tmp_path / "gpufleet.db"
-    shutil.copyfile(_migrated_sqlite, path)
+    shutil.copyfile(migrated_sqlite(), path)
     return f"sqlite+aiosqlite:///{path}"
 
 

@@ -131,6 +131,7 @@ def job_submit(
     upload_token: str,
     resume: dict[str, Any] | None = None,
     node: tuple[int, int] | None = None,
+    inputs: list[dict[str, Any]] | None = None,
 ) -> Event:
     """The offer of an attempt.
 
@@ -144,11 +145,14 @@ def job_submit(
     checkpoint the attempt starts from (docs/artifacts.md: checkpoint_id, name, path, step,
     attempt_id, attempt_number), or None. `env` holds the config's plain values; `secret_env`
     names, by env name, the secrets the worker fetches for the attempt (`job_secrets_path`):
-    never a value.
+    never a value. `inputs`: the artifacts of its dependencies the worker puts in the job
+    folder first (`path`, `size`, `sha256`, `url`, `headers`; docs/jobs.md); only the offers
+    of jobs that take some carry it, to workers that say `inputs` in their features.
     """
     env = config.get("env") or {}
-    gang = {} if node is None else {"node_rank": node[0], "num_nodes": node[1]}
-    return gang | {
+    extra: dict[str, Any] = {} if node is None else {"node_rank": node[0], "num_nodes": node[1]}
+    extra |= {} if inputs is None else {"inputs": inputs}
+    return extra | {
         "type": EventType.JOB_SUBMIT.value,
         "job_id": job_id,
         "attempt_id": attempt_id,

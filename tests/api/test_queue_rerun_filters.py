@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from gpufleet.domain.records import JobFilter
+from gpufleet.domain.filters import JobFilter
 from gpufleet.store.queries import Queries
 from gpufleet.store.tables import jobs
 from tests.api.conftest import Fleet

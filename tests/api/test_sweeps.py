@@ -363,3 +363,21 @@ async def test_a_sweep_submitted_again_with_its_idempotency_key_answers_the_firs
     reused = await fleet.admin.post("/api/queue/submit", json={**body, "idempotency_key": "job-1"})
     assert reused.status_code == 409 and "not a sweep" in reused.json()["detail"], reused.text
     assert await stored(fleet) == (5, 1)
+
+
+async def test_a_sweep_after_a_job_waits_on_it_and_one_on_no_job_stores_nothing(
+    fleet: Fleet,
+) -> None:
+    upstream = await fleet.submit(worker_labels={"pool": "none"})  # waits: no worker
+
+    made = await sweep_of(fleet, depends_on=[upstream["id"]])
+
+    for row in (await shown(fleet, made["id"]))["jobs"]:
+        assert (await fleet.job(row["job_id"]))["waits_on"] == upstream["id"]
+    before = await stored(fleet)
+    refused = await fleet.admin.post(
+        "/api/queue/submit",
+        json={"config": {"command": COMMAND}, "sweep": GRID, "depends_on": ["j_nope"]},
+    )
+    assert 400 <= refused.status_code < 500 and "j_nope" in refused.text, refused.text
+    assert await stored(fleet) == before

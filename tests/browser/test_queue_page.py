@@ -138,6 +138,32 @@ def test_the_job_page_names_its_worker_and_the_key_that_submitted_it(
     expect(page.locator('#attempts td[data-label="Worker"]')).to_have_text("local")
 
 
+def test_the_job_page_links_what_it_runs_after_and_what_runs_after_it(
+    server: ServerProcess, page: Page
+) -> None:
+    """Dependencies (docs/jobs.md): B waits on A, saying so with a link; A's page links B;
+    cancelling A there cancels B, naming A."""
+    label = unique("deps")
+    (upstream,) = waiting_jobs(server, label, 1)
+    after = submit(server, depends_on=[upstream], worker_labels={"pool": label})["id"]
+    sign_in(page, server.admin_key, then=f"/queue/{after}")
+    expect(page.locator("#waiting-summary")).to_contain_text(upstream)
+    expect(page.locator('#facts [data-fact="depends-on"]')).to_contain_text("on completed")
+    expect(page.locator('#facts [data-fact="depends-on"] .waits-on')).to_contain_text(upstream)
+
+    page.locator("#waits-on a", has_text=upstream).click()
+    page.wait_for_url(f"**/queue/{upstream}")
+    expect(page.locator('#facts [data-fact="dependents"] a')).to_have_text(after)
+    page.click("#cancel")
+    page.click("#confirm-yes")
+    expect(page.locator('#facts [data-fact="dependents"]')).to_contain_text("cancelled")
+    cancelled = job(server, after)
+    assert cancelled["status"] == "cancelled" and upstream in cancelled["error"]
+    page.locator('#facts [data-fact="dependents"] a').click()
+    page.wait_for_url(f"**/queue/{after}")
+    expect(page.locator('[data-fact="error"]')).to_contain_text(upstream)
+
+
 def test_cancel_and_rerun_from_the_queue_list_and_rerun_from_the_job_page(
     server: ServerProcess, page: Page
 ) -> None:

@@ -26,6 +26,7 @@ import pytest
 
 from tests.conftest import fresh_database
 from tests.e2e.local_workers import stop_all
+from tests.migrated import migrated_sqlite
 from tests.waiting import wait_until
 
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
@@ -62,10 +63,15 @@ class ServerProcess:
         executable: str = GPUFLEET,
         env: dict[str, str] | None = None,
         host: str = "127.0.0.1",
+        migrate_at_start: bool = False,
         **flags: Any,
     ) -> None:
         self.data_dir = data_dir
         self.database_url = database_url
+        # On SQLite in its data folder, it first starts on a copy of a migrated file (what its
+        # own first start makes of a new one: tests/migrated.py), unless the first start's
+        # migrating is what is tested, or it is another installation's `gpufleet`.
+        self.migrate_at_start = migrate_at_start or executable != GPUFLEET
         # What it listens on and is reached at: another address where other machines reach
         # it (a network namespace's bridge, tests/netns.py).
         self.host = host
@@ -126,6 +132,9 @@ class ServerProcess:
                 continue
             cmd += [f"--{name}"] if value is True else [f"--{name}", str(value)]
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        database = self.data_dir / "gpufleet.db"
+        if not (self.database_url or self.migrate_at_start or database.exists()):
+            shutil.copyfile(migrated_sqlite(), database)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         try:

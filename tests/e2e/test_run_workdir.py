@@ -116,6 +116,44 @@ def test_run_brings_the_checkout_waits_and_exits_with_the_jobs_code(
     assert hashlib.sha256(cached[0].read_bytes()).hexdigest() == cached[0].stem
 
 
+def test_a_run_after_another_takes_its_outputs_into_inputs_before_it_starts(
+    server: ServerProcess, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    """Dependencies (docs/jobs.md): B runs after A, and finds A's output/x, stored as A's
+    artifact, at inputs/<A>/output/x in its folder when its command starts."""
+    words = unique("from upstream")
+    (tmp_path / "write.py").write_text(
+        "import pathlib\n"
+        'pathlib.Path("output").mkdir(exist_ok=True)\n'
+        f'pathlib.Path("output/x").write_text("{words}")\n'
+    )
+    (tmp_path / "read.py").write_text(
+        'import pathlib, sys\nprint("got:", pathlib.Path(sys.argv[1]).read_text())\n'
+    )
+    first = run(server, tmp_path, "--", "python", "write.py")
+    assert first.returncode == 0, first.stdout + first.stderr
+    upstream = job_id_of(first)
+    second = run(
+        server,
+        tmp_path,
+        "--after",
+        upstream,
+        "--input",
+        f"{upstream}=output/**",
+        "--wait",
+        "--",
+        "python",
+        "read.py",
+        f"inputs/{upstream}/output/x",
+    )
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"got: {words}" in second.stdout
+    with server.admin() as admin:
+        shown = admin.get(f"/api/queue/{job_id_of(second)}").json()
+        assert shown["depends_on"] == [{"job": upstream, "on": "completed", "status": "completed"}]
+        assert admin.get(f"/api/queue/{upstream}").json()["dependents"][0]["status"] == "completed"
+
+
 def test_a_file_changed_at_the_same_size_and_time_is_sent_again(
     server: ServerProcess, worker: WorkerProcess, tmp_path: Path
 ) -> None:

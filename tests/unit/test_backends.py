@@ -13,13 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gpufleet.server.bus import Replicas
 from gpufleet.server.hub import Hub
 from gpufleet.store import locks
-from gpufleet.store.backends import (
-    Backend,
-    Listener,
-    LocalBackend,
-    PostgresBackend,
-    backend_for,
-)
+from gpufleet.store.backends import Backend, Listener, LocalBackend, backend_for
+from gpufleet.store.postgres_link import PostgresBackend
 
 NO_CONN = cast(AsyncConnection, None)  # the fake sends nothing through the transaction
 

@@ -230,7 +230,17 @@ def _job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("ended", out.when(job["ended_at"])),
         *[(k, v) for k, v in reruns if v],
         *([("cost", out.money(job["cost"]))] if job.get("cost") is not None else []),
+        *_links(job),
     ]
+
+
+def _links(job: dict[str, Any]) -> list[tuple[str, str]]:
+    """What it runs after and what runs after it (docs/jobs.md, Dependencies)."""
+    ups = [f"{d['job']} ({d['status']}, on {d['on']})" for d in job.get("depends_on", [])]
+    downs = [f"{d['job']} ({d['status']})" for d in job.get("dependents", [])]
+    inputs = [f"{j}: {', '.join(p)}" for j, p in (job.get("inputs") or {}).items()]
+    shown = [("runs after", ups), ("inputs", inputs), ("run after it", downs)]
+    return [(name, "; ".join(items)) for name, items in shown if items]
 
 
 def _attempts(attempts: list[dict[str, Any]]) -> Table:

@@ -23,6 +23,28 @@ def _label_key(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return value
 
 
+def _after(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[Any]:
+    after: list[Any] = []
+    for value in values:
+        job, sep, on = value.partition(":")
+        if sep and on != "ended":
+            raise click.BadParameter(f"{value!r}: give JOB, or JOB:ended", ctx=ctx, param=param)
+        after.append({"job": job, "on": "ended"} if sep else job)
+    return after
+
+
+def _inputs(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, list[str]]:
+    inputs: dict[str, list[str]] = {}
+    for value in values:
+        job, sep, glob = value.partition("=")
+        if not sep or not job or not glob:
+            raise click.BadParameter(f"{value!r} is not JOB=GLOB", ctx=ctx, param=param)
+        inputs.setdefault(job, []).append(glob)
+    return inputs
+
+
 _SUBMIT_OPTIONS = (
     click.option(
         "--target",
@@ -92,6 +114,23 @@ _SUBMIT_OPTIONS = (
         help="Retry when the job's own process fails too, not only when its worker is lost.",
     ),
     click.option(
+        "--after",
+        multiple=True,
+        metavar="JOB[:ended]",
+        callback=_after,
+        help="Run once job JOB completed (its failure or cancel cancels this one); JOB:ended: "
+        "once it ended, however (repeatable).",
+    ),
+    click.option(
+        "--input",
+        "inputs",
+        multiple=True,
+        metavar="JOB=GLOB",
+        callback=_inputs,
+        help="Put the artifacts of job JOB (one of --after) that GLOB selects into the job's "
+        "folder, under inputs/JOB/, before it starts: --input j_1=output/** (repeatable).",
+    ),
+    click.option(
         "--idempotency-key",
         metavar="KEY",
         help="Submit at most once: again with this key within 24 hours, you get the job the "
@@ -118,10 +157,12 @@ def submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
         preemptible: bool | None,
         max_retries: int,
         retry_failed: bool,
+        after: list[Any],
+        inputs: dict[str, list[str]],
         idempotency_key: str | None,
         **kwargs: Any,
     ) -> Any:
-        submit = {
+        submit: dict[str, Any] = {
             "target": target,
             "worker_labels": labels,
             "gpu_count": gpu_count,
@@ -131,6 +172,8 @@ def submit_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "max_retries": max_retries,
             "retry_on": ["lost", "failed"] if retry_failed else ["lost"],
         }
+        if after or inputs:
+            submit |= {"depends_on": after, "inputs": inputs}
         if idempotency_key is not None:
             submit["idempotency_key"] = idempotency_key
         shape = {"nodes": nodes, "same_label": same_label}

@@ -137,6 +137,9 @@ def say_wait(wait: Wait, surface: Surface) -> str:
         return _say_policy_wait(wait, surface)
     if wait.code is WaitCode.WAITING_FOR_NODES:
         return _say_nodes_wait(wait, surface)
+    if wait.code is WaitCode.DEPENDENCY:
+        on = "ended" if p["on"] == "ended" else "completed"
+        return f"waiting for job {p['job']} to end (it runs once that job {on}): {p['status']}"
     if wait.code is WaitCode.POOL:  # the pool's reason: what it does for the job, and why
         return str(p["reason"])
     if wait.code is WaitCode.ABOUT_TO_BE_OFFERED:

@@ -33,6 +33,7 @@ class Feature(StrEnum):
     # rendezvous and the gang's stop (docs/jobs.md, Multi-node jobs). Released SimpleTuner
     # agents never say it.
     GANG = "gang"
+    INPUTS = "inputs"  # fetches the artifacts a job takes (`inputs`) first (docs/jobs.md)
 
 
 # What the gpufleet worker says it does: every feature.
@@ -48,9 +49,10 @@ COMMAND_KEYS = ("command", "timeout_s", "env")
 ENV_KEYS = ("requirements", "env_from", "setup")
 
 
-def needs_of(config: Mapping[str, Any]) -> frozenset[Feature]:
-    """The features a worker must have to run this config as its submitter meant."""
-    needs = set()
+def needs_of(config: Mapping[str, Any], *, inputs: bool = False) -> frozenset[Feature]:
+    """The features a worker must have to run this config as its submitter meant (`inputs`:
+    the job takes artifacts of its dependencies)."""
+    needs = {Feature.INPUTS} if inputs else set()
     if any(config.get(key) is not None for key in COMMAND_KEYS):
         needs.add(Feature.COMMAND)
     if config.get("workdir") is not None:
@@ -140,6 +142,7 @@ class Why(StrEnum):
     NO_WORKDIR = "no_workdir"
     NO_ENV = "no_env"
     NO_GANG = "no_gang"
+    NO_INPUTS = "no_inputs"
     NO_LABEL = "no_label"
     LABEL_MISMATCH = "label_mismatch"
     BUSY = "busy"
@@ -192,6 +195,12 @@ class Reason:
                 return (
                     "does not say `gang` in its features; the job needs workers that run "
                     "multi-node jobs (feature gang)"
+                )
+            case Why.NO_INPUTS:
+                return (
+                    "cannot fetch a job's inputs (it does not say `inputs` in its features: a "
+                    "SimpleTuner agent, or an older gpufleet worker); run it on a current "
+                    "`gpufleet worker`"
                 )
             case Why.NO_LABEL:
                 return f"has no label {p['key']!r} (wanted {p['key']}={p['wanted']})"
@@ -288,6 +297,8 @@ def reasons_not_running(req: Requirement, cap: Capacity) -> list[Reason]:
         reasons.append(Reason(Why.NO_ENV))
     if cap.features is not None and Feature.GANG in req.needs - cap.features:
         reasons.append(Reason(Why.NO_GANG))
+    if cap.features is not None and Feature.INPUTS in req.needs - cap.features:
+        reasons.append(Reason(Why.NO_INPUTS))
     reasons.extend(label_mismatches(req.labels, cap.labels))
     unavailable = {
         WorkerStatus.BUSY: Reason(Why.BUSY, {"job_id": cap.current_job_id}),
@@ -321,6 +332,7 @@ class WaitCode(StrEnum):
     WAITING_FOR_NODES = "waiting_for_nodes"
     # No worker takes it now, and a pool launches for it, or cannot yet (domain/capacity.py)
     POOL = "pool"
+    DEPENDENCY = "dependency"  # one of its dependencies has not ended (dependencies.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,4 +395,6 @@ def _wanted(req: Requirement) -> str:
         parts.append("builds an environment")
     if Feature.GANG in req.needs:
         parts.append("runs multi-node jobs")
+    if Feature.INPUTS in req.needs:
+        parts.append("fetches inputs")
     return " and ".join(parts)

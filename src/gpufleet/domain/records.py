@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -173,6 +172,10 @@ class Job:
     config_written_by: str | None = None
     workdir: str | None = None  # the sha256 hex of the snapshot its config names (docs/jobs.md)
     nodes: int = 1  # the machines it runs on (jobspec.gang_shape): more than 1, a gang
+    waits_on: str | None = None  # the dependency it waits on (domain/dependencies.py)
+    has_dependents: bool = False  # some job depends on it
+    # the artifacts it takes from its dependencies: job id to glob patterns (docs/jobs.md)
+    inputs: dict[str, list[str]] | None = None
     sweep_id: str | None = None  # the sweep it is a point of (domain/sweeps.py)
 
     @property
@@ -185,7 +188,7 @@ class Job:
             target=self.target,
             gpu_count=self.gpu_count,
             labels=self.worker_labels,
-            needs=needs_of(self.config),
+            needs=needs_of(self.config, inputs=bool(self.inputs)),
         )
 
 
@@ -375,26 +378,3 @@ class LogLine:
     text: str
     ts: datetime
     node: int = 0  # the rank of the node that printed it (a multi-node job's)
-
-
-# What a list of jobs or of audit events is narrowed to (the Queue's and the Audit page's filters).
-@dataclass(frozen=True, slots=True)
-class JobFilter:
-    statuses: Sequence[str] = ()
-    worker_id: str | None = None
-    target: str | None = None
-    config_name: str | None = None
-    worker: str | None = None  # a worker's id, or its name
-    labels: Mapping[str, str] | None = None  # the job asks for each of these, exactly
-    id_prefix: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AuditFilter:
-    event_type: str | None = None  # exact, or a prefix ending in '.' ("worker.")
-    actor: str | None = None
-    target: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    user: str | None = None  # a user's name or id: the events by their keys
-    actors: tuple[str, ...] | None = None  # any of these (a user's keys); () matches none

@@ -87,6 +87,9 @@ class Tx:
         self.audits: list[dict[str, Any]] = []
         self.savepoints = 0  # how many `savepoint`s are open now
         self._before_commit: list[Callable[[Tx], Awaitable[None]]] = []
+        # Jobs whose last dependency this transaction ended (services/dependencies.py): the
+        # caller offers them once it committed (the health loop's full pass would, later).
+        self.released: list[str] = []
 
     def wake(self, *topics: str) -> None:
         """Notify the topics' subscribers on commit: they re-read what they wait for."""

@@ -5,11 +5,12 @@ a write transaction to the other replicas, hold a link on which it hears theirs,
 whether this replica leads and which replicas are alive. The backend is chosen once, from
 the database URL (`backend_for`).
 
-`PostgresBackend`: the topics go out with `NOTIFY` inside the write transaction (delivered
-when it commits, never for a rollback); one dedicated connection `LISTEN`s. That connection
-also carries presence (its `application_name` names the instance, so `pg_stat_activity`
-lists the replicas alive) and leadership (a session advisory lock). When a replica dies,
-PostgreSQL ends its session: the lock passes to the next replica that asks.
+`PostgresBackend` (`store/postgres_link.py`): the topics go out with `NOTIFY` inside the
+write transaction (delivered when it commits, never for a rollback); one dedicated
+connection `LISTEN`s. That connection also carries presence (its `application_name` names
+the instance, so `pg_stat_activity` lists the replicas alive) and leadership (a session
+advisory lock). When a replica dies, PostgreSQL ends its session: the lock passes to the
+next replica that asks.
 
 `LocalBackend`: SQLite serves one process (the store refuses a second), which has nobody to
 tell and always leads.
@@ -18,28 +19,11 @@ tell and always leads.
 from __future__ import annotations
 
 import abc
-import asyncio
-import contextlib
-import logging
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
-import asyncpg
-from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
-
-from gpufleet.store import locks
-
-log = logging.getLogger("gpufleet.store.backends")
-
-CHANNEL = "gpufleet"
-APPLICATION_PREFIX = "gpufleet-replica:"
-_RECONNECT_SECONDS = 1.0
-# Several payloads in one statement, in their order (unnest returns its array in order).
-_NOTIFY_ALL = text("SELECT pg_notify(:c, p) FROM unnest(CAST(:ps AS text[])) AS p")
-_QUERY_SECONDS = 5.0  # a query on the link that takes longer means the link is dead
-_LINK_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 class Listener(Protocol):
@@ -102,105 +86,11 @@ class LocalBackend(Backend):
         return None
 
 
-class PostgresBackend(Backend):
-    """Replicas on one PostgreSQL database, linked by one dedicated connection each."""
-
-    shared = True
-
-    def __init__(self, url: URL, instance_id: str) -> None:
-        self._dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
-        self.application_name = APPLICATION_PREFIX + instance_id
-        self._conn: asyncpg.Connection | None = None
-        self._conn_lock = asyncio.Lock()  # one query at a time on the link
-        self._linked = asyncio.Event()
-
-    async def notify(self, conn: AsyncConnection, payloads: Callable[[], Iterable[str]]) -> None:
-        sent = list(payloads())
-        if len(sent) == 1:
-            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": sent[0]})
-        elif sent:  # one round trip for them all (a gang's offers or starts, #35)
-            await conn.execute(_NOTIFY_ALL, {"c": CHANNEL, "ps": sent})
-
-    async def listen(self, listener: Listener) -> None:
-        while True:
-            try:
-                conn = await asyncpg.connect(
-                    self._dsn, server_settings={"application_name": self.application_name}
-                )
-            except (OSError, asyncpg.PostgresError) as exc:
-                log.warning("cannot listen for other replicas (%s); retrying", exc)
-            else:
-                try:
-                    await self._hold(conn, listener)
-                except _LINK_ERRORS as exc:
-                    log.warning("lost the link to the other replicas (%s); reconnecting", exc)
-                finally:
-                    await self._drop(conn, listener)
-            await asyncio.sleep(_RECONNECT_SECONDS)
-
-    async def _hold(self, conn: asyncpg.Connection, listener: Listener) -> None:
-        lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def terminated(_conn: object) -> None:
-            if not lost.done():
-                lost.set_result(None)
-
-        def heard(_conn: object, _pid: int, _channel: str, payload: str) -> None:
-            listener.heard(payload)
-
-        conn.add_termination_listener(terminated)
-        await conn.add_listener(CHANNEL, heard)
-        async with self._conn_lock:
-            self._conn = conn
-            listener.linked()
-        self._linked.set()
-        while not lost.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(lost), timeout=5.0)
-            if not lost.done():
-                async with self._conn_lock:
-                    await conn.execute("SELECT 1", timeout=_QUERY_SECONDS)  # a dead link
-
-    async def _drop(self, conn: asyncpg.Connection, listener: Listener) -> None:
-        async with self._conn_lock:
-            self._conn = None
-            listener.unlinked()  # under the lock: no ask for leadership is still in flight
-        self._linked.clear()
-        with contextlib.suppress(Exception):
-            await conn.close(timeout=1.0)
-
-    async def wait_linked(self, within: float) -> None:
-        await asyncio.wait_for(self._linked.wait(), within)
-
-    async def try_lead(self) -> bool:
-        return bool(await self._ask("SELECT pg_try_advisory_lock($1)", locks.LEADER, many=False))
-
-    async def alive(self) -> set[str] | None:
-        rows = await self._ask(
-            "SELECT application_name FROM pg_stat_activity"
-            " WHERE datname = current_database() AND application_name LIKE $1",
-            APPLICATION_PREFIX + "%",
-            many=True,
-        )
-        if rows is None:
-            return None
-        return {r["application_name"].removeprefix(APPLICATION_PREFIX) for r in rows}
-
-    async def _ask(self, query: str, arg: Any, *, many: bool) -> Any:
-        """A query on the link; None while the link is down or failing (the listen loop
-        reconnects)."""
-        async with self._conn_lock:
-            if self._conn is None or self._conn.is_closed():
-                return None
-            run = self._conn.fetch if many else self._conn.fetchval
-            try:
-                return await run(query, arg, timeout=_QUERY_SECONDS)
-            except _LINK_ERRORS:
-                return None
-
-
 def backend_for(url: URL, instance_id: str) -> Backend:
     """The backend of the store at `url`, for the replica `instance_id`."""
     if url.get_backend_name() == "postgresql":
+        # Imported here: a server on SQLite never loads asyncpg (a twentieth of a start, #32).
+        from gpufleet.store.postgres_link import PostgresBackend
+
         return PostgresBackend(url, instance_id)
     return LocalBackend()

@@ -29,6 +29,8 @@ from typing import Any
 
 from gpufleet.errors import AgentError
 from gpufleet.progress import CHECKPOINT_SIGNAL_ENV, DEFAULT_CHECKPOINT_SIGNAL, PROGRESS_FILE_ENV
+from gpufleet.worker.inputs import InputFile
+from gpufleet.worker.inputs import from_offer as inputs_of
 from gpufleet.worker.keep import BadKeepRule, KeepRules
 from gpufleet.worker.leftovers import AGENT_PID_ENV, JOB_DIR_ENV
 from gpufleet.worker.offer import BadOffer, Offer
@@ -63,6 +65,7 @@ class JobSpec:
     timeout_s: float | None = None
     keep: KeepRules = field(default_factory=KeepRules)
     resume: Resume | None = None
+    inputs: tuple[InputFile, ...] = ()  # its dependencies' artifacts to fetch (inputs.py)
     workdir: str | None = None  # the sha256 hex of the snapshot to unpack in the folder
     # The environment (docs/jobs.md): a requirements file's text, or the workdir's file that
     # names them; and a shell command run in the folder before the command.
@@ -105,6 +108,7 @@ class JobSpec:
         try:
             keep = KeepRules.from_config(config, simpletuner=argv == SIMPLETUNER_COMMAND)
             resume = Resume.from_offer(event.get("resume"))
+            inputs = inputs_of(event.get("inputs"))
         except (BadKeepRule, ResumeFailed) as exc:
             raise BadOffer(f"job {job_id}: {exc.message}") from exc
         return cls(
@@ -113,6 +117,7 @@ class JobSpec:
             argv=argv,
             keep=keep,
             resume=resume,
+            inputs=inputs,
             workdir=_workdir(job_id, config.get("workdir")),
             requirements=_text(job_id, config, "requirements"),
             env_from=_text(job_id, config, "env_from"),

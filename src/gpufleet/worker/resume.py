@@ -70,7 +70,7 @@ class Resume:
         checkpoint_id, name, path = value.get("checkpoint_id"), value.get("name"), value.get("path")
         if not isinstance(checkpoint_id, str) or not _ID.fullmatch(checkpoint_id):
             raise ResumeFailed(f"the offer's resume names no checkpoint id: {value!r:.200}")
-        clean = _relative(path)
+        clean = relative(path)
         if clean is None:
             raise ResumeFailed(
                 f"the offer's resume path {path!r:.200} is not a folder inside the job folder"
@@ -113,7 +113,9 @@ async def download_checkpoint(
         sent = {str(k): str(v) for k, v in headers.items()}
         await retried(
             backoff,
-            functools.partial(_download, downloads, url, sent, target, resume, wanted),
+            functools.partial(
+                download_file, downloads, url, sent, target, f"checkpoint {resume.name}", wanted
+            ),
             f"checkpoint {resume.name} file {wanted.path} could not be downloaded",
         )
         placed.append(wanted)
@@ -121,14 +123,16 @@ async def download_checkpoint(
     return placed
 
 
-async def _download(
+async def download_file(
     downloads: Downloads,
     url: str,
     headers: dict[str, str],
     target: Path,
-    resume: Resume,
+    what: str,
     wanted: FileDigest,
 ) -> None:
+    """`wanted` downloaded to `target` (beside it first), checked for size and sha256;
+    `ResumeFailed` naming `what` ("checkpoint …", "input …") otherwise."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.part")
     sha, size = hashlib.sha256(), 0
@@ -144,12 +148,11 @@ async def _download(
         if size != wanted.size:
             got = f"more than {wanted.size}" if size > wanted.size else str(size)
             raise ResumeFailed(
-                f"checkpoint {resume.name} file {wanted.path} size mismatch: expected "
-                f"{wanted.size} bytes, got {got}"
+                f"{what} file {wanted.path} size mismatch: expected {wanted.size} bytes, got {got}"
             )
         if sha.hexdigest() != wanted.sha256:
             raise ResumeFailed(
-                f"checkpoint {resume.name} file {wanted.path} sha256 mismatch: expected "
+                f"{what} file {wanted.path} sha256 mismatch: expected "
                 f"{wanted.sha256}, got {sha.hexdigest()}"
             )
         partial.replace(target)
@@ -166,7 +169,7 @@ def _wanted(resume: Resume, entry: Any) -> FileDigest:
     if not isinstance(entry, Mapping):
         raise ResumeFailed(f"checkpoint {resume.name} lists a file that is not an object")
     path, size, sha = entry.get("path"), entry.get("size"), entry.get("sha256")
-    clean = _relative(path)
+    clean = relative(path)
     if clean is None:
         raise ResumeFailed(
             f"checkpoint {resume.name} file {path!r:.200} is not a path inside the job folder"
@@ -175,14 +178,19 @@ def _wanted(resume: Resume, entry: Any) -> FileDigest:
         raise ResumeFailed(
             f"checkpoint {resume.name} file {clean!r:.200} is not in its folder {resume.path}"
         )
+    return file_digest(f"checkpoint {resume.name}", clean, size, sha)
+
+
+def file_digest(what: str, path: str, size: Any, sha: Any) -> FileDigest:
+    """A listed file's size and sha256, checked; `ResumeFailed` naming `what` otherwise."""
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 2**63:
-        raise ResumeFailed(f"checkpoint {resume.name} file {clean}: bad size {size!r:.40}")
+        raise ResumeFailed(f"{what} file {path}: bad size {size!r:.40}")
     if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
-        raise ResumeFailed(f"checkpoint {resume.name} file {clean}: bad sha256 {sha!r:.80}")
-    return FileDigest(clean, size, sha)
+        raise ResumeFailed(f"{what} file {path}: bad sha256 {sha!r:.80}")
+    return FileDigest(path, size, sha)
 
 
-def _relative(path: Any) -> str | None:
+def relative(path: Any) -> str | None:
     """`path` if it is one the store would take (no '..', absolute, NUL, …), else None."""
     if not isinstance(path, str):
         return None

@@ -14,6 +14,7 @@ from pathlib import Path
 from gpufleet.errors import AgentError
 from gpufleet.progress import RESUME_FROM_ENV
 from gpufleet.worker.backoff import Backoff
+from gpufleet.worker.inputs import download_inputs
 from gpufleet.worker.job import JobSpec, Workspace, job_environment, prepare_workspace
 from gpufleet.worker.offer import Offer
 from gpufleet.worker.resume import Downloads, download_checkpoint, retried
@@ -53,6 +54,7 @@ async def prepare(
             attempt_id=spec.attempt_id,
             backoff=backoff,
         )
+    await download_inputs(downloads, spec.inputs, space.folder, backoff)
     env = job_environment(spec, space, spec.gpus(gpus))
     if spec.secret_env:
         env.update(await _secrets(downloads, spec, backoff))

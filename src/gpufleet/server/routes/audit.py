@@ -7,8 +7,8 @@ from typing import Annotated
 
 from fastapi import Depends, Query
 
+from gpufleet.domain.filters import AuditFilter
 from gpufleet.domain.permissions import ADMIN_AUDIT
-from gpufleet.domain.records import AuditFilter
 from gpufleet.server.deps import Ctx, require
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.admin import AuditList, AuditOut, AuditVerification

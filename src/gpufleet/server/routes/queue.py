@@ -11,8 +11,8 @@ from fastapi import Depends, Query
 from starlette.responses import Response, StreamingResponse
 
 from gpufleet.domain import job_secrets
+from gpufleet.domain.filters import JobFilter
 from gpufleet.domain.permissions import QUEUE_READ, QUEUE_SUBMIT
-from gpufleet.domain.records import JobFilter
 from gpufleet.domain.states import TERMINAL_JOB, Target
 from gpufleet.errors import InvalidInput
 from gpufleet.server import sse
@@ -37,7 +37,7 @@ from gpufleet.server.schemas.jobs import (
     UnheardOut,
 )
 from gpufleet.server.schemas.sweeps import SweepOut
-from gpufleet.server.services import auth, joblogs, ownership, queue, reruns
+from gpufleet.server.services import auth, dependencies, joblogs, ownership, queue, reruns
 from gpufleet.server.services import submit as submitting
 from gpufleet.server.services.auth import Principal
 from gpufleet.server.services.submit import Submission
@@ -77,6 +77,7 @@ async def submit(
         retry_on=frozenset(body.retry_on),
         team=body.team,
         preemptible=body.preemptible,
+        after=dependencies.asked(body.after(), body.inputs, who.permissions),
         idempotency_key=body.idempotency_key,
     )
     if (spec := swept.spec_of(body)) is not None:
@@ -175,6 +176,8 @@ async def get_job(ctx: Ctx, who: Reader, job_id: str) -> JobDetail:
         rerun_as=view.reruns,
         worker_unheard=view.unheard and UnheardOut.model_validate(view.unheard),
         cost=view.cost,
+        depends_on=view.links.depends_on if view.links else [],
+        dependents=view.links.dependents if view.links else [],
     )
 
 

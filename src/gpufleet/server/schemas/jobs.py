@@ -9,6 +9,8 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, Field
 
 from gpufleet.domain import bounds, idempotency, job_secrets, outcomes
+from gpufleet.domain.dependencies import MAX_DEPENDENCIES as MAX_DEPS
+from gpufleet.domain.dependencies import On
 from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import Attempt, Checkpoint, ConfigVersion, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
@@ -16,6 +18,13 @@ from gpufleet.server.schemas.base import Record, Strict
 from gpufleet.server.schemas.sweeps import SweepFields
 
 _NO_NAMES: Mapping[str, str] = {}
+
+
+class DependsOnIn(Strict):
+    """A dependency with its condition: run once `job` completed (or ended, however)."""
+
+    job: str = Field(max_length=64)
+    on: On = On.COMPLETED
 
 
 class SubmitIn(SweepFields):  # with `sweep`: a sweep of jobs (schemas/sweeps.py)
@@ -31,6 +40,13 @@ class SubmitIn(SweepFields):  # with `sweep`: a sweep of jobs (schemas/sweeps.py
     retry_on: list[RetryOn] = Field(default_factory=lambda: sorted(RETRY_DEFAULT), max_length=2)
     team: str | None = Field(None, min_length=1, max_length=64, description="id or name")
     preemptible: bool | None = None  # None: as its team says
+    # The jobs it runs after (docs/jobs.md, Dependencies), and what it takes from them.
+    depends_on: list[str | DependsOnIn] = Field(default_factory=list, max_length=MAX_DEPS)
+    inputs: dict[str, list[str]] = Field(default_factory=dict, max_length=MAX_DEPS)
+
+    def after(self) -> list[str | dict[str, str]]:
+        return [d if isinstance(d, str) else d.model_dump(mode="json") for d in self.depends_on]
+
     # A second submit of it by the same user within 24 hours answers the first's job
     # (domain/idempotency.py checks what it holds).
     idempotency_key: str | None = Field(None, max_length=idempotency.KEY_MAX)
@@ -139,6 +155,8 @@ class JobOut(Record):
     config_digest: str | None = None  # that version's sha256 (canonical JSON)
     config_written_by: str | None = None  # who wrote that version (name; id once deleted)
     config_written_by_id: str | None = None
+    waits_on: str | None = None  # the dependency it waits on (docs/jobs.md, Dependencies)
+    inputs: dict[str, list[str]] | None = None  # the artifacts it takes from its dependencies
     sweep_id: str | None = None  # the sweep it is a point of (GET /api/sweeps/{id})
 
     @classmethod
@@ -203,6 +221,10 @@ class JobDetail(JobOut):
     # what it cost on pool workers to date, at their pools' price_per_hour (docs/capacity.md);
     # null when it never ran on a pool's worker
     cost: float | None = None
+    # Its dependencies ({"job", "on", "status"}, in the submit's order) and its dependents
+    # ({"job", "status"}): docs/jobs.md, Dependencies
+    depends_on: list[dict[str, str]] = Field(default_factory=list)
+    dependents: list[dict[str, str]] = Field(default_factory=list)
 
 
 class JobIds(Strict):

@@ -22,7 +22,8 @@ from gpufleet.domain.audit_events import (
     unknown_type,
     worker_actor,
 )
-from gpufleet.domain.records import AuditEvent, AuditFilter
+from gpufleet.domain.filters import AuditFilter
+from gpufleet.domain.records import AuditEvent
 from gpufleet.errors import ConfigurationError
 from gpufleet.server.context import Context, transaction
 

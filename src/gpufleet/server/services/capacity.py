@@ -31,7 +31,7 @@ from gpufleet.store import Queries
 
 ENDED_READ = 20  # a pool's newest launches the decision reads: its failures in a row
 FAILURES_SHOWN = 5  # a pool's newest failed launches its card shows, with their stderr
-_NOT_A_POOLS = frozenset({WaitCode.ABOUT_TO_BE_OFFERED, *POLICY_WAITS})
+_NOT_A_POOLS = frozenset({WaitCode.ABOUT_TO_BE_OFFERED, WaitCode.DEPENDENCY, *POLICY_WAITS})
 
 
 @dataclass(frozen=True, slots=True)

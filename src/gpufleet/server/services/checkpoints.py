@@ -21,6 +21,7 @@ from gpufleet.server.context import Context, transaction
 from gpufleet.server.hub import job_topic
 from gpufleet.server.services import attempt_tokens
 from gpufleet.server.services.job_fence import live_job, live_node, offered_job
+from gpufleet.server.services.job_inputs import may_take
 from gpufleet.server.services.uploads import check_name
 from gpufleet.store import Queries
 
@@ -257,10 +258,12 @@ async def download(
     attempt_id: str | None,
     attempt_token: str | None = None,
 ) -> tuple[Artifact, AsyncIterator[bytes]]:
-    """A stored file of the job, streamed to the attempt that needs it (a resume)."""
+    """A stored file of the job, streamed to the attempt that needs it (a resume), or one of
+    a dependency's its `inputs` select (`job_inputs.may_take`)."""
     async with ctx.store.read() as q:
         await reading_attempt(ctx, q, worker, job_id, attempt_id, attempt_token)
         artifact = await q.get_artifact(artifact_id)
-    if artifact is None or artifact.job_id != job_id:
+        job = await q.get_job(job_id) if artifact and artifact.job_id != job_id else None
+    if artifact is None or (artifact.job_id != job_id and not (job and may_take(job, artifact))):
         raise NotFound(f"job {job_id} has no artifact {artifact_id[:64]!r}")
     return artifact, await ctx.artifacts.open(artifact.key)

@@ -27,7 +27,7 @@ from gpufleet.domain.states import (
 )
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import worker_topic
-from gpufleet.server.services import fair_queue, gangs, lifecycle, offers
+from gpufleet.server.services import fair_queue, gangs, job_inputs, lifecycle, offers
 from gpufleet.server.services.dispatch_policy import (
     Seen,
     SweepRoom,
@@ -57,7 +57,8 @@ async def claim(tx: Tx, job: Job, worker: Worker, history: Sequence[Attempt] | N
     resumed_from = resume.id if resume else None
     await lifecycle.open_attempt(tx, job, worker.id, attempt_id, offered.attempts, resumed_from)
     # The worker's stream sends the offer as it is handed over, without reading it back.
-    event = offers.offer(tx.key, job, attempt_id, resume, tx.settings.worker_url())
+    inputs = await job_inputs.files(tx.q, job, attempt_id)
+    event = offers.offer(tx.key, job, attempt_id, resume, tx.settings.worker_url(), None, inputs)
     tx.hand_over(worker_topic(worker.id), event)
     return offered
 
@@ -119,7 +120,9 @@ async def _dispatch_job(ctx: Context, job_id: str) -> bool | None:
         # No row lock here: `claim` takes the worker, then the job (the one lock order, see
         # lifecycle), each by compare-and-set, so a job taken meanwhile loses the claim.
         job = await tx.q.get_job(job_id)
-        if job is None or job.status is not JobStatus.QUEUED or refused(ctx, job, snap):
+        if job is None or job.status is not JobStatus.QUEUED or job.waits_on is not None:
+            return False
+        if refused(ctx, job, snap):
             return False
         if await SweepRoom(ctx, tx).full(job):
             return False

@@ -23,7 +23,7 @@ from gpufleet.domain.secrets import new_id
 from gpufleet.domain.states import WorkerStatus
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import WORKERS_TOPIC, job_topic, worker_topic
-from gpufleet.server.services import lifecycle, offers
+from gpufleet.server.services import job_inputs, lifecycle, offers
 from gpufleet.server.services.dispatch_policy import SweepRoom, policy_gate, refused, retrying
 from gpufleet.server.services.lifecycle import KEEPS_HOLD
 
@@ -150,6 +150,7 @@ async def _claim(tx: Tx, job: Job, nodes: list[Worker]) -> None:
     await tx.q.insert_attempt_nodes(
         job.id, attempt_id, offered.attempts, [w.id for w in nodes], tx.now
     )
+    inputs = await job_inputs.files(tx.q, job, attempt_id)  # every node takes them
     for rank, worker in enumerate(nodes):
         if rank > 0:  # open_attempt wrote rank 0's
             tx.audit(
@@ -160,7 +161,7 @@ async def _claim(tx: Tx, job: Job, nodes: list[Worker]) -> None:
                 new=WorkerStatus.BUSY.value,
             )
         event = offers.offer(
-            tx.key, job, attempt_id, resume, tx.settings.worker_url(), node_rank=rank
+            tx.key, job, attempt_id, resume, tx.settings.worker_url(), rank, inputs
         )
         tx.hand_over(worker_topic(worker.id), event)
     tx.audit(

@@ -38,7 +38,7 @@ from gpufleet.domain.states import (
 from gpufleet.errors import Conflict, NotFound
 from gpufleet.server.context import Tx
 from gpufleet.server.hub import JOBS_TOPIC, WORKERS_TOPIC, job_topic
-from gpufleet.server.services import breaker, webhooks
+from gpufleet.server.services import breaker, dependencies, webhooks
 from gpufleet.store.queries.jobs import NewJob
 
 KEEPS_HOLD = frozenset({WorkerStatus.IDLE, WorkerStatus.CONNECTING})  # held for a gang
@@ -88,13 +88,16 @@ async def move_job(
     tx: Tx, job: Job, new: JobStatus, actor: str = SYSTEM_ACTOR, **values: Any
 ) -> None:
     check_job_move(job.id, job.status, new)
-    await tx.q.set_job_status(job.id, new, updated_at=tx.now, **values)
+    depended_on = await tx.q.set_job_status(job.id, new, updated_at=tx.now, **values)
     if job.nodes > 1 and job.status is JobStatus.QUEUED:  # a gang leaves the queue: no hold
         await tx.q.release_holds_of(job.id)
     tx.audit("job.status_changed", actor, job.id, old=job.status.value, new=new.value)
     tx.wake(job_topic(job.id), JOBS_TOPIC)
     if new in TERMINAL_JOB:  # the webhooks' outbox row commits with the change, or neither
         await webhooks.job_ended(tx, job, new, values)
+        # Its dependents: released, or cancelled naming it (and theirs, by this same move).
+        for doomed, reason in await dependencies.settle(tx, job.id) if depended_on else []:
+            await move_job(tx, doomed, JobStatus.CANCELLED, ended_at=tx.now, error=reason)
 
 
 async def claim(tx: Tx, job: Job, worker: Worker, attempt_id: str) -> Job:

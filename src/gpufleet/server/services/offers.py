@@ -14,6 +14,7 @@ from gpufleet.domain.records import Attempt, AttemptNode, Checkpoint, Job, Worke
 from gpufleet.domain.secrets import upload_token
 from gpufleet.domain.states import AttemptStatus, NodeState
 from gpufleet.protocol import Event
+from gpufleet.server.services import job_inputs
 from gpufleet.store import Queries
 
 
@@ -56,11 +57,13 @@ def offer(
     resume: Checkpoint | None,
     public_url: str,
     node_rank: int | None = None,
+    inputs: list[dict[str, Any]] | None = None,
 ) -> Event:
     """The `job_submit` event of the attempt: its upload token is derived again on each send;
     a SimpleTuner config that publishes nowhere is pointed at this orchestrator's storage
     route (`domain.publishing`, reached at `public_url`). `node_rank`: the node of a gang's
-    attempt it offers (of `job.nodes`); None for a one-node job."""
+    attempt it offers (of `job.nodes`); None for a one-node job. `inputs`: what it takes
+    from its dependencies (`job_inputs.files`)."""
     token = upload_token(key, attempt_id)
     config = publishing.offered_config(
         job.config, public_url=public_url, job_id=job.id, upload_token=token
@@ -73,6 +76,7 @@ def offer(
         upload_token=token,
         resume=resume_entry(resume),
         node=None if node_rank is None else (node_rank, job.nodes),
+        inputs=inputs,
     )
 
 
@@ -89,7 +93,8 @@ async def pending(q: Queries, key: bytes, worker: Worker, public_url: str) -> di
             rank = next((n.rank for n in nodes if n.worker_id == worker.id), None)
             if rank is None:
                 continue
-        events[attempt.id] = offer(key, job, attempt.id, resume, public_url, node_rank=rank)
+        inputs = await job_inputs.files(q, job, attempt.id)
+        events[attempt.id] = offer(key, job, attempt.id, resume, public_url, rank, inputs)
     return events
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from gpufleet import protocol
 from gpufleet.domain.audit_events import KEY_ACTOR, key_actor
 from gpufleet.domain.bounds import MAX_LOG_PAGE_BYTES
+from gpufleet.domain.filters import JobFilter
 from gpufleet.domain.naming import check_labels
 from gpufleet.domain.ownership import JobAction
 from gpufleet.domain.presence import Unheard, attempt_unheard
@@ -18,7 +19,6 @@ from gpufleet.domain.records import (
     Attempt,
     Checkpoint,
     Job,
-    JobFilter,
     LogLine,
     User,
 )
@@ -31,7 +31,7 @@ from gpufleet.domain.states import (
 )
 from gpufleet.errors import Conflict, InvalidInput
 from gpufleet.server.context import Context, transaction
-from gpufleet.server.services import capacity, ownership
+from gpufleet.server.services import capacity, dependencies, dispatch, ownership
 from gpufleet.server.services.lifecycle import end_attempt, move_job, no_job
 from gpufleet.server.services.waiting import job_waiting
 from gpufleet.store.queries import Queries
@@ -47,6 +47,7 @@ class JobView:
     resumed: dict[str, Checkpoint] = field(default_factory=dict)  # by id, attempts resumed from
     unheard: Unheard | None = None  # its live attempt's worker has lost its stream
     cost: float | None = None  # on pool workers, to date (None: it ran on none)
+    links: dependencies.Links | None = None  # what it waits on, what waits on it
 
 
 # ---- read -------------------------------------------------------------------------------
@@ -81,8 +82,9 @@ async def view_job(ctx: Context, job_id: str) -> JobView:
         resumed = {c.id: c for c in held if c.id in wanted}
         live = job.worker_id and job.status not in TERMINAL_JOB
         runner = await q.get_worker(job.worker_id) if live and job.worker_id else None
+        links = await dependencies.links(q, job)
     unheard = attempt_unheard(runner, job.current_attempt_id, ctx.settings.silence())
-    return JobView(job, attempts, waiting, reruns, names, resumed, unheard, cost)
+    return JobView(job, attempts, waiting, reruns, names, resumed, unheard, cost, links)
 
 
 async def names_of(
@@ -182,4 +184,7 @@ async def cancel(ctx: Context, job_id: str, actor: str, client: str | None, *, b
         else:
             await move_job(tx, job, JobStatus.CANCELLED, actor, ended_at=tx.now)
         tx.audit("job.cancelled", actor, job.id, client)
+        released = tx.released
+    for dependent in released:  # dependents `on: ended` it released
+        await dispatch.dispatch_job(ctx, dependent)
     return await get_job(ctx, job_id)

@@ -168,9 +168,12 @@ async def report_status(
             freed = result not in PLACED_JOB
             requeued = result is JobStatus.QUEUED
             status = result
+        released = tx.released
     if refused is not None:
         raise await refuse(ctx, worker, *refused)
     await after(ctx, worker, job_id, attempt, new, freed=freed, requeued=requeued)
+    for dependent in released:  # its dependents it released (services/dependencies.py)
+        await dispatch.dispatch_job(ctx, dependent)
     return status
 
 

@@ -40,6 +40,7 @@ from gpufleet.server.hub import JOBS_TOPIC
 from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.services import (
     configs,
+    dependencies,
     dispatch,
     dispatch_policy,
     idempotency,
@@ -68,6 +69,7 @@ class Submission:
     retry_on: frozenset[RetryOn] = RETRY_DEFAULT
     team: str | None = None  # id or name; None: the user's default team
     preemptible: bool | None = None  # None: as its team says
+    after: dependencies.Asked | None = None  # what it runs after (docs/jobs.md, Dependencies)
     idempotency_key: str | None = None  # services/idempotency.py
 
 
@@ -210,7 +212,9 @@ async def enqueue(
     gpu_count = job_gpu_count(sub.gpu_count, config)
     shape = gang_shape(gpu_count, config)
     labels = check_labels(sub.worker_labels)
-    req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs_of(config))
+    after = sub.after or dependencies.Asked()
+    needs = needs_of(config, inputs=bool(after.inputs))
+    req = Requirement(target=sub.target, gpu_count=gpu_count, labels=labels, needs=needs)
     await _check_target(ctx, req)
     workdir = await workdirs.check_named(ctx, config, user_id)
     job_id = new_id("j")
@@ -224,10 +228,12 @@ async def enqueue(
         queued = admitted.status is JobStatus.QUEUED
         # The policy first: with a limit set, its row is the first a dispatch locks.
         snap = await dispatch_policy.policy_gate(tx, admitted.policy) if queued else None
+        # Then the dependencies' rows (a dispatch locks a worker, then a job).
+        waits_on = await dependencies.admit(tx, after.on, may_read=after.may_read)
         # Usually an idle worker fits: the job is offered in the transaction that queues it
         # (one commit a submit). When none does, the job waits, even for a worker yet to come.
         # A gang (more than one node) is offered by the gang round alone (dispatch_job).
-        one_node = queued and shape.nodes == 1
+        one_node = queued and shape.nodes == 1 and waits_on is None
         worker = await dispatch.first_fit(tx.q, req) if one_node else None
         job = await queue_new(
             tx,
@@ -253,9 +259,12 @@ async def enqueue(
                 config_written_by=ran.written_by if ran else None,
                 workdir=workdir,
                 nodes=shape.nodes,
+                waits_on=waits_on,
+                inputs={k: list(v) for k, v in after.inputs.items()} or None,
                 sweep_id=sweep_id,
             ),
         )
+        await tx.q.add_dependencies(job_id, after.on)
         extra: dict[str, Any] = {"rerun_of": rerun_of} if rerun_of else {}
         if ran:
             extra |= {"config_version": ran.version, "config_digest": ran.digest}
@@ -263,6 +272,8 @@ async def enqueue(
             extra["held"] = admitted.held
         if shape.nodes > 1:
             extra |= {"nodes": shape.nodes, "total_gpus": shape.total_gpus}
+        if after.on:
+            extra["depends_on"] = [{"job": d.job_id, "on": d.on.value} for d in after.on]
         if sub.idempotency_key is not None:
             extra["idempotency_key"] = sub.idempotency_key
         if sweep_id:
@@ -287,7 +298,7 @@ async def enqueue(
         offered = await dispatch.claim_new(tx, job, worker) if worker is not None else None
     if offered is not None and worker is not None:
         return Enqueued(offered, admitted.names | {worker.id: worker.name})
-    if queued:
+    if queued and waits_on is None:
         # No idle fit, or another dispatch took that worker first: the usual pass, which
         # looks again (and retries lost races) now that the job is committed.
         await dispatch.dispatch_job(ctx, job_id)

@@ -28,6 +28,7 @@ from gpufleet.domain.records import Job, Worker
 from gpufleet.domain.states import JobStatus, Target, WorkerStatus
 from gpufleet.domain.sweeps import has_room
 from gpufleet.server.context import Context
+from gpufleet.server.services import dependencies
 from gpufleet.server.services.standing import candidate, is_plain, snapshot
 from gpufleet.store import Queries
 
@@ -218,6 +219,8 @@ def _fleet_could(waiting: dict[str, Any]) -> bool:
 async def job_waiting(q: Queries, job: Job, now: datetime) -> dict[str, Any] | None:
     """What a job's page says it waits for: the fleet's reasons, or the policy's where the
     workers could run it."""
+    if job.status is JobStatus.QUEUED and (held := await dependencies.wait_of(q, job)):
+        return {**waiting_fields(held), "workers": []}  # no worker is asked before it ends
     waiting = None
     if job.status is JobStatus.QUEUED:
         waiting = explain_wait(job, await q.list_workers())

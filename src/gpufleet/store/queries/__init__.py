@@ -9,6 +9,7 @@ from __future__ import annotations
 from gpufleet.store.queries.artifacts import ArtifactQueries
 from gpufleet.store.queries.attempts import AttemptQueries
 from gpufleet.store.queries.audit import AuditQueries
+from gpufleet.store.queries.dependencies import DependencyQueries
 from gpufleet.store.queries.fleet_history import FleetHistoryQueries
 from gpufleet.store.queries.gangs import GangQueries
 from gpufleet.store.queries.identities import IdentityQueries
@@ -45,6 +46,7 @@ class Queries(
     GangQueries,
     PoolQueries,
     IdentityQueries,
+    DependencyQueries,
     SubmitKeyQueries,
     SweepQueries,
 ):

@@ -7,7 +7,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpufleet.domain.audit_chain import Head
-from gpufleet.domain.records import AuditEvent, AuditFilter
+from gpufleet.domain.filters import AuditFilter
+from gpufleet.domain.records import AuditEvent
 from gpufleet.store import locks
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import Prebuilt, QueryBase

@@ -16,7 +16,7 @@ from gpufleet.store.queries.base import ROW, QueryBase, by
 from gpufleet.store.tables import attempt_nodes, job_attempts, jobs, workers
 
 NodeWrite = tuple[str, int, Mapping[str, Any]]  # a node's row to write: attempt id, rank, values
-_QUEUED = jobs.c.status == JobStatus.QUEUED.value
+_QUEUED = sa.and_(jobs.c.status == JobStatus.QUEUED.value, jobs.c.waits_on.is_(None))
 # The most nodes a queued job asks (ix_jobs_nodes): one read says whether anything waits
 # and whether a gang does.
 _QUEUED_NODES = sa.select(sa.func.max(jobs.c.nodes)).where(_QUEUED)

@@ -9,8 +9,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gpufleet.domain.filters import JobFilter
 from gpufleet.domain.matching import match_key
-from gpufleet.domain.records import Job, JobFilter
+from gpufleet.domain.records import Job
 from gpufleet.domain.states import JobStatus, RetryOn, Target
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by, no_status
@@ -19,7 +20,10 @@ from gpufleet.store.tables import jobs, workers
 # Writes built once: the columns set are the parameters' keys (`Prebuilt`'s reasoning).
 _INSERT_JOB = sa.insert(jobs)
 _UPDATE_JOB = sa.update(jobs).where(jobs.c.id == by(ROW))
+# A move reads back whether the job has dependents as it writes it (domain/dependencies.py).
+_MOVE_JOB = _UPDATE_JOB.returning(jobs.c.has_dependents)
 _CLAIM_JOB = sa.update(jobs).where(jobs.c.id == by(ROW), jobs.c.status == JobStatus.QUEUED.value)
+_FREE = jobs.c.waits_on.is_(None)  # no dependency holds it (domain/dependencies.py)
 _JOB = Prebuilt(sa.select(jobs).where(jobs.c.id == by("id")))
 
 
@@ -55,6 +59,8 @@ class NewJob:
     config_written_by: str | None = None
     workdir: str | None = None  # domain.jobspec.workdir_of(config)
     nodes: int = 1  # domain.jobspec.gang_shape(gpu_count, config).nodes
+    waits_on: str | None = None  # the dependency it waits on (domain/dependencies.py)
+    inputs: dict[str, list[str]] | None = None  # what it takes from its dependencies
     sweep_id: str | None = None  # the sweep it is a point of
 
     def row(self) -> dict[str, Any]:
@@ -100,11 +106,12 @@ class JobQueries(QueryBase):
             return  # nothing to set (a prebuilt UPDATE sets its parameters' columns)
         await self.conn.execute(_UPDATE_JOB, {**no_status(values), ROW: job_id})
 
-    async def set_job_status(self, job_id: str, status: JobStatus, **values: Any) -> None:
-        """Move a job: `services/lifecycle.py` alone calls it (tests/unit/test_status_writers)."""
-        await self.conn.execute(
-            _UPDATE_JOB, {**no_status(values), "status": status.value, ROW: job_id}
-        )
+    async def set_job_status(self, job_id: str, status: JobStatus, **values: Any) -> bool:
+        """Move a job: `services/lifecycle.py` alone calls it (tests/unit/test_status_writers).
+        True when some job depends on it (read as the row is written, after a submit that
+        named it meanwhile committed)."""
+        params = {**no_status(values), "status": status.value, ROW: job_id}
+        return bool((await self.conn.execute(_MOVE_JOB, params)).scalar_one_or_none())
 
     async def claim_job(self, job_id: str, status: JobStatus, **values: Any) -> bool:
         """Queued → `status` (offered), only if still queued (the compare-and-set of
@@ -167,6 +174,7 @@ class JobQueries(QueryBase):
         with `team`, only that team's (`TeamOf(None)`: the jobs of no team)."""
         stmt = sa.select(jobs).where(
             jobs.c.status == JobStatus.QUEUED.value,
+            _FREE,
             jobs.c.gpu_count <= max_gpus,
             jobs.c.target.in_(list(targets)),
         )

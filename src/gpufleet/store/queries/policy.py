@@ -146,10 +146,11 @@ class PolicyQueries(QueryBase):
         return int((await self.conn.execute(stmt)).scalar_one())
 
     async def all_queued(self, limit: int) -> list[Job]:
-        """Queued jobs in priority then age order (positions, the preemption loop)."""
+        """Queued jobs no dependency holds, in priority then age order (positions, the
+        preemption loop, the pools' demand)."""
         stmt = (
             sa.select(jobs)
-            .where(jobs.c.status == JobStatus.QUEUED.value)
+            .where(jobs.c.status == JobStatus.QUEUED.value, jobs.c.waits_on.is_(None))
             .order_by(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id)
             .limit(limit)
         )

@@ -17,6 +17,7 @@ from gpufleet.store.tables.pools import pool_launches, pools
 from gpufleet.store.tables.queue import (
     attempt_nodes,
     job_attempts,
+    job_dependencies,
     job_logs,
     jobs,
     progress_points,
@@ -43,6 +44,7 @@ __all__ = [
     "fleet_samples",
     "identities",
     "job_attempts",
+    "job_dependencies",
     "job_logs",
     "job_secrets",
     "jobs",

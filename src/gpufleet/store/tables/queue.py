@@ -49,6 +49,11 @@ jobs = sa.Table(
     sa.Column("workdir", sa.String(64)),
     # the machines it runs on: 1, or a gang of N workers (domain/gang.py) (0022)
     sa.Column("nodes", sa.Integer, nullable=False, server_default="1"),
+    # Dependencies (0029, domain/dependencies.py): the dependency it waits on (null: none, it
+    # may be offered), whether any job depends on it, and the artifacts it takes from them.
+    sa.Column("waits_on", sa.String(32)),
+    sa.Column("has_dependents", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("inputs", JSON),
     sa.Column("sweep_id", sa.String(32)),  # the sweep it is a point of (0030)
     sa.Index("ix_jobs_match", "status", "match_key", "priority", "created_at"),
     sa.Index("ix_jobs_created", "created_at"),
@@ -198,6 +203,25 @@ progress_points = sa.Table(
     sa.Column("step", sa.BigInteger, nullable=False),
     sa.Column("value", sa.Float, nullable=False),
     sa.Column("ts", UTCDateTime, nullable=False),
+)
+
+# A job's dependencies (0029): it runs after `upstream_id` ended as `condition` says
+# (domain/dependencies.py `On`), in the submit's order (`position`).
+job_dependencies = sa.Table(
+    "job_dependencies",
+    metadata,
+    sa.Column(
+        "job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column(
+        "upstream_id",
+        sa.String(32),
+        sa.ForeignKey("jobs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("condition", sa.String(16), nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Index("ix_job_dependencies_upstream", "upstream_id"),
 )
 
 # Idempotent submit (0028, domain/idempotency.py): a user's key names the job its first submit

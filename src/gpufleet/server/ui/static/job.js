@@ -34,6 +34,17 @@ function named(name, id) {
 
 const jobLink = (id) => h("a", { href: `/queue/${id}`, class: "mono", text: id });
 
+// Its dependencies or its dependents (docs/jobs.md, Dependencies): each a link, its status,
+// and (`more`) what it waits for of it; the one it waits on now is marked.
+function linked(jobs, fact, more = null, waitsOn = null) {
+  return h("span", { "data-fact": fact },
+    jobs.flatMap((d, i) => [
+      i ? ", " : null,
+      h("span", { class: d.job === waitsOn ? "dep waits-on" : "dep" },
+        jobLink(d.job), " ", badge(d.status), more ? ` ${more(d)}` : null),
+    ]));
+}
+
 // "prod-train v3 (sha256 abcd1234…) written by vera": the stored config's version it ran.
 function configRan(j) {
   if (!j.config_name) return "inline";
@@ -67,6 +78,12 @@ function facts(j) {
   }
   if (j.rerun_of) pairs.push(["Re-run of", jobLink(j.rerun_of)]);
   if (j.rerun_as.length) pairs.push(["Re-run as", j.rerun_as.flatMap((id, i) => [i ? ", " : null, jobLink(id)])]);
+  if (j.depends_on.length) pairs.push(["Runs after", linked(j.depends_on, "depends-on", (d) => `on ${d.on}`, j.waits_on)]);
+  if (j.inputs) {
+    const taken = Object.entries(j.inputs).map(([id, globs]) => `${id}: ${globs.join(", ")}`);
+    pairs.push(["Inputs", h("span", { class: "mono", "data-fact": "inputs", text: taken.join("; ") })]);
+  }
+  if (j.dependents.length) pairs.push(["Run after it", linked(j.dependents, "dependents")]);
   if (j.exit_code !== null) pairs.push(["Exit code", String(j.exit_code)]);
   if (j.cost !== null && j.cost !== undefined) {
     pairs.push(["Cost", h("span", { "data-fact": "cost", text: `${money(j.cost)} on pool workers` })]);
@@ -153,8 +170,12 @@ const refresh = serial(async () => {
   waiting.hidden = !j.waiting;
   if (j.waiting) {
     // A pool launching for it, or unable to: its line, and where the pools are shown.
-    $("#waiting-summary").replaceChildren(j.waiting.summaries.ui, j.waiting.code === "pool"
-      ? h("span", {}, " (", h("a", { href: "/capacity", text: "Capacity" }), ")") : "");
+    // A dependency holds it: the job it waits on, as a link.
+    const where = {
+      pool: () => h("span", {}, " (", h("a", { href: "/capacity", text: "Capacity" }), ")"),
+      dependency: () => h("span", { id: "waits-on" }, " (", jobLink(j.waiting.params.job), ")"),
+    }[j.waiting.code];
+    $("#waiting-summary").replaceChildren(j.waiting.summaries.ui, where ? where() : "");
     $("#waiting-workers").replaceChildren(...j.waiting.workers.map((w) =>
       h("li", {}, h("strong", { text: w.name }), " ", badge(w.status), ": ", w.reasons.join("; "))));
   }

@@ -2,7 +2,7 @@
 `jobs.sweep_id`, the sweep a job is one point of
 
 Revision ID: 0030
-Revises: 0028
+Revises: 0029
 Create Date: 2026-11-27 23:00:00
 """
 
@@ -14,7 +14,7 @@ from alembic import op
 from gpufleet.store.tables import JSON, UTCDateTime
 
 revision: str = "0030"
-down_revision: str | None = "0028"
+down_revision: str | None = "0029"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
