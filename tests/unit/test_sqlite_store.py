@@ -226,6 +226,41 @@ async def test_a_schema_a_migration_behind_is_brought_to_the_newest(tmp_path: Pa
     await store.close()
 
 
+async def test_a_downgrade_past_every_migration_that_alters_users_or_jobs_keeps_their_rows(
+    tmp_path: Path,
+) -> None:
+    """On SQLite a batch alter copies its table and drops the old one, and dropping it deletes
+    every row that references it (`ON DELETE CASCADE`, foreign keys on): 0030's downgrade lost
+    every job's log lines, 0027's every team membership. Their columns are dropped in place."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gf.db'}"
+    store = await open_store(url, lock=False)
+    now = datetime.now(UTC).isoformat()
+    rows = {
+        "teams": f"INSERT INTO teams (id, name, created_at) VALUES ('t_1', 'vision', '{now}')",
+        "team_members": "INSERT INTO team_members (team_id, user_id) "
+        f"VALUES ('t_1', '{ADMIN_USER_ID}')",
+    }
+
+    def migrate(sync_conn: Connection, target: str) -> None:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = sync_conn
+        (command.downgrade if target != "head" else command.upgrade)(cfg, target)
+
+    def counted(sync_conn: Connection) -> dict[str, int]:
+        return {t: sync_conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one() for t in rows}
+
+    try:
+        async with store.engine.begin() as conn:
+            for statement in rows.values():
+                await conn.execute(text(statement))
+            await conn.run_sync(migrate, "0026")
+            assert await conn.run_sync(counted) == {"teams": 1, "team_members": 1}
+            await conn.run_sync(migrate, "head")
+            assert await conn.run_sync(counted) == {"teams": 1, "team_members": 1}
+    finally:
+        await store.close()
+
+
 async def test_the_generic_update_of_a_job_refuses_a_status_and_writes_nothing(
     tmp_path: Path,
 ) -> None:

@@ -35,15 +35,16 @@ def upgrade() -> None:
         sa.Column("signed_in_at", UTCDateTime, nullable=False),
     )
     op.create_index("ix_identities_user", "identities", ["user_id"])
-    with op.batch_alter_table("users") as batch:
-        batch.add_column(
-            sa.Column("service", sa.Boolean, nullable=False, server_default=sa.false())
-        )
+    # Plain ADD and DROP COLUMN (SQLite 3.35+): a batch alter on SQLite copies `users`, and
+    # dropping the old copy deletes every row that references a user (team memberships:
+    # tests/unit/test_sqlite_store.py's downgrade test).
+    op.add_column(
+        "users", sa.Column("service", sa.Boolean, nullable=False, server_default=sa.false())
+    )
     op.execute("UPDATE users SET service = true WHERE id = 'u_admin'")
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("users") as batch:
-        batch.drop_column("service")
+    op.drop_column("users", "service")
     op.drop_index("ix_identities_user", table_name="identities")
     op.drop_table("identities")

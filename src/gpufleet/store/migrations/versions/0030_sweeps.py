@@ -33,14 +33,15 @@ def upgrade() -> None:
         sa.Column("created_at", UTCDateTime, nullable=False),
     )
     op.create_index("ix_sweeps_created", "sweeps", ["created_at"])
-    with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("sweep_id", sa.String(32)))
+    # Plain ADD and DROP COLUMN (SQLite 3.35+), as 0029 does: a batch alter on SQLite
+    # copies `jobs`, and dropping the old copy cascades to every row that references a job
+    # (a downgrade lost the job logs: tests/api/test_gang_logs.py's migration test).
+    op.add_column("jobs", sa.Column("sweep_id", sa.String(32)))
     op.create_index("ix_jobs_sweep", "jobs", ["sweep_id", "status"])
 
 
 def downgrade() -> None:
     op.drop_index("ix_jobs_sweep", table_name="jobs")
-    with op.batch_alter_table("jobs") as batch:
-        batch.drop_column("sweep_id")
+    op.drop_column("jobs", "sweep_id")
     op.drop_index("ix_sweeps_created", table_name="sweeps")
     op.drop_table("sweeps")
