@@ -56,8 +56,10 @@ async def report_node(
         problem := rendezvous.ack_problem(node.rank, node.port)
     ):
         raise InvalidInput(problem)
-    if new in rendezvous.STARTS and ctx.store.dialect == "postgresql":
-        # A gang's start: each node's report waits on the job's lock; applied together
+    if rendezvous.frees_own_only(node.rank, new) and ctx.store.dialect == "postgresql":
+        # A gang's start, or its nodes' completions: each report waits on the job's lock
+        # (a 32-node gang's 31 completions, one commit after another, held up its last
+        # `running` reports for a second); applied together
         outcome = await batches.together(
             ctx,
             job_id,
@@ -91,8 +93,10 @@ async def _apply(
     attempt it was refused for (None: taken), whether it freed the worker and requeued the
     job. `read`: what the report before it in `tx` left (a batch's)."""
     seen = read.take() if read is not None else None
-    if read is not None and seen is None:
-        await read.flush(tx)  # the nodes are read again: with the batch's writes
+    if read is not None and (seen is None or new not in rendezvous.STARTS):
+        # the nodes are read again, or a node's end is written at once: after the batch's
+        # writes (its own `running` may be among them)
+        await read.flush(tx)
     refused: tuple[Job, Attempt] | None = None
     freed = requeued = False
     locked = await _lock_workers(tx, worker, job_id, node, new)
