@@ -82,6 +82,7 @@ READS = [
     "/api/admin/webhooks",
     "/api/admin/pools",
     "/api/capacity",
+    "/api/sweeps",
 ]
 
 

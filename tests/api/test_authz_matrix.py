@@ -108,6 +108,11 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("get", "/api/users/{user}"): "*",
     ("patch", "/api/users/{user}"): "*",
     ("delete", "/api/users/{user}"): "*",
+    ("get", "/api/sweeps"): "queue.read",
+    ("get", "/api/sweeps/{sweep_id}"): "queue.read",
+    ("get", "/api/sweeps/{sweep_id}/progress"): "queue.read",
+    ("post", "/api/sweeps/{sweep_id}/cancel"): "queue.submit",
+    ("post", "/api/sweeps/{sweep_id}/rerun"): "queue.submit",
     ("get", "/api/teams"): "queue.read",
     ("post", "/api/teams"): "*",
     ("get", "/api/teams/{team}"): "queue.read",
@@ -208,6 +213,15 @@ async def _setup(fleet: Fleet) -> dict[str, Any]:
     assert (await gone.disconnect()).status_code == 200  # only an offline worker is deleted
     assert (await fleet.admin.delete(f"/api/admin/workers/{gone.id}")).status_code == 200
     await fleet.admin.put("/api/configs/cfg", json={"command": ["true"]})
+    sweep = await fleet.admin.post(
+        "/api/queue/submit",
+        json={
+            "config": {"command": ["t", "{a}"]},
+            "sweep": {"a": [1]},
+            "worker_labels": {"x": "y"},
+        },
+    )
+    assert sweep.status_code == 201, sweep.text
     assert (await fleet.admin.post("/api/teams", json={"name": "nlp"})).status_code == 201
     assert (await fleet.admin.put("/api/teams/nlp/members/admin")).status_code == 200
     hook = await fleet.admin.post(
@@ -239,6 +253,7 @@ async def _setup(fleet: Fleet) -> dict[str, Any]:
             "version": "1",
             "user": "admin",
             "team": "nlp",
+            "sweep_id": sweep.json()["id"],
         },
         "owner": owner,
         "other_token": other.token,

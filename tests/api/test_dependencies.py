@@ -370,3 +370,28 @@ async def test_an_input_pattern_that_could_name_no_artifact_is_refused_naming_it
     )
     assert answer.status_code == 422 and "'~root/**'" in answer.json()["detail"], answer.text
     assert await stored_jobs(fleet) == before
+
+
+async def test_no_submit_can_make_a_cycle_not_even_a_resend_naming_its_own_first_job(
+    fleet: Fleet,
+) -> None:
+    """A dependency must exist before its dependent, so edges point to older jobs only. The
+    one door left, a resend of an idempotency key naming the job that key made, answers
+    that job unchanged: it does not come to wait on itself."""
+    await fleet.online_worker("gpu-a")
+    first = await submitted(fleet.admin, idempotency_key="cycle", gpu_count=2)  # never fits
+    again = await fleet.admin.post(
+        "/api/queue/submit",
+        json={"config": CONFIG, "idempotency_key": "cycle", "depends_on": [first["id"]]},
+    )
+    assert again.status_code == 200, again.text
+    assert again.json()["id"] == first["id"] and again.json()["idempotent_hit"] is True
+    shown = await fleet.job(first["id"])
+    assert shown["depends_on"] == [] and shown["dependents"] == []
+    assert shown["waits_on"] is None
+
+    # B after A, then A "after" B: A exists already, so only a new job can name B.
+    b = await submitted(fleet.admin, depends_on=[first["id"]])
+    a_again = await submitted(fleet.admin, depends_on=[b["id"]])
+    assert a_again["id"] not in (first["id"], b["id"])
+    assert (await fleet.job(first["id"]))["depends_on"] == []

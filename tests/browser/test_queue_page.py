@@ -303,6 +303,7 @@ NAV = [
     "Workers",
     "Train",
     "Queue",
+    "Sweeps",
     "Teams",
     "Fleet",
     "Capacity",

@@ -225,13 +225,13 @@ def test_a_key_without_admin_workers_is_offered_the_fleet_but_not_the_workers_pa
 
     expect(page).to_have_url(f"{server.url}/train")
     expect(page.locator("nav a")).to_have_text(
-        ["Train", "Queue", "Teams", "Fleet", "Capacity", "Secrets"]
+        ["Train", "Queue", "Sweeps", "Teams", "Fleet", "Capacity", "Secrets"]
     )
     page.goto("/workers")
     expect(page.locator("main")).to_contain_text("lacks the admin.workers permission")
 
 
-@pytest.mark.parametrize("path", ["/workers", "/train", "/queue", "/audit"])
+@pytest.mark.parametrize("path", ["/workers", "/train", "/queue", "/sweeps", "/audit"])
 def test_every_page_fits_a_phone_screen(
     server: ServerProcess, context: BrowserContext, page: Page, path: str
 ) -> None:

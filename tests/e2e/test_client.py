@@ -153,3 +153,23 @@ def test_a_submit_whose_answer_is_lost_is_sent_again_with_its_key_and_makes_one_
         with pytest.raises(ConnectionFailed, match="failed"):
             fragile.submit(config, worker_labels={"pool": "nowhere"})
         assert once.submits == [None]  # not retried: no key was made for it
+
+
+def test_a_sweep_through_the_client_runs_each_point_and_is_watched_as_one(
+    client: Client, worker: WorkerProcess
+) -> None:
+    config = {"command": [sys.executable, "-c", "print('x is', {x})"]}
+    key = unique("sweep-key")
+
+    sweep = client.sweep(
+        config, {"x": [1, 2]}, max_parallel=1, worker_labels=LABELS, idempotency_key=key
+    )
+    again = client.sweep(config, {"x": [1, 2]}, worker_labels=LABELS, idempotency_key=key)
+
+    assert (sweep.size, sweep.max_parallel, sweep.idempotent_hit) == (2, 1, False)
+    assert (again.id, again.idempotent_hit) == (sweep.id, True)
+    ended = sweep.wait(timeout=60)
+    assert (ended.status, ended.ended, ended.counts) == ("completed", True, {"completed": 2})
+    assert [j.params for j in ended.jobs] == [{"x": 1}, {"x": 2}]
+    lines = [line.text for line in client.job(ended.jobs[1].job_id).logs()]
+    assert lines == ["x is 2"]

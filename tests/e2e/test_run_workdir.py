@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -26,6 +27,7 @@ from tests.e2e.conftest import (
     unique,
 )
 from tests.e2e.test_orchestrator_address import run as gpufleet_in
+from tests.waiting import wait_until
 
 TRAIN = """\
 import pathlib, sys
@@ -182,6 +184,59 @@ def test_run_without_wait_submits_and_says_how_to_follow(
         config = admin.get(f"/api/queue/{job_id_of(result)}").json()["config"]
     assert config["workdir"].startswith("sha256:")
     assert config["env"] == {"GREETING": "hi"}
+
+
+# Reports two steps of a loss made of its point's values (placeholders the sweep fills in).
+SWEPT = (
+    "import json, os; f = open(os.environ['GPUFLEET_PROGRESS_FILE'], 'a'); "
+    "[f.write(json.dumps(dict(step=s, total=2, metrics=dict(loss={lr} * {batch} / s))) + '\\n') "
+    "for s in (1, 2)]; f.close(); print('point', os.environ['GPUFLEET_SWEEP_PARAMS'])"
+)
+
+
+def test_a_2x2_sweep_runs_its_four_points_and_shows_their_metrics_and_curves(
+    server: ServerProcess, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    made = run(
+        server,
+        tmp_path,
+        *("--sweep", "lr=0.5,0.25", "--sweep", "batch=2,4", "--max-parallel", "1"),
+        *("--", "python", "-c", SWEPT),
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    line = next(x for x in made.stdout.splitlines() if x.startswith("Submitted sweep "))
+    sweep_id = line.split()[2].rstrip(":")
+    assert "4 jobs of lr (2) x batch (2)" in line
+
+    with server.admin() as admin:
+
+        def ended() -> dict[str, Any] | None:
+            found: dict[str, Any] = admin.get(f"/api/sweeps/{sweep_id}").json()
+            return found if found["status"] in ("completed", "failed", "cancelled") else None
+
+        sweep = wait_until(ended, timeout=90, message=f"sweep {sweep_id} to end")
+        curves = admin.get(f"/api/sweeps/{sweep_id}/progress", params={"metric": "loss"}).json()
+    assert sweep["status"] == "completed", sweep
+    finals = {
+        (j["params"]["lr"], j["params"]["batch"]): j["metrics"]["loss"] for j in sweep["jobs"]
+    }
+    assert finals == {(0.5, 2): 0.5, (0.5, 4): 1.0, (0.25, 2): 0.25, (0.25, 4): 0.5}
+    first = curves["curves"][0]  # the grid's first point: lr 0.5, batch 2
+    assert [p[:2] for p in first["points"]] == [[1, 1.0], [2, 0.5]]
+    assert 'point {"lr":0.5,"batch":2}' in job_log_lines(server, sweep["jobs"][0]["job_id"])
+    shown = gpufleet_in(tmp_path, "sweeps", "show", sweep_id, "--sort", "loss", *connect(server))
+    assert shown.returncode == 0, shown.stderr
+    rows = [x.split() for x in shown.stdout.splitlines() if x.startswith("j_")]
+    assert [r[-1] for r in rows] == ["0.25", "0.5", "0.5", "1"]  # by loss, ascending
+    listed = gpufleet_in(tmp_path, "sweeps", "list", *connect(server))
+    assert sweep_id in listed.stdout and "4 completed" in listed.stdout, listed.stdout
+    for verb, said in (("cancel", "no job left to cancel"), ("rerun", "no failed or cancelled")):
+        refused = gpufleet_in(tmp_path, "sweeps", verb, sweep_id, *connect(server))
+        assert refused.returncode == 1 and said in refused.stderr, refused.stderr
+
+
+def connect(server: ServerProcess) -> tuple[str, ...]:
+    return ("--url", server.url, "--api-key", server.admin_key)
 
 
 def test_a_second_users_run_of_the_same_checkout_sends_its_bytes_and_runs(

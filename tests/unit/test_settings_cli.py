@@ -345,8 +345,8 @@ def test_a_command_imports_its_own_module_and_not_the_others(
 
 
 EVERY_COMMAND = (
-    "audit configs jobs keys login logout pools queue run secrets server teams users webhooks "
-    "worker workers"
+    "audit configs jobs keys login logout pools queue run secrets server sweeps teams users "
+    "webhooks worker workers"
 )
 
 

@@ -29,6 +29,7 @@ COMMANDS = {
     "webhooks": "gpufleet.cli.webhooks",
     "pools": "gpufleet.cli.pools",
     "secrets": "gpufleet.cli.secrets",
+    "sweeps": "gpufleet.cli.sweeps",
     "login": "gpufleet.cli.login",
     "logout": "gpufleet.cli.login",
 }

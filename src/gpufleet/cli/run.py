@@ -21,6 +21,7 @@ from gpufleet.cli.artifacts import Bar, summary
 from gpufleet.cli.follow import LogView, follow_to_end
 from gpufleet.cli.options import parse_size_option, setting
 from gpufleet.cli.submitting import say_submitted, submit_options, with_shape
+from gpufleet.cli.sweeps import say_made, sweep_options
 from gpufleet.client.client import run_config
 from gpufleet.client.workdirs import Packed
 from gpufleet.domain.jobspec import ENV_NAME
@@ -103,6 +104,7 @@ def _env(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) ->
     "checkpoints) into DIR.",
 )
 @submit_options
+@sweep_options
 @api_options
 def run(
     api: Client,
@@ -118,8 +120,13 @@ def run(
     download: Path | None,
     submit: dict[str, Any],
     shape: dict[str, Any],
+    sweep: dict[str, Any],
 ) -> None:
-    """Run COMMAND on a worker, in a copy of the workdir: `gpufleet run -- python train.py`."""
+    """Run COMMAND on a worker, in a copy of the workdir: `gpufleet run -- python train.py`;
+    with --sweep, one job a point: `gpufleet run --sweep lr=1e-4,3e-4 -- python train.py
+    --lr {lr}`."""
+    if sweep and wait:
+        raise click.UsageError("--wait follows one job; watch a sweep with `gpufleet sweeps show`")
     if download is not None and not wait:
         raise click.UsageError(
             "--download DIR brings the job's files home when it ends: add --wait"
@@ -135,7 +142,10 @@ def run(
     else:
         out.echo(f"{sent.packed.size} bytes sent{_HAD if sent.had else '.'}")
     config = run_config(command, sent.packed, needs, env, name, env_from, setup)
-    job = api.submit_body({**submit, "config": with_shape(config, shape)})
+    job = api.submit_body({**submit, **sweep, "config": with_shape(config, shape)})
+    if sweep:
+        say_made(job)
+        return
     say_submitted(api, job, follow_hint=not wait)
     if not wait:
         return

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpufleet.client.client import Client
     from gpufleet.client.records import Job, LogLine, Logs
+    from gpufleet.client.sweeps import Sweep, SweepJob
     from gpufleet.client.transfer import Saved
 
 _HOMES = {
@@ -21,6 +22,8 @@ _HOMES = {
     "LogLine": "gpufleet.client.records",
     "Logs": "gpufleet.client.records",
     "Saved": "gpufleet.client.transfer",
+    "Sweep": "gpufleet.client.sweeps",
+    "SweepJob": "gpufleet.client.sweeps",
 }
 
 
@@ -30,4 +33,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'gpufleet.client' has no attribute {name!r}")
 
 
-__all__ = ["Client", "Job", "LogLine", "Logs", "Saved"]
+__all__ = ["Client", "Job", "LogLine", "Logs", "Saved", "Sweep", "SweepJob"]

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
@@ -21,6 +21,7 @@ from gpufleet.client.connection import connection
 from gpufleet.client.downloads import fetch_files
 from gpufleet.client.http import ApiClient, part
 from gpufleet.client.records import Job, LogLine, Logs
+from gpufleet.client.sweeps import Sweep
 from gpufleet.client.transfer import Meter, Saved
 from gpufleet.client.workdirs import Packed, Sent, send_workdir
 from gpufleet.domain.states import JobStatus
@@ -97,6 +98,37 @@ class Client(ApiClient):
             body["idempotency_key"] = idempotency_key
         return Job.of(self.submit_body(_without_none(body)), self)
 
+    def sweep(
+        self,
+        config: Mapping[str, Any] | None,
+        sweep: Mapping[str, Sequence[Any]],
+        *,
+        samples: int | None = None,
+        max_parallel: int | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> Sweep:
+        """Submit a sweep (docs/jobs.md, Sweeps): one job a point of `sweep`'s grid (or of
+        `samples` points drawn from it), `{name}` in `config` replaced by the point's value;
+        at most `max_parallel` of them running at once; `fields` as `submit`'s."""
+        body: dict[str, Any] = {**fields, "config": config, "sweep": dict(sweep)}
+        more = {"sweep_samples": samples, "max_parallel": max_parallel}
+        body |= {"idempotency_key": idempotency_key} | more
+        return Sweep.of(self.submit_body(_without_none(body)), self)
+
+    def sweep_of(self, sweep_id: str) -> Sweep:
+        """The sweep, with each point's latest job (`jobs`)."""
+        return Sweep.of(self.get(f"/api/sweeps/{part(sweep_id)}"), self)
+
+    def wait_sweep(self, sweep_id: str, timeout: float | None = None) -> Sweep:
+        return _poll(lambda: self.sweep_of(sweep_id), timeout, f"sweep {sweep_id}")
+
+    def cancel_sweep(self, sweep_id: str) -> Sweep:
+        return Sweep.of(self.post(f"/api/sweeps/{part(sweep_id)}/cancel")["sweep"], self)
+
+    def rerun_sweep(self, sweep_id: str) -> Sweep:
+        return Sweep.of(self.post(f"/api/sweeps/{part(sweep_id)}/rerun")["sweep"], self)
+
     def send_workdir(
         self,
         workdir: Path | str,
@@ -141,14 +173,7 @@ class Client(ApiClient):
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
         """The job once it ended; `TimeoutError` after `timeout` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        pause = WAIT_PAUSE[0]
-        while not (job := self.job(job_id)).ended:
-            if deadline is not None and time.monotonic() + pause > deadline:
-                raise TimeoutError(f"job {job_id} is still {job.status} after {timeout} s")
-            time.sleep(pause)
-            pause = min(pause * 1.5, WAIT_PAUSE[1])
-        return job
+        return _poll(lambda: self.job(job_id), timeout, f"job {job_id}")
 
     def logs(
         self, job_id: str, *, follow: bool = False, after: int = 0, node: int | None = None
@@ -195,6 +220,29 @@ class Client(ApiClient):
         none; checkpoints only if asked) into `directory`, each checked against its sha256;
         `NotFound` when there are none."""
         return fetch_files(self, job_id, Path(directory), paths, attempt, not checkpoints, meter)
+
+
+class _Ends(Protocol):
+    @property
+    def ended(self) -> bool: ...
+    @property
+    def status(self) -> Any: ...
+
+
+_E = TypeVar("_E", bound=_Ends)
+
+
+def _poll(read: Callable[[], _E], timeout: float | None, what: str) -> _E:
+    """`read()` again, less and less often, until what it reads has ended; `TimeoutError`
+    after `timeout` seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = WAIT_PAUSE[0]
+    while not (found := read()).ended:
+        if deadline is not None and time.monotonic() + pause > deadline:
+            raise TimeoutError(f"{what} is still {found.status} after {timeout} s")
+        time.sleep(pause)
+        pause = min(pause * 1.5, WAIT_PAUSE[1])
+    return found
 
 
 def run_config(

@@ -70,8 +70,14 @@ POLICY_WAITS = frozenset(
         WaitCode.USER_AT_LIMIT,
         WaitCode.BEHIND_FAIR_SHARE,
         WaitCode.AWAITING_APPROVAL,
+        WaitCode.SWEEP_AT_MAX_PARALLEL,
     }
 )
+_SWEEP_CANCEL = {
+    Surface.API: "POST /api/sweeps/{sweep}/cancel",
+    Surface.UI: "Cancel sweep on its sweep's page",
+    Surface.CLI: "`gpufleet sweeps cancel {sweep}`",
+}
 
 
 def _say_policy_wait(wait: Wait, surface: Surface) -> str:
@@ -80,6 +86,13 @@ def _say_policy_wait(wait: Wait, surface: Surface) -> str:
         rule = p.get("rule") or "a rule held it when it was submitted"
         advice = _APPROVE[surface].replace("{job_id}", p["job"])
         return f"held for approval: {rule} (queue policy); {advice}"
+    if wait.code is WaitCode.SWEEP_AT_MAX_PARALLEL:
+        cancel = _SWEEP_CANCEL[surface].replace("{sweep}", p["sweep"])
+        return (
+            f"its sweep {p['sweep']} runs at most {p['max_parallel']} of its jobs at once "
+            f"(max_parallel), and {p['running']} run now: it starts when one of them ends "
+            f"(the whole sweep is cancelled with {cancel})"
+        )
     if wait.code is WaitCode.BEHIND_FAIR_SHARE:
         n = p["ahead_by_share"]
         jobs = f"{n} job{'s' if n != 1 else ''}"

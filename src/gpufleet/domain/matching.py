@@ -327,6 +327,7 @@ class WaitCode(StrEnum):
     USER_AT_LIMIT = "user_at_limit"
     BEHIND_FAIR_SHARE = "behind_fair_share"
     AWAITING_APPROVAL = "awaiting_approval"
+    SWEEP_AT_MAX_PARALLEL = "sweep_at_max_parallel"  # its sweep's max_parallel run (sweeps.py)
     # A multi-node job: fewer idle workers that may be its nodes than it needs (domain/gang.py)
     WAITING_FOR_NODES = "waiting_for_nodes"
     # No worker takes it now, and a pool launches for it, or cannot yet (domain/capacity.py)

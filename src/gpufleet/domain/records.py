@@ -167,8 +167,7 @@ class Job:
     preemptible: bool | None = None  # may be preempted; None: as its team says
     approved_by: str | None = None  # the actor who approved it, when a rule held it
     rejected_by: str | None = None  # the actor who rejected it (its `error` says why)
-    # the stored config's version it ran, its digest and who wrote it (a user id)
-    config_version: int | None = None
+    config_version: int | None = None  # the stored config's version it ran, digest, writer
     config_digest: str | None = None
     config_written_by: str | None = None
     workdir: str | None = None  # the sha256 hex of the snapshot its config names (docs/jobs.md)
@@ -177,6 +176,7 @@ class Job:
     has_dependents: bool = False  # some job depends on it
     # the artifacts it takes from its dependencies: job id to glob patterns (docs/jobs.md)
     inputs: dict[str, list[str]] | None = None
+    sweep_id: str | None = None  # the sweep it is a point of (domain/sweeps.py)
 
     @property
     def total_gpus(self) -> int:

@@ -19,6 +19,7 @@ from gpufleet.server import sse
 from gpufleet.server.deps import Client, Ctx, require
 from gpufleet.server.hub import job_topic
 from gpufleet.server.routes import api_router
+from gpufleet.server.routes import sweeps as swept
 from gpufleet.server.schemas.base import SSE_RESPONSE
 from gpufleet.server.schemas.jobs import (
     AttemptOut,
@@ -35,6 +36,7 @@ from gpufleet.server.schemas.jobs import (
     SubmitOut,
     UnheardOut,
 )
+from gpufleet.server.schemas.sweeps import SweepOut
 from gpufleet.server.services import auth, dependencies, joblogs, ownership, queue, reruns
 from gpufleet.server.services import submit as submitting
 from gpufleet.server.services.auth import Principal
@@ -51,13 +53,19 @@ Offset = Annotated[int, Query(ge=0, le=1_000_000_000)]
 
 @router.post(
     "/api/queue/submit",
-    response_model=SubmitOut,
+    response_model=SubmitOut | SweepOut,
     status_code=201,
-    responses={200: {"model": SubmitOut, "description": "The idempotency key's earlier job."}},
+    responses={
+        200: {
+            "model": SubmitOut | SweepOut,
+            "description": "The idempotency key's earlier job or sweep.",
+        }
+    },
 )
 async def submit(
     ctx: Ctx, who: Submitter, client: Client, body: SubmitIn, response: Response
-) -> SubmitOut:
+) -> SubmitOut | SweepOut:
+    """Queue a job; with `sweep`, a sweep of jobs (the answer is the sweep: docs/jobs.md)."""
     sub = Submission(
         config_name=body.config_name,
         config=body.config,
@@ -72,6 +80,8 @@ async def submit(
         after=dependencies.asked(body.after(), body.inputs, who.permissions),
         idempotency_key=body.idempotency_key,
     )
+    if (spec := swept.spec_of(body)) is not None:
+        return await swept.make(ctx, who, client, sub, spec, response)
     queued = await submitting.submit(ctx, sub, who.actor, client, user_id=who.user.id)
     if queued.idempotent_hit:
         response.status_code = 200

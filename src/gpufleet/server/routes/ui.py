@@ -43,7 +43,7 @@ from gpufleet.server.deps import Client, Ctx
 from gpufleet.server.jsonbody import declares_json, is_json
 from gpufleet.server.local import parse_local_gpus
 from gpufleet.server.routes import api_router
-from gpufleet.server.services import fleet, queue, sessions
+from gpufleet.server.services import fleet, queue, sessions, sweeps
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 templates = Jinja2Templates(directory=UI_DIR / "templates")
@@ -77,13 +77,14 @@ FLEET = Page("/fleet", "Fleet", None)  # read-only workers and the fleet over ti
 CAPACITY = Page("/capacity", "Capacity", QUEUE_READ)  # the pools, read-only but for `*`
 TRAIN = Page("/train", "Train", QUEUE_SUBMIT)
 QUEUE = Page("/queue", "Queue", QUEUE_READ)
+SWEEPS = Page("/sweeps", "Sweeps", QUEUE_READ)
 TEAMS = Page("/teams", "Teams", QUEUE_READ)
 SECRETS = Page("/secrets", "Secrets", QUEUE_SUBMIT)
 AUDIT = Page("/audit", "Audit", ADMIN_AUDIT)
 KEYS = Page("/keys", "API keys", ALL)
 WEBHOOKS = Page("/webhooks", "Webhooks", ALL)
 # the navigation, in order
-PAGES = (WORKERS, TRAIN, QUEUE, TEAMS, FLEET, CAPACITY, SECRETS, AUDIT, KEYS, WEBHOOKS)
+PAGES = (WORKERS, TRAIN, QUEUE, SWEEPS, TEAMS, FLEET, CAPACITY, SECRETS, AUDIT, KEYS, WEBHOOKS)
 
 
 def static_files() -> StaticFiles:
@@ -231,16 +232,29 @@ async def queue_page(ctx: Ctx, request: Request) -> Response:
 @router.get("/queue/{job_id}")
 async def job_page(ctx: Ctx, request: Request, job_id: str) -> Response:
     if not await queue.job_exists(ctx, job_id):
-        missing: dict[str, Any] = {
-            "heading": f"No job {job_id}",
-            "missing": f"job {job_id}",
-            "why": "it was deleted, or the address is mistyped",
-            "back_path": "/queue",
-            "back_title": "Queue",
-            "back_hint": "lists the jobs",
-        }
-        return await _page(ctx, request, QUEUE, "not_found.html", status_code=404, **missing)
+        why = "it was deleted, or the address is mistyped"
+        return await _missing(ctx, request, QUEUE, f"job {job_id}", why)
     return await _page(ctx, request, QUEUE, "job.html", job_id=job_id)
+
+
+async def _missing(ctx: Ctx, request: Request, back: Page, what: str, why: str) -> Response:
+    """The page of a job or sweep there is none of (404), pointing back to their list."""
+    said: dict[str, Any] = {"heading": f"No {what}", "missing": what, "why": why}
+    kind = what.split()[0]  # "job", "sweep"
+    said |= {"back_path": back.path, "back_title": back.title, "back_hint": f"lists the {kind}s"}
+    return await _page(ctx, request, back, "not_found.html", status_code=404, **said)
+
+
+@router.get("/sweeps")
+async def sweeps_page(ctx: Ctx, request: Request) -> Response:
+    return await _page(ctx, request, SWEEPS)
+
+
+@router.get("/sweeps/{sweep_id}")
+async def sweep_page(ctx: Ctx, request: Request, sweep_id: str) -> Response:
+    if not await sweeps.exists(ctx, sweep_id):
+        return await _missing(ctx, request, SWEEPS, f"sweep {sweep_id}", "the address is mistyped")
+    return await _page(ctx, request, SWEEPS, "sweep.html", sweep_id=sweep_id)
 
 
 async def not_found_page(request: Request) -> Response:

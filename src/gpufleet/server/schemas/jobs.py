@@ -15,6 +15,7 @@ from gpufleet.domain.levels import ADMIN_USER_ID
 from gpufleet.domain.records import Attempt, Checkpoint, ConfigVersion, Job, StoredConfig
 from gpufleet.domain.states import RETRY_DEFAULT, RetryOn, Target
 from gpufleet.server.schemas.base import Record, Strict
+from gpufleet.server.schemas.sweeps import SweepFields
 
 _NO_NAMES: Mapping[str, str] = {}
 
@@ -26,7 +27,7 @@ class DependsOnIn(Strict):
     on: On = On.COMPLETED
 
 
-class SubmitIn(Strict):
+class SubmitIn(SweepFields):  # with `sweep`: a sweep of jobs (schemas/sweeps.py)
     config_name: str | None = Field(None, max_length=128)
     config: dict[str, Any] | None = None
     target: Target = Target.WORKER
@@ -156,6 +157,7 @@ class JobOut(Record):
     config_written_by_id: str | None = None
     waits_on: str | None = None  # the dependency it waits on (docs/jobs.md, Dependencies)
     inputs: dict[str, list[str]] | None = None  # the artifacts it takes from its dependencies
+    sweep_id: str | None = None  # the sweep it is a point of (GET /api/sweeps/{id})
 
     @classmethod
     def of(

@@ -45,13 +45,29 @@ class Decision:
 
 async def waiting_jobs(q: Queries, now: datetime) -> list[WaitingJob]:
     """The queued jobs, in queue order, that the policy would start now if a worker took
-    them (a limit or an approval is not helped by a new machine)."""
+    them (a limit, an approval or a sweep's max_parallel is not helped by a new machine)."""
     ranked = await ranked_queue(q, now)
-    return [
-        WaitingJob(j.id, j.requirement(), gang_shape(j.gpu_count, j.config))
-        for j in ranked.order
-        if limit_hit(candidate(j, ranked.snap), ranked.snap) is None
-    ]
+    room = await _sweeps_room(q, ranked.order)
+    out = []
+    for j in ranked.order:
+        if limit_hit(candidate(j, ranked.snap), ranked.snap) is not None:
+            continue
+        if j.sweep_id in room:  # its sweep's max_parallel: only those it may start now
+            if room[j.sweep_id] <= 0:
+                continue
+            room[j.sweep_id] -= 1
+        out.append(WaitingJob(j.id, j.requirement(), gang_shape(j.gpu_count, j.config)))
+    return out
+
+
+async def _sweeps_room(q: Queries, queued: Sequence[Job]) -> dict[str, int]:
+    """The jobs each sweep with a `max_parallel` may start now, by sweep id."""
+    room = {}
+    for sweep_id in {j.sweep_id for j in queued if j.sweep_id}:
+        sweep = await q.get_sweep(sweep_id)
+        if sweep is not None and sweep.max_parallel is not None:
+            room[sweep_id] = sweep.max_parallel - await q.sweep_placed(sweep_id)
+    return room
 
 
 def pool_of(launches: dict[str, Launch]) -> dict[str | None, str]:

@@ -81,11 +81,10 @@ async def admit(tx: Tx, deps: Sequence[Dependency], *, may_read: bool) -> str | 
     found = {j.id: j for j in await tx.q.jobs_named([d.job_id for d in deps])}
     missing = [d.job_id for d in deps if d.job_id not in found]
     if missing:
+        named = f"{', '.join(missing[:5])}, which {'do' if len(missing) > 1 else 'does'} not exist"
         raise NotFound(
-            f"depends_on names {', '.join(missing[:5])}, which do not exist; "
-            "list jobs with GET /api/queue",
-            cli=f"--after names {', '.join(missing[:5])}, which do not exist; "
-            "list jobs with `gpufleet jobs list`",
+            f"depends_on names {named}; list jobs with GET /api/queue",
+            cli=f"--after names {named}; list jobs with `gpufleet jobs list`",
         )
     status = {j.id: j.status for j in found.values()}
     _refuse_doomed(_decide(deps, status))

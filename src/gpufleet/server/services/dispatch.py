@@ -28,7 +28,13 @@ from gpufleet.domain.states import (
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import worker_topic
 from gpufleet.server.services import fair_queue, gangs, job_inputs, lifecycle, offers
-from gpufleet.server.services.dispatch_policy import Seen, policy_gate, refused, retrying
+from gpufleet.server.services.dispatch_policy import (
+    Seen,
+    SweepRoom,
+    policy_gate,
+    refused,
+    retrying,
+)
 from gpufleet.server.services.lifecycle import WorkerTaken
 from gpufleet.server.services.standing import limits_in
 from gpufleet.store import Queries
@@ -118,6 +124,8 @@ async def _dispatch_job(ctx: Context, job_id: str) -> bool | None:
             return False
         if refused(ctx, job, snap):
             return False
+        if await SweepRoom(ctx, tx).full(job):
+            return False
         if job.nodes > 1:
             return None
         history = await tx.q.attempts_for_job(job.id) if job.attempts else []
@@ -178,6 +186,7 @@ async def _dispatch_worker(ctx: Context, worker_id: str, seen: Seen) -> bool | N
             if snap is not None and snap.policy.fair_share
             else fair_queue.queued_for(tx.q, worker, targets)
         )
+        room = SweepRoom(ctx, tx, seen)
         async with contextlib.aclosing(in_order) as queued:
             async for job in queued:
                 req = job.requirement()
@@ -185,7 +194,7 @@ async def _dispatch_worker(ctx: Context, worker_id: str, seen: Seen) -> bool | N
                     continue  # a gang is offered by the gang round alone
                 if job.target is Target.AUTO and remote_idle and choose_worker(req, remote_idle):
                     continue  # a remote worker will take it
-                if refused(ctx, job, snap, seen):
+                if refused(ctx, job, snap, seen) or await room.full(job):
                     continue
                 return bool(await claim(tx, job, worker))
         return False

@@ -10,6 +10,7 @@ from typing import TypeVar
 from gpufleet.domain.limits import limit_hit
 from gpufleet.domain.policy import Policy, Snapshot
 from gpufleet.domain.records import Job
+from gpufleet.domain.sweeps import has_room
 from gpufleet.server.context import Context, Tx
 from gpufleet.server.services.lifecycle import ClaimLost
 from gpufleet.server.services.standing import candidate, has_limits, is_plain, snapshot
@@ -53,6 +54,41 @@ def refused(ctx: Context, job: Job, snap: Snapshot | None, seen: Seen | None = N
         if seen is not None:
             seen.held = True
     return held
+
+
+class SweepRoom:
+    """Whether a job's sweep has `max_parallel` of its jobs on workers already (domain/
+    sweeps.py `has_room`), read once a sweep in one dispatch step.
+
+    On PostgreSQL the sweep's row is locked, SKIP LOCKED, before its jobs are counted: two
+    dispatches never both count the last free place, and one never waits for the other
+    (whose locks it may hold in the other order): the skipped job waits for the next
+    dispatch, or the health loop's full pass."""
+
+    def __init__(self, ctx: Context, tx: Tx, seen: Seen | None = None) -> None:
+        self.ctx, self.tx, self.seen = ctx, tx, seen
+        self.known: dict[str, bool] = {}
+
+    async def full(self, job: Job) -> bool:
+        if job.sweep_id is None:
+            return False
+        if job.sweep_id not in self.known:
+            self.known[job.sweep_id] = await self._full(job.sweep_id)
+        held = self.known[job.sweep_id]
+        if held:  # as a limit's hold: a freed worker makes a full pass (dispatch_worker)
+            self.ctx.limit_holds.held()
+            if self.seen is not None:
+                self.seen.limited = self.seen.held = True
+        return held
+
+    async def _full(self, sweep_id: str) -> bool:
+        q = self.tx.q
+        sweep = await q.get_sweep(sweep_id)
+        if sweep is None or sweep.max_parallel is None:
+            return False
+        if q.locks_rows and await q.get_sweep(sweep_id, skip_locked=True) is None:
+            return True  # another dispatch counts it now
+        return not has_room(await q.sweep_placed(sweep_id), sweep.max_parallel)
 
 
 async def retrying(attempt: Callable[[], Awaitable[T]], lost: T) -> T:

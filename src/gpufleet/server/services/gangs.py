@@ -24,7 +24,7 @@ from gpufleet.domain.states import WorkerStatus
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import WORKERS_TOPIC, job_topic, worker_topic
 from gpufleet.server.services import job_inputs, lifecycle, offers
-from gpufleet.server.services.dispatch_policy import policy_gate, refused, retrying
+from gpufleet.server.services.dispatch_policy import SweepRoom, policy_gate, refused, retrying
 from gpufleet.server.services.lifecycle import KEEPS_HOLD
 
 _GANGS = 50  # waiting gangs one round plans for, in queue order (the first one holds)
@@ -53,7 +53,10 @@ async def _round(ctx: Context) -> Round:
         held = await tx.q.held_workers()
         if not queued and not held:
             return done
-        waiting = [job for job in queued if not refused(ctx, job, snap)]
+        room = SweepRoom(ctx, tx)
+        waiting = [
+            job for job in queued if not refused(ctx, job, snap) and not await room.full(job)
+        ]
         idle = {w.id: w for w in await tx.q.idle_workers()}
         holdings = _holdings(held, idle, tx.now)
         jobs = {job.id: job for job in waiting}

@@ -106,6 +106,7 @@ async def rerun(
         user_id=by.id,
         rerun_of=old.id,
         ran=submit.RanVersion.of(old) if same else None,
+        sweep_id=old.sweep_id,  # a sweep's job re-run stays in its sweep
     )
     return queued.job
 

@@ -47,6 +47,7 @@ from gpufleet.server.services import (
     job_secrets,
     workdirs,
 )
+from gpufleet.server.services.dispatch_policy import SweepRoom
 from gpufleet.server.services.lifecycle import queue_new
 from gpufleet.server.services.people import resolve_submitter
 from gpufleet.server.services.queue import get_job
@@ -203,10 +204,11 @@ async def enqueue(
     user_id: str,
     rerun_of: str | None = None,
     ran: RanVersion | None = None,
+    sweep_id: str | None = None,
 ) -> Enqueued:
     """Queue a job of this config (checked already) for the submitting user, and offer it
     if a worker fits now (unless an approval rule holds it); `rerun_of`: the job it repeats;
-    `ran`: the stored config's version it is."""
+    `ran`: the stored config's version it is; `sweep_id`: the sweep it is a point of."""
     gpu_count = job_gpu_count(sub.gpu_count, config)
     shape = gang_shape(gpu_count, config)
     labels = check_labels(sub.worker_labels)
@@ -259,6 +261,7 @@ async def enqueue(
                 nodes=shape.nodes,
                 waits_on=waits_on,
                 inputs={k: list(v) for k, v in after.inputs.items()} or None,
+                sweep_id=sweep_id,
             ),
         )
         await tx.q.add_dependencies(job_id, after.on)
@@ -273,6 +276,8 @@ async def enqueue(
             extra["depends_on"] = [{"job": d.job_id, "on": d.on.value} for d in after.on]
         if sub.idempotency_key is not None:
             extra["idempotency_key"] = sub.idempotency_key
+        if sweep_id:
+            extra["sweep_id"] = sweep_id
         tx.audit(
             "job.submitted",
             actor,
@@ -288,8 +293,8 @@ async def enqueue(
             **extra,
         )
         tx.wake(JOBS_TOPIC)
-        if dispatch_policy.refused(ctx, job, snap):
-            worker = None  # a limit keeps it waiting
+        if dispatch_policy.refused(ctx, job, snap) or await SweepRoom(ctx, tx).full(job):
+            worker = None  # a limit, or its sweep's max_parallel, keeps it waiting
         offered = await dispatch.claim_new(tx, job, worker) if worker is not None else None
     if offered is not None and worker is not None:
         return Enqueued(offered, admitted.names | {worker.id: worker.name})

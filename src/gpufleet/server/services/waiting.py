@@ -26,6 +26,7 @@ from gpufleet.domain.matching import (
 from gpufleet.domain.policy import Snapshot
 from gpufleet.domain.records import Job, Worker
 from gpufleet.domain.states import JobStatus, Target, WorkerStatus
+from gpufleet.domain.sweeps import has_room
 from gpufleet.server.context import Context
 from gpufleet.server.services import dependencies
 from gpufleet.server.services.standing import candidate, is_plain, snapshot
@@ -176,6 +177,8 @@ async def policy_wait(q: Queries, job: Job, now: datetime) -> Wait | None:
         return Wait(WaitCode.AWAITING_APPROVAL, {"job": job.id, "rule": await _held_by(q, job)})
     if job.status is not JobStatus.QUEUED:
         return None
+    if (full := await sweep_wait(q, job)) is not None:
+        return full
     policy, own = await q.dispatch_policy()
     if is_plain(policy, own):
         return None
@@ -192,6 +195,18 @@ async def policy_wait(q: Queries, job: Job, now: datetime) -> Wait | None:
         WaitCode.BEHIND_FAIR_SHARE,
         {"position": place.position, "ahead_by_share": place.ahead_by_share},
     )
+
+
+async def sweep_wait(q: Queries, job: Job) -> Wait | None:
+    """Its sweep's `max_parallel` jobs on workers already (domain/sweeps.py `has_room`)."""
+    sweep = await q.get_sweep(job.sweep_id) if job.sweep_id else None
+    if sweep is None or sweep.max_parallel is None:
+        return None
+    running = await q.sweep_placed(sweep.id)
+    if has_room(running, sweep.max_parallel):
+        return None
+    said = {"sweep": sweep.id, "max_parallel": sweep.max_parallel, "running": running}
+    return Wait(WaitCode.SWEEP_AT_MAX_PARALLEL, said)
 
 
 def _fleet_could(waiting: dict[str, Any]) -> bool:

@@ -22,6 +22,7 @@ from gpufleet.store.queries.pools import PoolQueries
 from gpufleet.store.queries.retention import RetentionQueries
 from gpufleet.store.queries.secrets import SecretQueries
 from gpufleet.store.queries.submit_keys import SubmitKeyQueries
+from gpufleet.store.queries.sweeps import SweepQueries
 from gpufleet.store.queries.webhooks import WebhookQueries
 from gpufleet.store.queries.workdirs import WorkdirQueries
 from gpufleet.store.queries.workers import WorkerQueries
@@ -47,6 +48,7 @@ class Queries(
     IdentityQueries,
     DependencyQueries,
     SubmitKeyQueries,
+    SweepQueries,
 ):
     """Named queries bound to one connection. The caller owns the transaction."""
 

@@ -61,6 +61,7 @@ class NewJob:
     nodes: int = 1  # domain.jobspec.gang_shape(gpu_count, config).nodes
     waits_on: str | None = None  # the dependency it waits on (domain/dependencies.py)
     inputs: dict[str, list[str]] | None = None  # what it takes from its dependencies
+    sweep_id: str | None = None  # the sweep it is a point of
 
     def row(self) -> dict[str, Any]:
         """The row of `jobs` it is: each field its column's (tests/unit/test_rows.py),

@@ -49,6 +49,7 @@ from gpufleet.domain.records import (
     Worker,
     effective_labels,
 )
+from gpufleet.domain.sweeps import Sweep
 from gpufleet.domain.webhooks import Delivery, Webhook
 from gpufleet.store import tables
 
@@ -218,6 +219,7 @@ job_secret = reader(JobSecret, tables.job_secrets)
 fleet_sample = reader(FleetSample, tables.fleet_samples, unread={"id"})
 pool = reader(Pool, tables.pools, {"provider": Read(convert=check_provider)})
 launch = reader(Launch, tables.pool_launches)
+sweep = reader(Sweep, tables.sweeps)
 
 # `nodes` as its column's default: a job inserted without it runs on one machine
 _EMPTY_JOB: dict[str, Any] = {column.name: None for column in tables.jobs.c} | {"nodes": 1}

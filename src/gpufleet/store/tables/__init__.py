@@ -23,6 +23,7 @@ from gpufleet.store.tables.queue import (
     progress_points,
     progress_series,
     submit_keys,
+    sweeps,
 )
 from gpufleet.store.tables.secrets import job_secrets
 from gpufleet.store.tables.sharing import queue_policy, team_members, teams, usage_samples, users
@@ -55,6 +56,7 @@ __all__ = [
     "queue_policy",
     "revoked_sessions",
     "submit_keys",
+    "sweeps",
     "team_members",
     "teams",
     "usage_samples",

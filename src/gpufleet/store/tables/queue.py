@@ -54,6 +54,7 @@ jobs = sa.Table(
     sa.Column("waits_on", sa.String(32)),
     sa.Column("has_dependents", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("inputs", JSON),
+    sa.Column("sweep_id", sa.String(32)),  # the sweep it is a point of (0030)
     sa.Index("ix_jobs_match", "status", "match_key", "priority", "created_at"),
     sa.Index("ix_jobs_created", "created_at"),
     sa.Index("ix_jobs_rerun_of", "rerun_of"),
@@ -61,6 +62,23 @@ jobs = sa.Table(
     sa.Index("ix_jobs_config", "config_name", "created_at"),
     sa.Index("ix_jobs_workdir", "workdir"),
     sa.Index("ix_jobs_nodes", "status", "nodes"),  # whether a gang waits, in one read (0022)
+    sa.Index("ix_jobs_sweep", "sweep_id", "status"),  # a sweep's jobs, its running ones (0030)
+)
+
+# A sweep (domain/sweeps.py): the parameters its jobs are the points of, who made it (0030).
+sweeps = sa.Table(
+    "sweeps",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("params", JSON, nullable=False),  # name -> its values, in the order given
+    sa.Column("samples", sa.Integer),  # drawn at random: how many; null: the whole grid
+    sa.Column("max_parallel", sa.Integer),  # its jobs on workers at once, at most
+    sa.Column("size", sa.Integer, nullable=False),  # the points it ran
+    sa.Column("user_id", sa.String(32)),
+    sa.Column("team_id", sa.String(32)),
+    sa.Column("submitted_by", sa.String(64)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Index("ix_sweeps_created", "created_at"),
 )
 # In dispatch order (priority high to low, then oldest, then id), so that reading the head of
 # the queue walks the index and stops, instead of sorting every queued job (0006).

@@ -57,7 +57,8 @@ export const TIME = {
 const STEPS = { fromZero: true, axis: (v) => `step ${fmt(v)}`, tick: fmt, at: (v) => `step ${v}`, span: (a, b) => `steps ${a} to ${b}` };
 
 // `xAxis` says the x values in words: the first tick, the last, one point, the span.
-export function lineChart(name, points, xAxis = STEPS) {
+// `names`: each series' name (a sweep's jobs, sweep.js), all drawn alike, each its colour.
+export function lineChart(name, points, xAxis = STEPS, names = null) {
   // points: [x, value, series], oldest first; each series (a job's attempt) is its own line.
   const [x0, x1] = range(points.map((p) => p[0]), xAxis.fromZero);
   const [y0, y1] = range(points.map((p) => p[1]), true);
@@ -68,9 +69,13 @@ export function lineChart(name, points, xAxis = STEPS) {
   const lines = attempts.map((attempt) => {
     const mine = points.filter((p) => p[2] === attempt);
     const d = mine.map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`);
+    if (names) {
+      const title = svg("title", {}, document.createTextNode(names[attempt]));
+      return svg("path", { d: d.join(""), class: `line c${attempt % 8}`, "data-line": names[attempt] }, title);
+    }
     return svg("path", { d: d.join(""), class: attempt === last[2] ? "line" : "line earlier" });
   });
-  const dots = points.length <= MARKERS
+  const dots = !names && points.length <= MARKERS
     ? points.filter((p) => p[2] === last[2]).map((p) =>
       svg("circle", { cx: x(p[0]).toFixed(1), cy: y(p[1]).toFixed(1), r: 2.2, class: "dot" },
         svg("title", {}, document.createTextNode(`${xAxis.at(p[0])}: ${fmt(p[1])}`))))
@@ -91,7 +96,7 @@ export function lineChart(name, points, xAxis = STEPS) {
   return h("figure", { class: "chart", dataset: { series: name } },
     h("figcaption", {},
       h("span", { class: "name", text: name }),
-      h("span", { class: "latest mono", text: fmt(last[1]) })),
+      h("span", { class: "latest mono", text: names ? `${attempts.length} jobs` : fmt(last[1]) })),
     picture);
 }
 

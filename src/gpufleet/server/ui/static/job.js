@@ -73,6 +73,9 @@ function facts(j) {
   ];
   if (j.approved_by) pairs.push(["Approved by", named(j.approved_by_name, j.approved_by)]);
   if (j.rejected_by) pairs.push(["Rejected by", named(j.rejected_by_name, j.rejected_by)]);
+  if (j.sweep_id) {
+    pairs.push(["Sweep", h("a", { href: `/sweeps/${j.sweep_id}`, id: "sweep-link", class: "mono", text: j.sweep_id })]);
+  }
   if (j.rerun_of) pairs.push(["Re-run of", jobLink(j.rerun_of)]);
   if (j.rerun_as.length) pairs.push(["Re-run as", j.rerun_as.flatMap((id, i) => [i ? ", " : null, jobLink(id)])]);
   if (j.depends_on.length) pairs.push(["Runs after", linked(j.depends_on, "depends-on", (d) => `on ${d.on}`, j.waits_on)]);
