@@ -1,8 +1,9 @@
 """One node of a multi-node (gang) job on a simulated worker: the two-phase start of
 docs/protocol.md, as `gpufleet worker` does it (`gpufleet/worker/gang.py`).
 
-The node acknowledges its offer with its `node_rank` (rank 0 with a port), waits for
-`job_start`, then reports `running` and, in the fleet's COMPLETE mode, `completed` at once.
+The node acknowledges its offer with its `node_rank` (rank 0 with a port; the answer is
+noted), waits for `job_start`, then reports `running` and, in the fleet's COMPLETE mode,
+`completed` at once.
 Every offer is noted with its rank and node count, so that the parent can check that each
 attempt was offered whole (bench/scenarios/gangs.py). An offer that comes while the worker
 holds another job's node is noted as well and taken: the server freed the worker, or it
@@ -33,7 +34,8 @@ async def offered(proc: SimProcess, sim: _Sim, event: dict[str, Any]) -> None:
         Seen("offer", sim.cred.id, job_id, attempt_id, time.monotonic(), time.time(), rank, nodes)
     )
     sim.held = _Held(job_id, attempt_id, rank)
-    await proc.report(sim, "acknowledged", **({"port": PORT} if rank == 0 else {}))
+    if await proc.report(sim, "acknowledged", **({"port": PORT} if rank == 0 else {})):
+        proc.note("acked", sim, job_id, attempt_id, rank)
 
 
 async def started(proc: SimProcess, sim: _Sim, event: dict[str, Any]) -> None:

@@ -69,7 +69,7 @@ class Cred:
 
 @dataclass(frozen=True, slots=True)
 class Seen:  # something a worker saw or did, with both clocks
-    kind: str  # offer, resend, running, done, refused, cancel; start, finish (gangs' runs)
+    kind: str  # offer, resend, running, done, refused, cancel; acked, start, finish (gangs')
     worker_id: str
     job_id: str
     attempt_id: str

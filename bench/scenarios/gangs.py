@@ -232,6 +232,7 @@ async def gang_latency(opts: Options) -> Result:
         "gang_reports_refused": sum(1 for s in seen if s.kind == "refused" and s.job_id in gangs),
         "offer_spread": ms_summary(offer_spread(seen, gangs)),
         "phases": phases(seen, gangs),
+        "slowest": slowest(seen, gangs),
     }
     judge(result, size.s10_nodes, len(partial), len(doubles), len(never))
     return result
@@ -295,3 +296,31 @@ def judge(result: Result, sizes: Sequence[int], partial: int, doubles: int, neve
     result.check("gangs never running on every node", never, "0", never == 0)
     check_cpu(result)
     check_refused(result, m["refused"])
+
+
+def slowest(
+    seen: Iterable[Seen], gangs: Mapping[str, tuple[int, float]]
+) -> dict[str, list[tuple[str, int | None, float]]]:
+    """The slowest gang of each size: its workers' notes in order (what, by which worker,
+    its rank, ms after the submit's answer), to tell where a tail went (informative)."""
+    by_job: dict[str, list[Seen]] = defaultdict(list)
+    for s in seen:
+        if s.job_id in gangs:
+            by_job[s.job_id].append(s)
+    worst: dict[int, tuple[float, str]] = {}
+    for job_id, notes in by_job.items():
+        n, answered = gangs[job_id]
+        runs = [s.mono for s in notes if s.kind == "running"]
+        if not runs:
+            continue
+        total = max(runs) - answered
+        if n not in worst or total > worst[n][0]:
+            worst[n] = (total, job_id)
+    out = {}
+    for n, (_t, job_id) in worst.items():
+        answered = gangs[job_id][1]
+        out[str(n)] = [
+            (f"{s.kind} {s.worker_id}", s.rank, round((s.mono - answered) * 1000, 1))
+            for s in sorted(by_job[job_id], key=lambda s: s.mono)
+        ]
+    return out

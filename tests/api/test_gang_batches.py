@@ -170,3 +170,49 @@ async def test_a_batch_takes_its_workers_as_locked_and_writes_its_nodes_in_one_s
     assert (await ack(agents[0], offers[0])).status_code == 200  # the last: all start
     starts = [await expect(a, "job_start") for a in agents]
     assert starts[0]["node_addrs"][1:] == ["10.0.0.9"] * 3
+
+
+@postgres_only
+async def test_completions_besides_rank_0_are_applied_together_after_the_batchs_own_writes(
+    fleet: Fleet,
+) -> None:
+    """The nodes' completions besides rank 0's wait on the job's lock as the start reports
+    do, and are applied together with them; a node's end is written after its `running`
+    in the same batch, never undone by it."""
+    job, agents, offers = await gang(fleet, 4)
+    for agent, offer in zip(agents, offers, strict=True):
+        assert (await ack(agent, offer)).status_code == 200
+    for agent in agents:
+        await expect(agent, "job_start")
+    ctx = fleet.ctx
+    async with ctx.store.read() as q:
+        workers = [await q.get_worker(a.id) for a in agents]
+    began, release = asyncio.Event(), asyncio.Event()
+
+    async def blocking(_tx: Tx) -> None:
+        began.set()
+        await release.wait()
+
+    def report(rank: int, status: str) -> asyncio.Task[JobStatus]:
+        worker = workers[rank]
+        assert worker is not None
+        sent = StatusReport(status, offers[rank]["attempt_id"], None, None, None)
+        node = NodeReport(sent, rank)
+        return asyncio.create_task(report_node(ctx, worker, job["id"], node, None))
+
+    head = asyncio.create_task(batches.together(ctx, job["id"], agents[0].id, blocking))
+    await began.wait()
+    queued = [report(3, "running"), report(3, "completed"), report(2, "running")]
+    queued.append(report(2, "completed"))
+    await asyncio.sleep(0)
+    with counting(fleet) as seen:
+        release.set()
+        await head
+        assert [await t for t in queued] == [JobStatus.OFFERED] * 4  # rank 0, 1 not running
+    batch = [s for s in seen if "FROM workers" in s and "FOR UPDATE" in s and "ORDER BY" in s]
+    assert len(batch) == 1, batch  # one batch: its reporters' workers in one statement
+    async with ctx.store.read() as q:
+        nodes = await q.attempt_nodes(offers[0]["attempt_id"])
+        freed = [await q.get_worker(a.id) for a in agents[2:]]
+    assert [n.state.value for n in nodes][2:] == ["ended", "ended"]
+    assert all(w is not None and w.current_attempt_id is None for w in freed)

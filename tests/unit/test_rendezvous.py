@@ -103,3 +103,11 @@ def test_a_node_is_overdue_only_past_the_grace() -> None:
     assert not rendezvous.overdue(NOW, NOW + grace)
     assert rendezvous.overdue(NOW, NOW + grace + timedelta(seconds=1))
     assert not rendezvous.overdue(None, NOW)
+
+
+def test_a_start_or_a_completion_besides_rank_0_frees_no_other_nodes_worker() -> None:
+    alone = rendezvous.frees_own_only
+    assert all(alone(rank, s) for rank in (0, 3) for s in rendezvous.STARTS)
+    assert alone(1, AttemptStatus.COMPLETED)
+    assert not alone(0, AttemptStatus.COMPLETED)  # rank 0's completion ends the attempt
+    assert not any(alone(rank, s) for rank in (0, 1) for s in rendezvous.ENDS_ATTEMPT)

@@ -122,6 +122,15 @@ class Late(StrEnum):
     ENDS = "ends"  # its own end: the node ends, its worker is freed; the job stays completed
 
 
+def frees_own_only(rank: int, new: AttemptStatus) -> bool:
+    """Whether a node's report can free no worker but its own: a start report (it frees
+    none), or the completion of a node besides rank 0 (it ends that node alone, whether
+    the attempt goes on or rank 0 completed it). Any other end may end the whole attempt
+    and free every node's worker. `rank` as the report says it: one that lies is fenced
+    before it writes anything."""
+    return new in STARTS or (new is AttemptStatus.COMPLETED and rank > 0)
+
+
 def late_report(attempt: AttemptStatus, node: NodeState, new: AttemptStatus) -> Late | None:
     """How a node's report counts once its attempt ended; None: the node does not outlive
     a completed attempt (it ended, or the attempt did not complete), so there is nothing to

@@ -1,6 +1,7 @@
 """Reports applied together (group commit): on PostgreSQL, the reports that wait on one row's
-lock (a gang's start: each node's acknowledgement and `running`, #35) are taken in one
-transaction instead of one each, while the one before them commits.
+lock (a gang's start: each node's acknowledgement and `running`; its nodes' completions
+besides rank 0's, #35) are taken in one transaction instead of one each, while the one
+before them commits.
 
 Each report keeps its own checks and its own answer. A refused one (its error goes to its
 caller) undoes only its own writes: the batch then runs again, each report in a savepoint of

@@ -56,8 +56,10 @@ async def report_node(
         problem := rendezvous.ack_problem(node.rank, node.port)
     ):
         raise InvalidInput(problem)
-    if new in rendezvous.STARTS and ctx.store.dialect == "postgresql":
-        # A gang's start: each node's report waits on the job's lock; applied together
+    if rendezvous.frees_own_only(node.rank, new) and ctx.store.dialect == "postgresql":
+        # A gang's start, or its nodes' completions: each report waits on the job's lock
+        # (a 32-node gang's 31 completions, one commit after another, held up its last
+        # `running` reports for a second); applied together
         outcome = await batches.together(
             ctx,
             job_id,
@@ -91,11 +93,13 @@ async def _apply(
     attempt it was refused for (None: taken), whether it freed the worker and requeued the
     job. `read`: what the report before it in `tx` left (a batch's)."""
     seen = read.take() if read is not None else None
-    if read is not None and seen is None:
-        await read.flush(tx)  # the nodes are read again: with the batch's writes
+    if read is not None and (seen is None or new not in rendezvous.STARTS):
+        # the nodes are read again, or a node's end is written at once: after the batch's
+        # writes (its own `running` may be among them)
+        await read.flush(tx)
     refused: tuple[Job, Attempt] | None = None
     freed = requeued = False
-    locked = await _lock_workers(tx, worker, job_id, node.report.attempt_id, new)
+    locked = await _lock_workers(tx, worker, job_id, node, new)
     job, attempt, own, nodes = await _node(tx, locked or worker, job_id, node, attempt_token, seen)
     status = job.status
     live = (
@@ -173,19 +177,21 @@ async def _ended_late(
 
 
 async def _lock_workers(
-    tx: Tx, worker: Worker, job_id: str, attempt_id: str | None, new: AttemptStatus
+    tx: Tx, worker: Worker, job_id: str, node: NodeReport, new: AttemptStatus
 ) -> Worker | None:
     """Lock every node's worker, in id order, before the job (lifecycle's lock order): a
     report that ends the attempt frees them all, and two nodes reporting at once must not
-    each hold what the other waits for. An acknowledgement or a `running` report frees no
-    worker (it writes its node, the attempt and the job): it locks the reporter's worker
-    alone, then the job, which orders it among the gang's other reports (#35: each of a
-    32-node gang's 64 start reports locked all 32). The reporter's row as locked."""
+    each hold what the other waits for. A report that frees no worker but its own (a start
+    report; a completion besides rank 0's: `rendezvous.frees_own_only`) locks the
+    reporter's worker alone, then the job, which orders it among the gang's other reports
+    (#35: each of a 32-node gang's 64 start reports locked all 32; its 31 completions, each
+    holding all 32 rows while it waited for the job, held up the next gang's acknowledgement
+    on a worker they had freed by seconds). The reporter's row as locked."""
     # SQLite: one transaction writes at a time, none waits on another
-    if tx.q.locks_rows and new not in rendezvous.STARTS:
+    if tx.q.locks_rows and not rendezvous.frees_own_only(node.rank, new):
         ids = {worker.id}
         job = await tx.q.get_job(job_id)
-        wanted = attempt_id or (job.current_attempt_id if job is not None else None)
+        wanted = node.report.attempt_id or (job.current_attempt_id if job is not None else None)
         if job is not None and job.nodes > 1 and wanted:
             ids.update(n.worker_id for n in await tx.q.attempt_nodes(wanted))
         await tx.q.lock_workers(ids)
