@@ -91,8 +91,8 @@ async def run(args: argparse.Namespace, console: Console) -> list[Result]:
             for side, n in turns:
                 where = f", {side.name}, round {n + 1}" if side else ""
                 console.print(f"[bold]scenario {number}[/] ({args.size}{where}) …")
-                code = replace(opts, code=side.src) if side else opts
-                for r in await _scenario(number, code, console):
+                on = replace(opts, code=side.src) if side else opts
+                for r in await _scenario(number, on, console):
                     r.side, r.round = (side.name, n) if side else ("", 0)
                     results.append(r)
                 if args.json_out:  # as it goes: a long run that stops keeps what it measured
