@@ -6,8 +6,9 @@ load is the same."""
 
 from __future__ import annotations
 
+import statistics
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,14 +187,37 @@ def summary(results: Sequence[Result], base: Side, cur: Side, rounds: int) -> di
     }
 
 
-def _cells(row: Row) -> tuple[str, str, str, str]:
+COLUMNS = ("scenario", "database", "metric", BASELINE, CURRENT, "current ÷ baseline", "target")
+
+
+def _cells(results: Sequence[Result]) -> Iterator[list[str]]:
+    """The table's cells, row by row (COLUMNS, then the current side's verdicts), each round's
+    value after the other, `;` between; a scenario and its database on its first row only."""
     verdicts = {True: "met", False: "missed", None: "-"}
-    return (
-        ", ".join(fmt(v) for v in row.baseline),
-        ", ".join(fmt(v) for v in row.current),
-        ", ".join(fmt(v) for v in row.ratio),
-        ", ".join(verdicts[v] for v in row.verdict),
-    )
+    last = None
+    for row in rows(results):
+        first = (row.scenario, row.database) != last
+        last = (row.scenario, row.database)
+        name = next(r.name for r in results if r.scenario == row.scenario)
+        yield [
+            f"{row.scenario}. {name}" if first else "",
+            row.database if first else "",
+            row.metric,
+            "; ".join(fmt(v) for v in row.baseline),
+            "; ".join(fmt(v) for v in row.current),
+            _ratios(row.ratio),
+            row.target,
+            "; ".join(verdicts[v] for v in row.verdict),
+        ]
+
+
+def _ratios(ratios: list[float | str | None]) -> str:
+    """Each round's ratio; over several rounds of single figures, their median too."""
+    cell = "; ".join(fmt(v) for v in ratios)
+    singles = [r for r in ratios if isinstance(r, float)]
+    if len(ratios) > 1 and len(singles) == len(ratios):
+        cell += f" (median {statistics.median(singles):.2f})"
+    return cell
 
 
 def heading(base: Side, cur: Side, rounds: int) -> str:
@@ -209,25 +233,11 @@ def print_comparison(
     results: Sequence[Result], base: Side, cur: Side, rounds: int, console: Console
 ) -> None:
     table = Table(title=f"gpufleet benchmarks, current ÷ baseline\n{heading(base, cur, rounds)}")
-    for col in ("scenario", "database", "metric", BASELINE, CURRENT, "current ÷ baseline"):
-        table.add_column(
-            col, justify="left" if col in ("scenario", "database", "metric") else "right"
-        )
-    table.add_column("target")
+    for col in COLUMNS:
+        table.add_column(col, justify="right" if col in (BASELINE, CURRENT, COLUMNS[5]) else "left")
     table.add_column("verdict (current)")
-    last = None
-    for row in rows(results):
-        first = (row.scenario, row.database) != last
-        last = (row.scenario, row.database)
-        label = f"{row.scenario}. {_name(results, row.scenario)}" if first else ""
-        table.add_row(
-            label,
-            row.database if first else "",
-            row.metric,
-            *_cells(row)[:3],
-            row.target,
-            _cells(row)[3],
-        )
+    for cells in _cells(results):
+        table.add_row(*cells)
     console.print(table)
     for r in results:
         for note in r.notes:
@@ -238,22 +248,8 @@ def markdown_comparison(results: Sequence[Result], base: Side, cur: Side, rounds
     lines = [
         f"Before/after in one run: {heading(base, cur, rounds)}.",
         "",
-        "| scenario | database | metric | baseline | current | current ÷ baseline | target "
-        "| verdict (current) |",
+        "| " + " | ".join(COLUMNS) + " | verdict (current) |",
         "|---|---|---|---:|---:|---:|---|---|",
     ]
-    last = None
-    for row in rows(results):
-        first = (row.scenario, row.database) != last
-        last = (row.scenario, row.database)
-        label = f"{row.scenario}. {_name(results, row.scenario)}" if first else ""
-        base_v, cur_v, ratio_v, verdict = _cells(row)
-        lines.append(
-            f"| {label} | {row.database if first else ''} | {row.metric} | {base_v} | {cur_v} "
-            f"| {ratio_v} | {row.target} | {verdict} |"
-        )
+    lines += ["| " + " | ".join(cells) + " |" for cells in _cells(results)]
     return "\n".join(lines) + "\n"
-
-
-def _name(results: Sequence[Result], scenario: str) -> str:
-    return next(r.name for r in results if r.scenario == scenario)
