@@ -74,11 +74,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 IN_PROCESS = {12}  # no server: the harness's code on both sides, nothing to compare
 
 
-async def run(args: argparse.Namespace, console: Console) -> list[Result]:
+async def run(
+    args: argparse.Namespace, console: Console, compared: Sides | None = None
+) -> list[Result]:
+    """Each scenario once, or (`compared`: --baseline) on each side in turn."""
     work_dir = Path(tempfile.mkdtemp(prefix="gf-bench-"))
     opts = Options(SIZES[args.size], args.database_url, work_dir, args.profile)
     results: list[Result] = []
-    compared = sides(args.baseline) if args.baseline else None
     # Each scenario once as before, or (--baseline) round by round, baseline then current.
     turns: list[tuple[Side | None, int]] = [(None, 0)]
     if compared:
@@ -140,14 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     raise_fd_limit()
     quiet_collector()
     console = Console()
-    results = asyncio.run(run(args, console))
-    if args.baseline:
-        base, cur = sides(args.baseline)
-        print_comparison(results, base, cur, args.rounds, console)
+    compared = sides(args.baseline) if args.baseline else None  # their commits as they begin
+    results = asyncio.run(run(args, console, compared))
+    if compared:
+        print_comparison(results, *compared, args.rounds, console)
     else:
         print_table(results, console)
     if args.json_out:
-        path = _write(results, args, sides(args.baseline) if args.baseline else None)
+        path = _write(results, args, compared)
         console.print(f"JSON in {path.parent}")
     failed = any(c.metric == "run" and c.ok is False for r in results for c in r.checks)
     return 1 if failed else 0

@@ -26,26 +26,34 @@ HERE = Path(bench.__file__).resolve().parents[1]  # the checkout the harness run
 
 @dataclass(frozen=True)
 class Side:
-    """One side of a comparison: a checkout whose `src` the servers run."""
+    """One side of a comparison: a checkout whose `src` the servers run, and its commit when
+    the run began."""
 
     name: str
     root: Path
+    commit: str
+    uncommitted_changes: bool
+
+    @classmethod
+    def of(cls, name: str, root: Path) -> Side:
+        def git(*args: str) -> str:
+            done = subprocess.run(
+                ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
+            )
+            return done.stdout.strip() if done.returncode == 0 else ""
+
+        commit = git("rev-parse", "--short", "HEAD") or "not a git checkout"
+        return cls(name, root, commit, bool(git("status", "--porcelain", "--untracked-files=no")))
 
     @property
     def src(self) -> Path:
         return self.root / "src"
 
     def describe(self) -> dict[str, Any]:
-        def git(*args: str) -> str:
-            done = subprocess.run(
-                ["git", "-C", str(self.root), *args], capture_output=True, text=True, check=False
-            )
-            return done.stdout.strip() if done.returncode == 0 else ""
-
         return {
             "checkout": str(self.root),
-            "commit": git("rev-parse", "--short", "HEAD") or "not a git checkout",
-            "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "commit": self.commit,
+            "uncommitted_changes": self.uncommitted_changes,
         }
 
 
@@ -54,13 +62,13 @@ Sides = tuple[Side, Side]
 
 def sides(baseline: Path) -> Sides:
     """The baseline checkout at `baseline`, and this one."""
-    base = Side(BASELINE, baseline.resolve())
-    if not (base.src / "gpufleet" / "__init__.py").is_file():
+    root = baseline.resolve()
+    if not (root / "src" / "gpufleet" / "__init__.py").is_file():
         raise ConfigurationError(
             f"--baseline {baseline}: no src/gpufleet there; name a checkout of gpufleet, "
             "e.g. `git worktree add /tmp/base <commit>` then --baseline /tmp/base"
         )
-    return base, Side(CURRENT, HERE)
+    return Side.of(BASELINE, root), Side.of(CURRENT, HERE)
 
 
 def numbers(value: Any) -> list[float] | None:
@@ -222,9 +230,8 @@ def _ratios(ratios: list[float | str | None]) -> str:
 
 def heading(base: Side, cur: Side, rounds: int) -> str:
     def one(side: Side) -> str:
-        d = side.describe()
-        dirty = ", uncommitted changes" if d["uncommitted_changes"] else ""
-        return f"{side.name} {d['checkout']} at {d['commit']}{dirty}"
+        dirty = ", uncommitted changes" if side.uncommitted_changes else ""
+        return f"{side.name} {side.root} at {side.commit}{dirty}"
 
     return f"{one(base)}; {one(cur)}; {rounds} round(s), baseline then current"
 
