@@ -137,13 +137,10 @@ def _write(results: list[Result], args: argparse.Namespace, compared: Sides | No
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-    raise_fd_limit()
-    quiet_collector()
-    console = Console()
-    compared = sides(args.baseline) if args.baseline else None  # their commits as they begin
-    results = asyncio.run(run(args, console, compared))
+def report(
+    results: list[Result], args: argparse.Namespace, compared: Sides | None, console: Console
+) -> int:
+    """The table on `console`, the JSON (--json-out); 1 where a scenario failed to run."""
     if compared:
         print_comparison(results, *compared, args.rounds, console)
     else:
@@ -153,6 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"JSON in {path.parent}")
     failed = any(c.metric == "run" and c.ok is False for r in results for c in r.checks)
     return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    raise_fd_limit()
+    quiet_collector()
+    console = Console()
+    compared = sides(args.baseline) if args.baseline else None  # their commits as they begin
+    results = asyncio.run(run(args, console, compared))
+    return report(results, args, compared, console)
 
 
 if __name__ == "__main__":

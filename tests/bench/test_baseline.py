@@ -3,33 +3,32 @@ one run, each figure on both sides and current ÷ baseline. Timings are not test
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from bench.compare import HERE, ratio
+from bench.__main__ import parse, report, run
+from bench.compare import HERE, ratio, sides
 from bench.report import fmt
 from bench.server import gpufleet_command, loaded_from
+from rich.console import Console
 
-BENCH = [sys.executable, "-m", "bench", "--scenario", "1", "--size", "smoke"]
+BENCH = ["--scenario", "1", "--size", "smoke"]
 
 
-def test_a_baseline_run_reports_each_side_and_current_over_baseline(tmp_path: Path) -> None:
+async def test_a_baseline_run_reports_each_side_and_current_over_baseline(
+    tmp_path: Path,
+) -> None:
     """Scenario 1 at smoke size with this checkout as its own baseline: the cheapest scenario
     that starts servers (two, one a side)."""
     out = tmp_path / "json"
-    done = subprocess.run(
-        [*BENCH, "--baseline", str(HERE), "--json-out", str(out)],
-        cwd=HERE,
-        env={**os.environ, "PYTHONPATH": str(HERE / "src"), "COLUMNS": "250"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    args = parse([*BENCH, "--baseline", str(HERE), "--json-out", str(out)])
+    compared = sides(args.baseline)
+    console = Console(record=True, width=250, file=io.StringIO())
+    results = await run(args, console, compared)
+    assert report(results, args, compared, console) == 0, console.export_text()[-3000:]
     doc = json.loads((out / "summary.json").read_text())
     assert [(r["side"], r["round"]) for r in doc["results"]] == [("baseline", 0), ("current", 0)]
     assert doc["baseline"]["checkout"] == doc["current"]["checkout"] == str(HERE)
@@ -44,27 +43,24 @@ def test_a_baseline_run_reports_each_side_and_current_over_baseline(tmp_path: Pa
     md = (out / "summary.md").read_text()
     assert "| baseline | current | current ÷ baseline |" in md
     assert f"| p99 submit sent → event (ms) | {fmt(base)} | {fmt(cur)} | {fmt(r)} |" in md
-    assert "current ÷ baseline" in done.stdout and fmt(r) in done.stdout
+    printed = console.export_text()
+    assert "current ÷ baseline" in printed and f" {fmt(r)} " in printed
 
 
-def test_a_baseline_that_is_no_checkout_of_gpufleet_is_refused(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [*BENCH, "--baseline", str(tmp_path)],
-        cwd=HERE,
-        env={**os.environ, "PYTHONPATH": str(HERE / "src")},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode != 0
-    assert "no src/gpufleet there" in done.stderr
+def test_a_baseline_that_is_no_checkout_of_gpufleet_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse([*BENCH, "--baseline", str(tmp_path)])
+    assert "no src/gpufleet there" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("has_code", [True, False])
-def test_a_gpufleet_process_says_which_checkout_it_runs(tmp_path: Path, has_code: bool) -> None:
-    """What the bench server checks after its start: a `src` without gpufleet is seen
-    running another checkout's (the venv's editable install), not taken for that one."""
-    src = HERE / "src" if has_code else tmp_path / "src"
+def test_a_gpufleet_process_for_a_checkout_without_gpufleet_is_seen_running_another(
+    tmp_path: Path,
+) -> None:
+    """What a bench server checks after its start (the baseline run above passes it): a `src`
+    without gpufleet is seen running the venv's editable install, not taken for that one."""
+    src = tmp_path / "src"
     launch, env = gpufleet_command(src)
     log = tmp_path / "gpufleet.log"
     with log.open("wb") as sink:
@@ -73,7 +69,7 @@ def test_a_gpufleet_process_says_which_checkout_it_runs(tmp_path: Path, has_code
         )
     loaded = loaded_from(log)
     assert loaded is not None and loaded.name == "__init__.py"
-    assert loaded.is_relative_to(src) is has_code
+    assert not loaded.is_relative_to(src)
 
 
 def test_ratios_take_numbers_and_shares_but_not_negative_or_zero_baselines() -> None:
