@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -55,8 +56,8 @@ class Streams:
 
 async def measure(workers: int, window: float) -> dict[str, float]:
     data_dir = Path(tempfile.mkdtemp(prefix="gf-at-rest-"))
-    flags = {"heartbeat-timeout": 3600}  # no worker is lost for its silence
-    with running_server(data_dir, None, None, **flags) as server:
+    flags: dict[str, Any] = {"heartbeat-timeout": 3600}  # no worker is lost for its silence
+    with running_server(data_dir, **flags) as server:
         creds = await create_workers(server.url, server.admin_headers(), workers)
         streams, gate = Streams(), asyncio.Semaphore(16)
         connector = aiohttp.TCPConnector(limit=0)
