@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -24,7 +25,7 @@ from gpufleet.client.http import ApiClient, part
 from gpufleet.client.text import safe
 from gpufleet.errors import ClientError, NotFound, UnsafeArtifactPath
 
-CHUNK = 1 << 20  # bytes read and hashed at a time: the most the client holds of a file
+CHUNK = 1 << 20  # bytes read, hashed and written at a time; two at most are held
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -226,19 +227,33 @@ def _stream(
     sink: Any,
     bar: Meter,
 ) -> tuple[int, str]:
-    """The file's bytes into `sink`; (their size, their sha256). Stops reading once more
-    came than the listed size: such a file fails however it ends."""
+    """The file's bytes into `sink`; (their size, their sha256). Each MiB is hashed and
+    written on a thread while the next one is read (hashlib and the write let go of the GIL),
+    one MiB in flight. Stops reading once more came than the listed size: such a file fails
+    however it ends."""
     url = f"/api/queue/{part(job_id)}/artifacts/{quote(record['path'], safe='/')}"
     digest = hashlib.sha256()
     got = 0
-    with api.fetch(url, attempt_id=record["attempt_id"]) as response:
+
+    def take(chunk: bytes) -> None:
+        digest.update(chunk)
+        sink.write(chunk)
+
+    with (
+        api.fetch(url, attempt_id=record["attempt_id"]) as response,
+        ThreadPoolExecutor(1, thread_name_prefix="gpufleet-download") as writer,
+    ):
+        pending: Future[None] | None = None
         for chunk in response.iter_bytes(CHUNK):
-            sink.write(chunk)
-            digest.update(chunk)
             got += len(chunk)
-            bar.advance(len(chunk))
             if got > int(record["size"]):
                 break
+            if pending is not None:
+                pending.result()
+            pending = writer.submit(take, chunk)
+            bar.advance(len(chunk))
+        if pending is not None:
+            pending.result()
     return got, digest.hexdigest()
 
 
