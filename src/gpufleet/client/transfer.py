@@ -244,16 +244,24 @@ def _stream(
         ThreadPoolExecutor(1, thread_name_prefix="gpufleet-download") as writer,
     ):
         pending: Future[None] | None = None
-        for chunk in response.iter_bytes(CHUNK):
+        batch: list[bytes] = []  # the network's chunks (64 KiB), joined once a MiB came
+        batched = 0
+        for chunk in response.iter_bytes():
             got += len(chunk)
             if got > int(record["size"]):
                 break
-            if pending is not None:
-                pending.result()
-            pending = writer.submit(take, chunk)
-            bar.advance(len(chunk))
+            batch.append(chunk)
+            batched += len(chunk)
+            if batched >= CHUNK:
+                if pending is not None:
+                    pending.result()
+                pending = writer.submit(take, b"".join(batch))
+                bar.advance(batched)
+                batch, batched = [], 0
         if pending is not None:
             pending.result()
+        take(b"".join(batch))
+        bar.advance(batched)
     return got, digest.hexdigest()
 
 
