@@ -65,22 +65,22 @@ def nginx_serving(root: Path, prefix: Path) -> Iterator[str]:
     port = free_port()
     config = prefix / "nginx.conf"
     config.write_text(_config(root.resolve(), prefix.resolve(), port))
-    process = subprocess.Popen(
+    url = f"http://127.0.0.1:{port}"
+    with subprocess.Popen(
         [binary, "-p", str(prefix), "-c", str(config)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_up(process, url)
-        yield url
-    finally:
-        process.terminate()
+    ) as process:  # its pipe closed on the way out
         try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            _wait_up(process, url)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def _wait_up(process: subprocess.Popen[bytes], url: str) -> None:
