@@ -1,8 +1,9 @@
 """Scenario 7's side-by-side figures for the data folder (#39 goal 4), all on one machine in
 one run: nginx (`sendfile on`) serving the file against the orchestrator's artifact route
 (curl to /dev/null both), `gpufleet jobs download` (a real CLI process: hashed, written,
-fsynced, renamed), and a checkpoint's resume as a worker does it (`worker/resume.py`:
-downloaded, hashed, renamed into place) against `cp` of the same file.
+fsynced, renamed), and a checkpoint's resume as a worker does it (`worker/resume.py` in a
+process of its own: downloaded, hashed, renamed into place) against `cp` of the same file. The
+CLI and the resume run the server's checkout (`--baseline`: `gpufleet_command`).
 """
 
 from __future__ import annotations
@@ -11,16 +12,13 @@ import asyncio
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from bench.nginx import nginx_serving
 from bench.report import Result
-from bench.server import GPUFLEET, BenchServer
-from gpufleet.worker.backoff import Backoff
-from gpufleet.worker.client import OrchestratorClient
-from gpufleet.worker.resume import Resume, download_checkpoint
-from gpufleet.worker.settings import AgentSettings
+from bench.server import BenchServer, gpufleet_command
 
 MIB = 1024 * 1024
 NGINX_GOAL = 0.5  # the orchestrator's download rate ÷ nginx's, at least
@@ -53,10 +51,11 @@ def cli_seconds(server: BenchServer, job_id: str, path: str, out: Path, runs: in
     times = []
     for run in range(runs):
         target = out / f"cli-{run}"
-        cmd = [GPUFLEET, "jobs", "download", job_id, path, "-o", str(target)]
+        launch, env = gpufleet_command(server.code)  # the CLI of the server's checkout
+        cmd = [*launch, "jobs", "download", job_id, path, "-o", str(target)]
         cmd += ["--url", server.url, "--api-key", server.admin_key]
         began = time.perf_counter()
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         times.append(time.perf_counter() - began)
         if done.returncode != 0:
             raise RuntimeError(f"gpufleet jobs download: {done.stdout[-300:]} {done.stderr[-300:]}")
@@ -73,27 +72,50 @@ def cp_seconds(source: Path, target: Path) -> float:
     return seconds
 
 
-async def resume_seconds(
-    server: BenchServer, token: str, job_id: str, attempt_id: str, checkpoint_id: str, folder: Path
-) -> float:
-    """A worker's resume of the checkpoint into `folder`: its list fetched, each file
-    downloaded, checked for size and sha256, put in place."""
-    settings = AgentSettings(orchestrator_url=server.url, worker_token=token)
-    client = OrchestratorClient(settings)
-    resume = Resume(checkpoint_id, "checkpoint-2", "output/checkpoint-2", 1)
+# A worker's resume, in a process of its own running the server's checkout (`--baseline`).
+_RESUME = """
+import asyncio, sys, time
+from pathlib import Path
+from gpufleet.worker.backoff import Backoff
+from gpufleet.worker.client import OrchestratorClient
+from gpufleet.worker.resume import Resume, download_checkpoint
+from gpufleet.worker.settings import AgentSettings
+
+url, token, job_id, attempt_id, checkpoint_id, folder = sys.argv[1:]
+
+
+async def resume() -> float:
+    client = OrchestratorClient(AgentSettings(orchestrator_url=url, worker_token=token))
+    wanted = Resume(checkpoint_id, "checkpoint-2", "output/checkpoint-2", 1)
     try:
         began = time.perf_counter()
         await download_checkpoint(
-            client,
-            resume,
-            job_id=job_id,
-            attempt_id=attempt_id,
-            folder=folder,
+            client, wanted, job_id=job_id, attempt_id=attempt_id, folder=Path(folder),
             backoff=lambda: Backoff(0.2, 2.0),
         )
         return time.perf_counter() - began
     finally:
         await client.aclose()
+
+
+print(asyncio.run(resume()))
+"""
+
+
+def resume_seconds(
+    server: BenchServer, token: str, job_id: str, attempt_id: str, checkpoint_id: str, folder: Path
+) -> float:
+    """A worker's resume of the checkpoint into `folder`: its list fetched, each file
+    downloaded, checked for size and sha256, put in place (`worker/resume.py`, timed inside
+    its process: not the start of Python)."""
+    _launch, env = gpufleet_command(server.code)
+    args = [server.url, token, job_id, attempt_id, checkpoint_id, str(folder)]
+    done = subprocess.run(
+        [sys.executable, "-c", _RESUME, *args], capture_output=True, text=True, env=env, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the resume failed: {done.stderr[-500:]}")
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 async def download_rates(
@@ -137,7 +159,9 @@ async def resume_rate(
     job_id, attempt_id, checkpoint_id = ids
     folder = source.parent / "resumed"
     cp_s = await asyncio.to_thread(cp_seconds, source, source.with_suffix(".cp"))
-    resume_s = await resume_seconds(server, token, job_id, attempt_id, checkpoint_id, folder)
+    resume_s = await asyncio.to_thread(
+        resume_seconds, server, token, job_id, attempt_id, checkpoint_id, folder
+    )
     await asyncio.to_thread(shutil.rmtree, folder, ignore_errors=True)
     size = (await asyncio.to_thread(source.stat)).st_size
     ratio = resume_s / cp_s
