@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -534,3 +535,23 @@ async def fleet(tmp_path: Path, database_url: str) -> AsyncIterator[Fleet]:
         yield running
     finally:
         await running.stop()
+
+
+@pytest.fixture
+async def replica(fleet: Fleet, tmp_path: Path, database_url: str) -> AsyncIterator[Fleet]:
+    """A second orchestrator on the same PostgreSQL database; on SQLite (one process) the
+    same one."""
+    if fleet.ctx.store.dialect != "postgresql":
+        yield fleet
+        return
+    other = tmp_path / "replica" / "data"
+    other.mkdir(parents=True)
+    for shared in ("admin.token", "audit.key"):
+        shutil.copy2(fleet.settings.data_dir / shared, other / shared)
+    second = await Fleet(tmp_path / "replica", database_url).start()
+    second.clock = fleet.clock
+    second.ctx.clock = fleet.clock
+    try:
+        yield second
+    finally:
+        await second.stop()

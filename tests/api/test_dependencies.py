@@ -6,9 +6,6 @@ nothing stored; and whoever ends a dependency (another replica too) releases its
 from __future__ import annotations
 
 import asyncio
-import shutil
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -239,26 +236,6 @@ async def test_a_job_with_inputs_is_offered_only_to_a_worker_that_fetches_them(
 
 
 # ---- across replicas (the database decides) ----------------------------------------------
-
-
-@pytest.fixture
-async def replica(fleet: Fleet, tmp_path: Path, database_url: str) -> AsyncIterator[Fleet]:
-    """A second orchestrator on the same PostgreSQL database; on SQLite (one process) the
-    same one."""
-    if fleet.ctx.store.dialect != "postgresql":
-        yield fleet
-        return
-    other = tmp_path / "replica" / "data"
-    other.mkdir(parents=True)
-    for shared in ("admin.token", "audit.key"):
-        shutil.copy2(fleet.settings.data_dir / shared, other / shared)
-    second = await Fleet(tmp_path / "replica", database_url).start()
-    second.clock = fleet.clock
-    second.ctx.clock = fleet.clock
-    try:
-        yield second
-    finally:
-        await second.stop()
 
 
 @both_databases

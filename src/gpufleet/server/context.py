@@ -138,6 +138,13 @@ class Tx:
         for write in self._before_commit:
             await write(self)
 
+    def frees_a_worker(self) -> None:
+        """This transaction makes a worker free to run a queued job: it takes the dispatch
+        turn just before it commits, so that a job queued at the same time (on any replica)
+        either sees the worker free, or is seen by the worker's pass once this commits
+        (services/dispatch.py `LastLook`)."""
+        self.before_commit(_take_turn)
+
     def hand_over(self, topic: str, event: dict[str, Any]) -> None:
         """Notify `topic` on commit with an event this transaction wrote, so that its
         subscriber sends it without reading it back (see `Hub.notify`)."""
@@ -168,6 +175,10 @@ class Tx:
                 "detail": detail,
             }
         )
+
+
+async def _take_turn(tx: Tx) -> None:
+    await tx.q.take_dispatch_turn()
 
 
 async def _append_audit(q: Queries, key: bytes, rows: list[dict[str, Any]]) -> audit_chain.Head:
