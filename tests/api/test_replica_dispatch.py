@@ -6,29 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import event
 
-from tests.api.conftest import Fleet, both_databases
+from tests.api.conftest import Fleet, both_databases, linked
 
 CONFIG: dict[str, Any] = {"command": ["python", "train.py"]}
-
-
-@contextlib.asynccontextmanager
-async def linked(*fleets: Fleet) -> AsyncIterator[None]:
-    """The replicas' links to each other, up (the tests' fleets start without their loops):
-    an offer made on one reaches a stream on another."""
-    loops = [asyncio.create_task(f.ctx.replicas.listen()) for f in fleets]
-    try:
-        for f in fleets:
-            await f.ctx.replicas.wait_connected()
-        yield
-    finally:
-        for loop in loops:
-            loop.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
 
 
 @contextlib.contextmanager

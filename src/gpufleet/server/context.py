@@ -212,12 +212,16 @@ async def transaction(ctx: Context) -> AsyncIterator[Tx]:
         for topic in tx.notify:
             ctx.hub.notify(topic)
 
-    async with ctx.store.write(after_commit=committed) as q:
-        tx = Tx(q, ctx.clock(), ctx.settings, ctx.audit_key)
-        yield tx
-        await tx.written()
-        if tx.audits:
-            sealed = await _append_audit(q, ctx.audit_key, tx.audits)
-            tx.wake(AUDIT_TOPIC)
-        # heard elsewhere on commit
-        await ctx.replicas.send_in(q.conn, tx.notify, tx.close, tx.handed)
+    told: int | None = None
+    try:
+        async with ctx.store.write(after_commit=committed) as q:
+            tx = Tx(q, ctx.clock(), ctx.settings, ctx.audit_key)
+            yield tx
+            await tx.written()
+            if tx.audits:
+                sealed = await _append_audit(q, ctx.audit_key, tx.audits)
+                tx.wake(AUDIT_TOPIC)
+            # heard on commit by the other replicas that wait on these topics
+            told = await ctx.replicas.send_in(q.conn, tx.notify, tx.close, tx.handed)
+    finally:
+        ctx.replicas.settled(told)  # its choice of topics is over, committed or not
