@@ -8,6 +8,7 @@ import asyncio
 from typing import Any, cast
 
 import orjson
+import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gpufleet.server.bus import Replicas
@@ -127,3 +128,20 @@ async def test_the_link_sends_what_the_replica_has_to_say() -> None:
     await asyncio.sleep(0)
     speaking.cancel()
     assert db["sent"] == hello and replicas.interest.outbox == []
+
+
+async def test_a_notification_that_fails_leaves_no_transaction_open() -> None:
+    """Its transaction rolls back: an announcement heard meanwhile is answered all the same."""
+
+    class Refusing(SharedLock):
+        async def notify(self, conn: AsyncConnection, payloads: Any) -> None:
+            raise ConnectionError("the database went away")
+
+    db: dict[str, Any] = {}
+    replicas = Replicas(Hub(), "r1", Refusing(db, "r1"))
+    await replicas.listen()
+    told(replicas)
+    with pytest.raises(ConnectionError):
+        await replicas.send_in(NO_CONN, set(), {"key:k_1"}, {})
+    replicas.heard(announcement("r2", "jobs"))
+    assert told(replicas) == [{"o": "r1", "a": "r2", "v": 1}]

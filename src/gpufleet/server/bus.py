@@ -104,9 +104,13 @@ class Replicas:
         notify = {t for t in notify if wanted(t)}
         handed = {t: events for t, events in handed.items() if wanted(t)}
         if notify or close or handed:
-            await self.backend.notify(
-                conn, lambda: payloads(self.instance_id, notify, close, handed)
-            )
+            try:
+                await self.backend.notify(
+                    conn, lambda: payloads(self.instance_id, notify, close, handed)
+                )
+            except BaseException:
+                self.interest.settled(token)  # the transaction goes no further
+                raise
         return token
 
     def settled(self, token: int | None) -> None:
