@@ -15,11 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 MIGRATION: Final = 0x6770_666C  # "gpfl": one migrator at a time, until its commit
 LEADER: Final = 0x6770_666D  # "gpfm": the replica that runs the sweeps, for its session
 AUDIT_CHAIN: Final = 0x6772_6161  # "graa": one appender to the audit chain, until commit
+# (and the dispatch turn: server/services/dispatch.py `LastLook`)
 API_KEYS: Final = 0x6772_6162  # "grab": one first-start admin key, however many replicas start
 GANG_ROUND: Final = 0x6772_6763  # "grgc": one gang round (claims and holds) at a time, until commit
-# "grdt": a worker freed and a job queued meet, one after the other, just before their commits
-# (server/services/dispatch.py `LastLook`)
-DISPATCH_TURN: Final = 0x6772_6474
 
 
 async def hold_until_commit(conn: AsyncConnection, key: int) -> None:

@@ -6,9 +6,10 @@ needs the queue. The health loop runs a full pass as a safety net.
 
 A job queued while a worker is freed is dispatched by one pass, not two racing: the worker's
 (`dispatch_worker`, after the commit that freed it). The submit looks for an idle worker in
-its own transaction, and once more just before it commits under the dispatch turn, which
-the transaction freeing a worker also takes (`LastLook`, `Tx.frees_a_worker`): whichever
-commits second sees the other, so a job that found no worker then needs no pass of its own.
+its own transaction, and once more just before it commits under the dispatch turn (the
+audit chain's lock, which the transaction freeing a worker holds too: `LastLook`,
+`Tx.frees_a_worker`): whichever commits second sees the other, so a job that found no worker
+then needs no pass of its own.
 """
 
 from __future__ import annotations
@@ -85,22 +86,20 @@ class LastLook:
 
     A worker freed at the same time, on another replica, may miss the job (its pass read the
     queue before the job committed) while the job's look missed the worker (it read before
-    the worker's release committed). Both take the dispatch turn just before they commit:
-    the job looks once more under it, and only a worker found then asks for a pass (which
-    claims it, or retries the race it lost); a worker freed later finds the job itself. On
-    SQLite the transaction is the only writer: its first look was its last.
+    the worker's release committed). Both hold the dispatch turn (an advisory lock) until
+    they commit: the job looks once more under it, and only a worker found then asks for a
+    pass (which claims it, or retries the race it lost); a worker freed later finds the job
+    itself. On SQLite the transaction is the only writer: its first look was its last.
     """
 
     def __init__(self, tx: Tx, job: Job) -> None:
         self.fits = True  # until the look under the turn says otherwise
         self._req = job.requirement()
-        tx.before_commit(self._look)
+        tx.at_turn(self._look)
 
     async def _look(self, tx: Tx) -> None:
-        if await tx.q.take_dispatch_turn():
-            self.fits = await first_fit(tx.q, self._req) is not None
-        else:
-            self.fits = False
+        one_writer = not tx.q.locks_rows  # SQLite
+        self.fits = not one_writer and await first_fit(tx.q, self._req) is not None
 
 
 async def dispatch_job(ctx: Context, job_id: str) -> bool:

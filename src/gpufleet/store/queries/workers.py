@@ -10,7 +10,6 @@ import sqlalchemy as sa
 
 from gpufleet.domain.records import Worker
 from gpufleet.domain.states import WorkerStatus, WorkerType
-from gpufleet.store import locks
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by, no_status
 from gpufleet.store.tables import worker_events, worker_tokens, workers
@@ -64,13 +63,6 @@ class WorkerQueries(QueryBase):
             stmt = sa.select(workers).where(wanted).order_by(workers.c.id)
             for row in await self._mapped(stmt.with_for_update()):
                 self.workers_locked[row["id"]] = row
-
-    async def take_dispatch_turn(self) -> bool:
-        """Take the dispatch turn until commit (PostgreSQL); False on SQLite, where this
-        transaction is the only writer and what it read is as new as it gets."""
-        if self._pg:
-            await locks.hold_until_commit(self.conn, locks.DISPATCH_TURN)
-        return self._pg
 
     def _forget_locked(self, worker_ids: Iterable[str]) -> None:
         """Rows written without `workers_written` (the cache keeps its copies of them): a
