@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.api.artifacts.uploads import sha, upload
-from tests.api.conftest import Agent, Fleet, both_databases
+from tests.api.conftest import Agent, Fleet, both_databases, linked
 from tests.api.test_job_ownership import People, people_of
 from tests.api.test_pool_reconcile import FakeProvider, a_pass, make_pool
 
@@ -265,20 +265,22 @@ async def test_a_submit_racing_its_dependencys_end_never_waits_forever(
     fleet: Fleet, replica: Fleet
 ) -> None:
     agent = await fleet.online_worker("gpu-a")
-    for _ in range(3):
-        upstream, offer = await running(fleet, agent)
-        racing = replica.admin.post(
-            "/api/queue/submit",
-            json={"config": {"command": ["true"]}, "depends_on": [upstream["id"]]},
-        )
-        answer, _ = await asyncio.gather(racing, agent.finish(offer))
-        assert answer.status_code == 201, answer.text
-        job = await replica.job(answer.json()["id"])
-        assert job["waits_on"] is None, job  # released by the end, or met at its submit
-        if job["status"] == "offered":
-            taken = await agent.next_offer()
-            await agent.run(taken)
-            await agent.finish(taken)
+    # Linked: the job met at its submit is offered by whichever replica saw the worker free.
+    async with linked(fleet, replica):
+        for _ in range(3):
+            upstream, offer = await running(fleet, agent)
+            racing = replica.admin.post(
+                "/api/queue/submit",
+                json={"config": {"command": ["true"]}, "depends_on": [upstream["id"]]},
+            )
+            answer, _ = await asyncio.gather(racing, agent.finish(offer))
+            assert answer.status_code == 201, answer.text
+            job = await replica.job(answer.json()["id"])
+            assert job["waits_on"] is None, job  # released by the end, or met at its submit
+            if job["status"] == "offered":
+                taken = await agent.next_offer()
+                await agent.run(taken)
+                await agent.finish(taken)
 
 
 async def test_a_jobs_offer_carries_the_inputs_it_takes_and_its_attempt_downloads_them(
