@@ -33,6 +33,8 @@ class Size:
     s5_busy: int = 100
     s5_timeouts: tuple[float, float] = (5.0, 1.0)  # heartbeat timeout, health interval
     s7_bytes: int = 1024**3  # the checkpoint file of scenario 7
+    s7_runs: int = 3  # scenario 7: curl and CLI downloads timed (the median is kept)
+    s7_resume_bytes: int = 5 * 1024**3  # scenario 7: the checkpoint a worker resumes from
     s8_teams: int = 50  # scenario 8: the teams scenario 4's deep queue is spread over
     s8_latency_jobs: int = 500  # scenario 8, each mode: scenario 1's submits
     s8_jobs: int = 5000  # scenario 8, each mode: scenario 2's
@@ -78,6 +80,8 @@ SMOKE = Size(
     s5_busy=4,
     s5_timeouts=(2.0, 0.5),
     s7_bytes=4 * 1024**2,
+    s7_runs=1,
+    s7_resume_bytes=4 * 1024**2,
     s8_teams=3,
     s8_latency_jobs=4,
     s8_jobs=10,
@@ -105,6 +109,7 @@ MEDIUM = Size(
     s3_windows=(35.0, 15.0),
     s4_depth=20_000,
     s7_bytes=256 * 1024**2,
+    s7_resume_bytes=1024**3,
     s9_bytes=25 * 1024**2,
 )
 SIZES = {"full": FULL, "medium": MEDIUM, "smoke": SMOKE}
@@ -126,6 +131,9 @@ class Options:
     # behind is not another's cost. A pool (the smoke tests): `server` without flags hands out
     # the pool's server of that database and replica count, a start spared (#32).
     servers: ServerPool | None = None
+    # The `src` folder of the checkout every `gpufleet` process the scenario starts runs
+    # (`--baseline`: bench.server.gpufleet_command); None: the venv's `gpufleet` as it is.
+    code: Path | None = None
 
     @property
     def database(self) -> str:
@@ -163,22 +171,24 @@ class Options:
                 if url is None:
                     raise ConfigurationError("replicas share a PostgreSQL database: pass one")
                 yield stack.enter_context(
-                    running_replicas(data_dir, url, profile, self.replicas, **flags)
+                    running_replicas(data_dir, url, profile, self.replicas, self.code, **flags)
                 )
             else:
-                yield stack.enter_context(running_server(data_dir, url, profile, **flags))
+                yield stack.enter_context(
+                    running_server(data_dir, url, profile, self.code, **flags)
+                )
 
 
 class ServerPool:
-    """Servers kept running across scenarios, one a database and replica count, each started
-    on first use; all stopped by `aclose`."""
+    """Servers kept running across scenarios, one a database, replica count and code, each
+    started on first use; all stopped by `aclose`."""
 
     def __init__(self) -> None:
         self._stack = contextlib.AsyncExitStack()
-        self._servers: dict[tuple[str | None, int], BenchServer] = {}
+        self._servers: dict[tuple[str | None, int, Path | None], BenchServer] = {}
 
     async def get(self, opts: Options, scenario: str) -> BenchServer:
-        key = (opts.database_url, opts.replicas)
+        key = (opts.database_url, opts.replicas, opts.code)
         if key not in self._servers:
             self._servers[key] = await self._stack.enter_async_context(opts.own_server(scenario))
         return self._servers[key]
