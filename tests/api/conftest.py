@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,6 +48,9 @@ GPUFLEET_FEATURES = ["command", "attempts"]
 # `both_databases` and runs on PostgreSQL too; everything else (HTTP rules, permissions,
 # validation, what an answer says) cannot differ between them and runs once.
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+postgres_only = pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 both_databases = pytest.mark.both_databases
 
 
@@ -534,3 +538,42 @@ async def fleet(tmp_path: Path, database_url: str) -> AsyncIterator[Fleet]:
         yield running
     finally:
         await running.stop()
+
+
+@pytest.fixture
+async def replica(fleet: Fleet, tmp_path: Path, database_url: str) -> AsyncIterator[Fleet]:
+    """A second orchestrator on the same PostgreSQL database; on SQLite (one process) the
+    same one."""
+    if fleet.ctx.store.dialect != "postgresql":
+        yield fleet
+        return
+    other = tmp_path / "replica" / "data"
+    other.mkdir(parents=True)
+    for shared in ("admin.token", "audit.key"):
+        shutil.copy2(fleet.settings.data_dir / shared, other / shared)
+    second = await Fleet(tmp_path / "replica", database_url).start()
+    second.clock = fleet.clock
+    second.ctx.clock = fleet.clock
+    try:
+        yield second
+    finally:
+        await second.stop()
+
+
+@contextlib.asynccontextmanager
+async def linked(*fleets: Fleet) -> AsyncIterator[None]:
+    """The replicas' links to each other up, and what each waits on said (the tests' fleets
+    start without their loops): an offer made on one reaches a stream on another."""
+    loops = [
+        asyncio.create_task(loop)
+        for f in fleets
+        for loop in (f.ctx.replicas.listen(), f.ctx.replicas.speak())
+    ]
+    try:
+        for f in fleets:
+            await f.ctx.replicas.wait_connected()
+        yield
+    finally:
+        for loop in loops:
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)

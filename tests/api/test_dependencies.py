@@ -6,16 +6,13 @@ nothing stored; and whoever ends a dependency (another replica too) releases its
 from __future__ import annotations
 
 import asyncio
-import shutil
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.api.artifacts.uploads import sha, upload
-from tests.api.conftest import Agent, Fleet, both_databases
+from tests.api.conftest import Agent, Fleet, both_databases, linked
 from tests.api.test_job_ownership import People, people_of
 from tests.api.test_pool_reconcile import FakeProvider, a_pass, make_pool
 
@@ -241,26 +238,6 @@ async def test_a_job_with_inputs_is_offered_only_to_a_worker_that_fetches_them(
 # ---- across replicas (the database decides) ----------------------------------------------
 
 
-@pytest.fixture
-async def replica(fleet: Fleet, tmp_path: Path, database_url: str) -> AsyncIterator[Fleet]:
-    """A second orchestrator on the same PostgreSQL database; on SQLite (one process) the
-    same one."""
-    if fleet.ctx.store.dialect != "postgresql":
-        yield fleet
-        return
-    other = tmp_path / "replica" / "data"
-    other.mkdir(parents=True)
-    for shared in ("admin.token", "audit.key"):
-        shutil.copy2(fleet.settings.data_dir / shared, other / shared)
-    second = await Fleet(tmp_path / "replica", database_url).start()
-    second.clock = fleet.clock
-    second.ctx.clock = fleet.clock
-    try:
-        yield second
-    finally:
-        await second.stop()
-
-
 @both_databases
 async def test_dependencies_ending_at_once_release_or_doom_their_dependents(
     fleet: Fleet, replica: Fleet
@@ -288,20 +265,22 @@ async def test_a_submit_racing_its_dependencys_end_never_waits_forever(
     fleet: Fleet, replica: Fleet
 ) -> None:
     agent = await fleet.online_worker("gpu-a")
-    for _ in range(3):
-        upstream, offer = await running(fleet, agent)
-        racing = replica.admin.post(
-            "/api/queue/submit",
-            json={"config": {"command": ["true"]}, "depends_on": [upstream["id"]]},
-        )
-        answer, _ = await asyncio.gather(racing, agent.finish(offer))
-        assert answer.status_code == 201, answer.text
-        job = await replica.job(answer.json()["id"])
-        assert job["waits_on"] is None, job  # released by the end, or met at its submit
-        if job["status"] == "offered":
-            taken = await agent.next_offer()
-            await agent.run(taken)
-            await agent.finish(taken)
+    # Linked: the job met at its submit is offered by whichever replica saw the worker free.
+    async with linked(fleet, replica):
+        for _ in range(3):
+            upstream, offer = await running(fleet, agent)
+            racing = replica.admin.post(
+                "/api/queue/submit",
+                json={"config": {"command": ["true"]}, "depends_on": [upstream["id"]]},
+            )
+            answer, _ = await asyncio.gather(racing, agent.finish(offer))
+            assert answer.status_code == 201, answer.text
+            job = await replica.job(answer.json()["id"])
+            assert job["waits_on"] is None, job  # released by the end, or met at its submit
+            if job["status"] == "offered":
+                taken = await agent.next_offer()
+                await agent.run(taken)
+                await agent.finish(taken)
 
 
 async def test_a_jobs_offer_carries_the_inputs_it_takes_and_its_attempt_downloads_them(

@@ -34,6 +34,10 @@ class SharedLock(Backend):
     async def listen(self, listener: Listener) -> None:
         listener.linked()
 
+    async def broadcast(self, payload: str) -> bool:
+        self.db["sent"].append(payload)
+        return True
+
     async def wait_linked(self, within: float) -> None:
         return None
 

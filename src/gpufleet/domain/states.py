@@ -158,6 +158,18 @@ def derive_worker_status(
     return W.IDLE if stream_open else W.CONNECTING
 
 
+# A worker's columns no match reads: a change of these alone lets it run nothing new.
+_UNMATCHED = frozenset({"last_heartbeat", "gpu_stats", "gpu_stats_at"})
+
+
+def may_newly_fit(was: WorkerStatus, now: WorkerStatus, changed: Iterable[str]) -> bool:
+    """Whether a worker's change may let it run a queued job it could not run before: it is
+    idle now and was not, or something a match reads changed."""
+    if now is not W.IDLE:
+        return False
+    return was is not W.IDLE or not set(changed) <= _UNMATCHED
+
+
 def can_delete_worker(status: WorkerStatus, *, ever_connected: bool) -> bool:
     """Only an offline worker may be deleted, and one that never connected counts as offline
     (as GitHub deletes a runner that never came online): no agent holds its token yet, so

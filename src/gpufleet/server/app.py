@@ -177,6 +177,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         supervisor = Supervisor(_die)
         if ctx.replicas.shared:
             supervisor.spawn("replicas", ctx.replicas.listen(), forever=True)
+            supervisor.spawn("replica-interest", ctx.replicas.speak(), forever=True)
             await ctx.replicas.wait_connected()
         await health.reset_streams_after_start(ctx)
 

@@ -1,9 +1,9 @@
 """Replicas on one database: wake-ups, presence and leadership between them.
 
-Each replica's `Hub` wakes only its own streams. Every write transaction also sends its
-topics to the other replicas, which hear them on commit and wake their own subscribers: a
-job submitted on one replica reaches a worker whose stream lives on another as fast as one
-on its own. Leadership decides which one replica runs the sweeps.
+Each replica's `Hub` wakes only its own streams. A write transaction also sends its topics
+to the other replicas that wait on them (`interest.py`), which hear them on commit and wake
+their own subscribers: a job submitted on one replica reaches a worker whose stream lives on
+another as fast as one on its own. Leadership decides which one replica runs the sweeps.
 
 How the topics travel, and how the replicas see each other, is the store's backend
 (`store/backends.py`): NOTIFY and a session lock on PostgreSQL; on SQLite, one process that
@@ -20,6 +20,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gpufleet.server.hub import Hub
+from gpufleet.server.interest import Interest
 from gpufleet.store.backends import Backend
 
 log = logging.getLogger("gpufleet.server.bus")
@@ -78,6 +79,9 @@ class Replicas:
         self.instance_id = instance_id
         self.backend = backend
         self._leading = not backend.shared  # alone, it leads from the start
+        self.interest = Interest(instance_id)
+        if backend.shared:
+            hub.on_new_class = self._new_class
 
     @property
     def shared(self) -> bool:
@@ -90,12 +94,42 @@ class Replicas:
         notify: set[str],
         close: set[str],
         handed: Mapping[str, list[dict[str, Any]]],
-    ) -> None:
-        """Tell the other replicas from inside a write transaction: they hear it on commit."""
+    ) -> int | None:
+        """Tell the other replicas that wait on them from inside a write transaction: they
+        hear it on commit. A token for `settled` once the transaction is over (None: alone)."""
+        if not self.shared:
+            return None
+        token = self.interest.choosing()
+        wanted = self.interest.wanted
+        notify = {t for t in notify if wanted(t)}
+        handed = {t: events for t, events in handed.items() if wanted(t)}
         if notify or close or handed:
-            await self.backend.notify(
-                conn, lambda: payloads(self.instance_id, notify, close, handed)
-            )
+            try:
+                await self.backend.notify(
+                    conn, lambda: payloads(self.instance_id, notify, close, handed)
+                )
+            except BaseException:
+                self.interest.settled(token)  # the transaction goes no further
+                raise
+        return token
+
+    def settled(self, token: int | None) -> None:
+        """The transaction that `send_in` gave `token` committed or rolled back."""
+        if token is not None:
+            self.interest.settled(token)
+
+    def _new_class(self, _kind: str) -> None:
+        self.interest.announce(self.hub.classes())
+
+    async def speak(self) -> None:
+        """The supervised loop: send this replica's announcements and answers on the link
+        (`interest.py`); what the link drops is said again once it is back (a hello)."""
+        while True:
+            await self.interest.due.wait()
+            self.interest.due.clear()
+            outbox = self.interest.outbox
+            while outbox and await self.backend.broadcast(outbox[0]):
+                outbox.pop(0)
 
     # ---- hearing (backends.Listener) --------------------------------------------------
 
@@ -105,8 +139,18 @@ class Replicas:
         except orjson.JSONDecodeError:
             log.warning("ignored a malformed notification from another replica")
             return
-        if message.get("o") == self.instance_id:
+        origin = message.get("o")
+        if origin == self.instance_id:
             return  # our own transaction: the hub was told on commit already
+        if "i" in message:  # another replica's interests (interest.py)
+            if self.interest.heard_announcement(str(origin), message):
+                self.interest.announce(self.hub.classes())
+            return
+        if "a" in message:  # an answer to an announcement
+            woken = self.interest.answered(message)
+            if woken:
+                self.hub.notify_classes(woken)
+            return
         for topic in message.get("c", ()):
             self.hub.close(topic)
         for topic, events in message.get("e", {}).items():
@@ -116,10 +160,12 @@ class Replicas:
 
     def linked(self) -> None:
         self._leading = False  # a new session holds no lock
+        self.interest.link_up(self.hub.classes())
         self.hub.notify_all()  # what was sent while nobody listened is lost: re-read it all
 
     def unlinked(self) -> None:
         self._leading = False  # the session lock went with the session
+        self.interest.link_down()
 
     async def listen(self) -> None:
         """The supervised loop: hold the link to the other replicas."""
@@ -146,4 +192,7 @@ class Replicas:
     async def alive(self) -> set[str] | None:
         """Instance ids of the replicas whose link is up (this one included); None where that
         cannot be told: on SQLite (one replica), or while this replica's own link is down."""
-        return await self.backend.alive()
+        alive = await self.backend.alive()
+        if alive is not None:
+            self.interest.keep_only(alive)
+        return alive

@@ -89,6 +89,10 @@ class Tx:
         self.audits: list[dict[str, Any]] = []
         self.savepoints = 0  # how many `savepoint`s are open now
         self._before_commit: list[Callable[[Tx], Awaitable[None]]] = []
+        # The dispatch turn (`frees_a_worker`, `at_turn`): the audit chain's lock, which
+        # every audited write holds until it commits anyway.
+        self.takes_turn = False
+        self._at_turn: list[Callable[[Tx], Awaitable[None]]] = []
         # Jobs whose last dependency this transaction ended (services/dependencies.py): the
         # caller offers them once it committed (the health loop's full pass would, later).
         self.released: list[str] = []
@@ -135,10 +139,27 @@ class Tx:
         if write not in self._before_commit:
             self._before_commit.append(write)
 
+    async def turned(self) -> None:
+        """The looks that wait for the dispatch turn, taken now."""
+        for look in self._at_turn:
+            await look(self)
+
     async def written(self) -> None:
         """The writes left for the commit, made now."""
         for write in self._before_commit:
             await write(self)
+
+    def frees_a_worker(self) -> None:
+        """This transaction makes a worker free to run a queued job: it takes the dispatch
+        turn before it commits, so that a job queued at the same time (on any replica)
+        either sees the worker free, or is seen by the worker's pass once this commits
+        (services/dispatch.py `LastLook`)."""
+        self.takes_turn = True
+
+    def at_turn(self, look: Callable[[Tx], Awaitable[None]]) -> None:
+        """Run `look` once, holding the dispatch turn, just before the transaction commits."""
+        self.takes_turn = True
+        self._at_turn.append(look)
 
     def hand_over(self, topic: str, event: dict[str, Any]) -> None:
         """Notify `topic` on commit with an event this transaction wrote, so that its
@@ -203,12 +224,19 @@ async def transaction(ctx: Context) -> AsyncIterator[Tx]:
         for topic in tx.notify:
             ctx.hub.notify(topic)
 
-    async with ctx.store.write(after_commit=committed) as q:
-        tx = Tx(q, ctx.clock(), ctx.settings, ctx.audit_key)
-        yield tx
-        await tx.written()
-        if tx.audits:
-            sealed = await _append_audit(q, ctx.audit_key, tx.audits)
-            tx.wake(AUDIT_TOPIC)
-        # heard elsewhere on commit
-        await ctx.replicas.send_in(q.conn, tx.notify, tx.close, tx.handed)
+    told: int | None = None
+    try:
+        async with ctx.store.write(after_commit=committed) as q:
+            tx = Tx(q, ctx.clock(), ctx.settings, ctx.audit_key)
+            yield tx
+            await tx.written()
+            if tx.audits:  # its lock, held until commit, is the dispatch turn too
+                sealed = await _append_audit(q, ctx.audit_key, tx.audits)
+                tx.wake(AUDIT_TOPIC)
+            elif tx.takes_turn:
+                await q.lock_audit_chain()
+            await tx.turned()
+            # heard on commit by the other replicas that wait on these topics
+            told = await ctx.replicas.send_in(q.conn, tx.notify, tx.close, tx.handed)
+    finally:
+        ctx.replicas.settled(told)  # its choice of topics is over, committed or not

@@ -9,8 +9,11 @@ was just written. Any notification without events asks for a re-read, as before.
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 from typing import Any
+
+from gpufleet.server.interest import topic_class
 
 
 class Subscription:
@@ -66,12 +69,20 @@ class Hub:
         # Each topic's subscriptions in the order they came (a dict is an ordered set).
         self._subs: dict[str, dict[Subscription, None]] = defaultdict(dict)
         self._closed = False
+        self._classes: Counter[str] = Counter()  # topics subscribed, by class (interest.py)
+        # Told when a class of topics gets its first subscriber (the other replicas are).
+        self.on_new_class: Callable[[str], None] | None = None
 
     def subscribe(self, topic: str, *more: str) -> Subscription:
         """One subscription woken by a notification on any of the topics (closed already
         once the hub is: a stream opened during shutdown ends at once)."""
         sub = Subscription(self, topic, *more)
         for name in sub.topics:
+            if name not in self._subs:
+                kind = topic_class(name)
+                self._classes[kind] += 1
+                if self._classes[kind] == 1 and self.on_new_class is not None:
+                    self.on_new_class(kind)
             self._subs[name][sub] = None
         if self._closed:
             sub.close()
@@ -84,6 +95,9 @@ class Hub:
                 subs.pop(sub, None)
                 if not subs:
                     del self._subs[name]
+                    self._classes[topic_class(name)] -= 1
+                    if self._classes[topic_class(name)] <= 0:
+                        del self._classes[topic_class(name)]
 
     def notify(self, topic: str, events: list[dict[str, Any]] | None = None) -> None:
         """Wake the topic's subscribers; with `events`, hand them over (no re-read needed)."""
@@ -99,6 +113,16 @@ class Hub:
         """Wake every subscriber: what they wait for may have changed unheard."""
         for topic in list(self._subs):
             self.notify(topic)
+
+    def notify_classes(self, classes: Iterable[str]) -> None:
+        """Wake the subscribers of every topic of these classes (`interest.topic_class`)."""
+        wanted = set(classes)
+        for topic in [t for t in self._subs if topic_class(t) in wanted]:
+            self.notify(topic)
+
+    def classes(self) -> set[str]:
+        """The classes of the topics subscribed now."""
+        return set(self._classes)
 
     def close(self, topic: str) -> None:
         for sub in list(self._subs.get(topic, ())):

@@ -7,10 +7,10 @@ the database URL (`backend_for`).
 
 `PostgresBackend` (`store/postgres_link.py`): the topics go out with `NOTIFY` inside the
 write transaction (delivered when it commits, never for a rollback); one dedicated
-connection `LISTEN`s. That connection also carries presence (its `application_name` names
-the instance, so `pg_stat_activity` lists the replicas alive) and leadership (a session
-advisory lock). When a replica dies, PostgreSQL ends its session: the lock passes to the
-next replica that asks.
+connection `LISTEN`s, and says what the replica waits on (`broadcast`: server/interest.py).
+That connection also carries presence (its `application_name` names the instance, so
+`pg_stat_activity` lists the replicas alive) and leadership (a session advisory lock). When
+a replica dies, PostgreSQL ends its session: the lock passes to the next replica that asks.
 
 `LocalBackend`: SQLite serves one process (the store refuses a second), which has nobody to
 tell and always leads.
@@ -52,6 +52,11 @@ class Backend(abc.ABC):
         """The supervised loop: hold the link to the other replicas, reconnecting."""
 
     @abc.abstractmethod
+    async def broadcast(self, payload: str) -> bool:
+        """Send `payload` to every replica on the link, outside any transaction; False while
+        the link is down."""
+
+    @abc.abstractmethod
     async def wait_linked(self, within: float) -> None:
         """Return once the link is up; TimeoutError after `within` seconds."""
 
@@ -75,6 +80,9 @@ class LocalBackend(Backend):
 
     async def listen(self, listener: Listener) -> None:
         return None
+
+    async def broadcast(self, payload: str) -> bool:
+        return False
 
     async def wait_linked(self, within: float) -> None:
         return None

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 MIGRATION: Final = 0x6770_666C  # "gpfl": one migrator at a time, until its commit
 LEADER: Final = 0x6770_666D  # "gpfm": the replica that runs the sweeps, for its session
 AUDIT_CHAIN: Final = 0x6772_6161  # "graa": one appender to the audit chain, until commit
+# (and the dispatch turn: server/services/dispatch.py `LastLook`)
 API_KEYS: Final = 0x6772_6162  # "grab": one first-start admin key, however many replicas start
 GANG_ROUND: Final = 0x6772_6763  # "grgc": one gang round (claims and holds) at a time, until commit
 

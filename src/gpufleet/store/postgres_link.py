@@ -102,6 +102,10 @@ class PostgresBackend(Backend):
     async def try_lead(self) -> bool:
         return bool(await self._ask("SELECT pg_try_advisory_lock($1)", locks.LEADER, many=False))
 
+    async def broadcast(self, payload: str) -> bool:
+        sent = await self._ask("SELECT 1 FROM pg_notify($1, $2)", CHANNEL, payload, many=False)
+        return sent is not None
+
     async def alive(self) -> set[str] | None:
         rows = await self._ask(
             "SELECT application_name FROM pg_stat_activity"
@@ -113,7 +117,7 @@ class PostgresBackend(Backend):
             return None
         return {r["application_name"].removeprefix(APPLICATION_PREFIX) for r in rows}
 
-    async def _ask(self, query: str, arg: Any, *, many: bool) -> Any:
+    async def _ask(self, query: str, *args: Any, many: bool) -> Any:
         """A query on the link; None while the link is down or failing (the listen loop
         reconnects)."""
         async with self._conn_lock:
@@ -121,6 +125,6 @@ class PostgresBackend(Backend):
                 return None
             run = self._conn.fetch if many else self._conn.fetchval
             try:
-                return await run(query, arg, timeout=_QUERY_SECONDS)
+                return await run(query, *args, timeout=_QUERY_SECONDS)
             except _LINK_ERRORS:
                 return None

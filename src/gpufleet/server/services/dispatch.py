@@ -3,6 +3,13 @@
 Dispatch runs on every event that can make a match. After each pass no queued job matches
 an idle worker, so a new job only needs the idle workers, and a newly idle worker only
 needs the queue. The health loop runs a full pass as a safety net.
+
+A job queued while a worker is freed is dispatched by one pass, not two racing: the worker's
+(`dispatch_worker`, after the commit that freed it). The submit looks for an idle worker in
+its own transaction, and once more just before it commits under the dispatch turn (the
+audit chain's lock, which the transaction freeing a worker holds too: `LastLook`,
+`Tx.frees_a_worker`): whichever commits second sees the other, so a job that found no worker
+then needs no pass of its own.
 """
 
 from __future__ import annotations
@@ -71,6 +78,28 @@ async def claim_new(tx: Tx, job: Job, worker: Worker) -> Job | None:
         return await claim(tx, job, worker)
     except WorkerTaken:
         return None
+
+
+class LastLook:
+    """A one-node job this transaction queues with no idle worker fitting it: whether it
+    needs a dispatch pass once committed (`fits`).
+
+    A worker freed at the same time, on another replica, may miss the job (its pass read the
+    queue before the job committed) while the job's look missed the worker (it read before
+    the worker's release committed). Both hold the dispatch turn (an advisory lock) until
+    they commit: the job looks once more under it, and only a worker found then asks for a
+    pass (which claims it, or retries the race it lost); a worker freed later finds the job
+    itself. On SQLite the transaction is the only writer: its first look was its last.
+    """
+
+    def __init__(self, tx: Tx, job: Job) -> None:
+        self.fits = True  # until the look under the turn says otherwise
+        self._req = job.requirement()
+        tx.at_turn(self._look)
+
+    async def _look(self, tx: Tx) -> None:
+        one_writer = not tx.q.locks_rows  # SQLite
+        self.fits = not one_writer and await first_fit(tx.q, self._req) is not None
 
 
 async def dispatch_job(ctx: Context, job_id: str) -> bool:

@@ -116,6 +116,7 @@ async def _hold(
     dropped = sorted(before - set(ids))
     if dropped:
         await tx.q.release_holds(dropped)
+        tx.frees_a_worker()
     if ids:
         await tx.q.hold_workers(ids, job.id, since, note)
     tx.audit("job.gang_held", SYSTEM_ACTOR, job.id, workers=sorted(ids), reason=reason)
@@ -127,6 +128,7 @@ async def _release(
 ) -> None:
     """Free held workers for other jobs, the reason in each gang's audit trail."""
     await tx.q.release_holds(ids)
+    tx.frees_a_worker()
     by_job: dict[str, list[str]] = {}
     for worker in held:
         if worker.id in ids and worker.held_for is not None:

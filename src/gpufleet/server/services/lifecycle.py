@@ -34,6 +34,7 @@ from gpufleet.domain.states import (
     can_move_worker,
     check_job_move,
     derive_worker_status,
+    may_newly_fit,
 )
 from gpufleet.errors import Conflict, NotFound
 from gpufleet.server.context import Tx
@@ -76,6 +77,8 @@ async def save_worker(
         # on an orchestrator's restart, keeps it: the hold's clock goes on).
         changes = {**changes, "held_for": None, "held_since": None, "held_note": None}
     await tx.q.set_worker_status(worker.id, status, **changes)
+    if may_newly_fit(worker.status, status, changes):
+        tx.frees_a_worker()  # a job queued meanwhile sees it, or its pass the job (dispatch.py)
     tx.wake(WORKERS_TOPIC)  # live views (the web UI's event stream) re-read the fleet
     if status is not worker.status:
         tx.audit(

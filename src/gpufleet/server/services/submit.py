@@ -293,13 +293,14 @@ async def enqueue(
             **extra,
         )
         tx.wake(JOBS_TOPIC)
+        look = dispatch.LastLook(tx, job) if one_node and worker is None else None
         if dispatch_policy.refused(ctx, job, snap) or await SweepRoom(ctx, tx).full(job):
             worker = None  # a limit, or its sweep's max_parallel, keeps it waiting
         offered = await dispatch.claim_new(tx, job, worker) if worker is not None else None
     if offered is not None and worker is not None:
         return Enqueued(offered, admitted.names | {worker.id: worker.name})
-    if queued and waits_on is None:
-        # No idle fit, or another dispatch took that worker first: the usual pass, which
+    if queued and waits_on is None and (look is None or look.fits):
+        # Another dispatch took the worker first, or one fits now: the usual pass, which
         # looks again (and retries lost races) now that the job is committed.
         await dispatch.dispatch_job(ctx, job_id)
         job = await get_job(ctx, job_id)
