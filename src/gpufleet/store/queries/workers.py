@@ -41,6 +41,31 @@ _TOKEN = Prebuilt(
 )
 
 
+def _idle_matching(local: bool, after: bool) -> sa.Select[Any]:
+    """`idle_matching_workers`' page, built once for each shape (a submit's first fit)."""
+    stmt = sa.select(workers).where(
+        workers.c.status == WorkerStatus.IDLE.value,
+        workers.c.registered == sa.true(),
+        workers.c.gpu_count >= by("min_gpus"),
+        workers.c.held_for.is_(None),  # held for a gang: not offered to other jobs
+    )
+    if local:
+        stmt = stmt.where(workers.c.is_local == by("local"))
+    order = (workers.c.is_local, workers.c.gpu_count, workers.c.id)
+    if after:
+        names = ("after_local", "after_gpus", "after_id")
+        typed = (sa.bindparam(n, type_=c.type) for n, c in zip(names, order, strict=True))
+        stmt = stmt.where(sa.tuple_(*order) > sa.tuple_(*typed))
+    return stmt.order_by(*order).limit(sa.bindparam("limit", type_=sa.Integer()))
+
+
+_IDLE_MATCHING = {
+    (local, after): _idle_matching(local, after)
+    for local in (False, True)
+    for after in (False, True)
+}
+
+
 class WorkerQueries(QueryBase):
     async def insert_worker(self, status: WorkerStatus, values: Mapping[str, Any]) -> None:
         """A new worker in `status` (connecting): `services/lifecycle.py` alone calls it."""
@@ -52,6 +77,18 @@ class WorkerQueries(QueryBase):
         if row is None or worker_id in self.workers_written:
             row = await self._first(self._either(_WORKER, lock), {"id": worker_id})
         return rows.worker(row) if row else None
+
+    async def reporting_worker(self, worker_id: str) -> Worker | None:
+        """The worker, locked, for a report about its job. On SQLite, inside the one write
+        transaction, the worker cache's copy when it holds one and this transaction has not
+        written the worker: every write to a worker evicts it on commit, so its status, job
+        and attempt are the row's; its last heartbeat and GPU sample may be older (the
+        heartbeat path keeps those newer in memory), which a report does not read."""
+        if self.worker_cache is not None and worker_id not in self.workers_written:
+            kept = self.worker_cache.worker(worker_id)
+            if kept is not None:
+                return kept
+        return await self.get_worker(worker_id, lock=True)
 
     async def lock_workers(self, worker_ids: Iterable[str]) -> None:
         """Lock the workers' rows in id order, in one statement (PostgreSQL locks the rows of
@@ -161,19 +198,11 @@ class WorkerQueries(QueryBase):
         page and stops at the first fit, so a match reads a page, not the fleet
         (ix_workers_match). `local`: None for both kinds.
         """
-        stmt = sa.select(workers).where(
-            workers.c.status == WorkerStatus.IDLE.value,
-            workers.c.registered == sa.true(),
-            workers.c.gpu_count >= min_gpus,
-            workers.c.held_for.is_(None),  # held for a gang: not offered to other jobs
-        )
-        if local is not None:
-            stmt = stmt.where(workers.c.is_local == local)
-        order = (workers.c.is_local, workers.c.gpu_count, workers.c.id)
+        params: dict[str, Any] = {"min_gpus": min_gpus, "limit": limit, "local": local}
         if after is not None:
-            stmt = stmt.where(sa.tuple_(*order) > sa.tuple_(*after))
-        stmt = stmt.order_by(*order).limit(limit)
-        return [rows.worker(m) for m in await self._mapped(stmt)]
+            params |= dict(zip(("after_local", "after_gpus", "after_id"), after, strict=True))
+        stmt = _IDLE_MATCHING[(local is not None, after is not None)]
+        return [rows.worker(m) for m in await self._mapped(stmt, params)]
 
     async def idle_workers(self) -> list[Worker]:
         stmt = sa.select(workers).where(workers.c.status == WorkerStatus.IDLE.value)
