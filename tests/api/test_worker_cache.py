@@ -102,8 +102,8 @@ async def test_an_offer_is_what_the_next_heartbeat_holds(fleet: Fleet) -> None:
 async def test_a_worker_drained_while_it_runs_a_job_is_offered_nothing_when_it_ends(
     fleet: Fleet,
 ) -> None:
-    """A report reads its worker from the cache on SQLite (`reporting_worker`): the drain
-    since its last report must be what the job's end sees, not the worker kept before."""
+    """The drain since the worker's last report is what the job's end sees (its token's
+    worker, kept on SQLite, was read again), not the worker as its last report left it."""
     agent = await fleet.online_worker("gpu-1")
     first = await fleet.submit()
     offer = await agent.next_offer()

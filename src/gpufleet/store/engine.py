@@ -110,7 +110,6 @@ class Store:
                 raise StoreError(f"cannot reach the database: {exc}") from exc
             try:
                 written = Queries(conn)
-                written.worker_cache = self.workers
                 written.webhook_cache = self.webhooks
                 yield written
             except DBAPIError as exc:

@@ -47,12 +47,6 @@ class WorkerCache:
             self._keep(token_hash, found)
         return found
 
-    def worker(self, worker_id: str) -> Worker | None:
-        """The worker as kept under any of its tokens; None: not kept."""
-        for token_hash in self._hashes.get(worker_id, ()):
-            return self._found[token_hash][1]
-        return None
-
     def evict(self, worker_ids: Iterable[str]) -> None:
         """These workers (or their tokens) changed: their next request reads again."""
         self.generation += 1

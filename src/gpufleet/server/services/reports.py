@@ -147,7 +147,7 @@ async def report_status(
     refused: tuple[Job, Attempt | None] | None = None
     freed = requeued = False
     async with transaction(ctx) as tx:
-        locked = await tx.q.reporting_worker(worker.id)
+        locked = await tx.q.get_worker(worker.id, lock=True)
         worker = locked or worker
         job, attempt, live = await _holder(tx, worker, job_id, report.attempt_id, attempt_token)
         status = job.status

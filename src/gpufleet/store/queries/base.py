@@ -10,7 +10,6 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gpufleet.store.webhook_cache import WebhookCache
-from gpufleet.store.worker_cache import WorkerCache
 
 
 class Prebuilt:
@@ -56,9 +55,6 @@ class QueryBase:
         # Worker rows `lock_workers` read as it locked them: a locked read of one takes it
         # from here, once, unless this transaction wrote it since (a batch's reports, #35).
         self.workers_locked: dict[str, RowMapping] = {}
-        # SQLite's write transactions: the store's worker cache, current as the last commit
-        # left it while this transaction holds the one write lock (`reporting_worker`).
-        self.worker_cache: WorkerCache | None = None
         # SQLite's write transactions: the webhooks as last read (store/webhook_cache.py),
         # forgotten when a transaction that wrote one (`webhooks_written`) commits.
         self.webhook_cache: WebhookCache | None = None

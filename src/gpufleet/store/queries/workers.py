@@ -78,18 +78,6 @@ class WorkerQueries(QueryBase):
             row = await self._first(self._either(_WORKER, lock), {"id": worker_id})
         return rows.worker(row) if row else None
 
-    async def reporting_worker(self, worker_id: str) -> Worker | None:
-        """The worker, locked, for a report about its job. On SQLite, inside the one write
-        transaction, the worker cache's copy when it holds one and this transaction has not
-        written the worker: every write to a worker evicts it on commit, so its status, job
-        and attempt are the row's; its last heartbeat and GPU sample may be older (the
-        heartbeat path keeps those newer in memory), which a report does not read."""
-        if self.worker_cache is not None and worker_id not in self.workers_written:
-            kept = self.worker_cache.worker(worker_id)
-            if kept is not None:
-                return kept
-        return await self.get_worker(worker_id, lock=True)
-
     async def lock_workers(self, worker_ids: Iterable[str]) -> None:
         """Lock the workers' rows in id order, in one statement (PostgreSQL locks the rows of
         `SELECT … ORDER BY id FOR UPDATE` as it returns them); nothing on SQLite, where one
