@@ -97,3 +97,23 @@ async def test_an_offer_is_what_the_next_heartbeat_holds(fleet: Fleet) -> None:
 
     assert answer.status_code == 200 and answer.json()["status"] == "busy", answer.text
     assert offer["job_id"] == job["id"]
+
+
+async def test_a_worker_drained_while_it_runs_a_job_is_offered_nothing_when_it_ends(
+    fleet: Fleet,
+) -> None:
+    """The drain since the worker's last report is what the job's end sees (its token's
+    worker, kept on SQLite, was read again), not the worker as its last report left it."""
+    agent = await fleet.online_worker("gpu-1")
+    first = await fleet.submit()
+    offer = await agent.next_offer()
+    await agent.run(offer)  # two reports: the worker is read, and kept
+    drained = await fleet.admin.post(f"/api/admin/workers/{agent.id}/drain")
+    assert drained.status_code == 200, drained.text
+    waiting = await fleet.submit()
+
+    await agent.finish(offer)
+
+    assert (await fleet.job(first["id"]))["status"] == "completed"
+    assert (await fleet.job(waiting["id"]))["status"] == "queued"
+    assert (await agent.info())["status"] == "draining"

@@ -197,8 +197,7 @@ async def _append_audit(q: Queries, key: bytes, rows: list[dict[str, Any]]) -> a
     """Write audit entries sealed onto the chain's end: an entry is never stored unsealed,
     so an unsealed one was written around the server. The lock is held until commit."""
     await q.lock_audit_chain()
-    head = await q.audit_chain_head() or audit_chain.START
-    stored = await q.insert_audit(rows)
+    stored, head = await q.insert_audit(rows)
     seals = audit_chain.extend(key, head, stored)
     await q.seal_audit([(e.id, s.seq, s.mac) for e, s in zip(stored, seals, strict=True)])
     return seals[-1]

@@ -22,6 +22,7 @@ from gpufleet.domain import jsonpolicy
 from gpufleet.errors import ConfigurationError, StoreError, WriteConflict
 from gpufleet.store import locks, sqlite_inline
 from gpufleet.store.queries import Queries
+from gpufleet.store.webhook_cache import WebhookCache
 from gpufleet.store.worker_cache import WorkerCache
 
 # Alembic (with Mako and Pygments) is imported only to migrate: a schema already at the newest
@@ -60,6 +61,7 @@ class Store:
         # SQLite: this process makes every write, so it can keep what a token names
         # (store/worker_cache.py). PostgreSQL: another replica may change a worker any time.
         self.workers = WorkerCache() if self.dialect == "sqlite" else None
+        self.webhooks = WebhookCache() if self.dialect == "sqlite" else None  # the same
         database = engine.url.database if self.dialect == "sqlite" else None
         self._checkpointer = (
             sqlite_inline.Checkpointer(database) if database and database != ":memory:" else None
@@ -92,6 +94,8 @@ class Store:
                 return False
             if self.workers is not None and written is not None and written.workers_written:
                 self.workers.evict(written.workers_written)
+            if self.webhooks is not None and written is not None and written.webhooks_written:
+                self.webhooks.evict()
             if after_commit is not None:
                 after_commit()
             return False
@@ -106,6 +110,7 @@ class Store:
                 raise StoreError(f"cannot reach the database: {exc}") from exc
             try:
                 written = Queries(conn)
+                written.webhook_cache = self.webhooks
                 yield written
             except DBAPIError as exc:
                 if getattr(exc.orig, "sqlstate", None) in _RETRYABLE:

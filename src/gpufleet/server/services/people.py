@@ -387,10 +387,10 @@ async def remove_member(
 async def resolve_submitter(q: Queries, user_id: str, team: str | None) -> tuple[User, Team | None]:
     """Who submits, and for which team: the one named (id or name; one of theirs), else
     their default team, else their only team, else none."""
-    user = await q.get_user(user_id)
-    if user is None:
+    found = await q.user_and_teams(user_id)
+    if found is None:
         raise _no_user(user_id)
-    theirs = await q.teams_of(user.id)
+    user, theirs = found
     asked = None
     if team is not None:
         asked = next((t for t in theirs if team in (t.id, t.name)), None)

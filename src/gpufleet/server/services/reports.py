@@ -49,13 +49,12 @@ async def _holder(
 ) -> tuple[Job, Attempt | None, bool]:
     """The job, the attempt the worker speaks of, and whether it is the live, current one;
     Forbidden if the attempt token sent is not that attempt's (`attempt_tokens`)."""
-    job = await tx.q.get_job(job_id, lock=True)
-    if job is None:
+    read = await tx.q.job_and_attempt(
+        job_id, attempt_id or None, worker.id, worker.current_attempt_id
+    )
+    if read is None:
         raise NotFound(f"no job {job_id}; it may have been deleted")
-    wanted = attempt_id or (job.current_attempt_id if job.worker_id == worker.id else None)
-    if wanted is None:
-        wanted = worker.current_attempt_id
-    attempt = await tx.q.get_attempt(wanted) if wanted else None
+    job, attempt = read
     if attempt is not None and (
         attempt.job_id != job.id or not await _speaks_for(tx, job, attempt, worker)
     ):

@@ -6,7 +6,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from gpufleet.domain.audit_chain import Head
+from gpufleet.domain.audit_chain import START, Head
 from gpufleet.domain.filters import AuditFilter
 from gpufleet.domain.records import AuditEvent
 from gpufleet.store import locks
@@ -22,18 +22,43 @@ _CHAIN_HEAD = Prebuilt(
 )
 
 
+# The chain's end before an INSERT's rows, returned with each of them: the head read in
+# the INSERT's own statement (its snapshot follows the lock taken before it on PostgreSQL,
+# and the rows it writes are unsealed, so they are not the head).
+_HEAD_SEQ = _CHAIN_HEAD.plain.with_only_columns(audit_events.c.chain_seq).scalar_subquery()
+_HEAD_MAC = _CHAIN_HEAD.plain.with_only_columns(audit_events.c.mac).scalar_subquery()
+_INSERT = sa.insert(audit_events).returning(
+    *audit_events.c, _HEAD_SEQ.label("head_seq"), _HEAD_MAC.label("head_mac")
+)
+_INSERT_PG = sa.insert(audit_events).returning(
+    *audit_events.c,
+    _HEAD_SEQ.label("head_seq"),
+    _HEAD_MAC.label("head_mac"),
+    sort_by_parameter_order=True,
+)
+
+_SEAL = (  # built once (`Prebuilt`'s reasoning): every audited write seals
+    sa.update(audit_events)
+    .where(audit_events.c.id == sa.bindparam("event_id"))
+    .values(chain_seq=sa.bindparam("seq"), mac=sa.bindparam("mac_"))
+)
+
+
 class AuditQueries(QueryBase):
-    async def insert_audit(self, entries: list[dict[str, Any]]) -> list[AuditEvent]:
+    async def insert_audit(self, entries: list[dict[str, Any]]) -> tuple[list[AuditEvent], Head]:
         """Audit events in order, one statement for all; returned as stored (ids given, the
-        detail as the database keeps it), which is what their MACs must cover.
+        detail as the database keeps it), which is what their MACs must cover, with the
+        chain's end they follow (read by the same statement: a statement fewer a write).
 
         On SQLite, SQLAlchemy cannot promise RETURNING's order for a many-row INSERT and so
         writes one row a statement when asked to; but SQLite numbers the rows of one INSERT
         in the order of its VALUES (one writer, each row the largest id plus one), so the
         rows are put back in order by id. PostgreSQL keeps the order in one statement."""
-        stmt = sa.insert(audit_events).returning(*audit_events.c, sort_by_parameter_order=self._pg)
-        stored = [rows.audit_event(m) for m in await self._mapped(stmt, entries)]
-        return stored if self._pg else sorted(stored, key=lambda e: e.id)
+        mapped = await self._mapped(_INSERT_PG if self._pg else _INSERT, entries)
+        stored = [rows.audit_event(m) for m in mapped]
+        seq, mac = mapped[0]["head_seq"], mapped[0]["head_mac"]
+        head = Head(int(seq), str(mac)) if seq is not None else START
+        return (stored if self._pg else sorted(stored, key=lambda e: e.id)), head
 
     async def lock_audit_chain(self) -> None:
         """One appender to the chain at a time, until commit, across orchestrators
@@ -67,13 +92,8 @@ class AuditQueries(QueryBase):
         """Seal entries: (event id, chain position, MAC) each, in one executemany."""
         if not seals:
             return
-        stmt = (
-            sa.update(audit_events)
-            .where(audit_events.c.id == sa.bindparam("event_id"))
-            .values(chain_seq=sa.bindparam("seq"), mac=sa.bindparam("mac_"))
-        )
         await self.conn.execute(
-            stmt, [{"event_id": i, "seq": seq, "mac_": mac} for i, seq, mac in seals]
+            _SEAL, [{"event_id": i, "seq": seq, "mac_": mac} for i, seq, mac in seals]
         )
 
     async def audit_chain(self, after_seq: int, limit: int) -> list[tuple[int, str, AuditEvent]]:

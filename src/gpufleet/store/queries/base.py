@@ -9,6 +9,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gpufleet.store.webhook_cache import WebhookCache
+
 
 class Prebuilt:
     """A hot path's SELECT built once, its values bound by name at each execution: a new
@@ -53,6 +55,10 @@ class QueryBase:
         # Worker rows `lock_workers` read as it locked them: a locked read of one takes it
         # from here, once, unless this transaction wrote it since (a batch's reports, #35).
         self.workers_locked: dict[str, RowMapping] = {}
+        # SQLite's write transactions: the webhooks as last read (store/webhook_cache.py),
+        # forgotten when a transaction that wrote one (`webhooks_written`) commits.
+        self.webhook_cache: WebhookCache | None = None
+        self.webhooks_written = False
 
     async def _rowcount(self, stmt: sa.Executable, params: Any = None) -> int:
         result = await self.conn.execute(stmt, params)

@@ -11,11 +11,11 @@ import sqlalchemy as sa
 
 from gpufleet.domain.filters import JobFilter
 from gpufleet.domain.matching import match_key
-from gpufleet.domain.records import Job
+from gpufleet.domain.records import Attempt, Job
 from gpufleet.domain.states import JobStatus, RetryOn, Target
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by, no_status
-from gpufleet.store.tables import jobs, workers
+from gpufleet.store.tables import job_attempts, jobs, workers
 
 # Writes built once: the columns set are the parameters' keys (`Prebuilt`'s reasoning).
 _INSERT_JOB = sa.insert(jobs)
@@ -25,6 +25,20 @@ _MOVE_JOB = _UPDATE_JOB.returning(jobs.c.has_dependents)
 _CLAIM_JOB = sa.update(jobs).where(jobs.c.id == by(ROW), jobs.c.status == JobStatus.QUEUED.value)
 _FREE = jobs.c.waits_on.is_(None)  # no dependency holds it (domain/dependencies.py)
 _JOB = Prebuilt(sa.select(jobs).where(jobs.c.id == by("id")))
+# A worker's report: the job, and the attempt it speaks of (the one it names, else the
+# job's current one if the job is the worker's, else the worker's current one), read
+# together; the job's row locked (PostgreSQL), as `get_job(lock=True)` locks it.
+_SPOKEN_OF = sa.func.coalesce(
+    sa.bindparam("attempt", type_=sa.String()),
+    sa.case((jobs.c.worker_id == by("worker"), jobs.c.current_attempt_id)),
+    sa.bindparam("worker_attempt", type_=sa.String()),
+)
+_JOB_AND_ATTEMPT = (
+    sa.select(jobs, job_attempts)
+    .select_from(jobs.outerjoin(job_attempts, job_attempts.c.id == _SPOKEN_OF))
+    .where(jobs.c.id == by("id"))
+)
+_JOB_AND_ATTEMPT_LOCKED = _JOB_AND_ATTEMPT.with_for_update(of=jobs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +113,21 @@ class JobQueries(QueryBase):
     async def get_job(self, job_id: str, *, lock: bool = False) -> Job | None:
         row = await self._first(self._either(_JOB, lock), {"id": job_id})
         return rows.job(row) if row else None
+
+    async def job_and_attempt(
+        self, job_id: str, attempt_id: str | None, worker_id: str, worker_attempt: str | None
+    ) -> tuple[Job, Attempt | None] | None:
+        """The job, locked, and the attempt a report of worker `worker_id` speaks of: the one
+        it names (`attempt_id`), else the job's current one if the job is the worker's, else
+        `worker_attempt` (its current one); one statement, not two. None: no such job."""
+        params = {"id": job_id, "attempt": attempt_id, "worker": worker_id}
+        stmt = _JOB_AND_ATTEMPT_LOCKED if self._pg else _JOB_AND_ATTEMPT
+        row = await self._first(stmt, params | {"worker_attempt": worker_attempt})
+        if row is None:
+            return None
+        attempt = rows.of_table(job_attempts, row)
+        found = rows.attempt(attempt) if attempt["id"] is not None else None
+        return rows.job(rows.of_table(jobs, row)), found
 
     async def update_job(self, job_id: str, **values: Any) -> None:
         """Set a job's columns other than its status (only `set_job_status` writes that)."""

@@ -30,6 +30,10 @@ def _key_and_user(row: RowMapping) -> tuple[ApiKey, User]:
     return rows.api_key(row), rows.user(user)
 
 
+# Every request an API key makes: the key and its user.
+_BY_HASH = Prebuilt(
+    _with_user().where(api_keys.c.key_hash == by("hash"), api_keys.c.revoked_at.is_(None))
+)
 # Every page and every call of the web UI: the session's key and user, unless the session
 # was signed out, in one read (the sign-out is one primary-key probe inside it).
 _SESSION = Prebuilt(
@@ -46,8 +50,7 @@ class KeyQueries(QueryBase):
 
     async def api_key_for_hash(self, key_hash: str) -> tuple[str, ApiKey, User] | None:
         """The active key with this hash and its user, in one read (every request's)."""
-        stmt = _with_user().where(api_keys.c.key_hash == key_hash, api_keys.c.revoked_at.is_(None))
-        row = await self._first(stmt)
+        row = await self._first(_BY_HASH.plain, {"hash": key_hash})
         return (row["key_hash"], *_key_and_user(row)) if row else None
 
     async def api_key_for_session(self, key_id: str, nonce: str) -> tuple[ApiKey, User] | None:

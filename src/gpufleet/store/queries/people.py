@@ -43,6 +43,18 @@ _TEAMS_OF = Prebuilt(
     .where(team_members.c.user_id == by("user"))
     .order_by(teams.c.name)
 )
+# A user and their teams in one statement (a submit's): the user's row once a team, or once
+# alone with no team.
+_USER_AND_TEAMS = (
+    sa.select(users, teams)
+    .select_from(
+        users.outerjoin(team_members, team_members.c.user_id == users.c.id).outerjoin(
+            teams, teams.c.id == team_members.c.team_id
+        )
+    )
+    .where(users.c.id == by("id"))
+    .order_by(teams.c.name)
+)
 _TEAM_IDS_OF = Prebuilt(
     sa.select(team_members.c.team_id).where(team_members.c.user_id == by("user"))
 )
@@ -208,6 +220,15 @@ class PeopleQueries(QueryBase):
 
     async def teams_of(self, user_id: str) -> list[Team]:
         return [rows.team(m) for m in await self._mapped(_TEAMS_OF.plain, {"user": user_id})]
+
+    async def user_and_teams(self, user_id: str) -> tuple[User, list[Team]] | None:
+        """`get_user` and `teams_of` in one statement; None: no such user."""
+        found = await self._mapped(_USER_AND_TEAMS, {"id": user_id})
+        if not found:
+            return None
+        user = rows.user(rows.of_table(users, found[0]))
+        theirs = [rows.team(rows.of_table(teams, m)) for m in found if m[teams.c.id] is not None]
+        return user, theirs
 
     async def team_ids_of(self, user_id: str) -> frozenset[str]:
         """The ids of the user's teams (who may act on a job: `domain.ownership`)."""

@@ -33,10 +33,19 @@ _DUE_WEBHOOKS = (
 
 class WebhookQueries(QueryBase):
     async def insert_webhook(self, values: Mapping[str, Any]) -> None:
+        self.webhooks_written = True
         await self.conn.execute(sa.insert(webhooks).values(**values))
 
     async def list_webhooks(self) -> list[Webhook]:
-        return [rows.webhook(m) for m in await self._mapped(_WEBHOOKS.plain)]
+        """Every webhook; in a SQLite write transaction that wrote none, as kept
+        (store/webhook_cache.py)."""
+        kept = self.webhook_cache if not self.webhooks_written else None
+        if kept is not None and kept.webhooks is not None:
+            return list(kept.webhooks)
+        found = [rows.webhook(m) for m in await self._mapped(_WEBHOOKS.plain)]
+        if kept is not None:
+            kept.webhooks = list(found)
+        return found
 
     async def get_webhook(self, webhook_id: str) -> Webhook | None:
         stmt = sa.select(webhooks).where(webhooks.c.id == webhook_id)
@@ -44,11 +53,13 @@ class WebhookQueries(QueryBase):
         return rows.webhook(row) if row else None
 
     async def update_webhook(self, webhook_id: str, **values: Any) -> None:
+        self.webhooks_written = True
         await self.conn.execute(
             sa.update(webhooks).where(webhooks.c.id == webhook_id).values(**values)
         )
 
     async def delete_webhook(self, webhook_id: str) -> bool:
+        self.webhooks_written = True
         await self.conn.execute(
             sa.delete(webhook_deliveries).where(webhook_deliveries.c.webhook_id == webhook_id)
         )

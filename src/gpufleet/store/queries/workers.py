@@ -53,6 +53,31 @@ _TOKEN = Prebuilt(
 )
 
 
+def _idle_matching(local: bool, after: bool) -> sa.Select[Any]:
+    """`idle_matching_workers`' page, built once for each shape (a submit's first fit)."""
+    stmt = sa.select(workers).where(
+        workers.c.status == WorkerStatus.IDLE.value,
+        workers.c.registered == sa.true(),
+        workers.c.gpu_count >= by("min_gpus"),
+        workers.c.held_for.is_(None),  # held for a gang: not offered to other jobs
+    )
+    if local:
+        stmt = stmt.where(workers.c.is_local == by("local"))
+    order = (workers.c.is_local, workers.c.gpu_count, workers.c.id)
+    if after:
+        names = ("after_local", "after_gpus", "after_id")
+        typed = (sa.bindparam(n, type_=c.type) for n, c in zip(names, order, strict=True))
+        stmt = stmt.where(sa.tuple_(*order) > sa.tuple_(*typed))
+    return stmt.order_by(*order).limit(sa.bindparam("limit", type_=sa.Integer()))
+
+
+_IDLE_MATCHING = {
+    (local, after): _idle_matching(local, after)
+    for local in (False, True)
+    for after in (False, True)
+}
+
+
 class WorkerQueries(QueryBase):
     async def insert_worker(self, status: WorkerStatus, values: Mapping[str, Any]) -> None:
         """A new worker in `status` (connecting): `services/lifecycle.py` alone calls it."""
@@ -173,19 +198,11 @@ class WorkerQueries(QueryBase):
         page and stops at the first fit, so a match reads a page, not the fleet
         (ix_workers_match). `local`: None for both kinds.
         """
-        stmt = sa.select(workers).where(
-            workers.c.status == WorkerStatus.IDLE.value,
-            workers.c.registered == sa.true(),
-            workers.c.gpu_count >= min_gpus,
-            workers.c.held_for.is_(None),  # held for a gang: not offered to other jobs
-        )
-        if local is not None:
-            stmt = stmt.where(workers.c.is_local == local)
-        order = (workers.c.is_local, workers.c.gpu_count, workers.c.id)
+        params: dict[str, Any] = {"min_gpus": min_gpus, "limit": limit, "local": local}
         if after is not None:
-            stmt = stmt.where(sa.tuple_(*order) > sa.tuple_(*after))
-        stmt = stmt.order_by(*order).limit(limit)
-        return [rows.worker(m) for m in await self._mapped(stmt)]
+            params |= dict(zip(("after_local", "after_gpus", "after_id"), after, strict=True))
+        stmt = _IDLE_MATCHING[(local is not None, after is not None)]
+        return [rows.worker(m) for m in await self._mapped(stmt, params)]
 
     async def idle_workers(self) -> list[Worker]:
         stmt = sa.select(workers).where(workers.c.status == WorkerStatus.IDLE.value)
