@@ -92,7 +92,9 @@ def _requests(a: Agent, b: Agent, job_id: str, attempt: str) -> list[Any]:
     out += [("POST", status, {**JSON, **a.headers}, b'{"status": "exploded"}')]
     out += [("POST", f"{base}/job/j_nope/status", {**JSON, **a.headers}, b'{"status": "running"}')]
     out += [("POST", f"{base}/job/{job_id}/logs", {**JSON, **b.headers}, b'{"lines": []}')]
-    out += [("POST", f"{base}/heartbeat", {**JSON, **b.headers}, f'{{"worker_id": "{b.id}"}}'.encode())]
+    out += [
+        ("POST", f"{base}/heartbeat", {**JSON, **b.headers}, f'{{"worker_id": "{b.id}"}}'.encode())
+    ]
     out += [("POST", f"{base}/heartbeat", {**JSON, **a.headers}, b'{"worker_id": "w_other"}')]
     for url in (f"{base}/queue", f"{base}/job/{job_id}/secrets", f"{base}/stream"):
         out += [("GET", f"{url}?worker_id=w_other", a.headers, b"")]
@@ -124,6 +126,24 @@ async def test_each_worker_route_refuses_as_fastapi_did_with_the_same_status_and
     assert (await fleet.job(job["id"]))["status"] == offered["status"]  # nothing was written
 
 
+def _post(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    """An ASGI scope of a POST announcing a 9-byte JSON body."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"9"), *headers],
+        "client": ("127.0.0.1", 40000),
+        "server": ("test", 80),
+    }
+
+
 async def test_a_worker_route_refuses_a_request_without_credentials_before_its_body_comes(
     fleet: Fleet,
 ) -> None:
@@ -131,36 +151,22 @@ async def test_a_worker_route_refuses_a_request_without_credentials_before_its_b
     worker = await fleet.online_worker("gpu-1")
     job = await fleet.submit()
     await worker.next_offer()
+
+    async def never() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        raise AssertionError("the body was read")
+
     for path in ("heartbeat", f"job/{job['id']}/status", f"job/{job['id']}/logs"):
         for headers in ([], [(b"x-worker-token", b"wrong")]):
             sent: list[dict[str, Any]] = []
 
-            async def receive() -> dict[str, Any]:
-                await asyncio.Event().wait()  # the body never comes
-                raise AssertionError("unreachable")
-
             async def send(message: dict[str, Any], sent: list[Any] = sent) -> None:
                 sent.append(message)
 
-            scope = {
-                "type": "http",
-                "asgi": {"version": "3.0"},
-                "http_version": "1.1",
-                "method": "POST",
-                "scheme": "http",
-                "path": f"/api/workers/{path}",
-                "raw_path": f"/api/workers/{path}".encode(),
-                "query_string": b"",
-                "root_path": "",
-                "headers": [(b"content-type", b"application/json"), (b"content-length", b"9")]
-                + headers,
-                "client": ("127.0.0.1", 40000),
-                "server": ("test", 80),
-            }
-            await asyncio.wait_for(fleet.app(scope, receive, send), 5)
-            start = sent[0]
-            assert start["status"] == 401, (path, start)
-            assert (b"connection", b"close") in start["headers"]
+            scope = _post(f"/api/workers/{path}", headers)
+            await asyncio.wait_for(fleet.app(scope, never, send), 5)
+            assert sent[0]["status"] == 401, (path, sent[0])
+            assert (b"connection", b"close") in sent[0]["headers"]
 
 
 async def test_a_malformed_report_is_refused_422_naming_each_field(fleet: Fleet) -> None:
@@ -181,7 +187,9 @@ async def test_a_malformed_report_is_refused_422_naming_each_field(fleet: Fleet)
     assert body["detail"].startswith("invalid request: header.X-Attempt-Token: String should have")
 
 
-async def test_the_openapi_document_describes_the_plain_routes_with_their_models(fleet: Fleet) -> None:
+async def test_the_openapi_document_describes_the_plain_routes_with_their_models(
+    fleet: Fleet,
+) -> None:
     spec = fleet.app.openapi()
     paths = spec["paths"]
 

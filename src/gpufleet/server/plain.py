@@ -21,8 +21,8 @@ A route that declares anything else (another dependency, a cookie, a form) fails
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, cast
 
 from fastapi.dependencies.utils import request_body_to_args, request_params_to_args
 from fastapi.exceptions import RequestValidationError
@@ -55,21 +55,24 @@ class PlainRoute(JsonBodyRoute):
 
 def serve(route: JsonBodyRoute) -> Handler:
     dependant = route.dependant
-    calls = [(sub.name, sub.call) for sub in dependant.dependencies]
-    refused = [call for _, call in calls if call not in TAKE_THE_REQUEST]
+    refused = [sub.call for sub in dependant.dependencies if sub.call not in TAKE_THE_REQUEST]
     if refused or dependant.cookie_params or len(dependant.body_params) > 1:
         raise TypeError(f"{route.path}: not a route a plain endpoint serves ({refused})")
+    calls: list[tuple[str | None, Callable[[Request], Awaitable[Any]]]] = [
+        (sub.name, cast(Callable[[Request], Awaitable[Any]], sub.call))
+        for sub in dependant.dependencies
+    ]
     doors = credentials(dependant)
     endpoint = dependant.call
     if endpoint is None:
         raise TypeError(f"{route.path}: no endpoint")
     body_params = dependant.body_params
-    params = (
+    sources = (
         (dependant.path_params, "path_params"),
         (dependant.query_params, "query_params"),
         (dependant.header_params, "headers"),
     )
-    params = tuple((fields, source) for fields, source in params if fields)
+    params = [(fields, source) for fields, source in sources if fields]
     status = route.status_code or 200
 
     async def answer(request: Request) -> Response:
@@ -103,4 +106,3 @@ def serve(route: JsonBodyRoute) -> Handler:
         return JSONResponse(result, status_code=status)
 
     return answer
-
