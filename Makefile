@@ -116,5 +116,15 @@ lint: venv
 bench: venv postgres
 	$(BIN)/python -m bench --size full --json-out test-output/bench
 
+# Before and after in one run (#39; docs/benchmarks.md): each scenario against BASE's server
+# (another checkout: `git worktree add /tmp/base <commit>`), then this checkout's, ROUNDS times.
+#   make bench-baseline BASE=/tmp/base BENCH_ARGS="--scenario 2 --size medium" ROUNDS=3
+ROUNDS ?= 1
+BENCH_ARGS ?= --size full
+.PHONY: bench-baseline
+bench-baseline: venv postgres
+	@test -n "$(BASE)" || { echo "BASE=<a checkout of gpufleet>: git worktree add /tmp/base <commit>"; exit 2; }
+	$(BIN)/python -m bench --baseline $(BASE) --rounds $(ROUNDS) $(BENCH_ARGS) --json-out test-output/bench-baseline
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-output

@@ -60,6 +60,9 @@ class Result:
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # A --baseline run's: which code's server ("baseline" or "current"), and which round.
+    side: str = ""
+    round: int = 0
 
     def check(self, metric: str, value: float | str | None, target: str, ok: bool | None) -> None:
         self.checks.append(Check(metric, value, target, ok))
@@ -92,7 +95,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def _fmt(value: Any) -> str:
+def fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -114,7 +117,7 @@ def print_table(results: Sequence[Result], console: Console | None = None) -> No
                 label if i == 0 else "",
                 r.database if i == 0 else "",
                 c.metric,
-                _fmt(c.value),
+                fmt(c.value),
                 c.target,
                 verdict,
             )
@@ -124,7 +127,15 @@ def print_table(results: Sequence[Result], console: Console | None = None) -> No
             console.print(f"[dim]{r.scenario}. {note}")
 
 
-def write_json(results: Sequence[Result], out_dir: Path, size: str) -> Path:
+def write_json(
+    results: Sequence[Result],
+    out_dir: Path,
+    size: str,
+    extra: dict[str, Any] | None = None,
+    markdown: str | None = None,
+) -> Path:
+    """One JSON file a result, `summary.json` (with `extra`'s keys), and `summary.md`
+    (`markdown`, or the table of print_table)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC)
     doc = {
@@ -134,11 +145,12 @@ def write_json(results: Sequence[Result], out_dir: Path, size: str) -> Path:
         "results": [r.as_dict() for r in results],
     }
     for r in results:
-        path = out_dir / f"scenario-{r.scenario.replace('/', '-')}-{r.database}.json"
+        side = f"-{r.side}-{r.round}" if r.side else ""
+        path = out_dir / f"scenario-{r.scenario.replace('/', '-')}-{r.database}{side}.json"
         path.write_text(json.dumps({**doc, "results": [r.as_dict()]}, indent=2, default=str))
     summary = out_dir / "summary.json"
-    summary.write_text(json.dumps(doc, indent=2, default=str))
-    (out_dir / "summary.md").write_text(markdown_table(results))
+    summary.write_text(json.dumps({**doc, **(extra or {})}, indent=2, default=str))
+    (out_dir / "summary.md").write_text(markdown or markdown_table(results))
     return summary
 
 
@@ -154,6 +166,6 @@ def markdown_table(results: Sequence[Result]) -> str:
             label = f"{r.scenario}. {r.name}" if i == 0 else ""
             db = r.database if i == 0 else ""
             lines.append(
-                f"| {label} | {db} | {c.metric} | {_fmt(c.value)} | {c.target} | {verdicts[c.ok]} |"
+                f"| {label} | {db} | {c.metric} | {fmt(c.value)} | {c.target} | {verdicts[c.ok]} |"
             )
     return "\n".join(lines) + "\n"

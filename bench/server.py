@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import resource
 import secrets
 import shutil
@@ -25,6 +26,32 @@ from sqlalchemy.engine import make_url
 from gpufleet.client_tls import verify_for
 
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
+CODE_LINE = "gpufleet code:"
+# `gpufleet ...` as the venv's script runs it, saying first which gpufleet it imported.
+_LAUNCH = (
+    "import sys, gpufleet; "
+    f"print({CODE_LINE!r}, gpufleet.__file__, file=sys.stderr, flush=True); "
+    "from gpufleet.cli.main import main; sys.argv[0] = 'gpufleet'; main()"
+)
+
+
+def gpufleet_command(code: Path | None) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of a `gpufleet` process the bench starts. `code`: the
+    `src` folder of the checkout it runs (`--baseline`; the venv's Python and packages, that
+    folder alone on PYTHONPATH, which comes before the venv's editable install); None: the
+    venv's `gpufleet` script as the environment has it."""
+    if code is None:
+        return [GPUFLEET], dict(os.environ)
+    return [sys.executable, "-c", _LAUNCH], {**os.environ, "PYTHONPATH": str(code)}
+
+
+def loaded_from(log: Path) -> Path | None:
+    """The gpufleet package a process started by `gpufleet_command(code)` imported, from the
+    line it wrote first into its log."""
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith(CODE_LINE):
+            return Path(line[len(CODE_LINE) :].strip()).resolve()
+    return None
 
 
 def raise_fd_limit() -> int:
@@ -72,9 +99,11 @@ class BenchServer:
         data_dir: Path,
         database_url: str | None = None,
         profile: Path | None = None,
+        code: Path | None = None,
         **flags: Any,
     ) -> None:
         self.data_dir = data_dir
+        self.code = code  # the `src` folder the server runs (gpufleet_command)
         self.profile = profile  # py-spy's collapsed stacks of the server go here
         self._profiler: subprocess.Popen[bytes] | None = None
         self.database_url = database_url
@@ -95,7 +124,8 @@ class BenchServer:
 
     def start(self) -> BenchServer:
         raise_fd_limit()
-        cmd = [GPUFLEET, "server", "--host", "127.0.0.1", "--port", str(self.port)]
+        launch, env = gpufleet_command(self.code)
+        cmd = [*launch, "server", "--host", "127.0.0.1", "--port", str(self.port)]
         cmd += ["--data-dir", str(self.data_dir)]
         if self.database_url:
             cmd += ["--database-url", self.database_url]
@@ -103,7 +133,7 @@ class BenchServer:
             cmd += [f"--{name}", str(value)]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60
         # One client for every poll, loading no CA bundle: a client made a poll loaded
         # certifi's (60 ms of CPU), ten times a second for the seconds a loaded machine takes
@@ -114,6 +144,7 @@ class BenchServer:
                     self.stop()
                     raise RuntimeError(f"server did not start; see {self.log_path}")
                 time.sleep(0.1)
+        self._check_code()
         self._ps = psutil.Process(self.proc.pid)
         if self.profile is not None:
             self._profiler = start_profiler(self.proc.pid, self.profile)
@@ -132,6 +163,16 @@ class BenchServer:
             return probe.get(f"{self.url}/readyz").status_code == 200
         except httpx.HTTPError:
             return False
+
+    def _check_code(self) -> None:
+        """With `code`, the server answered from that checkout's package, or it stops here:
+        a before/after of one code twice would read as a finding."""
+        if self.code is None:
+            return
+        loaded = loaded_from(self.log_path)
+        if loaded is None or not loaded.is_relative_to(self.code.resolve()):
+            self.stop()
+            raise RuntimeError(f"the server ran gpufleet from {loaded}, not from {self.code}")
 
     def stop(self) -> None:
         if self._profiler is not None:
@@ -207,9 +248,13 @@ def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
 
 @contextlib.contextmanager
 def running_server(
-    data_dir: Path, database_url: str | None = None, profile: Path | None = None, **flags: Any
+    data_dir: Path,
+    database_url: str | None = None,
+    profile: Path | None = None,
+    code: Path | None = None,
+    **flags: Any,
 ) -> Iterator[BenchServer]:
-    server = BenchServer(data_dir, database_url, profile, **flags).start()
+    server = BenchServer(data_dir, database_url, profile, code, **flags).start()
     try:
         yield server
     finally:
@@ -221,21 +266,28 @@ SHARED_FILES = ("admin.token", "audit.key", "ui-secret")  # docs/deploy.md
 
 @contextlib.contextmanager
 def running_replicas(
-    data_dir: Path, database_url: str, profile: Path | None = None, count: int = 2, **flags: Any
+    data_dir: Path,
+    database_url: str,
+    profile: Path | None = None,
+    count: int = 2,
+    code: Path | None = None,
+    **flags: Any,
 ) -> Iterator[BenchServer]:
     """`count` replicas on one PostgreSQL database. The one yielded takes the submits (and is
     the one measured and profiled); the simulated workers stream from the last one, so every
     offer crosses from one replica to another. With `profile`, every replica is sampled
     (`<name>-r1.txt` and on for the others)."""
     with contextlib.ExitStack() as stack:
-        first = stack.enter_context(running_server(data_dir / "r0", database_url, profile, **flags))
+        first = stack.enter_context(
+            running_server(data_dir / "r0", database_url, profile, code, **flags)
+        )
         for n in range(1, count):
             folder = data_dir / f"r{n}"
             folder.mkdir(parents=True)
             for name in SHARED_FILES:
                 shutil.copy2(first.data_dir / name, folder / name)
             also = profile.with_name(f"{profile.stem}-r{n}{profile.suffix}") if profile else None
-            other = stack.enter_context(running_server(folder, database_url, also, **flags))
+            other = stack.enter_context(running_server(folder, database_url, also, code, **flags))
             first.worker_url = other.url
             first.others.append(other)
         yield first

@@ -67,6 +67,18 @@ async def capacity(opts: Options) -> Result:
         "-",
         None,
     )
+    result.check(  # #19 goal 3
+        f"server CPU at rest ({slow:g} s heartbeats), % of one core",
+        s["server_cpu_one_core_pct"],
+        "≤ 20",
+        s["server_cpu_one_core_pct"] <= 20,
+    )
+    result.check(
+        f"server CPU a heartbeat at {slow:g} s, its stream's pings included (ms)",
+        s["server_cpu_per_heartbeat_ms"],
+        "-",
+        None,
+    )
     rss = max(s["server_rss_mib"], f["server_rss_mib"])
     result.check("server resident memory (MiB)", rss, "≤ 1,024", rss <= 1024)
     return result
@@ -90,5 +102,9 @@ async def _heartbeat_phase(
         "failed": len(mine) - len(lat),
         "per_s": round(len(lat) / window, 1),
         "server_cpu_share": round(usage.cpu_share, 3),
+        "server_cpu_one_core_pct": round(100 * usage.cpu_seconds / usage.wall_seconds, 1),
+        "server_cpu_per_heartbeat_ms": round(1000 * usage.cpu_seconds / len(lat), 3)
+        if lat
+        else None,
         "server_rss_mib": round(usage.rss_bytes / 2**20, 1),
     }

@@ -126,6 +126,9 @@ class Options:
     # behind is not another's cost. A pool (the smoke tests): `server` without flags hands out
     # the pool's server of that database and replica count, a start spared (#32).
     servers: ServerPool | None = None
+    # The `src` folder of the checkout every `gpufleet` process the scenario starts runs
+    # (`--baseline`: bench.server.gpufleet_command); None: the venv's `gpufleet` as it is.
+    code: Path | None = None
 
     @property
     def database(self) -> str:
@@ -163,22 +166,24 @@ class Options:
                 if url is None:
                     raise ConfigurationError("replicas share a PostgreSQL database: pass one")
                 yield stack.enter_context(
-                    running_replicas(data_dir, url, profile, self.replicas, **flags)
+                    running_replicas(data_dir, url, profile, self.replicas, self.code, **flags)
                 )
             else:
-                yield stack.enter_context(running_server(data_dir, url, profile, **flags))
+                yield stack.enter_context(
+                    running_server(data_dir, url, profile, self.code, **flags)
+                )
 
 
 class ServerPool:
-    """Servers kept running across scenarios, one a database and replica count, each started
-    on first use; all stopped by `aclose`."""
+    """Servers kept running across scenarios, one a database, replica count and code, each
+    started on first use; all stopped by `aclose`."""
 
     def __init__(self) -> None:
         self._stack = contextlib.AsyncExitStack()
-        self._servers: dict[tuple[str | None, int], BenchServer] = {}
+        self._servers: dict[tuple[str | None, int, Path | None], BenchServer] = {}
 
     async def get(self, opts: Options, scenario: str) -> BenchServer:
-        key = (opts.database_url, opts.replicas)
+        key = (opts.database_url, opts.replicas, opts.code)
         if key not in self._servers:
             self._servers[key] = await self._stack.enter_async_context(opts.own_server(scenario))
         return self._servers[key]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bench.report import Result
 from bench.scenarios.latency import dispatch_latency
 from bench.scenarios.options import Options
@@ -15,15 +17,7 @@ async def side_by_side(opts: Options) -> list[Result]:
     results: list[Result] = []
     url = opts.database_url or PG_DEFAULT
     for replicas, prefix in ((1, "6"), (2, "6/r")):
-        pg = Options(
-            opts.size,
-            url,
-            opts.work_dir,
-            opts.profile_dir,
-            replicas=replicas,
-            paced=True,
-            servers=opts.servers,
-        )
+        pg = replace(opts, database_url=url, replicas=replicas, paced=True)
         for run in (dispatch_latency, throughput):
             r = await run(pg)
             r.scenario = f"{prefix}/{r.scenario}" if replicas > 1 else f"6/{r.scenario}"

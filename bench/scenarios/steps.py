@@ -180,6 +180,15 @@ def check_job_cost(result: Result, opts: Options) -> None:
         "≤ 8",
         None if cpu is None else cpu <= 8,
     )
+    # #39: the figures the ratios are made of, each a row of its own (a --baseline run gives
+    # each its current ÷ baseline).
+    result.check("server CPU a job (ms)", m["server_cpu_per_job_ms"], "-", None)
+    result.check(
+        "server CPU an empty request, the floor's (ms)",
+        m["floor"]["server_cpu_per_request_ms"],
+        "-",
+        None,
+    )
 
 
 def check_cpu(result: Result) -> None:

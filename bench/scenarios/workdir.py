@@ -40,7 +40,7 @@ from bench.report import Result
 from bench.scenarios.artifacts import _ok, checkpoint_commit
 from bench.scenarios.options import Options
 from bench.scenarios.steps import admin_client, fleet_of, say, submit
-from bench.server import GPUFLEET, BenchServer
+from bench.server import BenchServer, gpufleet_command
 from bench.workers import HOLD
 from gpufleet import protocol
 from gpufleet.artifacts.workdir_archive import pack
@@ -116,12 +116,13 @@ def _tree(root: Path, size: int) -> Path:
 
 async def _run(server: BenchServer, workdir: Path) -> float:
     """Seconds from starting `gpufleet run --wait` to the job's first line on its output."""
-    cmd = [GPUFLEET, "run", "--url", server.url, "--api-key", server.admin_key]
+    launch, env = gpufleet_command(server.code)  # the CLI of the server's checkout
+    cmd = [*launch, "run", "--url", server.url, "--api-key", server.admin_key]
     cmd += ["--workdir", str(workdir), "--wait", "--label", "bench=workdir"]
     cmd += ["--", sys.executable, "-c", f"print({MARK!r}, flush=True)"]
     # The CLI's digests of folders it packed (cli/digests.py) kept beside the trees, not in
     # the home folder of whoever runs the benchmark.
-    env = {**os.environ, "GPUFLEET_CACHE_DIR": str(workdir.parent / "cli-cache")}
+    env["GPUFLEET_CACHE_DIR"] = str(workdir.parent / "cli-cache")
     return await asyncio.to_thread(_timed, cmd, env)
 
 
@@ -155,12 +156,13 @@ def _start_worker(server: BenchServer, work_dir: Path) -> subprocess.Popen[bytes
         timeout=30,
     )
     _ok(made, "create the worker")
-    cmd = [GPUFLEET, "worker", "--orchestrator-url", server.url, "--worker-token"]
+    launch, env = gpufleet_command(server.code)  # the worker of the server's checkout
+    cmd = [*launch, "worker", "--orchestrator-url", server.url, "--worker-token"]
     cmd += [made.json()["token"], "--name", "bench-workdir", "--persistent"]
     cmd += ["--work-dir", str(work_dir), "--label", "bench=workdir"]
     work_dir.mkdir(parents=True)
     with (work_dir.parent / "worker.log").open("ab") as log:  # the child keeps its own copy
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 async def _curl_copy(

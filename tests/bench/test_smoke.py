@@ -65,6 +65,11 @@ async def test_throughput_completes_every_job(tmp_path: Path, servers: ServerPoo
     assert result.metrics["rate_vs_floor"] > 0 and result.metrics["cpu_vs_floor"] > 0
     targets = {c.target for c in result.checks if c.ok is not None}
     assert {"≥ 0.5", "≤ 8"} <= targets
+    # #39: the figures the ratios divide, rows of their own.
+    rows = {c.metric: c.value for c in result.checks}
+    assert rows["server CPU a job (ms)"] == result.metrics["server_cpu_per_job_ms"]
+    floor_ms = result.metrics["floor"]["server_cpu_per_request_ms"]
+    assert rows["server CPU an empty request, the floor's (ms)"] == floor_ms
 
 
 @in_the_module
@@ -77,6 +82,10 @@ async def test_capacity_measures_heartbeats_cpu_and_memory_at_both_rates(
         assert result.metrics[phase]["heartbeats"]["count"] > 0
         assert result.metrics[phase]["server_rss_mib"] > 0
     assert result.metrics["connected_at_end"] == SMOKE.s3_workers
+    # #19 goal 3 (#39): CPU at rest, the slow heartbeats, as % of one core.
+    at_rest = [c for c in result.checks if c.target == "≤ 20"]
+    assert [c.value for c in at_rest] == [result.metrics["slow"]["server_cpu_one_core_pct"]]
+    assert result.metrics["slow"]["server_cpu_per_heartbeat_ms"] is not None  # heartbeats came
 
 
 @in_the_module

@@ -17,6 +17,11 @@ from gpufleet.store.tables import job_attempts, jobs
 _INSERT_ATTEMPT = sa.insert(job_attempts)
 _UPDATE_ATTEMPT = sa.update(job_attempts).where(job_attempts.c.id == by(ROW))
 _ATTEMPT = Prebuilt(sa.select(job_attempts).where(job_attempts.c.id == by("id")))
+# The ack sweep's read, every 0.75-1 s at rest (#32).
+_UNACKNOWLEDGED = sa.select(job_attempts).where(
+    job_attempts.c.status == AttemptStatus.OFFERED.value,
+    job_attempts.c.offered_at < by("cutoff"),
+)
 
 
 class AttemptQueries(QueryBase):
@@ -63,11 +68,7 @@ class AttemptQueries(QueryBase):
         ]
 
     async def unacknowledged_offers(self, cutoff: datetime) -> list[Attempt]:
-        stmt = sa.select(job_attempts).where(
-            job_attempts.c.status == AttemptStatus.OFFERED.value,
-            job_attempts.c.offered_at < cutoff,
-        )
-        return [rows.attempt(m) for m in await self._mapped(stmt)]
+        return [rows.attempt(m) for m in await self._mapped(_UNACKNOWLEDGED, {"cutoff": cutoff})]
 
     async def pending_offers(
         self, worker_id: str, current_attempt_id: str | None = None

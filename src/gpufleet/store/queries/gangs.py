@@ -20,6 +20,17 @@ _QUEUED = sa.and_(jobs.c.status == JobStatus.QUEUED.value, jobs.c.waits_on.is_(N
 # The most nodes a queued job asks (ix_jobs_nodes): one read says whether anything waits
 # and whether a gang does.
 _QUEUED_NODES = sa.select(sa.func.max(jobs.c.nodes)).where(_QUEUED)
+# The nodes still going of completed attempts, with when each completed: the health sweep's
+# read, twice a second at rest (#32).
+_OUTLIVING = (
+    sa.select(attempt_nodes, job_attempts.c.ended_at.label("completed_at"))
+    .join(job_attempts, job_attempts.c.id == attempt_nodes.c.attempt_id)
+    .where(
+        job_attempts.c.status == AttemptStatus.COMPLETED.value,
+        attempt_nodes.c.state != NodeState.ENDED.value,
+    )
+    .order_by(attempt_nodes.c.attempt_id, attempt_nodes.c.rank)
+)
 _NOT_HELD = {"held_for": None, "held_since": None, "held_note": None}
 # A gang's node: idle, and held by no other gang (the compare-and-set of its claim).
 _CLAIM_NODE = sa.update(workers).where(
@@ -141,19 +152,12 @@ class GangQueries(QueryBase):
     async def outliving_nodes(self) -> list[tuple[AttemptNode, datetime | None]]:
         """The nodes still going of attempts that completed (they outlive rank 0), each
         with when its attempt completed."""
-        n, a = attempt_nodes.c, job_attempts.c
-        stmt = (
-            sa.select(attempt_nodes, a.ended_at.label("completed_at"))
-            .join(job_attempts, a.id == n.attempt_id)
-            .where(a.status == AttemptStatus.COMPLETED.value, n.state != NodeState.ENDED.value)
-            .order_by(n.attempt_id, n.rank)
-        )
         return [
             (
                 rows.attempt_node({k: v for k, v in m.items() if k != "completed_at"}),
                 m["completed_at"],
             )
-            for m in await self._mapped(stmt)
+            for m in await self._mapped(_OUTLIVING)
         ]
 
     async def update_attempt_node(self, attempt_id: str, rank: int, **values: Any) -> None:

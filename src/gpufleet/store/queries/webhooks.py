@@ -10,10 +10,25 @@ import sqlalchemy as sa
 
 from gpufleet.domain.webhooks import Delivery, DeliveryStatus, Webhook
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import Prebuilt, QueryBase
+from gpufleet.store.queries.base import Prebuilt, QueryBase, by
 from gpufleet.store.tables import webhook_deliveries, webhooks
 
 _WEBHOOKS = Prebuilt(sa.select(webhooks).order_by(webhooks.c.created_at, webhooks.c.id))
+# Each replica asks every second (`delivery.INTERVAL_S`), at rest too: built once (#32).
+_DUE_WEBHOOKS = (
+    sa.select(webhook_deliveries.c.webhook_id)
+    .where(
+        webhook_deliveries.c.status == DeliveryStatus.PENDING.value,
+        webhook_deliveries.c.next_at <= by("now"),
+        sa.or_(
+            webhook_deliveries.c.claimed_until.is_(None),
+            webhook_deliveries.c.claimed_until < by("now"),
+        ),
+    )
+    .group_by(webhook_deliveries.c.webhook_id)
+    .order_by(sa.func.min(webhook_deliveries.c.next_at), webhook_deliveries.c.webhook_id)
+    .limit(sa.bindparam("limit", type_=sa.Integer))
+)
 
 
 class WebhookQueries(QueryBase):
@@ -54,16 +69,8 @@ class WebhookQueries(QueryBase):
 
     async def due_webhooks(self, now: datetime, limit: int) -> list[str]:
         """The webhooks with a delivery due and unclaimed, the longest waiting first."""
-        d = webhook_deliveries.c
-        first = sa.func.min(d.next_at)
-        stmt = (
-            sa.select(d.webhook_id)
-            .where(self._due(now))
-            .group_by(d.webhook_id)
-            .order_by(first, d.webhook_id)
-            .limit(limit)
-        )
-        return list((await self.conn.execute(stmt)).scalars())
+        found = await self.conn.execute(_DUE_WEBHOOKS, {"now": now, "limit": limit})
+        return list(found.scalars())
 
     async def due_deliveries(self, now: datetime, limit: int, webhook_id: str) -> list[str]:
         """That webhook's due, unclaimed deliveries, in the order they are sent."""
