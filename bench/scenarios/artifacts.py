@@ -7,6 +7,10 @@ as a ratio of copying the same file on the same disk, measured in the same run; 
 resident memory is sampled throughout, and its growth over the idle server is the second
 figure. The data-folder backend streams the bytes through the orchestrator; the object-storage
 backend (moto's S3 server here, a stand-in for a cloud bucket) sends them past it.
+
+For the data folder, the same run also times (bench/scenarios/artifact_rates.py, #39 goal 4)
+nginx serving the file against the artifact route and `gpufleet jobs download`, and a worker's
+resume of a checkpoint of `s7_resume_bytes` (5 GiB at full size) against `cp` of it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import httpx
 
 from bench.report import Result
 from bench.s3 import S3Unavailable, environment, moto_s3, new_bucket, s3_environment
+from bench.scenarios.artifact_rates import download_rates, resume_rate
 from bench.scenarios.options import Options
 from bench.scenarios.steps import admin_client, fleet_of, say, submit
 from bench.server import BenchServer
@@ -46,6 +51,7 @@ async def artifact_transfer(opts: Options) -> list[Result]:
     digest = await asyncio.to_thread(_make_file, source, size)
     copy_rate = await asyncio.to_thread(_copy_rate, source, folder / "copy.bin")
     results = [await _one_backend(opts, "data folder", {}, source, digest, copy_rate)]
+    source.with_suffix(".resume").unlink(missing_ok=True)
     try:
         with moto_s3() as endpoint:
             url = f"s3://{new_bucket(endpoint)}/fleet"
@@ -97,7 +103,10 @@ async def _one_backend(
             began = time.perf_counter()
             got = await _download(admin, job_id, source.with_suffix(".down"))
             download_s = time.perf_counter() - began
-        source.with_suffix(".down").unlink(missing_ok=True)
+            source.with_suffix(".down").unlink(missing_ok=True)
+            if not flags:  # the data folder: #39 goal 4's figures, side by side
+                await download_rates(result, server, job_id, PATH, source, opts.size.s7_runs)
+                await _resume(opts, result, server, (worker, token), (job_id, attempt_id), source)
     up, down = size / upload_s / copy_rate, size / download_s / copy_rate
     growth = memory["peak"] - memory["before"]
     result.metrics.update(
@@ -125,15 +134,41 @@ async def _one_backend(
     return result
 
 
-async def _upload(
-    worker: httpx.AsyncClient, job_id: str, attempt_id: str, source: Path, digest: str
+async def _resume(
+    opts: Options,
+    result: Result,
+    server: BenchServer,
+    worker: tuple[httpx.AsyncClient, str],
+    ids: tuple[str, str],
+    source: Path,
 ) -> None:
-    """Announce, send and (object storage) finish one checkpoint file, then commit it."""
+    """A checkpoint of `s7_resume_bytes` uploaded (timed), then resumed as a worker does."""
+    size = opts.size.s7_resume_bytes
+    big = source.with_suffix(".resume")
+    say(f"data folder: a {size / CHUNK:.0f} MiB checkpoint, uploaded and resumed")
+    digest = await asyncio.to_thread(_make_file, big, size)
+    began = time.perf_counter()
+    checkpoint_id = await _upload(worker[0], ids[0], ids[1], big, digest, name="checkpoint-2")
+    result.metrics["resume_upload_mib_s"] = round(size / (time.perf_counter() - began) / CHUNK, 1)
+    await resume_rate(result, server, worker[1], (*ids, checkpoint_id), big)
+    big.unlink(missing_ok=True)
+
+
+async def _upload(
+    worker: httpx.AsyncClient,
+    job_id: str,
+    attempt_id: str,
+    source: Path,
+    digest: str,
+    name: str = "checkpoint-1",
+) -> str:
+    """Announce, send and (object storage) finish one checkpoint file, then commit it; the
+    checkpoint's id."""
     size = await asyncio.to_thread(lambda: source.stat().st_size)
-    file = {"path": PATH, "size": size, "sha256": digest}
+    file = {"path": f"output/{name}/model.bin", "size": size, "sha256": digest}
     announced = await worker.post(
         protocol.job_upload_path(job_id),
-        json={"attempt_id": attempt_id, **file, "kind": "checkpoint", "checkpoint": "checkpoint-1"},
+        json={"attempt_id": attempt_id, **file, "kind": "checkpoint", "checkpoint": name},
     )
     _ok(announced, "announce")
     plan = announced.json()
@@ -145,8 +180,10 @@ async def _upload(
         _ok(await worker.post(done), "complete")
     else:
         _ok(await worker.put(plan["url"], content=_read(source), headers=headers), "PUT")
-    commit = checkpoint_commit(attempt_id, file)
-    _ok(await worker.post(f"{protocol.WORKER_API}/job/{job_id}/checkpoints", json=commit), "commit")
+    commit = checkpoint_commit(attempt_id, file, name)
+    committed = await worker.post(f"{protocol.WORKER_API}/job/{job_id}/checkpoints", json=commit)
+    _ok(committed, "commit")
+    return str(committed.json()["id"])
 
 
 async def _download(admin: httpx.AsyncClient, job_id: str, target: Path) -> str:
@@ -178,12 +215,14 @@ async def _read(path: Path) -> AsyncIterator[bytes]:
             yield chunk
 
 
-def checkpoint_commit(attempt_id: str, file: dict[str, Any]) -> dict[str, Any]:
-    """The commit of a one-file checkpoint, `output/checkpoint-1` at step 1."""
+def checkpoint_commit(
+    attempt_id: str, file: dict[str, Any], name: str = "checkpoint-1"
+) -> dict[str, Any]:
+    """The commit of a one-file checkpoint, `output/<name>` at step 1."""
     return {
         "attempt_id": attempt_id,
-        "name": "checkpoint-1",
-        "path": "output/checkpoint-1",
+        "name": name,
+        "path": f"output/{name}",
         "step": 1,
         "files": [file],
     }

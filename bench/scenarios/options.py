@@ -33,6 +33,8 @@ class Size:
     s5_busy: int = 100
     s5_timeouts: tuple[float, float] = (5.0, 1.0)  # heartbeat timeout, health interval
     s7_bytes: int = 1024**3  # the checkpoint file of scenario 7
+    s7_runs: int = 3  # scenario 7: curl and CLI downloads timed (the median is kept)
+    s7_resume_bytes: int = 5 * 1024**3  # scenario 7: the checkpoint a worker resumes from
     s8_teams: int = 50  # scenario 8: the teams scenario 4's deep queue is spread over
     s8_latency_jobs: int = 500  # scenario 8, each mode: scenario 1's submits
     s8_jobs: int = 5000  # scenario 8, each mode: scenario 2's
@@ -78,6 +80,8 @@ SMOKE = Size(
     s5_busy=4,
     s5_timeouts=(2.0, 0.5),
     s7_bytes=4 * 1024**2,
+    s7_runs=1,
+    s7_resume_bytes=4 * 1024**2,
     s8_teams=3,
     s8_latency_jobs=4,
     s8_jobs=10,
@@ -105,6 +109,7 @@ MEDIUM = Size(
     s3_windows=(35.0, 15.0),
     s4_depth=20_000,
     s7_bytes=256 * 1024**2,
+    s7_resume_bytes=1024**3,
     s9_bytes=25 * 1024**2,
 )
 SIZES = {"full": FULL, "medium": MEDIUM, "smoke": SMOKE}

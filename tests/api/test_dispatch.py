@@ -182,12 +182,17 @@ async def test_an_idle_stream_pings_every_ping_interval(
     assert agent.stream is not None
     loop = asyncio.get_running_loop()
     pings: list[float] = []
-    while len(pings) < 5:
-        event = await agent.stream.next()
-        if event is not None and event["type"] == "ping":
-            pings.append(loop.time())
+    clock = asyncio.create_task(fleet.ctx.keepalive.run())  # the `pings` loop of the server
+    try:
+        while len(pings) < 5:
+            event = await agent.stream.next()
+            if event is not None and event["type"] == "ping":
+                pings.append(loop.time())
+    finally:
+        clock.cancel()
+        await asyncio.gather(clock, return_exceptions=True)
     gaps = sorted(b - a for a, b in pairwise(pings))
-    assert gaps[len(gaps) // 2] < 0.7, gaps
+    assert 0.45 < gaps[len(gaps) // 2] < 0.7, gaps
 
 
 async def test_a_heartbeat_naming_the_job_the_worker_holds_changes_nothing(fleet: Fleet) -> None:

@@ -83,6 +83,29 @@ async def test_a_download_streams_the_newest_attempts_file_or_the_one_asked_for(
     assert f"gpufleet_artifact_store_bytes {float(total)}" in metrics
 
 
+async def test_a_download_from_the_data_folder_resumes_with_a_range_of_the_same_bytes(
+    fleet: Fleet,
+) -> None:
+    run = await two_attempts(fleet)
+    url = f"/api/queue/{run.job_id}/artifacts/output/models/weights.bin"
+    whole = await fleet.admin.get(url)
+    etag = f'"{hashlib.sha256(WEIGHTS).hexdigest()}"'
+    assert (whole.headers["etag"], whole.headers["accept-ranges"]) == (etag, "bytes")
+    part = await fleet.admin.get(url, headers={"Range": "bytes=1000-", "If-Range": etag})
+    assert part.status_code == 206 and part.content == WEIGHTS[1000:]
+    assert part.headers["content-range"] == f"bytes 1000-{len(WEIGHTS) - 1}/{len(WEIGHTS)}"
+    assert part.headers["x-gpufleet-sha256"] == hashlib.sha256(WEIGHTS).hexdigest()
+    assert "weights.bin" in part.headers["content-disposition"]
+    # Another file's tag (the bytes changed since): the whole file again, never a mix.
+    stale = await fleet.admin.get(url, headers={"Range": "bytes=1000-", "If-Range": '"0"'})
+    assert stale.status_code == 200 and stale.content == WEIGHTS
+    past = await fleet.admin.get(url, headers={"Range": f"bytes={len(WEIGHTS)}-"})
+    assert past.status_code == 416
+    metrics = (await fleet.admin.get("/metrics")).text
+    sent = 2 * len(WEIGHTS) + len(WEIGHTS) - 1000
+    assert f"gpufleet_artifact_bytes_downloaded_total {float(sent)}" in metrics
+
+
 async def test_a_download_that_names_nothing_stored_or_a_bad_path_says_what_to_do(
     fleet: Fleet,
 ) -> None:

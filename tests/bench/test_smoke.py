@@ -120,6 +120,14 @@ async def test_artifact_transfer_moves_a_checkpoint_through_both_backends_intact
         sha = [c for c in result.checks if c.metric.endswith("sha256 of the download")]
         assert [c.ok for c in sha] == [True], result.checks
         assert result.metrics["upload_mib_s"] > 0
+    # #39 goal 4, the data folder's: nginx, curl and the CLI on one file, a resume against cp.
+    folder = results[0].metrics
+    for rate in ("nginx_mib_s", "curl_mib_s", "cli_mib_s", "resume_mib_s"):
+        assert folder[rate] > 0, rate
+    assert folder["resume_bytes"] == SMOKE.s7_resume_bytes
+    targets = {c.metric: c.target for c in results[0].checks}
+    assert targets["data folder: curl ÷ nginx (sendfile)"] == "≥ 0.5"
+    assert targets["data folder: checkpoint resume ÷ cp"] == "≤ 1.5"
 
 
 @in_the_module

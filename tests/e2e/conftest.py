@@ -193,6 +193,7 @@ class EventReader:
 
     def __init__(self, url: str, token: str, worker_id: str) -> None:
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.arrivals: list[tuple[float, str]] = []  # (time.monotonic(), type) of each event
         self.closed = threading.Event()
         self.status_code: int | None = None
         self._client = httpx.Client(timeout=httpx.Timeout(10, read=None), verify=default_tls())
@@ -210,7 +211,9 @@ class EventReader:
                 self.status_code = resp.status_code
                 for line in resp.iter_lines():
                     if line.startswith("data: "):
-                        self.events.put(json.loads(line[6:]))
+                        event = json.loads(line[6:])
+                        self.arrivals.append((time.monotonic(), event.get("type", "")))
+                        self.events.put(event)
         except httpx.HTTPError:
             pass
         finally:

@@ -7,6 +7,11 @@ on the way, and the object appears only when the whole stream arrived with the a
 sha256 (obstore's put is atomic: a temporary file renamed, or a multipart upload completed
 only at the end; an error raised while streaming aborts it).
 
+In the data folder, a write is received straight into a file under `incoming/` (hashed and
+written a MiB at a time on a thread: `artifacts/spool.py`), renamed to its key once its size
+and sha256 are right, and a read may serve the file itself (`file`); obstore's stream of a local
+file, and its put fed 64 KiB at a time, were 3-10 times slower (docs/benchmarks.md, scenario 7).
+
 Presigned uploads go to a staging key outside `jobs/` (never listed); `finish_upload`
 reads the staged object once to check its sha256, then copies it to its key inside the
 store. The orchestrator reads those bytes from the bucket, it does not hold them: S3 could
@@ -17,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import re
 import secrets
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable
@@ -30,19 +34,20 @@ import obstore
 from obstore.exceptions import BaseError, NotFoundError
 from obstore.store import AzureStore, GCSStore, ObjectStore, S3Store
 
-from gpufleet.errors import (
-    ArtifactCorrupt,
-    ArtifactStoreError,
-    InvalidInput,
-    NotFound,
-    PayloadTooLarge,
+from gpufleet.artifacts.folder import (
+    READ_CHUNK,
+    STAGING_PREFIX,
+    check_digest,
+    file_chunks,
+    move,
+    too_large,
+    write_file,
 )
+from gpufleet.errors import ArtifactStoreError, InvalidInput, NotFound
 
-STAGING_PREFIX = "incoming"
 # S3's smallest multipart part; with `_PUT_CONCURRENCY` it bounds what one upload buffers.
 _PART_SIZE = 5 * 1024 * 1024
 _PUT_CONCURRENCY = 4
-READ_CHUNK = 1024 * 1024
 # The most one PUT may carry on S3 (AWS's limit; the compatible stores follow it): a presigned
 # upload is one PUT, so a larger file goes through the orchestrator's multipart write.
 PRESIGNED_PUT_MAX = 5 * 1024**3
@@ -95,11 +100,11 @@ class ArtifactStore:
         target = self.local_path(key)
         if target is not None:
             try:
-                await asyncio.to_thread(_move, path, target)
+                await asyncio.to_thread(move, path, target)
                 return
             except OSError:  # another file system than the spool's: written below
                 pass
-        await self.write(key, _file_chunks(path), sha256=sha256)
+        await self.write(key, file_chunks(path), sha256=sha256)
 
     async def write(
         self,
@@ -113,6 +118,12 @@ class ArtifactStore:
 
         `sha256=None` is for senders that announce none (SimpleTuner's boto3 over HTTPS
         sends a CRC32 trailer instead, which the caller's stream checks at its end)."""
+        if self.folder is not None:
+            expected = None if sha256 is None else checked_sha256(sha256)
+            size, actual = await write_file(
+                self.folder, key, chunks, expected, max_size, lambda exc: self._failed(key, exc)
+            )
+            return StoredArtifact(key=key, size=size, sha256=actual)
         counted = _Counted(chunks, None if sha256 is None else checked_sha256(sha256), max_size)
         await self._call(
             key,
@@ -128,17 +139,25 @@ class ArtifactStore:
         )
         return StoredArtifact(key=key, size=counted.size, sha256=counted.sha256)
 
-    async def open(self, key: str, *, direct: bool = False) -> AsyncIterator[bytes]:
-        """The bytes at `key`, in chunks; `NotFound` (before any byte) if there are none.
-        `direct`: a folder store's file is read straight, in MiB reads on a thread (obstore's
-        stream of a local file was 2-4 times slower: docs/benchmarks.md, scenario 9)."""
-        path = self.local_path(key) if direct else None
+    async def file(self, key: str) -> Path | None:
+        """The file that holds `key` in a folder store, to serve as it is (a Range of it too);
+        None for a bucket (read it with `open`). `NotFound` when there is none."""
+        path = self.local_path(key)
+        if path is not None and not await asyncio.to_thread(path.is_file):
+            raise NotFound(f"no artifact {key!r} in the {self.name}; list the job's artifacts")
+        return path
+
+    async def open(self, key: str) -> AsyncIterator[bytes]:
+        """The bytes at `key`, in chunks; `NotFound` (before any byte) if there are none. A
+        folder store's file is read straight, in MiB reads on a thread (obstore's stream of a
+        local file was 2-4 times slower: docs/benchmarks.md, scenario 9)."""
+        path = self.local_path(key)
         if path is None:
             result = await self._call(key, obstore.get_async(self._store, key))
             return _chunks(result.stream(min_chunk_size=READ_CHUNK), key, self.name)
         if not await asyncio.to_thread(path.is_file):
             raise NotFound(f"no artifact {key!r} in the {self.name}; list the job's artifacts")
-        return _file_chunks(path)
+        return file_chunks(path)
 
     async def open_range(self, key: str, start: int, end: int) -> AsyncIterator[bytes]:
         """The bytes `start` to `end` (exclusive) at `key`, in chunks (an HTTP Range read);
@@ -231,11 +250,14 @@ class ArtifactStore:
                     f"no artifact {key!r} in the {self.name}; list the job's artifacts"
                 ) from exc
             if isinstance(exc, BaseError | OSError):
-                raise ArtifactStoreError(
-                    f"the {self.name} failed on {key!r} ({exc}); check that it is reachable "
-                    "and writable, then retry"
-                ) from exc
+                raise self._failed(key, exc) from exc
             raise
+
+    def _failed(self, key: str, exc: BaseException) -> ArtifactStoreError:
+        return ArtifactStoreError(
+            f"the {self.name} failed on {key!r} ({exc}); check that it is reachable "
+            "and writable, then retry"
+        )
 
 
 def checked_sha256(value: str) -> str:
@@ -280,10 +302,7 @@ class _Counted:
             raise
         self.size += len(chunk)
         if self._max_size is not None and self.size > self._max_size:
-            raise PayloadTooLarge(
-                f"the file is over the job's artifact limit of {self._max_size} bytes; "
-                "keep fewer files or raise the limit"
-            )
+            raise too_large(self._max_size)
         self._hash.update(chunk)
         return chunk
 
@@ -292,23 +311,7 @@ class _Counted:
         return self._hash.hexdigest()
 
     def _check_digest(self) -> None:
-        actual = self._hash.hexdigest()
-        if self._expected is not None and actual != self._expected:
-            raise ArtifactCorrupt(
-                f"the file's sha256 is {actual} ({self.size} bytes), not the announced "
-                f"{self._expected}; nothing was stored, upload it again"
-            )
-
-
-def _move(path: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(path, target)
-
-
-async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
-    with path.open("rb") as source:
-        while chunk := await asyncio.to_thread(source.read, READ_CHUNK):
-            yield chunk
+        check_digest(self._hash.hexdigest(), self._expected, self.size)
 
 
 async def _chunks(stream: AsyncIterable[bytes], key: str, name: str) -> AsyncIterator[bytes]:

@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -24,7 +25,7 @@ from gpufleet.client.http import ApiClient, part
 from gpufleet.client.text import safe
 from gpufleet.errors import ClientError, NotFound, UnsafeArtifactPath
 
-CHUNK = 1 << 20  # bytes read and hashed at a time: the most the client holds of a file
+CHUNK = 1 << 20  # bytes read, hashed and written at a time; two at most are held
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -226,19 +227,41 @@ def _stream(
     sink: Any,
     bar: Meter,
 ) -> tuple[int, str]:
-    """The file's bytes into `sink`; (their size, their sha256). Stops reading once more
-    came than the listed size: such a file fails however it ends."""
+    """The file's bytes into `sink`; (their size, their sha256). Each MiB is hashed and
+    written on a thread while the next one is read (hashlib and the write let go of the GIL),
+    one MiB in flight. Stops reading once more came than the listed size: such a file fails
+    however it ends."""
     url = f"/api/queue/{part(job_id)}/artifacts/{quote(record['path'], safe='/')}"
     digest = hashlib.sha256()
     got = 0
-    with api.fetch(url, attempt_id=record["attempt_id"]) as response:
-        for chunk in response.iter_bytes(CHUNK):
-            sink.write(chunk)
-            digest.update(chunk)
+
+    def take(chunk: bytes) -> None:
+        digest.update(chunk)
+        sink.write(chunk)
+
+    with (
+        api.fetch(url, attempt_id=record["attempt_id"]) as response,
+        ThreadPoolExecutor(1, thread_name_prefix="gpufleet-download") as writer,
+    ):
+        pending: Future[None] | None = None
+        batch: list[bytes] = []  # the network's chunks (64 KiB), joined once a MiB came
+        batched = 0
+        for chunk in response.iter_bytes():
             got += len(chunk)
-            bar.advance(len(chunk))
             if got > int(record["size"]):
                 break
+            batch.append(chunk)
+            batched += len(chunk)
+            if batched >= CHUNK:
+                if pending is not None:
+                    pending.result()
+                pending = writer.submit(take, b"".join(batch))
+                bar.advance(batched)
+                batch, batched = [], 0
+        if pending is not None:
+            pending.result()
+        take(b"".join(batch))
+        bar.advance(batched)
     return got, digest.hexdigest()
 
 

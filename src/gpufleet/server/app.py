@@ -200,6 +200,7 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
             settings.fleet_sample_interval,
             leader_only(fleet_history.sample),
         )
+        supervisor.spawn("pings", ctx.keepalive.run(), forever=True)  # the streams' keep-alives
         supervisor.every("audit-head", 1.0, lambda: audit.record_head(ctx))  # every replica
         supervisor.every(  # every replica writes the heartbeats it heard
             "heartbeat-flush",

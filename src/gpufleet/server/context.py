@@ -28,6 +28,7 @@ from gpufleet.server.metrics import Metrics, Observation
 from gpufleet.server.oidc_client import Provider
 from gpufleet.server.ratelimit import FailureLimiter
 from gpufleet.server.settings import ServerSettings
+from gpufleet.server.sse import KeepAlive
 from gpufleet.store import Queries, Store
 from gpufleet.store.backends import backend_for
 
@@ -62,6 +63,7 @@ class Context:
     heartbeats: Heartbeats = field(default_factory=Heartbeats)  # heard, not yet written
     audit_head: AuditHead = field(default_factory=AuditHead)  # the newest entry sealed here
     stream_calls: StreamCalls = field(default_factory=StreamCalls)  # for shutdown to await
+    keepalive: KeepAlive = field(default_factory=KeepAlive)  # when each stream is due a ping
     limit_holds: LimitHolds = field(default_factory=LimitHolds)  # for dispatch's extra looks
     workdir_locks: DigestLocks = field(default_factory=DigestLocks)  # snapshots being stored
     workdir_listings: WorkdirListings = field(default_factory=WorkdirListings)  # read lately

@@ -26,13 +26,17 @@ class Subscription:
         self.closed = False
         self._hub = hub
 
-    async def wait(self, seconds: float) -> bool:
-        """Wait for a notification; False on timeout. Clears the flag for the next round."""
-        try:
-            async with asyncio.timeout(seconds):
-                await self.event.wait()
-        except TimeoutError:
-            return False
+    async def wait(self, seconds: float | None) -> bool:
+        """Wait for a notification (`seconds` at most: None, no timer); False on timeout.
+        Clears the flag for the next round."""
+        if seconds is None:
+            await self.event.wait()
+        else:
+            try:
+                async with asyncio.timeout(seconds):
+                    await self.event.wait()
+            except TimeoutError:
+                return False
         self.event.clear()
         return True
 

@@ -100,7 +100,6 @@ class WorkerStream:
         self._sub = sub
         self._pacing = OfferPacing.for_worker(ctx.settings.ack_timeout, worker)
         self._started: set[str] = set()  # the attempts whose `job_start` this stream sent
-        self._last_write = 0.0
 
     @classmethod
     async def open(cls, ctx: Context, worker: Worker, claimed_id: str | None) -> WorkerStream:
@@ -119,14 +118,16 @@ class WorkerStream:
         now = asyncio.get_running_loop().time
         handed: list[Event] = []
         reread = True  # the first round reads what waits for the worker
+        keepalive = self._ctx.keepalive
+        quiet = keepalive.join(self._sub.event.set)
         try:
             with self._sub:
                 yield self._frame(protocol.connected(self._worker.id))
-                self._last_write = now()
+                keepalive.wrote(quiet)
                 while not self._sub.closed:
                     for event in self._sort_handed(handed, now()):
                         yield self._frame(event)  # a start, sent as handed over
-                        self._last_write = now()
+                        keepalive.wrote(quiet)
                     if reread or self._pacing.must_read(now()):
                         pending = await asyncio.shield(self._uncut(self._pending()))
                         if pending is None:
@@ -135,16 +136,20 @@ class WorkerStream:
                         self._pacing.replace(offers, now())
                         for event in commands:
                             yield self._frame(event)
-                            self._last_write = now()
+                            keepalive.wrote(quiet)
                     for offer in self._pacing.take_due(now()):
                         yield self._frame(offer)
-                        self._last_write = now()
-                    await self._sub.wait(max(0.0, self._wake_at() - now()))
+                        keepalive.wrote(quiet)
+                    # Woken by a change, when an offer is due, or by the keep-alive clock
+                    # (`sse.KeepAlive`: one timer for every stream, none of the stream's own).
+                    due = self._pacing.next_due()
+                    await self._sub.wait(None if due is None else max(0.0, due - now()))
                     handed, reread = self._sub.take_handed()
-                    if not self._sub.closed and now() - self._last_write >= sse.PING_SECONDS:
-                        yield self._frame(protocol.ping())
-                        self._last_write = now()
+                    if quiet.due and not self._sub.closed:
+                        yield sse.PING
+                        keepalive.wrote(quiet)
         finally:
+            keepalive.leave(quiet)
             # A task of its own, so the cancel that ends the stream does not cancel the
             # close, and nothing here holds off a cancel (no shielding): a shutdown never
             # waits on it for more than a moment (startup clears stale owners anyway).
@@ -166,12 +171,6 @@ class WorkerStream:
     @staticmethod
     def _frame(event: Event) -> bytes:
         return sse.frame(event, event=event["type"])
-
-    def _wake_at(self) -> float:
-        """Woken by a change, when an offer is due, or to ping."""
-        wake = self._last_write + sse.PING_SECONDS
-        due = self._pacing.next_due()
-        return wake if due is None else min(wake, due)
 
     def _uncut(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """A stream's database calls run as tasks of their own: the cancel that ends a stream

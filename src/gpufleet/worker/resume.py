@@ -13,17 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import httpx
 
 from gpufleet.artifacts.keys import checked_path
+from gpufleet.artifacts.spool import HashingWriter
 from gpufleet.errors import AgentError, UnsafeArtifactPath
 from gpufleet.worker.backoff import Backoff
 from gpufleet.worker.errors import Rejected, Unreachable
@@ -135,34 +135,37 @@ async def download_file(
     `ResumeFailed` naming `what` ("checkpoint …", "input …") otherwise."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.part")
-    sha, size = hashlib.sha256(), 0
     try:
         async with downloads.download(url, headers) as response:
             with partial.open("wb") as out:
-                async for chunk in _chunks(response):
-                    size += len(chunk)
-                    if size > wanted.size:
-                        break  # more than announced: stop reading, it is wrong either way
-                    sha.update(chunk)
-                    await asyncio.to_thread(out.write, chunk)
+                size, sha256 = await _written(response, out, wanted.size)
         if size != wanted.size:
             got = f"more than {wanted.size}" if size > wanted.size else str(size)
             raise ResumeFailed(
                 f"{what} file {wanted.path} size mismatch: expected {wanted.size} bytes, got {got}"
             )
-        if sha.hexdigest() != wanted.sha256:
+        if sha256 != wanted.sha256:
             raise ResumeFailed(
-                f"{what} file {wanted.path} sha256 mismatch: expected "
-                f"{wanted.sha256}, got {sha.hexdigest()}"
+                f"{what} file {wanted.path} sha256 mismatch: expected {wanted.sha256}, got {sha256}"
             )
         partial.replace(target)
     finally:
         partial.unlink(missing_ok=True)
 
 
-async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
-    async for chunk in response.aiter_bytes():
-        yield chunk
+async def _written(response: httpx.Response, out: BinaryIO, most: int) -> tuple[int, str]:
+    """The body into `out`, hashed and written a MiB at a time on a thread while the next
+    arrives (`artifacts/spool.py`); (its size, its sha256). Stops reading past `most` bytes:
+    such a file is wrong however it ends (the size then said is over `most`)."""
+    writer = HashingWriter(out)
+    try:
+        async for chunk in response.aiter_bytes():
+            if writer.size + len(chunk) > most:
+                return most + 1, ""
+            await writer.write(chunk)
+        return writer.size, await writer.close()
+    finally:
+        await writer.settle()  # the file is closed next: no write may be left running
 
 
 def _wanted(resume: Resume, entry: Any) -> FileDigest:

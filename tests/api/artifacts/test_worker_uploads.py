@@ -233,6 +233,8 @@ async def test_bytes_that_are_not_the_announced_ones_store_nothing(fleet: Fleet)
         assert "nothing was stored" in refused.json()["detail"]
     assert "sha256" in other_bytes.json()["detail"]
     assert await listed(fleet, job_id) == [] and await stored_keys(fleet, job_id) == []
+    folder = fleet.ctx.artifacts.folder
+    assert folder is not None and list((folder / "incoming").glob("*")) == []  # none half-kept
     scraped = (await fleet.admin.get("/metrics")).text
     assert metric(scraped, "gpufleet_artifact_upload_failures_total") == 3
 

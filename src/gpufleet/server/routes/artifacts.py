@@ -12,6 +12,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from gpufleet.artifacts.keys import checked_path
 from gpufleet.domain.permissions import QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.server.deps import Client, Ctx, require
+from gpufleet.server.file_response import served
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.artifacts import ArtifactList, Deleted, PinIn, PinOut
 from gpufleet.server.services import artifacts
@@ -42,6 +43,7 @@ async def pin_artifacts(ctx: Ctx, who: Writer, client: Client, job_id: str, body
     response_class=StreamingResponse,
     responses={
         200: {"content": {"application/octet-stream": {}}, "description": "The file."},
+        206: {"description": "The `Range` asked for (the data folder's files)."},
         307: {"description": "Where the store serves it (a presigned URL, valid an hour)."},
     },
 )
@@ -49,18 +51,23 @@ async def download_artifact(
     ctx: Ctx, who: Reader, job_id: str, path: str, attempt_id: AttemptId = None
 ) -> Response:
     """The file at `path` (of `attempt_id`, else of the newest attempt holding it), with its
-    sha256 in `X-Gpufleet-Sha256`; or a redirect to a presigned URL of the bucket."""
+    sha256 in `X-Gpufleet-Sha256` (and as the `ETag`: a `Range` with `If-Range` resumes a
+    download of the same bytes); or a redirect to a presigned URL of the bucket."""
     found = await artifacts.download(ctx, job_id, checked_path(path), attempt_id)
     art = found.artifact
     headers = {"X-Gpufleet-Sha256": art.sha256}
     if isinstance(found, artifacts.Redirect):
         return RedirectResponse(found.url, status_code=307, headers=headers)
     name = quote(art.path.rsplit("/", 1)[-1], safe="")
-    headers |= {
-        "Content-Length": str(art.size),
-        "Content-Disposition": f"attachment; filename*=UTF-8''{name}",
-    }
-    return StreamingResponse(found.chunks, media_type="application/octet-stream", headers=headers)
+    headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{name}"
+    return served(
+        found.path if isinstance(found, artifacts.File) else found.chunks,
+        size=art.size,
+        sha256=art.sha256,
+        media_type="application/octet-stream",
+        headers=headers,
+        sent=ctx.metrics.artifact_bytes_downloaded.inc,
+    )
 
 
 @router.get(

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Query
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from gpufleet import protocol
 from gpufleet.server.deps import AttemptToken, Ctx, CurrentWorker
+from gpufleet.server.file_response import served
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.uploads import (
     CheckpointFetchOut,
@@ -80,15 +81,14 @@ async def job_artifact_download(
     artifact_id: str,
     attempt_id: Annotated[str | None, Query(max_length=64)] = None,
     token: AttemptToken = None,
-) -> StreamingResponse:
-    artifact, chunks = await checkpoints.download(
+) -> Response:
+    artifact, source = await checkpoints.download(
         ctx, worker, job_id, artifact_id, attempt_id, token
     )
-    return StreamingResponse(
-        chunks,
+    return served(
+        source,
+        size=artifact.size,
+        sha256=artifact.sha256,
         media_type="application/octet-stream",
-        headers={
-            "Content-Length": str(artifact.size),
-            "X-Gpufleet-Sha256": artifact.sha256,
-        },
+        headers={"X-Gpufleet-Sha256": artifact.sha256},
     )

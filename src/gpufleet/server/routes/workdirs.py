@@ -10,8 +10,10 @@ from fastapi import Depends, Query, Request
 from starlette.responses import Response, StreamingResponse
 
 from gpufleet import protocol
+from gpufleet.artifacts.workdir_archive import WORKDIR_PREFIX
 from gpufleet.domain.permissions import QUEUE_READ, QUEUE_SUBMIT
 from gpufleet.server.deps import AttemptToken, Client, Ctx, CurrentWorker, require
+from gpufleet.server.file_response import served
 from gpufleet.server.routes import api_router
 from gpufleet.server.schemas.workdirs import WorkdirOut
 from gpufleet.server.services import workdirs
@@ -98,11 +100,13 @@ async def job_workdir_download(
     job_id: str,
     attempt_id: Annotated[str | None, Query(max_length=64)] = None,
     token: AttemptToken = None,
-) -> StreamingResponse:
+) -> Response:
     """The snapshot the job's config names, for its live attempt on this worker."""
-    snapshot, chunks = await workdirs.open_for_attempt(ctx, worker, job_id, attempt_id, token)
-    return StreamingResponse(
-        chunks,
+    snapshot, source = await workdirs.open_for_attempt(ctx, worker, job_id, attempt_id, token)
+    return served(
+        source,
+        size=snapshot.size,
+        sha256=snapshot.digest.removeprefix(WORKDIR_PREFIX),
         media_type="application/x-tar",
-        headers={"Content-Length": str(snapshot.size), "X-Gpufleet-Digest": snapshot.digest},
+        headers={"X-Gpufleet-Digest": snapshot.digest},
     )

@@ -1,7 +1,8 @@
 """A job's artifacts as its users see them: list, download, delete and pin (its owner, a
 lead of its team or an admin: `domain.ownership`).
 
-Downloads stream from the data folder through the orchestrator, or are a presigned URL the
+Downloads from the data folder are its file, served by the orchestrator (Range requests too),
+or are a presigned URL the
 caller is redirected to when the store is a bucket (the bytes then never pass through here).
 A delete removes the blobs first, then the rows: a row is the sweep's note of what is still
 to delete, so a blob that failed to go is tried again rather than forgotten.
@@ -13,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 from gpufleet.artifacts import tar
 from gpufleet.domain.node_checkpoints import Completion, completion, node_path, split_node_path
@@ -49,6 +51,12 @@ class Stream:
     chunks: AsyncIterator[bytes]  # the orchestrator serves them
 
 
+@dataclass(frozen=True, slots=True)
+class File:
+    artifact: Artifact
+    path: Path  # the data folder's file: the orchestrator serves it as it is
+
+
 async def list_for_job(ctx: Context, job_id: str) -> JobArtifacts:
     async with ctx.store.read() as q:
         job = await q.get_job(job_id)
@@ -79,7 +87,7 @@ def pick(found: Sequence[Artifact], job_id: str, path: str, attempt_id: str | No
 
 async def download(
     ctx: Context, job_id: str, path: str, attempt_id: str | None
-) -> Redirect | Stream:
+) -> Redirect | Stream | File:
     async with ctx.store.read() as q:
         if await q.get_job(job_id) is None:
             raise no_job(job_id)
@@ -87,6 +95,8 @@ async def download(
     url = await ctx.artifacts.presign_get(art.key, PRESIGNED_FOR)
     if url is not None:
         return Redirect(art, url)
+    if (file := await ctx.artifacts.file(art.key)) is not None:
+        return File(art, file)
     return Stream(art, counted(ctx, await ctx.artifacts.open(art.key)))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -257,13 +258,15 @@ async def download(
     artifact_id: str,
     attempt_id: str | None,
     attempt_token: str | None = None,
-) -> tuple[Artifact, AsyncIterator[bytes]]:
-    """A stored file of the job, streamed to the attempt that needs it (a resume), or one of
-    a dependency's its `inputs` select (`job_inputs.may_take`)."""
+) -> tuple[Artifact, Path | AsyncIterator[bytes]]:
+    """A stored file of the job (the data folder's file, else the store's stream), for the
+    attempt that needs it (a resume), or one of a dependency's its `inputs` select
+    (`job_inputs.may_take`)."""
     async with ctx.store.read() as q:
         await reading_attempt(ctx, q, worker, job_id, attempt_id, attempt_token)
         artifact = await q.get_artifact(artifact_id)
         job = await q.get_job(job_id) if artifact and artifact.job_id != job_id else None
     if artifact is None or (artifact.job_id != job_id and not (job and may_take(job, artifact))):
         raise NotFound(f"job {job_id} has no artifact {artifact_id[:64]!r}")
-    return artifact, await ctx.artifacts.open(artifact.key)
+    file = await ctx.artifacts.file(artifact.key)  # the data folder's: served as it is
+    return artifact, file if file is not None else await ctx.artifacts.open(artifact.key)

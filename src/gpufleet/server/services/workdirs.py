@@ -266,15 +266,17 @@ async def open_for_attempt(
     job_id: str,
     attempt_id: str | None,
     attempt_token: str | None = None,
-) -> tuple[Snapshot, AsyncIterator[bytes]]:
-    """The snapshot the job names, streamed to its live attempt on this worker."""
+) -> tuple[Snapshot, Path | AsyncIterator[bytes]]:
+    """The snapshot the job names, its file or its stream, for its live attempt on this
+    worker."""
     async with ctx.store.read() as q:
         await reading_attempt(ctx, q, worker, job_id, attempt_id, attempt_token)
         job = await q.get_job(job_id)
     if job is None or job.workdir is None:
         raise NotFound(f"job {job_id} names no workdir")
     snapshot = await get(ctx, f"{WORKDIR_PREFIX}{job.workdir}")
-    return snapshot, await ctx.artifacts.open(key_of(job.workdir), direct=True)
+    file = await ctx.artifacts.file(key_of(job.workdir))  # the data folder's: served as it is
+    return snapshot, file if file is not None else await ctx.artifacts.open(key_of(job.workdir))
 
 
 async def sweep(ctx: Context, cutoff: datetime | None) -> list[str]:
