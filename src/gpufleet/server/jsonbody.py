@@ -22,6 +22,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message
@@ -68,7 +69,7 @@ class JsonBodyRoute(APIRoute):
         field = self.body_field
         if field is None or isinstance(field.field_info, params.Form):
             return handler
-        doors = _credentials(self.dependant)
+        doors = credentials(self.dependant)
 
         async def read_json_anyway(request: Request) -> Response:
             for credential in doors:  # refused here, the body is never read (uvicorn drops it)
@@ -76,22 +77,39 @@ class JsonBodyRoute(APIRoute):
             body = await request.body()
             if not body:  # an empty body stays no body: some routes take none
                 return await handler(request)
-            declared = declares_json(request.headers.get("content-type"))
-            try:
-                if len(body) <= INLINE_BYTES:
-                    parsed = read_checked(body)
-                else:  # never hold the event loop on a long parse or walk
-                    parsed = await run_in_threadpool(read_checked, body)
-            except ValueError:  # UnicodeDecodeError included
-                if declared:  # FastAPI's own answer says where the parser stopped
-                    return await handler(request)
-                raise InvalidInput(not_json()) from None
-            if not declared:
+            parsed = await parse(body, request.headers.get("content-type"))
+            if not declares_json(request.headers.get("content-type")):
                 request = _as_json(request, body)
             request._json = parsed  # FastAPI reads the body from Request.json(), kept here
             return await handler(request)
 
         return read_json_anyway
+
+
+async def parse(body: bytes, content_type: str | None) -> Any:
+    """A body (not empty) parsed and checked (`read_checked`). One that is not JSON is refused
+    as FastAPI refuses a body it reads as JSON, where the parser stopped, when its type says
+    JSON; else in one sentence that says to send JSON."""
+    try:
+        if len(body) <= INLINE_BYTES:
+            return read_checked(body)
+        return await run_in_threadpool(read_checked, body)  # never hold the event loop long
+    except ValueError as exc:  # UnicodeDecodeError included
+        if not declares_json(content_type):
+            raise InvalidInput(not_json()) from None
+        if isinstance(exc, json.JSONDecodeError):
+            raise RequestValidationError(
+                [
+                    {
+                        "type": "json_invalid",
+                        "loc": ("body", exc.pos),
+                        "msg": "JSON decode error",
+                        "input": {},
+                        "ctx": {"error": exc.msg},
+                    }
+                ]
+            ) from exc
+        raise HTTPException(400, "There was an error parsing the body") from exc
 
 
 INLINE_BYTES = 64 * 1024  # can hold no more than 32,769 values: never near the limit
@@ -101,11 +119,11 @@ TOO_MANY = (
 )
 
 
-def _credentials(dependant: Dependant) -> list[Credential[Any]]:
+def credentials(dependant: Dependant) -> list[Credential[Any]]:
     """The credentials a route's dependencies settle, in the order FastAPI solves them."""
     found: list[Credential[Any]] = []
     for sub in dependant.dependencies:
-        found += _credentials(sub)
+        found += credentials(sub)
         credential = credential_of(sub.call)
         if credential is not None:
             found.append(credential)
