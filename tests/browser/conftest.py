@@ -153,3 +153,21 @@ class HeldRequest:
     def release(self) -> None:
         self.arrived("the held request")
         self._held[0].continue_()
+
+
+@pytest.fixture(autouse=True)
+def leaves_no_job_for_any_worker(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The shared server's next module may start a worker: a test that leaves a job queued
+    which any worker would take (no labels asked) hands that worker work it never expected
+    (a worker page then read "busy", not "idle"). Jobs meant to wait ask for a label nobody
+    has: `{"pool": unique("none")}`."""
+    yield
+    if "server" not in request.fixturenames:
+        return
+    server: ServerProcess = request.getfixturevalue("server")
+    with server.admin() as admin:
+        queued = admin.get("/api/queue", params={"status": "queued", "limit": 500}).json()
+    strays = [
+        job["id"] for job in queued["jobs"] if not job["worker_labels"] and job["target"] != "local"
+    ]
+    assert not strays, f"left queued for any worker: {strays}; ask for a label nobody has"
