@@ -39,9 +39,7 @@ from tests.e2e.conftest import (
 )
 from tests.waiting import wait_until
 
-# Four checkpoints a whole run: the first one committed leaves 75 steps of 0.03 s to kill the
-# worker in before the job could end, and few files to download through the page.
-STEPS, EVERY, DELAY = 100, 25, "0.03"
+STEPS, EVERY = 200, 25
 TRAIN = [
     sys.executable,
     "-m",
@@ -104,7 +102,7 @@ def test_a_job_whose_worker_is_killed_resumes_from_its_checkpoint_and_every_arti
     labels = {"pool": f"resume-{os.getpid()}-{id(tmp_path)}"}
     first = agents(server, labels=labels).start()
     job_id = submit_job(
-        server, labels, [*TRAIN, "--step-delay", DELAY], config={"env": {"PYTHONUNBUFFERED": "1"}}
+        server, labels, [*TRAIN, "--step-delay", "0.012"], config={"env": {"PYTHONUNBUFFERED": "1"}}
     )
     wait_until(
         lambda: listing(users, job_id)["checkpoints"],
