@@ -98,8 +98,9 @@ system-packages:
 # Three test files at a time on two cores: a third of the suite's time is spent waiting (on
 # timeouts, on subprocesses, on the SimpleTuner agent's own pace), and a third process keeps the
 # CPUs busy meanwhile (773 s against 844 s at -n 2, one run each; docs/benchmarks.md, #19).
+# Each test's time lands in test-output/junit.xml: tests/conftest.py's LONGEST_FIRST is ranked by it.
 test: venv torch wheelhouse agent-wheel postgres system-packages
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -n 3 --dist loadfile --no-loadscope-reorder
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -n 3 --dist loadfile --no-loadscope-reorder --junitxml=test-output/junit.xml
 
 # The screenshots of docs/ui.md, retaken by the browser tests in Debian's Chromium.
 screenshots: venv postgres system-packages
