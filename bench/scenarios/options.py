@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ FULL = Size("full")
 # cost milliseconds each. So fleets of 4 share one process (`per_process`), and those of 6
 # (scenarios 5 and 10) take two, which keeps the steering of several processes (a kill routed
 # to the process that owns the worker) in every run; and scenarios share servers where they
-# allow it (`ServerPool`).
+# allow it (`ServerPool`), and a SQLite server starts on a migrated copy (`sqlite_seed`).
 SMOKE = Size(
     "smoke",
     s1_workers=4,
@@ -79,9 +80,9 @@ SMOKE = Size(
     s5_workers=6,
     s5_busy=4,
     s5_timeouts=(2.0, 0.5),
-    s7_bytes=4 * 1024**2,
+    s7_bytes=2 * 1024**2,  # two of the upload's 1 MiB reads: still a stream, not one write
     s7_runs=1,
-    s7_resume_bytes=4 * 1024**2,
+    s7_resume_bytes=2 * 1024**2,
     s8_teams=3,
     s8_latency_jobs=4,
     s8_jobs=10,
@@ -134,6 +135,10 @@ class Options:
     # The `src` folder of the checkout every `gpufleet` process the scenario starts runs
     # (`--baseline`: bench.server.gpufleet_command); None: the venv's `gpufleet` as it is.
     code: Path | None = None
+    # A SQLite file every migration was applied to, copied into each SQLite server's data
+    # folder of this checkout's code before its start: no scenario measures a first start's
+    # migrating (the smoke tests: tests/migrated.py, #32). None: each server migrates its own.
+    sqlite_seed: Path | None = None
 
     @property
     def database(self) -> str:
@@ -167,6 +172,9 @@ class Options:
             if self.profile_dir is not None:
                 profile = self.profile_dir / f"{scenario}-{self.database}.txt"
             data_dir = self.data_dir(scenario)
+            if url is None and self.sqlite_seed is not None and self.code is None:
+                data_dir.mkdir(parents=True)
+                shutil.copyfile(self.sqlite_seed, data_dir / "gpufleet.db")
             if self.replicas > 1:
                 if url is None:
                     raise ConfigurationError("replicas share a PostgreSQL database: pass one")

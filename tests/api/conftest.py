@@ -474,10 +474,12 @@ class Fleet:
         events: list[dict[str, Any]] = answer.json()["events"]
         return events
 
-    async def every_read_answers(self, *, newest: int = 500) -> None:
+    async def every_read_answers(self, *, newest: int = 500, also: tuple[str, ...] = ()) -> None:
         """Every read an operator or the web UI makes answers 200, whatever was written: the
-        lists, and each of the `newest` jobs, every worker and every stored config."""
-        jobs = (await self.admin.get(f"/api/queue?limit={newest}")).json()["jobs"]
+        lists, and each of the `newest` jobs and the jobs `also` names, every worker and
+        every stored config."""
+        jobs = (await self.admin.get(f"/api/queue?limit={newest}")).json()["jobs"] if newest else []
+        jobs += [{"id": job_id} for job_id in also if job_id not in {j["id"] for j in jobs}]
         workers = (await self.admin.get("/api/admin/workers")).json()["workers"]
         configs = (await self.admin.get("/api/configs")).json()["configs"]
         pools = (await self.admin.get("/api/admin/pools")).json()["pools"]

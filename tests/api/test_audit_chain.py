@@ -24,7 +24,9 @@ from gpufleet.store.queries import Queries
 from gpufleet.store.tables import audit_events
 from tests.api.conftest import Fleet, both_databases
 
-pytestmark = both_databases
+# On PostgreSQL too (`both_databases`): the chain as it is sealed there (jsonb's key order,
+# its timestamps), by writers the advisory lock orders, and the seal loop. The attacks are
+# rows edited through SQL and read back by `verify`: the same on either database, run once.
 
 postgres_only = pytest.mark.parametrize(
     "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
@@ -64,6 +66,7 @@ async def run_with_loops(fleet: Fleet, seconds: float) -> None:
     await fleet.start()
 
 
+@both_databases
 async def test_every_entry_is_sealed_by_the_transaction_that_writes_it(fleet: Fleet) -> None:
     agent = await fleet.online_worker("gpu-1")
     await fleet.submit()
@@ -196,6 +199,7 @@ async def test_a_cut_chain_grown_again_past_the_record_still_shows(fleet: Fleet)
     assert result["first_broken"] is None  # the new entries link onto the cut chain
 
 
+@both_databases
 async def test_concurrent_writers_make_one_unbroken_chain(fleet: Fleet) -> None:
     await asyncio.gather(*(fleet.create_worker(f"gpu-{i}") for i in range(25)))
     async with fleet.client() as anon:
@@ -232,6 +236,7 @@ async def test_two_replicas_writing_at_once_make_one_unbroken_chain(
         await replica.stop()
 
 
+@both_databases
 async def test_entries_an_older_version_left_unsealed_are_sealed_once_and_said_so(
     fleet: Fleet,
 ) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy import event
 
 from gpufleet.domain.matching import match_key
 from gpufleet.domain.secrets import new_id
-from gpufleet.server import sse, streams
+from gpufleet.server import streams
 from gpufleet.server.services import dispatch
 from gpufleet.store import Queries
 from tests.api.conftest import Agent, Fleet, both_databases
@@ -176,7 +176,7 @@ async def test_an_idle_stream_pings_every_ping_interval(
 ) -> None:
     """Keep-alives at the documented interval (proxies drop quiet connections), not at the
     next resend tick after it: with a 0.5 s interval and 0.4 s ticks, every 0.5 s, not 0.8."""
-    monkeypatch.setattr(sse, "PING_SECONDS", 0.5)
+    monkeypatch.setattr(fleet.ctx.keepalive, "interval", 0.5)
     fleet.ctx.settings = fleet.ctx.settings.model_copy(update={"ack_timeout": 1.2})
     agent = await fleet.online_worker("gpu-1")
     assert agent.stream is not None

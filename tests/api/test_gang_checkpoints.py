@@ -18,7 +18,8 @@ from tests.api.test_gang_dispatch import gang_worker
 from tests.api.test_gang_rendezvous import expect, gang, start_all
 from tests.api.test_policy import add_user, client_of
 
-pytestmark = both_databases
+# On PostgreSQL too (`both_databases`): which checkpoint is complete, and what retention
+# keeps, are queries. Fencing and permissions are the service's: SQLite alone.
 FOLDER = "checkpoints/checkpoint-{step}"
 
 
@@ -110,6 +111,7 @@ async def fetch(agent: Agent, offer: dict[str, Any]) -> httpx.Response:
     )
 
 
+@both_databases
 async def test_a_checkpoint_every_node_committed_is_complete_and_each_resumes_its_own_part(
     fleet: Fleet,
 ) -> None:
@@ -144,6 +146,7 @@ async def test_a_checkpoint_every_node_committed_is_complete_and_each_resumes_it
         assert [(f["path"], f["sha256"]) for f in answer.json()["files"]] == [(path, sha(data))]
 
 
+@both_databases
 async def test_a_checkpoint_a_node_missed_is_passed_over_for_the_previous_complete_one(
     fleet: Fleet,
 ) -> None:
@@ -239,6 +242,7 @@ async def test_a_users_key_commits_no_checkpoint_part(fleet: Fleet) -> None:
     assert await checkpoints(fleet, job["id"]) == []
 
 
+@both_databases
 async def test_retention_never_prunes_the_newest_checkpoint_every_node_completed(
     fleet: Fleet,
 ) -> None:

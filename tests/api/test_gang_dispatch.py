@@ -18,7 +18,9 @@ from tests.api.conftest import GPUFLEET_FEATURES, Agent, Fleet, both_databases
 from tests.api.test_policy import add_team, add_user, client_of, set_policy
 
 GANG = [*GPUFLEET_FEATURES, "gang"]
-pytestmark = both_databases
+# On PostgreSQL too (`both_databases`): the claim (its workers locked, the gang round's
+# advisory lock), the holds it writes, a race against a one-node claim, and the nodes'
+# completions (applied in batches there). The rules of holds, limits and refusals: SQLite.
 
 
 async def gang_worker(fleet: Fleet, name: str, **labels: str) -> Agent:
@@ -39,6 +41,7 @@ async def worker(fleet: Fleet, agent: Agent) -> dict[str, Any]:
     return data
 
 
+@both_databases
 @pytest.mark.parametrize("nodes", [2, 3])
 async def test_a_gang_is_claimed_on_all_its_workers_at_once(fleet: Fleet, nodes: int) -> None:
     agents = [await gang_worker(fleet, f"node-{n}") for n in range(nodes)]
@@ -62,6 +65,7 @@ async def held_notes(fleet: Fleet) -> dict[str, str | None]:
     return {w["name"]: w["held_note"] for w in answer.json()["workers"]}
 
 
+@both_databases
 async def test_a_gang_is_never_offered_in_part_and_holds_what_matches(fleet: Fleet) -> None:
     agents = [await gang_worker(fleet, f"node-{n}") for n in range(2)]
     job = await submit_gang(fleet, 3)
@@ -253,6 +257,7 @@ async def test_a_gang_of_too_many_nodes_is_refused_naming_the_field(fleet: Fleet
     assert "'nodes' must be a whole number from 1 to 64" in answer.text
 
 
+@both_databases
 async def test_a_gang_round_racing_a_one_node_claim_never_shares_a_worker(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -332,6 +337,7 @@ async def test_a_gang_that_leaves_the_queue_releases_what_it_held(fleet: Fleet) 
     assert (await held.next_offer())["job_id"] == small["id"]
 
 
+@both_databases
 async def test_every_nodes_worker_is_freed_when_the_gangs_attempt_ends(fleet: Fleet) -> None:
     """Reports are fenced by node rank (a report naming none is refused); the attempt's end
     frees every node, each once it ended (tests/api/test_gang_rendezvous.py: the start

@@ -16,7 +16,9 @@ from tests.api.conftest import Agent, Fleet, both_databases
 from tests.api.test_artifact_records import T0, _job, _migrate
 from tests.api.test_gang_rendezvous import gang, node_report, start_all
 
-pytestmark = both_databases
+# On PostgreSQL too (`both_databases`): the lines' queries (pages, search, a resend kept
+# once), the live stream (NOTIFY) and the migration. Fencing, refusals, permissions and the
+# download's rendering are the service's: SQLite alone.
 
 
 def _lines(*texts: str) -> list[dict[str, str]]:
@@ -58,6 +60,7 @@ def _said(page: dict[str, Any]) -> list[tuple[int, str]]:
     return [(line["node"], line["text"]) for line in page["lines"]]
 
 
+@both_databases
 async def test_every_nodes_lines_are_kept_as_its_own_and_read_whole_or_a_node_at_a_time(
     fleet: Fleet,
 ) -> None:
@@ -79,6 +82,7 @@ async def test_every_nodes_lines_are_kept_as_its_own_and_read_whole_or_a_node_at
     assert _said(back) == [(0, "n0 b")] and back["next_before"] is not None
 
 
+@both_databases
 async def test_a_node_counts_its_own_lines_so_its_first_batch_and_a_resend_are_kept_once(
     fleet: Fleet,
 ) -> None:
@@ -115,6 +119,7 @@ async def test_the_download_labels_each_line_with_its_node_or_holds_one_nodes(
     assert ".node1.log" in one.headers["content-disposition"]
 
 
+@both_databases
 async def test_the_live_log_of_one_node_sends_that_nodes_lines_only(fleet: Fleet) -> None:
     job_id, agents, offers = await _running_gang(fleet)
     seen = (await _page(fleet, job_id))["next_after"]
@@ -235,6 +240,7 @@ def _log_columns(sync_conn: Connection) -> set[str]:
     return {c["name"] for c in sa.inspect(sync_conn).get_columns("job_logs")}
 
 
+@both_databases
 async def test_migration_0023_makes_every_earlier_line_node_0s_and_downgrades(
     database_url: str,
 ) -> None:

@@ -13,7 +13,9 @@ import pytest
 from tests.api.conftest import ACK_TIMEOUT, HEARTBEAT_TIMEOUT, Agent, Fleet, both_databases
 from tests.api.test_gang_dispatch import gang_worker, submit_gang, worker
 
-pytestmark = both_databases
+# On PostgreSQL too (`both_databases`): the reports that are applied in batches there
+# (node_reports.py: acknowledgements, completions), fenced or not. Sweeps, addresses and
+# the logs (tests/api/test_gang_logs.py) are the same on either: SQLite alone.
 PORT = 29_500
 
 
@@ -79,6 +81,7 @@ async def quiet(agent: Agent) -> list[dict[str, Any]]:
     return [e for e in await agent.stream.collect(0.2) if e["type"] not in RESENT]
 
 
+@both_databases
 @pytest.mark.parametrize("nodes", [2, 3])
 async def test_nodes_start_together_only_once_every_node_acknowledged(
     fleet: Fleet, nodes: int
@@ -127,6 +130,7 @@ async def test_a_node_without_an_advertised_address_gets_the_one_it_called_from(
     assert starts[0]["master_addr"] == starts[1]["master_addr"] != ""
 
 
+@both_databases
 async def test_a_repeated_acknowledgement_after_the_start_sends_the_start_again(
     fleet: Fleet,
 ) -> None:
@@ -139,6 +143,7 @@ async def test_a_repeated_acknowledgement_after_the_start_sends_the_start_again(
     assert await quiet(agents[0]) == [first | {"node_rank": 0}]
 
 
+@both_databases
 async def test_a_node_speaks_only_for_its_own_rank(fleet: Fleet) -> None:
     job, agents, offers = await gang(fleet, 2)
     outsider = await gang_worker(fleet, "outsider")
@@ -182,6 +187,7 @@ async def test_a_gang_not_all_acknowledged_in_time_is_given_back_whole(fleet: Fl
     assert detail["status"] == "offered" and detail["attempts"] == 2
 
 
+@both_databases
 async def test_a_failed_node_stops_the_others_and_fails_the_job(fleet: Fleet) -> None:
     job, agents, offers = await gang(fleet, 3)
     await start_all(agents, offers)
@@ -235,6 +241,7 @@ async def test_a_lost_node_counts_against_its_own_worker_for_the_breaker_not_its
     assert (await worker(fleet, agents[0]))["infra_failures"] == 0
 
 
+@both_databases
 async def test_the_job_completes_when_rank_zero_does(fleet: Fleet) -> None:
     _job, agents, offers = await gang(fleet, 2)
     await start_all(agents, offers)

@@ -31,6 +31,7 @@ class Scene:
     def __init__(self, fleet: Fleet, busy: Agent, taker: Agent, running: dict[str, Any]):
         self.fleet, self.busy, self.taker, self.running = fleet, busy, taker, running
         self.names = 0
+        self.jobs: list[str] = []  # the jobs this example's submits made
 
     @classmethod
     async def build(cls, fleet: Fleet) -> Scene:
@@ -62,6 +63,7 @@ class Scene:
         if answer.status_code != 201:
             return answer
         job = answer.json()
+        self.jobs.append(job["id"])
         if job["status"] == "queued":  # labels or GPUs no worker has: dispatch is inline
             cancelled = await self.fleet.admin.post(f"/api/queue/{job['id']}/cancel")
             assert cancelled.status_code == 200, cancelled.text
@@ -143,11 +145,15 @@ async def test_whatever_any_endpoint_accepts_every_read_can_return(
 ) -> None:
     scene = getattr(fleet, "scene", None) or await Scene.build(fleet)
     fleet.scene = scene  # type: ignore[attr-defined]  # one scene for every example
+    scene.jobs = [scene.running["job_id"]]
     for write, value in steps:
         answer = await WRITES[write](scene, value)
         assert answer.status_code < 500, (write, value, answer.text[:300])
         if answer.status_code == 422:
             assert answer.json()["detail"], (write, value)
-    await fleet.every_read_answers(newest=20)
+    # Each job this example can have written, the running one (reports) and its submits'; and
+    # every list, worker, config and pool. A job an earlier example submitted was read after
+    # it, and no later write reaches it (its worker, `taker`, is never written to).
+    await fleet.every_read_answers(newest=0, also=tuple(scene.jobs))
     running = await fleet.job(scene.running["job_id"])
     assert running["status"] == "running", running

@@ -7,29 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-from sqlalchemy import event
 
 from tests.api.conftest import EventStream, Fleet, linked, postgres_only
+from tests.api.test_job_cost import counting
 from tests.waiting import wait_until_async
 
 
 @contextmanager
 def notifies(fleet: Fleet) -> Iterator[list[str]]:
-    """The NOTIFY statements `fleet`'s transactions run meanwhile."""
-    seen: list[str] = []
-
-    def capture(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
-        if "pg_notify" in statement:
-            seen.append(statement)
-
-    engine = fleet.ctx.store.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", capture)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", capture)
+    """The NOTIFY statements `fleet`'s transactions ran meanwhile (read once the block ends)."""
+    sent: list[str] = []
+    with counting(fleet) as seen:
+        yield sent
+    sent.extend(statement for statement in seen if "pg_notify" in statement)
 
 
 async def knows(fleet: Fleet, other: Fleet) -> None:

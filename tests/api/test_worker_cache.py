@@ -1,14 +1,13 @@
 """The worker a token names, kept between requests on SQLite (store/worker_cache.py): never
-what a request is answered from once the worker or its token changed."""
+what a request is answered from once the worker or its token changed. On SQLite alone:
+PostgreSQL keeps no such cache, and reads the worker every request."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpufleet.server.services import health
-from tests.api.conftest import Agent, Fleet, both_databases, sqlite_only
-
-pytestmark = both_databases
+from tests.api.conftest import Agent, Fleet, sqlite_only
 
 
 async def warm(agent: Agent) -> None:

@@ -7,6 +7,7 @@ share one event loop, the module's, as the pool's servers outlive each test.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import pytest_asyncio
 from bench.ceiling import CLIENTS, measure
 from bench.report import Result
 from bench.scenarios import SCENARIOS, SMOKE, Options, ServerPool
+
+from tests.migrated import migrated_sqlite
 
 Scenario = Callable[[Options], Awaitable[Result | list[Result]]]
 in_the_module = pytest.mark.asyncio(loop_scope="module")
@@ -31,7 +34,9 @@ async def servers() -> AsyncIterator[ServerPool]:
 
 async def run(number: int, tmp_path: Path, servers: ServerPool) -> list[Result]:
     scenario: Scenario = SCENARIOS[number]
-    out = await scenario(Options(SMOKE, work_dir=tmp_path, servers=servers))
+    seed = await asyncio.to_thread(migrated_sqlite)  # made once a process, off the loop
+    opts = Options(SMOKE, work_dir=tmp_path, servers=servers, sqlite_seed=seed)
+    out = await scenario(opts)
     return out if isinstance(out, list) else [out]
 
 

@@ -10,8 +10,10 @@ import pytest
 from tests.e2e.conftest import FakeWorker, ServerProcess, unique
 from tests.waiting import wait_until
 
-# The orchestrator on PostgreSQL runs the tests its database could change (a job's whole run,
-# a restart, the health loop's offline and fencing); HTTP rules run once, on SQLite.
+# The orchestrator on PostgreSQL runs a job's whole run and a restart (what the database kept):
+# the rest run once, on SQLite. The health loop's offline, withdrawal and fencing are the same
+# queries on either backend and run on both in tests/api/test_failures.py; on PostgreSQL end
+# to end in tests/e2e/test_replicas.py (the sweeps' leader marking a silent worker offline).
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
@@ -138,6 +140,7 @@ def test_deleting_an_online_worker_is_refused_until_it_is_offline(server: Server
     w.close()
 
 
+@sqlite_only
 def test_a_silent_worker_goes_offline_and_its_job_is_retried_until_retries_run_out(
     server: ServerProcess,
 ) -> None:
@@ -165,6 +168,7 @@ def test_a_silent_worker_goes_offline_and_its_job_is_retried_until_retries_run_o
     assert "no retries left" in failed["error"]
 
 
+@sqlite_only
 def test_an_unacknowledged_offer_is_withdrawn_and_offered_again(server: ServerProcess) -> None:
     (w,), tag = _pool(server)
     w.register()
@@ -186,6 +190,7 @@ def test_an_unacknowledged_offer_is_withdrawn_and_offered_again(server: ServerPr
     w.close()
 
 
+@sqlite_only
 def test_a_stale_worker_is_fenced_off_and_told_to_cancel(server: ServerProcess) -> None:
     workers, tag = _pool(server, n=2)
     stale, fresh = workers

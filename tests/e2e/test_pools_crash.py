@@ -1,5 +1,6 @@
 """An orchestrator SIGKILLed mid-launch launches nothing twice (#36): a real `gpufleet server`
-on a real SQLite file (and alone on PostgreSQL), a `command` pool whose launch script (its
+on a real SQLite file (the launch cut off before its answer alone on PostgreSQL too), a
+`command` pool whose launch script (its
 first call held) starts a machine (a process, a pid file each) and is then cut off.
 
 - Before its answer (no instance id stored): the restarted server ends the launch at once
@@ -52,27 +53,32 @@ LAUNCH = f"""\
 FLAGS = {"pool-interval": 0.3, "pool-call-timeout": 60}
 
 
+# PostgreSQL decides one thing here: whether a restarted orchestrator is alone (no other
+# replica can still be calling the provider: the killed one's session ended), which only a
+# launch cut off before its answer asks. A launch with its instance id stored is followed
+# alike on either backend, from the same rows: those run on SQLite alone.
 DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 def alone(
     request: pytest.FixtureRequest, tmp_path: Path, env: dict[str, str] | None = None
 ) -> Iterator[ServerProcess]:
-    """One orchestrator on SQLite, or alone on PostgreSQL: where a restarted one knows at once
-    that no other replica can still be calling the provider (the killed one's session ended)."""
-    url = request.getfixturevalue("pg_database") if request.param == "postgres" else None
+    """One orchestrator on SQLite, or alone on PostgreSQL where the test parametrises its
+    fixture (indirect) with "postgres"."""
+    backend = getattr(request, "param", "sqlite")
+    url = request.getfixturevalue("pg_database") if backend == "postgres" else None
     proc = ServerProcess(tmp_path / "data", url, env=env, **FLAGS)
     proc.start()
     yield proc
     proc.kill()
 
 
-@pytest.fixture(params=DATABASES)
+@pytest.fixture
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
     yield from alone(request, tmp_path)
 
 
-@pytest.fixture(params=DATABASES)
+@pytest.fixture
 def local_server(
     request: pytest.FixtureRequest, tmp_path: Path, local_machines: Path
 ) -> Iterator[ServerProcess]:
@@ -94,6 +100,7 @@ def one_job(server: ServerProcess, pool: str) -> str:
     return submit_job(server, {"pool": pool}, [sys.executable, "-c", "pass"], gpu_count=0)
 
 
+@pytest.mark.parametrize("server", DATABASES, indirect=True)
 def test_killed_before_the_providers_answer_the_launch_is_ended_and_made_afresh(
     server: ServerProcess, machines: Path
 ) -> None:

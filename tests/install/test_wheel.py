@@ -56,14 +56,16 @@ class Installation:
 
 
 def isolated_env(**extra: str) -> dict[str, str]:
-    """Our environment minus what would let the test's own packages or pip's configuration
-    (an index, extra find-links) stand in for what the wheelhouse must provide."""
+    """Our environment minus what would let the test's own packages or pip's and uv's
+    configuration (an index, extra find-links) stand in for what the wheelhouse must provide."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("PIP_")
+        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+        and not k.startswith(("PIP_", "UV_"))
     }
-    return {**env, "PYTHONNOUSERSITE": "1", "PIP_CONFIG_FILE": os.devnull, **extra}
+    quiet = {"PIP_CONFIG_FILE": os.devnull, "UV_NO_CONFIG": "1"}
+    return {**env, "PYTHONNOUSERSITE": "1", **quiet, **extra}
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 120) -> str:
@@ -96,17 +98,20 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installation:
     )
     env = isolated_env()
     offline = ["--no-index", "--find-links", str(WHEELHOUSE)]
-    pip = [sys.executable, "-m", "pip", "-q"]
-    # The build backend (setuptools) comes from the wheelhouse too, into pip's isolated env.
-    run([*pip, "wheel", "--no-deps", *offline, "-w", str(root / "dist"), str(source)], env)
+    # uv builds and installs, as `uv pip install` does for a user (pip took 14 CPU-s and 45 s
+    # of a loaded run here, uv 9 and 25; #32): the same wheel, the same dependencies.
+    uv = [str(Path(sys.executable).with_name("uv")), "-q", "--cache-dir", str(root / "uv-cache")]
+    # The build backend (setuptools) comes from the wheelhouse too, into uv's isolated env.
+    run([*uv, "build", "--wheel", *offline, "-o", str(root / "dist"), str(source)], env)
     (wheel,) = (root / "dist").glob("gpufleet-*.whl")
-    # Without pip of its own: our pip installs into it; nothing but what the wheel requires.
+    # Without pip of its own: uv installs into it; nothing but what the wheel requires.
     venv = Installation(root / "venv")
     run([sys.executable, "-m", "venv", "--without-pip", str(venv.root)], env)
     # Byte-compiled at install, as pip does for a user: with --no-compile the installation's
     # first `gpufleet server --ssl` compiled what it imported while the test waited for it,
     # and missed its 30 s start in a loaded fresh-clone run (#32 tried it).
-    run([*pip, "--python", venv.python, "install", *offline, str(wheel)], env)
+    install = ["pip", "install", "--python", venv.python, "--offline", "--compile-bytecode"]
+    run([*uv, *install, *offline, str(wheel)], env)
     return venv
 
 

@@ -123,11 +123,18 @@ def test_server_settings_default_to_a_local_orchestrator_with_sqlite():
     assert (s.host, s.port, s.database_url) == ("127.0.0.1", 8001, None)
     assert s.data_dir == Path(".gpufleet")
     assert s.heartbeat_timeout > s.heartbeat_interval > 0
+    assert s.stream_ping_interval == 15.0  # docs/protocol.md: a ping every 15 s of quiet
 
 
 @pytest.mark.parametrize(
     "field",
-    ["heartbeat_timeout", "health_interval", "ack_timeout", "heartbeat_interval"],
+    [
+        "heartbeat_timeout",
+        "health_interval",
+        "ack_timeout",
+        "heartbeat_interval",
+        "stream_ping_interval",
+    ],
 )
 @pytest.mark.parametrize("value", [0, -1.0])
 def test_intervals_and_timeouts_must_be_positive(field, value):

@@ -63,13 +63,14 @@ class Context:
     heartbeats: Heartbeats = field(default_factory=Heartbeats)  # heard, not yet written
     audit_head: AuditHead = field(default_factory=AuditHead)  # the newest entry sealed here
     stream_calls: StreamCalls = field(default_factory=StreamCalls)  # for shutdown to await
-    keepalive: KeepAlive = field(default_factory=KeepAlive)  # when each stream is due a ping
+    keepalive: KeepAlive = field(init=False)  # when each stream is due a ping
     limit_holds: LimitHolds = field(default_factory=LimitHolds)  # for dispatch's extra looks
     workdir_locks: DigestLocks = field(default_factory=DigestLocks)  # snapshots being stored
     workdir_listings: WorkdirListings = field(default_factory=WorkdirListings)  # read lately
     batches: Batches = field(default_factory=Batches)  # gang start reports applied together
 
     def __post_init__(self) -> None:
+        self.keepalive = KeepAlive(self.settings.stream_ping_interval)
         backend = backend_for(self.store.engine.url, self.instance_id)
         self.replicas = Replicas(self.hub, self.instance_id, backend)
 

@@ -62,6 +62,7 @@ class ServerSettings(BaseModel):
     gang_hold: float = _declared("gang_hold")
     ephemeral_cleanup_after: float = _declared("ephemeral_cleanup_after")
     heartbeat_interval: float = _declared("heartbeat_interval")
+    stream_ping_interval: float = _declared("stream_ping_interval")
     local_gpus: str = _declared("local_gpus")
     use_ssl: bool = _declared("use_ssl")
     ssl_cert: Path | None = _declared("ssl_cert")

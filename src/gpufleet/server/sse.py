@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 from starlette.responses import StreamingResponse
 
-PING_SECONDS = 15.0
 # The keep-alive clock pings together every stream due within this share of the interval
-# (0.25 s at 15 s): one wake-up for a batch, none of them quiet longer than the interval.
+# (--stream-ping-interval, 0.25 s at its default 15 s): one wake-up for a batch, none of them
+# quiet longer than the interval.
 PING_BATCH = 1 / 60
 
 
@@ -59,15 +59,16 @@ class KeepAlive:
     """When each open stream of this process is due a ping: one clock for all of them.
 
     A stream's task waits only for what it has to send (a change, an offer due); this clock
-    wakes it when it has written nothing for `PING_SECONDS`. The streams are kept in the
-    order of their last write (a dict: a write moves its stream to the end), so the clock
-    looks only at the oldest: 10,000 idle streams cost one timer, not 10,000 timers each
-    cancelled, rearmed and fired through a `TimeoutError` every round.
+    wakes it when it has written nothing for `interval` seconds (--stream-ping-interval). The
+    streams are kept in the order of their last write (a dict: a write moves its stream to
+    the end), so the clock looks only at the oldest: 10,000 idle streams cost one timer, not
+    10,000 timers each cancelled, rearmed and fired through a `TimeoutError` every round.
     """
 
-    __slots__ = ("_last", "_opened")
+    __slots__ = ("_last", "_opened", "interval")
 
-    def __init__(self) -> None:
+    def __init__(self, interval: float = 15.0) -> None:
+        self.interval = interval
         self._last: dict[Quiet, float] = {}  # the streams, oldest write first → its time
         self._opened = asyncio.Event()
 
@@ -98,7 +99,7 @@ class KeepAlive:
                 self._opened.clear()
                 await self._opened.wait()
             now = loop.time()
-            interval = PING_SECONDS
+            interval = self.interval
             soon = now + interval * PING_BATCH
             while self._last:
                 quiet, at = next(iter(self._last.items()))

@@ -127,6 +127,14 @@ SERVER = Table(
         above=0,
     ),
     Setting(
+        "stream_ping_interval",
+        Kind.DURATION,
+        "Quiet this long, an event stream (a worker's, the web UI's, a followed log) is sent "
+        "a ping; lower it behind a proxy that closes idle connections sooner.",
+        default=15.0,
+        above=0,
+    ),
+    Setting(
         "local_gpus",
         Kind.TEXT,
         "Run jobs with target local/auto on this machine: auto (every GPU found, or the "

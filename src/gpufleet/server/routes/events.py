@@ -54,7 +54,7 @@ async def _nudges(ctx: Ctx, who: Principal, topics: list[str]) -> AsyncIterator[
     async with auth.subscription(ctx, who, *topics) as sub:
         yield b"retry: 2000\n" + sse.frame({"type": "hello", "topics": topics}, event="hello")
         while not sub.closed:
-            if not await sub.wait(sse.PING_SECONDS):
+            if not await sub.wait(ctx.keepalive.interval):
                 yield sse.ping()
                 continue
             if sub.closed:

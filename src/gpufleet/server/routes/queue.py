@@ -292,5 +292,5 @@ async def _follow(
             if job.status in TERMINAL_JOB:
                 yield sse.frame({"type": "end", "status": job.status.value}, event="end")
                 return
-            if not await sub.wait(sse.PING_SECONDS):
+            if not await sub.wait(ctx.keepalive.interval):
                 yield sse.ping()

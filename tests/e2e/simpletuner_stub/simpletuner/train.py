@@ -6,6 +6,8 @@ the trainer's output line by line, blocking its event loop until each line comes
 trainer would stall the agent), and honours these config keys and nothing else:
 
 - `stub_steps` (default 3) and `stub_sleep` (seconds a step, default 0.05);
+- `stub_until`: a file; once it exists the trainer ends after the step it is on (at the
+  latest after `stub_steps`), so a test waits for no longer than it needs;
 - `stub_exit_code` (default 0): the process's exit code;
 - `stub_record`: a file to write what the trainer was given (the agent's environment
   variables for it, and the config), as JSON;
@@ -55,8 +57,11 @@ def main() -> int:
         join(config["stub_join"])
     steps = int(config.get("stub_steps", 3))
     pause = float(config.get("stub_sleep", 0.05))
+    until = config.get("stub_until")
     for step in range(1, steps + 1):
         print(f"step {step}/{steps}", flush=True)
+        if until and os.path.exists(until):
+            break
         time.sleep(pause)
     if config.get("stub_outputs"):
         publish(config)
