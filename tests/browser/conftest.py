@@ -76,7 +76,7 @@ def playwright() -> Iterator[Playwright]:
 def browser(playwright: Playwright) -> Iterator[Browser]:
     """One Chromium for the browser tests a test process runs in a row (Playwright's driver and
     Chromium cost two seconds of CPU a start, once per module before); each test still gets a
-    profile emptied for it (`context`). Package-scoped, not session-scoped: it is gone before
+    fresh profile of its own (`context`). Package-scoped, not session-scoped: it is gone before
     the process goes on to other folders' tests, whose event loops it must not meet."""
     browser = playwright.chromium.launch(
         executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
@@ -85,38 +85,14 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
     browser.close()
 
 
-@pytest.fixture(scope="module")
-def profile(browser: Browser, server: ServerProcess) -> Iterator[BrowserContext]:
-    """A browser profile for a module's tests, that may use the clipboard on the orchestrator's
-    origin: a profile made and closed costs Chromium about as much CPU as a page load, once a
-    test before. `context` gives each test it as new (`emptied`)."""
+@pytest.fixture
+def context(browser: Browser, server: ServerProcess) -> Iterator[BrowserContext]:
+    """A fresh browser profile that may use the clipboard on the orchestrator's origin."""
     context = browser.new_context(viewport=LAPTOP, base_url=server.url)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
     context.set_default_timeout(15_000)
     yield context
     context.close()
-
-
-def emptied(context: BrowserContext, origin: str) -> None:
-    """The profile as new: no page, no cookie, nothing stored by the orchestrator's pages (the
-    Workers page keeps the address a person picked, the log view the times' choice)."""
-    for page in context.pages:
-        page.close()
-    context.clear_cookies()
-    blank = context.new_page()
-    cdp = context.new_cdp_session(blank)
-    cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
-    cdp.detach()
-    blank.close()
-
-
-@pytest.fixture
-def context(profile: BrowserContext, server: ServerProcess) -> Iterator[BrowserContext]:
-    """The module's profile, as new for this test."""
-    emptied(profile, server.url)
-    yield profile
-    for page in profile.pages:
-        page.close()
 
 
 @pytest.fixture
