@@ -23,6 +23,7 @@ from playwright.sync_api import (
 )
 
 from tests.e2e.conftest import ServerProcess, serving
+from tests.migrated import migrated_sqlite
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -42,8 +43,18 @@ PHONE = {"width": 390, "height": 844}
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """An orchestrator on SQLite with its embedded local worker, shared by the browser modules
     a test process runs in a row (each names what it makes with `unique`); a module that needs
-    other flags defines its own `server`."""
-    yield from serving(tmp_path_factory.mktemp("orchestrator"), None, **{"local-gpus": "auto"})
+    other flags defines its own `server`.
+
+    Its webhooks may reach tests/webhook_receiver.py on 127.0.0.1 (test_keys_and_webhooks: a
+    server of its own cost a start). The example hosts are allowed by name, so saving one never
+    waits on DNS: a CI machine's resolver that does not answer held a save for the server's
+    whole 5 s lookup."""
+    allowed = "127.0.0.1,hooks.example.com,hooks2.example.com"
+    yield from serving(
+        tmp_path_factory.mktemp("orchestrator"),
+        None,
+        **{"local-gpus": "auto", "webhook-allow-hosts": allowed},
+    )
 
 
 @pytest.fixture(scope="package")
@@ -54,6 +65,9 @@ def playwright() -> Iterator[Playwright]:
             "(`make test` does)",
             pytrace=False,
         )
+    # Servers copy this template as they start: made here, before Playwright's event loop runs in
+    # this thread (its asyncio.run would refuse), for a module of its own `server` run alone.
+    migrated_sqlite()
     with sync_playwright() as driver:
         yield driver
 

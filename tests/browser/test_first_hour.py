@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import PHONE, screenshot, sign_in, train_ready
@@ -144,12 +143,12 @@ def test_the_api_refuses_a_local_job_wanting_more_gpus_than_the_local_runner_has
     assert job_total(server) == before  # nothing stored
 
 
-@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
 def test_train_says_before_submitting_that_the_local_runner_lacks_the_gpus(
-    server: ServerProcess, page: Page, viewport: dict[str, int]
+    server: ServerProcess, page: Page
 ) -> None:
+    """Typed at 1440 px, the hint read at each width, submitted at a phone's."""
     local_gpus = admin_call(server, "GET", "/api/admin/workers/w_local")["gpu_count"]
-    page.set_viewport_size(viewport)
+    page.set_viewport_size(DESKTOP)
     sign_in(page, server.admin_key, then="/train")
     train_ready(page)
     button = page.locator("#submit")
@@ -158,10 +157,12 @@ def test_train_says_before_submitting_that_the_local_runner_lacks_the_gpus(
     expect(button).to_have_text("Train locally")
     page.fill("#gpu-count", str(local_gpus + 2))
     hint = page.locator("#gpu-error")
-    expect(hint).to_be_visible()
-    expect(hint).to_contain_text("the local runner has")
-    expect(hint).to_contain_text("Worker or Auto")
-    screenshot(page, f"train-local-too-small-{viewport['width']}")
+    for viewport in (DESKTOP, PHONE):
+        page.set_viewport_size(viewport)
+        expect(hint).to_be_visible()
+        expect(hint).to_contain_text("the local runner has")
+        expect(hint).to_contain_text("Worker or Auto")
+        screenshot(page, f"train-local-too-small-{viewport['width']}")
 
     before = job_total(server)
     page.fill("#config-json", '{"model_type": "lora"}')
@@ -182,15 +183,20 @@ def user_level(server: ServerProcess, name: str) -> str:
     return str(admin_call(server, "GET", f"/api/users/{name}")["level"])
 
 
-@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
 def test_the_users_table_offers_no_level_or_delete_for_the_built_in_admin_or_yourself(
-    server: ServerProcess, page: Page, viewport: dict[str, int]
+    server: ServerProcess, page: Page
 ) -> None:
     me, key = user_with_key(server, "admin", "*")
     other = unique("other")
     admin_call(server, "POST", "/api/users", json={"name": other, "level": "researcher"})
-    page.set_viewport_size(viewport)
     sign_in(page, key, then="/teams")
+    for viewport in (DESKTOP, PHONE):  # one page, read at each width
+        page.set_viewport_size(viewport)
+        users_table_offers_only_what_the_server_does(page, me, other)
+        screenshot(page, f"teams-users-{viewport['width']}")
+
+
+def users_table_offers_only_what_the_server_does(page: Page, me: str, other: str) -> None:
     for name in ("admin", me):
         row = page.locator(f'#users tr[data-user="{name}"]')
         expect(row).to_be_visible()
@@ -204,7 +210,6 @@ def test_the_users_table_offers_no_level_or_delete_for_the_built_in_admin_or_you
     row = page.locator(f'#users tr[data-user="{other}"]')
     expect(row.locator("select[name=level]")).to_be_visible()
     expect(row.locator("[data-action=delete-user]")).to_be_visible()
-    screenshot(page, f"teams-users-{viewport['width']}")
 
 
 def test_a_users_level_changes_only_when_saved(server: ServerProcess, page: Page) -> None:
@@ -234,13 +239,13 @@ def test_a_users_level_changes_only_when_saved(server: ServerProcess, page: Page
 # ---- 14. papercuts -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440", "390"])
 def test_the_create_key_dialog_offers_only_what_the_chosen_users_level_allows(
-    server: ServerProcess, page: Page, viewport: dict[str, int]
+    server: ServerProcess, page: Page
 ) -> None:
+    """Chosen at 1440 px, the dialog read at each width, the key made at a phone's."""
     name = unique("res")
     admin_call(server, "POST", "/api/users", json={"name": name, "level": "researcher"})
-    page.set_viewport_size(viewport)
+    page.set_viewport_size(DESKTOP)
     sign_in(page, server.admin_key, then="/keys")
     page.click("#key-create-open")
     everything = page.locator('#key-form input[name=permissions][value="*"]')
@@ -252,13 +257,15 @@ def test_the_create_key_dialog_offers_only_what_the_chosen_users_level_allows(
     everything.check()
 
     page.select_option("#k-user", name)
-    expect(everything).to_be_disabled()
-    expect(everything).not_to_be_checked()  # a choice the level cannot have is taken back
-    expect(workers).to_be_disabled()
-    expect(read).to_be_enabled()
-    expect(hint).to_contain_text("researcher")
-    expect(hint).to_contain_text("queue.read, queue.submit")
-    screenshot(page, f"keys-create-researcher-{viewport['width']}")
+    for viewport in (DESKTOP, PHONE):
+        page.set_viewport_size(viewport)
+        expect(everything).to_be_disabled()
+        expect(everything).not_to_be_checked()  # a choice the level cannot have is taken back
+        expect(workers).to_be_disabled()
+        expect(read).to_be_enabled()
+        expect(hint).to_contain_text("researcher")
+        expect(hint).to_contain_text("queue.read, queue.submit")
+        screenshot(page, f"keys-create-researcher-{viewport['width']}")
 
     page.fill("#k-name", f"{name}-key")
     read.check()

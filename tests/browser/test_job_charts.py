@@ -12,8 +12,8 @@ from tests.browser.test_ui import TRAINING
 from tests.e2e.conftest import ServerProcess
 
 DESKTOP = {"width": 1440, "height": 900}
-STEPS = 400  # long enough (about 8 s) to watch it run, and to see points arrive
-EVERY = STEPS // 50  # the example reports every 8th step: 50 points, several a relay
+STEPS = 300  # long enough (about 6 s) to watch it run, and to see points arrive
+EVERY = STEPS // 50  # the example reports every 6th step: 50 points, several a relay
 LOSS = 'figure.chart[data-series="loss"] svg'
 
 
@@ -33,19 +33,18 @@ def test_the_job_page_charts_the_training_metrics_with_step_rate_and_eta(
     server: ServerProcess, page: Page
 ) -> None:
     page.set_viewport_size(DESKTOP)
-    sign_in(page, server.admin_key, then="/queue")
     job_id = training_job(server)
-    page.goto(f"/queue/{job_id}")
+    sign_in(page, server.admin_key, then=f"/queue/{job_id}")
 
     # While it runs: a loss chart that grows without a reload, step / total, rate and ETA.
     expect(page.locator(LOSS)).to_be_visible(timeout=30_000)
     first = int(page.locator(LOSS).get_attribute("data-points") or 0)
-    page.wait_for_function(
-        "([sel, n]) => Number(document.querySelector(sel).dataset.points) > n", arg=[LOSS, first]
-    )
     expect(page.locator("#pace-step")).to_have_text(re.compile(rf"^\d+ / {STEPS}$"))
     expect(page.locator("#pace-rate")).to_have_text(re.compile(r"^[\d.e+]+ steps/s$"))
     expect(page.locator("#pace-eta")).to_have_text(re.compile(r"^\d+ (s|min)"))
+    page.wait_for_function(
+        "([sel, n]) => Number(document.querySelector(sel).dataset.points) > n", arg=[LOSS, first]
+    )
     screenshot(page, "job-charts-running")
 
     # Once it has ended: every stored point is drawn, and the API agrees with the page.

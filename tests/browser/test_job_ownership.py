@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import sign_in
@@ -88,21 +87,25 @@ def ended_job(server: ServerProcess, key: str) -> str:
 
 
 def fits(page: Page) -> None:
-    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-    assert overflow <= 0, f"{page.url} is {overflow} px too wide"
+    """The page as it is, measured at each of SIZES (back at the first after)."""
+    for size in (*SIZES[1:], SIZES[0]):
+        page.set_viewport_size(size)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{page.url} is {overflow} px too wide at {size['width']} px"
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s['width']}px")
 def test_the_owner_edits_and_re_runs_a_job_and_another_teams_researcher_cannot(
-    server: ServerProcess, page: Page, size: dict[str, int]
+    server: ServerProcess, page: Page
 ) -> None:
+    """Bob's refusals at a phone's width, Alice's re-run at 1440 px, each page she sees
+    measured at both: the flow once, not once a width."""
     team, other = unique("nlp"), unique("vision")
     for name in (team, other):
         admin_call(server, "POST", "/api/teams", json={"name": name})
     _, alice_key = user_with_key(server, "researcher", *READ_SUBMIT, team=team)
     _, bob_key = user_with_key(server, "researcher", *READ_SUBMIT, team=other)
     job_id = ended_job(server, alice_key)
-    page.set_viewport_size(size)
+    page.set_viewport_size(SIZES[1])
 
     sign_in(page, bob_key, then=f"/queue/{job_id}")  # another team's: no button, and the
     expect(page.locator("#facts")).to_contain_text(team)  # editor's submit is refused
@@ -114,6 +117,7 @@ def test_the_owner_edits_and_re_runs_a_job_and_another_teams_researcher_cannot(
     assert job(server, job_id)["rerun_as"] == []
     sign_out(page)
 
+    page.set_viewport_size(SIZES[0])
     sign_in(page, alice_key, then=f"/queue/{job_id}")
     page.click("#edit-rerun")
     page.wait_for_url(f"**/train?rerun={job_id}")

@@ -1,4 +1,8 @@
-"""Administration → API keys and → Webhooks in Chromium, each effect checked through the API."""
+"""Administration → API keys and → Webhooks in Chromium, each effect checked through the API.
+
+On the shared server (tests/browser/conftest.py), which lets webhooks reach 127.0.0.1; a test
+leaves no webhook behind (`no_webhook_left`): the next expects none, and one left would hear
+the jobs of the modules after this one."""
 
 from __future__ import annotations
 
@@ -15,22 +19,16 @@ from playwright.sync_api import Page, expect
 from gpufleet.domain.webhook_targets import redact_url
 from tests.browser.conftest import LAPTOP, PHONE, HeldRequest, screenshot, sign_in
 from tests.browser.test_sharing import admin_call, held_job, job, sign_out, user_with_key
-from tests.e2e.conftest import ServerProcess, serving, unique
+from tests.e2e.conftest import ServerProcess, unique
 from tests.webhook_receiver import Receiver, receiving
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """An orchestrator whose webhooks may reach tests/webhook_receiver.py on 127.0.0.1.
-
-    The example hosts are allowed by name, so saving one never waits on DNS: a CI machine's
-    resolver that does not answer held a save for the server's whole 5 s lookup."""
-    allowed = "127.0.0.1,hooks.example.com,hooks2.example.com"
-    yield from serving(
-        tmp_path_factory.mktemp("orchestrator"),
-        None,
-        **{"local-gpus": "auto", "webhook-allow-hosts": allowed},
-    )
+@pytest.fixture(autouse=True)
+def no_webhook_left(server: ServerProcess) -> Iterator[None]:
+    yield
+    with server.admin() as admin:
+        for hook in admin.get("/api/admin/webhooks").json()["webhooks"]:
+            assert admin.delete(f"/api/admin/webhooks/{hook['id']}").status_code == 200
 
 
 def as_key(server: ServerProcess, key: str) -> httpx.Client:
@@ -239,19 +237,21 @@ def test_an_admin_edits_a_webhooks_url_events_and_secret(server: ServerProcess, 
     ]
 
 
-@pytest.mark.parametrize("path", ["/keys", "/webhooks"])
 def test_the_keys_and_webhooks_pages_fit_a_phone_and_a_laptop(
-    server: ServerProcess, page: Page, path: str
+    server: ServerProcess, page: Page
 ) -> None:
-    sign_in(page, server.admin_key, then=path)
-    expect(page.locator("main")).not_to_contain_text("Loading…")
-    expect(page.locator("nav a")).to_contain_text(["API keys", "Webhooks"])
-    for size in (PHONE, LAPTOP, {"width": 1440, "height": 900}):
-        page.set_viewport_size(size)
-        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 0, f"{path} is {overflow} px too wide at {size['width']} px"
-    page.set_viewport_size(PHONE)
-    screenshot(page, f"phone-{path.strip('/')}")
+    sign_in(page, server.admin_key, then="/keys")
+    for path in ("/keys", "/webhooks"):
+        if path != "/keys":
+            page.goto(path)
+        expect(page.locator("main")).not_to_contain_text("Loading…")
+        expect(page.locator("nav a")).to_contain_text(["API keys", "Webhooks"])
+        for size in (PHONE, LAPTOP, {"width": 1440, "height": 900}):
+            page.set_viewport_size(size)
+            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"{path} is {overflow} px too wide at {size['width']} px"
+        page.set_viewport_size(PHONE)
+        screenshot(page, f"phone-{path.strip('/')}")
 
 
 def test_a_delivery_made_elsewhere_shows_on_the_webhooks_page_without_a_reload(
@@ -280,7 +280,8 @@ def test_a_delivery_made_elsewhere_shows_on_the_webhooks_page_without_a_reload(
         assert admin.delete(f"/api/admin/webhooks/{hook}").status_code == 200
 
 
-SIZES = [{"width": 1440, "height": 900}, PHONE]
+WIDE = {"width": 1440, "height": 900}
+SIZES = [WIDE, PHONE]
 
 
 def webhooks_now(server: ServerProcess) -> list[dict[str, Any]]:
@@ -295,12 +296,13 @@ def delete_webhook(server: ServerProcess, webhook_id: str) -> None:
         assert admin.delete(f"/api/admin/webhooks/{webhook_id}").status_code == 200
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s['width']}px")
 def test_an_admin_chooses_slack_then_discord_and_the_receiver_gets_each_shape(
-    server: ServerProcess, page: Page, size: dict[str, int]
+    server: ServerProcess, page: Page
 ) -> None:
+    """At 1440 px; the page, with its card, is then measured at a phone's width too (the flow
+    once, not once a width: the widths differ in layout only)."""
     with receiving() as receiver:
-        page.set_viewport_size(size)
+        page.set_viewport_size(WIDE)
         sign_in(page, server.admin_key, then="/webhooks")
         page.fill("#h-url", receiver.url)
         page.select_option("#h-format", "slack")
@@ -331,22 +333,25 @@ def test_an_admin_chooses_slack_then_discord_and_the_receiver_gets_each_shape(
             posted = json.loads(to_discord.body)
             assert posted["content"].startswith("gpufleet: A test event")
             assert posted["allowed_mentions"] == {"parse": []}
-            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-            assert overflow <= 0, f"/webhooks is {overflow} px too wide at {size['width']} px"
+            for size in SIZES:
+                page.set_viewport_size(size)
+                overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+                assert overflow <= 0, f"/webhooks is {overflow} px too wide at {size['width']} px"
         finally:
             delete_webhook(server, hook["id"])
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s['width']}px")
 def test_a_submitter_hears_and_sees_that_a_lead_rejected_or_approved_their_job(
-    server: ServerProcess, page: Page, size: dict[str, int]
+    server: ServerProcess, page: Page
 ) -> None:
+    """Reject is clicked, and its outcome read, at a phone's width (test_sharing rejects at a
+    laptop's); approve at 1440 px: the flow once, not once a width."""
     team = unique("nlp")
     admin_call(server, "POST", "/api/teams", json={"name": team})
     viewer, viewer_key = user_with_key(server, "viewer", "queue.read", "queue.submit", team=team)
     _, lead_key = user_with_key(server, "lead", "queue.read", "queue.approve", team=team)
     rejected, approved = held_job(server, viewer_key), held_job(server, viewer_key)
-    page.set_viewport_size(size)
+    page.set_viewport_size(PHONE)
     sign_in(page, lead_key, then=f"/queue/{rejected}")
     with receiving() as receiver:
         with server.admin() as admin:
@@ -362,6 +367,7 @@ def test_a_submitter_hears_and_sees_that_a_lead_rejected_or_approved_their_job(
     expect(note).to_contain_text("Rejected by")
     expect(note).to_contain_text(REASON)
     expect(page.locator("#facts")).to_contain_text("Rejected by")
+    page.set_viewport_size(WIDE)
     page.goto(f"/queue/{approved}")
     expect(page.locator("#judged")).to_contain_text("it joined the queue")
     assert job(server, rejected)["rejected_by"] and job(server, approved)["approved_by"]
@@ -378,6 +384,7 @@ def judge_and_hear(page: Page, receiver: Receiver, jobs: tuple[str, str, str]) -
     page.fill("#confirm-input", REASON)
     page.click("#confirm-yes")
     expect(page.locator("#status")).to_have_text("cancelled")
+    page.set_viewport_size(WIDE)
     page.goto(f"/queue/{approved}")
     page.click("#approve")
     expect(page.locator("#judged")).to_contain_text("Approved by")
