@@ -475,6 +475,15 @@ def test_a_key_made_on_the_keys_page_belongs_to_the_user_chosen(
     expect(page.locator("#keys tbody tr").first.locator('[data-label="User"]')).to_have_text(user)
 
 
+def fits(page: Page, path: str, sizes: tuple[dict[str, int], ...]) -> None:
+    """The page is no wider than the window at each size; it is left at a phone's."""
+    for size in sizes:
+        page.set_viewport_size(size)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{path} is {overflow} px too wide at {size['width']} px"
+    page.set_viewport_size(PHONE)
+
+
 def test_the_sharing_pages_fit_a_phone(server: ServerProcess, page: Page) -> None:
     """One session visits each page (a profile and a sign-in a page cost more than the page)."""
     admin_call(server, "POST", "/api/teams", json={"name": unique("a-rather-long-team-name")})
@@ -483,11 +492,7 @@ def test_the_sharing_pages_fit_a_phone(server: ServerProcess, page: Page) -> Non
         if path != "/queue":
             page.goto(path)
         expect(page.locator("main")).not_to_contain_text("Loading…")
-        for size in (PHONE, LAPTOP):
-            page.set_viewport_size(size)
-            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-            assert overflow <= 0, f"{path} is {overflow} px too wide at {size['width']} px"
-        page.set_viewport_size(PHONE)
+        fits(page, path, (PHONE, LAPTOP))
         screenshot(page, f"phone-sharing-{path.strip('/')}")
 
 
@@ -554,11 +559,7 @@ def test_the_fleet_page_fits_a_phone_and_a_wide_screen(
     sign_in(page, key, then="/fleet")
     expect(page.locator('figure.chart[data-series="Idle workers"] svg')).to_be_visible()
     expect(page.locator("main")).not_to_contain_text("Loading…")
-    for size in (PHONE, WIDE):
-        page.set_viewport_size(size)
-        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 0, f"/fleet is {overflow} px too wide at {size['width']} px"
-    page.set_viewport_size(PHONE)
+    fits(page, "/fleet", (PHONE, WIDE))
     page.select_option("#range", "day")
     expect(page.locator("#charts")).to_have_attribute("data-resolution", "0")
     screenshot(page, "phone-fleet")

@@ -67,7 +67,7 @@ class KeepAlive:
 
     __slots__ = ("_last", "_opened", "interval")
 
-    def __init__(self, interval: float = 15.0) -> None:
+    def __init__(self, interval: float) -> None:
         self.interval = interval
         self._last: dict[Quiet, float] = {}  # the streams, oldest write first → its time
         self._opened = asyncio.Event()
