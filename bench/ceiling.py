@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -196,6 +198,19 @@ def _cpu_seconds(ps: psutil.Process) -> float:
 def measure(
     seconds: float = 20.0, processes: int = 4, in_flight: int = 32, client: str = "httpx"
 ) -> Ceiling:
+    return measure_each((client,), seconds, processes, in_flight)[client]
+
+
+def measure_each(
+    clients: Sequence[str], seconds: float = 20.0, processes: int = 4, in_flight: int = 32
+) -> dict[str, Ceiling]:
+    """Each client in turn against one start of the empty endpoint's server."""
+    with _reference_server() as (url, ps):
+        return {c: _measure_on(url, ps, seconds, processes, in_flight, c) for c in clients}
+
+
+@contextlib.contextmanager
+def _reference_server() -> Iterator[tuple[str, psutil.Process]]:
     port = free_port()
     server = subprocess.Popen(
         [
@@ -220,28 +235,33 @@ def measure(
                     if time.monotonic() > deadline or server.poll() is not None:
                         raise RuntimeError("the reference server did not start") from None
                     time.sleep(0.1)
-        ps = psutil.Process(server.pid)
-        ctx = multiprocessing.get_context("spawn")
-        pipes, procs = [], []
-        cpu0, t0 = _cpu_seconds(ps), time.monotonic()
-        for _ in range(processes):
-            parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_client, args=(url, seconds, in_flight, client, child))
-            proc.start()
-            pipes.append(parent)
-            procs.append(proc)
-        answers = [p.recv() for p in pipes]
-        wall = time.monotonic() - t0
-        cpu = _cpu_seconds(ps) - cpu0
-        for proc in procs:
-            proc.join()
-        cores = psutil.cpu_count() or 1
-        total = sum(int(done) for done, _ in answers)
-        client_cpu = sum(float(c) for _, c in answers)
-        return Ceiling(total, wall, cpu / wall / cores, client_cpu, cpu)
+        yield url, psutil.Process(server.pid)
     finally:
         server.terminate()
         server.wait(10)
+
+
+def _measure_on(
+    url: str, ps: psutil.Process, seconds: float, processes: int, in_flight: int, client: str
+) -> Ceiling:
+    ctx = multiprocessing.get_context("spawn")
+    pipes, procs = [], []
+    cpu0, t0 = _cpu_seconds(ps), time.monotonic()
+    for _ in range(processes):
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_client, args=(url, seconds, in_flight, client, child))
+        proc.start()
+        pipes.append(parent)
+        procs.append(proc)
+    answers = [p.recv() for p in pipes]
+    wall = time.monotonic() - t0
+    cpu = _cpu_seconds(ps) - cpu0
+    for proc in procs:
+        proc.join()
+    cores = psutil.cpu_count() or 1
+    total = sum(int(done) for done, _ in answers)
+    client_cpu = sum(float(c) for _, c in answers)
+    return Ceiling(total, wall, cpu / wall / cores, client_cpu, cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         "aiohttp": "aiohttp (simulated workers)",
         "bare": "a bare HTTP/1.1 client",
     }
-    for client in clients:
-        result = measure(args.seconds, args.processes, args.in_flight, client)
+    measured = measure_each(clients, args.seconds, args.processes, args.in_flight)
+    for client, result in measured.items():
         print(
             f"{names[client]}: {result.per_second:,.0f} requests/s to an empty endpoint "
             f"({result.requests:,} in {result.seconds:.1f} s; server CPU "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import os
 import resource
@@ -277,20 +278,34 @@ def running_replicas(
     the one measured and profiled); the simulated workers stream from the last one, so every
     offer crosses from one replica to another. With `profile`, every replica is sampled
     (`<name>-r1.txt` and on for the others)."""
+    with running_server(data_dir / "r0", database_url, profile, code, **flags) as first:
+        folders = [data_dir / f"r{n}" for n in range(1, count)]
+        with joined(first, folders) as group:
+            yield group
+
+
+@contextlib.contextmanager
+def joined(first: BenchServer, folders: list[Path]) -> Iterator[BenchServer]:
+    """A replica of `first`'s PostgreSQL database started in each of `folders` (its flags and
+    code), stopped after the block: `first` as the group's submit replica, a copy of it
+    (`first` itself is left as it was) whose workers stream from the last one."""
+    if first.database_url is None:
+        raise RuntimeError("replicas share a PostgreSQL database; this server has none")
+    group = copy.copy(first)
+    group.others = []
     with contextlib.ExitStack() as stack:
-        first = stack.enter_context(
-            running_server(data_dir / "r0", database_url, profile, code, **flags)
-        )
-        for n in range(1, count):
-            folder = data_dir / f"r{n}"
+        for n, folder in enumerate(folders, 1):
             folder.mkdir(parents=True)
             for name in SHARED_FILES:
                 shutil.copy2(first.data_dir / name, folder / name)
+            profile = first.profile
             also = profile.with_name(f"{profile.stem}-r{n}{profile.suffix}") if profile else None
-            other = stack.enter_context(running_server(folder, database_url, also, code, **flags))
-            first.worker_url = other.url
-            first.others.append(other)
-        yield first
+            other = stack.enter_context(
+                running_server(folder, first.database_url, also, first.code, **first.flags)
+            )
+            group.worker_url = other.url
+            group.others.append(other)
+        yield group
 
 
 @contextlib.asynccontextmanager

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.server import BenchServer, fresh_postgres, running_replicas, running_server
+from bench.server import BenchServer, fresh_postgres, joined, running_replicas, running_server
 from gpufleet.errors import ConfigurationError
 
 
@@ -189,15 +189,24 @@ class Options:
 
 class ServerPool:
     """Servers kept running across scenarios, one a database, replica count and code, each
-    started on first use; all stopped by `aclose`."""
+    started on first use (replicas beside the one server of their database); all stopped by
+    `aclose`."""
 
     def __init__(self) -> None:
         self._stack = contextlib.AsyncExitStack()
         self._servers: dict[tuple[str | None, int, Path | None], BenchServer] = {}
 
     async def get(self, opts: Options, scenario: str) -> BenchServer:
+        """The pool's server for `opts`; replicas join the pool's one server of that database
+        where it has one (scenario 6: one replica, then two), a start spared."""
         key = (opts.database_url, opts.replicas, opts.code)
-        if key not in self._servers:
+        one = self._servers.get((opts.database_url, 1, opts.code))
+        if key in self._servers:
+            pass
+        elif opts.replicas > 1 and one is not None:
+            folders = [opts.data_dir(f"{scenario}-r{n}") for n in range(1, opts.replicas)]
+            self._servers[key] = self._stack.enter_context(joined(one, folders))
+        else:
             self._servers[key] = await self._stack.enter_async_context(opts.own_server(scenario))
         return self._servers[key]
 

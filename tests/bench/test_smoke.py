@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from bench.ceiling import CLIENTS, measure
+from bench.ceiling import CLIENTS, measure_each
 from bench.report import Result
 from bench.scenarios import SCENARIOS, SMOKE, Options, ServerPool
 
@@ -197,14 +197,16 @@ async def test_side_by_side_runs_latency_and_throughput_on_postgresql(
     assert any(c.target == "≤ 1.2" for c in results[3].checks)
 
 
-@pytest.mark.parametrize("client", CLIENTS)
-def test_the_ceiling_probe_counts_answered_requests_and_the_clients_cpu(client: str) -> None:
-    """`python -m bench.ceiling`: an empty endpoint on the same stack, each client."""
-    result = measure(seconds=0.5, processes=1, in_flight=2, client=client)
-    assert result.requests > 0
-    assert 0 < result.server_cpu_share <= 1
-    assert result.client_cpu_seconds > 0
-    assert result.server_cpu_per_request_ms > 0
+def test_the_ceiling_probe_counts_answered_requests_and_the_clients_cpu() -> None:
+    """`python -m bench.ceiling`: an empty endpoint on the same stack, each client in turn
+    against one start of it."""
+    results = measure_each(CLIENTS, seconds=0.5, processes=1, in_flight=2)
+    assert list(results) == list(CLIENTS)
+    for client, result in results.items():
+        assert result.requests > 0, client
+        assert 0 < result.server_cpu_share <= 1, client
+        assert result.client_cpu_seconds > 0, client
+        assert result.server_cpu_per_request_ms > 0, client
 
 
 @in_the_module

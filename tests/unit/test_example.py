@@ -89,14 +89,18 @@ def test_ddp_needs_a_global_batch_that_divides_over_the_ranks(
 
 def run_example(folder: Path, *args: str, env: dict[str, str] | None = None) -> None:
     """The example as a worker runs it: its own process, in its job folder."""
+    assert start_example(folder, *args, env=env).wait(timeout=60) == 0
+
+
+def start_example(
+    folder: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     (folder / "progress.jsonl").touch()
-    subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-m", "gpufleet.examples.train", *args],
         cwd=folder,
         env={**os.environ, "GPUFLEET_PROGRESS_FILE": str(folder / "progress.jsonl"), **(env or {})},
-        check=True,
-        capture_output=True,
-        timeout=60,
+        stdout=subprocess.DEVNULL,
     )
 
 
@@ -123,7 +127,8 @@ def test_a_run_killed_after_a_checkpoint_and_resumed_ends_byte_identical(
     whole, first, second = tmp_path / "whole", tmp_path / "first", tmp_path / "second"
     for folder in (whole, first, second):
         folder.mkdir()
-    run_example(whole, *args)
+    # The unbroken run, beside the first attempt (which mostly sleeps between its steps).
+    unbroken = start_example(whole, *args)
 
     # The first attempt checkpoints every 40 steps and is SIGKILLed once it wrote one.
     (first / "progress.jsonl").touch()
@@ -150,6 +155,7 @@ def test_a_run_killed_after_a_checkpoint_and_resumed_ends_byte_identical(
     shutil.copytree(first / "output/checkpoint-40", second / "output/checkpoint-40")
     run_example(second, *args, env={"GPUFLEET_RESUME_FROM": str(second / "output/checkpoint-40")})
 
+    assert unbroken.wait(timeout=60) == 0
     steps = [line["step"] for line in progress_lines(second) if "step" in line and "total" in line]
     assert steps[0] > 40  # it went on, not from the start
     assert (second / "result.json").read_bytes() == (whole / "result.json").read_bytes()
