@@ -123,6 +123,7 @@ class Fleet:
         began = last_note = time.monotonic()
         per = max(1, concurrency // len(self._conns))
         await self.ask_all("start", per)
+        pause = 0.02  # growing to 0.25 s: a small fleet streams within the first pauses
         while True:
             status = await self.status()
             if status["connected"] >= len(self.creds):
@@ -140,7 +141,8 @@ class Fleet:
                     f"only {status['connected']} of {len(self.creds)} workers connected in "
                     f"{within:g} s; errors: {status['errors'][:5]}"
                 )
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(pause)
+            pause = min(pause * 1.5, 0.25)
 
     async def status(self) -> dict[str, Any]:
         parts = await self.ask_all("status")

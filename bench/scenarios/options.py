@@ -189,10 +189,11 @@ class Options:
 
 class ServerPool:
     """Servers kept running across scenarios, one a database, replica count and code, each
-    started on first use (replicas beside the one server of their database); all stopped by
-    `aclose`."""
+    started on first use (replicas beside the one server of their database) with `flags`;
+    all stopped by `aclose`."""
 
-    def __init__(self) -> None:
+    def __init__(self, **flags: Any) -> None:
+        self._flags = flags  # every pool server's (the smoke tests': a shorter pool loop)
         self._stack = contextlib.AsyncExitStack()
         self._servers: dict[tuple[str | None, int, Path | None], BenchServer] = {}
 
@@ -207,7 +208,8 @@ class ServerPool:
             folders = [opts.data_dir(f"{scenario}-r{n}") for n in range(1, opts.replicas)]
             self._servers[key] = self._stack.enter_context(joined(one, folders))
         else:
-            self._servers[key] = await self._stack.enter_async_context(opts.own_server(scenario))
+            started = opts.own_server(scenario, **self._flags)
+            self._servers[key] = await self._stack.enter_async_context(started)
         return self._servers[key]
 
     async def aclose(self) -> None:

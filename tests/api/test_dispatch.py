@@ -607,9 +607,7 @@ async def test_a_freed_worker_finds_its_job_behind_a_deep_queue_of_jobs_it_canno
     index on the jobs' label requirements): exact labels, none, or glob patterns."""
     await fleet.create_worker("elsewhere", labels={"pool": "elsewhere"})  # admits those jobs
     agent = await fleet.create_worker("here", labels={"pool": "here"}, worker_type="persistent")
-    # Twice the head of the queue a freed worker reads as it is (20: fair_queue's `_HEAD`),
-    # of jobs it can never run: its jobs are found past it, by the index alone.
-    for _ in range(40):
+    for _ in range(40):  # twice the head a freed worker reads as it is (fair_queue's _HEAD)
         await fleet.submit(worker_labels={"pool": "elsewhere"})
     exact = await fleet.submit(worker_labels={"pool": "here"})
     glob = await fleet.submit(worker_labels={"pool": "h*"})
