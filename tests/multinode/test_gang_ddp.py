@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import needs_torch
 from tests.e2e.conftest import (
     ServerProcess,
     WorkerProcess,
@@ -26,7 +27,7 @@ from tests.multinode.conftest import TORCHRUN, TRAIN, TRAIN_ENV, skip_without_na
 from tests.netns import Network, network
 from tests.waiting import wait_until
 
-pytest.importorskip("torch", reason="PyTorch is not installed: `make torch`")
+pytestmark = needs_torch
 
 MOST_NODES = 3
 # What each node's process got, then docs/jobs.md's torchrun line on the example.

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import needs_torch
 from tests.multinode.conftest import TORCHRUN, TRAIN, TRAIN_ENV
 from tests.netns import Network
 
-pytest.importorskip("torch", reason="PyTorch is not installed: `make torch`")
+pytestmark = needs_torch
 
 PORT = "29500"  # each namespace is a fresh network stack: rank 0's port is free there
 ENV = {**os.environ, **TRAIN_ENV}
