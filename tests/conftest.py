@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import secrets
 import shutil
@@ -40,13 +39,6 @@ PG_USERS = ("root", "postgres")
 START_PG = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 
 pytest_plugins = ["tests.cpu_usage"]  # off unless GPUFLEET_TEST_CPU is set
-
-# PyTorch's tests (`pytestmark = needs_torch`) skip where `make torch` did not install it,
-# asked without importing it: a module's `pytest.importorskip("torch")` imported it into every
-# test process as it collected, 1.7 CPU-s each, for tests that run it in subprocesses.
-needs_torch = pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None, reason="PyTorch is not installed: `make torch`"
-)
 
 
 # The longest test files first (their time in `make test`, measured with --junitxml), a file

@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import needs_torch
+from tests.torch_check import needs_torch
 
-pytestmark = needs_torch
+needs_torch()
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 TRAIN = [

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import needs_torch
 from tests.e2e.conftest import (
     ServerProcess,
     WorkerProcess,
@@ -26,9 +25,10 @@ from tests.e2e.conftest import (
     wait_job,
 )
 from tests.e2e.test_artifacts_resume import kill_with_its_job
+from tests.torch_check import needs_torch
 from tests.waiting import wait_until
 
-pytestmark = needs_torch
+needs_torch()
 
 Agents = Callable[..., WorkerProcess]
 # 40 steps of 0.15 s (tests/chaos/test_gang_faults.py's pace): the first checkpoint both

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.conftest import needs_torch
 from tests.e2e.conftest import (
     PYTHON,
     SIMPLETUNER_STUB,
@@ -25,6 +24,7 @@ from tests.e2e.conftest import (
     unique,
     wait_job,
 )
+from tests.torch_check import needs_torch
 from tests.waiting import wait_until
 
 Agents = Callable[..., WorkerProcess]
@@ -164,10 +164,10 @@ def test_a_failed_node_stops_the_other_and_fails_the_job(
     )
 
 
-@needs_torch
 def test_a_simpletuner_config_on_two_nodes_meets_in_one_process_group_under_accelerate(
     orchestrator: ServerProcess, agents: Agents
 ) -> None:
+    needs_torch()  # found, not imported: its trainers import it (tests/torch_check.py)
     tag = {"pool": unique("gang")}
     path = os.pathsep.join([str(SIMPLETUNER_STUB), os.environ.get("PYTHONPATH", "")])
     workers = [

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import needs_torch
 from tests.multinode.conftest import TORCHRUN, TRAIN, TRAIN_ENV
 from tests.netns import Network
+from tests.torch_check import needs_torch
 
-pytestmark = needs_torch
+needs_torch()
 
 PORT = "29500"  # each namespace is a fresh network stack: rank 0's port is free there
 ENV = {**os.environ, **TRAIN_ENV}
