@@ -9,8 +9,8 @@ to a results file shared by the whole fleet, one `O_APPEND` write each:
 That file is the ground truth the invariants are checked against (which attempts really ran,
 when, and whether one ran twice), beside what the orchestrator's API says.
 
-Size: `GPUFLEET_CHAOS_JOBS` jobs over the whole tier (default 140, #32's budget: with 100, a
-scenario's 20 jobs left its SIGKILLs no job to catch mid-run), shared among the scenarios by weight;
+Size: `GPUFLEET_CHAOS_JOBS` jobs over the whole tier (default 70), shared among the scenarios by
+weight; a fault does not rely on their volume: it waits for its job (`Fleet.wait_for_work`);
 `GPUFLEET_CHAOS_SEED` fixes the random choices (a fresh seed is printed);
 `GPUFLEET_CHAOS_DATABASE_URL` runs the orchestrator on PostgreSQL instead of SQLite.
 """
