@@ -9,8 +9,8 @@ to a results file shared by the whole fleet, one `O_APPEND` write each:
 That file is the ground truth the invariants are checked against (which attempts really ran,
 when, and whether one ran twice), beside what the orchestrator's API says.
 
-Size: `GPUFLEET_CHAOS_JOBS` jobs over the whole tier (default 140, #32's budget: with 100, a
-scenario's 20 jobs left its SIGKILLs no job to catch mid-run), shared among the scenarios by weight;
+Size: `GPUFLEET_CHAOS_JOBS` jobs over the whole tier (default 70), shared among the scenarios by
+weight; a fault does not rely on their volume: it waits for its job (`Fleet.wait_for_work`);
 `GPUFLEET_CHAOS_SEED` fixes the random choices (a fresh seed is printed);
 `GPUFLEET_CHAOS_DATABASE_URL` runs the orchestrator on PostgreSQL instead of SQLite.
 """
@@ -34,16 +34,16 @@ import httpx
 import pytest
 
 from tests.chaos.proxy import Proxy
+from tests.chaos.replicas import ReplicaSet
 from tests.e2e.conftest import (
     PYTHON,
     ServerProcess,
     WorkerProcess,
-    start_replicas,
     unique,
 )
 from tests.waiting import wait_until
 
-TOTAL_JOBS = int(os.environ.get("GPUFLEET_CHAOS_JOBS", "140"))
+TOTAL_JOBS = int(os.environ.get("GPUFLEET_CHAOS_JOBS", "70"))
 SEED = int(os.environ.get("GPUFLEET_CHAOS_SEED", str(random.randrange(1 << 30))))
 DATABASE_URL = os.environ.get("GPUFLEET_CHAOS_DATABASE_URL") or None
 TERMINAL = ("completed", "failed", "cancelled")
@@ -101,6 +101,7 @@ class Fault:
 @dataclass
 class FaultLog:
     faults: list[Fault] = field(default_factory=list)
+    fed: int = 0  # jobs submitted for a fault to catch, the fleet being out of work
 
     @contextlib.contextmanager
     def window(self, kind: str, workers: tuple[str, ...] | None) -> Iterator[None]:
@@ -141,42 +142,6 @@ class Via:
         return self._server.admin()
 
 
-class ReplicaSet:
-    """Several orchestrator replicas on one PostgreSQL database, used where the fleet uses one
-    server: clients (the submitter, the checks) talk to a replica that is up, and workers get
-    every replica's URL, comma-separated, in an order of their own."""
-
-    tls = False
-
-    def __init__(self, root: Path, database_url: str, count: int, rng: random.Random) -> None:
-        self.root = root
-        self.database_url = database_url
-        self.count = count
-        self.rng = rng
-        self.flags: dict[str, Any] = {}
-        self.members: list[ServerProcess] = []
-
-    def start(self) -> None:
-        self.members = start_replicas(self.root, self.database_url, self.count, **self.flags)
-
-    @property
-    def url(self) -> str:
-        urls = [m.url for m in self.members]
-        self.rng.shuffle(urls)  # each worker starts on a replica of its own
-        return ",".join(urls)
-
-    def live(self) -> list[ServerProcess]:
-        return [m for m in self.members if m.proc is not None and m.proc.poll() is None]
-
-    def admin(self) -> httpx.Client:
-        live = self.live()
-        return (self.rng.choice(live) if live else self.members[0]).admin()
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        for member in self.members:
-            member.kill(sig)
-
-
 class Submitter(threading.Thread):
     """Submits planned jobs at a steady pace, as a client would: a submit that gets no 201
     (the orchestrator is down, the answer was lost) is tried again, and only a 201 counts as
@@ -188,6 +153,7 @@ class Submitter(threading.Thread):
         self.plans = plans
         self.pace = pace
         self.acked: list[str] = []
+        self.sent: dict[str, Plan] = {}  # acknowledged job id → its plan
         self.unacked_tries = 0
         self.failure: BaseException | None = None
         self.done = threading.Event()
@@ -195,12 +161,16 @@ class Submitter(threading.Thread):
     def run(self) -> None:
         try:
             for plan in self.plans:
-                self.acked.append(self._submit(plan))
+                self.record(self._submit(plan), plan)
                 time.sleep(self.pace)
         except BaseException as exc:
             self.failure = exc
         finally:
             self.done.set()
+
+    def record(self, job_id: str, plan: Plan) -> None:
+        self.sent[job_id] = plan
+        self.acked.append(job_id)
 
     def _submit(self, plan: Plan) -> str:
         command = [PYTHON, "-I", "-S", "-c", JOB, str(self.fleet.results), f"{plan.seconds:.3f}"]
@@ -321,19 +291,38 @@ class Fleet:
         )
 
     def wait_for_work(
-        self, predicate: Callable[[], list[Any]], what: str, timeout: float = 60
+        self,
+        predicate: Callable[[], list[Any]],
+        what: str,
+        timeout: float = 60,
+        feed: Callable[[], Plan] | None = None,
     ) -> list[Any]:
         """Wait for `predicate()` to find something (a worker mid-job, say) to inject the next
-        fault into; [] once the fleet is out of work, so a fault loop ends instead of waiting
-        for a job that will never come (how fast the queue drains depends on the machine)."""
+        fault into. Once the fleet is out of work (every submit in, every job ended: how fast
+        the queue drains depends on the machine), one job of `feed()`'s plan a worker is
+        submitted for the fault to catch, and the wait goes on; without `feed`, [] then."""
         found: list[Any] = []
 
         def ready() -> bool:
             found[:] = predicate()
-            return bool(found) or self.out_of_work()
+            if found or not self.out_of_work():
+                return bool(found)
+            if feed is None:
+                return True
+            for _ in self.workers:  # one each: whichever worker the fault is aimed at
+                self.feed(feed())
+            return False
 
         wait_until(ready, timeout=timeout, message=what)
         return found
+
+    def feed(self, plan: Plan) -> str:
+        """One more job, submitted once the submitter is done (and counted with its jobs)."""
+        assert self.submitter is not None and self.submitter.done.is_set()
+        job_id = self.submitter._submit(plan)
+        self.submitter.record(job_id, plan)
+        self.faults.fed += 1
+        return job_id
 
     def result_lines(self) -> list[str]:
         if not self.results.exists():
@@ -377,8 +366,8 @@ class Fleet:
 
 
 def weighted_share(weight: int) -> int:
-    """This scenario's share of GPUFLEET_CHAOS_JOBS (weights sum to 100), at least 20 jobs."""
-    return max(20, TOTAL_JOBS * weight // 100)
+    """This scenario's share of GPUFLEET_CHAOS_JOBS (weights sum to 100), at least 10 jobs."""
+    return max(10, TOTAL_JOBS * weight // 100)
 
 
 def _fleet(
@@ -406,5 +395,6 @@ def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
 def replicated_fleet(
     tmp_path: Path, request: pytest.FixtureRequest, pg_database: str
 ) -> Iterator[Fleet]:
-    """Three orchestrator replicas on one PostgreSQL database; workers know all three."""
-    yield from _fleet(tmp_path, request.node.name, replicas=3, database_url=pg_database)
+    """Two orchestrator replicas on one PostgreSQL database; workers know both (one serves
+    while the other is down)."""
+    yield from _fleet(tmp_path, request.node.name, replicas=2, database_url=pg_database)

@@ -12,16 +12,17 @@ import random
 import signal
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 from tests.chaos.conftest import (
     RESTART_HEARTBEAT_TIMEOUT,
     Fleet,
     Plan,
-    ReplicaSet,
     Submitter,
     weighted_share,
 )
 from tests.chaos.invariants import conclude
+from tests.chaos.replicas import ReplicaSet
 from tests.e2e.conftest import WorkerProcess
 from tests.waiting import wait_until
 
@@ -30,9 +31,44 @@ def short(rng: random.Random) -> float:
     return rng.uniform(0.05, 0.5)
 
 
+def long(rng: random.Random) -> float:
+    return rng.uniform(1.5, 4.0)
+
+
 def short_or_long(rng: random.Random) -> float:
     """Mostly short jobs, a quarter of them long enough to outlast a fault and its repair."""
-    return rng.uniform(1.0, 4.0) if rng.random() < 0.25 else short(rng)
+    return long(rng) if rng.random() < 0.25 else short(rng)
+
+
+def fed(fleet: Fleet, seconds: Callable[[random.Random], float]) -> Callable[[], Plan]:
+    """What to submit for a fault to catch once the fleet is out of work (`wait_for_work`)."""
+    return lambda: fleet.plans(1, seconds)[0]
+
+
+# A job with less of its run left than this may end, and be reported, before the signal lands.
+MARGIN = 1.5
+
+
+def mid_run(
+    fleet: Fleet, submitter: Submitter, at_least: float = 0.0
+) -> list[tuple[WorkerProcess, str]]:
+    """Busy workers whose job runs `MARGIN` s more at least, and was planned `at_least` s."""
+    now = time.time()
+    return [
+        (w, j)
+        for w, j, began in fleet.busy_since()
+        if j in submitter.sent
+        and submitter.sent[j].seconds >= at_least
+        and began + submitter.sent[j].seconds - now >= MARGIN
+    ]
+
+
+def lost_on(fleet: Fleet, job_id: str, worker: WorkerProcess) -> None:
+    """The fault hit the job mid-run: its attempt on `worker` ended `lost`."""
+    with fleet.server.admin() as admin:
+        history = admin.get(f"/api/queue/{job_id}").json()["attempt_history"]
+    mine = [a for a in history if a["worker_id"] == worker.id]
+    assert mine and mine[0]["status"] == "lost", (job_id, worker.name, history)
 
 
 def wait_for_the_next_submit(submitter: Submitter) -> None:
@@ -63,15 +99,17 @@ def wait_back(worker: WorkerProcess, timeout: float = 45) -> None:
 
 
 def test_workers_killed_with_sigkill_mid_job(fleet: Fleet) -> None:
-    fleet.start(workers=4)
+    fleet.start(workers=3)
     submitter = fleet.submit(fleet.plans(weighted_share(20), short_or_long), pace=0.08)
     killed: dict[str, list[float]] = defaultdict(list)
-    for i in range(max(3, weighted_share(20) // 16)):
-        time.sleep(fleet.rng.uniform(0.5, 1.5))
-        busy = fleet.wait_for_work(fleet.busy_workers, what="a worker with a running job")
-        if not busy:
-            break
-        worker, _job = fleet.rng.choice(busy)
+    hit: list[tuple[str, WorkerProcess]] = []
+    for i in range(2):
+        time.sleep(fleet.rng.uniform(0.3, 1.0))
+        busy = fleet.wait_for_work(
+            lambda: mid_run(fleet, submitter), "a worker mid-job", feed=fed(fleet, long)
+        )
+        worker, job_id = fleet.rng.choice(busy)
+        hit.append((job_id, worker))
         killed[worker.id].append(time.time())
         fleet.faults.instant("worker SIGKILL mid-job", (worker.id,))
         worker.signal(signal.SIGKILL)
@@ -80,115 +118,125 @@ def test_workers_killed_with_sigkill_mid_job(fleet: Fleet) -> None:
             wait_offline(worker)
         fleet.restart_worker(worker)
     fleet.settle()
-    report = conclude(fleet, submitter.acked, killed)
-    assert report.attempt_outcomes.get("lost", 0) >= 1, "no SIGKILL caught a job mid-run"
-
-
-# A job frozen with less of its run left than this may have ended before its agent stopped.
-FREEZE_MARGIN = 1.5
+    conclude(fleet, submitter.acked, killed, jobs_fed=fleet.faults.fed)
+    for job_id, worker in hit:  # each SIGKILL caught a job mid-run
+        lost_on(fleet, job_id, worker)
 
 
 def test_workers_frozen_past_the_heartbeat_timeout_are_fenced(fleet: Fleet) -> None:
     """SIGSTOP holds the agent, not its job (a session of its own): the job runs on, the
     orchestrator gives it to another worker, and the agent, woken, must stop its copy."""
-    workers = fleet.start(workers=4)
-    freezes = 4
+    workers = fleet.start(workers=3)
+    freezes = 2
+
+    def long_run() -> Plan:  # outlasts the freeze: the heartbeat timeout and the sleep below
+        return Plan(fleet.rng.uniform(4.0, 7.0), 3)
+
     plans = fleet.plans(weighted_share(15), short)
-    long_runs = [Plan(fleet.rng.uniform(4.0, 9.0), 3) for _ in range(freezes * 2)]
-    for n, plan in enumerate(long_runs):
-        plans.insert((n + 1) * len(plans) // (len(long_runs) + 2), plan)
+    for n in range(freezes):
+        plans.insert((n + 1) * len(plans) // (freezes + 2), long_run())
     submitter = fleet.submit(plans, pace=0.08)
     frozen: list[tuple[WorkerProcess, str]] = []
 
     def running_long_job() -> list[tuple[WorkerProcess, str]]:
         """Workers mid-way through a long job. Not one whose job may end, and be reported,
         before the SIGSTOP lands: that worker would be frozen idle (a race that failed runs)."""
-        seconds = {
-            j: p.seconds for j, p in zip(submitter.acked, plans, strict=False) if p in long_runs
-        }
-        return [
-            (w, j)
-            for w, j, began in fleet.busy_since()
-            if j in seconds
-            and began + seconds[j] - time.time() >= FREEZE_MARGIN
-            and (w, j) not in frozen
-        ]
+        return [(w, j) for w, j in mid_run(fleet, submitter, 4.0) if (w, j) not in frozen]
 
     while len(frozen) < freezes and all(w.running() for w in workers):  # else: say why below
-        running = fleet.wait_for_work(running_long_job, what="a long job running")
-        if not running:
-            break
+        running = fleet.wait_for_work(running_long_job, "a long job running", feed=long_run)
         worker, job_id = running[0]
         with fleet.faults.window("worker SIGSTOP past the heartbeat timeout", (worker.id,)):
             worker.signal(signal.SIGSTOP)
             wait_offline(worker)
-            time.sleep(fleet.rng.uniform(0.5, 3.0))  # the job moves on meanwhile
+            time.sleep(fleet.rng.uniform(0.5, 1.5))  # the job moves on meanwhile
             worker.signal(signal.SIGCONT)
         frozen.append((worker, job_id))
     fleet.settle()
-    report = conclude(fleet, submitter.acked)
+    report = conclude(fleet, submitter.acked, jobs_fed=fleet.faults.fed)
+    assert len(frozen) == freezes, "a worker exited"
     for worker, job_id in frozen:
         wait_back(worker)
-        with fleet.server.admin() as admin:
-            job = admin.get(f"/api/queue/{job_id}").json()
-        mine = [a for a in job["attempt_history"] if a["worker_id"] == worker.id]
-        assert mine and mine[0]["status"] == "lost", (job_id, job["attempt_history"])
+        lost_on(fleet, job_id, worker)
     assert report.refused_reports + report.abandoned_on_register >= 1
     assert len(workers) == sum(w.running() for w in workers)
 
 
 def test_orchestrator_killed_during_dispatch_and_status_reports(fleet: Fleet) -> None:
-    fleet.start(workers=4, **{"heartbeat-timeout": RESTART_HEARTBEAT_TIMEOUT})
+    fleet.start(workers=3, **{"heartbeat-timeout": RESTART_HEARTBEAT_TIMEOUT})
     submitter = fleet.submit(fleet.plans(weighted_share(20), short), pace=0.05)
 
     def ends() -> int:
         return sum(line.startswith("end ") for line in fleet.result_lines())
 
-    for i in range(4):
-        time.sleep(fleet.rng.uniform(0.5, 1.5))
-        if i % 2 == 0 and not submitter.done.is_set():
-            moment = "during dispatch"  # a submit was just acknowledged: its offer is going out
-            wait_for_the_next_submit(submitter)
-        else:
-            moment = "during status reports"  # a job just finished: its report is in flight
+    for moment in ("during dispatch", "during status reports"):
+        time.sleep(fleet.rng.uniform(0.3, 1.0))
+        if moment == "during dispatch":  # a submit was just acknowledged: its offer goes out
+            dispatch_next(fleet, submitter)
+        else:  # a job just finished: its report is in flight
             seen = ends()
-            if not fleet.wait_for_work(lambda n=seen: [1] if ends() > n else [], "a job to end"):
-                moment = "with every job ended"  # the queue drained first: a restart all the same
+            fleet.wait_for_work(
+                lambda n=seen: [1] if ends() > n else [], "a job to end", feed=fed(fleet, short)
+            )
         with fleet.faults.window(f"orchestrator SIGKILL {moment}", None):
             fleet.server.kill(signal.SIGKILL)
             time.sleep(fleet.rng.uniform(0.1, 1.0))
             fleet.server.start()
     fleet.settle()
-    report = conclude(fleet, submitter.acked, submits_unacknowledged=submitter.unacked_tries)
-    assert report.faults_injected == 4
+    report = conclude(
+        fleet,
+        submitter.acked,
+        submits_unacknowledged=submitter.unacked_tries,
+        jobs_fed=fleet.faults.fed,
+    )
+    assert report.faults_injected == 2
+
+
+def dispatch_next(fleet: Fleet, submitter: Submitter) -> None:
+    """Until a submit was just acknowledged: the submitter's next, or one more job."""
+    if submitter.done.is_set():
+        fleet.feed(fleet.plans(1, short)[0])
+    else:
+        wait_for_the_next_submit(submitter)
+
+
+CUTS = 5
 
 
 def test_event_streams_cut_mid_stream(fleet: Fleet) -> None:
-    workers = fleet.start(workers=4, via_proxy=4)
+    workers = fleet.start(workers=3, via_proxy=3)
     assert fleet.proxy is not None
-    submitter = fleet.submit(fleet.plans(weighted_share(15), short), pace=0.08)
+    submitter = fleet.submit(fleet.plans(weighted_share(15), short), pace=0.15)
     everyone = tuple(w.id for w in workers)
-    while not submitter.done.is_set():
-        time.sleep(fleet.rng.uniform(0.3, 1.5))
+    cut_mid_run = 0
+    while not submitter.done.is_set() or len(fleet.faults.faults) < CUTS:
+        time.sleep(fleet.rng.uniform(0.3, 1.0))
+        busy = fleet.wait_for_work(fleet.busy_workers, "a job running", feed=fed(fleet, short))
         if fleet.proxy.cut():
             fleet.faults.instant("every connection cut mid-stream", everyone)
+            cut_mid_run += bool(busy)
     fleet.settle()
-    conclude(fleet, submitter.acked, connections_reset=fleet.proxy.resets)
+    conclude(
+        fleet,
+        submitter.acked,
+        connections_reset=fleet.proxy.resets,
+        cut_mid_run=cut_mid_run,
+        jobs_fed=fleet.faults.fed,
+    )
 
 
 def test_orchestrator_unreachable_past_the_heartbeat_timeout(fleet: Fleet) -> None:
-    workers = fleet.start(workers=4, via_proxy=2)
+    workers = fleet.start(workers=3, via_proxy=2)
     assert fleet.proxy is not None
     cut_off = workers[:2]
     submitter = fleet.submit(fleet.plans(weighted_share(15), short_or_long), pace=0.1)
     for i in range(2):
-        time.sleep(fleet.rng.uniform(0.5, 1.5))
-        behind = fleet.wait_for_work(
-            lambda: [w for w, _ in fleet.busy_workers() if w in cut_off],
+        time.sleep(fleet.rng.uniform(0.3, 1.0))
+        fleet.wait_for_work(
+            lambda: [w for w, _ in mid_run(fleet, submitter) if w in cut_off],
             what="a job running behind the relay",
+            feed=fed(fleet, long),
         )
-        if not behind:
-            break
         blackhole = i % 2 == 1
         kind = "orchestrator unreachable: " + ("black hole" if blackhole else "refused")
         with fleet.faults.window(kind, tuple(w.id for w in cut_off)):
@@ -200,36 +248,40 @@ def test_orchestrator_unreachable_past_the_heartbeat_timeout(fleet: Fleet) -> No
         for worker in cut_off:
             wait_back(worker)
     fleet.settle()
-    report = conclude(fleet, submitter.acked)
+    report = conclude(fleet, submitter.acked, jobs_fed=fleet.faults.fed)
     assert report.workers_lost_with_a_job >= 1, "no partition caught a worker mid-job"
 
 
 def test_replicas_killed_mid_dispatch_and_mid_run(replicated_fleet: Fleet) -> None:
-    """Three replicas on PostgreSQL; workers know every replica's URL. A replica is killed
+    """Two replicas on PostgreSQL; workers know every replica's URL. A replica is killed
     (SIGKILL) right after a submit was acknowledged, or while jobs run, then started again;
-    the others carry on: streams move, the sweeps move with the leadership."""
+    the other carries on: streams move, the sweeps move with the leadership."""
     fleet = replicated_fleet
-    fleet.start(workers=4)
+    fleet.start(workers=3)
     replicas: ReplicaSet = fleet.server
-    # Paced to keep jobs coming while the four replica kills happen.
+    # Paced to keep jobs coming while the replica kills happen.
     submitter = fleet.submit(fleet.plans(weighted_share(15), short_or_long), pace=0.25)
-    for i in range(4):
-        time.sleep(fleet.rng.uniform(0.5, 1.5))
+    for moment in ("mid-dispatch", "mid-run"):
+        time.sleep(fleet.rng.uniform(0.3, 1.0))
         victim = fleet.rng.choice(replicas.live())
-        if i % 2 == 0 and not submitter.done.is_set():
-            moment = "mid-dispatch"  # a submit was just acknowledged: its offer is going out
-            wait_for_the_next_submit(submitter)
+        if moment == "mid-dispatch":  # a submit was just acknowledged: its offer goes out
+            dispatch_next(fleet, submitter)
         else:
-            moment = "mid-run"
-            if not fleet.wait_for_work(fleet.busy_workers, "a job running"):
-                moment = "with every job ended"
+            fleet.wait_for_work(
+                lambda: mid_run(fleet, submitter), "a job running", feed=fed(fleet, long)
+            )
         with fleet.faults.window(f"replica SIGKILL {moment}", None):
             victim.kill(signal.SIGKILL)
             time.sleep(fleet.rng.uniform(0.5, 2.0))  # the others serve meanwhile
             victim.start()
     fleet.settle()
-    report = conclude(fleet, submitter.acked, submits_unacknowledged=submitter.unacked_tries)
-    assert report.faults_injected == 4
+    report = conclude(
+        fleet,
+        submitter.acked,
+        submits_unacknowledged=submitter.unacked_tries,
+        jobs_fed=fleet.faults.fed,
+    )
+    assert report.faults_injected == 2
     assert len(fleet.workers) == sum(w.running() for w in fleet.workers)
 
 
@@ -257,7 +309,7 @@ def test_poison_jobs_that_no_worker_can_start(fleet: Fleet) -> None:
     on; each ends failed after failing to start on 3 different workers, retries left or not;
     the other jobs run."""
     workers = fleet.start(workers=4)
-    submitter = fleet.submit(fleet.plans(20, short), pace=0.08)
+    submitter = fleet.submit(fleet.plans(10, short), pace=0.08)
     poison: list[str] = []
     for _ in range(3):
         wait_for_the_next_submit(submitter)

@@ -54,6 +54,14 @@ GANG_JOB = NOTES + textwrap.dedent("""
     import runpy
     note("start")
     sys.argv = ["train", *sys.argv[2:]]
+    if os.environ.get("CHAOS_HOLD") and not os.environ.get("GPUFLEET_RESUME_FROM"):
+        from gpufleet import progress
+        announce = progress.checkpoint
+        def held(*args, **kwargs):  # its first checkpoint announced, the node waits for the fault
+            announce(*args, **kwargs)
+            while True:
+                time.sleep(1)
+        progress.checkpoint = held
     try:
         runpy.run_module("gpufleet.examples.train", run_name="__main__", alter_sys=True)
         code = 0
@@ -70,10 +78,15 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
     return uninterrupted(tmp_path_factory.mktemp("uninterrupted"), MODEL)
 
 
-def submit(fleet: Fleet) -> str:
+def submit(fleet: Fleet, struck_mid_run: bool = False) -> str:
+    """The two-node job. `struck_mid_run`: its first attempt's nodes hold once they announced
+    their first checkpoint (CHAOS_HOLD), until the fault strikes them, however slowly the
+    machine runs the steps and uploads the checkpoint: at 0.15 s a step, a loaded machine
+    once saw the gang complete before its loss was found. A resumed attempt runs on."""
     command = [sys.executable, "-c", GANG_JOB, str(fleet.results), *TRAIN]
+    env = {**ENV, "CHAOS_HOLD": "1"} if struck_mid_run else ENV
     body = {
-        "config": {"command": command, "nodes": 2, "env": ENV},
+        "config": {"command": command, "nodes": 2, "env": env},
         "target": "worker",
         "worker_labels": fleet.labels,
         "max_retries": 2,
@@ -216,7 +229,7 @@ def test_a_node_whose_worker_is_killed_ends_its_gang_which_resumes(
 ) -> None:
     """Node 1's worker is SIGKILLed (the machine's agent dies; its job must die with it)."""
     fleet.start(workers=3)
-    job_id = submit(fleet)
+    job_id = submit(fleet, struck_mid_run=True)
     first = wait_for_a_complete_checkpoint(fleet, job_id)["current_attempt_id"]
     _rank0, victim = nodes_of(fleet, job_id, first)
     killed: dict[str, list[float]] = defaultdict(list)
@@ -243,7 +256,7 @@ def test_a_node_whose_worker_freezes_ends_its_gang_and_its_stale_copy_is_fenced(
     """Rank 0's agent is frozen (SIGSTOP; its job, in a session of its own, runs on) past the
     heartbeat timeout; woken once the gang runs again elsewhere, it stops its stale copy."""
     fleet.start(workers=3)
-    job_id = submit(fleet)
+    job_id = submit(fleet, struck_mid_run=True)
     first = wait_for_a_complete_checkpoint(fleet, job_id)["current_attempt_id"]
     frozen, _survivor = nodes_of(fleet, job_id, first)
     stale, _ = lines(fleet, first)[("start", 0)]
