@@ -21,6 +21,7 @@ from playwright.sync_api import (
     expect,
     sync_playwright,
 )
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.e2e.conftest import ServerProcess, serving
 from tests.migrated import migrated_sqlite
@@ -85,22 +86,77 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
     browser.close()
 
 
+@pytest.fixture(scope="package")
+def profiles(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
+    """The one browser profile (and its tab) a test process keeps, by the orchestrator it is
+    on: a fresh profile a test cost Chromium a renderer process of its own and every script
+    compiled again, 0.8 s of CPU a test (more than the test's pages)."""
+    kept: dict[str, BrowserContext] = {}
+    yield kept
+    for context in kept.values():
+        context.close()
+
+
+def _profile(
+    browser: Browser, server: ServerProcess, kept: dict[str, BrowserContext]
+) -> BrowserContext:
+    context = kept.get(server.url)
+    if context is None:
+        for old in kept.values():  # the last module's server: it is gone
+            old.close()
+        kept.clear()
+        context = browser.new_context(viewport=LAPTOP, base_url=server.url)
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+        context.set_default_timeout(15_000)
+        kept[server.url] = context
+    return context
+
+
+def _emptied(context: BrowserContext, origin: str) -> bool:
+    """The profile as a new one is, but for its cache and its tab: no route, no other tab, the
+    tab on about:blank (no page of the test left running, as a live page whose session ended
+    sends itself to sign in) at a laptop's size, no cookie, nothing stored for the site."""
+    try:
+        context.unroute_all(behavior="ignoreErrors")
+        tab, *others = context.pages or [context.new_page()]
+        for other in others:
+            other.close()
+        tab.unroute_all(behavior="ignoreErrors")
+        tab.goto("about:blank")
+        tab.set_viewport_size(LAPTOP)
+        context.clear_cookies()
+        storage = "local_storage,indexeddb,cache_storage,service_workers"
+        cdp = context.new_cdp_session(tab)
+        cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": storage})
+        cdp.detach()
+        return True
+    except PlaywrightError:  # a tab a test left unusable: a new profile, then
+        return False
+
+
 @pytest.fixture
-def context(browser: Browser, server: ServerProcess) -> Iterator[BrowserContext]:
-    """A fresh browser profile that may use the clipboard on the orchestrator's origin."""
-    context = browser.new_context(viewport=LAPTOP, base_url=server.url)
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
-    context.set_default_timeout(15_000)
+def context(
+    browser: Browser, server: ServerProcess, profiles: dict[str, BrowserContext]
+) -> Iterator[BrowserContext]:
+    """A browser profile, emptied as new, that may use the clipboard on the orchestrator's
+    origin. A test that listens to its page (`page.on`) stops listening before it ends."""
+    context = _profile(browser, server, profiles)
     yield context
-    context.close()
+    if not _emptied(context, server.url):
+        profiles.pop(server.url).close()
 
 
 @pytest.fixture
 def page(context: BrowserContext) -> Iterator[Page]:
-    page = context.new_page()
+    page = context.pages[0] if context.pages else context.new_page()
     errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def failed(exc: Exception) -> None:
+        errors.append(str(exc))
+
+    page.on("pageerror", failed)
     yield page
+    page.remove_listener("pageerror", failed)
     assert errors == [], f"JavaScript errors on the page: {errors}"
 
 

@@ -417,7 +417,7 @@ def test_the_teams_page_is_live_but_never_under_an_edit_not_saved(
     page.locator("h1").click()  # the field loses the focus, its edit is not saved yet
     other = unique("later")
     admin_call(server, "POST", "/api/teams", json={"name": other})
-    page.wait_for_timeout(3000)  # two live periods: a nudge would have landed by now
+    expect(page.locator("#teams")).to_have_attribute("data-held", "")  # its nudge: held
     expect(page.locator(f'section.team[data-team="{other}"]')).to_have_count(0)
     expect(weight).to_have_value("7")
     card.locator("form.team-edit [data-action=save]").click()
