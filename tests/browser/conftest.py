@@ -18,6 +18,7 @@ from playwright.sync_api import (
     Page,
     Playwright,
     Route,
+    ViewportSize,
     expect,
     sync_playwright,
 )
@@ -36,8 +37,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
-LAPTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
+LAPTOP: ViewportSize = {"width": 1280, "height": 800}
+KEPT = 2  # profiles: the package's server's and a module's own
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 @pytest.fixture(scope="package")
@@ -88,9 +90,9 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
 
 @pytest.fixture(scope="package")
 def profiles(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
-    """The one browser profile (and its tab) a test process keeps, by the orchestrator it is
-    on: a fresh profile a test cost Chromium a renderer process of its own and every script
-    compiled again, 0.8 s of CPU a test (more than the test's pages)."""
+    """The browser profiles (each with its tab) a test process keeps, by the orchestrator they
+    are on, the last KEPT used: a fresh profile a test cost Chromium a renderer process of its
+    own and every script compiled again, 0.8 s of CPU a test (more than the test's pages)."""
     kept: dict[str, BrowserContext] = {}
     yield kept
     for context in kept.values():
@@ -100,15 +102,14 @@ def profiles(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
 def _profile(
     browser: Browser, server: ServerProcess, kept: dict[str, BrowserContext]
 ) -> BrowserContext:
-    context = kept.get(server.url)
+    context = kept.pop(server.url, None)
     if context is None:
-        for old in kept.values():  # the last module's server: it is gone
-            old.close()
-        kept.clear()
+        while len(kept) >= KEPT:  # the one used least lately: often a module server, gone
+            kept.pop(next(iter(kept))).close()
         context = browser.new_context(viewport=LAPTOP, base_url=server.url)
         context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
         context.set_default_timeout(15_000)
-        kept[server.url] = context
+    kept[server.url] = context  # the newest
     return context
 
 
@@ -134,16 +135,31 @@ def _emptied(context: BrowserContext, origin: str) -> bool:
         return False
 
 
+def profile_on(
+    browser: Browser, server: ServerProcess, kept: dict[str, BrowserContext]
+) -> Iterator[BrowserContext]:
+    """A fixture's kept profile on SERVER, emptied once the test is done with it."""
+    context = _profile(browser, server, kept)
+    yield context
+    if not _emptied(context, server.url):
+        kept.pop(server.url).close()
+
+
+def tab_on(
+    browser: Browser, server: ServerProcess, kept: dict[str, BrowserContext]
+) -> Iterator[Page]:
+    """The tab of a fixture's kept profile on SERVER (`profile_on`)."""
+    for context in profile_on(browser, server, kept):
+        yield context.pages[0] if context.pages else context.new_page()
+
+
 @pytest.fixture
 def context(
     browser: Browser, server: ServerProcess, profiles: dict[str, BrowserContext]
 ) -> Iterator[BrowserContext]:
     """A browser profile, emptied as new, that may use the clipboard on the orchestrator's
     origin. A test that listens to its page (`page.on`) stops listening before it ends."""
-    context = _profile(browser, server, profiles)
-    yield context
-    if not _emptied(context, server.url):
-        profiles.pop(server.url).close()
+    yield from profile_on(browser, server, profiles)
 
 
 @pytest.fixture

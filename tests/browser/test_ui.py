@@ -200,23 +200,30 @@ OFFSITE_NEXT = [
 
 @pytest.mark.parametrize("javascript", [True, False], ids=["script", "form"])
 def test_signing_in_never_leads_the_browser_off_the_site(
-    server: ServerProcess, browser: Browser, javascript: bool
+    server: ServerProcess, browser: Browser, request: pytest.FixtureRequest, javascript: bool
 ) -> None:
-    """Each `next` signed in afresh (its cookies cleared) in one profile, not one a `next`.
-    The page signed in to is left first: a live page (/workers) whose cookies are cleared sends
-    itself to sign in at its next nudge (`test_a_live_page_whose_session_ends_...`), a
-    navigation that interrupted the next `goto`."""
-    context = browser.new_context(base_url=server.url, java_script_enabled=javascript)
+    """Each `next` signed in afresh (its cookies cleared) in one profile, not one a `next`:
+    the tests' own (`page`), or one with scripts off."""
+    if javascript:
+        sign_in_to_each_offsite_next(server, request.getfixturevalue("page"))
+        return
+    context = browser.new_context(base_url=server.url, java_script_enabled=False)
     try:
-        page = context.new_page()
-        for query in OFFSITE_NEXT:
-            page.goto("about:blank")
-            context.clear_cookies()
-            sign_in_by_form(page, server.admin_key, then=f"/signin?next={query}")
-            ended = urlsplit(page.url)
-            assert f"{ended.scheme}://{ended.netloc}" == server.url, (query, page.url)
+        sign_in_to_each_offsite_next(server, context.new_page())
     finally:
         context.close()
+
+
+def sign_in_to_each_offsite_next(server: ServerProcess, page: Page) -> None:
+    """The page signed in to is left first: a live page (/workers) whose cookies are cleared
+    sends itself to sign in at its next nudge (`test_a_live_page_whose_session_ends_...`), a
+    navigation that interrupted the next `goto`."""
+    for query in OFFSITE_NEXT:
+        page.goto("about:blank")
+        page.context.clear_cookies()
+        sign_in_by_form(page, server.admin_key, then=f"/signin?next={query}")
+        ended = urlsplit(page.url)
+        assert f"{ended.scheme}://{ended.netloc}" == server.url, (query, page.url)
 
 
 def test_a_live_page_whose_session_ends_sends_the_browser_to_sign_in_and_back(
