@@ -39,7 +39,10 @@ from tests.e2e.conftest import (
 )
 from tests.waiting import wait_until
 
-STEPS, EVERY = 200, 25
+# A checkpoint every 50 steps, not 25: three or four of them (each one two files the worker
+# uploads and the test downloads twice over, the last through Chromium), half as many; at
+# 15 ms a step the first leaves 2 s to kill the worker before the job could end.
+STEPS, EVERY, STEP_DELAY = 200, 50, "0.015"
 TRAIN = [
     sys.executable,
     "-m",
@@ -102,7 +105,10 @@ def test_a_job_whose_worker_is_killed_resumes_from_its_checkpoint_and_every_arti
     labels = {"pool": f"resume-{os.getpid()}-{id(tmp_path)}"}
     first = agents(server, labels=labels).start()
     job_id = submit_job(
-        server, labels, [*TRAIN, "--step-delay", "0.012"], config={"env": {"PYTHONUNBUFFERED": "1"}}
+        server,
+        labels,
+        [*TRAIN, "--step-delay", STEP_DELAY],
+        config={"env": {"PYTHONUNBUFFERED": "1"}},
     )
     wait_until(
         lambda: listing(users, job_id)["checkpoints"],

@@ -31,19 +31,22 @@ from tests.waiting import wait_until
 needs_torch()
 
 Agents = Callable[..., WorkerProcess]
-# 40 steps of 0.2 s: the first checkpoint both nodes complete (step 10) leaves 6 s to kill
-# node 1 before the job could end; the resumed attempt runs what is left.
+# 40 steps of 0.15 s (tests/chaos/test_gang_faults.py's pace): the first checkpoint both
+# nodes complete (step 10) leaves 4.5 s to kill node 1 before the job could end; the resumed
+# attempt runs what is left.
 MODEL = ["--samples", "60", "--steps", "40", "--seed", "4", "--min-accuracy", "0.5"]
 TRAIN = [
     *(sys.executable, "-m", "gpufleet.examples.train", *MODEL, "--ddp"),
-    *("--checkpoint-every", "10", "--step-delay", "0.2"),
+    *("--checkpoint-every", "10", "--step-delay", "0.15"),
 ]
 ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
 @pytest.fixture(scope="module")
 def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from serving(tmp_path_factory.mktemp("orchestrator"))
+    # Node 1's worker is found lost 2 s after its last heartbeat, not 3 (its beats come every
+    # 0.5 s): the requeue waits a second less.
+    yield from serving(tmp_path_factory.mktemp("orchestrator"), **{"heartbeat-timeout": 2})
 
 
 def checkpoints(server: ServerProcess, job_id: str) -> list[dict[str, Any]]:
@@ -55,8 +58,10 @@ def checkpoints(server: ServerProcess, job_id: str) -> list[dict[str, Any]]:
 
 
 def uninterrupted(folder: Path, model: Sequence[str] = MODEL) -> str:
-    """The weights checksum of one process on the same global batch (what DDP ends with)."""
-    argv = [sys.executable, "-m", "gpufleet.examples.train", *model, "--backend", "torch"]
+    """The weights checksum of one process on the same global batch (what DDP ends with), on
+    NumPy: its float64 weights round to the ranks' float32 checksum as a PyTorch run's do,
+    without PyTorch's import (1.7 CPU-s)."""
+    argv = [sys.executable, "-m", "gpufleet.examples.train", *model, "--backend", "numpy"]
     subprocess.run(argv, cwd=folder, env={**os.environ, **ENV}, check=True, timeout=120)
     checksum: str = json.loads((folder / "result.json").read_text())["weights_sha256"]
     return checksum

@@ -37,10 +37,13 @@ def machines() -> Iterator[Callable[[int], Network]]:
 
 @pytest.fixture(scope="package")
 def one_process(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    """The example's result.json of one process on the whole batch (needs PyTorch)."""
+    """The example's result.json of one process on the whole batch, on NumPy: PyTorch's
+    import is 1.7 CPU-s of each test process that makes it, and the ranks' float32 weights
+    round to the float64 run's checksum as to a one-process PyTorch run's (CHECKSUM_DECIMALS
+    of examples/train.py)."""
     folder = tmp_path_factory.mktemp("one-process")
     subprocess.run(
-        [sys.executable, *TRAIN],
+        [sys.executable, *TRAIN, "--backend", "numpy"],
         cwd=folder,
         env={**os.environ, **TRAIN_ENV},
         check=True,
