@@ -18,9 +18,11 @@ from playwright.sync_api import (
     Page,
     Playwright,
     Route,
+    ViewportSize,
     expect,
     sync_playwright,
 )
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.e2e.conftest import ServerProcess, serving
 from tests.migrated import migrated_sqlite
@@ -35,8 +37,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
-LAPTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
+LAPTOP: ViewportSize = {"width": 1280, "height": 800}
+KEPT = 2  # profiles: the package's server's and a module's own
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 @pytest.fixture(scope="package")
@@ -85,22 +88,91 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
     browser.close()
 
 
-@pytest.fixture
-def context(browser: Browser, server: ServerProcess) -> Iterator[BrowserContext]:
-    """A fresh browser profile that may use the clipboard on the orchestrator's origin."""
-    context = browser.new_context(viewport=LAPTOP, base_url=server.url)
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
-    context.set_default_timeout(15_000)
+@pytest.fixture(scope="package")
+def profiles(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
+    """The browser profiles (each with its tab) a test process keeps, by the orchestrator they
+    are on, the last KEPT used: a fresh profile a test cost Chromium a renderer process of its
+    own and every script compiled again, 0.8 s of CPU a test (more than the test's pages)."""
+    kept: dict[str, BrowserContext] = {}
+    yield kept
+    for context in kept.values():
+        context.close()
+
+
+def _profile(
+    browser: Browser, server: ServerProcess, kept: dict[str, BrowserContext]
+) -> BrowserContext:
+    context = kept.pop(server.url, None)
+    if context is None:
+        while len(kept) >= KEPT:  # the one used least lately: often a module server, gone
+            kept.pop(next(iter(kept))).close()
+        context = browser.new_context(viewport=LAPTOP, base_url=server.url)
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+        context.set_default_timeout(15_000)
+    kept[server.url] = context  # the newest
+    return context
+
+
+def _emptied(context: BrowserContext, origin: str) -> bool:
+    """The profile as a new one is, but for its cache and its tab: no route, no other tab, the
+    tab on about:blank (no page of the test left running, as a live page whose session ended
+    sends itself to sign in) at a laptop's size, no cookie, nothing stored for the site."""
+    try:
+        context.unroute_all(behavior="ignoreErrors")
+        tab, *others = context.pages or [context.new_page()]
+        for other in others:
+            other.close()
+        tab.unroute_all(behavior="ignoreErrors")
+        tab.goto("about:blank")
+        tab.set_viewport_size(LAPTOP)
+        context.clear_cookies()
+        storage = "local_storage,indexeddb,cache_storage,service_workers"
+        cdp = context.new_cdp_session(tab)
+        cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": storage})
+        cdp.detach()
+        return True
+    except PlaywrightError:  # a tab a test left unusable: a new profile, then
+        return False
+
+
+def profile_on(
+    browser: Browser, server: ServerProcess, kept: dict[str, BrowserContext]
+) -> Iterator[BrowserContext]:
+    """A fixture's kept profile on SERVER, emptied once the test is done with it."""
+    context = _profile(browser, server, kept)
     yield context
-    context.close()
+    if not _emptied(context, server.url):
+        kept.pop(server.url).close()
+
+
+def tab_on(
+    browser: Browser, server: ServerProcess, kept: dict[str, BrowserContext]
+) -> Iterator[Page]:
+    """The tab of a fixture's kept profile on SERVER (`profile_on`)."""
+    for context in profile_on(browser, server, kept):
+        yield context.pages[0] if context.pages else context.new_page()
+
+
+@pytest.fixture
+def context(
+    browser: Browser, server: ServerProcess, profiles: dict[str, BrowserContext]
+) -> Iterator[BrowserContext]:
+    """A browser profile, emptied as new, that may use the clipboard on the orchestrator's
+    origin. A test that listens to its page (`page.on`) stops listening before it ends."""
+    yield from profile_on(browser, server, profiles)
 
 
 @pytest.fixture
 def page(context: BrowserContext) -> Iterator[Page]:
-    page = context.new_page()
+    page = context.pages[0] if context.pages else context.new_page()
     errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def failed(exc: Exception) -> None:
+        errors.append(str(exc))
+
+    page.on("pageerror", failed)
     yield page
+    page.remove_listener("pageerror", failed)
     assert errors == [], f"JavaScript errors on the page: {errors}"
 
 

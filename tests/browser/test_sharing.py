@@ -11,14 +11,14 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, ViewportSize, expect
 
-from tests.browser.conftest import LAPTOP, PHONE, HeldRequest, screenshot, sign_in
+from tests.browser.conftest import LAPTOP, PHONE, HeldRequest, screenshot, sign_in, tab_on
 from tests.e2e.conftest import ServerProcess, serving, unique
 from tests.waiting import wait_until
 
 USAGE_INTERVAL_S = 0.5
-WIDE = {"width": 1440, "height": 900}
+WIDE: ViewportSize = {"width": 1440, "height": 900}
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +34,13 @@ def sampling_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
             "fleet-sample-interval": str(USAGE_INTERVAL_S),
         },
     )
+
+
+@pytest.fixture
+def sampling_page(
+    browser: Browser, sampling_server: ServerProcess, profiles: dict[str, BrowserContext]
+) -> Iterator[Page]:
+    yield from tab_on(browser, sampling_server, profiles)
 
 
 def as_key(server: ServerProcess, key: str) -> httpx.Client:
@@ -136,7 +143,6 @@ DEFAULT_POLICY = {
     "preempt_grace_s": 120.0, "approve_gpus_over": None, "approve_levels": ["viewer"],
     "user_max_jobs": None,
 }  # fmt: skip
-WIDE = {"width": 1440, "height": 900}
 
 
 @pytest.fixture
@@ -417,7 +423,7 @@ def test_the_teams_page_is_live_but_never_under_an_edit_not_saved(
     page.locator("h1").click()  # the field loses the focus, its edit is not saved yet
     other = unique("later")
     admin_call(server, "POST", "/api/teams", json={"name": other})
-    page.wait_for_timeout(3000)  # two live periods: a nudge would have landed by now
+    expect(page.locator("#teams")).to_have_attribute("data-held", "")  # its nudge: held
     expect(page.locator(f'section.team[data-team="{other}"]')).to_have_count(0)
     expect(weight).to_have_value("7")
     card.locator("form.team-edit [data-action=save]").click()
@@ -426,7 +432,7 @@ def test_the_teams_page_is_live_but_never_under_an_edit_not_saved(
 
 
 def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
-    sampling_server: ServerProcess, browser: Browser
+    sampling_server: ServerProcess, sampling_page: Page
 ) -> None:
     server = sampling_server
     team = unique("vision")
@@ -438,8 +444,7 @@ def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
         interval=USAGE_INTERVAL_S,
     )
 
-    context = browser.new_context(viewport=LAPTOP, base_url=server.url)
-    page = context.new_page()
+    page = sampling_page
     sign_in(page, server.admin_key, then="/teams")
     card = page.locator(f'section.team[data-team="{team}"]')
     chart = card.locator('figure.chart[data-series="Running GPUs"] svg')
@@ -452,7 +457,6 @@ def test_a_teams_usage_over_time_is_drawn_once_it_has_samples(
     assert len(ticks) == 2 and all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks), ticks
     assert not re.search(r"AM|PM", chart.get_attribute("aria-label") or ""), "12-hour clock"
     screenshot(page, "team-usage")
-    context.close()
 
 
 def test_a_key_made_on_the_keys_page_belongs_to_the_user_chosen(
@@ -475,7 +479,7 @@ def test_a_key_made_on_the_keys_page_belongs_to_the_user_chosen(
     expect(page.locator("#keys tbody tr").first.locator('[data-label="User"]')).to_have_text(user)
 
 
-def fits(page: Page, path: str, sizes: tuple[dict[str, int], ...]) -> None:
+def fits(page: Page, path: str, sizes: tuple[ViewportSize, ...]) -> None:
     """The page is no wider than the window at each size; it is left at a phone's."""
     for size in sizes:
         page.set_viewport_size(size)
@@ -497,7 +501,7 @@ def test_the_sharing_pages_fit_a_phone(server: ServerProcess, page: Page) -> Non
 
 
 def test_a_researcher_sees_the_fleet_and_its_history_but_no_action_on_it(
-    sampling_server: ServerProcess, browser: Browser
+    sampling_server: ServerProcess, sampling_page: Page
 ) -> None:
     server = sampling_server
     pool = unique("pool")
@@ -519,8 +523,8 @@ def test_a_researcher_sees_the_fleet_and_its_history_but_no_action_on_it(
         listed = researcher.get("/api/fleet/workers")
     assert created["token"] not in listed.text and "admin_labels" not in listed.text
 
-    context = browser.new_context(viewport=WIDE, base_url=server.url)
-    page = context.new_page()
+    page = sampling_page
+    page.set_viewport_size(WIDE)
     sign_in(page, key, then="/fleet")
     nav = page.locator("nav[aria-label=Pages]")
     expect(nav.get_by_role("link", name="Fleet")).to_have_attribute("aria-current", "page")
@@ -547,15 +551,14 @@ def test_a_researcher_sees_the_fleet_and_its_history_but_no_action_on_it(
     page.goto("/workers")  # an admin's page: refused, with nothing to click
     expect(page.locator("main")).to_contain_text("lacks the admin.workers permission")
     expect(page.locator("#create-open")).to_have_count(0)
-    context.close()
 
 
 def test_the_fleet_page_fits_a_phone_and_a_wide_screen(
-    sampling_server: ServerProcess, browser: Browser
+    sampling_server: ServerProcess, sampling_page: Page
 ) -> None:
     _, key = user_with_key(sampling_server, "viewer", "queue.read")
-    context = browser.new_context(viewport=PHONE, base_url=sampling_server.url)
-    page = context.new_page()
+    page = sampling_page
+    page.set_viewport_size(PHONE)
     sign_in(page, key, then="/fleet")
     expect(page.locator('figure.chart[data-series="Idle workers"] svg')).to_be_visible()
     expect(page.locator("main")).not_to_contain_text("Loading…")
@@ -563,4 +566,3 @@ def test_the_fleet_page_fits_a_phone_and_a_wide_screen(
     page.select_option("#range", "day")
     expect(page.locator("#charts")).to_have_attribute("data-resolution", "0")
     screenshot(page, "phone-fleet")
-    context.close()

@@ -200,19 +200,44 @@ OFFSITE_NEXT = [
 
 @pytest.mark.parametrize("javascript", [True, False], ids=["script", "form"])
 def test_signing_in_never_leads_the_browser_off_the_site(
-    server: ServerProcess, browser: Browser, javascript: bool
+    server: ServerProcess, browser: Browser, request: pytest.FixtureRequest, javascript: bool
 ) -> None:
-    """Each `next` signed in afresh (its cookies cleared) in one profile, not one a `next`."""
-    context = browser.new_context(base_url=server.url, java_script_enabled=javascript)
+    """Each `next` signed in afresh (its cookies cleared) in one profile, not one a `next`:
+    the tests' own (`page`), or one with scripts off."""
+    if javascript:
+        sign_in_to_each_offsite_next(server, request.getfixturevalue("page"))
+        return
+    context = browser.new_context(base_url=server.url, java_script_enabled=False)
     try:
-        page = context.new_page()
-        for query in OFFSITE_NEXT:
-            context.clear_cookies()
-            sign_in_by_form(page, server.admin_key, then=f"/signin?next={query}")
-            ended = urlsplit(page.url)
-            assert f"{ended.scheme}://{ended.netloc}" == server.url, (query, page.url)
+        sign_in_to_each_offsite_next(server, context.new_page())
     finally:
         context.close()
+
+
+def sign_in_to_each_offsite_next(server: ServerProcess, page: Page) -> None:
+    """The page signed in to is left first: a live page (/workers) whose cookies are cleared
+    sends itself to sign in at its next nudge (`test_a_live_page_whose_session_ends_...`), a
+    navigation that interrupted the next `goto`."""
+    for query in OFFSITE_NEXT:
+        page.goto("about:blank")
+        page.context.clear_cookies()
+        sign_in_by_form(page, server.admin_key, then=f"/signin?next={query}")
+        ended = urlsplit(page.url)
+        assert f"{ended.scheme}://{ended.netloc}" == server.url, (query, page.url)
+
+
+def test_a_live_page_whose_session_ends_sends_the_browser_to_sign_in_and_back(
+    server: ServerProcess, context: BrowserContext, page: Page
+) -> None:
+    """The page's next read after the session is gone (a nudge: the local worker's heartbeats
+    come twice a second) is refused, and the page sends the browser to sign in, then back."""
+    sign_in(page, server.admin_key, then="/workers")
+    expect(page.locator("#live")).to_have_text("live")
+    context.clear_cookies()
+    page.wait_for_url(f"{server.url}/signin?next=%2Fworkers")
+    page.fill("#api_key", server.admin_key)
+    page.click("form#signin button[type=submit]")
+    page.wait_for_url(f"{server.url}/workers")
 
 
 def test_a_key_without_admin_workers_is_offered_the_fleet_but_not_the_workers_page(

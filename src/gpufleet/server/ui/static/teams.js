@@ -258,11 +258,14 @@ onSubmit(limitsForm, (form) => {
 
 // ---- the page ----------------------------------------------------------------------------------
 
-let liveRun = false; // this read was asked for by a nudge: it gives way to an edit in hand
+// A read the page asked for (after an action) is drawn; one only a nudge asked for gives way to
+// an edit in hand. Asked stays asked when a nudge comes before the read runs: `serial` folds
+// both into one read, which a nudge's flag once made a live one, held, and the action unshown.
+let asked = false;
 
 const render = serial(async () => {
-  const live = liveRun;
-  liveRun = false;
+  const live = !asked;
+  asked = false;
   let teams;
   let users = [];
   try {
@@ -272,7 +275,7 @@ const render = serial(async () => {
     return showError(error, err);
   }
   if (live && inHand()) { // an edit began while the page was read
-    held = true;
+    hold(true);
     return;
   }
   showError(error, null);
@@ -289,7 +292,7 @@ const render = serial(async () => {
 });
 
 function refresh() {
-  liveRun = false;
+  asked = true;
   return render();
 }
 
@@ -355,9 +358,15 @@ function inHand() {
     || [...root.querySelectorAll("input, select")].some(edited));
 }
 
+// Held or not, also as the cards' `data-held`: what a test of this page waits for.
+function hold(on) {
+  held = on;
+  box.toggleAttribute("data-held", on);
+}
+
 function nudged() {
   clearTimeout(later);
-  held = inHand();
+  hold(inHand());
   if (held) return;
   const wait = lastLive + LIVE_MS - Date.now();
   if (wait > 0) {
@@ -365,7 +374,6 @@ function nudged() {
     return;
   }
   lastLive = Date.now();
-  liveRun = true;
   render();
 }
 
