@@ -37,9 +37,10 @@ from tests.chaos.conftest import (
 from tests.chaos.invariants import conclude, epoch
 from tests.e2e.conftest import WorkerProcess, process_alive
 from tests.e2e.test_gang_resume import checkpoints, uninterrupted
+from tests.torch_check import needs_torch
 from tests.waiting import wait_until
 
-pytest.importorskip("torch", reason="PyTorch is not installed: `make torch`")
+needs_torch()
 
 MODEL = ["--samples", "60", "--steps", "40", "--seed", "4", "--min-accuracy", "0.5"]
 TRAIN = [*MODEL, "--ddp", "--checkpoint-every", "10", "--step-delay", "0.15"]

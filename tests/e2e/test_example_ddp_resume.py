@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.torch_check import needs_torch
 
-pytest.importorskip("torch", reason="PyTorch is not installed: `make torch`")
+needs_torch()
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 TRAIN = [

@@ -25,9 +25,10 @@ from tests.e2e.conftest import (
     wait_job,
 )
 from tests.e2e.test_artifacts_resume import kill_with_its_job
+from tests.torch_check import needs_torch
 from tests.waiting import wait_until
 
-pytest.importorskip("torch", reason="PyTorch is not installed: `make torch`")
+needs_torch()
 
 Agents = Callable[..., WorkerProcess]
 # 40 steps of 0.2 s: the first checkpoint both nodes complete (step 10) leaves 6 s to kill

@@ -24,9 +24,10 @@ from tests.e2e.conftest import (
 )
 from tests.multinode.conftest import TORCHRUN, TRAIN, TRAIN_ENV, skip_without_namespaces
 from tests.netns import Network, network
+from tests.torch_check import needs_torch
 from tests.waiting import wait_until
 
-pytest.importorskip("torch", reason="PyTorch is not installed: `make torch`")
+needs_torch()
 
 MOST_NODES = 3
 # What each node's process got, then docs/jobs.md's torchrun line on the example.

@@ -14,8 +14,9 @@ import pytest
 
 from tests.multinode.conftest import TORCHRUN, TRAIN, TRAIN_ENV
 from tests.netns import Network
+from tests.torch_check import needs_torch
 
-pytest.importorskip("torch", reason="PyTorch is not installed: `make torch`")
+needs_torch()
 
 PORT = "29500"  # each namespace is a fresh network stack: rank 0's port is free there
 ENV = {**os.environ, **TRAIN_ENV}
