@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 
+from tests.e2e.commands import gpufleet as in_process
 from tests.e2e.conftest import GPUFLEET, ServerProcess, serving
 from tests.oidc_provider import IdentityProvider
 
@@ -38,11 +39,11 @@ def env(tmp_path: Path) -> dict[str, str]:
 def gpufleet(
     server: ServerProcess, env: dict[str, str], tmp_path: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
+    """A command in this process (tests/e2e/commands.py): `login` alone, which waits for the
+    browser, is a process of its own."""
     # a data folder without admin.token: the only credential is the login's
     where = ["--url", server.url, "--data-dir", str(tmp_path / "none")]
-    return subprocess.run(
-        [GPUFLEET, *args, *where], env=env, capture_output=True, text=True, timeout=60
-    )
+    return in_process(*args, *where, env=env)
 
 
 def start_login(

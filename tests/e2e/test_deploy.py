@@ -167,8 +167,13 @@ def test_a_worker_behind_nginx_survives_the_loss_of_the_replica_holding_its_stre
     worker.start()
     try:
         holder = wait_until(lambda: holder_of_streams(replicas), timeout=10, message="one stream")
-        # A job that outlives the replica: it starts, its replica dies, it ends elsewhere.
-        script = "import time; print('working', flush=True); time.sleep(3); print('done')"
+        # A job that outlives the replica: it starts, its replica dies, it ends elsewhere
+        # (once the file `gate` appears, after its stream has moved).
+        gate = tmp_path / "gate"
+        script = (
+            f"import os, time\nprint('working', flush=True)\n"
+            f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)\nprint('done')"
+        )
         job_id = submit_job(front, labels, [sys.executable, "-c", script])
         wait_job(front, job_id, "running")
 
@@ -176,6 +181,7 @@ def test_a_worker_behind_nginx_survives_the_loss_of_the_replica_holding_its_stre
 
         survivor = next(r for r in replicas if r is not holder)
         wait_until(lambda: holder_of_streams([survivor]), timeout=20, message="the stream to move")
+        gate.touch()
         done: dict[str, Any] = wait_job(front, job_id, "completed", timeout=30)
         assert [a["status"] for a in done["attempt_history"]] == ["completed"]
         assert worker.running()

@@ -158,7 +158,7 @@ def test_a_machine_that_never_calls_home_is_terminated_at_the_launch_timeout_and
 ) -> None:
     state = machines
     scripts = provider(state, {"launch.sh": NEVER_BOOTS})
-    pool = make_pool(server, provider=scripts, launch_timeout_s=2)
+    pool = make_pool(server, provider=scripts, launch_timeout_s=1)
     try:
         submit_job(server, {"pool": pool}, [sys.executable, "-c", "pass"], gpu_count=0)
         failed = wait_until(
@@ -167,7 +167,7 @@ def test_a_machine_that_never_calls_home_is_terminated_at_the_launch_timeout_and
             message="the launch to time out and be terminated",
         )
         assert failed["instance_id"].startswith("ghost-") and failed["registered_at"] is None
-        assert failed["error"] == "its worker did not register in 2 s"
+        assert failed["error"] == "its worker did not register in 1 s"
         assert "a machine that will never boot" in failed["stderr"]
         assert (state / "terminated").read_text().split() == [failed["instance_id"]]
         # Backed off (30 s after a first failure), launching nothing while passes go by.
@@ -183,10 +183,11 @@ def test_a_machine_that_never_calls_home_is_terminated_at_the_launch_timeout_and
             assert len((state / "launched").read_text().split()) == 1
             now = reason(server, pool)
             assert now["code"] == "backing_off", now
-            return bool(now["params"]["next_in_s"] <= backoff["params"]["next_in_s"] - 2)
+            # A second of the backoff: three of the loop's passes (every 0.3 s).
+            return bool(now["params"]["next_in_s"] <= backoff["params"]["next_in_s"] - 1)
 
         wait_until(
-            launched_once_while_backing_off, timeout=10, message="2 s of the backoff to pass"
+            launched_once_while_backing_off, timeout=10, message="1 s of the backoff to pass"
         )
         log = server.log_path.read_text()
         assert f"the last launch in pool {pool} failed: " in log

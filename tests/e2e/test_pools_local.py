@@ -67,24 +67,13 @@ def pid_of(launch: dict[str, Any]) -> int:
     return int(launch["instance_id"].split("-")[1])
 
 
-@pytest.fixture  # gone before the module's server starts: one orchestrator at a time
-def unreachable(tmp_path: Path) -> Iterator[ServerProcess]:
-    """An orchestrator whose local workers cannot call home: they are told to trust a CA
-    file that is not one, so each exits before it registers."""
-    root = tmp_path
-    bad_ca = root / "not-a-ca.pem"
-    bad_ca.write_text("not a certificate\n")
-    env = {**os.environ, "GPUFLEET_CA_CERT": str(bad_ca)}
-    proc = ServerProcess(root / "data", None, env=env, **FLAGS)
-    proc.start()
-    yield proc
-    proc.kill(15)
-
-
 def test_a_launch_that_never_registers_is_terminated_and_backed_off(
-    unreachable: ServerProcess,
+    server: ServerProcess,
 ) -> None:
-    pool = make_pool(unreachable, launch_timeout_s=6)
+    unreachable = server
+    # Its workers cannot call home: TOKEN_SPY tells those of an `unreachable-…` pool to trust
+    # a CA file that is not one, so each exits before it registers.
+    pool = create_pool(server, "unreachable", {"type": "local"}, launch_timeout_s=6)
     submit_job(unreachable, {"pool": pool}, [sys.executable, "-c", "pass"], gpu_count=0)
     failed = wait_until(
         lambda: (xs := launches(unreachable, pool)) and xs[0]["state"] == "terminated" and xs[0],

@@ -30,19 +30,11 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def replicas(tmp_path: Path, pg_database: str) -> Iterator[list[ServerProcess]]:
-    """Two replicas of the test's own: for a test that kills one."""
-    started = start_replicas(tmp_path, pg_database, 2)
-    yield started
-    for replica in started:
-        replica.kill(signal.SIGTERM)
-
-
 @pytest.fixture(scope="module")
 def shared_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ServerProcess]]:
-    """Two replicas for the module's tests that leave both running (each its own workers
-    and labels)."""
+    """Two replicas for the module's tests (each its own workers and labels): all leave both
+    running but the last to use them, which kills one (two more replicas are two more
+    CPU-seconds of starts, #32)."""
     with fresh_database() as url:
         started = start_replicas(tmp_path_factory.mktemp("replicas"), url, 2)
         yield started
@@ -216,8 +208,9 @@ def test_a_session_signed_out_on_one_replica_is_refused_by_the_other(
 
 
 def test_one_replica_runs_the_sweeps_and_another_takes_over_when_it_dies(
-    replicas: list[ServerProcess],
+    shared_replicas: list[ServerProcess],
 ) -> None:
+    replicas = shared_replicas  # the last test on them: it kills one
     wait_until(lambda: len(leaders(replicas)) == 1, timeout=10, message="one replica to lead")
     assert metric(replicas[0], "gpufleet_replicas") == 2
     leader = leaders(replicas)[0]

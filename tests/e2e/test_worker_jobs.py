@@ -37,6 +37,35 @@ def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     server.kill(signal.SIGTERM)
 
 
+SHARED = {"pool": unique("shared")}
+
+
+@pytest.fixture(scope="module")
+def shared(
+    orchestrator: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    """One persistent worker (labelled SHARED) for the module's tests about what happens to a
+    job, not to its worker: a worker's start is a CPU-second (#32). Those tests leave it idle
+    and undrained; the ones about how a worker ends start their own."""
+    agent = WorkerProcess(
+        orchestrator,
+        tmp_path_factory.mktemp("shared"),
+        labels=SHARED,
+        persistent=True,
+        cancel_grace=0.5,
+    ).start()
+    yield agent
+    agent.stop()
+
+
+def idle(agent: WorkerProcess) -> None:
+    wait_until(
+        lambda: agent.record()["status"] == "idle",
+        timeout=15,
+        message="the worker to be idle again",
+    )
+
+
 def script(code: str, *args: str) -> list[str]:
     return [PYTHON, "-c", textwrap.dedent(code), *args]
 
@@ -96,13 +125,10 @@ def test_a_persistent_worker_runs_job_after_job_and_stays(
 
 
 def test_logs_and_progress_are_visible_while_the_job_runs(
-    orchestrator: ServerProcess, agents: Agents, tmp_path: Path
+    orchestrator: ServerProcess, shared: WorkerProcess, tmp_path: Path
 ) -> None:
-    tag = {"pool": unique("p")}
     gate = tmp_path / "gate"
-    agent = agents(orchestrator, labels=tag)
-    job_id = submit_job(orchestrator, tag, script(GATED, str(gate)))
-    agent.start()
+    job_id = submit_job(orchestrator, SHARED, script(GATED, str(gate)))
 
     wait_until(
         lambda: {"halfway there", "a warning"} <= set(job_log_lines(orchestrator, job_id)),
@@ -120,13 +146,11 @@ def test_logs_and_progress_are_visible_while_the_job_runs(
     done = wait_job(orchestrator, job_id, "completed")
     assert done["progress"]["step"] == 10
     assert job_log_lines(orchestrator, job_id).count("done") == 1
-    assert agent.wait() == 0
 
 
 def test_cancelling_a_job_kills_its_process_group_even_when_it_ignores_sigterm(
-    orchestrator: ServerProcess, agents: Agents, tmp_path: Path
+    orchestrator: ServerProcess, shared: WorkerProcess, tmp_path: Path
 ) -> None:
-    tag = {"pool": unique("p")}
     pids = tmp_path / "pids"
     code = """
         import os, signal, subprocess, sys, time
@@ -136,9 +160,7 @@ def test_cancelling_a_job_kills_its_process_group_even_when_it_ignores_sigterm(
         print("both running", flush=True)
         time.sleep(120)
     """
-    agent = agents(orchestrator, labels=tag, persistent=True, cancel_grace=0.5)
-    job_id = submit_job(orchestrator, tag, script(code, str(pids)))
-    agent.start()
+    job_id = submit_job(orchestrator, SHARED, script(code, str(pids)))
     wait_until(
         lambda: "both running" in job_log_lines(orchestrator, job_id),
         timeout=15,
@@ -152,42 +174,34 @@ def test_cancelling_a_job_kills_its_process_group_even_when_it_ignores_sigterm(
     assert job["attempt_history"][-1]["status"] == "cancelled"
     for pid in map(int, pids.read_text().split()):
         wait_until(lambda pid=pid: not process_alive(pid), timeout=10, message=f"pid {pid} to die")
-    assert agent.running()  # a persistent worker carries on
-    wait_until(
-        lambda: agent.record()["status"] == "idle",
-        timeout=15,
-        message="the worker to be idle again",
-    )
+    assert shared.running()  # a persistent worker carries on
+    idle(shared)
 
 
 def test_a_job_past_its_timeout_fails_saying_so(
-    orchestrator: ServerProcess, agents: Agents
+    orchestrator: ServerProcess, shared: WorkerProcess
 ) -> None:
-    tag = {"pool": unique("p")}
     code = "import time; print('sleeping', flush=True); time.sleep(120)"
-    agent = agents(orchestrator, labels=tag)
-    job_id = submit_job(orchestrator, tag, script(code), config={"timeout_s": 1}, max_retries=0)
-    agent.start()
+    config = {"timeout_s": 1}
+    job_id = submit_job(orchestrator, SHARED, script(code), config=config, max_retries=0)
 
     job = wait_job(orchestrator, job_id, "failed", "completed")
     assert job["status"] == "failed"
     assert "timed out after 1 s" in job["error"] and "sleeping" in job["error"]
-    assert agent.wait() == 0
+    idle(shared)
 
 
 def test_a_failing_job_is_retried_then_fails_with_its_exit_code_and_last_output(
-    orchestrator: ServerProcess, agents: Agents
+    orchestrator: ServerProcess, shared: WorkerProcess
 ) -> None:
-    tag = {"pool": unique("p")}
     code = """
         import sys
         print("loading data")
         print("CUDA out of memory", file=sys.stderr)
         sys.exit(3)
     """
-    agent = agents(orchestrator, labels=tag, persistent=True)
-    job_id = submit_job(orchestrator, tag, script(code), max_retries=1, retry_on=["lost", "failed"])
-    agent.start()
+    retry = {"max_retries": 1, "retry_on": ["lost", "failed"]}
+    job_id = submit_job(orchestrator, SHARED, script(code), **retry)
 
     job = wait_job(orchestrator, job_id, "failed", "completed")
     assert job["status"] == "failed" and job["exit_code"] == 3, json.dumps(job)
@@ -196,13 +210,11 @@ def test_a_failing_job_is_retried_then_fails_with_its_exit_code_and_last_output(
 
 
 def test_a_drained_persistent_worker_finishes_its_job_takes_no_new_one_until_undrained(
-    orchestrator: ServerProcess, agents: Agents, tmp_path: Path
+    orchestrator: ServerProcess, shared: WorkerProcess, tmp_path: Path
 ) -> None:
-    tag = {"pool": unique("p")}
+    agent, tag = shared, SHARED
     gate = tmp_path / "gate"
-    agent = agents(orchestrator, labels=tag, persistent=True)
     first = submit_job(orchestrator, tag, script(GATED, str(gate)))
-    agent.start()
     wait_job(orchestrator, first, "running")
 
     with orchestrator.admin() as admin:
@@ -314,20 +326,16 @@ def test_sigterm_asks_a_job_that_handles_it_for_a_checkpoint_then_stops_it_and_e
 
 
 def test_a_chatty_trainers_progress_is_trimmed_by_the_worker_never_refused(
-    orchestrator: ServerProcess, agents: Agents
+    orchestrator: ServerProcess, shared: WorkerProcess
 ) -> None:
-    tag = {"pool": unique("chatty")}
     chatty = """
         from gpufleet.progress import report
         report(step=3, total=4, loss=0.25, samples="x" * 50_000, lr=0.001)
         print("reported", flush=True)
     """
-    agent = agents(orchestrator, labels=tag)
-    job_id = submit_job(orchestrator, tag, script(chatty))
-    agent.start()
+    job_id = submit_job(orchestrator, SHARED, script(chatty))
 
-    assert agent.wait() == 0
-    job = job_state(orchestrator, job_id)
+    job = wait_job(orchestrator, job_id, "completed", "failed")
     assert job["status"] == "completed"
     assert job["progress"] == {
         "step": 3,
@@ -335,4 +343,4 @@ def test_a_chatty_trainers_progress_is_trimmed_by_the_worker_never_refused(
         "metrics": {"loss": 0.25, "lr": 0.001},
         "trimmed": True,
     }
-    assert "over 16384 bytes of JSON" in agent.log_path.read_text()
+    assert "over 16384 bytes of JSON" in shared.log_path.read_text()

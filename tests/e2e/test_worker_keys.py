@@ -23,10 +23,12 @@ from tests.e2e.conftest import (
     ServerProcess,
     WorkerProcess,
     job_log_lines,
+    job_state,
     submit_job,
     unique,
     wait_job,
 )
+from tests.waiting import wait_until
 
 MARKER = "KEYS_TEST_MARKER"
 JOB_USER = "gpufleet-test-job"
@@ -256,18 +258,27 @@ def test_a_run_as_job_cannot_make_the_worker_read_a_file_only_root_reads(
     secret = open_dir / "root-only.jsonl"
     secret.write_text('{"step": 4242, "total": 5000}\n')
     secret.chmod(0o600)
+    gate = open_dir / "read"  # once the worker has read the job's own progress line
+    # Then the link to the root-only file, read on the worker's next pass (every second)
+    # and again as the job ends.
     steps = """
     cd "$GPUFLEET_JOB_DIR"
     echo '{"step": 7, "total": 10, "padding": "longer than the root-only line"}' > mine.jsonl
-    ln -sf mine.jsonl "$GPUFLEET_PROGRESS_FILE"; sleep 2
+    ln -sf mine.jsonl "$GPUFLEET_PROGRESS_FILE"
+    while [ ! -e "$2" ]; do sleep 0.05; done
     ln -sf "$1" "$GPUFLEET_PROGRESS_FILE"; mkdir -p output; ln -sf "$1" output/stolen.jsonl
-    sleep 2.5
+    sleep 1.5
     """
+    command = ["sh", "-c", textwrap.dedent(steps), "j", str(secret), str(gate)]
     try:
-        job_id = submit_job(
-            orchestrator, tag, ["sh", "-c", textwrap.dedent(steps), "j", str(secret)]
-        )
+        job_id = submit_job(orchestrator, tag, command)
         agent.start()
+        wait_until(
+            lambda: (job_state(orchestrator, job_id)["progress"] or {}).get("step") == 7,
+            timeout=20,
+            message="the job's own progress line to be read",
+        )
+        gate.touch()
         job = wait_job(orchestrator, job_id, "completed", "failed")
     finally:
         agent.stop()

@@ -103,6 +103,17 @@ WORKER = Table(
         metavar="SECONDS",
     ),
     Setting(
+        "reconnect_cap",
+        Kind.DURATION,
+        "The longest wait between two tries to reach the orchestrator: waits double from "
+        "half a second up to it, each cut by up to half at random.",
+        default=30.0,
+        above=0,
+        flag="--reconnect-max",
+        var="RECONNECT_MAX",
+        metavar="SECONDS",
+    ),
+    Setting(
         "log_format",
         Kind.CHOICE,
         "text for people; json for log collectors: one object a line with ts, level, logger, "

@@ -46,6 +46,7 @@ class AgentSettings:
     labels: Mapping[str, str] = _declared("labels")
     gpus: tuple[int, ...] | None = _declared("gpus")  # offer only these GPU indices; None: all
     heartbeat_interval: float = _declared("heartbeat_interval")
+    reconnect_cap: float = _declared("reconnect_cap")  # the reconnect backoff's longest wait
     cancel_grace: float = _declared("cancel_grace")
     upload_bandwidth: int = _declared("upload_bandwidth")  # bytes per second; 0: unlimited
     # On SIGTERM (a spot instance's notice): how long a job that handles the checkpoint
@@ -74,7 +75,6 @@ class AgentSettings:
     log_flush_lines: int = 200
     progress_interval: float = 1.0
     reconnect_base: float = 0.5
-    reconnect_cap: float = 30.0
     request_timeout: float = 15.0
     stream_read_timeout: float = 45.0  # the orchestrator pings every 15 s
 
