@@ -100,7 +100,7 @@ system-packages:
 # CPUs busy meanwhile (773 s against 844 s at -n 2, one run each; docs/benchmarks.md, #19).
 # Each test's time lands in test-output/junit.xml: tests/conftest.py's LONGEST_FIRST is ranked by it.
 test: venv torch wheelhouse agent-wheel postgres system-packages
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -n 3 --dist loadfile --no-loadscope-reorder --junitxml=test-output/junit.xml
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -n 3 --dist loadgroup --no-loadscope-reorder --junitxml=test-output/junit.xml
 
 # The screenshots of docs/ui.md, retaken by the browser tests in Debian's Chromium.
 screenshots: venv postgres system-packages

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import hypothesis
@@ -41,12 +42,18 @@ START_PG = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main s
 pytest_plugins = ["tests.cpu_usage"]  # off unless GPUFLEET_TEST_CPU is set
 
 
-# The longest test files first (their time in `make test`, measured with --junitxml), a file
-# that mostly waits (on timeouts, on the SimpleTuner agent's own pace) between files that keep
-# a CPU busy. `make test` runs three files at a time on two cores (-n 3 --dist loadfile
-# --no-loadscope-reorder): so the CPUs compute while a file waits, and no process is left
-# running one long file alone at the tail. The rest keep their collection order.
+# The longest units of work first (their time in `make test`, measured with --junitxml), a unit
+# that mostly waits (on timeouts, on the SimpleTuner agent's own pace) between units that keep a
+# CPU busy. `make test` runs three units at a time on two cores (-n 3 --dist loadgroup
+# --no-loadscope-reorder): so the CPUs compute while a unit waits, and no process is left
+# running one long unit alone at the tail. A unit is a file, except the browser tier, which is
+# one: one process runs every browser file in a row, on one Chromium and one server (their
+# fixtures are the package's), while the two others compute; as files, the three processes
+# reached the tier together and each started its own, all three waiting on pages at once. The
+# rest keep their collection order.
+BROWSER_TIER = "tests/browser/"
 LONGEST_FIRST = (
+    BROWSER_TIER,  # waits, on pages
     "tests/chaos/test_faults.py",  # waits
     "tests/e2e/test_artifacts_resume.py",  # waits
     "tests/e2e/test_schemathesis.py",
@@ -55,16 +62,12 @@ LONGEST_FIRST = (
     "tests/e2e/test_sharing.py",  # waits
     "tests/bench/test_smoke.py",
     "tests/e2e/test_simpletuner_agent.py",  # waits
-    "tests/browser/test_ui.py",
-    "tests/browser/test_sharing.py",
     "tests/api/test_people.py",
     "tests/api/test_failures.py",
     "tests/e2e/test_orchestrator.py",  # waits
     "tests/e2e/test_cli.py",
     "tests/api/test_input_property.py",
     "tests/e2e/test_replicas.py",  # waits
-    "tests/browser/test_job_logs.py",
-    "tests/browser/test_workers_page.py",
     "tests/e2e/test_worker_failover.py",  # waits
     "tests/chaos/test_preemption.py",  # waits
     "tests/e2e/test_cli_artifacts.py",
@@ -72,9 +75,30 @@ LONGEST_FIRST = (
 )
 
 
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or the browser tier."""
+    path = nodeid.split("::", 1)[0]
+    return BROWSER_TIER if path.startswith(BROWSER_TIER) else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `--dist loadgroup`, pytest-xdist hands out the work units of `work_unit`. (Its own
+    grouping, by `xdist_group` marks, did not group here: with pytest 9.2 and pytest-xdist
+    3.8, two tests of one mark ran in two processes.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None  # pytest-xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))
 
 
 async def _pg_admin_connection() -> tuple[asyncpg.Connection, str]:

@@ -114,3 +114,22 @@ def test_the_rules_see_the_copies_they_forbid() -> None:
     assert hand_written_polls("b.py", counted) == ["b.py:2 in test_it()"]
     assert GENERIC.fullmatch("until") and GENERIC.fullmatch("_wait_until_async")
     assert not GENERIC.fullmatch("wait_job")
+
+
+def test_make_test_hands_out_the_browser_tier_as_one_unit_and_every_other_file_as_its_own() -> None:
+    """`make test`'s units of work (tests/conftest.py): the browser files run in one process, on
+    one Chromium and one server; any other file's tests stay together in theirs."""
+    from tests.conftest import LONGEST_FIRST, work_unit
+
+    browser = {
+        work_unit(f"tests/browser/{name}.py::test_x")
+        for name in ("test_ui", "test_queue_page", "test_sharing")
+    }
+    assert browser == {"tests/browser/"}
+    assert work_unit("tests/api/test_dispatch.py::test_x[sqlite]") == "tests/api/test_dispatch.py"
+    assert work_unit("tests/e2e/test_cli.py::test_y") != work_unit("tests/e2e/test_tls.py::test_y")
+    # every unit named first is one that exists, and no browser file is named on its own
+    root = Path(__file__).resolve().parents[2]
+    for unit in LONGEST_FIRST:
+        assert (root / unit).exists(), unit
+        assert unit == "tests/browser/" or not unit.startswith("tests/browser/"), unit
