@@ -21,7 +21,7 @@ from tests.chaos.conftest import (
     Submitter,
     weighted_share,
 )
-from tests.chaos.invariants import conclude
+from tests.chaos.invariants import Report, conclude
 from tests.chaos.replicas import ReplicaSet
 from tests.e2e.conftest import WorkerProcess
 from tests.waiting import wait_until
@@ -95,6 +95,18 @@ def wait_back(worker: WorkerProcess, timeout: float = 45) -> None:
         lambda: worker.record()["status"] in ("idle", "busy"),
         timeout=timeout,
         message=f"{worker.name} to reconnect",
+    )
+
+
+def concluded_after_outages(fleet: Fleet, submitter: Submitter) -> Report:
+    """The invariants once a scenario whose orchestrator was down at times has settled, the
+    submits it never acknowledged counted beside the jobs."""
+    fleet.settle()
+    return conclude(
+        fleet,
+        submitter.acked,
+        submits_unacknowledged=submitter.unacked_tries,
+        jobs_fed=fleet.faults.fed,
     )
 
 
@@ -182,13 +194,7 @@ def test_orchestrator_killed_during_dispatch_and_status_reports(fleet: Fleet) ->
             fleet.server.kill(signal.SIGKILL)
             time.sleep(fleet.rng.uniform(0.1, 1.0))
             fleet.server.start()
-    fleet.settle()
-    report = conclude(
-        fleet,
-        submitter.acked,
-        submits_unacknowledged=submitter.unacked_tries,
-        jobs_fed=fleet.faults.fed,
-    )
+    report = concluded_after_outages(fleet, submitter)
     assert report.faults_injected == 2
 
 
@@ -274,13 +280,7 @@ def test_replicas_killed_mid_dispatch_and_mid_run(replicated_fleet: Fleet) -> No
             victim.kill(signal.SIGKILL)
             time.sleep(fleet.rng.uniform(0.5, 2.0))  # the others serve meanwhile
             victim.start()
-    fleet.settle()
-    report = conclude(
-        fleet,
-        submitter.acked,
-        submits_unacknowledged=submitter.unacked_tries,
-        jobs_fed=fleet.faults.fed,
-    )
+    report = concluded_after_outages(fleet, submitter)
     assert report.faults_injected == 2
     assert len(fleet.workers) == sum(w.running() for w in fleet.workers)
 

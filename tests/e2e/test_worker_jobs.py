@@ -37,7 +37,7 @@ def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     server.kill(signal.SIGTERM)
 
 
-SHARED = {"pool": unique("shared")}
+SHARED = {"pool": unique("one-worker")}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def shared(
     and undrained; the ones about how a worker ends start their own."""
     agent = WorkerProcess(
         orchestrator,
-        tmp_path_factory.mktemp("shared"),
+        tmp_path_factory.mktemp("one-worker"),
         labels=SHARED,
         persistent=True,
         cancel_grace=0.5,
