@@ -8,7 +8,7 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class FakeOrchestrator:
         self.down = False
         self.dead_hosts: set[str] = set()  # one replica of several gone
         self.held_progress: asyncio.Event | None = None  # progress reports wait for it
+        self.before_answer: Callable[[Call], Awaitable[None]] | None = None
         self._changed = asyncio.Event()
 
     def transport(self) -> httpx.MockTransport:
@@ -79,6 +80,8 @@ class FakeOrchestrator:
             await self.held_progress.wait()
         self.calls.append((path, body))
         self._changed.set()
+        if self.before_answer is not None:
+            await self.before_answer((path, body))
         if path == "/api/workers/register":
             return httpx.Response(
                 200,
@@ -349,6 +352,27 @@ async def test_a_busy_agent_does_not_acknowledge_a_second_offer(fake, start_agen
 
     await fake.wait_call(status("j_1", "cancelled"))
     assert fake.statuses("j_2") == []
+
+
+async def test_an_offer_that_outruns_the_answer_to_the_last_report_is_taken_at_once(
+    fake, start_agent
+):
+    """The orchestrator frees the worker as it commits the report, and its next offer (here
+    the same job's next attempt) can arrive before the report's answer: nothing resends it."""
+
+    async def offer_first(call: Call) -> None:
+        if call[1].get("status") == "failed" and call[1]["attempt_id"] == "a_1":
+            fake.send(type="job_submit", job_id="j_1", attempt_id="a_2", command=["true"])
+            stream = fake.stream
+            await wait_until_async(lambda: stream.empty(), timeout=5, message="the offer read")
+            await asyncio.sleep(0.05)  # the stream reader hands it to the agent
+
+    fake.before_answer = offer_first
+    await start_agent()
+    fake.send(type="job_submit", job_id="j_1", attempt_id="a_1", command=["/no/such/exe"])
+
+    second = await fake.wait_call(lambda c: c[1].get("attempt_id") == "a_2", within=5)
+    assert second[1]["status"] == "acknowledged"
 
 
 async def test_shutdown_cancels_the_running_job_and_ends_the_agent(fake, start_agent):

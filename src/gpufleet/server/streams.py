@@ -40,8 +40,9 @@ class OfferPacing:
     """The offers a stream holds for its worker until acknowledged, and when each goes out.
 
     The first send waits `hold` (0 for an agent that names attempts); then, while the offer
-    waits for its acknowledgement, it goes again after `first_resend` (both agents ignore an
-    offer that comes while they are still reporting their last job) and every `resend` after.
+    waits for its acknowledgement, it goes again after `first_resend` (the SimpleTuner agent,
+    and ours before it kept one for later, ignore an offer that comes while still reporting
+    their last job) and every `resend` after.
     """
 
     hold: float

@@ -212,16 +212,16 @@ class Agent:
         if started:
             self._jobs_done += 1
         self._wake.set()
+        if job.next_offer is not None:  # not declined: its resend would come a second later
+            self._on_job_submit(job.next_offer)
 
     # -- decisions ---------------------------------------------------------------------
 
     async def _reconcile(self) -> None:
         if self._finishing or self._job is not None:
             return
-        ephemeral_done = not self._settings.persistent and (
-            self._jobs_done > 0 or self._server_draining
-        )
-        if self._shutdown or self._stop_requests or self._preempts or ephemeral_done:
+        done = not self._settings.persistent and (self._jobs_done > 0 or self._server_draining)
+        if self._shutdown or self._stop_requests or self._preempts or done:
             await self._finish()
 
     async def _finish(self) -> None:
@@ -243,9 +243,8 @@ class Agent:
         return (
             self._job is None
             and self._checking is None
-            and not self._health.failing
+            and not (self._health.failing or self._server_draining)
             and not (self._finishing or self._shutdown or self._stop_requests or self._preempts)
-            and not self._server_draining
             and (self._settings.persistent or self._jobs_done == 0)
         )
 
@@ -291,7 +290,10 @@ class Agent:
         except BadOffer as exc:
             log.error("ignoring an offer: %s", exc.message)
             return
-        if self._job is not None and self._job.offer.job_id == offer.job_id:
+        if (job := self._job) and job.ending and offer.attempt_id != job.offer.attempt_id:
+            job.next_offer = event  # it outran the answer to the job's last report: taken then
+            return
+        if job is not None and job.offer.job_id == offer.job_id:
             log.debug("offer of %s again: already ours", offer.label)
             return
         if self._checking != offer.job_id and not self._accepting():
@@ -326,8 +328,7 @@ class Agent:
         self._beat_now.set()
 
     def _on_job_cancel(self, event: Json) -> None:
-        job = self._job
-        attempt = event.get("attempt_id")
+        job, attempt = self._job, event.get("attempt_id")
         if job is None or job.offer.job_id != event.get("job_id"):
             return
         if attempt and job.offer.attempt_id and attempt != job.offer.attempt_id:
@@ -393,8 +394,7 @@ class Agent:
         return "done with its one job (ephemeral)"
 
     def _current(self) -> tuple[str | None, str | None]:
-        job = self._job
-        return (None, None) if job is None else (job.offer.job_id, job.offer.attempt_id)
+        return (None, None) if not (job := self._job) else (job.offer.job_id, job.offer.attempt_id)
 
     def _register_body(self) -> Json:
         return registration(self._settings, self._caps, *self._current()) | self._health.fields()

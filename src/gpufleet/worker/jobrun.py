@@ -71,6 +71,8 @@ class JobRun:
         self.stop_reason: StopReason | None = None
         self._stop_detail = ""
         self._running_reported = False
+        self.ending = False  # its final report is sent: the orchestrator may free the worker
+        self.next_offer: Json | None = None  # one that came meanwhile (agent.py)
         self._logs = LogBuffer(flush_lines=settings.log_flush_lines)
         self._output: IO[str] | None = None
         self._preempt = asyncio.Event()
@@ -368,6 +370,7 @@ class JobRun:
 
     async def _status(self, body: Json, *, must: bool = False) -> None:
         """Deliver a status; a refusal (4xx but 409) is logged, or raised when `must`."""
+        self.ending = body["status"] not in ("acknowledged", "running")  # the last report
         try:
             rank = {"node_rank": self.gang.node.rank} if self.gang else {}
             await self._channel.deliver_status(
