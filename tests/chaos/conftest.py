@@ -50,15 +50,15 @@ TERMINAL = ("completed", "failed", "cancelled")
 OUTPUT = Path(__file__).resolve().parents[2] / "test-output" / "chaos"
 
 HEARTBEAT_TIMEOUT = 3.0  # ServerProcess's default: the orchestrator's patience with a worker
-# Above the agent's reconnect backoff cap (30 s, no CLI flag): where the orchestrator restarts,
-# the workers' backoff must not outlast the health grace it gives them after a start.
-RESTART_HEARTBEAT_TIMEOUT = 35.0
+# The workers' --reconnect-max (default 30 s): a repair is seen within 2 s. A restarted
+# orchestrator's health grace (one heartbeat timeout) must outlast it, and reports' retries.
+RECONNECT_MAX = 2.0
+CAP = ("--reconnect-max", str(RECONNECT_MAX))
+RESTART_HEARTBEAT_TIMEOUT = 10.0
 CANCEL_GRACE = 1.0  # WorkerProcess's default: SIGTERM, then SIGKILL this much later
 # How long the process of an attempt the orchestrator has ended may still run once its worker
-# can hear the orchestrator again: the longest reconnect backoff these faults lead to (a
-# 6 s outage: 0.5 + 1 + 2 + 4 s of retries, then up to 8 s), one heartbeat interval, the
-# cancel grace, and slack for a loaded 2-core machine.
-FENCING_WINDOW = 8.0 + 0.5 + CANCEL_GRACE + 5.5
+# can hear it again: the reconnect cap, one heartbeat interval, the cancel grace, and slack.
+FENCING_WINDOW = RECONNECT_MAX + 0.5 + CANCEL_GRACE + 5.5
 
 # What every job notes in the results file argv[1]: `note(kind)` writes `<kind> <job id>
 # <attempt id> <pid> <unix time>`, and a node of a multi-node job its rank after them; SIGTERM
@@ -230,10 +230,9 @@ class Fleet:
         for i in range(workers):
             behind = via_proxy > i and self.proxy is not None
             target: Any = Via(self.server, self.proxy.url) if behind else self.server
-            worker = WorkerProcess(
-                target, self.root, persistent=True, labels={**self.labels, "slot": str(i)}
-            )
-            self.workers.append(worker)
+            labels = {**self.labels, "slot": str(i)}
+            w = WorkerProcess(target, self.root, persistent=True, labels=labels, extra_args=CAP)
+            self.workers.append(w)
         with ThreadPoolExecutor(len(self.workers)) as pool:  # each start waits to connect
             list(pool.map(WorkerProcess.start, self.workers))
         return self.workers
