@@ -315,9 +315,9 @@ def test_the_orchestrator_killed_during_the_two_phase_start_starts_no_node_alone
 ) -> None:
     """One node acknowledged, the other held (its agent frozen before the offer came): the
     orchestrator is SIGKILLed there and started again on the same database."""
-    # A restart's health grace must outlast the agents' reconnect backoff (conftest); the
-    # held offer must outlast the hook's few reads.
-    flags = {"heartbeat-timeout": RESTART_HEARTBEAT_TIMEOUT, "ack-timeout": 15}
+    # The frozen agent stays online until the kill (seconds when loaded), a restart's health
+    # grace outlasts the reconnect backoff (conftest), the held offer the hook's few reads.
+    flags = {"heartbeat-timeout": 3 * RESTART_HEARTBEAT_TIMEOUT, "ack-timeout": 15}
     held, other = fleet.start(workers=2, **flags)
     held.signal(signal.SIGSTOP)
     job_id = submit(fleet)
