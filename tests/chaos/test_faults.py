@@ -308,7 +308,7 @@ def test_poison_jobs_that_no_worker_can_start(fleet: Fleet) -> None:
     """Poison jobs among ordinary ones: every worker they reach reports them failed and lives
     on; each ends failed after failing to start on 3 different workers, retries left or not;
     the other jobs run."""
-    workers = fleet.start(workers=POISON_WORKERS)  # the fewest its rule needs
+    workers = fleet.start(workers=4)
     submitter = fleet.submit(fleet.plans(10, short), pace=0.08)
     poison: list[str] = []
     for _ in range(3):
