@@ -152,8 +152,7 @@ async def test_a_resuming_trainer_reads_a_checkpoint_back_with_boto3(
 
 @functools.cache
 def boto_session() -> Any:
-    """One session for the module's clients: each new one reads botocore's endpoint and
-    model files again (0.4 CPU-s a client)."""
+    """One session for the module's clients (a new one reads botocore's files again)."""
     return boto3.session.Session()
 
 
