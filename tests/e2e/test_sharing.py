@@ -40,10 +40,11 @@ case "$1" in
 esac
 """
 SHORT = [sys.executable, "-c", "import time; time.sleep(0.2)"]
-STEPS = 240
+# Twenty seconds of training for the first attempt, to be preempted however loaded the
+# machine; the one that resumes (GPUFLEET_RESUME_FROM set) runs its last steps at once (#32).
+STEPS = 1000
 # Checkpoints only when the worker asks (--checkpoint-every 0): any checkpoint the job has is
-# the one its preemption asked for. The first attempt trains slowly enough to be preempted;
-# the one that resumes (GPUFLEET_RESUME_FROM set) runs its last steps at once (#32).
+# the one its preemption asked for.
 TRAIN = [
     "sh",
     "-c",
