@@ -10,7 +10,7 @@ tests/api/test_restart.py.
 
 `make test` fetches the wheel once (`make agent-wheel`); these tests take the module out of
 it byte for byte (checked against the wheel's RECORD) and run it as `python -m
-simpletuner.worker_agent` runs it, PyTorch hidden, its reconnect pause short (`AS_MODULE`).
+simpletuner.worker_agent` runs it, PyTorch hidden from it (`AS_MODULE_WITHOUT_TORCH` says why).
 The trainer it launches, `python -m simpletuner.train`, is our stand-in
 (tests/e2e/simpletuner_stub): the only part that is not SimpleTuner's own.
 """
@@ -70,13 +70,12 @@ def released_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # `python -m simpletuner.worker_agent`, with PyTorch unimportable in the agent's process alone
-# (its trainer imports what it likes): the agent imports it at every start to ask for a CUDA or
-# Apple device, seconds of CPU each (#32), and without it goes on to its nvidia-smi fallback,
-# with the same answer here. Its one 10 s sleep, the pause before it registers again after an
-# error ("reconnecting in 10s"), lasts 1 s: the same path, retried until the orchestrator answers.
-AS_MODULE = (
-    "import asyncio, runpy, sys; sys.modules['torch'] = None; pause = asyncio.sleep; "
-    "asyncio.sleep = lambda s, *rest: pause(1 if s == 10 else s, *rest); "
+# (its trainer imports what it likes). The agent imports torch at every start to ask it for a
+# CUDA or Apple device, seconds of CPU each (#32); PyTorch here has neither, so the agent goes
+# on to its nvidia-smi fallback either way: what it takes when torch is missing, with the same
+# answer. Its pace is its own (the 10 s before it registers again after an error included).
+AS_MODULE_WITHOUT_TORCH = (
+    "import runpy, sys; sys.modules['torch'] = None; "
     "runpy.run_module('simpletuner.worker_agent', run_name='__main__', alter_sys=True)"
 )
 
@@ -94,7 +93,7 @@ class ReleasedAgent(WorkerProcess):
         super().__init__(server, work_root, persistent=persistent, labels=lane, env=env)
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-c", AS_MODULE]
+        cmd = [sys.executable, "-c", AS_MODULE_WITHOUT_TORCH]
         cmd += ["--orchestrator-url", self.orchestrator_url, "--worker-token", self.token]
         cmd += ["--name", self.name]
         return [*cmd, "--persistent"] if self.persistent else cmd
@@ -321,14 +320,15 @@ def test_the_agent_resumes_its_job_after_the_orchestrator_is_killed(
     """On SQLite alone: what the restarted server tells the agent is read from the stored
     attempt, the same rows on either backend (tests/api/test_restart.py runs that on both)."""
     agent = st_agents(own_server).start()
-    # It ends only once the agent has resumed it (or after 60 s, to fail rather than hang).
+    # The training outlasts the restart and the agent's 10 s wait: it ends only once the
+    # agent has resumed it (or after 60 s, to fail rather than hang).
     done = tmp_path / "resumed"
     config = {"stub_steps": 1200, "stub_sleep": 0.05, "stub_until": str(done)}
     job_id = submit(own_server, config, lane(agent))
     wait_job(own_server, job_id, "running", timeout=20)
     own_server.kill(signal.SIGKILL)
     own_server.start()
-    # The agent registers again a pause (`AS_MODULE`) after its stream broke, told to resume.
+    # The agent re-registers 10 s after its stream broke and is told to resume the job.
     # The whole log: `log()` is its tail, and the training's lines since may fill it.
     wait_until(
         lambda: "Resuming job: " + job_id in agent.log_path.read_text(errors="replace"),
