@@ -130,8 +130,7 @@ def test_a_run_killed_after_a_checkpoint_and_resumed_ends_byte_identical(
     # The unbroken run, beside the first attempt (which mostly sleeps between its steps).
     unbroken = start_example(whole, *args)
 
-    # The first attempt checkpoints every 10 steps and is SIGKILLed once it wrote one: its
-    # first checkpoint comes 0.5 s into its steps, and 5.5 s of them are still to run.
+    # The first attempt checkpoints every 10 steps (0.5 s in, 5.5 s left): SIGKILLed after one.
     (first / "progress.jsonl").touch()
     env = {**os.environ, "GPUFLEET_PROGRESS_FILE": str(first / "progress.jsonl")}
     slow = [*args, "--checkpoint-every", "10", "--step-delay", "0.05"]
