@@ -9,6 +9,7 @@ not there, it never skips.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import secrets
@@ -28,7 +29,10 @@ from tests.oidc_provider import IdentityProvider, running_provider
 
 # `gpufleet run` remembers the digests of folders it packed (cli/digests.py): in a temporary
 # folder of its own, not in the home folder of whoever runs the tests.
-os.environ.setdefault("GPUFLEET_CACHE_DIR", tempfile.mkdtemp(prefix="gpufleet-cli-cache-"))
+# Removed when the test process exits (a run of `make test` left one a process behind).
+if "GPUFLEET_CACHE_DIR" not in os.environ:
+    os.environ["GPUFLEET_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpufleet-cli-cache-")
+    atexit.register(shutil.rmtree, os.environ["GPUFLEET_CACHE_DIR"], ignore_errors=True)
 # No deadline on a property test's examples: a deadline is a wall-clock assert, which a loaded
 # 2-core machine breaks (a full run saw 429 ms against hypothesis's default 200 ms).
 hypothesis.settings.register_profile("gpufleet", deadline=None)
