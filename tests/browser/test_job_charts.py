@@ -12,11 +12,8 @@ from tests.browser.test_ui import TRAINING
 from tests.e2e.conftest import ServerProcess
 
 DESKTOP = {"width": 1440, "height": 900}
-# Long enough (about 4 s at the 0.02 s a step of TRAINING) to watch it run and see points
-# arrive: the page draws its first within 1.5 s of the submit, and needs one relay (a second)
-# more to see them grow; a longer run was only waited out (6 s, 2 s more, till 2026-11-28).
-STEPS = 200
-EVERY = STEPS // 50  # the example reports every 4th step: 50 points, several a relay
+STEPS = 300  # long enough (about 6 s) to watch it run, and to see points arrive
+EVERY = STEPS // 50  # the example reports every 6th step: 50 points, several a relay
 LOSS = 'figure.chart[data-series="loss"] svg'
 
 
