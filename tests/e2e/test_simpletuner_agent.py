@@ -10,7 +10,7 @@ tests/api/test_restart.py.
 
 `make test` fetches the wheel once (`make agent-wheel`); these tests take the module out of
 it byte for byte (checked against the wheel's RECORD) and run it as `python -m
-simpletuner.worker_agent` runs it, PyTorch hidden from it (`AS_MODULE_WITHOUT_TORCH` says why).
+simpletuner.worker_agent` runs it, PyTorch hidden, its reconnect pause short (`AS_MODULE`).
 The trainer it launches, `python -m simpletuner.train`, is our stand-in
 (tests/e2e/simpletuner_stub): the only part that is not SimpleTuner's own.
 """
@@ -70,12 +70,13 @@ def released_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # `python -m simpletuner.worker_agent`, with PyTorch unimportable in the agent's process alone
-# (its trainer imports what it likes). The agent imports torch at every start to ask it for a
-# CUDA or Apple device, seconds of CPU each (#32); PyTorch here has neither, so the agent goes
-# on to its nvidia-smi fallback either way: what it takes when torch is missing, with the same
-# answer.
-AS_MODULE_WITHOUT_TORCH = (
-    "import runpy, sys; sys.modules['torch'] = None; "
+# (its trainer imports what it likes): the agent imports it at every start to ask for a CUDA or
+# Apple device, seconds of CPU each (#32), and without it goes on to its nvidia-smi fallback,
+# with the same answer here. Its one 10 s sleep, the pause before it registers again after an
+# error ("reconnecting in 10s"), lasts 1 s: the same path, retried until the orchestrator answers.
+AS_MODULE = (
+    "import asyncio, runpy, sys; sys.modules['torch'] = None; pause = asyncio.sleep; "
+    "asyncio.sleep = lambda s, *rest: pause(1 if s == 10 else s, *rest); "
     "runpy.run_module('simpletuner.worker_agent', run_name='__main__', alter_sys=True)"
 )
 
@@ -93,7 +94,7 @@ class ReleasedAgent(WorkerProcess):
         super().__init__(server, work_root, persistent=persistent, labels=lane, env=env)
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-c", AS_MODULE_WITHOUT_TORCH]
+        cmd = [sys.executable, "-c", AS_MODULE]
         cmd += ["--orchestrator-url", self.orchestrator_url, "--worker-token", self.token]
         cmd += ["--name", self.name]
         return [*cmd, "--persistent"] if self.persistent else cmd
@@ -109,7 +110,8 @@ def database_url() -> None:
 def server(
     tmp_path_factory: pytest.TempPathFactory, database_url: str | None
 ) -> Iterator[ServerProcess]:
-    yield from serving(tmp_path_factory.mktemp("orchestrator"), database_url, **AGENT_SERVER_FLAGS)
+    flags = {**AGENT_SERVER_FLAGS, "usage-interval": 0.5}  # for `policy_server`
+    yield from serving(tmp_path_factory.mktemp("orchestrator"), database_url, **flags)
 
 
 @pytest.fixture
@@ -319,15 +321,14 @@ def test_the_agent_resumes_its_job_after_the_orchestrator_is_killed(
     """On SQLite alone: what the restarted server tells the agent is read from the stored
     attempt, the same rows on either backend (tests/api/test_restart.py runs that on both)."""
     agent = st_agents(own_server).start()
-    # The training outlasts the restart and the agent's 10 s wait: it ends only once the
-    # agent has resumed it (or after 60 s, to fail rather than hang).
+    # It ends only once the agent has resumed it (or after 60 s, to fail rather than hang).
     done = tmp_path / "resumed"
     config = {"stub_steps": 1200, "stub_sleep": 0.05, "stub_until": str(done)}
     job_id = submit(own_server, config, lane(agent))
     wait_job(own_server, job_id, "running", timeout=20)
     own_server.kill(signal.SIGKILL)
     own_server.start()
-    # The agent re-registers 10 s after its stream broke and is told to resume the job.
+    # The agent registers again a pause (`AS_MODULE`) after its stream broke, told to resume.
     # The whole log: `log()` is its tail, and the training's lines since may fill it.
     wait_until(
         lambda: "Resuming job: " + job_id in agent.log_path.read_text(errors="replace"),
@@ -341,19 +342,16 @@ def test_the_agent_resumes_its_job_after_the_orchestrator_is_killed(
 
 
 @pytest.fixture
-def policy_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    """A server of the test's own whose policy loop runs every 0.2 s, with fair share and
-    preemption on (a job may be preempted half a second after it started)."""
-    proc = ServerProcess(tmp_path / "policy", None, **AGENT_SERVER_FLAGS, **{"usage-interval": 0.2})
-    proc.start()
-    try:
-        policy = {"fair_share": True, "preemption": True, "min_runtime_s": 0.5}
-        with proc.admin() as admin:
-            resp = admin.patch("/api/queue/policy", json={**policy, "preempt_grace_s": 10})
-        assert resp.status_code == 200, resp.text
-        yield proc
-    finally:
-        proc.kill(signal.SIGTERM)
+def policy_server(server: ServerProcess) -> Iterator[ServerProcess]:
+    """The module's server (its policy loop runs every 0.5 s) with fair share and preemption
+    on for the test (a job may be preempted half a second after it started), then as before."""
+    on = {"fair_share": True, "preemption": True, "min_runtime_s": 0.5, "preempt_grace_s": 10}
+    with server.admin() as admin:
+        before = admin.get("/api/queue/policy").json()
+        assert admin.patch("/api/queue/policy", json=on).status_code == 200
+    yield server
+    with server.admin() as admin:
+        assert admin.patch("/api/queue/policy", json={k: before[k] for k in on}).status_code == 200
 
 
 def test_a_policy_preemption_cancels_the_agents_job_and_requeues_it_without_a_retry(
