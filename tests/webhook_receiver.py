@@ -64,7 +64,8 @@ class Receiver:
 @contextmanager
 def receiving() -> Iterator[Receiver]:
     receiver = Receiver()
-    thread = threading.Thread(target=receiver.server.serve_forever, daemon=True)
+    # `shutdown` waits for the loop to look again: every 0.5 s by default, 0.05 here.
+    thread = threading.Thread(target=receiver.server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield receiver

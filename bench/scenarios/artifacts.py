@@ -31,7 +31,7 @@ from bench.report import Result
 from bench.s3 import S3Unavailable, environment, moto_s3, new_bucket, s3_environment
 from bench.scenarios.artifact_rates import download_rates, resume_rate
 from bench.scenarios.options import Options
-from bench.scenarios.steps import admin_client, fleet_of, say, submit
+from bench.scenarios.steps import admin_client, fleet_of, lane, say, submit
 from bench.server import BenchServer
 from bench.workers import HOLD
 from gpufleet import protocol
@@ -80,14 +80,15 @@ async def _one_backend(
 ) -> Result:
     size = opts.size.s7_bytes
     result = Result("7", "artifact transfer", opts.database, {"backend": backend, "bytes": size})
-    # Its own server: the fleet's one worker must hold this scenario's job, not one another
-    # scenario left queued on a shared server.
+    # The data folder on the pool's server where there is one (the smoke tests): the fleet's
+    # one worker holds this scenario's job, of a label of their own.
+    labels = lane()
     async with (
-        opts.own_server("s7", **flags) as server,
-        fleet_of(server, 1, opts, mode=HOLD) as (fleet, _startup),
+        opts.server("s7", **flags) as server,
+        fleet_of(server, 1, opts, mode=HOLD, labels=labels) as (fleet, _startup),
         admin_client(server) as admin,
     ):
-        job_id = (await submit(admin))[0]
+        job_id = (await submit(admin, labels))[0]
         await fleet.wait_for("running", 1, 60)
         [(worker_id, _job, attempt_id)] = await fleet.busy()
         token = next(c.token for c in fleet.creds if c.id == worker_id)

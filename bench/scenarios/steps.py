@@ -43,15 +43,16 @@ async def fleet_of(
     mode: str = COMPLETE,
     hb: float = 30.0,
     partial_after: float | None = None,
+    labels: dict[str, str] = ANYWHERE,
 ) -> AsyncIterator[tuple[Fleet, dict[str, float]]]:
-    """`count` simulated workers, created, registered and streaming."""
+    """`count` simulated workers of `labels`, created, registered and streaming."""
     began = time.monotonic()
     say(f"creating {count} workers")
     # A fleet's own names: a worker's name is unique, and a shared server (the smoke tests')
     # has other scenarios' fleets registered.
     prefix = f"bench-{secrets.token_hex(3)}"
     creds = await create_workers(
-        server.url, server.admin_headers(), count, prefix=prefix, labels=ANYWHERE
+        server.url, server.admin_headers(), count, prefix=prefix, labels=labels
     )
     created = time.monotonic() - began
     say(f"created in {created:.1f} s; registering and opening streams")
@@ -73,6 +74,12 @@ async def fleet_of(
         )
     finally:
         await fleet.stop()
+
+
+def lane() -> dict[str, str]:
+    """The label of one scenario's fleet and jobs alone: on a shared server its one held job
+    is its own, never a job another scenario left queued (those want `ANYWHERE`)."""
+    return {"pool": f"lane-{secrets.token_hex(3)}"}
 
 
 def admin_client(server: BenchServer, connections: int = 8) -> httpx.AsyncClient:

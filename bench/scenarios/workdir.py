@@ -39,7 +39,7 @@ import httpx
 from bench.report import Result
 from bench.scenarios.artifacts import _ok, checkpoint_commit
 from bench.scenarios.options import Options
-from bench.scenarios.steps import admin_client, fleet_of, say, submit
+from bench.scenarios.steps import admin_client, fleet_of, lane, say, submit
 from bench.server import BenchServer, gpufleet_command
 from bench.workers import HOLD
 from gpufleet import protocol
@@ -57,9 +57,10 @@ async def workdir_scenario(opts: Options) -> Result:
     size, runs = opts.size.s9_bytes, opts.size.s9_runs
     result = Result("9", "workdir: run to first log line", opts.database, {"bytes": size})
     folder = Path(tempfile.mkdtemp(prefix="s9-", dir=opts.work_dir))
-    # Its own server: the curl copy's one simulated worker must hold this scenario's job, not
-    # one another scenario left queued on a shared server.
-    async with opts.own_server("s9") as server:
+    # The pool's server where there is one (the smoke tests): the curl copy's one simulated
+    # worker holds this scenario's job, of a label of their own, and the real worker takes
+    # only jobs of LABEL.
+    async with opts.server("s9") as server:
         copy = await _curl_copy(server, opts, folder, size)
         worker = _start_worker(server, folder / "worker")
         try:
@@ -174,8 +175,12 @@ async def _curl_copy(
     archive = folder / "copy.tar"
     packed = await asyncio.to_thread(_pack, tree, archive)
     path = "output/checkpoint-1/workdir.tar"
-    async with fleet_of(server, 1, opts, mode=HOLD) as (fleet, _), admin_client(server) as admin:
-        job_id = (await submit(admin))[0]
+    labels = lane()
+    async with (
+        fleet_of(server, 1, opts, mode=HOLD, labels=labels) as (fleet, _),
+        admin_client(server) as admin,
+    ):
+        job_id = (await submit(admin, labels))[0]
         await fleet.wait_for("running", 1, 60)
         [(worker_id, _job, attempt_id)] = await fleet.busy()
         token = next(c.token for c in fleet.creds if c.id == worker_id)

@@ -27,8 +27,10 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
+from gpufleet.server import streams
 from gpufleet.server.app import create_app
 from gpufleet.server.context import Context
+from gpufleet.server.routes import events
 from gpufleet.server.services import health
 from gpufleet.server.settings import ServerSettings
 from gpufleet.supervisor import Supervisor
@@ -531,6 +533,16 @@ async def fleet_with(tmp_path: Path, database_url: str, **settings: Any) -> Asyn
         yield configured
     finally:
         await configured.stop()
+
+
+@pytest.fixture(autouse=True)
+def quick_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waits the tests would sit through, shortened (e2e and browser servers keep them):
+    `/api/events` coalesces a burst over 0.1 s, not 0.5 (a change is one commit, one wake);
+    an agent naming no attempts gets its offer 0.05 s after its last job, not 0.5 (the
+    released agent's run, tests/e2e/test_simpletuner_agent.py, needs the half second)."""
+    monkeypatch.setattr(events, "COALESCE_SECONDS", 0.1)
+    monkeypatch.setattr(streams, "LEGACY_OFFER_HOLD", 0.05)
 
 
 @pytest.fixture

@@ -168,7 +168,7 @@ async def test_an_ignored_offer_goes_out_again_on_the_open_stream_until_acknowle
     assert (again["job_id"], again["attempt_id"]) == (job["id"], first["attempt_id"])
 
     await agent.run(again)
-    assert agent.stream is not None and await agent.stream.collect(1.2) == []
+    assert agent.stream is not None and await agent.stream.collect(0.7) == []  # 2 resends
 
 
 async def test_an_idle_stream_pings_every_ping_interval(

@@ -177,7 +177,7 @@ async def test_a_change_to_people_or_their_usage_nudges_live_views(fleet: Fleet)
     await stream.expect("teams")
     refused = await fleet.admin.post("/api/teams", json={"name": "nlp"})
     assert refused.status_code == 409
-    assert [e for e in await stream.collect(1.0) if e["type"] == "teams"] == []
+    assert [e for e in await stream.collect(0.5) if e["type"] == "teams"] == []
 
 
 async def test_a_default_team_must_be_one_of_the_users_teams(fleet: Fleet) -> None:

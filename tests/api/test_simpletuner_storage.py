@@ -10,6 +10,7 @@ each: `force_single_part`), and reads a checkpoint back as a resuming trainer do
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import secrets
 from collections.abc import AsyncIterator, Iterator
@@ -149,11 +150,20 @@ async def test_a_resuming_trainer_reads_a_checkpoint_back_with_boto3(
     assert (restored / "big.bin").read_bytes() == big
 
 
+@functools.cache
+def boto_session() -> Any:
+    """One session for the module's clients (a new one reads botocore's files again)."""
+    return boto3.session.Session()
+
+
 def s3_client(fleet: Fleet, clients: list[Any], token: str, **headers: str) -> Any:
     """A boto3 client configured as the trainer's S3 provider configures it."""
-    session = boto3.session.Session(aws_access_key_id="local", aws_secret_access_key=token)
-    client = session.client(
-        "s3", endpoint_url=f"{fleet.settings.public_url}/api/cloud/storage", use_ssl=False
+    client = boto_session().client(
+        "s3",
+        endpoint_url=f"{fleet.settings.public_url}/api/cloud/storage",
+        use_ssl=False,
+        aws_access_key_id="local",
+        aws_secret_access_key=token,
     )
 
     def inject(request: Any, **_: Any) -> None:

@@ -411,10 +411,11 @@ def test_the_teams_page_is_live_but_never_under_an_edit_not_saved(
     sign_in(page, server.admin_key, then="/teams")
     expect(page.locator("main")).not_to_contain_text("Loading…")
     team, user = unique("live"), unique("member")
+    # Both made at once: the page re-reads at most every 2 s (teams.js LIVE_MS), one wait.
     admin_call(server, "POST", "/api/teams", json={"name": team})
+    admin_call(server, "POST", "/api/users", json={"name": user, "level": "viewer", "team": team})
     card = page.locator(f'section.team[data-team="{team}"]')
     expect(card).to_be_visible()  # no reload
-    admin_call(server, "POST", "/api/users", json={"name": user, "level": "viewer", "team": team})
     expect(card.locator(f'[data-member="{user}"]')).to_be_visible()
     expect(page.locator(f'#users tr[data-user="{user}"]')).to_be_visible()
 

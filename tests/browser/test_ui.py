@@ -217,11 +217,15 @@ def test_signing_in_never_leads_the_browser_off_the_site(
 def sign_in_to_each_offsite_next(server: ServerProcess, page: Page) -> None:
     """The page signed in to is left first: a live page (/workers) whose cookies are cleared
     sends itself to sign in at its next nudge (`test_a_live_page_whose_session_ends_...`), a
-    navigation that interrupted the next `goto`."""
+    navigation that interrupted the next `goto`. Where the browser goes is known once that
+    navigation commits: the page it lands on is not waited for (nor its scripts and reads)."""
     for query in OFFSITE_NEXT:
         page.goto("about:blank")
         page.context.clear_cookies()
-        sign_in_by_form(page, server.admin_key, then=f"/signin?next={query}")
+        page.goto(f"/signin?next={query}")
+        page.fill("#api_key", server.admin_key)
+        page.click("form#signin button[type=submit]")
+        page.wait_for_url(lambda url: "/signin" not in url, wait_until="commit")
         ended = urlsplit(page.url)
         assert f"{ended.scheme}://{ended.netloc}" == server.url, (query, page.url)
 

@@ -516,7 +516,10 @@ class Member:
 
     def client(self) -> httpx.Client:
         return httpx.Client(
-            base_url=self.server.url, timeout=10, headers={"Authorization": f"Bearer {self.key}"}
+            base_url=self.server.url,
+            timeout=10,
+            verify=self.server.verify,  # not a CA bundle loaded again for each submit
+            headers={"Authorization": f"Bearer {self.key}"},
         )
 
     def submit(

@@ -41,7 +41,8 @@ from tests.waiting import wait_until
 
 # A checkpoint every 50 steps, not 25: three or four of them (each one two files the worker
 # uploads and the test downloads twice over, the last through Chromium), half as many; at
-# 15 ms a step the first leaves 2 s to kill the worker before the job could end.
+# 15 ms a step the first leaves 2 s to kill the worker before the job could end. The resumed
+# attempt runs unpaced (`paced_until_resumed`).
 STEPS, EVERY, STEP_DELAY = 200, 50, "0.015"
 TRAIN = [
     sys.executable,
@@ -75,7 +76,7 @@ def orchestrator(
 ) -> Iterator[Orchestrator]:
     root = tmp_path_factory.mktemp("artifacts")
     if request.param == "sqlite":
-        server = ServerProcess(root / "server", None, **{"heartbeat-timeout": 2})
+        server = ServerProcess(root / "server", None, **{"heartbeat-timeout": 1})
         server.start()
         yield Orchestrator(server, server)
         server.kill(signal.SIGTERM)
@@ -89,7 +90,7 @@ def orchestrator(
             2,
             env=env,
             artifacts=f"s3://{new_bucket(endpoint)}/fleet",
-            **{"heartbeat-timeout": 2},
+            **{"heartbeat-timeout": 1},
         )
         yield Orchestrator(replicas[0], replicas[1])
         for replica in replicas:
@@ -107,7 +108,7 @@ def test_a_job_whose_worker_is_killed_resumes_from_its_checkpoint_and_every_arti
     job_id = submit_job(
         server,
         labels,
-        [*TRAIN, "--step-delay", STEP_DELAY],
+        paced_until_resumed(TRAIN, STEP_DELAY),
         config={"env": {"PYTHONUNBUFFERED": "1"}},
     )
     wait_until(
@@ -182,6 +183,13 @@ def listing(server: ServerProcess, job_id: str) -> dict[str, Any]:
         resp = admin.get(f"/api/queue/{job_id}/artifacts")
     assert resp.status_code == 200, resp.text
     return dict(resp.json())
+
+
+def paced_until_resumed(train: list[str], step_delay: str) -> list[str]:
+    """`train` at `step_delay` a step, and at full speed in an attempt that resumes (the worker
+    sets GPUFLEET_RESUME_FROM): its pace only leaves time to kill the first attempt."""
+    pace = f'd={step_delay}; [ -n "$GPUFLEET_RESUME_FROM" ] && d=0; exec "$@" --step-delay $d'
+    return ["sh", "-c", pace, "sh", *train]
 
 
 def kill_with_its_job(worker: WorkerProcess) -> None:

@@ -24,7 +24,7 @@ from tests.e2e.conftest import (
     unique,
     wait_job,
 )
-from tests.e2e.test_artifacts_resume import kill_with_its_job
+from tests.e2e.test_artifacts_resume import kill_with_its_job, paced_until_resumed
 from tests.torch_check import needs_torch
 from tests.waiting import wait_until
 
@@ -33,20 +33,20 @@ needs_torch()
 Agents = Callable[..., WorkerProcess]
 # 40 steps of 0.15 s (tests/chaos/test_gang_faults.py's pace): the first checkpoint both
 # nodes complete (step 10) leaves 4.5 s to kill node 1 before the job could end; the resumed
-# attempt runs what is left.
+# attempt runs what is left at full speed.
 MODEL = ["--samples", "60", "--steps", "40", "--seed", "4", "--min-accuracy", "0.5"]
-TRAIN = [
-    *(sys.executable, "-m", "gpufleet.examples.train", *MODEL, "--ddp"),
-    *("--checkpoint-every", "10", "--step-delay", "0.15"),
-]
+TRAIN = paced_until_resumed(
+    [sys.executable, "-m", "gpufleet.examples.train", *MODEL, "--ddp", "--checkpoint-every", "10"],
+    "0.15",
+)
 ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
 @pytest.fixture(scope="module")
 def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    # Node 1's worker is found lost 2 s after its last heartbeat, not 3 (its beats come every
-    # 0.5 s): the requeue waits a second less.
-    yield from serving(tmp_path_factory.mktemp("orchestrator"), **{"heartbeat-timeout": 2})
+    # Node 1's worker is found lost 1 s after its last heartbeat, not 3 (its beats come every
+    # 0.5 s; a worker whose stream is open is never lost): the requeue waits 2 s less.
+    yield from serving(tmp_path_factory.mktemp("orchestrator"), **{"heartbeat-timeout": 1})
 
 
 def checkpoints(server: ServerProcess, job_id: str) -> list[dict[str, Any]]:

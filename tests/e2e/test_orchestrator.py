@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import FakeWorker, ServerProcess, unique
+from tests.e2e.conftest import FakeWorker, ServerProcess, serving, unique
 from tests.waiting import wait_until
 
 # The orchestrator on PostgreSQL runs a job's whole run and a restart (what the database kept):
@@ -15,6 +16,16 @@ from tests.waiting import wait_until
 # queries on either backend and run on both in tests/api/test_failures.py; on PostgreSQL end
 # to end in tests/e2e/test_replicas.py (the sweeps' leader marking a silent worker offline).
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, database_url: str | None
+) -> Iterator[ServerProcess]:
+    """A worker lost 2 s after it was last heard, an offer withdrawn 1.5 s after it was sent
+    (the tier's 3 and 3): five of these tests wait on one or the other (#32)."""
+    flags = {"heartbeat-timeout": 2, "ack-timeout": 1.5}
+    yield from serving(tmp_path_factory.mktemp("orchestrator"), database_url, **flags)
 
 
 def _pool(server: ServerProcess, n: int = 1, **kw: Any) -> tuple[list[FakeWorker], dict[str, str]]:
@@ -233,7 +244,7 @@ def test_a_job_in_flight_survives_an_orchestrator_restart(server: ServerProcess)
     server.kill()
     assert stream.closed.wait(5)
     # Register as soon as it is back: a restarted orchestrator gives its workers one heartbeat
-    # timeout (3 s here) before it counts them lost, so nothing slow may come in between.
+    # timeout (2 s here) before it counts them lost, so nothing slow may come in between.
     server.start()  # same port, data folder and database
     answer = w.register(current_job_id=job["id"], current_attempt_id=offer["attempt_id"])
     assert answer["resume_job"] == {"job_id": job["id"], "attempt_id": offer["attempt_id"]}

@@ -73,15 +73,29 @@ def test_a_launch_that_never_registers_is_terminated_and_backed_off(
     unreachable = server
     # Its workers cannot call home: TOKEN_SPY tells those of an `unreachable-…` pool to trust
     # a CA file that is not one, so each exits before it registers.
-    pool = create_pool(server, "unreachable", {"type": "local"}, launch_timeout_s=6)
+    pool = create_pool(server, "unreachable", {"type": "local"})
     submit_job(unreachable, {"pool": pool}, [sys.executable, "-c", "pass"], gpu_count=0)
+    # Its worker gone (its words in its log), the timeout comes down to a second: the next
+    # pass ends the launch, not a fixed wait for a worker start on a loaded machine (#32).
+    wait_until(
+        lambda: (
+            (xs := launches(unreachable, pool))
+            and xs[0]["instance_id"] is not None
+            and not process_alive(pid_of(xs[0]))
+        ),
+        timeout=30,
+        message="the launched worker to exit unregistered",
+    )
+    with unreachable.admin() as admin:
+        resp = admin.patch(f"/api/admin/pools/{pool}", json={"launch_timeout_s": 1})
+    assert resp.status_code == 200, resp.text
     failed = wait_until(
         lambda: (xs := launches(unreachable, pool)) and xs[0]["state"] == "terminated" and xs[0],
         timeout=30,
         message="the launch to time out and be terminated",
     )
     assert failed["registered_at"] is None
-    assert failed["error"] == "its worker did not register in 6 s"
+    assert failed["error"] == "its worker did not register in 1 s"
     assert "NO_CERTIFICATE" in failed["stderr"], failed  # the worker's words, kept
     assert not process_alive(pid_of(failed))
     with unreachable.admin() as admin:

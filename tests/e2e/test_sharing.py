@@ -40,21 +40,17 @@ case "$1" in
 esac
 """
 SHORT = [sys.executable, "-c", "import time; time.sleep(0.2)"]
-STEPS = 240
+# Twenty seconds of training for the first attempt, to be preempted however loaded the
+# machine; the one that resumes (GPUFLEET_RESUME_FROM set) runs its last steps at once (#32).
+STEPS = 1000
 # Checkpoints only when the worker asks (--checkpoint-every 0): any checkpoint the job has is
 # the one its preemption asked for.
 TRAIN = [
+    "sh",
+    "-c",
+    'delay=0.02; [ -n "$GPUFLEET_RESUME_FROM" ] && delay=0; exec "$0" -m gpufleet.examples.train'
+    f' --backend numpy --steps {STEPS} --checkpoint-every 0 --step-delay "$delay"',
     sys.executable,
-    "-m",
-    "gpufleet.examples.train",
-    "--backend",
-    "numpy",
-    "--steps",
-    str(STEPS),
-    "--checkpoint-every",
-    "0",
-    "--step-delay",
-    "0.02",
 ]
 POLICY = {"fair_share": True, "preemption": True, "min_runtime_s": 0.5, "preempt_grace_s": 10}
 
@@ -96,15 +92,16 @@ def test_a_team_that_floods_the_queue_does_not_hold_another_teams_job_past_the_n
 ) -> None:
     assert policy["fair_share"] is True
     labels = {"pool": unique("share")}
-    for _ in range(2):
-        agents(server, labels=labels, env=gpu_env, persistent=True).start()
     flooder = Member(server, "flood", "researcher")
     other = Member(server, "other", "researcher")
 
     # Forty: enough that ten still wait when the other team's job starts, however slowly a
     # loaded machine runs the test (at thirty, a CI run found eight left); the rest are
-    # cancelled unrun.
+    # cancelled unrun. Queued before the workers start: none drains while the rest are sent
+    # (a loaded machine took 20 s to send them, and the flood had drained).
     flood = [flooder.submit(labels, SHORT)["id"] for _ in range(40)]
+    for _ in range(2):
+        agents(server, labels=labels, env=gpu_env, persistent=True).start()
     wait_until(
         lambda: sum(job_state(server, j)["status"] == "completed" for j in flood[:6]) >= 2,
         timeout=15,
@@ -118,7 +115,8 @@ def test_a_team_that_floods_the_queue_does_not_hold_another_teams_job_past_the_n
 
     with server.admin() as admin:
         admin.post("/api/queue/cancel", json={"job_ids": flood})  # the rest of the flood
-    offers = [[offered_at(a) for a in job_state(server, j)["attempt_history"]] for j in flood]
+        states = [admin.get(f"/api/queue/{j}").json() for j in flood]
+    offers = [[offered_at(a) for a in state["attempt_history"]] for state in states]
     # Another team's job jumped the queue: the next worker to free took it, before any
     # more of the flood...
     overtaken = [t for times in offers for t in times if submitted < t < started]

@@ -73,7 +73,7 @@ def released_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # (its trainer imports what it likes). The agent imports torch at every start to ask it for a
 # CUDA or Apple device, seconds of CPU each (#32); PyTorch here has neither, so the agent goes
 # on to its nvidia-smi fallback either way: what it takes when torch is missing, with the same
-# answer.
+# answer. Its pace is its own (the 10 s before it registers again after an error included).
 AS_MODULE_WITHOUT_TORCH = (
     "import runpy, sys; sys.modules['torch'] = None; "
     "runpy.run_module('simpletuner.worker_agent', run_name='__main__', alter_sys=True)"
@@ -109,7 +109,8 @@ def database_url() -> None:
 def server(
     tmp_path_factory: pytest.TempPathFactory, database_url: str | None
 ) -> Iterator[ServerProcess]:
-    yield from serving(tmp_path_factory.mktemp("orchestrator"), database_url, **AGENT_SERVER_FLAGS)
+    flags = {**AGENT_SERVER_FLAGS, "usage-interval": 0.5}  # for `policy_server`
+    yield from serving(tmp_path_factory.mktemp("orchestrator"), database_url, **flags)
 
 
 @pytest.fixture
@@ -341,19 +342,16 @@ def test_the_agent_resumes_its_job_after_the_orchestrator_is_killed(
 
 
 @pytest.fixture
-def policy_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    """A server of the test's own whose policy loop runs every 0.2 s, with fair share and
-    preemption on (a job may be preempted half a second after it started)."""
-    proc = ServerProcess(tmp_path / "policy", None, **AGENT_SERVER_FLAGS, **{"usage-interval": 0.2})
-    proc.start()
-    try:
-        policy = {"fair_share": True, "preemption": True, "min_runtime_s": 0.5}
-        with proc.admin() as admin:
-            resp = admin.patch("/api/queue/policy", json={**policy, "preempt_grace_s": 10})
-        assert resp.status_code == 200, resp.text
-        yield proc
-    finally:
-        proc.kill(signal.SIGTERM)
+def policy_server(server: ServerProcess) -> Iterator[ServerProcess]:
+    """The module's server (its policy loop runs every 0.5 s) with fair share and preemption
+    on for the test (a job may be preempted half a second after it started), then as before."""
+    on = {"fair_share": True, "preemption": True, "min_runtime_s": 0.5, "preempt_grace_s": 10}
+    with server.admin() as admin:
+        before = admin.get("/api/queue/policy").json()
+        assert admin.patch("/api/queue/policy", json=on).status_code == 200
+    yield server
+    with server.admin() as admin:
+        assert admin.patch("/api/queue/policy", json={k: before[k] for k in on}).status_code == 200
 
 
 def test_a_policy_preemption_cancels_the_agents_job_and_requeues_it_without_a_retry(

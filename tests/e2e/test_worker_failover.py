@@ -64,7 +64,7 @@ def orchestrator_with(tmp_path: Path) -> Iterator[Callable[[float], ServerProces
 def test_a_job_of_a_killed_worker_is_requeued_and_completed_by_another(
     orchestrator_with: Callable[[float], ServerProcess], agents: Agents, tmp_path: Path
 ) -> None:
-    orchestrator = orchestrator_with(2)
+    orchestrator = orchestrator_with(1)  # the killed worker is lost 1 s after it was heard
     tag = {"pool": unique("p")}
     gate = tmp_path / "gate"
     doomed = agents(orchestrator, labels=tag, persistent=True)

@@ -158,28 +158,6 @@ def test_the_server_serves_https_with_the_certificate_it_made(server: ServerProc
         assert admin.get("/api/admin/workers").status_code == 200
 
 
-def test_an_ephemeral_worker_runs_one_job_over_tls_then_exits(
-    installed: Installation, server: ServerProcess, tmp_path: Path
-) -> None:
-    worker = WorkerProcess(server, tmp_path, executable=installed.gpufleet, env=installed.env)
-    try:
-        worker.start()  # --ca-cert: the server's certificate
-        with server.admin() as admin:
-            resp = admin.post(
-                "/api/queue/submit",
-                json={"config": {"command": ["python", "-c", "print(42)"]}, "target": "worker"},
-            )
-        assert resp.status_code == 201, resp.text
-        job_id = resp.json()["id"]
-        job = wait_job(server, job_id, "completed", "failed", timeout=30)
-        assert job["status"] == "completed", worker.log()
-        assert job["worker_id"] == worker.id
-        assert "42" in job_log_lines(server, job_id)
-        assert worker.wait(timeout=20) == 0
-    finally:
-        worker.stop()
-
-
 def installed_gpufleet(
     installed: Installation, server: ServerProcess, *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -231,19 +209,20 @@ def test_the_installed_cli_sets_the_sharing_policy_and_makes_teams_and_users(
     assert user["level"] == "lead" and user["teams"] == ["vision"], user
 
 
-def test_a_jobs_files_come_home_and_download_with_the_installed_cli(
+def test_an_ephemeral_worker_runs_a_job_over_tls_whose_files_download_with_the_installed_cli(
     installed: Installation, server: ServerProcess, tmp_path: Path
 ) -> None:
-    """#17 as installed: the worker uploads what the job wrote, over TLS, and the installed
-    `gpufleet jobs download` fetches each file with the listed sha256."""
+    """The installed worker, ephemeral, runs one job over TLS and exits; #17 as installed: it
+    uploads what the job wrote, and the installed `gpufleet jobs download` fetches each file
+    with the listed sha256."""
     worker = WorkerProcess(server, tmp_path, executable=installed.gpufleet, env=installed.env)
     code = (
         "import os, pathlib; pathlib.Path('output').mkdir(); "
         "pathlib.Path('output/model.bin').write_bytes(os.urandom(300000)); "
-        "pathlib.Path('result.json').write_text('{\"ok\": true}')"
+        "pathlib.Path('result.json').write_text('{\"ok\": true}'); print(42)"
     )
     try:
-        worker.start()
+        worker.start()  # --ca-cert: the server's certificate
         with server.admin() as admin:
             resp = admin.post(
                 "/api/queue/submit",
@@ -254,6 +233,9 @@ def test_a_jobs_files_come_home_and_download_with_the_installed_cli(
             job = wait_job(server, job_id, "completed", "failed", timeout=30)
             assert job["status"] == "completed", worker.log()
             listed = admin.get(f"/api/queue/{job_id}/artifacts").json()["artifacts"]
+        assert job["worker_id"] == worker.id
+        assert "42" in job_log_lines(server, job_id)
+        assert worker.wait(timeout=20) == 0
         assert sorted(a["path"] for a in listed) == ["output/model.bin", "result.json"]
         out = tmp_path / "download"
         installed_cli(installed, server, "jobs", "download", job_id, "-o", str(out))

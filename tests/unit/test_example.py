@@ -130,10 +130,10 @@ def test_a_run_killed_after_a_checkpoint_and_resumed_ends_byte_identical(
     # The unbroken run, beside the first attempt (which mostly sleeps between its steps).
     unbroken = start_example(whole, *args)
 
-    # The first attempt checkpoints every 40 steps and is SIGKILLed once it wrote one.
+    # The first attempt checkpoints every 10 steps (0.5 s in, 5.5 s left): SIGKILLed after one.
     (first / "progress.jsonl").touch()
     env = {**os.environ, "GPUFLEET_PROGRESS_FILE": str(first / "progress.jsonl")}
-    slow = [*args, "--checkpoint-every", "40", "--step-delay", "0.05"]
+    slow = [*args, "--checkpoint-every", "10", "--step-delay", "0.05"]
     process = subprocess.Popen(
         [sys.executable, "-m", "gpufleet.examples.train", *slow],
         cwd=first,
@@ -149,15 +149,15 @@ def test_a_run_killed_after_a_checkpoint_and_resumed_ends_byte_identical(
     process.wait()
     assert not (first / "result.json").exists()
     note = next(line for line in progress_lines(first) if "checkpoint" in line)
-    assert note == {"checkpoint": "output/checkpoint-40", "step": 40}
+    assert note == {"checkpoint": "output/checkpoint-10", "step": 10}
 
     # The second attempt gets the checkpoint in its own folder, as the worker puts it there.
-    shutil.copytree(first / "output/checkpoint-40", second / "output/checkpoint-40")
-    run_example(second, *args, env={"GPUFLEET_RESUME_FROM": str(second / "output/checkpoint-40")})
+    shutil.copytree(first / "output/checkpoint-10", second / "output/checkpoint-10")
+    run_example(second, *args, env={"GPUFLEET_RESUME_FROM": str(second / "output/checkpoint-10")})
 
     assert unbroken.wait(timeout=60) == 0
     steps = [line["step"] for line in progress_lines(second) if "step" in line and "total" in line]
-    assert steps[0] > 40  # it went on, not from the start
+    assert steps[0] > 10  # it went on, not from the start
     assert (second / "result.json").read_bytes() == (whole / "result.json").read_bytes()
     assert json.loads((whole / "result.json").read_text())["backend"] == backend
 
