@@ -27,6 +27,7 @@ from collections.abc import Coroutine, Sequence
 from contextlib import suppress
 from typing import IO, Any
 
+from gpufleet.domain.states import TAKEN_ATTEMPT
 from gpufleet.errors import AgentError
 from gpufleet.progress import DEFAULT_CHECKPOINT_SIGNAL
 from gpufleet.worker import keep
@@ -370,7 +371,7 @@ class JobRun:
 
     async def _status(self, body: Json, *, must: bool = False) -> None:
         """Deliver a status; a refusal (4xx but 409) is logged, or raised when `must`."""
-        self.ending = body["status"] not in ("acknowledged", "running")  # the last report
+        self.ending = body["status"] not in TAKEN_ATTEMPT  # the last report
         try:
             rank = {"node_rank": self.gang.node.rank} if self.gang else {}
             await self._channel.deliver_status(
