@@ -150,6 +150,11 @@ class Direct:
         plan, found, _ = await self._run(conn, values)
         return dict(zip(plan.keys, found[0], strict=True)) if found else None
 
+    async def all(self, conn: AsyncConnection, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every row by column name (a statement of one table's columns)."""
+        plan, found, _ = await self._run(conn, values)
+        return [dict(zip(plan.keys, row, strict=True)) for row in found]
+
     async def count(self, conn: AsyncConnection, values: Mapping[str, Any]) -> int:
         """The rows a write matched."""
         return (await self._run(conn, values))[2]

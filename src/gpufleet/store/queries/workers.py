@@ -77,7 +77,7 @@ def _idle_matching(local: bool, after: bool) -> sa.Select[Any]:
 
 
 _IDLE_MATCHING = {
-    (local, after): _idle_matching(local, after)
+    (local, after): Direct(_idle_matching(local, after))
     for local in (False, True)
     for after in (False, True)
 }
@@ -207,7 +207,7 @@ class WorkerQueries(QueryBase):
         if after is not None:
             params |= dict(zip(("after_local", "after_gpus", "after_id"), after, strict=True))
         stmt = _IDLE_MATCHING[(local is not None, after is not None)]
-        return [rows.worker(m) for m in await self._mapped(stmt, params)]
+        return [rows.worker(m) for m in await stmt.all(self.conn, params)]
 
     async def idle_workers(self) -> list[Worker]:
         stmt = sa.select(workers).where(workers.c.status == WorkerStatus.IDLE.value)
