@@ -13,6 +13,10 @@ same `rows` readers.
 What a statement sent this way still does: it is announced to `before_cursor_execute`
 listeners (the statement counts of tests/api/test_job_cost.py see it), and a driver's
 error is raised as SQLAlchemy raises it (`DBAPIError`, a lost connection invalidated).
+On PostgreSQL it uses the asyncpg adapter's own steps (`_execute_mutex`, `_transaction`,
+`_start_transaction`, `_prepare`, `_handle_exception`: private, the same in SQLAlchemy 2.0
+and 2.1), so that it shares the adapter's transaction and prepared statements;
+tests/api/test_direct_statements.py fails where they change.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
@@ -99,13 +104,19 @@ class Direct:
     def __init__(self, stmt: ClauseElement, *, by_columns: bool = False) -> None:
         self._stmt = stmt
         self._by_columns = by_columns
-        self._plans: dict[tuple[str, tuple[str, ...] | None], _Plan] = {}
+        # By the engine's dialect itself: its processors carry the engine's JSON settings.
+        self._plans: WeakKeyDictionary[Dialect, dict[tuple[str, ...] | None, _Plan]] = (
+            WeakKeyDictionary()
+        )
 
     def _plan_for(self, dialect: Dialect, values: Mapping[str, Any]) -> _Plan:
         keys = tuple(values) if self._by_columns else None
-        plan = self._plans.get((dialect.name, keys))
+        plans = self._plans.get(dialect)
+        if plans is None:
+            plans = self._plans[dialect] = {}
+        plan = plans.get(keys)
         if plan is None:
-            plan = self._plans[(dialect.name, keys)] = _plan(self._stmt, dialect, keys)
+            plan = plans[keys] = _plan(self._stmt, dialect, keys)
         return plan
 
     def _params(self, plan: _Plan, values: Mapping[str, Any]) -> tuple[Any, ...]:
