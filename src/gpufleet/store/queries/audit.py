@@ -38,7 +38,7 @@ _INSERT_PG = sa.insert(audit_events).returning(
     sort_by_parameter_order=True,
 )
 
-# The same INSERT sent on the driver connection (store/queries/direct.py): the rows are
+# The same INSERT sent on the driver connection (store/direct.py), up to 16 rows: they are
 # sorted by id on both databases (each row of one INSERT is numbered in the order of its
 # VALUES, and the chain's lock, or SQLite's one writer, lets no other INSERT between).
 _DIRECT_INSERT = DirectInsert(
@@ -62,7 +62,9 @@ class AuditQueries(QueryBase):
         On SQLite, SQLAlchemy cannot promise RETURNING's order for a many-row INSERT and so
         writes one row a statement when asked to; but SQLite numbers the rows of one INSERT
         in the order of its VALUES (one writer, each row the largest id plus one), so the
-        rows are put back in order by id. PostgreSQL keeps the order in one statement."""
+        rows are put back in order by id. So on PostgreSQL when sent direct (its sequence
+        numbers one INSERT's rows in order, under the chain's lock); through SQLAlchemy (more
+        than 16 rows) it keeps their order itself."""
         direct = await _DIRECT_INSERT.rows(self.conn, entries)
         if direct is not None:
             n = len(_EVENT_KEYS)
