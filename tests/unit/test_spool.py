@@ -40,3 +40,34 @@ async def test_a_failed_write_is_raised() -> None:
             await spool.write(b"x" * BATCH)
         await spool.close()
     await spool.settle()  # nothing left in flight
+
+
+class Recording(io.BytesIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def write(self, data: object) -> int:
+        assert isinstance(data, bytes)
+        self.sizes.append(len(data))
+        return super().write(data)
+
+
+async def test_the_file_is_written_a_batch_at_a_time_of_the_size_asked() -> None:
+    batch = 4 * BATCH
+    data = os.urandom(2 * batch + 100)
+    out = Recording()
+    spool = HashingWriter(out, batch=batch)
+    for start in range(0, len(data), 65536):
+        await spool.write(data[start : start + 65536])
+    assert await spool.close() == hashlib.sha256(data).hexdigest()
+    assert out.sizes == [batch, batch, 100] and out.getvalue() == data
+
+
+async def test_a_failed_write_is_raised_once_its_hashing_is_done_too() -> None:
+    spool = HashingWriter(Full(), batch=BATCH)
+    await spool.write(b"x" * BATCH)  # in flight: hashed on one thread, written on another
+    with pytest.raises(OSError, match="No space"):
+        await spool.settle()
+    await spool.settle()  # nothing left to raise again
+    assert await spool.close() == hashlib.sha256(b"x" * BATCH).hexdigest()
