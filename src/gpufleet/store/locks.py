@@ -12,6 +12,8 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gpufleet.store.direct import Direct
+
 MIGRATION: Final = 0x6770_666C  # "gpfl": one migrator at a time, until its commit
 LEADER: Final = 0x6770_666D  # "gpfm": the replica that runs the sweeps, for its session
 AUDIT_CHAIN: Final = 0x6772_6161  # "graa": one appender to the audit chain, until commit
@@ -20,6 +22,9 @@ API_KEYS: Final = 0x6772_6162  # "grab": one first-start admin key, however many
 GANG_ROUND: Final = 0x6772_6763  # "grgc": one gang round (claims and holds) at a time, until commit
 
 
+_HOLD = Direct(sa.text("SELECT pg_advisory_xact_lock(:k)"))  # every audited write's
+
+
 async def hold_until_commit(conn: AsyncConnection, key: int) -> None:
     """Take `key` for the rest of the transaction on `conn` (PostgreSQL only)."""
-    await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+    await _HOLD.rows(conn, {"k": key})

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gpufleet.store import locks
 from gpufleet.store.backends import Backend, Listener
+from gpufleet.store.direct import Direct
 
 log = logging.getLogger("gpufleet.store.backends")
 
@@ -24,6 +25,7 @@ CHANNEL = "gpufleet"
 APPLICATION_PREFIX = "gpufleet-replica:"
 _RECONNECT_SECONDS = 1.0
 # Several payloads in one statement, in their order (unnest returns its array in order).
+_NOTIFY = Direct(text("SELECT pg_notify(:c, :p)"))  # every write's that wakes a stream
 _NOTIFY_ALL = text("SELECT pg_notify(:c, p) FROM unnest(CAST(:ps AS text[])) AS p")
 _QUERY_SECONDS = 5.0  # a query on the link that takes longer means the link is dead
 _LINK_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
@@ -44,7 +46,7 @@ class PostgresBackend(Backend):
     async def notify(self, conn: AsyncConnection, payloads: Callable[[], Iterable[str]]) -> None:
         sent = list(payloads())
         if len(sent) == 1:
-            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": sent[0]})
+            await _NOTIFY.rows(conn, {"c": CHANNEL, "p": sent[0]})
         elif sent:  # one round trip for them all (a gang's offers or starts, #35)
             await conn.execute(_NOTIFY_ALL, {"c": CHANNEL, "ps": sent})
 

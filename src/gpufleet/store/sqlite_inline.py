@@ -94,6 +94,11 @@ class InlineConnection:
             raise ValueError("Connection closed")  # the adapter reads this as a disconnect
         return self._conn
 
+    def sqlite(self) -> sqlite3.Connection:
+        """The sqlite3 connection itself, for the statements sent past SQLAlchemy
+        (store/queries/direct.py)."""
+        return self._open()
+
     @property
     def isolation_level(self) -> str | None:
         return self._open().isolation_level

@@ -10,12 +10,15 @@ import sqlalchemy as sa
 
 from gpufleet.domain.records import Attempt, Job, WorkedAttempt
 from gpufleet.domain.states import AttemptStatus, JobStatus
+from gpufleet.store.direct import Direct
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by, no_status
 from gpufleet.store.tables import job_attempts, jobs
 
-_INSERT_ATTEMPT = sa.insert(job_attempts)
-_UPDATE_ATTEMPT = sa.update(job_attempts).where(job_attempts.c.id == by(ROW))
+_INSERT_ATTEMPT = Direct(sa.insert(job_attempts), by_columns=True)
+_UPDATE_ATTEMPT = Direct(
+    sa.update(job_attempts).where(job_attempts.c.id == by(ROW)), by_columns=True
+)
 _ATTEMPT = Prebuilt(sa.select(job_attempts).where(job_attempts.c.id == by("id")))
 # The ack sweep's read, every 0.75-1 s at rest (#32).
 _UNACKNOWLEDGED = sa.select(job_attempts).where(
@@ -27,7 +30,7 @@ _UNACKNOWLEDGED = sa.select(job_attempts).where(
 class AttemptQueries(QueryBase):
     async def insert_attempt(self, status: AttemptStatus, values: Mapping[str, Any]) -> None:
         """A new attempt in `status` (offered): `services/lifecycle.py` alone calls it."""
-        await self.conn.execute(_INSERT_ATTEMPT, {**no_status(values), "status": status.value})
+        await _INSERT_ATTEMPT.rows(self.conn, {**no_status(values), "status": status.value})
 
     async def get_attempt(self, attempt_id: str) -> Attempt | None:
         row = await self._first(_ATTEMPT.plain, {"id": attempt_id})
@@ -39,7 +42,7 @@ class AttemptQueries(QueryBase):
         """Move an attempt: `services/lifecycle.py` alone calls it (an attempt's other
         columns change only with its status)."""
         params = {**no_status(values), "status": status.value, ROW: attempt_id}
-        await self.conn.execute(_UPDATE_ATTEMPT, params)
+        await _UPDATE_ATTEMPT.rows(self.conn, params)
 
     async def attempts_for_job(self, job_id: str) -> list[Attempt]:
         stmt = (

@@ -10,6 +10,7 @@ from gpufleet.domain.audit_chain import START, Head
 from gpufleet.domain.filters import AuditFilter
 from gpufleet.domain.records import AuditEvent
 from gpufleet.store import locks
+from gpufleet.store.direct import Direct, DirectInsert
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import Prebuilt, QueryBase
 from gpufleet.store.tables import audit_events
@@ -37,7 +38,15 @@ _INSERT_PG = sa.insert(audit_events).returning(
     sort_by_parameter_order=True,
 )
 
-_SEAL = (  # built once (`Prebuilt`'s reasoning): every audited write seals
+# The same INSERT sent on the driver connection (store/direct.py), up to 16 rows: they are
+# sorted by id on both databases (each row of one INSERT is numbered in the order of its
+# VALUES, and the chain's lock, or SQLite's one writer, lets no other INSERT between).
+_DIRECT_INSERT = DirectInsert(
+    audit_events, *audit_events.c, _HEAD_SEQ.label("head_seq"), _HEAD_MAC.label("head_mac")
+)
+_EVENT_KEYS = tuple(c.name for c in audit_events.c)
+
+_SEAL = Direct(  # built once (`Prebuilt`'s reasoning): every audited write seals
     sa.update(audit_events)
     .where(audit_events.c.id == sa.bindparam("event_id"))
     .values(chain_seq=sa.bindparam("seq"), mac=sa.bindparam("mac_"))
@@ -53,12 +62,20 @@ class AuditQueries(QueryBase):
         On SQLite, SQLAlchemy cannot promise RETURNING's order for a many-row INSERT and so
         writes one row a statement when asked to; but SQLite numbers the rows of one INSERT
         in the order of its VALUES (one writer, each row the largest id plus one), so the
-        rows are put back in order by id. PostgreSQL keeps the order in one statement."""
-        mapped = await self._mapped(_INSERT_PG if self._pg else _INSERT, entries)
-        stored = [rows.audit_event(m) for m in mapped]
-        seq, mac = mapped[0]["head_seq"], mapped[0]["head_mac"]
+        rows are put back in order by id. So on PostgreSQL when sent direct (its sequence
+        numbers one INSERT's rows in order, under the chain's lock); through SQLAlchemy (more
+        than 16 rows) it keeps their order itself."""
+        direct = await _DIRECT_INSERT.rows(self.conn, entries)
+        if direct is not None:
+            n = len(_EVENT_KEYS)
+            stored = [rows.audit_event(dict(zip(_EVENT_KEYS, r[:n], strict=True))) for r in direct]
+            seq, mac = direct[0][n], direct[0][n + 1]
+        else:
+            mapped = await self._mapped(_INSERT_PG if self._pg else _INSERT, entries)
+            stored = [rows.audit_event(m) for m in mapped]
+            seq, mac = mapped[0]["head_seq"], mapped[0]["head_mac"]
         head = Head(int(seq), str(mac)) if seq is not None else START
-        return (stored if self._pg else sorted(stored, key=lambda e: e.id)), head
+        return (stored if self._pg and direct is None else sorted(stored, key=lambda e: e.id)), head
 
     async def lock_audit_chain(self) -> None:
         """One appender to the chain at a time, until commit, across orchestrators
@@ -92,8 +109,8 @@ class AuditQueries(QueryBase):
         """Seal entries: (event id, chain position, MAC) each, in one executemany."""
         if not seals:
             return
-        await self.conn.execute(
-            _SEAL, [{"event_id": i, "seq": seq, "mac_": mac} for i, seq, mac in seals]
+        await _SEAL.many(
+            self.conn, [{"event_id": i, "seq": seq, "mac_": mac} for i, seq, mac in seals]
         )
 
     async def audit_chain(self, after_seq: int, limit: int) -> list[tuple[int, str, AuditEvent]]:

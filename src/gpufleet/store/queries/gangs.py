@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from gpufleet.domain.records import AttemptNode, Job, Worker
 from gpufleet.domain.states import AttemptStatus, JobStatus, NodeState, WorkerStatus
 from gpufleet.store import locks
+from gpufleet.store.direct import Direct
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import ROW, QueryBase, by
 from gpufleet.store.tables import attempt_nodes, job_attempts, jobs, workers
@@ -19,7 +20,7 @@ NodeWrite = tuple[str, int, Mapping[str, Any]]  # a node's row to write: attempt
 _QUEUED = sa.and_(jobs.c.status == JobStatus.QUEUED.value, jobs.c.waits_on.is_(None))
 # The most nodes a queued job asks (ix_jobs_nodes): one read says whether anything waits
 # and whether a gang does.
-_QUEUED_NODES = sa.select(sa.func.max(jobs.c.nodes)).where(_QUEUED)
+_QUEUED_NODES = Direct(sa.select(sa.func.max(jobs.c.nodes)).where(_QUEUED))
 # The nodes still going of completed attempts, with when each completed: the health sweep's
 # read, twice a second at rest (#32).
 _OUTLIVING = (
@@ -43,7 +44,7 @@ _CLAIM_NODE = sa.update(workers).where(
 class GangQueries(QueryBase):
     async def queued_nodes(self) -> int | None:
         """The most nodes a queued job asks for; None when no job is queued."""
-        most = (await self.conn.execute(_QUEUED_NODES)).scalar_one()
+        most = (await _QUEUED_NODES.rows(self.conn, {}))[0][0]
         return None if most is None else int(most)
 
     async def queued_gangs(self, limit: int) -> list[Job]:

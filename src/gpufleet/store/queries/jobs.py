@@ -13,16 +13,21 @@ from gpufleet.domain.filters import JobFilter
 from gpufleet.domain.matching import match_key
 from gpufleet.domain.records import Attempt, Job
 from gpufleet.domain.states import JobStatus, RetryOn, Target
+from gpufleet.store.direct import Direct
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by, no_status
 from gpufleet.store.tables import job_attempts, jobs, workers
 
 # Writes built once: the columns set are the parameters' keys (`Prebuilt`'s reasoning).
-_INSERT_JOB = sa.insert(jobs)
+_INSERT_JOB = Direct(sa.insert(jobs), by_columns=True)
 _UPDATE_JOB = sa.update(jobs).where(jobs.c.id == by(ROW))
+_UPDATE_JOB_DIRECT = Direct(_UPDATE_JOB, by_columns=True)
 # A move reads back whether the job has dependents as it writes it (domain/dependencies.py).
-_MOVE_JOB = _UPDATE_JOB.returning(jobs.c.has_dependents)
-_CLAIM_JOB = sa.update(jobs).where(jobs.c.id == by(ROW), jobs.c.status == JobStatus.QUEUED.value)
+_MOVE_JOB = Direct(_UPDATE_JOB.returning(jobs.c.has_dependents), by_columns=True)
+_CLAIM_JOB = Direct(
+    sa.update(jobs).where(jobs.c.id == by(ROW), jobs.c.status == JobStatus.QUEUED.value),
+    by_columns=True,
+)
 _FREE = jobs.c.waits_on.is_(None)  # no dependency holds it (domain/dependencies.py)
 _JOB = Prebuilt(sa.select(jobs).where(jobs.c.id == by("id")))
 # A worker's report: the job, and the attempt it speaks of (the one it names, else the
@@ -38,7 +43,10 @@ _JOB_AND_ATTEMPT = (
     .select_from(jobs.outerjoin(job_attempts, job_attempts.c.id == _SPOKEN_OF))
     .where(jobs.c.id == by("id"))
 )
-_JOB_AND_ATTEMPT_LOCKED = _JOB_AND_ATTEMPT.with_for_update(of=jobs)
+_JOB_AND_ATTEMPT_LOCKED = Direct(_JOB_AND_ATTEMPT.with_for_update(of=jobs))
+_JOB_AND_ATTEMPT_PLAIN = Direct(_JOB_AND_ATTEMPT)
+_JOB_KEYS = tuple(c.name for c in jobs.c)
+_ATTEMPT_KEYS = tuple(c.name for c in job_attempts.c)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +106,7 @@ _NEW_JOB_FIELDS = tuple(f.name for f in fields(NewJob))
 class JobQueries(QueryBase):
     async def insert_job(self, values: Mapping[str, Any]) -> Job:
         """Insert a job; the job as inserted (columns not given are empty)."""
-        await self.conn.execute(_INSERT_JOB, dict(values))
+        await _INSERT_JOB.rows(self.conn, values)
         return rows.new_job(values)
 
     async def queue_job(self, new: NewJob) -> Job:
@@ -121,32 +129,34 @@ class JobQueries(QueryBase):
         it names (`attempt_id`), else the job's current one if the job is the worker's, else
         `worker_attempt` (its current one); one statement, not two. None: no such job."""
         params = {"id": job_id, "attempt": attempt_id, "worker": worker_id}
-        stmt = _JOB_AND_ATTEMPT_LOCKED if self._pg else _JOB_AND_ATTEMPT
-        row = await self._first(stmt, params | {"worker_attempt": worker_attempt})
-        if row is None:
+        stmt = _JOB_AND_ATTEMPT_LOCKED if self._pg else _JOB_AND_ATTEMPT_PLAIN
+        found = await stmt.rows(self.conn, params | {"worker_attempt": worker_attempt})
+        if not found:
             return None
-        attempt = rows.of_table(job_attempts, row)
-        found = rows.attempt(attempt) if attempt["id"] is not None else None
-        return rows.job(rows.of_table(jobs, row)), found
+        row, n = found[0], len(_JOB_KEYS)
+        attempt = dict(zip(_ATTEMPT_KEYS, row[n:], strict=True))
+        job = rows.job(dict(zip(_JOB_KEYS, row[:n], strict=True)))
+        return job, rows.attempt(attempt) if attempt["id"] is not None else None
 
     async def update_job(self, job_id: str, **values: Any) -> None:
         """Set a job's columns other than its status (only `set_job_status` writes that)."""
         if not values:
             return  # nothing to set (a prebuilt UPDATE sets its parameters' columns)
-        await self.conn.execute(_UPDATE_JOB, {**no_status(values), ROW: job_id})
+        await _UPDATE_JOB_DIRECT.rows(self.conn, {**no_status(values), ROW: job_id})
 
     async def set_job_status(self, job_id: str, status: JobStatus, **values: Any) -> bool:
         """Move a job: `services/lifecycle.py` alone calls it (tests/unit/test_status_writers).
         True when some job depends on it (read as the row is written, after a submit that
         named it meanwhile committed)."""
         params = {**no_status(values), "status": status.value, ROW: job_id}
-        return bool((await self.conn.execute(_MOVE_JOB, params)).scalar_one_or_none())
+        moved = await _MOVE_JOB.rows(self.conn, params)
+        return bool(moved and moved[0][0])
 
     async def claim_job(self, job_id: str, status: JobStatus, **values: Any) -> bool:
         """Queued → `status` (offered), only if still queued (the compare-and-set of
         dispatch); `services/lifecycle.py` alone calls it."""
         params = {**no_status(values), "status": status.value, ROW: job_id}
-        return await self._rowcount(_CLAIM_JOB, params) == 1
+        return await _CLAIM_JOB.count(self.conn, params) == 1
 
     def _job_filter(self, stmt: sa.Select[Any], f: JobFilter) -> sa.Select[Any]:
         if f.statuses:

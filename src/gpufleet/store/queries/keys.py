@@ -9,10 +9,10 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import RowMapping
 
 from gpufleet.domain.records import ApiKey, ConfigVersion, StoredConfig, User
 from gpufleet.store import locks
+from gpufleet.store.direct import Direct
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import Prebuilt, QueryBase, by
 from gpufleet.store.tables import api_keys, config_versions, configs, revoked_sessions, users
@@ -25,13 +25,13 @@ def _with_user() -> sa.Select[Any]:
     return sa.select(api_keys, *_USER_COLUMNS).join(users, users.c.id == api_keys.c.user_id)
 
 
-def _key_and_user(row: RowMapping) -> tuple[ApiKey, User]:
+def _key_and_user(row: Mapping[Any, Any]) -> tuple[ApiKey, User]:
     user = {c.name: row[f"owner_{c.name}"] for c in users.c}
     return rows.api_key(row), rows.user(user)
 
 
 # Every request an API key makes: the key and its user.
-_BY_HASH = Prebuilt(
+_BY_HASH = Direct(
     _with_user().where(api_keys.c.key_hash == by("hash"), api_keys.c.revoked_at.is_(None))
 )
 # Every page and every call of the web UI: the session's key and user, unless the session
@@ -50,7 +50,7 @@ class KeyQueries(QueryBase):
 
     async def api_key_for_hash(self, key_hash: str) -> tuple[str, ApiKey, User] | None:
         """The active key with this hash and its user, in one read (every request's)."""
-        row = await self._first(_BY_HASH.plain, {"hash": key_hash})
+        row = await _BY_HASH.first(self.conn, {"hash": key_hash})
         return (row["key_hash"], *_key_and_user(row)) if row else None
 
     async def api_key_for_session(self, key_id: str, nonce: str) -> tuple[ApiKey, User] | None:

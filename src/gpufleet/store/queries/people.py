@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from gpufleet.domain.records import Team, UsageSample, User
 from gpufleet.domain.states import PLACED_JOB, WAITING_JOB
+from gpufleet.store.direct import Direct
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import Prebuilt, QueryBase, by
 from gpufleet.store.tables import (
@@ -55,6 +56,9 @@ _USER_AND_TEAMS = (
     .where(users.c.id == by("id"))
     .order_by(teams.c.name)
 )
+_USER_AND_TEAMS_DIRECT = Direct(_USER_AND_TEAMS)  # every submit's
+_USER_KEYS = tuple(c.name for c in users.c)
+_TEAM_KEYS = tuple(c.name for c in teams.c)
 _TEAM_IDS_OF = Prebuilt(
     sa.select(team_members.c.team_id).where(team_members.c.user_id == by("user"))
 )
@@ -223,11 +227,16 @@ class PeopleQueries(QueryBase):
 
     async def user_and_teams(self, user_id: str) -> tuple[User, list[Team]] | None:
         """`get_user` and `teams_of` in one statement; None: no such user."""
-        found = await self._mapped(_USER_AND_TEAMS, {"id": user_id})
+        found = await _USER_AND_TEAMS_DIRECT.rows(self.conn, {"id": user_id})
         if not found:
             return None
-        user = rows.user(rows.of_table(users, found[0]))
-        theirs = [rows.team(rows.of_table(teams, m)) for m in found if m[teams.c.id] is not None]
+        n = len(_USER_KEYS)
+        user = rows.user(dict(zip(_USER_KEYS, found[0][:n], strict=True)))
+        theirs = [
+            rows.team(dict(zip(_TEAM_KEYS, row[n:], strict=True)))
+            for row in found
+            if row[n + _TEAM_KEYS.index("id")] is not None  # none: the user is in no team
+        ]
         return user, theirs
 
     async def team_ids_of(self, user_id: str) -> frozenset[str]:

@@ -14,6 +14,7 @@ from gpufleet.domain.levels import Level
 from gpufleet.domain.policy import LIMIT_FIELDS, Limits, Policy
 from gpufleet.domain.records import Job, Member
 from gpufleet.domain.states import PLACED_JOB, TERMINAL_JOB, WAITING_JOB, JobStatus, WorkerStatus
+from gpufleet.store.direct import Direct
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import Prebuilt, QueryBase
 from gpufleet.store.tables import (
@@ -74,6 +75,10 @@ _OWN_LIMITS = sa.or_(
 _DISPATCH_POLICY = Prebuilt(
     sa.select(queue_policy, _OWN_LIMITS.label("own_limits")).where(queue_policy.c.id == POLICY_ID)
 )
+_DISPATCH_POLICY_DIRECT = {
+    False: Direct(_DISPATCH_POLICY.plain),  # every submit's
+    True: Direct(_DISPATCH_POLICY.locked),
+}
 
 
 class PolicyQueries(QueryBase):
@@ -91,10 +96,10 @@ class PolicyQueries(QueryBase):
 
     async def dispatch_policy(self, *, lock: bool = False) -> tuple[Policy, bool]:
         """The policy, and whether any team or user has a limit of its own: one statement."""
-        row = await self._first(self._either(_DISPATCH_POLICY, lock))
+        row = await _DISPATCH_POLICY_DIRECT[lock and self._pg].first(self.conn, {})
         if row is None:
             return Policy(), bool((await self.conn.execute(sa.select(_OWN_LIMITS))).scalar())
-        return policy_of(dict(row)), bool(row["own_limits"])
+        return policy_of(row), bool(row["own_limits"])
 
     async def update_policy(self, values: Mapping[str, Any]) -> None:
         stmt = sa.update(queue_policy).where(queue_policy.c.id == POLICY_ID).values(**values)

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from gpufleet.domain.records import Worker
 from gpufleet.domain.states import WorkerStatus, WorkerType
+from gpufleet.store.direct import Direct
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by, no_status
 from gpufleet.store.tables import worker_events, worker_tokens, workers
@@ -26,14 +27,18 @@ def _newer_on_online(stamp: sa.Column[Any], param: str) -> sa.Update:
     )
 
 
-_UPDATE_WORKER = sa.update(workers).where(workers.c.id == by(ROW))
+_UPDATE_WORKER = Direct(sa.update(workers).where(workers.c.id == by(ROW)), by_columns=True)
 # Idle and held for no gang (a held worker waits for its gang: domain/gang.py).
-_CLAIM_WORKER = sa.update(workers).where(
-    workers.c.id == by(ROW),
-    workers.c.status == WorkerStatus.IDLE.value,
-    workers.c.held_for.is_(None),
+_CLAIM_WORKER = Direct(
+    sa.update(workers).where(
+        workers.c.id == by(ROW),
+        workers.c.status == WorkerStatus.IDLE.value,
+        workers.c.held_for.is_(None),
+    ),
+    by_columns=True,
 )
 _WORKER = Prebuilt(sa.select(workers).where(workers.c.id == by("id")))
+_WORKER_DIRECT = {False: Direct(_WORKER.plain), True: Direct(_WORKER.locked)}
 # The health sweep's reads, twice a second at rest in every orchestrator: built once (#32).
 _SILENT = sa.select(workers).where(
     workers.c.status != WorkerStatus.OFFLINE.value,
@@ -46,7 +51,7 @@ _EXPIRED = sa.select(workers).where(
     workers.c.worker_type == WorkerType.EPHEMERAL.value,
     workers.c.offline_since < by("cutoff"),
 )
-_TOKEN = Prebuilt(
+_TOKEN = Direct(
     sa.select(worker_tokens.c.token_hash, workers)
     .join(workers, workers.c.id == worker_tokens.c.worker_id)
     .where(worker_tokens.c.token_hash == by("hash"), worker_tokens.c.revoked_at.is_(None))
@@ -81,7 +86,7 @@ def _idle_matching(local: bool, after: bool) -> sa.Select[Any]:
 
 
 _IDLE_MATCHING = {
-    (local, after): _idle_matching(local, after)
+    (local, after): Direct(_idle_matching(local, after))
     for local in (False, True)
     for after in (False, True)
 }
@@ -94,9 +99,9 @@ class WorkerQueries(QueryBase):
         await self.conn.execute(sa.insert(workers).values(**no_status(values), status=status.value))
 
     async def get_worker(self, worker_id: str, *, lock: bool = False) -> Worker | None:
-        row = self.workers_locked.pop(worker_id, None) if lock else None
+        row: Mapping[Any, Any] | None = self.workers_locked.pop(worker_id, None) if lock else None
         if row is None or worker_id in self.workers_written:
-            row = await self._first(self._either(_WORKER, lock), {"id": worker_id})
+            row = await _WORKER_DIRECT[lock and self._pg].first(self.conn, {"id": worker_id})
         return rows.worker(row) if row else None
 
     async def lock_workers(self, worker_ids: Iterable[str]) -> None:
@@ -136,14 +141,14 @@ class WorkerQueries(QueryBase):
         alone calls it (`save_worker`)."""
         self.workers_written.add(worker_id)
         params = {**no_status(values), "status": status.value, ROW: worker_id}
-        await self.conn.execute(_UPDATE_WORKER, params)
+        await _UPDATE_WORKER.rows(self.conn, params)
 
     async def claim_worker(self, worker_id: str, status: WorkerStatus, **values: Any) -> bool:
         """Idle → `status` (busy), only if still idle and held for no gang (the
         compare-and-set of dispatch); `services/lifecycle.py` alone calls it."""
         self.workers_written.add(worker_id)
         params = {**no_status(values), "status": status.value, ROW: worker_id}
-        return await self._rowcount(_CLAIM_WORKER, params) == 1
+        return await _CLAIM_WORKER.count(self.conn, params) == 1
 
     async def touch_workers(self, beats: Mapping[str, tuple[datetime, datetime | None]]) -> None:
         """Record heartbeat times (each with the issue time of the token it came with), one
@@ -211,7 +216,7 @@ class WorkerQueries(QueryBase):
         if after is not None:
             params |= dict(zip(("after_local", "after_gpus", "after_id"), after, strict=True))
         stmt = _IDLE_MATCHING[(local is not None, after is not None)]
-        return [rows.worker(m) for m in await self._mapped(stmt, params)]
+        return [rows.worker(m) for m in await stmt.all(self.conn, params)]
 
     async def idle_workers(self) -> list[Worker]:
         stmt = sa.select(workers).where(workers.c.status == WorkerStatus.IDLE.value)
@@ -254,7 +259,7 @@ class WorkerQueries(QueryBase):
 
     async def worker_for_token(self, token_hash: str) -> tuple[str, Worker] | None:
         """The live token's stored hash and its worker, or None."""
-        row = await self._first(_TOKEN.plain, {"hash": token_hash})
+        row = await _TOKEN.first(self.conn, {"hash": token_hash})
         if row is None:
             return None
         return row["token_hash"], rows.worker(row)
