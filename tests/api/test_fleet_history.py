@@ -207,3 +207,29 @@ async def test_a_researcher_and_a_viewer_see_the_fleet_but_cannot_change_it(
     async with fleet.client() as anon:
         assert (await anon.get("/api/fleet/workers")).status_code == 401
         assert (await anon.get("/api/fleet/history")).status_code == 401
+
+
+@both_databases
+async def test_a_sample_counts_the_workers_in_the_database_not_a_row_each(fleet: Fleet) -> None:
+    """Workers alike are one row of the sample's read (#39 goal 3: reading every worker's
+    record each minute was the fleet-history loop's cost at 10,000 workers), and the sample
+    says what it said when it read them all."""
+    from tests.api.test_job_cost import counting
+
+    same = [await fleet.online_worker(f"same-{i}", gpu_count=2, labels=A100) for i in range(4)]
+    gone = await fleet.online_worker("gone", gpu_count=4, labels=A100)
+    fleet.clock.advance(fleet.ctx.settings.heartbeat_timeout - 1)
+    for agent in same:  # the four stay online; the fifth goes silent
+        assert (await agent.heartbeat()).status_code == 200
+    await agents_service.flush_heartbeats(fleet.ctx)
+    fleet.clock.advance(2)
+    await fleet.heartbeat_sweep()
+    assert (await gone.info())["status"] == "offline"
+
+    with counting(fleet, this_task=True) as seen:
+        await fleet_history.sample(fleet.ctx)
+
+    worker_reads = [s for s in seen if "FROM workers" in s and "workers.capabilities" in s]
+    assert worker_reads == []
+    (now,) = (await history(fleet, group="gpu=a100"))["samples"]
+    assert (now["workers_idle"], now["workers_unavailable"], now["gpus"]) == (4, 1, 8)

@@ -116,3 +116,61 @@ async def test_a_worker_drained_while_it_runs_a_job_is_offered_nothing_when_it_e
     assert (await fleet.job(first["id"]))["status"] == "completed"
     assert (await fleet.job(waiting["id"]))["status"] == "queued"
     assert (await agent.info())["status"] == "draining"
+
+
+@sqlite_only  # the cache is SQLite's alone
+async def test_a_connected_workers_first_heartbeat_reads_nothing_after_the_refresh(
+    fleet: Fleet,
+) -> None:
+    """Registering and opening the stream write the worker, and drop its token from the
+    cache; the cache's loop reads it again (for every such worker, in one statement), so the
+    worker's first heartbeat after connecting reads nothing (#39 goal 3)."""
+    from tests.api.test_job_cost import counting
+
+    agent = await fleet.online_worker("gpu-1")  # registered, its stream open
+    await fleet.ctx.store.refresh_workers()
+
+    with counting(fleet, this_task=True) as seen:
+        assert (await agent.heartbeat()).status_code == 200
+
+    assert seen == []
+
+
+@sqlite_only
+async def test_the_refresh_reads_many_tokens_in_one_statement(fleet: Fleet) -> None:
+    from tests.api.test_job_cost import counting
+
+    agents = [await fleet.online_worker(f"gpu-{i}") for i in range(3)]
+    for agent in agents:
+        await warm(agent)
+    for agent in agents:
+        drained = await fleet.admin.post(f"/api/admin/workers/{agent.id}/drain")
+        assert drained.status_code == 200, drained.text
+
+    with counting(fleet, this_task=True) as seen:
+        await fleet.ctx.store.refresh_workers()
+
+    assert len(seen) == 1
+    for agent in agents:  # each answered from the record read again: draining
+        answer = await agent.heartbeat()
+        assert answer.status_code == 200 and answer.json()["draining"] is True
+
+
+@sqlite_only
+async def test_a_token_rotated_or_deleted_is_not_kept_by_the_refresh(fleet: Fleet) -> None:
+    rotated = await fleet.online_worker("gpu-1")
+    deleted = await fleet.create_worker("never-connected")  # deletable: it never connected
+    await warm(rotated)
+    await warm(deleted)
+    old = rotated.token
+    await fleet.rotate_token(rotated)
+    gone = await fleet.admin.delete(f"/api/admin/workers/{deleted.id}")
+    assert gone.status_code in (200, 204), gone.text
+
+    await fleet.ctx.store.refresh_workers()
+
+    refused = await fleet.http.post(
+        "/api/workers/heartbeat", json={}, headers={"X-Worker-Token": old}
+    )
+    assert refused.status_code == 401, refused.text
+    assert (await deleted.heartbeat()).status_code == 401

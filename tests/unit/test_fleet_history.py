@@ -111,3 +111,26 @@ def test_a_quarter_is_the_mean_of_its_samples_and_the_percentiles_of_its_waits()
 def test_a_bucket_starts_on_the_quarter_hour() -> None:
     at = datetime(2026, 1, 1, 10, 29, 59, 500, tzinfo=UTC)
     assert bucket_start(at, 900) == datetime(2026, 1, 1, 10, 15, tzinfo=UTC)
+
+
+def test_a_sample_counts_kinds_of_workers_as_the_workers_they_stand_for() -> None:
+    """The store counts workers by kind (a fleet at rest is a few): a kind of 3 counts as 3
+    workers, its GPUs three times; an offline kind's GPUs are not the fleet's."""
+    from gpufleet.domain.fleet_history import GpuLoads, WorkerKind, choose_groups, measure
+    from gpufleet.domain.states import WorkerStatus
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    kinds = [
+        WorkerKind(WorkerStatus.IDLE, {"gpu": "a100"}, 8, False, 3),
+        WorkerKind(WorkerStatus.BUSY, {"gpu": "h100"}, 4, False, 2),
+        WorkerKind(WorkerStatus.OFFLINE, {"gpu": "h100"}, 4, True, 5),
+    ]
+    loads = [GpuLoads({"gpu": "h100"}, [50.0, 100.0]), GpuLoads({"gpu": "a100"}, [0.0])]
+
+    sample = measure("", at, kinds, loads, 7, [])
+
+    assert (sample.workers_idle, sample.workers_busy, sample.workers_unavailable) == (3, 2, 5)
+    assert (sample.gpus, sample.gpus_busy) == (32, 8)
+    assert sample.gpu_util_pct == 50.0
+    assert sample.queue_depth == 7
+    assert choose_groups(kinds) == ["", "gpu=h100", "gpu=a100"]  # 7 workers against 3

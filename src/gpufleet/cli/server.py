@@ -31,7 +31,7 @@ def server(**values: Any) -> None:
     import uvicorn
 
     from gpufleet.server.app import create_app, end_streams
-    from gpufleet.server.serving import Server
+    from gpufleet.server.serving import Protocol, Server
     from gpufleet.server.settings import ServerSettings
 
     # Printed, the raw admin key would land in the log collector with the JSON lines.
@@ -70,6 +70,7 @@ def server(**values: Any) -> None:
         forwarded_allow_ips=settings.forwarded_allow_ips,
         timeout_graceful_shutdown=3,
         lifespan="on",
+        http=Protocol,  # an answer's head and body in one write (server/serving.py)
         ssl_certfile=str(tls.cert) if tls else None,
         ssl_keyfile=str(tls.key) if tls else None,
     )

@@ -210,6 +210,8 @@ def create_app(settings: ServerSettings, *, on_start: StartHook | None = None) -
         )
         if store.checkpoints:
             supervisor.every("wal-checkpoint", 1.0, store.checkpoint)
+        if store.workers is not None:  # SQLite: what the worker cache dropped, read again
+            supervisor.every("worker-cache", 0.5, store.refresh_workers)
         supervisor.every(
             "ack-timeout",
             min(1.0, settings.ack_timeout / 4),

@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from gpufleet.domain import jsonpolicy
+from gpufleet.domain.records import Worker
 from gpufleet.errors import ConfigurationError, StoreError, WriteConflict
 from gpufleet.store import locks, sqlite_inline
 from gpufleet.store.queries import Queries
@@ -130,6 +131,18 @@ class Store:
             if exc.connection_invalidated:  # the server went away mid-read
                 raise StoreError(f"lost the database connection: {exc.orig}") from exc
             raise
+
+    async def refresh_workers(self) -> None:
+        """SQLite: read again, in batches, the workers the cache dropped since the last call
+        (store/worker_cache.py); a request that comes first reads its own."""
+        if self.workers is None or not self.workers.stale:
+            return
+
+        async def read(token_hashes: list[str]) -> list[tuple[str, Worker]]:
+            async with self.read() as q:
+                return await q.workers_for_tokens(token_hashes)
+
+        await self.workers.refresh(read)
 
     async def schema_is_current(self) -> bool:
         """The database answers and carries the newest migration."""

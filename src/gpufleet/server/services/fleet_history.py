@@ -5,7 +5,7 @@ a reader asks for; and the read-only fleet every signed-in key sees."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,7 +27,6 @@ from gpufleet.domain.fleet_history import (
     rollup,
     tier_for,
 )
-from gpufleet.domain.records import Worker
 from gpufleet.server.context import Context, Tx, transaction
 from gpufleet.server.hub import FLEET_TOPIC
 
@@ -52,29 +51,38 @@ async def sample(ctx: Context) -> list[FleetSample]:
         every = timedelta(seconds=ctx.settings.fleet_sample_interval)
         since = previous[0].at if previous else now - every
         since = max(since, expired_before(SAMPLES, now))  # after a long stop: a day at most
-        workers = await tx.q.list_workers()
-        waits = await _waits(tx, workers, since, now)
+        kinds = await tx.q.worker_census()
+        loads = await tx.q.online_gpu_loads()
+        waits = await _waits(tx, since, now)
         depth = await _queue_depths(tx)
         samples = [
-            measure(g, now, [w for w in workers if g in groups_of(w.labels)], depth[g], waits[g])
-            for g in choose_groups(workers)
+            measure(
+                g,
+                now,
+                [k for k in kinds if g in groups_of(k.labels)],
+                [load for load in loads if g in groups_of(load.labels)],
+                depth[g],
+                waits[g],
+            )
+            for g in choose_groups(kinds)
         ]
         await tx.q.add_fleet_samples(samples)
         quarters = {bucket_start(at, QUARTERS.resolution_s) for at in (since, now)}
         for quarter in sorted(quarters):  # the one before too, when this sample began one
-            await _roll_up(tx, workers, quarter, now)
+            await _roll_up(tx, quarter, now)
         for tier in TIERS:
             await tx.q.prune_fleet_samples(tier.resolution_s, expired_before(tier, now))
         tx.wake(FLEET_TOPIC)
     return samples
 
 
-async def _waits(tx: Tx, workers: Sequence[Worker], since: datetime, until: datetime) -> Waits:
+async def _waits(tx: Tx, since: datetime, until: datetime) -> Waits:
     """The waits, submit to first start, of the jobs that started in (since, until], by the
     groups of the worker each started on."""
-    labels = {w.id: w.labels for w in workers}
+    starts = await tx.q.first_starts(since, until)
+    labels = await tx.q.worker_labels({worker_id for _, _, worker_id in starts})
     waits: dict[str, list[float]] = defaultdict(list)
-    for submitted, started, worker_id in await tx.q.first_starts(since, until):
+    for submitted, started, worker_id in starts:
         waited = max(0.0, (started - submitted).total_seconds())
         for group in groups_of(labels.get(worker_id, {})):
             waits[group].append(waited)
@@ -89,7 +97,7 @@ async def _queue_depths(tx: Tx) -> Mapping[str, int]:
     return depth
 
 
-async def _roll_up(tx: Tx, workers: Sequence[Worker], quarter: datetime, now: datetime) -> None:
+async def _roll_up(tx: Tx, quarter: datetime, now: datetime) -> None:
     """A quarter's rows, from its samples so far and the jobs that started in it (its end
     included, its start not: the quarter before holds a start at its end)."""
     end = quarter + timedelta(seconds=QUARTERS.resolution_s)
@@ -97,7 +105,7 @@ async def _roll_up(tx: Tx, workers: Sequence[Worker], quarter: datetime, now: da
     for s in await tx.q.fleet_samples_since(SAMPLES.resolution_s, quarter):
         if s.at < end:
             by_group[s.group].append(s)
-    waits = await _waits(tx, workers, quarter, min(end, now))
+    waits = await _waits(tx, quarter, min(end, now))
     rolled = [rollup(samples, waits[g], QUARTERS) for g, samples in by_group.items()]
     await tx.q.replace_fleet_samples(QUARTERS.resolution_s, quarter, rolled)
 

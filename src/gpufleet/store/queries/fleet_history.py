@@ -9,13 +9,22 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from gpufleet.domain.fleet_history import FleetSample
+from gpufleet.domain.fleet_history import FleetSample, GpuLoads, WorkerKind, worker_kind
+from gpufleet.domain.records import effective_labels
 from gpufleet.domain.states import JobStatus
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import QueryBase
-from gpufleet.store.tables import fleet_samples, job_attempts, jobs
+from gpufleet.store.tables import fleet_samples, job_attempts, jobs, workers
 
 _S = fleet_samples.c
+_W = workers.c
+_OFFLINE = _W.offline_since.is_not(None)
+# What a sample tells workers apart by: counted in SQL, a row a kind (domain.WorkerKind).
+_KIND = (_W.status, _W.reported_labels, _W.admin_labels, _W.gpu_count, _OFFLINE)
+_CENSUS = sa.select(*_KIND, sa.func.count()).group_by(*_KIND)
+_LOADS = sa.select(_W.reported_labels, _W.admin_labels, _W.gpu_stats).where(
+    _W.offline_since.is_(None), _W.gpu_stats.is_not(None)
+)
 
 
 class FleetHistoryQueries(QueryBase):
@@ -78,6 +87,28 @@ class FleetHistoryQueries(QueryBase):
         if groups:
             stmt = stmt.where(_S.group.in_(list(groups)))
         return int((await self.conn.execute(stmt)).scalar_one())
+
+    async def worker_census(self) -> list[WorkerKind]:
+        """The workers counted by kind: a fleet sample reads no worker's record."""
+        return [worker_kind(*row) for row in await self.conn.execute(_CENSUS)]
+
+    async def online_gpu_loads(self) -> list[GpuLoads]:
+        """The load of each GPU of each online worker whose last sample reports one."""
+        found = []
+        for reported, admin, stats in await self.conn.execute(_LOADS):
+            pcts = [u for s in stats or () if (u := s.get("utilization_pct")) is not None]
+            if pcts:
+                found.append(GpuLoads(effective_labels(reported, admin), pcts))
+        return found
+
+    async def worker_labels(self, worker_ids: Collection[str]) -> dict[str, dict[str, str]]:
+        """The labels of these workers (those that still exist)."""
+        if not worker_ids:
+            return {}
+        stmt = sa.select(_W.id, _W.reported_labels, _W.admin_labels).where(
+            _W.id.in_(list(worker_ids))
+        )
+        return {w: effective_labels(r, a) for w, r, a in await self.conn.execute(stmt)}
 
     async def queued_by_match_key(self) -> list[tuple[str | None, int]]:
         """Queued jobs counted by their label requirement (`jobs.match_key`)."""

@@ -57,6 +57,15 @@ _TOKEN = Direct(
     .where(worker_tokens.c.token_hash == by("hash"), worker_tokens.c.revoked_at.is_(None))
 )
 
+_TOKENS = (
+    sa.select(worker_tokens.c.token_hash, workers)
+    .join(workers, workers.c.id == worker_tokens.c.worker_id)
+    .where(
+        worker_tokens.c.token_hash.in_(sa.bindparam("hashes", expanding=True)),
+        worker_tokens.c.revoked_at.is_(None),
+    )
+)
+
 
 def _idle_matching(local: bool, after: bool) -> sa.Select[Any]:
     """`idle_matching_workers`' page, built once for each shape (a submit's first fit)."""
@@ -254,6 +263,11 @@ class WorkerQueries(QueryBase):
         if row is None:
             return None
         return row["token_hash"], rows.worker(row)
+
+    async def workers_for_tokens(self, token_hashes: Sequence[str]) -> list[tuple[str, Worker]]:
+        """`worker_for_token` of each hash, in one statement: those of live tokens."""
+        found = await self._mapped(_TOKENS, {"hashes": list(token_hashes)})
+        return [(row["token_hash"], rows.worker(row)) for row in found]
 
     async def push_events(
         self, events: Sequence[tuple[str, dict[str, Any]]], now: datetime
