@@ -21,8 +21,9 @@ tests/api/test_direct_statements.py fails where they change.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -232,18 +233,10 @@ async def _send(
         cursor = driver.sqlite().execute(sql, params)
         found = cursor.fetchall()
         return found, cursor.rowcount, None
-    # asyncpg under SQLAlchemy's adapter: begin its transaction if no statement has, and
-    # run the statement prepared once a connection, as the adapter's cursor does.
-    adapted: Any = fairy.dbapi_connection
-    async with adapted._execute_mutex:
-        if adapted._transaction is None:
-            await adapted._start_transaction()
-        try:
-            prepared, attributes = await adapted._prepare(sql, _schema_asof(sync))
-            found = [tuple(r) for r in await prepared.fetch(*params)]
-        except Exception as exc:
-            adapted._handle_exception(exc)
-            raise
+    # asyncpg: the statement prepared once a connection, as the adapter's cursor runs it.
+    async with _adapter(sync) as adapted:
+        prepared, attributes = await adapted._prepare(sql, _schema_asof(sync))
+        found = [tuple(r) for r in await prepared.fetch(*params)]
     status = _STATUS.match(prepared.get_statusmsg() or "")
     codes = [a.type.oid for a in attributes] if attributes else None
     return found, int(status.group(1)) if status else -1, codes
@@ -255,13 +248,21 @@ async def _send_many(sync: Connection, sql: str, params: list[tuple[Any, ...]]) 
     if isinstance(driver, InlineConnection):
         driver.sqlite().executemany(sql, params)
         return
-    adapted: Any = fairy.dbapi_connection
+    async with _adapter(sync) as adapted:
+        prepared, _ = await adapted._prepare(sql, _schema_asof(sync))
+        await prepared.executemany(params)
+
+
+@contextlib.asynccontextmanager
+async def _adapter(sync: Connection) -> AsyncIterator[Any]:
+    """SQLAlchemy's asyncpg adapter, as its cursor uses it: its mutex held, its transaction
+    begun if no statement has, and a driver's error handed to it to translate."""
+    adapted: Any = sync.connection.dbapi_connection
     async with adapted._execute_mutex:
         if adapted._transaction is None:
             await adapted._start_transaction()
         try:
-            prepared, _ = await adapted._prepare(sql, _schema_asof(sync))
-            await prepared.executemany(params)
+            yield adapted
         except Exception as exc:
             adapted._handle_exception(exc)
             raise
