@@ -22,6 +22,7 @@ tests/api/test_direct_statements.py fails where they change.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -184,6 +185,35 @@ class Direct:
         except Exception as exc:
             await greenlet_spawn(_raise_as_sqlalchemy, sync, exc, plan.sql, params)
             raise
+
+
+class DirectSelect:
+    """A SELECT sent direct, plain or locked (`FOR UPDATE`; `of`: the tables it locks), each
+    compiled once: `Prebuilt`'s pair for the statements sent past SQLAlchemy, chosen the
+    same way (`QueryBase._either`: locked on PostgreSQL when asked)."""
+
+    __slots__ = ("locked", "plain")
+
+    def __init__(self, stmt: sa.Select[Any], *, of: Any = None) -> None:
+        self.plain = Direct(stmt)
+        self.locked = Direct(stmt.with_for_update(of=of))
+
+
+def by_table(row: Sequence[Any], *tables: sa.Table) -> list[dict[str, Any]]:
+    """A row of a statement that selects these tables' columns first, in this order, as a
+    dict of each table's columns by name (what follows them is left out)."""
+    found = []
+    start = 0
+    for table in tables:
+        names = _names(table)
+        found.append(dict(zip(names, row[start : start + len(names)], strict=True)))
+        start += len(names)
+    return found
+
+
+@functools.cache
+def _names(table: sa.Table) -> tuple[str, ...]:
+    return tuple(c.name for c in table.c)
 
 
 class DirectInsert:

@@ -96,7 +96,7 @@ class InlineConnection:
 
     def sqlite(self) -> sqlite3.Connection:
         """The sqlite3 connection itself, for the statements sent past SQLAlchemy
-        (store/queries/direct.py)."""
+        (store/direct.py)."""
         return self._open()
 
     @property

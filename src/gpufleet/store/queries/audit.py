@@ -10,7 +10,7 @@ from gpufleet.domain.audit_chain import START, Head
 from gpufleet.domain.filters import AuditFilter
 from gpufleet.domain.records import AuditEvent
 from gpufleet.store import locks
-from gpufleet.store.direct import Direct, DirectInsert
+from gpufleet.store.direct import Direct, DirectInsert, by_table
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import Prebuilt, QueryBase
 from gpufleet.store.tables import audit_events
@@ -44,7 +44,6 @@ _INSERT_PG = sa.insert(audit_events).returning(
 _DIRECT_INSERT = DirectInsert(
     audit_events, *audit_events.c, _HEAD_SEQ.label("head_seq"), _HEAD_MAC.label("head_mac")
 )
-_EVENT_KEYS = tuple(c.name for c in audit_events.c)
 
 _SEAL = Direct(  # built once (`Prebuilt`'s reasoning): every audited write seals
     sa.update(audit_events)
@@ -62,14 +61,13 @@ class AuditQueries(QueryBase):
         On SQLite, SQLAlchemy cannot promise RETURNING's order for a many-row INSERT and so
         writes one row a statement when asked to; but SQLite numbers the rows of one INSERT
         in the order of its VALUES (one writer, each row the largest id plus one), so the
-        rows are put back in order by id. So on PostgreSQL when sent direct (its sequence
-        numbers one INSERT's rows in order, under the chain's lock); through SQLAlchemy (more
-        than 16 rows) it keeps their order itself."""
+        rows are put back in order by id. So are PostgreSQL's when sent direct (up to 16
+        rows: its sequence numbers one INSERT's rows in order, under the chain's lock);
+        through SQLAlchemy PostgreSQL keeps their order itself."""
         direct = await _DIRECT_INSERT.rows(self.conn, entries)
         if direct is not None:
-            n = len(_EVENT_KEYS)
-            stored = [rows.audit_event(dict(zip(_EVENT_KEYS, r[:n], strict=True))) for r in direct]
-            seq, mac = direct[0][n], direct[0][n + 1]
+            stored = [rows.audit_event(by_table(r, audit_events)[0]) for r in direct]
+            seq, mac = direct[0][-2:]  # the head's columns, after the event's
         else:
             mapped = await self._mapped(_INSERT_PG if self._pg else _INSERT, entries)
             stored = [rows.audit_event(m) for m in mapped]

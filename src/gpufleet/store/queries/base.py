@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
@@ -34,6 +34,19 @@ def by(name: str) -> sa.BindParameter[Any]:
 ROW = "row_key"
 
 V = TypeVar("V", bound=Mapping[str, Any])
+S = TypeVar("S", covariant=True)
+T = TypeVar("T")
+
+
+class Lockable(Protocol[S]):
+    """A statement built once plain and locked: `Prebuilt`, or store/direct.py's
+    `DirectSelect`."""
+
+    @property
+    def plain(self) -> S: ...
+
+    @property
+    def locked(self) -> S: ...
 
 
 def no_status(values: V) -> V:
@@ -71,7 +84,7 @@ class QueryBase:
     async def _first(self, stmt: sa.Executable, params: Any = None) -> RowMapping | None:
         return (await self.conn.execute(stmt, params)).mappings().first()
 
-    def _either(self, stmt: Prebuilt, lock: bool) -> sa.Select[Any]:
+    def _either(self, stmt: Lockable[T], lock: bool) -> T:
         """The prebuilt statement, locked (PostgreSQL) when asked."""
         return stmt.locked if lock and self._pg else stmt.plain
 

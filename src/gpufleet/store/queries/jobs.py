@@ -13,7 +13,7 @@ from gpufleet.domain.filters import JobFilter
 from gpufleet.domain.matching import match_key
 from gpufleet.domain.records import Attempt, Job
 from gpufleet.domain.states import JobStatus, RetryOn, Target
-from gpufleet.store.direct import Direct
+from gpufleet.store.direct import Direct, DirectSelect, by_table
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by, no_status
 from gpufleet.store.tables import job_attempts, jobs, workers
@@ -38,15 +38,12 @@ _SPOKEN_OF = sa.func.coalesce(
     sa.case((jobs.c.worker_id == by("worker"), jobs.c.current_attempt_id)),
     sa.bindparam("worker_attempt", type_=sa.String()),
 )
-_JOB_AND_ATTEMPT = (
+_JOB_AND_ATTEMPT = DirectSelect(
     sa.select(jobs, job_attempts)
     .select_from(jobs.outerjoin(job_attempts, job_attempts.c.id == _SPOKEN_OF))
-    .where(jobs.c.id == by("id"))
+    .where(jobs.c.id == by("id")),
+    of=jobs,  # the job alone: the attempt is the outer join's nullable side
 )
-_JOB_AND_ATTEMPT_LOCKED = Direct(_JOB_AND_ATTEMPT.with_for_update(of=jobs))
-_JOB_AND_ATTEMPT_PLAIN = Direct(_JOB_AND_ATTEMPT)
-_JOB_KEYS = tuple(c.name for c in jobs.c)
-_ATTEMPT_KEYS = tuple(c.name for c in job_attempts.c)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,14 +126,12 @@ class JobQueries(QueryBase):
         it names (`attempt_id`), else the job's current one if the job is the worker's, else
         `worker_attempt` (its current one); one statement, not two. None: no such job."""
         params = {"id": job_id, "attempt": attempt_id, "worker": worker_id}
-        stmt = _JOB_AND_ATTEMPT_LOCKED if self._pg else _JOB_AND_ATTEMPT_PLAIN
+        stmt = self._either(_JOB_AND_ATTEMPT, lock=True)
         found = await stmt.rows(self.conn, params | {"worker_attempt": worker_attempt})
         if not found:
             return None
-        row, n = found[0], len(_JOB_KEYS)
-        attempt = dict(zip(_ATTEMPT_KEYS, row[n:], strict=True))
-        job = rows.job(dict(zip(_JOB_KEYS, row[:n], strict=True)))
-        return job, rows.attempt(attempt) if attempt["id"] is not None else None
+        job, attempt = by_table(found[0], jobs, job_attempts)
+        return rows.job(job), rows.attempt(attempt) if attempt["id"] is not None else None
 
     async def update_job(self, job_id: str, **values: Any) -> None:
         """Set a job's columns other than its status (only `set_job_status` writes that)."""

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from gpufleet.domain.records import Team, UsageSample, User
 from gpufleet.domain.states import PLACED_JOB, WAITING_JOB
-from gpufleet.store.direct import Direct
+from gpufleet.store.direct import Direct, by_table
 from gpufleet.store.queries import rows
 from gpufleet.store.queries.base import Prebuilt, QueryBase, by
 from gpufleet.store.tables import (
@@ -57,8 +57,6 @@ _USER_AND_TEAMS = (
     .order_by(teams.c.name)
 )
 _USER_AND_TEAMS_DIRECT = Direct(_USER_AND_TEAMS)  # every submit's
-_USER_KEYS = tuple(c.name for c in users.c)
-_TEAM_KEYS = tuple(c.name for c in teams.c)
 _TEAM_IDS_OF = Prebuilt(
     sa.select(team_members.c.team_id).where(team_members.c.user_id == by("user"))
 )
@@ -230,14 +228,10 @@ class PeopleQueries(QueryBase):
         found = await _USER_AND_TEAMS_DIRECT.rows(self.conn, {"id": user_id})
         if not found:
             return None
-        n = len(_USER_KEYS)
-        user = rows.user(dict(zip(_USER_KEYS, found[0][:n], strict=True)))
-        theirs = [
-            rows.team(dict(zip(_TEAM_KEYS, row[n:], strict=True)))
-            for row in found
-            if row[n + _TEAM_KEYS.index("id")] is not None  # none: the user is in no team
-        ]
-        return user, theirs
+        parts = [by_table(row, users, teams) for row in found]
+        # A team of none (the outer join's): the user is in no team.
+        theirs = [rows.team(team) for _, team in parts if team["id"] is not None]
+        return rows.user(parts[0][0]), theirs
 
     async def team_ids_of(self, user_id: str) -> frozenset[str]:
         """The ids of the user's teams (who may act on a job: `domain.ownership`)."""

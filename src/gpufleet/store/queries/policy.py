@@ -14,9 +14,9 @@ from gpufleet.domain.levels import Level
 from gpufleet.domain.policy import LIMIT_FIELDS, Limits, Policy
 from gpufleet.domain.records import Job, Member
 from gpufleet.domain.states import PLACED_JOB, TERMINAL_JOB, WAITING_JOB, JobStatus, WorkerStatus
-from gpufleet.store.direct import Direct
+from gpufleet.store.direct import DirectSelect
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import Prebuilt, QueryBase
+from gpufleet.store.queries.base import QueryBase
 from gpufleet.store.tables import (
     job_attempts,
     jobs,
@@ -72,13 +72,9 @@ _OWN_LIMITS = sa.or_(
     sa.exists().where(sa.or_(teams.c.max_gpus.isnot(None), teams.c.max_jobs.isnot(None))),
     sa.exists().where(sa.or_(users.c.max_gpus.isnot(None), users.c.max_jobs.isnot(None))),
 )
-_DISPATCH_POLICY = Prebuilt(
+_DISPATCH_POLICY = DirectSelect(  # every submit's
     sa.select(queue_policy, _OWN_LIMITS.label("own_limits")).where(queue_policy.c.id == POLICY_ID)
 )
-_DISPATCH_POLICY_DIRECT = {
-    False: Direct(_DISPATCH_POLICY.plain),  # every submit's
-    True: Direct(_DISPATCH_POLICY.locked),
-}
 
 
 class PolicyQueries(QueryBase):
@@ -96,7 +92,7 @@ class PolicyQueries(QueryBase):
 
     async def dispatch_policy(self, *, lock: bool = False) -> tuple[Policy, bool]:
         """The policy, and whether any team or user has a limit of its own: one statement."""
-        row = await _DISPATCH_POLICY_DIRECT[lock and self._pg].first(self.conn, {})
+        row = await self._either(_DISPATCH_POLICY, lock).first(self.conn, {})
         if row is None:
             return Policy(), bool((await self.conn.execute(sa.select(_OWN_LIMITS))).scalar())
         return policy_of(row), bool(row["own_limits"])

@@ -10,9 +10,9 @@ import sqlalchemy as sa
 
 from gpufleet.domain.records import Worker
 from gpufleet.domain.states import WorkerStatus, WorkerType
-from gpufleet.store.direct import Direct
+from gpufleet.store.direct import Direct, DirectSelect
 from gpufleet.store.queries import rows
-from gpufleet.store.queries.base import ROW, Prebuilt, QueryBase, by, no_status
+from gpufleet.store.queries.base import ROW, QueryBase, by, no_status
 from gpufleet.store.tables import worker_events, worker_tokens, workers
 
 
@@ -37,8 +37,7 @@ _CLAIM_WORKER = Direct(
     ),
     by_columns=True,
 )
-_WORKER = Prebuilt(sa.select(workers).where(workers.c.id == by("id")))
-_WORKER_DIRECT = {False: Direct(_WORKER.plain), True: Direct(_WORKER.locked)}
+_WORKER = DirectSelect(sa.select(workers).where(workers.c.id == by("id")))
 # The health sweep's reads, twice a second at rest in every orchestrator: built once (#32).
 _SILENT = sa.select(workers).where(
     workers.c.status != WorkerStatus.OFFLINE.value,
@@ -101,7 +100,7 @@ class WorkerQueries(QueryBase):
     async def get_worker(self, worker_id: str, *, lock: bool = False) -> Worker | None:
         row: Mapping[Any, Any] | None = self.workers_locked.pop(worker_id, None) if lock else None
         if row is None or worker_id in self.workers_written:
-            row = await _WORKER_DIRECT[lock and self._pg].first(self.conn, {"id": worker_id})
+            row = await self._either(_WORKER, lock).first(self.conn, {"id": worker_id})
         return rows.worker(row) if row else None
 
     async def lock_workers(self, worker_ids: Iterable[str]) -> None:
